@@ -1,0 +1,321 @@
+//! The typed config sections shared by every role. Role-specific sections join here as the
+//! roles arrive; each has `deny_unknown_fields` and sane defaults.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::{Duration, Invalid, Validate};
+
+/// What every Lakelog process reads: where its metadata and objects live, and its telemetry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Cluster name: every metadata key lives under `/<cluster>/`.
+    #[serde(default = "default_cluster")]
+    pub cluster: String,
+    pub metadata: MetadataConfig,
+    pub object_store: ObjectStoreConfig,
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+}
+
+fn default_cluster() -> String {
+    "lakelog".to_owned()
+}
+
+impl Validate for NodeConfig {
+    fn validate(&self) -> Result<(), Invalid> {
+        if self.cluster.is_empty()
+            || !self.cluster.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(Invalid::new(
+                "cluster",
+                format!("`{}` must be non-empty ASCII letters, digits, `-` or `_`", self.cluster),
+            ));
+        }
+        self.metadata.validate()?;
+        self.object_store.validate()?;
+        self.telemetry.validate()
+    }
+}
+
+/// The metadata store: etcd in every multi-process setup, embedded for `standalone`.
+/// Written as a section with exactly one of `etcd:` or `embedded:`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(try_from = "MetadataSection")]
+pub enum MetadataConfig {
+    Etcd(EtcdConfig),
+    Embedded(EmbeddedConfig),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetadataSection {
+    #[serde(default)]
+    etcd: Option<EtcdConfig>,
+    #[serde(default)]
+    embedded: Option<EmbeddedConfig>,
+}
+
+impl TryFrom<MetadataSection> for MetadataConfig {
+    type Error = String;
+
+    fn try_from(s: MetadataSection) -> Result<Self, String> {
+        match (s.etcd, s.embedded) {
+            (Some(e), None) => Ok(MetadataConfig::Etcd(e)),
+            (None, Some(e)) => Ok(MetadataConfig::Embedded(e)),
+            _ => Err("set exactly one of `etcd` or `embedded`".to_owned()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdConfig {
+    /// `http://host:port` of each etcd member.
+    pub endpoints: Vec<String>,
+    /// How long one request may take before its outcome is declared unknown.
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout: Duration,
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout: Duration,
+}
+
+fn default_request_timeout() -> Duration {
+    Duration(std::time::Duration::from_secs(5))
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration(std::time::Duration::from_secs(3))
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddedConfig {
+    /// The database file; its folder is created if missing.
+    pub path: PathBuf,
+}
+
+impl Validate for MetadataConfig {
+    fn validate(&self) -> Result<(), Invalid> {
+        match self {
+            MetadataConfig::Etcd(c) => {
+                if c.endpoints.is_empty() {
+                    return Err(Invalid::new(
+                        "metadata.etcd.endpoints",
+                        "needs at least one endpoint",
+                    ));
+                }
+                for e in &c.endpoints {
+                    if !(e.starts_with("http://") || e.starts_with("https://")) {
+                        return Err(Invalid::new(
+                            "metadata.etcd.endpoints",
+                            format!("`{e}` must start with http:// or https://"),
+                        ));
+                    }
+                }
+                if c.request_timeout.0.is_zero() {
+                    return Err(Invalid::new(
+                        "metadata.etcd.request_timeout",
+                        "must be above zero",
+                    ));
+                }
+                Ok(())
+            }
+            MetadataConfig::Embedded(c) => {
+                if c.path.as_os_str().is_empty() {
+                    return Err(Invalid::new("metadata.embedded.path", "must not be empty"));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Object storage: a section with exactly one of `local:`, `s3:` or `memory: {}` (tests only).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(try_from = "ObjectStoreSection")]
+pub enum ObjectStoreConfig {
+    Local(LocalStoreConfig),
+    S3(S3Config),
+    Memory,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ObjectStoreSection {
+    #[serde(default)]
+    local: Option<LocalStoreConfig>,
+    #[serde(default)]
+    s3: Option<S3Config>,
+    #[serde(default)]
+    memory: Option<MemorySection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MemorySection {}
+
+impl TryFrom<ObjectStoreSection> for ObjectStoreConfig {
+    type Error = String;
+
+    fn try_from(s: ObjectStoreSection) -> Result<Self, String> {
+        match (s.local, s.s3, s.memory) {
+            (Some(l), None, None) => Ok(ObjectStoreConfig::Local(l)),
+            (None, Some(c), None) => Ok(ObjectStoreConfig::S3(c)),
+            (None, None, Some(_)) => Ok(ObjectStoreConfig::Memory),
+            _ => Err("set exactly one of `local`, `s3` or `memory`".to_owned()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalStoreConfig {
+    /// The root folder; created if missing. Every write is fsynced.
+    pub path: PathBuf,
+}
+
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Config {
+    /// e.g. `http://127.0.0.1:8333`; omit for AWS.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    pub bucket: String,
+    #[serde(default = "default_region")]
+    pub region: String,
+    #[serde(default)]
+    pub access_key_id: Option<String>,
+    #[serde(default)]
+    pub secret_access_key: Option<String>,
+    /// Allow plain-HTTP endpoints (local servers).
+    #[serde(default)]
+    pub allow_http: bool,
+    /// Path-style requests (`endpoint/bucket/key`), as most S3-compatible servers want.
+    #[serde(default = "default_true")]
+    pub path_style: bool,
+    /// A key prefix under which every object of this cluster lives.
+    #[serde(default)]
+    pub prefix: String,
+}
+
+impl std::fmt::Debug for S3Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Config")
+            .field("endpoint", &self.endpoint)
+            .field("bucket", &self.bucket)
+            .field("region", &self.region)
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &self.secret_access_key.as_ref().map(|_| "<redacted>"))
+            .field("allow_http", &self.allow_http)
+            .field("path_style", &self.path_style)
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+fn default_region() -> String {
+    "us-east-1".to_owned()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Validate for ObjectStoreConfig {
+    fn validate(&self) -> Result<(), Invalid> {
+        match self {
+            ObjectStoreConfig::Local(c) if c.path.as_os_str().is_empty() => {
+                Err(Invalid::new("object_store.local.path", "must not be empty"))
+            }
+            ObjectStoreConfig::S3(c) => {
+                if c.bucket.is_empty() {
+                    return Err(Invalid::new("object_store.s3.bucket", "must not be empty"));
+                }
+                if let Some(e) = &c.endpoint {
+                    if e.starts_with("http://") && !c.allow_http {
+                        return Err(Invalid::new(
+                            "object_store.s3.endpoint",
+                            format!("`{e}` is plain HTTP: set object_store.s3.allow_http: true"),
+                        ));
+                    }
+                    if !(e.starts_with("http://") || e.starts_with("https://")) {
+                        return Err(Invalid::new(
+                            "object_store.s3.endpoint",
+                            format!("`{e}` must start with http:// or https://"),
+                        ));
+                    }
+                }
+                if c.access_key_id.is_some() != c.secret_access_key.is_some() {
+                    return Err(Invalid::new(
+                        "object_store.s3",
+                        "access_key_id and secret_access_key go together",
+                    ));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Logs, traces and metrics.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// A tracing filter: `info`, `warn,lakelog=debug`, ...
+    #[serde(default = "default_log_level")]
+    pub log_level: String,
+    #[serde(default)]
+    pub log_format: LogFormat,
+    /// When set, spans are exported over OTLP/gRPC to this URL.
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` on exported spans; defaults to the role's name.
+    #[serde(default)]
+    pub service_name: Option<String>,
+    /// Where the role serves `/metrics`; none when unset.
+    #[serde(default)]
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+fn default_log_level() -> String {
+    "info".to_owned()
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            log_level: default_log_level(),
+            log_format: LogFormat::Text,
+            otlp_endpoint: None,
+            service_name: None,
+            metrics_listen: None,
+        }
+    }
+}
+
+impl Validate for TelemetryConfig {
+    fn validate(&self) -> Result<(), Invalid> {
+        if let Some(e) = &self.otlp_endpoint
+            && !(e.starts_with("http://") || e.starts_with("https://"))
+        {
+            return Err(Invalid::new(
+                "telemetry.otlp_endpoint",
+                format!("`{e}` must start with http:// or https://"),
+            ));
+        }
+        Ok(())
+    }
+}

