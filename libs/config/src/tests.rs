@@ -149,3 +149,23 @@ fn two_backends_in_one_section_is_an_error() {
     let err = parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err.starts_with("node.yaml: object_store: set exactly one of"), "{err}");
 }
+
+#[test]
+fn deploy_example_config_parses() -> Result<(), ConfigError> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/config/node.example.yaml");
+    let c: NodeConfig = from_yaml(path, include_str!("../../../deploy/config/node.example.yaml"), |_| None)?;
+    assert!(matches!(c.metadata, MetadataConfig::Etcd(_)));
+    assert!(matches!(c.object_store, ObjectStoreConfig::S3(_)));
+    Ok(())
+}
+
+#[test]
+fn load_file_names_the_file_and_key_of_an_unknown_key() -> Result<(), std::io::Error> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("writer.yaml");
+    std::fs::write(&path, GOOD.replace("cluster: prod", "cluster: prod\nclustr: typo"))?;
+    let err = load_file::<NodeConfig>(&path).err().map(|e| e.to_string()).unwrap_or_default();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with(&format!("{}: clustr: unknown field `clustr`", path.display())), "{err}");
+    Ok(())
+}

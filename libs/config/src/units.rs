@@ -66,7 +66,7 @@ impl fmt::Display for Duration {
             ("ms", 1_000_000),
             ("us", 1_000),
         ] {
-            if nanos != 0 && nanos % per == 0 {
+            if nanos != 0 && nanos.is_multiple_of(per) {
                 return write!(f, "{}{unit}", nanos / per);
             }
         }
@@ -106,7 +106,7 @@ impl fmt::Display for ByteSize {
         for (unit, per) in
             [("TiB", 1u64 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)]
         {
-            if self.0 != 0 && self.0 % per == 0 {
+            if self.0 != 0 && self.0.is_multiple_of(per) {
                 return write!(f, "{}{unit}", self.0 / per);
             }
         }

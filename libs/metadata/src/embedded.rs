@@ -112,6 +112,13 @@ struct Watcher {
     lagged: Arc<AtomicBool>,
 }
 
+/// A new watcher: the past events to replay, then its live queue.
+struct Registration {
+    past: VecDeque<Vec<WatchEvent>>,
+    rx: mpsc::Receiver<Vec<WatchEvent>>,
+    lagged: Arc<AtomicBool>,
+}
+
 struct Lease {
     ttl: Duration,
     deadline: Instant,
@@ -198,9 +205,7 @@ impl Inner {
                 meta.insert(COMPACT_REVISION, 0).map_err(internal)?;
                 meta.insert(NEXT_LEASE, 1).map_err(internal)?;
             }
-            for t in [KV] {
-                wtx.open_table(t).map_err(internal)?;
-            }
+            wtx.open_table(KV).map_err(internal)?;
             wtx.open_table(HISTORY).map_err(internal)?;
             wtx.open_table(EVENTS).map_err(internal)?;
             wtx.open_table(LEASE_KEYS).map_err(internal)?;
@@ -412,13 +417,7 @@ impl Inner {
     }
 
     /// Registers a watcher; returns the past events to replay first.
-    fn watch(
-        &self,
-        req: &WatchRequest,
-    ) -> Result<
-        (VecDeque<Vec<WatchEvent>>, mpsc::Receiver<Vec<WatchEvent>>, Arc<AtomicBool>),
-        MetaError,
-    > {
+    fn watch(&self, req: &WatchRequest) -> Result<Registration, MetaError> {
         let mut watchers = lock(&self.watchers);
         let rtx = self.db.begin_read().map_err(internal)?;
         let meta = rtx.open_table(META).map_err(internal)?;
@@ -445,7 +444,7 @@ impl Inner {
         let (tx, rx) = mpsc::channel(WATCH_QUEUE);
         let lagged = Arc::new(AtomicBool::new(false));
         watchers.push(Watcher { range: req.range.clone(), tx, lagged: lagged.clone() });
-        Ok((past, rx, lagged))
+        Ok(Registration { past, rx, lagged })
     }
 
     fn compact(&self, revision: Revision) -> Result<(), MetaError> {
@@ -507,6 +506,11 @@ fn meta_get(meta: &impl ReadableTable<&'static str, i64>, name: &str) -> Result<
         .ok_or_else(|| MetaError::Internal(format!("meta table lacks {name}")))
 }
 
+type KvEntry<'a> = Result<
+    (redb::AccessGuard<'a, &'static [u8]>, redb::AccessGuard<'a, &'static [u8]>),
+    redb::StorageError,
+>;
+
 type KvBounds<'a> = (std::ops::Bound<&'a [u8]>, std::ops::Bound<&'a [u8]>);
 
 fn kv_bounds(range: &KeyRange) -> KvBounds<'_> {
@@ -556,10 +560,7 @@ fn read_range(
         // nothing matches
     } else if req.revision == 0 || req.revision == current {
         let iter = kv.range::<&[u8]>(kv_bounds(&req.range)).map_err(internal)?;
-        let mut take = |entry: Result<
-            (redb::AccessGuard<'_, &[u8]>, redb::AccessGuard<'_, &[u8]>),
-            redb::StorageError,
-        >|
+        let mut take = |entry: KvEntry<'_>|
          -> Result<(), MetaError> {
             let (k, v) = entry.map_err(internal)?;
             count += 1;
@@ -731,7 +732,7 @@ impl MetadataStore for EmbeddedStore {
 
     async fn watch(&self, req: WatchRequest) -> Result<WatchStream, MetaError> {
         req.range.validate()?;
-        let (past, rx, lagged) = self.blocking(move |i| i.watch(&req)).await?;
+        let Registration { past, rx, lagged } = self.blocking(move |i| i.watch(&req)).await?;
         let past = futures::stream::iter(past.into_iter().map(Ok));
         let live = futures::stream::unfold(Some(rx), move |state| {
             let lagged = lagged.clone();

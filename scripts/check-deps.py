@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Checks the workspace's dependency-direction rules (README, "Architecture rules").
+
+1. libs/* never depend on services/*.
+2. services/* never depend on each other (they talk gRPC).
+3. Only the `metadata` crate imports etcd-client.
+4. Only the `config` crate parses YAML (serde_norway / serde_yaml / serde_yml).
+5. `testkit` is only ever a dev-dependency.
+Exits 1 with one line per broken rule.
+"""
+import json
+import os
+import subprocess
+import sys
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+meta = json.loads(subprocess.check_output(
+    ["cargo", "metadata", "--format-version", "1", "--no-deps", "--offline"], cwd=root))
+
+YAML = {"serde_norway", "serde_yaml", "serde_yml"}
+members = {}
+for p in meta["packages"]:
+    rel = os.path.relpath(os.path.dirname(p["manifest_path"]), root)
+    members[p["name"]] = (rel.split(os.sep)[0], p)
+
+errors = []
+for name, (area, pkg) in members.items():
+    for dep in pkg["dependencies"]:
+        d, kind = dep["name"], dep.get("kind") or "normal"
+        if d in members:
+            dep_area = members[d][0]
+            if area == "libs" and dep_area == "services":
+                errors.append(f"{name}: libs must not depend on services ({d})")
+            if area == "services" and dep_area == "services" and d != name:
+                errors.append(f"{name}: services must not depend on each other ({d})")
+            if d == "testkit" and kind != "dev":
+                errors.append(f"{name}: testkit may only be a dev-dependency")
+        if d == "etcd-client" and name != "metadata":
+            errors.append(f"{name}: only the metadata crate may import etcd-client")
+        if d in YAML and name != "config" and kind != "dev":
+            errors.append(f"{name}: only the config crate may parse YAML ({d})")
+
+for e in errors:
+    print(f"check-deps: {e}")
+if errors:
+    sys.exit(1)
+print(f"check-deps: {len(members)} crates follow the dependency rules")
