@@ -109,12 +109,7 @@ impl Validate for MetadataConfig {
                     ));
                 }
                 for e in &c.endpoints {
-                    if !(e.starts_with("http://") || e.starts_with("https://")) {
-                        return Err(Invalid::new(
-                            "metadata.etcd.endpoints",
-                            format!("`{e}` must start with http:// or https://"),
-                        ));
-                    }
+                    check_url("metadata.etcd.endpoints", e)?;
                 }
                 if c.request_timeout.0.is_zero() {
                     return Err(Invalid::new(
@@ -242,12 +237,7 @@ impl Validate for ObjectStoreConfig {
                             format!("`{e}` is plain HTTP: set object_store.s3.allow_http: true"),
                         ));
                     }
-                    if !(e.starts_with("http://") || e.starts_with("https://")) {
-                        return Err(Invalid::new(
-                            "object_store.s3.endpoint",
-                            format!("`{e}` must start with http:// or https://"),
-                        ));
-                    }
+                    check_url("object_store.s3.endpoint", e)?;
                 }
                 if c.access_key_id.is_some() != c.secret_access_key.is_some() {
                     return Err(Invalid::new(
@@ -308,14 +298,17 @@ impl Default for TelemetryConfig {
 
 impl Validate for TelemetryConfig {
     fn validate(&self) -> Result<(), Invalid> {
-        if let Some(e) = &self.otlp_endpoint
-            && !(e.starts_with("http://") || e.starts_with("https://"))
-        {
-            return Err(Invalid::new(
-                "telemetry.otlp_endpoint",
-                format!("`{e}` must start with http:// or https://"),
-            ));
+        match &self.otlp_endpoint {
+            Some(e) => check_url("telemetry.otlp_endpoint", e),
+            None => Ok(()),
         }
+    }
+}
+
+fn check_url(key: &str, url: &str) -> Result<(), Invalid> {
+    if url.starts_with("http://") || url.starts_with("https://") {
         Ok(())
+    } else {
+        Err(Invalid::new(key, format!("`{url}` must start with http:// or https://")))
     }
 }

@@ -12,6 +12,11 @@ fn parse_env(text: &str, env: &[(&str, &str)]) -> Result<NodeConfig, ConfigError
     from_yaml("node.yaml", text, |k| env.get(k).cloned())
 }
 
+/// The one-line message of a config that must fail.
+fn err_of<T>(r: Result<T, ConfigError>) -> String {
+    r.err().map(|e| e.to_string()).unwrap_or_default()
+}
+
 const GOOD: &str = "
 cluster: prod
 metadata:
@@ -47,23 +52,21 @@ fn node_config_parses_typed_values_and_defaults() -> Result<(), ConfigError> {
 #[test]
 fn unknown_key_error_names_file_and_key_path() {
     let text = GOOD.replace("    bucket: logs", "    bucket: logs\n    bukcet: typo");
-    let err = parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
+    let err = err_of(parse(&text));
     assert!(err.starts_with("node.yaml: object_store.s3.bukcet: unknown field `bukcet`"), "{err}");
     assert!(!err.contains('\n'), "one line: {err}");
 }
 
 #[test]
 fn unknown_top_level_key_is_rejected() {
-    let err =
-        parse(&format!("{GOOD}\nwriters: 3\n")).err().map(|e| e.to_string()).unwrap_or_default();
+    let err = err_of(parse(&format!("{GOOD}\nwriters: 3\n")));
     assert!(err.starts_with("node.yaml: "), "{err}");
     assert!(err.contains("unknown field `writers`"), "{err}");
 }
 
 #[test]
 fn malformed_yaml_is_one_line_naming_the_file() {
-    let err =
-        parse("metadata: [unclosed\n  etcd: {").err().map(|e| e.to_string()).unwrap_or_default();
+    let err = err_of(parse("metadata: [unclosed\n  etcd: {"));
     assert!(err.starts_with("node.yaml: "), "{err}");
     assert!(!err.contains('\n'), "one line: {err}");
 }
@@ -71,14 +74,14 @@ fn malformed_yaml_is_one_line_naming_the_file() {
 #[test]
 fn bad_unit_names_the_key() {
     let text = GOOD.replace("request_timeout: 2s", "request_timeout: 2 fortnights");
-    let err = parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
+    let err = err_of(parse(&text));
     assert!(err.starts_with("node.yaml: metadata.etcd.request_timeout: "), "{err}");
 }
 
 #[test]
 fn validation_rejects_plain_http_without_allow_http() {
     let text = GOOD.replace("    allow_http: true\n", "");
-    let err = parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
+    let err = err_of(parse(&text));
     assert!(err.starts_with("node.yaml: object_store.s3.endpoint: "), "{err}");
     assert!(err.contains("allow_http"), "{err}");
 }
@@ -86,10 +89,10 @@ fn validation_rejects_plain_http_without_allow_http() {
 #[test]
 fn validation_rejects_empty_endpoints_and_bad_cluster() {
     let text = GOOD.replace("[http://127.0.0.1:2379]", "[]");
-    let err = parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
+    let err = err_of(parse(&text));
     assert!(err.starts_with("node.yaml: metadata.etcd.endpoints: "), "{err}");
     let text = GOOD.replace("cluster: prod", "cluster: a/b");
-    let err = parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
+    let err = err_of(parse(&text));
     assert!(err.starts_with("node.yaml: cluster: "), "{err}");
 }
 
@@ -108,29 +111,20 @@ fn env_overrides_replace_values_and_build_missing_sections() -> Result<(), Confi
 
 #[test]
 fn env_override_is_validated_like_the_file() {
-    let err = parse_env(GOOD, &[("LAKELOG_S3_ENDPOINT", "ftp://x")])
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
+    let err = err_of(parse_env(GOOD, &[("LAKELOG_S3_ENDPOINT", "ftp://x")]));
     assert!(err.starts_with("node.yaml: object_store.s3.endpoint: "), "{err}");
 }
 
 #[test]
 fn env_override_under_a_scalar_is_a_clear_error() {
     let text = "metadata:\n  embedded:\n    path: x\nobject_store:\n  memory: {}\ntelemetry: 3\n";
-    let err = parse_env(text, &[("LAKELOG_LOG_LEVEL", "debug")])
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
+    let err = err_of(parse_env(text, &[("LAKELOG_LOG_LEVEL", "debug")]));
     assert!(err.starts_with("node.yaml: telemetry.log_level: from LAKELOG_LOG_LEVEL"), "{err}");
 }
 
 #[test]
 fn load_file_reports_a_missing_file_by_name() {
-    let err = load_file::<NodeConfig>(std::path::Path::new("/nonexistent/lakelog.yaml"))
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
+    let err = err_of(load_file::<NodeConfig>(std::path::Path::new("/nonexistent/lakelog.yaml")));
     assert!(err.starts_with("/nonexistent/lakelog.yaml: cannot read"), "{err}");
 }
 
@@ -146,14 +140,15 @@ fn secrets_are_redacted_in_debug_output() -> Result<(), ConfigError> {
 #[test]
 fn two_backends_in_one_section_is_an_error() {
     let text = GOOD.replace("object_store:\n", "object_store:\n  memory: {}\n");
-    let err = parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
+    let err = err_of(parse(&text));
     assert!(err.starts_with("node.yaml: object_store: set exactly one of"), "{err}");
 }
 
 #[test]
 fn deploy_example_config_parses() -> Result<(), ConfigError> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/config/node.example.yaml");
-    let c: NodeConfig = from_yaml(path, include_str!("../../../deploy/config/node.example.yaml"), |_| None)?;
+    let c: NodeConfig =
+        from_yaml(path, include_str!("../../../deploy/config/node.example.yaml"), |_| None)?;
     assert!(matches!(c.metadata, MetadataConfig::Etcd(_)));
     assert!(matches!(c.object_store, ObjectStoreConfig::S3(_)));
     Ok(())
@@ -164,8 +159,11 @@ fn load_file_names_the_file_and_key_of_an_unknown_key() -> Result<(), std::io::E
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("writer.yaml");
     std::fs::write(&path, GOOD.replace("cluster: prod", "cluster: prod\nclustr: typo"))?;
-    let err = load_file::<NodeConfig>(&path).err().map(|e| e.to_string()).unwrap_or_default();
+    let err = err_of(load_file::<NodeConfig>(&path));
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.starts_with(&format!("{}: clustr: unknown field `clustr`", path.display())), "{err}");
+    assert!(
+        err.starts_with(&format!("{}: clustr: unknown field `clustr`", path.display())),
+        "{err}"
+    );
     Ok(())
 }

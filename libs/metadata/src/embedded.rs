@@ -560,8 +560,7 @@ fn read_range(
         // nothing matches
     } else if req.revision == 0 || req.revision == current {
         let iter = kv.range::<&[u8]>(kv_bounds(&req.range)).map_err(internal)?;
-        let mut take = |entry: KvEntry<'_>|
-         -> Result<(), MetaError> {
+        let mut take = |entry: KvEntry<'_>| -> Result<(), MetaError> {
             let (k, v) = entry.map_err(internal)?;
             count += 1;
             if matched.len() < limit {

@@ -222,7 +222,12 @@ impl fmt::Display for FaultyStore {
 
 #[async_trait]
 impl ObjectStore for FaultyStore {
-    async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
         self.run(Op::Put, location, self.inner.put_opts(location, payload, opts)).await
     }
 
@@ -242,7 +247,10 @@ impl ObjectStore for FaultyStore {
         self.run(Op::Get, location, self.inner.get_ranges(location, ranges)).await
     }
 
-    fn delete_stream(&self, locations: BoxStream<'static, Result<Path>>) -> BoxStream<'static, Result<Path>> {
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
         let inner = self.inner.clone();
         let faults = self.faults.clone();
         locations
@@ -265,7 +273,10 @@ impl ObjectStore for FaultyStore {
             }
             Some(Action::Delay(d)) => {
                 let s = self.inner.list(prefix);
-                futures::stream::once(tokio::time::sleep(d)).flat_map(move |()| futures::stream::empty()).chain(s).boxed()
+                futures::stream::once(tokio::time::sleep(d))
+                    .flat_map(move |()| futures::stream::empty())
+                    .chain(s)
+                    .boxed()
             }
             None => self.inner.list(prefix),
         }
@@ -302,7 +313,10 @@ mod tests {
         h.fail_nth(Op::Put, 2, FaultError::Unavailable);
         s.put(&Path::from("a"), "1".into()).await?;
         let second = s.put(&Path::from("b"), "2".into()).await;
-        assert!(matches!(second, Err(object_store::Error::Generic { store: "faulty", .. })), "{second:?}");
+        assert!(
+            matches!(second, Err(object_store::Error::Generic { store: "faulty", .. })),
+            "{second:?}"
+        );
         s.put(&Path::from("c"), "3".into()).await?;
         assert_eq!((h.calls(Op::Put), h.injected()), (3, 1));
         assert!(s.get(&Path::from("b")).await.is_err(), "a failed put must not land");

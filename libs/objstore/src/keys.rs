@@ -103,9 +103,18 @@ mod tests {
 
     #[test]
     fn malformed_keys_are_rejected() {
-        for bad in ["wal/12.wal", "wal/0000000000000000000x.wal", "wal/00000000000000000001.seg", "other/00000000000000000001.wal"] {
+        for bad in [
+            "wal/12.wal",
+            "wal/0000000000000000000x.wal",
+            "wal/00000000000000000001.seg",
+            "other/00000000000000000001.wal",
+        ] {
             assert_eq!(parse_wal_object(&Path::from(bad)), None, "{bad}");
         }
-        assert_eq!(parse_wal_object(&Path::from("wal/99999999999999999999.wal")), None, "overflows u64");
+        assert_eq!(
+            parse_wal_object(&Path::from("wal/99999999999999999999.wal")),
+            None,
+            "overflows u64"
+        );
     }
 }

@@ -80,15 +80,16 @@ fn tracer_provider(
 pub fn init(config: &config::TelemetryConfig, role: &str) -> Result<Telemetry, TelemetryError> {
     let filter = filter(config)?;
     let fmt = match config.log_format {
-        config::LogFormat::Text => tracing_subscriber::fmt::layer().with_writer(std::io::stderr).boxed(),
+        config::LogFormat::Text => {
+            tracing_subscriber::fmt::layer().with_writer(std::io::stderr).boxed()
+        }
         config::LogFormat::Json => {
             tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr).boxed()
         }
     };
     let tracer = tracer_provider(config, role)?;
-    let otel = tracer
-        .as_ref()
-        .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer("lakelog")));
+    let otel =
+        tracer.as_ref().map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer("lakelog")));
     tracing_subscriber::registry()
         .with(filter)
         .with(fmt)
@@ -142,10 +143,14 @@ mod tests {
 
     #[test]
     fn invalid_log_level_is_a_clear_error() {
-        let cfg = config::TelemetryConfig { log_level: "lakelog=loud".to_owned(), ..Default::default() };
+        let cfg =
+            config::TelemetryConfig { log_level: "lakelog=loud".to_owned(), ..Default::default() };
         let err = filter(&cfg).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.starts_with("telemetry.log_level: `lakelog=loud`"), "{err}");
-        let ok = config::TelemetryConfig { log_level: "warn,lakelog=debug".to_owned(), ..Default::default() };
+        let ok = config::TelemetryConfig {
+            log_level: "warn,lakelog=debug".to_owned(),
+            ..Default::default()
+        };
         assert!(filter(&ok).is_ok());
     }
 
@@ -161,7 +166,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn otlp_pipeline_builds_when_configured_and_not_otherwise() -> Result<(), TelemetryError> {
+    async fn otlp_pipeline_builds_when_configured_and_not_otherwise() -> Result<(), TelemetryError>
+    {
         let off = config::TelemetryConfig::default();
         assert!(tracer_provider(&off, "writer")?.is_none());
         let on = config::TelemetryConfig {

@@ -35,7 +35,9 @@ fn s3_fixture() -> Result<Fixture> {
 
 fn local_fixture() -> Result<Fixture> {
     let dir = tempfile::tempdir()?;
-    let cfg = config::ObjectStoreConfig::Local(config::LocalStoreConfig { path: dir.path().join("objects") });
+    let cfg = config::ObjectStoreConfig::Local(config::LocalStoreConfig {
+        path: dir.path().join("objects"),
+    });
     Ok(Fixture { store: objstore::build(&cfg)?, _guard: Box::new(dir) })
 }
 
@@ -103,8 +105,11 @@ async fn list_returns_exactly_the_prefixed_objects(store: Arc<dyn ObjectStore>) 
     for k in ["l/a/1", "l/a/2", "l/a/sub/3", "l/b/1", "l/ab"] {
         store.put(&Path::from(k), "x".into()).await?;
     }
-    let mut keys: Vec<String> =
-        store.list(Some(&Path::from("l/a"))).map_ok(|m| m.location.to_string()).try_collect().await?;
+    let mut keys: Vec<String> = store
+        .list(Some(&Path::from("l/a")))
+        .map_ok(|m| m.location.to_string())
+        .try_collect()
+        .await?;
     keys.sort();
     ensure!(keys == ["l/a/1", "l/a/2", "l/a/sub/3"], "{keys:?}");
     let mut after: Vec<String> = store
@@ -168,7 +173,9 @@ async fn create_only_race_has_exactly_one_winner(store: Arc<dyn ObjectStore>) ->
 
 /// The writer's ambiguous PUT: the object landed but the answer was lost; a create-only retry
 /// must see it (and never overwrite it with other bytes).
-async fn lost_put_response_then_create_only_retry_sees_the_object(store: Arc<dyn ObjectStore>) -> Result<()> {
+async fn lost_put_response_then_create_only_retry_sees_the_object(
+    store: Arc<dyn ObjectStore>,
+) -> Result<()> {
     use objstore::faults::{FaultyStore, Op, Trigger};
     let (faulty, faults) = FaultyStore::new(store.clone());
     faults.lose_response(Op::Put, Trigger::Nth(1));
@@ -190,7 +197,10 @@ async fn s3_rejects_a_wrong_secret() -> Result<()> {
     let store = objstore::build(&config::ObjectStoreConfig::S3(cfg))?;
     let put = store.put(&Path::from("x"), "x".into()).await;
     let err = put.err().map(|e| e.to_string()).unwrap_or_default();
-    ensure!(err.contains("403") || err.contains("SignatureDoesNotMatch"), "SigV4 not enforced? {err}");
+    ensure!(
+        err.contains("403") || err.contains("SignatureDoesNotMatch"),
+        "SigV4 not enforced? {err}"
+    );
     Ok(())
 }
 
@@ -200,7 +210,8 @@ async fn local_store_files_land_under_the_configured_root() -> Result<()> {
     let root = dir.path().join("objects");
     let cfg = config::ObjectStoreConfig::Local(config::LocalStoreConfig { path: root.clone() });
     let store = objstore::build(&cfg)?;
-    put_create_only(store.as_ref(), &objstore::keys::wal_object(7), Bytes::from_static(b"wal")).await?;
+    put_create_only(store.as_ref(), &objstore::keys::wal_object(7), Bytes::from_static(b"wal"))
+        .await?;
     let file = root.join("wal/00000000000000000007.wal");
     ensure!(std::fs::read(&file)? == b"wal", "{} missing", file.display());
     Ok(())
