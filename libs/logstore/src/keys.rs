@@ -1,0 +1,120 @@
+//! The metadata key layout: the one place that names metadata keys. Every key lives under
+//! `/<cluster>/`. Numbers are zero-padded to 20 digits so key order is numeric order.
+//!
+//! | key | value | written by | read by |
+//! |---|---|---|---|
+//! | `logs/next_id` | next unused LogId (decimal) | `create_log` (compare-and-set) | `create_log` |
+//! | `logs/<id>/head` | [`LogHead`](crate::records::LogHead): state, epoch, owner slots, `fenced_by`, next offset, cumulative bytes, running max timestamp, last entry, `recent` (≤ 8 chunk locators) | writers (commits, slot takeover), `fence`/`activate`, `delete_log` | writers, readers |
+//! | `logs/<id>/index/<offset>` | [`IndexPage`](crate::records::IndexPage): ≤ 8 chunk locators, the first at `<offset>`; immutable | writers (when `recent` spills) | readers (floor look-up) |
+//! | `logs/<id>/start` | soft-trim start offset (decimal) | `soft_trim`, `hard_trim` | readers |
+//! | `logs/<id>/wal_floor` | lower bound on the WAL sequence of every uncompacted chunk (decimal) | `create_log`; later the compaction swap | the cleaner |
+//! | `members/<role>/<id>` | member address (under its lease); create_revision = incarnation | each role at start | commits (compare), the catalog |
+//! | `wal/next_seq` | next unallocated WAL sequence (decimal) | writers, a block at a time | `create_log`, the cleaner |
+//! | `wal/low_water/<writer>` | lowest WAL sequence the writer may still commit (under its lease) | its writer: created with its first block, raised by commits | the cleaner |
+
+use crate::LogId;
+
+/// Builds keys under one cluster's prefix.
+#[derive(Clone, Debug)]
+pub struct Keys {
+    root: String,
+}
+
+impl Keys {
+    pub fn new(cluster: &str) -> Self {
+        Keys { root: format!("/{cluster}/") }
+    }
+
+    fn key(&self, rest: std::fmt::Arguments<'_>) -> Vec<u8> {
+        format!("{}{rest}", self.root).into_bytes()
+    }
+
+    pub fn next_log_id(&self) -> Vec<u8> {
+        self.key(format_args!("logs/next_id"))
+    }
+
+    /// Every key of one log.
+    pub fn log_prefix(&self, log: LogId) -> Vec<u8> {
+        self.key(format_args!("logs/{:020}/", log.0))
+    }
+
+    pub fn head(&self, log: LogId) -> Vec<u8> {
+        self.key(format_args!("logs/{:020}/head", log.0))
+    }
+
+    pub fn index_prefix(&self, log: LogId) -> Vec<u8> {
+        self.key(format_args!("logs/{:020}/index/", log.0))
+    }
+
+    pub fn index_page(&self, log: LogId, first_offset: u64) -> Vec<u8> {
+        self.key(format_args!("logs/{:020}/index/{first_offset:020}", log.0))
+    }
+
+    /// The first offset of an index page key, or `None` for another key.
+    pub fn parse_index_page(&self, log: LogId, key: &[u8]) -> Option<u64> {
+        let rest = key.strip_prefix(self.index_prefix(log).as_slice())?;
+        let s = std::str::from_utf8(rest).ok()?;
+        (s.len() == 20 && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse().ok())?
+    }
+
+    pub fn start(&self, log: LogId) -> Vec<u8> {
+        self.key(format_args!("logs/{:020}/start", log.0))
+    }
+
+    pub fn wal_floor(&self, log: LogId) -> Vec<u8> {
+        self.key(format_args!("logs/{:020}/wal_floor", log.0))
+    }
+
+    pub fn member(&self, role: &str, id: &str) -> Vec<u8> {
+        self.key(format_args!("members/{role}/{id}"))
+    }
+
+    pub fn next_seq(&self) -> Vec<u8> {
+        self.key(format_args!("wal/next_seq"))
+    }
+
+    pub fn low_water_prefix(&self) -> Vec<u8> {
+        self.key(format_args!("wal/low_water/"))
+    }
+
+    pub fn low_water(&self, writer: &str) -> Vec<u8> {
+        self.key(format_args!("wal/low_water/{writer}"))
+    }
+}
+
+/// Parses a decimal value written by this module.
+pub fn parse_u64(value: &[u8]) -> Option<u64> {
+    std::str::from_utf8(value).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn index_page_keys_round_trip_and_sort_numerically(log in any::<u64>(), a in any::<u64>(), b in any::<u64>()) {
+            let k = Keys::new("c");
+            let (ka, kb) = (k.index_page(LogId(log), a), k.index_page(LogId(log), b));
+            prop_assert_eq!(k.parse_index_page(LogId(log), &ka), Some(a));
+            prop_assert_eq!(ka.cmp(&kb), a.cmp(&b));
+            prop_assert!(ka.starts_with(&k.log_prefix(LogId(log))));
+            prop_assert_eq!(k.parse_index_page(LogId(log), &k.head(LogId(log))), None);
+        }
+
+        #[test]
+        fn one_logs_keys_never_fall_under_anothers_prefix(a in any::<u64>(), b in any::<u64>()) {
+            prop_assume!(a != b);
+            let k = Keys::new("c");
+            prop_assert!(!k.head(LogId(a)).starts_with(&k.log_prefix(LogId(b))));
+            prop_assert!(!k.index_page(LogId(a), 0).starts_with(&k.index_prefix(LogId(b))));
+        }
+    }
+
+    #[test]
+    fn clusters_do_not_share_keys() {
+        assert!(!Keys::new("a").head(LogId(1)).starts_with(b"/ab/"));
+        assert_ne!(Keys::new("a").next_seq(), Keys::new("ab").next_seq());
+    }
+}

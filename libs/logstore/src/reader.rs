@@ -1,0 +1,390 @@
+//! Reads of committed data: straight from the metadata store's index and the objects it
+//! points at. Needs no writer identity, so read-only readers use it alone.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use metadata::{MetadataStore, OpResult, RangeRequest, Txn, TxnOp};
+use objstore::object_store::{ObjectStore, ObjectStoreExt};
+
+use crate::keys::{Keys, parse_u64};
+use crate::records::{IndexPage, Locator, LogHead, LogState};
+use crate::{EntryIndex, LogEntry, LogEntryHeader, LogError, LogId, LogInfo, LogOffset, decode};
+
+/// Index pages kept in memory. Pages are immutable once written, so a cached page never goes
+/// stale; the cache is cleared when full (bounded memory, no bookkeeping).
+const PAGE_CACHE_MAX: usize = 4096;
+
+/// Index pages by (log, first offset).
+type PageCache = HashMap<(LogId, u64), Arc<IndexPage>>;
+
+/// A consistent view of one log: its head and start, read in one linearizable transaction.
+#[derive(Clone, Debug)]
+pub(crate) struct Snapshot {
+    pub log: LogId,
+    pub head: LogHead,
+    /// The head's mod_revision.
+    pub head_revision: i64,
+    pub start: u64,
+    /// The metadata revision of the read.
+    pub revision: i64,
+}
+
+impl Snapshot {
+    fn check_readable(&self) -> Result<(), LogError> {
+        if self.head.log_state() == LogState::Deleted {
+            return Err(LogError::NotFound(self.log));
+        }
+        Ok(())
+    }
+}
+
+/// One entry found in an object, with where it lives.
+#[derive(Clone, Debug)]
+struct Located {
+    header: LogEntryHeader,
+    object: objstore::Path,
+    payload: Bytes,
+    byte_start: u64,
+    byte_len: u64,
+}
+
+/// Reads committed entries. Cheap to clone.
+#[derive(Clone)]
+pub struct LogReader {
+    meta: Arc<dyn MetadataStore>,
+    objects: Arc<dyn ObjectStore>,
+    keys: Keys,
+    pages: Arc<Mutex<PageCache>>,
+}
+
+impl std::fmt::Debug for LogReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogReader").field("keys", &self.keys).finish()
+    }
+}
+
+impl LogReader {
+    pub fn new(meta: Arc<dyn MetadataStore>, objects: Arc<dyn ObjectStore>, cluster: &str) -> Self {
+        LogReader { meta, objects, keys: Keys::new(cluster), pages: Default::default() }
+    }
+
+    pub(crate) async fn snapshot(&self, log: LogId) -> Result<Snapshot, LogError> {
+        let txn = Txn::new().and_then([
+            TxnOp::get(RangeRequest::key(self.keys.head(log))),
+            TxnOp::get(RangeRequest::key(self.keys.start(log))),
+        ]);
+        let resp = self.meta.txn(txn).await?;
+        let (Some(OpResult::Get(head)), Some(OpResult::Get(start))) =
+            (resp.results.first(), resp.results.get(1))
+        else {
+            return Err(LogError::Internal("snapshot read answered the wrong shape".to_owned()));
+        };
+        let head_kv = head.kvs.first().ok_or(LogError::NotFound(log))?;
+        let start = match start.kvs.first() {
+            Some(kv) => parse_u64(&kv.value)
+                .ok_or_else(|| LogError::Corrupt(format!("start of log {log}")))?,
+            None => 0,
+        };
+        Ok(Snapshot {
+            log,
+            head: decode("log head", &head_kv.value)?,
+            head_revision: head_kv.mod_revision,
+            start,
+            revision: resp.revision,
+        })
+    }
+
+    /// What a log looks like now.
+    pub async fn info(&self, log: LogId) -> Result<LogInfo, LogError> {
+        let s = self.snapshot(log).await?;
+        Ok(LogInfo {
+            log,
+            state: s.head.log_state(),
+            epoch: s.head.epoch,
+            first_offset: s.start,
+            next_offset: s.head.next_offset,
+            entries: s.head.entry_count,
+            bytes: s.head.cumulative_bytes,
+            revision: s.revision,
+        })
+    }
+
+    async fn page(
+        &self,
+        log: LogId,
+        key: &[u8],
+        cached_ok: bool,
+    ) -> Result<Arc<IndexPage>, LogError> {
+        let first = self
+            .keys
+            .parse_index_page(log, key)
+            .ok_or_else(|| LogError::Corrupt("index page key".to_owned()))?;
+        if cached_ok && let Some(p) = self.lock_pages().get(&(log, first)) {
+            return Ok(p.clone());
+        }
+        let kv = self.meta.get(key).await?.ok_or_else(|| {
+            LogError::unavailable(format!("index page {first} of log {log} vanished"))
+        })?;
+        let page: Arc<IndexPage> = Arc::new(decode("index page", &kv.value)?);
+        let mut cache = self.lock_pages();
+        if cache.len() >= PAGE_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert((log, first), page.clone());
+        Ok(page)
+    }
+
+    fn lock_pages(&self) -> std::sync::MutexGuard<'_, PageCache> {
+        self.pages.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The locator of the run holding `offset` (which must be below the snapshot's high
+    /// watermark): the head's recent locators, else the index page at or below `offset`.
+    async fn locator_at(&self, snap: &Snapshot, offset: u64) -> Result<Locator, LogError> {
+        if let Some(l) = snap.head.recent.iter().find(|l| l.contains(offset)) {
+            return Ok(l.clone());
+        }
+        let log = snap.log;
+        let mut upto = self.keys.index_page(log, offset);
+        upto.push(0);
+        let req =
+            RangeRequest::between(self.keys.index_prefix(log), upto).reverse().limit(1).keys_only();
+        let found = self.meta.range(req).await?;
+        let missing =
+            || LogError::Corrupt(format!("no index record covers offset {offset} of log {log}"));
+        let key = found.kvs.first().ok_or_else(missing)?.key.clone();
+        let page = self.page(log, &key, true).await?;
+        page.locators.iter().find(|l| l.contains(offset)).cloned().ok_or_else(missing)
+    }
+
+    /// Every locator of the log, oldest first (index pages, then the head's recent ones).
+    pub(crate) async fn all_locators(&self, snap: &Snapshot) -> Result<Vec<Locator>, LogError> {
+        let req = RangeRequest::prefix(self.keys.index_prefix(snap.log)).keys_only();
+        let keys = self.meta.range(req).await?;
+        let mut out = Vec::new();
+        for kv in keys.kvs {
+            out.extend(self.page(snap.log, &kv.key, true).await?.locators.iter().cloned());
+        }
+        out.extend(snap.head.recent.iter().cloned());
+        Ok(out)
+    }
+
+    /// Fetches and checks one run's entries.
+    async fn fetch_run(&self, loc: &Locator) -> Result<Vec<Located>, LogError> {
+        let path = objstore::keys::wal_object(loc.wal_seq);
+        let bytes =
+            self.objects.get_range(&path, loc.byte_start..loc.byte_start + loc.byte_len).await?;
+        let entries = wal::decode_entries(&bytes)?;
+        let records: u64 = entries.iter().map(|e| u64::from(e.record_count)).sum();
+        if entries.len() != loc.entry_count as usize || records != loc.record_count {
+            return Err(LogError::Corrupt(format!(
+                "{path} at {}: {} entries of {records} records where the index says {} of {}",
+                loc.byte_start,
+                entries.len(),
+                loc.entry_count,
+                loc.record_count
+            )));
+        }
+        let mut offset = loc.first_offset;
+        let mut cumulative = loc.cumulative_before;
+        Ok(entries
+            .into_iter()
+            .map(|e| {
+                let size = e.payload.len() as u64;
+                cumulative += size;
+                let header = LogEntryHeader {
+                    offset,
+                    record_count: e.record_count,
+                    timestamp: e.timestamp,
+                    entry_size: size,
+                    cumulative_size: cumulative,
+                };
+                offset += u64::from(e.record_count);
+                Located {
+                    header,
+                    object: path.clone(),
+                    payload: e.payload,
+                    byte_start: loc.byte_start + e.byte_offset as u64,
+                    byte_len: e.size as u64,
+                }
+            })
+            .collect())
+    }
+
+    /// Whole entries from the one holding `start`, up to `max_records` records and `max_bytes`
+    /// payload bytes — but always at least one entry. Empty at the high watermark.
+    pub async fn read_entries(
+        &self,
+        log: LogId,
+        start: u64,
+        max_records: u64,
+        max_bytes: u64,
+    ) -> Result<Vec<LogEntry>, LogError> {
+        Ok(self
+            .scan(log, start, max_records, max_bytes, usize::MAX)
+            .await?
+            .into_iter()
+            .map(|l| LogEntry { header: l.header, payload: l.payload })
+            .collect())
+    }
+
+    /// Where each entry from the one holding `start` lives, at most `max_entries` of them.
+    pub async fn read_index_range(
+        &self,
+        log: LogId,
+        start: u64,
+        max_entries: usize,
+    ) -> Result<Vec<EntryIndex>, LogError> {
+        if max_entries == 0 {
+            return Err(LogError::InvalidArgument("max_entries must be at least 1".to_owned()));
+        }
+        Ok(self
+            .scan(log, start, u64::MAX, u64::MAX, max_entries)
+            .await?
+            .into_iter()
+            .map(|l| EntryIndex {
+                header: l.header,
+                object: l.object,
+                byte_start: l.byte_start,
+                byte_len: l.byte_len,
+            })
+            .collect())
+    }
+
+    async fn scan(
+        &self,
+        log: LogId,
+        start: u64,
+        max_records: u64,
+        max_bytes: u64,
+        max_entries: usize,
+    ) -> Result<Vec<Located>, LogError> {
+        if max_records == 0 {
+            return Err(LogError::InvalidArgument("max_records must be at least 1".to_owned()));
+        }
+        let snap = self.snapshot(log).await?;
+        snap.check_readable()?;
+        let hw = snap.head.next_offset;
+        if start < snap.start || start > hw {
+            return Err(LogError::OffsetOutOfRange {
+                log,
+                offset: start,
+                start: snap.start,
+                end: hw,
+            });
+        }
+        let (mut out, mut records, mut bytes) = (Vec::new(), 0u64, 0u64);
+        let mut offset = start;
+        while offset < hw {
+            let loc = self.locator_at(&snap, offset).await?;
+            for e in self.fetch_run(&loc).await? {
+                if e.header.end_offset() <= offset {
+                    continue;
+                }
+                let full = records + u64::from(e.header.record_count) > max_records
+                    || bytes + e.header.entry_size > max_bytes
+                    || out.len() >= max_entries;
+                if full && !out.is_empty() {
+                    return Ok(out);
+                }
+                records += u64::from(e.header.record_count);
+                bytes += e.header.entry_size;
+                out.push(e);
+            }
+            offset = loc.end_offset();
+        }
+        Ok(out)
+    }
+
+    /// Reads entries where `indexes` say they are, without resolving offsets again. Adjacent
+    /// byte ranges of one object are coalesced into one ranged GET. Returned in the given order.
+    pub async fn read_entries_by_index(
+        &self,
+        indexes: &[EntryIndex],
+    ) -> Result<Vec<LogEntry>, LogError> {
+        let mut by_object: HashMap<&objstore::Path, Vec<usize>> = HashMap::new();
+        for (i, idx) in indexes.iter().enumerate() {
+            by_object.entry(&idx.object).or_default().push(i);
+        }
+        let mut out: Vec<Option<LogEntry>> = vec![None; indexes.len()];
+        for (object, mut members) in by_object {
+            members.sort_by_key(|i| indexes[*i].byte_start);
+            // Coalesce: runs of entries whose byte ranges touch.
+            let mut ranges: Vec<(std::ops::Range<u64>, Vec<usize>)> = Vec::new();
+            for i in members {
+                let idx = &indexes[i];
+                let r = idx.byte_start..idx.byte_start + idx.byte_len;
+                match ranges.last_mut() {
+                    Some((last, ids)) if last.end == r.start => {
+                        last.end = r.end;
+                        ids.push(i);
+                    }
+                    _ => ranges.push((r, vec![i])),
+                }
+            }
+            let spans: Vec<_> = ranges.iter().map(|(r, _)| r.clone()).collect();
+            let fetched = self.objects.get_ranges(object, &spans).await?;
+            for ((range, ids), bytes) in ranges.iter().zip(fetched) {
+                for i in ids {
+                    let idx = &indexes[*i];
+                    let at = (idx.byte_start - range.start) as usize;
+                    let slice = bytes.slice(at..at + idx.byte_len as usize);
+                    let entries = wal::decode_entries(&slice)?;
+                    let [e] = entries.as_slice() else {
+                        return Err(LogError::Corrupt(format!(
+                            "{object} at {}: not one entry",
+                            idx.byte_start
+                        )));
+                    };
+                    if e.record_count != idx.header.record_count
+                        || e.payload.len() as u64 != idx.header.entry_size
+                    {
+                        return Err(LogError::Corrupt(format!(
+                            "{object} at {}: entry differs from its index",
+                            idx.byte_start
+                        )));
+                    }
+                    out[*i] = Some(LogEntry { header: idx.header, payload: e.payload.clone() });
+                }
+            }
+        }
+        out.into_iter()
+            .map(|e| e.ok_or_else(|| LogError::Internal("entry not read".to_owned())))
+            .collect()
+    }
+
+    /// The first readable entry, or `None` for an empty (or wholly trimmed) log.
+    pub async fn get_first_offset(&self, log: LogId) -> Result<Option<LogOffset>, LogError> {
+        let snap = self.snapshot(log).await?;
+        snap.check_readable()?;
+        if snap.start >= snap.head.next_offset {
+            return Ok(None);
+        }
+        let loc = self.locator_at(&snap, snap.start).await?;
+        let entries = self.fetch_run(&loc).await?;
+        Ok(entries.into_iter().find(|e| e.header.end_offset() > snap.start).map(|e| e.header))
+    }
+
+    /// The last committed entry, or `None` for an empty log.
+    pub async fn get_last_offset(&self, log: LogId) -> Result<Option<LogOffset>, LogError> {
+        let snap = self.snapshot(log).await?;
+        snap.check_readable()?;
+        if snap.start >= snap.head.next_offset {
+            return Ok(None);
+        }
+        Ok(snap.head.last_entry.map(|d| LogEntryHeader {
+            offset: d.offset,
+            record_count: d.record_count,
+            timestamp: d.timestamp,
+            entry_size: d.entry_size,
+            cumulative_size: d.cumulative_size,
+        }))
+    }
+
+    /// Entries of one run, with their headers (for Level 0 searches).
+    pub(crate) async fn run_headers(&self, loc: &Locator) -> Result<Vec<LogEntryHeader>, LogError> {
+        Ok(self.fetch_run(loc).await?.into_iter().map(|l| l.header).collect())
+    }
+}

@@ -1,0 +1,130 @@
+//! Values stored in the metadata store, as protobuf messages (prost derives; no .proto file,
+//! these never leave Lakelog's own processes). Field numbers are forever.
+
+/// The state of a log (`LogHead::state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum LogState {
+    Normal = 0,
+    Fenced = 1,
+    Deleted = 2,
+}
+
+/// Who holds (or fenced) a log: a writer incarnation.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct Owner {
+    #[prost(string, tag = "1")]
+    pub writer_id: String,
+    /// create_revision of the writer's member key: its incarnation.
+    #[prost(int64, tag = "2")]
+    pub member_revision: i64,
+}
+
+/// One owner slot of a log (one per zone with producers, plus `*`), with its own epoch.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct Slot {
+    #[prost(string, tag = "1")]
+    pub zone: String,
+    #[prost(int64, tag = "2")]
+    pub epoch: i64,
+    #[prost(message, optional, tag = "3")]
+    pub owner: Option<Owner>,
+}
+
+/// Where a contiguous run of one log's entries lives.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct Locator {
+    #[prost(uint64, tag = "1")]
+    pub first_offset: u64,
+    #[prost(uint64, tag = "2")]
+    pub record_count: u64,
+    #[prost(uint32, tag = "3")]
+    pub entry_count: u32,
+    /// The WAL object's sequence.
+    #[prost(uint64, tag = "4")]
+    pub wal_seq: u64,
+    /// Byte range of the run in the object.
+    #[prost(uint64, tag = "5")]
+    pub byte_start: u64,
+    #[prost(uint64, tag = "6")]
+    pub byte_len: u64,
+    /// Running maximum timestamp at the run's last entry.
+    #[prost(int64, tag = "7")]
+    pub max_timestamp: i64,
+    /// Payload bytes of the log before the run's first entry.
+    #[prost(uint64, tag = "8")]
+    pub cumulative_before: u64,
+    /// Payload bytes of the run.
+    #[prost(uint64, tag = "9")]
+    pub payload_bytes: u64,
+}
+
+impl Locator {
+    pub fn end_offset(&self) -> u64 {
+        self.first_offset + self.record_count
+    }
+
+    pub fn contains(&self, offset: u64) -> bool {
+        self.first_offset <= offset && offset < self.end_offset()
+    }
+}
+
+/// Describes one entry without its payload (seed 000's `LogOffset`).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct EntryDescriptor {
+    #[prost(uint64, tag = "1")]
+    pub offset: u64,
+    #[prost(uint32, tag = "2")]
+    pub record_count: u32,
+    #[prost(int64, tag = "3")]
+    pub timestamp: i64,
+    #[prost(uint64, tag = "4")]
+    pub entry_size: u64,
+    #[prost(uint64, tag = "5")]
+    pub cumulative_size: u64,
+}
+
+/// `logs/<id>/head`.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct LogHead {
+    #[prost(enumeration = "LogState", tag = "1")]
+    pub state: i32,
+    /// Log-wide epoch: set by `fence()` to a revision unique to this log and increasing.
+    #[prost(int64, tag = "2")]
+    pub epoch: i64,
+    #[prost(message, repeated, tag = "3")]
+    pub slots: Vec<Slot>,
+    #[prost(message, optional, tag = "4")]
+    pub fenced_by: Option<Owner>,
+    /// The high watermark: offset just past the last committed record.
+    #[prost(uint64, tag = "5")]
+    pub next_offset: u64,
+    #[prost(uint64, tag = "6")]
+    pub cumulative_bytes: u64,
+    #[prost(int64, tag = "7")]
+    pub max_timestamp: i64,
+    #[prost(uint64, tag = "8")]
+    pub entry_count: u64,
+    #[prost(message, optional, tag = "9")]
+    pub last_entry: Option<EntryDescriptor>,
+    /// The newest chunk locators, oldest first; at most [`RECENT_MAX`](crate::RECENT_MAX).
+    #[prost(message, repeated, tag = "10")]
+    pub recent: Vec<Locator>,
+}
+
+impl LogHead {
+    pub fn log_state(&self) -> LogState {
+        LogState::try_from(self.state).unwrap_or(LogState::Fenced)
+    }
+
+    pub fn slot(&self, zone: &str) -> Option<&Slot> {
+        self.slots.iter().find(|s| s.zone == zone)
+    }
+}
+
+/// `logs/<id>/index/<offset>`: an immutable page of locators.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct IndexPage {
+    #[prost(message, repeated, tag = "1")]
+    pub locators: Vec<Locator>,
+}

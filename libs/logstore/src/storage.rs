@@ -1,0 +1,485 @@
+//! [`LogStorage`] (Level 1): the public API over the writer pipeline, the reader and the
+//! administrative operations (create, trim, delete, fence, activate).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use metadata::{Compare, CompareOp, KeyRange, MetadataStore, OpResult, RangeRequest, Txn, TxnOp};
+use objstore::object_store::ObjectStore;
+use prost::Message;
+use tokio::sync::oneshot;
+
+use crate::keys::parse_u64;
+use crate::reader::{LogReader, Snapshot};
+use crate::records::{LogHead, LogState};
+use crate::writer::{Core, Pending};
+use crate::{
+    Clock, EntryIndex, LogEntry, LogEntryHeader, LogError, LogId, LogInfo, LogOffset, decode,
+};
+
+/// Settings of one log-storage writer. `new` gives the documented defaults.
+#[derive(Clone, Debug)]
+pub struct LogStorageConfig {
+    /// Metadata keys live under `/<cluster>/`.
+    pub cluster: String,
+    /// This writer's id: unique among live writers.
+    pub writer_id: String,
+    /// The zone whose owner slot this writer takes (`*`: no zone).
+    pub zone: String,
+    /// A flush happens when the oldest buffered append is this old (default 250 ms, ≥ 1 ms)...
+    pub flush_interval: Duration,
+    /// ...or when this many payload bytes are buffered (default 8 MiB).
+    pub flush_bytes: usize,
+    /// The largest payload one append may carry (default 4 MiB).
+    pub max_entry_bytes: usize,
+    /// Payload bytes buffered or in flight at most; appends wait for room (default 64 MiB).
+    pub buffer_bytes: usize,
+    /// How long an append waits for buffer room before RESOURCE_EXHAUSTED (default 5 s).
+    pub append_timeout: Duration,
+    /// Deadline for a flush's PUT and commit (default 30 s).
+    pub flush_deadline: Duration,
+    /// The writer's lease (default 10 s).
+    pub lease_ttl: Duration,
+    /// WAL sequences allocated at a time (default 1000).
+    pub seq_block: u64,
+}
+
+impl LogStorageConfig {
+    pub fn new(cluster: impl Into<String>, writer_id: impl Into<String>) -> Self {
+        LogStorageConfig {
+            cluster: cluster.into(),
+            writer_id: writer_id.into(),
+            zone: "*".to_owned(),
+            flush_interval: Duration::from_millis(250),
+            flush_bytes: 8 << 20,
+            max_entry_bytes: 4 << 20,
+            buffer_bytes: 64 << 20,
+            append_timeout: Duration::from_secs(5),
+            flush_deadline: Duration::from_secs(30),
+            lease_ttl: Duration::from_secs(10),
+            seq_block: 1000,
+        }
+    }
+
+    fn validate(&self) -> Result<(), LogError> {
+        let bad = |m: String| Err(LogError::InvalidArgument(m));
+        if self.writer_id.is_empty() || self.writer_id.contains('/') {
+            return bad(format!(
+                "writer id `{}` must be non-empty and without `/`",
+                self.writer_id
+            ));
+        }
+        if self.flush_interval < Duration::from_millis(1) {
+            return bad(format!("flush_interval {:?} is below 1 ms", self.flush_interval));
+        }
+        if self.max_entry_bytes == 0 || self.max_entry_bytes > self.buffer_bytes {
+            return bad(format!(
+                "max_entry_bytes {} must be between 1 and buffer_bytes {}",
+                self.max_entry_bytes, self.buffer_bytes
+            ));
+        }
+        if u32::try_from(self.max_entry_bytes).is_err() {
+            return bad(format!("max_entry_bytes {} is over 4 GiB", self.max_entry_bytes));
+        }
+        if self.seq_block == 0 || self.lease_ttl < Duration::from_secs(2) {
+            return bad("seq_block must be ≥ 1 and lease_ttl ≥ 2 s".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// Stops the writer's tasks when the last handle goes.
+struct CloseGuard(Arc<Core>);
+
+impl Drop for CloseGuard {
+    fn drop(&mut self) {
+        self.0.closing.store(true, Ordering::SeqCst);
+        self.0.wake();
+    }
+}
+
+/// Level 1 log storage: appends through this writer; reads, trims and the rest through the
+/// metadata store and objects directly. Cheap to clone.
+#[derive(Clone)]
+pub struct LogStorage {
+    core: Arc<Core>,
+    guard: Arc<CloseGuard>,
+    tasks: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl std::fmt::Debug for LogStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogStorage").field("writer_id", &self.core.cfg.writer_id).finish()
+    }
+}
+
+impl LogStorage {
+    /// Registers this writer (lease, member key, first WAL sequence block) and starts its
+    /// flusher, committer and keep-alive tasks.
+    pub async fn open(
+        meta: Arc<dyn MetadataStore>,
+        objects: Arc<dyn ObjectStore>,
+        cfg: LogStorageConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, LogError> {
+        cfg.validate()?;
+        let (core, tasks) = Core::start(meta, objects, cfg, clock).await?;
+        Ok(LogStorage {
+            guard: Arc::new(CloseGuard(core.clone())),
+            core,
+            tasks: Arc::new(std::sync::Mutex::new(tasks)),
+        })
+    }
+
+    /// Flushes and commits what is buffered, stops the tasks and revokes the lease.
+    pub async fn shutdown(self) {
+        self.core.closing.store(true, Ordering::SeqCst);
+        self.core.wake();
+        let tasks: Vec<_> =
+            std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in tasks {
+            // The keep-alive task sleeps a third of the TTL at most; the others drain.
+            let _ = tokio::time::timeout(self.core.cfg.flush_deadline, t).await;
+        }
+        let lease = self.core.identity.lock().await.lease;
+        let _ = self.core.meta.lease_revoke(lease).await;
+        drop(self.guard);
+    }
+
+    /// Stops every task at once, as a crash would: buffered and in-flight appends are never
+    /// answered, nothing more is committed, the lease is left to expire. For tests.
+    pub fn abort(&self) {
+        self.core.closing.store(true, Ordering::SeqCst);
+        for t in self.tasks.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            t.abort();
+        }
+    }
+
+    pub fn reader(&self) -> &LogReader {
+        &self.core.reader
+    }
+
+    pub fn config(&self) -> &LogStorageConfig {
+        &self.core.cfg
+    }
+
+    /// This writer's current incarnation (its member key's create_revision).
+    pub async fn incarnation(&self) -> i64 {
+        self.core.identity.lock().await.member_revision
+    }
+
+    /// Creates an empty log and returns its id (never reused).
+    pub async fn create_log(&self) -> Result<LogId, LogError> {
+        let core = &self.core;
+        for _ in 0..100 {
+            let next_key = core.keys.next_log_id();
+            let (id, id_rev) = match core.meta.get(&next_key).await? {
+                Some(kv) => (
+                    parse_u64(&kv.value)
+                        .ok_or_else(|| LogError::Corrupt("logs/next_id".to_owned()))?,
+                    kv.mod_revision,
+                ),
+                None => (1, 0),
+            };
+            let log = LogId(id);
+            let floor = self.wal_floor_now().await?;
+            let head = LogHead { state: LogState::Normal as i32, ..Default::default() };
+            let txn = Txn::new()
+                .when([
+                    Compare::mod_revision(next_key.clone(), CompareOp::Equal, id_rev),
+                    Compare::create_revision(core.keys.head(log), CompareOp::Equal, 0),
+                ])
+                .and_then([
+                    TxnOp::put(next_key, (id + 1).to_string()),
+                    TxnOp::put(core.keys.head(log), head.encode_to_vec()),
+                    TxnOp::put(core.keys.start(log), "0"),
+                    TxnOp::put(core.keys.wal_floor(log), floor.to_string()),
+                ]);
+            if core.meta.txn(txn).await?.succeeded {
+                return Ok(log);
+            }
+        }
+        Err(LogError::unavailable("could not allocate a log id: too much contention"))
+    }
+
+    /// `min(wal/next_seq, every live writer's low-water mark)`, read at one revision
+    /// (ARCHITECTURE §5): no chunk of a new log can have a lower sequence.
+    async fn wal_floor_now(&self) -> Result<u64, LogError> {
+        let keys = &self.core.keys;
+        let txn = Txn::new().and_then([
+            TxnOp::get(RangeRequest::key(keys.next_seq())),
+            TxnOp::get(RangeRequest::prefix(keys.low_water_prefix())),
+        ]);
+        let resp = self.core.meta.txn(txn).await?;
+        let mut floor = u64::MAX;
+        for r in resp.results {
+            if let OpResult::Get(g) = r {
+                for kv in g.kvs {
+                    floor = floor.min(
+                        parse_u64(&kv.value)
+                            .ok_or_else(|| LogError::Corrupt("WAL sequence".to_owned()))?,
+                    );
+                }
+            }
+        }
+        Ok(if floor == u64::MAX { 0 } else { floor })
+    }
+
+    /// Appends one entry of `record_count` records. Acknowledged only once committed: the
+    /// answer's offset is durable and readable. With `expected_offset`, commits only at that
+    /// offset (else `OffsetMismatch`).
+    pub async fn append(
+        &self,
+        log: LogId,
+        record_count: u32,
+        payload: Bytes,
+        expected_offset: Option<u64>,
+    ) -> Result<LogEntryHeader, LogError> {
+        let cfg = &self.core.cfg;
+        if record_count == 0 {
+            return Err(LogError::InvalidArgument("record_count must be at least 1".to_owned()));
+        }
+        if payload.len() > cfg.max_entry_bytes {
+            return Err(LogError::InvalidArgument(format!(
+                "payload of {} bytes is over the maximum entry size of {} bytes",
+                payload.len(),
+                cfg.max_entry_bytes
+            )));
+        }
+        if self.core.closing.load(Ordering::SeqCst) {
+            return Err(LogError::unavailable("writer is shutting down"));
+        }
+        // Unknown or deleted logs fail here rather than after a flush.
+        if self.core.served_epoch(log).is_none() {
+            let snap = self.core.reader.snapshot(log).await?;
+            if snap.head.log_state() == LogState::Deleted {
+                return Err(LogError::NotFound(log));
+            }
+        }
+        let permits = u32::try_from(payload.len().max(1)).unwrap_or(u32::MAX);
+        let acquire = self.core.space.clone().acquire_many_owned(permits);
+        let permit = match tokio::time::timeout(cfg.append_timeout, acquire).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(_)) => return Err(LogError::unavailable("writer is shutting down")),
+            Err(_) => {
+                return Err(LogError::ResourceExhausted(format!(
+                    "append buffer full ({} bytes) for {:?}",
+                    cfg.buffer_bytes, cfg.append_timeout
+                )));
+            }
+        };
+        let (tx, rx) = oneshot::channel();
+        self.core.enqueue(Pending {
+            log,
+            record_count,
+            payload,
+            timestamp: self.core.clock.now_ms(),
+            expected_offset,
+            reply: tx,
+            _permit: permit,
+        });
+        rx.await.map_err(|_| LogError::unknown("writer stopped before answering"))?
+    }
+
+    pub async fn read_entries(
+        &self,
+        log: LogId,
+        start: u64,
+        max_records: u64,
+        max_bytes: u64,
+    ) -> Result<Vec<LogEntry>, LogError> {
+        self.core.reader.read_entries(log, start, max_records, max_bytes).await
+    }
+
+    pub async fn get_first_offset(&self, log: LogId) -> Result<Option<LogOffset>, LogError> {
+        self.core.reader.get_first_offset(log).await
+    }
+
+    pub async fn get_last_offset(&self, log: LogId) -> Result<Option<LogOffset>, LogError> {
+        self.core.reader.get_last_offset(log).await
+    }
+
+    pub async fn read_index_range(
+        &self,
+        log: LogId,
+        start: u64,
+        max_entries: usize,
+    ) -> Result<Vec<EntryIndex>, LogError> {
+        self.core.reader.read_index_range(log, start, max_entries).await
+    }
+
+    pub async fn read_entries_by_index(
+        &self,
+        indexes: &[EntryIndex],
+    ) -> Result<Vec<LogEntry>, LogError> {
+        self.core.reader.read_entries_by_index(indexes).await
+    }
+
+    pub async fn info(&self, log: LogId) -> Result<LogInfo, LogError> {
+        self.core.reader.info(log).await
+    }
+
+    /// Makes offsets below `offset` unreadable. Never moves the start back; `offset` may not
+    /// pass the high watermark.
+    pub async fn soft_trim(&self, log: LogId, offset: u64) -> Result<u64, LogError> {
+        let core = &self.core;
+        for _ in 0..100 {
+            let snap = core.reader.snapshot(log).await?;
+            if snap.head.log_state() == LogState::Deleted {
+                return Err(LogError::NotFound(log));
+            }
+            if offset > snap.head.next_offset {
+                return Err(LogError::OffsetOutOfRange {
+                    log,
+                    offset,
+                    start: snap.start,
+                    end: snap.head.next_offset,
+                });
+            }
+            if offset <= snap.start {
+                return Ok(snap.start);
+            }
+            let start_rev = self.start_revision(log).await?;
+            let txn = Txn::new()
+                .when([Compare::mod_revision(core.keys.start(log), CompareOp::Equal, start_rev)])
+                .and_then([TxnOp::put(core.keys.start(log), offset.to_string())]);
+            if core.meta.txn(txn).await?.succeeded {
+                return Ok(offset);
+            }
+        }
+        Err(LogError::unavailable(format!("could not trim log {log}: too much contention")))
+    }
+
+    async fn start_revision(&self, log: LogId) -> Result<i64, LogError> {
+        Ok(self.core.meta.get(&self.core.keys.start(log)).await?.map_or(0, |kv| kv.mod_revision))
+    }
+
+    /// Soft-trims to `offset`, then deletes the index pages wholly below it. Their objects are
+    /// reclaimed by the cleaner.
+    pub async fn hard_trim(&self, log: LogId, offset: u64) -> Result<u64, LogError> {
+        let start = self.soft_trim(log, offset).await?;
+        let core = &self.core;
+        let snap = core.reader.snapshot(log).await?;
+        let pages =
+            core.meta.range(RangeRequest::prefix(core.keys.index_prefix(log)).keys_only()).await?;
+        let firsts: Vec<u64> =
+            pages.kvs.iter().filter_map(|kv| core.keys.parse_index_page(log, &kv.key)).collect();
+        // A page ends where the next begins; the last one where the head's recent runs begin.
+        let recent_start =
+            snap.head.recent.first().map_or(snap.head.next_offset, |l| l.first_offset);
+        let ends = firsts.iter().skip(1).copied().chain(std::iter::once(recent_start));
+        let doomed: Vec<u64> =
+            firsts.iter().zip(ends).filter(|(_, end)| *end <= start).map(|(f, _)| *f).collect();
+        if let Some(last) = doomed.last() {
+            let mut end = core.keys.index_page(log, *last);
+            end.push(0);
+            let start_rev = self.start_revision(log).await?;
+            let txn = Txn::new()
+                .when([Compare::mod_revision(core.keys.start(log), CompareOp::Equal, start_rev)])
+                .and_then([TxnOp::delete(KeyRange::between(core.keys.index_prefix(log), end))]);
+            core.meta.txn(txn).await?;
+        }
+        Ok(start)
+    }
+
+    /// Marks the log DELETED and removes its index, start and floor. Its id is never reused;
+    /// its objects are reclaimed by the cleaner.
+    pub async fn delete_log(&self, log: LogId) -> Result<(), LogError> {
+        let core = &self.core;
+        for _ in 0..100 {
+            let snap = core.reader.snapshot(log).await?;
+            if snap.head.log_state() == LogState::Deleted {
+                return Err(LogError::NotFound(log));
+            }
+            let mut head = snap.head.clone();
+            head.state = LogState::Deleted as i32;
+            head.recent.clear();
+            head.slots.clear();
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    core.keys.head(log),
+                    CompareOp::Equal,
+                    snap.head_revision,
+                )])
+                .and_then([
+                    TxnOp::put(core.keys.head(log), head.encode_to_vec()),
+                    TxnOp::delete(KeyRange::prefix(core.keys.index_prefix(log))),
+                    TxnOp::delete(KeyRange::key(core.keys.start(log))),
+                    TxnOp::delete(KeyRange::key(core.keys.wal_floor(log))),
+                ]);
+            if core.meta.txn(txn).await?.succeeded {
+                core.forget(log);
+                return Ok(());
+            }
+        }
+        Err(LogError::unavailable(format!("could not delete log {log}: too much contention")))
+    }
+
+    /// Fences the log: every slot stops, no append commits under an older epoch once this
+    /// returns. Returns the new epoch, which `activate` must be given.
+    pub async fn fence(&self, log: LogId) -> Result<i64, LogError> {
+        let me = self.core.owner(self.incarnation().await);
+        self.update_head(log, |snap, head| {
+            if head.log_state() == LogState::Deleted {
+                return Err(LogError::NotFound(log));
+            }
+            head.state = LogState::Fenced as i32;
+            head.epoch = snap.head_revision;
+            head.fenced_by = Some(me.clone());
+            Ok(snap.head_revision)
+        })
+        .await
+    }
+
+    /// Un-fences a log fenced at `epoch`. Every previous slot owner has lost the log; writers
+    /// take their slots afresh.
+    pub async fn activate(&self, log: LogId, epoch: i64) -> Result<(), LogError> {
+        self.update_head(log, |_, head| {
+            match head.log_state() {
+                LogState::Deleted => return Err(LogError::NotFound(log)),
+                LogState::Fenced if head.epoch == epoch => {}
+                _ => return Err(LogError::Fenced { log, held: epoch, current: head.epoch }),
+            }
+            head.state = LogState::Normal as i32;
+            head.slots.clear();
+            head.fenced_by = None;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Compare-and-set of a log's head through `f`, retried while other writes move it.
+    async fn update_head<T>(
+        &self,
+        log: LogId,
+        mut f: impl FnMut(&Snapshot, &mut LogHead) -> Result<T, LogError>,
+    ) -> Result<T, LogError> {
+        let core = &self.core;
+        for _ in 0..1000 {
+            let snap = core.reader.snapshot(log).await?;
+            let mut head = snap.head.clone();
+            let out = f(&snap, &mut head)?;
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    core.keys.head(log),
+                    CompareOp::Equal,
+                    snap.head_revision,
+                )])
+                .and_then([TxnOp::put(core.keys.head(log), head.encode_to_vec())]);
+            if core.meta.txn(txn).await?.succeeded {
+                core.forget(log);
+                return Ok(out);
+            }
+        }
+        Err(LogError::unavailable(format!("could not update log {log}: too much contention")))
+    }
+
+    /// The head as stored, for tests and diagnostics.
+    pub async fn head(&self, log: LogId) -> Result<LogHead, LogError> {
+        let kv =
+            self.core.meta.get(&self.core.keys.head(log)).await?.ok_or(LogError::NotFound(log))?;
+        decode("log head", &kv.value)
+    }
+}

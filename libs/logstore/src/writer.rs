@@ -1,0 +1,914 @@
+//! The append pipeline (ARCHITECTURE §3): buffer → flush (one create-only WAL object) →
+//! commit (metadata transactions that assign offsets) → acknowledge.
+//!
+//! Three tasks share one [`Core`]:
+//! - the flusher takes the buffer when it is `flush_interval` old or `flush_bytes` big, stamps
+//!   it with the next WAL sequence, hands it to the committer *in sequence order*, and starts
+//!   its PUT (PUTs of several flushes overlap);
+//! - the committer resolves flushes strictly in sequence order, so one log's chunks commit in
+//!   flush order (invariant 7); it re-bases on a moved head, fails on a fence, and re-sends an
+//!   ambiguous transaction identically until it gets a definite answer (§3.8);
+//! - the keep-alive task renews the writer's lease; losing it ends the incarnation.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use metadata::{
+    Compare, CompareOp, LeaseId, MetaError, MetadataStore, OpResult, RangeRequest, Txn, TxnOp,
+};
+use objstore::object_store::ObjectStore;
+use prost::Message;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::keys::{Keys, parse_u64};
+use crate::reader::LogReader;
+use crate::records::{EntryDescriptor, IndexPage, Locator, LogHead, LogState, Owner, Slot};
+use crate::storage::LogStorageConfig;
+use crate::{Clock, LogEntryHeader, LogError, LogId, RECENT_MAX, decode};
+
+/// One append waiting for its commit. Holds its share of the buffer budget until answered.
+pub(crate) struct Pending {
+    pub log: LogId,
+    pub record_count: u32,
+    pub payload: Bytes,
+    pub timestamp: i64,
+    pub expected_offset: Option<u64>,
+    pub reply: oneshot::Sender<Result<LogEntryHeader, LogError>>,
+    pub _permit: OwnedSemaphorePermit,
+}
+
+impl Pending {
+    fn answer(self, r: Result<LogEntryHeader, LogError>) {
+        // The caller may have given up waiting; the outcome stands either way.
+        let _ = self.reply.send(r);
+    }
+}
+
+#[derive(Default)]
+struct Buffer {
+    entries: Vec<Pending>,
+    bytes: usize,
+    since: Option<Instant>,
+}
+
+/// A writer incarnation: its member key's create_revision, its lease and its sequence block.
+#[derive(Clone, Debug)]
+pub(crate) struct Identity {
+    pub lease: LeaseId,
+    pub member_revision: i64,
+    next_seq: u64,
+    block_end: u64,
+}
+
+/// One log's share of a flush.
+struct Chunk {
+    log: LogId,
+    /// Entries in append order, each with its byte range in the WAL object.
+    entries: Vec<(Pending, u64, u64)>,
+}
+
+struct Flush {
+    seq: u64,
+    incarnation: i64,
+    chunks: Vec<Chunk>,
+    put: oneshot::Receiver<Result<(), LogError>>,
+    deadline: Instant,
+}
+
+/// What this writer holds of a log: the slot epoch it took, and the head as last seen.
+#[derive(Clone, Debug)]
+struct Served {
+    epoch: i64,
+    head: LogHead,
+    head_revision: i64,
+}
+
+pub(crate) struct Core {
+    pub meta: Arc<dyn MetadataStore>,
+    pub objects: Arc<dyn ObjectStore>,
+    pub keys: Keys,
+    pub reader: LogReader,
+    pub cfg: LogStorageConfig,
+    pub clock: Arc<dyn Clock>,
+    buffer: Mutex<Buffer>,
+    wake: Notify,
+    pub space: Arc<Semaphore>,
+    pub identity: tokio::sync::Mutex<Identity>,
+    identity_lost: AtomicBool,
+    served: Mutex<HashMap<LogId, Served>>,
+    /// The newest WAL sequence the flusher has assigned.
+    last_seq: AtomicU64,
+    pub closing: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Core {
+    pub(crate) async fn start(
+        meta: Arc<dyn MetadataStore>,
+        objects: Arc<dyn ObjectStore>,
+        cfg: LogStorageConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<(Arc<Core>, Vec<tokio::task::JoinHandle<()>>), LogError> {
+        let keys = Keys::new(&cfg.cluster);
+        let reader = LogReader::new(meta.clone(), objects.clone(), &cfg.cluster);
+        let identity = register(meta.as_ref(), &keys, &cfg).await?;
+        let core = Arc::new(Core {
+            space: Arc::new(Semaphore::new(cfg.buffer_bytes)),
+            meta,
+            objects,
+            keys,
+            reader,
+            clock,
+            buffer: Mutex::new(Buffer::default()),
+            wake: Notify::new(),
+            identity: tokio::sync::Mutex::new(identity),
+            identity_lost: AtomicBool::new(false),
+            served: Mutex::new(HashMap::new()),
+            last_seq: AtomicU64::new(0),
+            closing: AtomicBool::new(false),
+            cfg,
+        });
+        let (tx, rx) = mpsc::channel(64);
+        let tasks = vec![
+            tokio::spawn(flusher(core.clone(), tx)),
+            tokio::spawn(committer(core.clone(), rx)),
+            tokio::spawn(keep_alive(core.clone())),
+        ];
+        Ok((core, tasks))
+    }
+
+    /// Queues an append; the flusher picks it up.
+    pub(crate) fn enqueue(&self, p: Pending) {
+        let mut b = lock(&self.buffer);
+        b.bytes += p.payload.len();
+        let was_empty = b.since.is_none();
+        b.since.get_or_insert_with(Instant::now);
+        b.entries.push(p);
+        let full = b.bytes >= self.cfg.flush_bytes;
+        drop(b);
+        // The flusher sleeps until the buffer's deadline, or indefinitely while it is empty.
+        if was_empty || full {
+            self.wake.notify_one();
+        }
+    }
+
+    pub(crate) fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The epoch this writer holds for a log's slot, if it serves the log.
+    pub(crate) fn served_epoch(&self, log: LogId) -> Option<i64> {
+        lock(&self.served).get(&log).map(|s| s.epoch)
+    }
+
+    pub(crate) fn forget(&self, log: LogId) {
+        lock(&self.served).remove(&log);
+    }
+
+    pub(crate) fn owner(&self, member_revision: i64) -> Owner {
+        Owner { writer_id: self.cfg.writer_id.clone(), member_revision }
+    }
+
+    /// The next WAL sequence, allocating a new block when the current one is used up.
+    async fn next_seq(&self) -> Result<(u64, i64), LogError> {
+        let mut id = self.identity.lock().await;
+        if id.next_seq >= id.block_end {
+            let (start, end) =
+                allocate_block(self.meta.as_ref(), &self.keys, &self.cfg, id.member_revision)
+                    .await?;
+            id.next_seq = start;
+            id.block_end = end;
+        }
+        let seq = id.next_seq;
+        id.next_seq += 1;
+        self.last_seq.fetch_max(seq, Ordering::SeqCst);
+        Ok((seq, id.member_revision))
+    }
+}
+
+/// Registers a new incarnation: a lease, the member key under it, and the first sequence block
+/// with the low-water mark, all in one transaction (ARCHITECTURE §5: the mark exists before any
+/// sequence of the block can be used).
+async fn register(
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+    cfg: &LogStorageConfig,
+) -> Result<Identity, LogError> {
+    let lease = meta.lease_grant(cfg.lease_ttl).await?;
+    let member = keys.member("writer", &cfg.writer_id);
+    for _ in 0..100 {
+        let (next, seq_rev) = read_next_seq(meta, keys).await?;
+        let end = next + cfg.seq_block;
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(member.clone(), CompareOp::Equal, 0),
+                Compare::mod_revision(keys.next_seq(), CompareOp::Equal, seq_rev),
+            ])
+            .and_then([
+                TxnOp::put_with_lease(member.clone(), format!("zone={}", cfg.zone), lease),
+                TxnOp::put(keys.next_seq(), end.to_string()),
+                TxnOp::put_with_lease(keys.low_water(&cfg.writer_id), next.to_string(), lease),
+            ])
+            .or_else([TxnOp::get(RangeRequest::key(member.clone()))]);
+        let resp = meta.txn(txn).await?;
+        if resp.succeeded {
+            return Ok(Identity {
+                lease,
+                member_revision: resp.revision,
+                next_seq: next,
+                block_end: end,
+            });
+        }
+        if matches!(resp.results.first(), Some(OpResult::Get(g)) if !g.kvs.is_empty()) {
+            let _ = meta.lease_revoke(lease).await;
+            return Err(LogError::AlreadyExists(format!(
+                "writer id {} is registered by a live process",
+                cfg.writer_id
+            )));
+        }
+    }
+    Err(LogError::unavailable("could not allocate a WAL sequence block: too much contention"))
+}
+
+async fn read_next_seq(meta: &dyn MetadataStore, keys: &Keys) -> Result<(u64, i64), LogError> {
+    Ok(match meta.get(&keys.next_seq()).await? {
+        Some(kv) => (
+            parse_u64(&kv.value).ok_or_else(|| LogError::Corrupt("wal/next_seq".to_owned()))?,
+            kv.mod_revision,
+        ),
+        None => (0, 0),
+    })
+}
+
+async fn allocate_block(
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+    cfg: &LogStorageConfig,
+    member_revision: i64,
+) -> Result<(u64, u64), LogError> {
+    let member = keys.member("writer", &cfg.writer_id);
+    for _ in 0..100 {
+        let (next, seq_rev) = read_next_seq(meta, keys).await?;
+        let end = next + cfg.seq_block;
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(member.clone(), CompareOp::Equal, member_revision),
+                Compare::mod_revision(keys.next_seq(), CompareOp::Equal, seq_rev),
+            ])
+            .and_then([TxnOp::put(keys.next_seq(), end.to_string())])
+            .or_else([TxnOp::get(RangeRequest::key(member.clone()))]);
+        let resp = meta.txn(txn).await?;
+        if resp.succeeded {
+            return Ok((next, end));
+        }
+        match resp.results.first() {
+            Some(OpResult::Get(g))
+                if g.kvs.first().map(|kv| kv.create_revision) == Some(member_revision) =>
+            {
+                continue;
+            }
+            _ => return Err(LogError::unavailable("writer incarnation ended (lease lost)")),
+        }
+    }
+    Err(LogError::unavailable("could not allocate a WAL sequence block: too much contention"))
+}
+
+async fn keep_alive(core: Arc<Core>) {
+    let period = core.cfg.lease_ttl / 3;
+    let mut last_ok = Instant::now();
+    while !core.closing.load(Ordering::SeqCst) {
+        tokio::time::sleep(period).await;
+        let lease = core.identity.lock().await.lease;
+        match core.meta.lease_keep_alive(lease).await {
+            Ok(_) => last_ok = Instant::now(),
+            Err(MetaError::LeaseNotFound(_)) => core.identity_lost.store(true, Ordering::SeqCst),
+            Err(e) => {
+                tracing::warn!(error = %e, "lease keep-alive failed");
+                if last_ok.elapsed() >= core.cfg.lease_ttl {
+                    core.identity_lost.store(true, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+}
+
+async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) {
+    loop {
+        let due = {
+            let b = lock(&core.buffer);
+            b.since.map(|s| s + core.cfg.flush_interval)
+        };
+        let closing = core.closing.load(Ordering::SeqCst);
+        match due {
+            Some(at)
+                if !closing
+                    && Instant::now() < at
+                    && lock(&core.buffer).bytes < core.cfg.flush_bytes =>
+            {
+                let _ = tokio::time::timeout_at(at, core.wake.notified()).await;
+                continue;
+            }
+            None if closing => return,
+            None => {
+                core.wake.notified().await;
+                continue;
+            }
+            _ => {}
+        }
+        let taken = std::mem::take(&mut *lock(&core.buffer));
+        if taken.entries.is_empty() {
+            continue;
+        }
+        let (seq, incarnation) = match core.next_seq().await {
+            Ok(s) => s,
+            Err(e) => {
+                for p in taken.entries {
+                    p.answer(Err(e.clone()));
+                }
+                continue;
+            }
+        };
+        let (flush, object) =
+            match build_flush(seq, incarnation, taken.entries, core.cfg.flush_deadline) {
+                Ok(f) => f,
+                Err((e, entries)) => {
+                    for p in entries {
+                        p.answer(Err(e.clone()));
+                    }
+                    continue;
+                }
+            };
+        let (put_tx, put_rx) = oneshot::channel();
+        let flush = Flush { put: put_rx, ..flush };
+        // Hand over before the PUT starts, so the committer sees flushes in sequence order.
+        if to_committer.send(flush).await.is_err() {
+            return;
+        }
+        let objects = core.objects.clone();
+        let deadline = core.cfg.flush_deadline;
+        tokio::spawn(async move {
+            let path = objstore::keys::wal_object(seq);
+            let put = objstore::put_create_only(objects.as_ref(), &path, object);
+            let r = match tokio::time::timeout(deadline, put).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(LogError::unavailable(format!("WAL object {path}: {e}"))),
+                Err(_) => Err(LogError::unavailable(format!(
+                    "WAL object {path}: no answer within {deadline:?}"
+                ))),
+            };
+            let _ = put_tx.send(r);
+        });
+    }
+}
+
+type BuildFailure = (LogError, Vec<Pending>);
+
+/// Lays the buffered entries out as one WAL object: one chunk per log, entries in append order.
+fn build_flush(
+    seq: u64,
+    incarnation: i64,
+    entries: Vec<Pending>,
+    deadline: Duration,
+) -> Result<(Flush, Bytes), BuildFailure> {
+    let mut by_log: Vec<(LogId, Vec<Pending>)> = Vec::new();
+    let mut index: HashMap<LogId, usize> = HashMap::new();
+    for p in entries {
+        let i = *index.entry(p.log).or_insert_with(|| {
+            by_log.push((p.log, Vec::new()));
+            by_log.len() - 1
+        });
+        by_log[i].1.push(p);
+    }
+    let mut b = wal::ObjectBuilder::new(wal::ObjectKind::Wal);
+    let mut chunks = Vec::with_capacity(by_log.len());
+    let mut failed: Option<LogError> = None;
+    for (log, ps) in by_log {
+        b.begin_chunk(log.0);
+        let mut staged = Vec::with_capacity(ps.len());
+        for p in ps {
+            match b.push_entry(p.record_count, p.timestamp, &p.payload) {
+                Ok(r) => staged.push((p, r.start, r.end - r.start)),
+                Err(e) => {
+                    failed.get_or_insert(LogError::InvalidArgument(e.to_string()));
+                    staged.push((p, 0, 0));
+                }
+            }
+        }
+        chunks.push(Chunk { log, entries: staged });
+    }
+    let all = |chunks: Vec<Chunk>| {
+        chunks.into_iter().flat_map(|c| c.entries.into_iter().map(|(p, _, _)| p)).collect()
+    };
+    if let Some(e) = failed {
+        return Err((e, all(chunks)));
+    }
+    let object = match b.finish() {
+        Ok((object, _)) => object,
+        Err(e) => return Err((LogError::InvalidArgument(e.to_string()), all(chunks))),
+    };
+    let (_, never) = oneshot::channel();
+    let flush = Flush { seq, incarnation, chunks, put: never, deadline: Instant::now() + deadline };
+    Ok((flush, object))
+}
+
+async fn committer(core: Arc<Core>, mut flushes: mpsc::Receiver<Flush>) {
+    // Logs whose chunk failed definitely: later chunks of theirs up to this sequence fail too
+    // (ARCHITECTURE §3.4), so one producer's appends never commit out of order.
+    let mut poisoned: HashMap<LogId, (u64, LogError)> = HashMap::new();
+    while let Some(mut flush) = flushes.recv().await {
+        let put = (&mut flush.put)
+            .await
+            .unwrap_or_else(|_| Err(LogError::Internal("WAL put task vanished".to_owned())));
+        let current = core.identity.lock().await.member_revision;
+        let lost = core.identity_lost.load(Ordering::SeqCst);
+        let verdict = match put {
+            Err(e) => Some(e),
+            Ok(()) if lost || flush.incarnation != current => Some(LogError::unavailable(
+                "writer incarnation ended (lease lost); nothing of this flush committed",
+            )),
+            Ok(()) => None,
+        };
+        let chunks = std::mem::take(&mut flush.chunks);
+        let (mut live, mut doomed) = (Vec::new(), Vec::new());
+        for c in chunks {
+            match (&verdict, poisoned.get(&c.log)) {
+                (Some(e), _) => doomed.push((c, e.clone())),
+                (None, Some((upto, e))) if flush.seq <= *upto => doomed.push((c, e.clone())),
+                _ => live.push(c),
+            }
+        }
+        // Every flush already stamped may hold a later chunk of a failed log.
+        let newest = core.last_seq.load(Ordering::SeqCst);
+        for (c, e) in doomed {
+            poisoned.insert(c.log, (newest, e.clone()));
+            fail_chunk(c, &e);
+        }
+        poisoned.retain(|_, (upto, _)| *upto >= flush.seq);
+        if !live.is_empty() {
+            for (log, e) in commit_chunks(&core, flush.seq, flush.deadline, live).await {
+                if e.code() != crate::Code::Fenced {
+                    poisoned.insert(log, (newest, e));
+                }
+            }
+        }
+        if lost {
+            reincarnate(&core).await;
+        }
+    }
+}
+
+fn fail_chunk(c: Chunk, e: &LogError) {
+    for (p, _, _) in c.entries {
+        p.answer(Err(e.clone()));
+    }
+}
+
+/// Drops the incarnation and registers a new one (ARCHITECTURE §3.10).
+async fn reincarnate(core: &Arc<Core>) {
+    let mut id = core.identity.lock().await;
+    let _ = core.meta.lease_revoke(id.lease).await;
+    lock(&core.served).clear();
+    loop {
+        match register(core.meta.as_ref(), &core.keys, &core.cfg).await {
+            Ok(new) => {
+                *id = new;
+                core.identity_lost.store(false, Ordering::SeqCst);
+                tracing::info!(
+                    member_revision = id.member_revision,
+                    "writer registered a new incarnation"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "re-registration failed; retrying");
+                if core.closing.load(Ordering::SeqCst) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
+/// One log's part of a commit attempt, computed from the head as last read.
+struct Plan {
+    log: LogId,
+    head_revision: i64,
+    new_head: LogHead,
+    pages: Vec<(u64, IndexPage)>,
+    /// Per entry of the chunk: its header if it commits, or the offset it failed to match.
+    outcome: Vec<Result<LogEntryHeader, u64>>,
+    first_locator: Option<Locator>,
+}
+
+/// Builds the commit of `entries` on top of `head` (ARCHITECTURE §3.3, §3.7).
+fn plan(
+    log: LogId,
+    head: &LogHead,
+    head_revision: i64,
+    seq: u64,
+    entries: &[(Pending, u64, u64)],
+) -> Plan {
+    let mut h = head.clone();
+    let mut runs: Vec<Locator> = Vec::new();
+    let mut outcome = Vec::with_capacity(entries.len());
+    let mut open_run = false;
+    for (p, byte_start, byte_len) in entries {
+        if let Some(expected) = p.expected_offset
+            && expected != h.next_offset
+        {
+            outcome.push(Err(h.next_offset));
+            open_run = false;
+            continue;
+        }
+        let size = p.payload.len() as u64;
+        let header = LogEntryHeader {
+            offset: h.next_offset,
+            record_count: p.record_count,
+            timestamp: p.timestamp,
+            entry_size: size,
+            cumulative_size: h.cumulative_bytes + size,
+        };
+        h.max_timestamp = h.max_timestamp.max(p.timestamp);
+        if !open_run {
+            runs.push(Locator {
+                first_offset: h.next_offset,
+                wal_seq: seq,
+                byte_start: *byte_start,
+                cumulative_before: h.cumulative_bytes,
+                ..Default::default()
+            });
+            open_run = true;
+        }
+        if let Some(run) = runs.last_mut() {
+            run.byte_len += byte_len;
+            run.entry_count += 1;
+            run.record_count += u64::from(p.record_count);
+            run.payload_bytes += size;
+            run.max_timestamp = h.max_timestamp;
+        }
+        h.next_offset += u64::from(p.record_count);
+        h.cumulative_bytes += size;
+        h.entry_count += 1;
+        h.last_entry = Some(EntryDescriptor {
+            offset: header.offset,
+            record_count: header.record_count,
+            timestamp: header.timestamp,
+            entry_size: header.entry_size,
+            cumulative_size: header.cumulative_size,
+        });
+        outcome.push(Ok(header));
+    }
+    let first_locator = runs.first().cloned();
+    h.recent.extend(runs);
+    let mut pages = Vec::new();
+    while h.recent.len() > RECENT_MAX {
+        let page: Vec<Locator> = h.recent.drain(..RECENT_MAX).collect();
+        pages.push((page[0].first_offset, IndexPage { locators: page }));
+    }
+    Plan { log, head_revision, new_head: h, pages, outcome, first_locator }
+}
+
+/// Why a log's chunk cannot commit under this writer now, if it cannot.
+fn blocked(log: LogId, head: &LogHead, zone: &str, epoch: i64, me: &Owner) -> Option<LogError> {
+    match head.log_state() {
+        LogState::Deleted => return Some(LogError::NotFound(log)),
+        LogState::Fenced => {
+            return Some(LogError::Fenced { log, held: epoch, current: head.epoch });
+        }
+        LogState::Normal => {}
+    }
+    match head.slot(zone) {
+        Some(s) if s.epoch == epoch && s.owner.as_ref() == Some(me) => None,
+        Some(s) => Some(LogError::Fenced { log, held: epoch, current: s.epoch }),
+        None => Some(LogError::Fenced { log, held: epoch, current: 0 }),
+    }
+}
+
+/// Takes this writer's zone slot of a log: fences only that slot (ARCHITECTURE §3, "Owner
+/// selection and zones"). The epoch is the head's mod_revision the takeover compared against:
+/// unique per log and increasing, as every takeover or fence moves the head.
+async fn take_slot(core: &Core, log: LogId, me: &Owner) -> Result<Served, LogError> {
+    for _ in 0..100 {
+        let snap = core.reader.snapshot(log).await?;
+        match snap.head.log_state() {
+            LogState::Deleted => return Err(LogError::NotFound(log)),
+            LogState::Fenced => {
+                return Err(LogError::Fenced { log, held: 0, current: snap.head.epoch });
+            }
+            LogState::Normal => {}
+        }
+        if let Some(s) = snap.head.slot(&core.cfg.zone)
+            && s.owner.as_ref() == Some(me)
+        {
+            // Our own takeover, whose answer was lost: the epoch is ours.
+            return Ok(Served {
+                epoch: s.epoch,
+                head: snap.head.clone(),
+                head_revision: snap.head_revision,
+            });
+        }
+        let epoch = snap.head_revision;
+        let mut head = snap.head.clone();
+        head.slots.retain(|s| s.zone != core.cfg.zone);
+        head.slots.push(Slot { zone: core.cfg.zone.clone(), epoch, owner: Some(me.clone()) });
+        let txn = Txn::new()
+            .when([
+                Compare::mod_revision(core.keys.head(log), CompareOp::Equal, snap.head_revision),
+                Compare::create_revision(
+                    core.keys.member("writer", &core.cfg.writer_id),
+                    CompareOp::Equal,
+                    me.member_revision,
+                ),
+            ])
+            .and_then([TxnOp::put(core.keys.head(log), head.encode_to_vec())]);
+        match core.meta.txn(txn).await {
+            Ok(resp) if resp.succeeded => {
+                return Ok(Served { epoch, head, head_revision: resp.revision });
+            }
+            Ok(_) => {}
+            // Re-read: the head tells whether the takeover applied.
+            Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(LogError::unavailable(format!("could not take a slot of log {log}: too much contention")))
+}
+
+/// Commits one flush's chunks, each log in its own order; returns the logs whose chunk failed
+/// definitely for a reason other than a fence.
+async fn commit_chunks(
+    core: &Arc<Core>,
+    seq: u64,
+    deadline: Instant,
+    mut chunks: Vec<Chunk>,
+) -> Vec<(LogId, LogError)> {
+    let member_revision = core.identity.lock().await.member_revision;
+    let me = core.owner(member_revision);
+    let mut failures = Vec::new();
+    let fail = |c: Chunk, e: LogError, failures: &mut Vec<(LogId, LogError)>| {
+        if e.code() == crate::Code::Fenced || e.code() == crate::Code::NotFound {
+            core.forget(c.log);
+        }
+        failures.push((c.log, e.clone()));
+        fail_chunk(c, &e);
+    };
+    // Serve each log: take its slot on first use.
+    let mut ready = Vec::new();
+    for c in chunks.drain(..) {
+        let served = lock(&core.served).get(&c.log).cloned();
+        match served {
+            Some(s) => ready.push((c, s)),
+            None => match take_slot(core, c.log, &me).await {
+                Ok(s) => {
+                    lock(&core.served).insert(c.log, s.clone());
+                    ready.push((c, s));
+                }
+                Err(e) => fail(c, e, &mut failures),
+            },
+        }
+    }
+    let mut pending = ready;
+    while !pending.is_empty() {
+        if Instant::now() >= deadline {
+            for (c, _) in pending {
+                fail(
+                    c,
+                    LogError::unavailable("flush deadline passed before its commit"),
+                    &mut failures,
+                );
+            }
+            core.identity_lost.store(true, Ordering::SeqCst);
+            break;
+        }
+        // Check fences, then plan on the heads as last seen.
+        let mut plans = Vec::new();
+        for (c, s) in pending.drain(..) {
+            match blocked(c.log, &s.head, &core.cfg.zone, s.epoch, &me) {
+                Some(e) => fail(c, e, &mut failures),
+                None => {
+                    let p = plan(c.log, &s.head, s.head_revision, seq, &c.entries);
+                    plans.push((c, s, p));
+                }
+            }
+        }
+        // Group logs into transactions within etcd's limits: one compare per log plus the
+        // member compare; the head, its spilled pages and the low-water mark as puts.
+        let mut groups: Vec<Vec<(Chunk, Served, Plan)>> = Vec::new();
+        let (mut compares, mut puts) = (0, 0);
+        for item in plans {
+            let need = 1 + item.2.pages.len();
+            if groups.is_empty()
+                || compares + 1 > metadata::MAX_TXN_OPS
+                || puts + need > metadata::MAX_TXN_OPS
+            {
+                groups.push(Vec::new());
+                compares = 1;
+                puts = 1;
+            }
+            compares += 1;
+            puts += need;
+            if let Some(g) = groups.last_mut() {
+                g.push(item);
+            }
+        }
+        for group in groups {
+            match commit_group(core, seq, deadline, member_revision, &group).await {
+                Ok(GroupOutcome::Committed { revision }) => {
+                    for (c, s, p) in group {
+                        let served = Served {
+                            epoch: s.epoch,
+                            head: p.new_head.clone(),
+                            head_revision: revision,
+                        };
+                        lock(&core.served).insert(c.log, served);
+                        acknowledge(c, p);
+                    }
+                }
+                Ok(GroupOutcome::CommittedEarlier { heads }) => {
+                    for (c, s, p) in group {
+                        match heads.get(&c.log) {
+                            Some((head, rev)) => {
+                                let served = Served {
+                                    epoch: s.epoch,
+                                    head: head.clone(),
+                                    head_revision: *rev,
+                                };
+                                lock(&core.served).insert(c.log, served);
+                            }
+                            None => core.forget(c.log),
+                        }
+                        acknowledge(c, p);
+                    }
+                }
+                Ok(GroupOutcome::Moved { heads }) => {
+                    // Nothing committed: re-base on the heads as they are now, and try again.
+                    for (c, s, _) in group {
+                        let Some((head, rev)) = heads.get(&c.log) else {
+                            let log = c.log;
+                            fail(c, LogError::NotFound(log), &mut failures);
+                            continue;
+                        };
+                        let s = Served { epoch: s.epoch, head: head.clone(), head_revision: *rev };
+                        lock(&core.served).insert(c.log, s.clone());
+                        pending.push((c, s));
+                    }
+                }
+                Err(e) => {
+                    if e == LogError::unavailable(INCARNATION_ENDED) {
+                        core.identity_lost.store(true, Ordering::SeqCst);
+                    }
+                    for (c, _, _) in group {
+                        fail(c, e.clone(), &mut failures);
+                    }
+                }
+            }
+        }
+    }
+    failures
+}
+
+const INCARNATION_ENDED: &str =
+    "writer incarnation ended (lease lost); nothing of this flush committed";
+
+fn acknowledge(c: Chunk, p: Plan) {
+    for ((pending, _, _), outcome) in c.entries.into_iter().zip(p.outcome) {
+        match outcome {
+            Ok(h) => pending.answer(Ok(h)),
+            Err(actual) => {
+                let expected = pending.expected_offset.unwrap_or(actual);
+                let log = pending.log;
+                pending.answer(Err(LogError::OffsetMismatch { log, expected, actual }));
+            }
+        }
+    }
+}
+
+type MovedHeads = HashMap<LogId, (LogHead, i64)>;
+
+enum GroupOutcome {
+    /// Committed at this revision.
+    Committed { revision: i64 },
+    /// An attempt whose answer was lost had committed; these are the heads now.
+    CommittedEarlier { heads: MovedHeads },
+    /// A compare failed and nothing committed; these are the heads now.
+    Moved { heads: MovedHeads },
+}
+
+/// Sends one commit transaction; re-sends it identically while its outcome is unknown (once
+/// the head moved past the compared revision, an earlier attempt can no longer apply, so at
+/// most one attempt commits). `Err`: a definite failure, or an outcome still unknown at the
+/// deadline.
+async fn commit_group(
+    core: &Core,
+    seq: u64,
+    deadline: Instant,
+    member_revision: i64,
+    group: &[(Chunk, Served, Plan)],
+) -> Result<GroupOutcome, LogError> {
+    let member = core.keys.member("writer", &core.cfg.writer_id);
+    let lease = core.identity.lock().await.lease;
+    let mut compares =
+        vec![Compare::create_revision(member.clone(), CompareOp::Equal, member_revision)];
+    let mut puts = vec![TxnOp::put_with_lease(
+        core.keys.low_water(&core.cfg.writer_id),
+        seq.to_string(),
+        lease,
+    )];
+    let mut gets = vec![TxnOp::get(RangeRequest::key(member.clone()))];
+    for (_, _, p) in group {
+        compares.push(Compare::mod_revision(
+            core.keys.head(p.log),
+            CompareOp::Equal,
+            p.head_revision,
+        ));
+        puts.push(TxnOp::put(core.keys.head(p.log), p.new_head.encode_to_vec()));
+        for (first, page) in &p.pages {
+            puts.push(TxnOp::put(core.keys.index_page(p.log, *first), page.encode_to_vec()));
+        }
+        gets.push(TxnOp::get(RangeRequest::key(core.keys.head(p.log))));
+    }
+    let txn = Txn::new().when(compares).and_then(puts).or_else(gets);
+    let mut ambiguous = false;
+    let resp = loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(remaining, core.meta.txn(txn.clone())).await {
+            Ok(Ok(resp)) => break resp,
+            Ok(Err(e)) if !e.outcome_known() || e.is_retryable() => {
+                ambiguous |= !e.outcome_known();
+                tracing::warn!(seq, error = %e, "commit not answered; re-sending the identical transaction");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => {
+                return Err(if ambiguous {
+                    LogError::unknown(format!(
+                        "commit of WAL object {seq}: no definite answer before the deadline"
+                    ))
+                } else {
+                    LogError::unavailable(format!(
+                        "commit of WAL object {seq}: no answer before the deadline"
+                    ))
+                });
+            }
+        }
+    };
+    if resp.succeeded {
+        return Ok(GroupOutcome::Committed { revision: resp.revision });
+    }
+    let mut results = resp.results.into_iter();
+    let member_ok = matches!(results.next(), Some(OpResult::Get(g)) if g.kvs.first().map(|kv| kv.create_revision) == Some(member_revision));
+    if !member_ok {
+        return Err(LogError::unavailable(INCARNATION_ENDED));
+    }
+    let mut heads = HashMap::new();
+    for ((_, _, p), r) in group.iter().zip(results) {
+        if let OpResult::Get(g) = r
+            && let Some(kv) = g.kvs.first()
+        {
+            heads.insert(p.log, (decode::<LogHead>("log head", &kv.value)?, kv.mod_revision));
+        }
+    }
+    if ambiguous {
+        // An earlier attempt may have applied (§3.8): it did iff our first locator sits at the
+        // offset it proposed. The group is one transaction, so one log answers for all.
+        if let Some((_, _, p)) = group.iter().find(|(_, _, p)| p.first_locator.is_some())
+            && let Some(loc) = &p.first_locator
+            && committed_at(core, p.log, loc).await?
+        {
+            return Ok(GroupOutcome::CommittedEarlier { heads });
+        }
+    }
+    Ok(GroupOutcome::Moved { heads })
+}
+
+/// Whether the locator `loc` (of WAL sequence `loc.wal_seq`) is committed at its offset,
+/// read linearizably.
+async fn committed_at(core: &Core, log: LogId, loc: &Locator) -> Result<bool, LogError> {
+    let snap = core.reader.snapshot(log).await?;
+    if snap.head.next_offset <= loc.first_offset {
+        return Ok(false);
+    }
+    if let Some(l) = snap.head.recent.iter().find(|l| l.first_offset == loc.first_offset) {
+        return Ok(l.wal_seq == loc.wal_seq && l.byte_start == loc.byte_start);
+    }
+    let page_key = core.keys.index_page(log, loc.first_offset);
+    let mut upto = page_key;
+    upto.push(0);
+    let req = RangeRequest::between(core.keys.index_prefix(log), upto).reverse().limit(1);
+    let found = core.meta.range(req).await?;
+    let Some(kv) = found.kvs.first() else { return Ok(false) };
+    let page: IndexPage = decode("index page", &kv.value)?;
+    Ok(page.locators.iter().any(|l| {
+        l.first_offset == loc.first_offset
+            && l.wal_seq == loc.wal_seq
+            && l.byte_start == loc.byte_start
+    }))
+}

@@ -1,0 +1,662 @@
+//! The cases, each run against both environments.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, ensure};
+use bytes::Bytes;
+use logstore::{Code, Log, LogEntryHeader, LogError, LogId, LogStorage};
+use objstore::faults::{FaultyStore, Op, Trigger};
+use objstore::object_store::ObjectStoreExt;
+
+use crate::env::{Env, ManualClock};
+use crate::faulty_meta::FaultyMeta;
+
+macro_rules! cases {
+    ($($case:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() -> anyhow::Result<()> {
+                    super::$case(crate::env::Env::embedded().await?).await
+                }
+            )*
+        }
+        mod etcd_s3 {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() -> anyhow::Result<()> {
+                    super::$case(crate::env::Env::etcd_s3().await?).await
+                }
+            )*
+        }
+    };
+}
+
+cases!(
+    appended_entries_read_back_identically,
+    read_limits_return_whole_entries_and_at_least_one,
+    two_writers_on_one_log_get_gap_free_offsets,
+    slot_takeover_fences_the_previous_writer,
+    fence_during_a_flush_acks_nothing_and_exposes_nothing,
+    crash_between_put_and_commit_leaves_an_orphan_and_no_ack,
+    object_store_faults_lose_no_acknowledged_append,
+    lost_commit_answers_never_duplicate_or_lose_entries,
+    corrupted_object_is_an_error_never_data,
+    readers_never_see_the_high_watermark_go_back,
+    bad_input_gets_clear_errors,
+    conditional_append_commits_only_at_the_expected_offset,
+    index_pages_spill_and_hard_trim_removes_them,
+    acknowledged_appends_survive_a_writer_restart,
+    full_buffer_answers_resource_exhausted,
+    timestamp_search_and_retention_use_running_maxima,
+    index_reads_fetch_entries_without_resolving_offsets,
+);
+
+fn payload(tag: &str, i: usize) -> Bytes {
+    Bytes::from(format!("{tag}-{i}-{}", "x".repeat(i % 17)))
+}
+
+/// Every entry of the log, by offset.
+async fn read_all(s: &LogStorage, log: LogId) -> Result<BTreeMap<u64, (LogEntryHeader, Bytes)>> {
+    let info = s.info(log).await?;
+    let mut out = BTreeMap::new();
+    let mut at = info.first_offset;
+    while at < info.next_offset {
+        let batch = s.read_entries(log, at, 1000, 1 << 20).await?;
+        ensure!(
+            !batch.is_empty(),
+            "no entries at {at} below the high watermark {}",
+            info.next_offset
+        );
+        for e in batch {
+            at = e.header.end_offset();
+            out.insert(e.header.offset, (e.header, e.payload));
+        }
+    }
+    Ok(out)
+}
+
+/// Invariant 1: entries tile [start, hw) with no gap and no overlap.
+fn check_gap_free(
+    entries: &BTreeMap<u64, (LogEntryHeader, Bytes)>,
+    start: u64,
+    hw: u64,
+) -> Result<()> {
+    let mut expect = start;
+    for (offset, (h, _)) in entries {
+        ensure!(*offset == expect, "gap or overlap at {offset}, expected {expect}");
+        expect = h.end_offset();
+    }
+    ensure!(expect == hw, "entries end at {expect}, high watermark is {hw}");
+    Ok(())
+}
+
+async fn appended_entries_read_back_identically(env: Env) -> Result<()> {
+    let w = env.writer("w1").await?;
+    let (a, b) = (w.create_log().await?, w.create_log().await?);
+    ensure!(a != b);
+    let mut acks = Vec::new();
+    for i in 0..20 {
+        let log = if i % 3 == 0 { b } else { a };
+        let n = (i % 4 + 1) as u32;
+        acks.push((log, w.append(log, n, payload("p", i), None).await?, payload("p", i)));
+    }
+    // Concurrent appends land in shared flushes.
+    let mut handles = Vec::new();
+    for i in 20..60 {
+        let w = w.clone();
+        handles.push(tokio::spawn(async move { (i, w.append(a, 1, payload("c", i), None).await) }));
+    }
+    for h in handles {
+        let (i, r) = h.await?;
+        acks.push((a, r?, payload("c", i)));
+    }
+    for log in [a, b] {
+        let all = read_all(&w, log).await?;
+        let info = w.info(log).await?;
+        check_gap_free(&all, 0, info.next_offset)?;
+        for (_, h, p) in acks.iter().filter(|(l, _, _)| *l == log) {
+            let (got_h, got_p) = all.get(&h.offset).context("acknowledged entry missing")?;
+            ensure!(got_h == h && got_p == p, "entry at {} differs", h.offset);
+        }
+        let last = w.get_last_offset(log).await?.context("last")?;
+        ensure!(last.end_offset() == info.next_offset);
+        let first = w.get_first_offset(log).await?.context("first")?;
+        ensure!(first.offset == 0);
+    }
+    let cumulative: u64 =
+        acks.iter().filter(|(l, _, _)| *l == a).map(|(_, h, _)| h.entry_size).sum();
+    ensure!(w.info(a).await?.bytes == cumulative);
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn read_limits_return_whole_entries_and_at_least_one(env: Env) -> Result<()> {
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    for i in 0..5 {
+        w.append(log, 10, Bytes::from(vec![i as u8; 100]), None).await?;
+    }
+    // From the middle of an entry: that whole entry first.
+    let e = w.read_entries(log, 15, 1, 1).await?;
+    ensure!(
+        e.len() == 1 && e[0].header.offset == 10,
+        "{:?}",
+        e.iter().map(|e| e.header).collect::<Vec<_>>()
+    );
+    ensure!(w.read_entries(log, 0, 25, u64::MAX).await?.len() == 2);
+    ensure!(w.read_entries(log, 0, u64::MAX, 250).await?.len() == 2);
+    ensure!(w.read_entries(log, 0, u64::MAX, u64::MAX).await?.len() == 5);
+    ensure!(w.read_entries(log, 50, 10, 10).await?.is_empty(), "at the high watermark: empty");
+    match w.read_entries(log, 51, 10, 10).await {
+        Err(LogError::OffsetOutOfRange { .. }) => {}
+        other => return Err(anyhow!("past the high watermark: {other:?}")),
+    }
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn two_writers_on_one_log_get_gap_free_offsets(env: Env) -> Result<()> {
+    let mut ca = env.config("wa");
+    ca.zone = "zone-a".to_owned();
+    let mut cb = env.config("wb");
+    cb.zone = "zone-b".to_owned();
+    let a = env.writer_with(ca, env.objects.clone(), env.meta.clone()).await?;
+    let b = env.writer_with(cb, env.objects.clone(), env.meta.clone()).await?;
+    let log = a.create_log().await?;
+    let mut handles = Vec::new();
+    for (name, w) in [("a", a.clone()), ("b", b.clone())] {
+        for t in 0..3 {
+            let w = w.clone();
+            handles.push(tokio::spawn(async move {
+                let mut acks = Vec::new();
+                for i in 0..15 {
+                    let p = payload(&format!("{name}{t}"), i);
+                    let h = w.append(log, (i % 3 + 1) as u32, p.clone(), None).await?;
+                    acks.push((h, p));
+                }
+                anyhow::Ok(acks)
+            }));
+        }
+    }
+    let mut acks = Vec::new();
+    for h in handles {
+        acks.extend(h.await??);
+    }
+    let all = read_all(&a, log).await?;
+    check_gap_free(&all, 0, a.info(log).await?.next_offset)?;
+    ensure!(all.len() == acks.len(), "{} entries for {} acks", all.len(), acks.len());
+    for (h, p) in &acks {
+        ensure!(
+            all.get(&h.offset).map(|(_, got)| got) == Some(p),
+            "ack at {} not readable as written",
+            h.offset
+        );
+    }
+    // Both slots are held, each under its own epoch.
+    let head = a.head(log).await?;
+    ensure!(head.slots.len() == 2, "{:?}", head.slots);
+    a.shutdown().await;
+    b.shutdown().await;
+    Ok(())
+}
+
+async fn slot_takeover_fences_the_previous_writer(env: Env) -> Result<()> {
+    let a = env.writer("a").await?;
+    let b = env.writer("b").await?;
+    let log = a.create_log().await?;
+    a.append(log, 1, payload("a", 0), None).await?;
+    b.append(log, 1, payload("b", 0), None).await?; // same zone: takes the slot from a
+    match a.append(log, 1, payload("a", 1), None).await {
+        Err(LogError::Fenced { .. }) => {}
+        other => return Err(anyhow!("append under a taken-over slot answered {other:?}")),
+    }
+    let all = read_all(&a, log).await?;
+    ensure!(
+        all.len() == 2 && all.values().all(|(_, p)| *p != payload("a", 1)),
+        "a fenced append became readable"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+    Ok(())
+}
+
+async fn fence_during_a_flush_acks_nothing_and_exposes_nothing(env: Env) -> Result<()> {
+    let (slow, faults) = FaultyStore::new(env.objects.clone());
+    let w = env.writer_with(env.config("w"), slow, env.meta.clone()).await?;
+    let admin = env.writer("admin").await?;
+    let log = w.create_log().await?;
+    w.append(log, 1, payload("before", 0), None).await?;
+    let hw = w.info(log).await?.next_offset;
+    faults.delay(Op::Put, Duration::from_millis(800));
+    let mut pending = Vec::new();
+    for i in 0..5 {
+        let w = w.clone();
+        pending
+            .push(tokio::spawn(async move { w.append(log, 1, payload("during", i), None).await }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let epoch = admin.fence(log).await?;
+    for p in pending {
+        match p.await? {
+            Err(e) if e.code() == Code::Fenced => {}
+            other => return Err(anyhow!("an append flushed across a fence answered {other:?}")),
+        }
+    }
+    let info = w.info(log).await?;
+    ensure!(
+        info.next_offset == hw,
+        "fenced flush moved the high watermark {hw} → {}",
+        info.next_offset
+    );
+    ensure!(read_all(&w, log).await?.values().all(|(_, p)| !p.starts_with(b"during")));
+    // While fenced nothing commits; after activate, writers take their slots afresh.
+    faults.clear();
+    ensure!(w.append(log, 1, payload("fenced", 0), None).await.is_err());
+    admin.activate(log, epoch).await?;
+    w.append(log, 1, payload("after", 0), None).await?;
+    match admin.activate(log, epoch).await {
+        Err(LogError::Fenced { .. }) => {}
+        other => return Err(anyhow!("activating an active log answered {other:?}")),
+    }
+    w.shutdown().await;
+    admin.shutdown().await;
+    Ok(())
+}
+
+async fn crash_between_put_and_commit_leaves_an_orphan_and_no_ack(env: Env) -> Result<()> {
+    let meta = FaultyMeta::new(env.meta.clone());
+    let w = env.writer_with(env.config("crashy"), env.objects.clone(), meta.clone()).await?;
+    let log = w.create_log().await?;
+    w.append(log, 1, payload("ok", 0), None).await?;
+    let before: Vec<_> =
+        env.objects.list(Some(&objstore::Path::from("wal"))).try_collect_vec().await?;
+    meta.hang_writes.store(true, Ordering::SeqCst);
+    let w2 = w.clone();
+    let append = tokio::spawn(async move { w2.append(log, 1, payload("lost", 0), None).await });
+    // Wait until the WAL object of the doomed flush is in the store, then crash the writer.
+    let mut after = before.clone();
+    for _ in 0..100 {
+        after = env.objects.list(Some(&objstore::Path::from("wal"))).try_collect_vec().await?;
+        if after.len() > before.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    ensure!(after.len() == before.len() + 1, "the flush's WAL object was never written");
+    w.abort();
+    drop(w);
+    let answer = tokio::time::timeout(Duration::from_secs(10), append).await??;
+    ensure!(answer.is_err(), "a crashed writer acknowledged an uncommitted append: {answer:?}");
+    let reader = env.writer("reader").await?;
+    let all = read_all(&reader, log).await?;
+    ensure!(all.len() == 1, "the uncommitted entry became readable");
+    reader.shutdown().await;
+    Ok(())
+}
+
+trait CollectVec {
+    async fn try_collect_vec(self) -> Result<Vec<objstore::object_store::ObjectMeta>>;
+}
+
+impl CollectVec
+    for futures::stream::BoxStream<
+        'static,
+        objstore::object_store::Result<objstore::object_store::ObjectMeta>,
+    >
+{
+    async fn try_collect_vec(self) -> Result<Vec<objstore::object_store::ObjectMeta>> {
+        use futures::TryStreamExt;
+        Ok(self.try_collect().await?)
+    }
+}
+
+/// Appends with retries like a client would: a definite error is retried, an unknown outcome
+/// too (the record may then appear twice; the payload tags tell). Returns the acks.
+async fn append_retrying(w: &LogStorage, log: LogId, p: Bytes) -> Result<(LogEntryHeader, Bytes)> {
+    for _ in 0..50 {
+        match w.append(log, 1, p.clone(), None).await {
+            Ok(h) => return Ok((h, p)),
+            Err(e) if e.code() == Code::Unavailable => {
+                tokio::time::sleep(Duration::from_millis(10)).await
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(anyhow!("append never succeeded"))
+}
+
+async fn object_store_faults_lose_no_acknowledged_append(env: Env) -> Result<()> {
+    let (faulty, faults) = FaultyStore::new(env.objects.clone());
+    faults.fail_fraction(Op::Put, 0.2, 42, objstore::faults::FaultError::Unavailable);
+    faults.lose_response(Op::Put, Trigger::Fraction { p: 0.2, seed: 7 });
+    let w = env.writer_with(env.config("w"), faulty, env.meta.clone()).await?;
+    let log = w.create_log().await?;
+    let mut handles = Vec::new();
+    for t in 0..4 {
+        let w = w.clone();
+        handles.push(tokio::spawn(async move {
+            let mut acks = Vec::new();
+            for i in 0..15 {
+                acks.push(append_retrying(&w, log, payload(&format!("t{t}"), i)).await?);
+            }
+            anyhow::Ok(acks)
+        }));
+    }
+    let mut acks = Vec::new();
+    for h in handles {
+        acks.extend(h.await??);
+    }
+    ensure!(faults.injected() > 0, "no fault was injected");
+    let all = read_all(&w, log).await?;
+    check_gap_free(&all, 0, w.info(log).await?.next_offset)?;
+    for (h, p) in &acks {
+        ensure!(
+            all.get(&h.offset) == Some(&(*h, p.clone())),
+            "acknowledged append at {} lost",
+            h.offset
+        );
+    }
+    // A failed PUT is a definite failure: nothing of it may be readable.
+    ensure!(all.len() == acks.len(), "{} entries readable for {} acks", all.len(), acks.len());
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn lost_commit_answers_never_duplicate_or_lose_entries(env: Env) -> Result<()> {
+    let meta = FaultyMeta::new(env.meta.clone());
+    let w = env.writer_with(env.config("w"), env.objects.clone(), meta.clone()).await?;
+    let log = w.create_log().await?;
+    meta.lose_applied_every.store(3, Ordering::SeqCst);
+    meta.lose_unapplied_every.store(5, Ordering::SeqCst);
+    let mut acks = Vec::new();
+    for i in 0..30 {
+        acks.push(append_retrying(&w, log, payload("amb", i)).await?);
+    }
+    ensure!(meta.injected.load(Ordering::SeqCst) > 0, "no ambiguity injected");
+    let all = read_all(&w, log).await?;
+    check_gap_free(&all, 0, w.info(log).await?.next_offset)?;
+    for (h, p) in &acks {
+        ensure!(
+            all.get(&h.offset) == Some(&(*h, p.clone())),
+            "acknowledged append at {} lost",
+            h.offset
+        );
+    }
+    // The writer re-sends the identical transaction, so no entry is committed twice.
+    let mut seen = std::collections::HashSet::new();
+    for (_, p) in all.values() {
+        ensure!(seen.insert(p.clone()), "entry {:?} committed twice", p);
+    }
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn corrupted_object_is_an_error_never_data(env: Env) -> Result<()> {
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    let h = w.append(log, 1, Bytes::from_static(b"precious bytes"), None).await?;
+    let idx = w.read_index_range(log, h.offset, 1).await?.remove(0);
+    let mut bytes = env.objects.get(&idx.object).await?.bytes().await?.to_vec();
+    let at = (idx.byte_start + idx.byte_len - 3) as usize; // inside the payload
+    bytes[at] ^= 0x20;
+    env.objects.put(&idx.object, Bytes::from(bytes).into()).await?;
+    match w.read_entries(log, h.offset, 1, 1).await {
+        Err(LogError::Corrupt(_)) => {}
+        other => return Err(anyhow!("a corrupted entry was served: {other:?}")),
+    }
+    match w.read_entries_by_index(&[idx]).await {
+        Err(LogError::Corrupt(_)) => {}
+        other => return Err(anyhow!("a corrupted entry was served by index: {other:?}")),
+    }
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn readers_never_see_the_high_watermark_go_back(env: Env) -> Result<()> {
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    let writer = {
+        let w = w.clone();
+        tokio::spawn(async move {
+            for i in 0..40 {
+                w.append(log, 2, payload("hw", i), None).await?;
+            }
+            anyhow::Ok(())
+        })
+    };
+    let reader = env.writer("r").await?;
+    let mut last_hw = 0;
+    let mut rounds = 0;
+    while !writer.is_finished() || rounds < 3 {
+        let info = reader.info(log).await?;
+        ensure!(
+            info.next_offset >= last_hw,
+            "high watermark went back {last_hw} → {}",
+            info.next_offset
+        );
+        last_hw = info.next_offset;
+        let entries = reader.read_entries(log, 0, u64::MAX, u64::MAX).await?;
+        let end = entries.last().map_or(0, |e| e.header.end_offset());
+        let after = reader.info(log).await?.next_offset;
+        ensure!(end <= after, "read returned data up to {end}, past the high watermark {after}");
+        ensure!(
+            end >= last_hw,
+            "read ended at {end}, below a high watermark already seen ({last_hw})"
+        );
+        last_hw = last_hw.max(after);
+        rounds += 1;
+    }
+    writer.await??;
+    w.shutdown().await;
+    reader.shutdown().await;
+    Ok(())
+}
+
+async fn bad_input_gets_clear_errors(env: Env) -> Result<()> {
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    let unknown = LogId(log.0 + 1_000_000);
+    let code = |r: Result<LogEntryHeader, LogError>| r.err().map(|e| e.code());
+    ensure!(code(w.append(unknown, 1, payload("x", 0), None).await) == Some(Code::NotFound));
+    ensure!(matches!(w.read_entries(unknown, 0, 1, 1).await, Err(LogError::NotFound(_))));
+    ensure!(matches!(w.info(unknown).await, Err(LogError::NotFound(_))));
+    ensure!(code(w.append(log, 0, payload("x", 0), None).await) == Some(Code::InvalidArgument));
+    let huge = Bytes::from(vec![0u8; w.config().max_entry_bytes + 1]);
+    ensure!(code(w.append(log, 1, huge, None).await) == Some(Code::InvalidArgument));
+    ensure!(matches!(
+        w.read_entries(log, u64::MAX, 1, 1).await,
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    ensure!(matches!(w.read_entries(log, 0, 0, 1).await, Err(LogError::InvalidArgument(_))));
+    // Empty log: a distinct answer for first/last.
+    ensure!(w.get_first_offset(log).await?.is_none() && w.get_last_offset(log).await?.is_none());
+    for i in 0..3 {
+        w.append(log, 1, payload("t", i), None).await?;
+    }
+    w.soft_trim(log, 2).await?;
+    ensure!(matches!(
+        w.read_entries(log, 1, 1, 1).await,
+        Err(LogError::OffsetOutOfRange { start: 2, .. })
+    ));
+    ensure!(w.get_first_offset(log).await?.map(|h| h.offset) == Some(2));
+    ensure!(matches!(w.soft_trim(log, 100).await, Err(LogError::OffsetOutOfRange { .. })));
+    ensure!(w.soft_trim(log, 1).await? == 2, "soft trim moved the start back");
+    w.delete_log(log).await?;
+    ensure!(matches!(w.read_entries(log, 2, 1, 1).await, Err(LogError::NotFound(_))));
+    ensure!(code(w.append(log, 1, payload("x", 0), None).await) == Some(Code::NotFound));
+    ensure!(matches!(w.delete_log(log).await, Err(LogError::NotFound(_))));
+    ensure!(w.create_log().await? != log, "a log id was reused");
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn conditional_append_commits_only_at_the_expected_offset(env: Env) -> Result<()> {
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    let h = w.append(log, 3, payload("c", 0), Some(0)).await?;
+    ensure!(h.offset == 0);
+    match w.append(log, 1, payload("c", 1), Some(0)).await {
+        Err(LogError::OffsetMismatch { expected: 0, actual: 3, .. }) => {}
+        other => return Err(anyhow!("stale expected offset answered {other:?}")),
+    }
+    // In one flush: a matching, a stale and an unconditional entry; the stale one fails alone.
+    let (w1, w2, w3) = (w.clone(), w.clone(), w.clone());
+    let (r1, r2, r3) = tokio::join!(
+        w1.append(log, 1, payload("c", 2), Some(3)),
+        w2.append(log, 1, payload("c", 3), Some(99)),
+        w3.append(log, 1, payload("c", 4), None),
+    );
+    ensure!(r1?.offset == 3);
+    ensure!(matches!(r2, Err(LogError::OffsetMismatch { expected: 99, .. })));
+    let r3 = r3?;
+    let all = read_all(&w, log).await?;
+    check_gap_free(&all, 0, w.info(log).await?.next_offset)?;
+    ensure!(all.get(&r3.offset).map(|(_, p)| p) == Some(&payload("c", 4)));
+    ensure!(
+        all.values().all(|(_, p)| *p != payload("c", 3)),
+        "the mismatched entry became readable"
+    );
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn index_pages_spill_and_hard_trim_removes_them(env: Env) -> Result<()> {
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    for i in 0..30 {
+        w.append(log, 1, payload("pg", i), None).await?; // one flush each: one locator each
+    }
+    let head = w.head(log).await?;
+    ensure!(head.recent.len() <= logstore::RECENT_MAX);
+    let pages = env
+        .meta
+        .range(metadata::RangeRequest::prefix(
+            logstore::keys::Keys::new(&env.cluster).index_prefix(log),
+        ))
+        .await?;
+    ensure!(pages.count >= 2, "30 locators made {} pages", pages.count);
+    let all = read_all(&w, log).await?;
+    check_gap_free(&all, 0, 30)?;
+    for i in 0..30 {
+        ensure!(all.get(&(i as u64)).map(|(_, p)| p) == Some(&payload("pg", i)));
+    }
+    w.hard_trim(log, 20).await?;
+    let left = env
+        .meta
+        .range(metadata::RangeRequest::prefix(
+            logstore::keys::Keys::new(&env.cluster).index_prefix(log),
+        ))
+        .await?;
+    ensure!(left.count < pages.count, "hard trim kept every page");
+    ensure!(
+        w.read_entries(log, 20, 100, u64::MAX).await?.len() == 10,
+        "entries above the trim were lost"
+    );
+    ensure!(matches!(w.read_entries(log, 5, 1, 1).await, Err(LogError::OffsetOutOfRange { .. })));
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn acknowledged_appends_survive_a_writer_restart(env: Env) -> Result<()> {
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    let mut acks = Vec::new();
+    for i in 0..10 {
+        acks.push((w.append(log, 1, payload("r", i), None).await?, payload("r", i)));
+    }
+    w.shutdown().await;
+    let again = env.writer("w").await?; // same id: the old incarnation revoked its lease
+    let h = again.append(log, 1, payload("r", 10), None).await?;
+    ensure!(h.offset == 10, "restarted writer appended at {}", h.offset);
+    let all = read_all(&again, log).await?;
+    for (h, p) in &acks {
+        ensure!(all.get(&h.offset) == Some(&(*h, p.clone())));
+    }
+    again.shutdown().await;
+    Ok(())
+}
+
+async fn full_buffer_answers_resource_exhausted(env: Env) -> Result<()> {
+    let (slow, faults) = FaultyStore::new(env.objects.clone());
+    faults.delay(Op::Put, Duration::from_secs(2));
+    let mut cfg = env.config("w");
+    cfg.buffer_bytes = 1000;
+    cfg.max_entry_bytes = 600;
+    cfg.append_timeout = Duration::from_millis(200);
+    let w = env.writer_with(cfg, slow, env.meta.clone()).await?;
+    let log = w.create_log().await?;
+    let first = {
+        let w = w.clone();
+        tokio::spawn(async move { w.append(log, 1, Bytes::from(vec![1u8; 600]), None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    match w.append(log, 1, Bytes::from(vec![2u8; 600]), None).await {
+        Err(LogError::ResourceExhausted(_)) => {}
+        other => return Err(anyhow!("append into a full buffer answered {other:?}")),
+    }
+    first.await??;
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn timestamp_search_and_retention_use_running_maxima(env: Env) -> Result<()> {
+    let clock = Arc::new(ManualClock::default());
+    let w = env.writer_with_clock("w", clock.clone()).await?;
+    let log_id = w.create_log().await?;
+    let log = Log::new(w.clone(), log_id);
+    // Timestamps not monotone: 100, 300, 200, 400, 250 (running max 100, 300, 300, 400, 400).
+    for ts in [100, 300, 200, 400, 250] {
+        clock.0.store(ts, Ordering::SeqCst);
+        log.append(1, Bytes::from(vec![0u8; 10])).await?;
+    }
+    let at = |t| {
+        let log = log.clone();
+        async move { anyhow::Ok(log.find_by_timestamp(t).await?.map(|h| h.offset)) }
+    };
+    ensure!(at(50).await? == Some(0));
+    ensure!(at(150).await? == Some(1));
+    ensure!(at(250).await? == Some(1), "running max, not the entry's own timestamp");
+    ensure!(at(301).await? == Some(3));
+    ensure!(at(401).await? == None);
+    // Retention by time: entries whose running max is below now − retention go.
+    ensure!(log.compute_retention_trim_offset(Some(100), None, 401).await? == 3);
+    ensure!(log.compute_retention_trim_offset(Some(1000), None, 401).await? == 0);
+    // By bytes: keep the newest 25 bytes → the last two entries (20 bytes), not three (30).
+    ensure!(log.compute_retention_trim_offset(None, Some(25), 0).await? == 3);
+    ensure!(log.compute_retention_trim_offset(None, Some(1000), 0).await? == 0);
+    ensure!(
+        log.compute_retention_trim_offset(Some(100), Some(35), 401).await? == 3,
+        "the stricter bound wins"
+    );
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn index_reads_fetch_entries_without_resolving_offsets(env: Env) -> Result<()> {
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    let (w1, w2, w3) = (w.clone(), w.clone(), w.clone());
+    // One flush: adjacent byte ranges in one object, coalesced into one GET.
+    let _ = tokio::join!(
+        w1.append(log, 1, payload("i", 0), None),
+        w2.append(log, 2, payload("i", 1), None),
+        w3.append(log, 3, payload("i", 2), None),
+    );
+    w.append(log, 1, payload("i", 3), None).await?;
+    let idx = w.read_index_range(log, 0, 10).await?;
+    ensure!(idx.len() == 4, "{} index entries", idx.len());
+    ensure!(w.read_index_range(log, 0, 2).await?.len() == 2);
+    let mut reversed = idx.clone();
+    reversed.reverse();
+    let entries = w.read_entries_by_index(&reversed).await?;
+    let direct = w.read_entries(log, 0, u64::MAX, u64::MAX).await?;
+    let mut back = entries.clone();
+    back.reverse();
+    ensure!(back == direct, "index reads differ from offset reads");
+    w.shutdown().await;
+    Ok(())
+}

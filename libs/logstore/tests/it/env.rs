@@ -1,0 +1,97 @@
+//! Test environments: a metadata store and an object store, each case on its own prefix.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use anyhow::Result;
+use logstore::{Clock, LogStorage, LogStorageConfig, SystemClock};
+use metadata::MetadataStore;
+use objstore::object_store::ObjectStore;
+
+pub struct Env {
+    pub meta: Arc<dyn MetadataStore>,
+    pub objects: Arc<dyn ObjectStore>,
+    pub cluster: String,
+    _guard: Box<dyn std::any::Any + Send>,
+}
+
+/// A clock the test sets.
+#[derive(Debug, Default)]
+pub struct ManualClock(pub AtomicI64);
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl Env {
+    pub async fn embedded() -> Result<Env> {
+        let dir = tempfile::tempdir()?;
+        let meta = metadata::EmbeddedStore::open(&dir.path().join("meta.redb")).await?;
+        let objects =
+            objstore::build(&config::ObjectStoreConfig::Local(config::LocalStoreConfig {
+                path: dir.path().join("objects"),
+            }))?;
+        Ok(Env {
+            meta: Arc::new(meta),
+            objects,
+            cluster: testkit::unique_prefix("ls"),
+            _guard: Box::new(dir),
+        })
+    }
+
+    pub async fn etcd_s3() -> Result<Env> {
+        let etcd = testkit::shared_etcd()?;
+        let meta = metadata::EtcdStore::connect(&config::EtcdConfig {
+            endpoints: vec![etcd.endpoint().to_owned()],
+            request_timeout: config::Duration(Duration::from_secs(5)),
+            connect_timeout: config::Duration(Duration::from_secs(5)),
+        })
+        .await?;
+        let s3 = testkit::shared_s3()?.s3().clone();
+        let cluster = testkit::unique_prefix("ls");
+        let objects = objstore::build(&config::ObjectStoreConfig::S3(config::S3Config {
+            endpoint: Some(s3.endpoint),
+            bucket: s3.bucket,
+            region: s3.region,
+            access_key_id: Some(s3.access_key_id),
+            secret_access_key: Some(s3.secret_access_key),
+            allow_http: true,
+            path_style: true,
+            prefix: cluster.clone(),
+        }))?;
+        Ok(Env { meta: Arc::new(meta), objects, cluster, _guard: Box::new(()) })
+    }
+
+    /// A writer's config with a short flush interval, so tests run quickly.
+    pub fn config(&self, writer: &str) -> LogStorageConfig {
+        let mut c = LogStorageConfig::new(&self.cluster, writer);
+        c.flush_interval = Duration::from_millis(5);
+        c.lease_ttl = Duration::from_secs(5);
+        c
+    }
+
+    pub async fn writer(&self, writer: &str) -> Result<LogStorage> {
+        self.writer_with(self.config(writer), self.objects.clone(), self.meta.clone()).await
+    }
+
+    pub async fn writer_with(
+        &self,
+        cfg: LogStorageConfig,
+        objects: Arc<dyn ObjectStore>,
+        meta: Arc<dyn MetadataStore>,
+    ) -> Result<LogStorage> {
+        Ok(LogStorage::open(meta, objects, cfg, Arc::new(SystemClock)).await?)
+    }
+
+    pub async fn writer_with_clock(
+        &self,
+        writer: &str,
+        clock: Arc<dyn Clock>,
+    ) -> Result<LogStorage> {
+        Ok(LogStorage::open(self.meta.clone(), self.objects.clone(), self.config(writer), clock)
+            .await?)
+    }
+}

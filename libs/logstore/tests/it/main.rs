@@ -1,0 +1,7 @@
+//! Log storage against real parts: the embedded store with a local directory, and a real etcd
+//! with a real S3 server (SeaweedFS). Each case runs against both. Invariant numbers refer to
+//! ARCHITECTURE §7.
+
+mod cases;
+mod env;
+mod faulty_meta;
