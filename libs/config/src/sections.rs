@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::{Duration, Invalid, Validate};
+use crate::{ByteSize, Duration, Invalid, Validate};
 
 /// What every Lakelog process reads: where its metadata and objects live, and its telemetry.
 #[derive(Debug, Clone, Deserialize)]
@@ -19,6 +19,109 @@ pub struct NodeConfig {
     pub object_store: ObjectStoreConfig,
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// The writer role's settings (used by `lakelog writer` and `standalone`).
+    #[serde(default)]
+    pub writer: WriterSection,
+}
+
+/// The writer role: where it listens and how it batches.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WriterSection {
+    /// gRPC listen address.
+    #[serde(default = "default_writer_listen")]
+    pub listen: SocketAddr,
+    /// Unique among live writers; defaults to a random id per process.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// The zone whose owner slot the writer takes; `*` for none.
+    #[serde(default = "default_zone")]
+    pub zone: String,
+    /// Flush when the oldest buffered append is this old (≥ 1ms).
+    #[serde(default = "default_flush_interval")]
+    pub flush_interval: Duration,
+    /// ...or when this many bytes are buffered.
+    #[serde(default = "default_flush_bytes")]
+    pub flush_bytes: ByteSize,
+    /// Largest payload of one append.
+    #[serde(default = "default_max_entry")]
+    pub max_entry_size: ByteSize,
+    /// Bytes buffered or in flight at most; appends wait, then fail RESOURCE_EXHAUSTED.
+    #[serde(default = "default_buffer")]
+    pub buffer_size: ByteSize,
+    /// Deadline of one flush's PUT and commit.
+    #[serde(default = "default_flush_deadline")]
+    pub flush_deadline: Duration,
+    /// The writer's lease in the metadata store.
+    #[serde(default = "default_lease_ttl")]
+    pub lease_ttl: Duration,
+}
+
+fn default_writer_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7540))
+}
+fn default_zone() -> String {
+    "*".to_owned()
+}
+fn default_flush_interval() -> Duration {
+    Duration(std::time::Duration::from_millis(250))
+}
+fn default_flush_bytes() -> ByteSize {
+    ByteSize(8 << 20)
+}
+fn default_max_entry() -> ByteSize {
+    ByteSize(4 << 20)
+}
+fn default_buffer() -> ByteSize {
+    ByteSize(64 << 20)
+}
+fn default_flush_deadline() -> Duration {
+    Duration(std::time::Duration::from_secs(30))
+}
+fn default_lease_ttl() -> Duration {
+    Duration(std::time::Duration::from_secs(10))
+}
+
+impl Default for WriterSection {
+    fn default() -> Self {
+        WriterSection {
+            listen: default_writer_listen(),
+            id: None,
+            zone: default_zone(),
+            flush_interval: default_flush_interval(),
+            flush_bytes: default_flush_bytes(),
+            max_entry_size: default_max_entry(),
+            buffer_size: default_buffer(),
+            flush_deadline: default_flush_deadline(),
+            lease_ttl: default_lease_ttl(),
+        }
+    }
+}
+
+impl Validate for WriterSection {
+    fn validate(&self) -> Result<(), Invalid> {
+        if self.flush_interval.0 < std::time::Duration::from_millis(1) {
+            return Err(Invalid::new("writer.flush_interval", "must be at least 1ms"));
+        }
+        if self.max_entry_size.0 == 0 || self.max_entry_size.0 > self.buffer_size.0 {
+            return Err(Invalid::new(
+                "writer.max_entry_size",
+                "must be between 1 byte and writer.buffer_size",
+            ));
+        }
+        if self.max_entry_size.0 > u64::from(u32::MAX) {
+            return Err(Invalid::new("writer.max_entry_size", "must be below 4GiB"));
+        }
+        if self.lease_ttl.0 < std::time::Duration::from_secs(2) {
+            return Err(Invalid::new("writer.lease_ttl", "must be at least 2s"));
+        }
+        if let Some(id) = &self.id
+            && (id.is_empty() || id.contains('/'))
+        {
+            return Err(Invalid::new("writer.id", "must be non-empty and without `/`"));
+        }
+        Ok(())
+    }
 }
 
 fn default_cluster() -> String {
@@ -37,7 +140,8 @@ impl Validate for NodeConfig {
         }
         self.metadata.validate()?;
         self.object_store.validate()?;
-        self.telemetry.validate()
+        self.telemetry.validate()?;
+        self.writer.validate()
     }
 }
 

@@ -383,6 +383,43 @@ impl LogReader {
         }))
     }
 
+    /// Waits until the log's high watermark passes `offset`, it stops being writable, or
+    /// `max_wait` passes (a long poll: ARCHITECTURE §2, tail reads). Watches the head from the
+    /// revision it read, so no commit in between is missed.
+    pub async fn wait_beyond(
+        &self,
+        log: LogId,
+        offset: u64,
+        max_wait: std::time::Duration,
+    ) -> Result<(), LogError> {
+        use futures::StreamExt;
+        let snap = self.snapshot(log).await?;
+        snap.check_readable()?;
+        if snap.head.next_offset > offset || max_wait.is_zero() {
+            return Ok(());
+        }
+        let req = metadata::WatchRequest {
+            range: metadata::KeyRange::key(self.keys.head(log)),
+            start_revision: snap.revision + 1,
+        };
+        let mut watch = self.meta.watch(req).await?;
+        let moved = async {
+            while let Some(Ok(events)) = watch.next().await {
+                for ev in events {
+                    let Ok(head) = decode::<LogHead>("log head", &ev.kv.value) else { return };
+                    if ev.kind == metadata::EventKind::Delete
+                        || head.next_offset > offset
+                        || head.log_state() != LogState::Normal
+                    {
+                        return;
+                    }
+                }
+            }
+        };
+        let _ = tokio::time::timeout(max_wait, moved).await;
+        Ok(())
+    }
+
     /// Entries of one run, with their headers (for Level 0 searches).
     pub(crate) async fn run_headers(&self, loc: &Locator) -> Result<Vec<LogEntryHeader>, LogError> {
         Ok(self.fetch_run(loc).await?.into_iter().map(|l| l.header).collect())

@@ -1,0 +1,167 @@
+//! Lakelog's Rust client: [`LogClient`] over the LogService, and [`batch`], the one documented
+//! record-batch encoding the SDK and CLI put in entry payloads (ARCHITECTURE §5b).
+//!
+//! Depends on `proto` only.
+
+pub mod batch;
+
+use proto::log::v1 as pb;
+use proto::log::v1::log_service_client::LogServiceClient;
+use tonic::transport::Channel;
+
+pub use pb::{Entry, EntryHeader, GetLogInfoResponse as LogInfo};
+
+/// A failed call: the server's `lakelog-code` (or a transport failure as UNAVAILABLE) and
+/// message.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ClientError {
+    /// `NOT_FOUND`, `FENCED`, `OFFSET_OUT_OF_RANGE`, ... (see log.proto).
+    pub code: String,
+    pub message: String,
+    /// The call may have committed (an append whose answer was lost).
+    pub outcome_unknown: bool,
+}
+
+impl From<tonic::Status> for ClientError {
+    fn from(s: tonic::Status) -> Self {
+        let meta = |k: &str| s.metadata().get(k).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let code = meta("lakelog-code").unwrap_or_else(|| match s.code() {
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
+                "UNAVAILABLE".to_owned()
+            }
+            tonic::Code::InvalidArgument | tonic::Code::OutOfRange => "INVALID_ARGUMENT".to_owned(),
+            tonic::Code::ResourceExhausted => "RESOURCE_EXHAUSTED".to_owned(),
+            _ => "INTERNAL".to_owned(),
+        });
+        ClientError {
+            code,
+            message: s.message().to_owned(),
+            outcome_unknown: meta("lakelog-outcome").as_deref() == Some("unknown"),
+        }
+    }
+}
+
+impl ClientError {
+    fn transport(endpoint: &str, e: impl std::fmt::Display) -> Self {
+        ClientError {
+            code: "UNAVAILABLE".to_owned(),
+            message: format!("cannot reach {endpoint}: {e}"),
+            outcome_unknown: false,
+        }
+    }
+}
+
+/// A client of one writer's LogService. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct LogClient {
+    inner: LogServiceClient<Channel>,
+}
+
+impl LogClient {
+    /// Connects to `endpoint` (`http://host:port`).
+    pub async fn connect(endpoint: &str) -> Result<Self, ClientError> {
+        let ep = Channel::from_shared(endpoint.to_owned()).map_err(|e| ClientError {
+            code: "INVALID_ARGUMENT".to_owned(),
+            message: format!("endpoint `{endpoint}`: {e}"),
+            outcome_unknown: false,
+        })?;
+        let channel = ep
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .connect()
+            .await
+            .map_err(|e| ClientError::transport(endpoint, e))?;
+        Ok(LogClient { inner: LogServiceClient::new(channel).max_decoding_message_size(64 << 20) })
+    }
+
+    pub async fn create_log(&self) -> Result<u64, ClientError> {
+        Ok(self.inner.clone().create_log(pb::CreateLogRequest {}).await?.into_inner().log_id)
+    }
+
+    pub async fn append(
+        &self,
+        log_id: u64,
+        record_count: u32,
+        payload: bytes::Bytes,
+        expected_offset: Option<u64>,
+    ) -> Result<EntryHeader, ClientError> {
+        let req = pb::AppendRequest { log_id, record_count, payload, expected_offset };
+        let resp = self.inner.clone().append(req).await?.into_inner();
+        resp.header.ok_or_else(|| ClientError {
+            code: "INTERNAL".into(),
+            message: "append answered without a header".into(),
+            outcome_unknown: true,
+        })
+    }
+
+    /// Entries from `start`; with `max_wait_ms`, waits at the high watermark for a commit.
+    pub async fn read_entries(
+        &self,
+        log_id: u64,
+        start_offset: u64,
+        max_records: u64,
+        max_wait_ms: u32,
+    ) -> Result<pb::ReadEntriesResponse, ClientError> {
+        let req =
+            pb::ReadEntriesRequest { log_id, start_offset, max_records, max_bytes: 0, max_wait_ms };
+        Ok(self.inner.clone().read_entries(req).await?.into_inner())
+    }
+
+    pub async fn info(&self, log_id: u64) -> Result<LogInfo, ClientError> {
+        Ok(self.inner.clone().get_log_info(pb::GetLogInfoRequest { log_id }).await?.into_inner())
+    }
+
+    pub async fn first_offset(&self, log_id: u64) -> Result<Option<EntryHeader>, ClientError> {
+        Ok(self
+            .inner
+            .clone()
+            .get_first_offset(pb::GetFirstOffsetRequest { log_id })
+            .await?
+            .into_inner()
+            .header)
+    }
+
+    pub async fn last_offset(&self, log_id: u64) -> Result<Option<EntryHeader>, ClientError> {
+        Ok(self
+            .inner
+            .clone()
+            .get_last_offset(pb::GetLastOffsetRequest { log_id })
+            .await?
+            .into_inner()
+            .header)
+    }
+
+    pub async fn fence(&self, log_id: u64) -> Result<i64, ClientError> {
+        Ok(self.inner.clone().fence(pb::FenceRequest { log_id }).await?.into_inner().epoch)
+    }
+
+    pub async fn activate(&self, log_id: u64, epoch: i64) -> Result<(), ClientError> {
+        self.inner.clone().activate(pb::ActivateRequest { log_id, epoch }).await?;
+        Ok(())
+    }
+
+    pub async fn soft_trim(&self, log_id: u64, offset: u64) -> Result<u64, ClientError> {
+        Ok(self
+            .inner
+            .clone()
+            .soft_trim(pb::SoftTrimRequest { log_id, offset })
+            .await?
+            .into_inner()
+            .start_offset)
+    }
+
+    pub async fn hard_trim(&self, log_id: u64, offset: u64) -> Result<u64, ClientError> {
+        Ok(self
+            .inner
+            .clone()
+            .hard_trim(pb::HardTrimRequest { log_id, offset })
+            .await?
+            .into_inner()
+            .start_offset)
+    }
+
+    pub async fn delete_log(&self, log_id: u64) -> Result<(), ClientError> {
+        self.inner.clone().delete_log(pb::DeleteLogRequest { log_id }).await?;
+        Ok(())
+    }
+}

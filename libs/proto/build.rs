@@ -1,0 +1,12 @@
+//! Compiles the workspace's .proto files with the protoc on PATH (or $PROTOC), which
+//! `make deps` installs.
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    let files = [root.join("lakelog/log/v1/log.proto")];
+    for f in &files {
+        println!("cargo:rerun-if-changed={}", f.display());
+    }
+    // Payloads as `Bytes`: handed from the wire to storage without a copy.
+    tonic_prost_build::configure().bytes(".").compile_protos(&files, &[root])?;
+    Ok(())
+}

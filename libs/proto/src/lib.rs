@@ -1,0 +1,11 @@
+//! Lakelog's gRPC API: the generated bindings of `proto/lakelog/**/*.proto`, one module per
+//! package. The only crate that compiles .proto files; depends on no Lakelog crate.
+
+#![allow(missing_docs, clippy::all, missing_debug_implementations)]
+
+/// `lakelog.log.v1`: the LogService.
+pub mod log {
+    pub mod v1 {
+        tonic::include_proto!("lakelog.log.v1");
+    }
+}

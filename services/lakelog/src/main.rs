@@ -1,0 +1,277 @@
+//! The `lakelog` command: a client of the LogService (`lakelog log …`), the writer role
+//! (`lakelog writer --config FILE`) and `lakelog standalone`: the writer with the embedded
+//! metadata store and a local object-store directory, in one process.
+//!
+//! The composition root: the only crate that may depend on service crates.
+
+use std::io::{BufRead, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use client::{ClientError, LogClient, batch};
+
+#[derive(Parser, Debug)]
+#[command(name = "lakelog", version, about = "Lakelog: a diskless, leaderless log store")]
+struct Cli {
+    /// The writer to talk to.
+    #[arg(long, global = true, env = "LAKELOG_ENDPOINT", default_value = "http://127.0.0.1:7540")]
+    endpoint: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run every role in one process: embedded metadata, objects in a local directory.
+    Standalone {
+        /// Where metadata and objects live.
+        #[arg(long, default_value = "./lakelog-data")]
+        data_dir: PathBuf,
+        /// gRPC listen address.
+        #[arg(long, default_value = "127.0.0.1:7540")]
+        listen: SocketAddr,
+    },
+    /// Run the writer role from a config file (see deploy/config/node.example.yaml).
+    Writer {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Work with logs.
+    Log {
+        #[command(subcommand)]
+        command: LogCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum LogCommand {
+    /// Create a log; prints its id.
+    Create,
+    /// Append stdin, one record per line; prints each entry's offset.
+    Append {
+        log: u64,
+        /// Records per entry.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        batch: u32,
+        /// The first entry must land at this offset (each next one where the last ended).
+        #[arg(long)]
+        expected_offset: Option<u64>,
+    },
+    /// Print records as `offset<TAB>record`.
+    Read {
+        log: u64,
+        /// Start at this offset (default: the log's first offset).
+        #[arg(long)]
+        from: Option<u64>,
+        /// Stop after this many records.
+        #[arg(long)]
+        max_records: Option<u64>,
+        /// Keep waiting for new records.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Print a log's state, offsets and size.
+    Info {
+        log: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fence a log; prints the epoch `activate` needs.
+    Fence { log: u64 },
+    /// Activate a fenced log (at its current epoch unless given).
+    Activate {
+        log: u64,
+        #[arg(long)]
+        epoch: Option<i64>,
+    },
+    /// Trim a log below an offset.
+    Trim {
+        log: u64,
+        /// Make offsets unreadable; keep the index.
+        #[arg(long, conflicts_with = "hard", required_unless_present = "hard")]
+        soft: bool,
+        /// Make offsets unreadable and remove their index.
+        #[arg(long)]
+        hard: bool,
+        offset: u64,
+    },
+    /// Delete a log.
+    Delete { log: u64 },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("lakelog: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let msg = match e.downcast_ref::<ClientError>() {
+                Some(c) => c.to_string(),
+                None => format!("{e:#}"),
+            };
+            eprintln!("lakelog: {}", msg.replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = ctrl_c.await;
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Standalone { data_dir, listen } => standalone(data_dir, listen).await,
+        Command::Writer { config } => {
+            let node: config::NodeConfig = config::load_file(&config)?;
+            let _telemetry = telemetry::init(&node.telemetry, "writer")?;
+            writer::run(&node, shutdown_signal()).await?;
+            Ok(())
+        }
+        Command::Log { command } => {
+            let c = LogClient::connect(&cli.endpoint).await?;
+            log_command(&c, command).await
+        }
+    }
+}
+
+async fn standalone(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("data dir {}", data_dir.display()))?;
+    let node = config::NodeConfig {
+        cluster: "lakelog".to_owned(),
+        metadata: config::MetadataConfig::Embedded(config::EmbeddedConfig {
+            path: data_dir.join("meta.redb"),
+        }),
+        object_store: config::ObjectStoreConfig::Local(config::LocalStoreConfig {
+            path: data_dir.join("objects"),
+        }),
+        telemetry: config::TelemetryConfig {
+            log_level: std::env::var("LAKELOG_LOG_LEVEL").unwrap_or_else(|_| "info".to_owned()),
+            ..Default::default()
+        },
+        writer: config::WriterSection { listen, ..Default::default() },
+    };
+    let _telemetry = telemetry::init(&node.telemetry, "standalone")?;
+    eprintln!("lakelog standalone: serving on http://{listen}, data in {}", data_dir.display());
+    writer::run(&node, shutdown_signal()).await?;
+    Ok(())
+}
+
+async fn log_command(c: &LogClient, command: LogCommand) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match command {
+        LogCommand::Create => writeln!(out, "{}", c.create_log().await?)?,
+        LogCommand::Append { log, batch, expected_offset } => {
+            let stdin = std::io::stdin();
+            let mut lines = stdin.lock().lines();
+            let mut expected = expected_offset;
+            let mut appended = 0u64;
+            loop {
+                let mut records = Vec::with_capacity(batch as usize);
+                for line in lines.by_ref() {
+                    records.push(batch::Record::value(line.context("reading stdin")?));
+                    if records.len() == batch as usize {
+                        break;
+                    }
+                }
+                if records.is_empty() {
+                    break;
+                }
+                let n = records.len() as u32;
+                let h = c.append(log, n, batch::encode(&records)?, expected).await?;
+                writeln!(out, "{}", h.offset)?;
+                expected = expected.map(|_| h.offset + u64::from(h.record_count));
+                appended += 1;
+            }
+            if appended == 0 {
+                anyhow::bail!("INVALID_ARGUMENT: no records on stdin: nothing appended");
+            }
+        }
+        LogCommand::Read { log, from, max_records, follow } => {
+            let info = c.info(log).await?;
+            let mut at = from.unwrap_or(info.first_offset);
+            let mut left = max_records.unwrap_or(u64::MAX);
+            while left > 0 {
+                let wait = if follow { 10_000 } else { 0 };
+                let resp = c.read_entries(log, at, left.min(10_000), wait).await?;
+                if resp.entries.is_empty() {
+                    if follow {
+                        continue;
+                    }
+                    break;
+                }
+                for e in resp.entries {
+                    let Some(h) = e.header else { continue };
+                    for (i, r) in batch::decode(&e.payload)?.into_iter().enumerate() {
+                        let offset = h.offset + i as u64;
+                        if offset >= at && left > 0 {
+                            writeln!(out, "{offset}\t{}", String::from_utf8_lossy(&r.value))?;
+                            left -= 1;
+                        }
+                    }
+                    at = h.offset + u64::from(h.record_count);
+                }
+                out.flush()?;
+            }
+        }
+        LogCommand::Info { log, json } => {
+            let i = c.info(log).await?;
+            if json {
+                writeln!(
+                    out,
+                    "{{\"log\":{},\"state\":\"{}\",\"epoch\":{},\"first_offset\":{},\"next_offset\":{},\"entries\":{},\"bytes\":{}}}",
+                    i.log_id, i.state, i.epoch, i.first_offset, i.next_offset, i.entries, i.bytes
+                )?;
+            } else {
+                writeln!(out, "log:          {}", i.log_id)?;
+                writeln!(out, "state:        {}", i.state)?;
+                writeln!(out, "epoch:        {}", i.epoch)?;
+                writeln!(out, "first offset: {}", i.first_offset)?;
+                writeln!(out, "next offset:  {}", i.next_offset)?;
+                writeln!(out, "entries:      {}", i.entries)?;
+                writeln!(out, "bytes:        {}", i.bytes)?;
+            }
+        }
+        LogCommand::Fence { log } => writeln!(out, "{}", c.fence(log).await?)?,
+        LogCommand::Activate { log, epoch } => {
+            let epoch = match epoch {
+                Some(e) => e,
+                None => c.info(log).await?.epoch,
+            };
+            c.activate(log, epoch).await?;
+        }
+        LogCommand::Trim { log, soft: _, hard, offset } => {
+            let start = if hard {
+                c.hard_trim(log, offset).await?
+            } else {
+                c.soft_trim(log, offset).await?
+            };
+            writeln!(out, "{start}")?;
+        }
+        LogCommand::Delete { log } => c.delete_log(log).await?,
+    }
+    Ok(())
+}

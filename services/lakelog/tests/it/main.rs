@@ -1,0 +1,182 @@
+//! The `lakelog` command end to end: `standalone` as a real process, the CLI against it,
+//! kill -9 and restart on the same data dir.
+
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+
+const BIN: &str = env!("CARGO_BIN_EXE_lakelog");
+
+struct Standalone {
+    child: Child,
+    endpoint: String,
+}
+
+impl Standalone {
+    fn start(data: &Path, port: u16) -> Result<Standalone> {
+        let child = Command::new(BIN)
+            .args(["standalone", "--data-dir"])
+            .arg(data)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("LAKELOG_LOG_LEVEL", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let start = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            ensure!(
+                start.elapsed() < Duration::from_secs(20),
+                "standalone did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(Standalone { child, endpoint: format!("http://127.0.0.1:{port}") })
+    }
+
+    fn cli(&self, args: &[&str], stdin: &str) -> Result<Output> {
+        use std::io::Write;
+        let mut child = Command::new(BIN)
+            .args(["--endpoint", &self.endpoint])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        child.stdin.take().context("stdin")?.write_all(stdin.as_bytes())?;
+        Ok(child.wait_with_output()?)
+    }
+
+    fn ok(&self, args: &[&str], stdin: &str) -> Result<String> {
+        let out = self.cli(args, stdin)?;
+        ensure!(
+            out.status.success(),
+            "lakelog {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8(out.stdout)?)
+    }
+
+    /// A failing command: its exit code and its one stderr line.
+    fn err(&self, args: &[&str], stdin: &str) -> Result<(i32, String)> {
+        let out = self.cli(args, stdin)?;
+        ensure!(!out.status.success(), "lakelog {args:?} succeeded but should not");
+        let stderr = String::from_utf8(out.stderr)?;
+        Ok((out.status.code().unwrap_or(-1), stderr))
+    }
+
+    fn kill9(mut self) -> Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+impl Drop for Standalone {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn standalone_serves_every_acknowledged_record_after_kill_9_and_restart() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let port = testkit::free_port()?;
+    let s = Standalone::start(dir.path(), port)?;
+    let log = s.ok(&["log", "create"], "")?.trim().to_owned();
+    let lines: Vec<String> = (0..25).map(|i| format!("record {i}")).collect();
+    let offsets = s.ok(&["log", "append", &log, "--batch", "4"], &(lines.join("\n") + "\n"))?;
+    ensure!(
+        offsets.lines().collect::<Vec<_>>() == ["0", "4", "8", "12", "16", "20", "24"],
+        "{offsets}"
+    );
+    s.kill9()?;
+
+    let s = Standalone::start(dir.path(), port)?;
+    let read = s.ok(&["log", "read", &log], "")?;
+    let expected: Vec<String> =
+        lines.iter().enumerate().map(|(i, l)| format!("{i}\t{l}")).collect();
+    ensure!(read.lines().collect::<Vec<_>>() == expected, "after restart: {read}");
+    let more = s.ok(&["log", "append", &log], "after restart\n")?;
+    ensure!(more.trim() == "25");
+    let info = s.ok(&["log", "info", &log, "--json"], "")?;
+    ensure!(info.contains("\"next_offset\":26") && info.contains("\"state\":\"NORMAL\""), "{info}");
+    Ok(())
+}
+
+#[test]
+fn cli_bad_input_exits_non_zero_with_one_clear_line() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let s = Standalone::start(dir.path(), testkit::free_port()?)?;
+    let log = s.ok(&["log", "create"], "")?.trim().to_owned();
+    s.ok(&["log", "append", &log], "a\nb\n")?;
+    for (args, stdin, needle) in [
+        (vec!["log", "read", "424242"], "", "NOT_FOUND"),
+        (vec!["log", "append", "424242"], "x\n", "NOT_FOUND"),
+        (vec!["log", "append", log.as_str()], "", "no records on stdin"),
+        (
+            vec!["log", "read", log.as_str(), "--from", "18446744073709551615"],
+            "",
+            "OFFSET_OUT_OF_RANGE",
+        ),
+        (vec!["log", "append", log.as_str(), "--expected-offset", "0"], "x\n", "OFFSET_MISMATCH"),
+        (vec!["log", "activate", log.as_str(), "--epoch", "7"], "", "FENCED"),
+    ] {
+        let (code, stderr) = s.err(&args, stdin)?;
+        ensure!(code == 1, "{args:?}: exit {code}");
+        ensure!(stderr.lines().count() == 1 && stderr.contains(needle), "{args:?}: {stderr}");
+        ensure!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    }
+    let big = "x".repeat(5 << 20) + "\n";
+    let (_, stderr) = s.err(&["log", "append", &log], &big)?;
+    ensure!(
+        stderr.contains("INVALID_ARGUMENT") && stderr.contains("maximum entry size"),
+        "{stderr}"
+    );
+    // Arguments the CLI itself refuses: a negative offset, a zero batch.
+    for args in [
+        vec!["log", "read", log.as_str(), "--from", "-1"],
+        vec!["log", "append", log.as_str(), "--batch", "0"],
+    ] {
+        let (code, stderr) = s.err(&args, "x\n")?;
+        ensure!(code == 2 && stderr.starts_with("error:"), "{args:?}: {code} {stderr}");
+    }
+    // Nothing listening: a clear UNAVAILABLE.
+    let out = Command::new(BIN)
+        .args([
+            "--endpoint",
+            &format!("http://127.0.0.1:{}", testkit::free_port()?),
+            "log",
+            "info",
+            "1",
+        ])
+        .output()?;
+    let stderr = String::from_utf8(out.stderr)?;
+    ensure!(out.status.code() == Some(1) && stderr.contains("UNAVAILABLE"), "{stderr}");
+    Ok(())
+}
+
+#[test]
+fn cli_fence_activate_trim_and_delete() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let s = Standalone::start(dir.path(), testkit::free_port()?)?;
+    let log = s.ok(&["log", "create"], "")?.trim().to_owned();
+    s.ok(&["log", "append", &log], "a\nb\nc\n")?;
+    let epoch = s.ok(&["log", "fence", &log], "")?.trim().to_owned();
+    let (_, stderr) = s.err(&["log", "append", &log], "fenced\n")?;
+    ensure!(stderr.contains("FENCED"), "{stderr}");
+    s.ok(&["log", "activate", &log, "--epoch", &epoch], "")?;
+    s.ok(&["log", "append", &log], "d\n")?;
+    ensure!(s.ok(&["log", "trim", &log, "--soft", "2"], "")?.trim() == "2");
+    ensure!(s.ok(&["log", "read", &log], "")? == "2\tc\n3\td\n");
+    let (_, stderr) = s.err(&["log", "read", &log, "--from", "0"], "")?;
+    ensure!(stderr.contains("OFFSET_OUT_OF_RANGE"), "{stderr}");
+    s.ok(&["log", "delete", &log], "")?;
+    ensure!(s.ok(&["log", "info", &log], "")?.contains("DELETED"));
+    let (_, stderr) = s.err(&["log", "read", &log], "")?;
+    ensure!(stderr.contains("NOT_FOUND"), "{stderr}");
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! The writer role: serves the `LogService` (proto/lakelog/log/v1) over gRPC in front of
+//! [`logstore::LogStorage`]. A domain core (log storage) and a thin adapter ([`service`])
+//! that converts proto ↔ domain types and errors ([`status`]: the one error mapping).
+//!
+//! Depends on libs only; never on another service.
+
+pub mod service;
+pub mod status;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use logstore::{LogStorage, LogStorageConfig, SystemClock};
+use proto::log::v1::log_service_server::LogServiceServer;
+use tokio::net::TcpListener;
+
+/// Why the writer could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum WriterError {
+    #[error("metadata store: {0}")]
+    Metadata(#[from] metadata::MetaError),
+    #[error("object store: {0}")]
+    Objects(#[from] objstore::BuildError),
+    #[error("log storage: {0}")]
+    Storage(#[from] logstore::LogError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: std::net::SocketAddr, source: std::io::Error },
+    #[error("gRPC server: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+/// A random writer id, when the config names none: `writer-<pid>-<nanos>`.
+pub fn default_writer_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("writer-{}-{nanos:x}", std::process::id())
+}
+
+/// Log-storage settings from the node config.
+pub fn storage_config(node: &config::NodeConfig) -> LogStorageConfig {
+    let w = &node.writer;
+    let mut c =
+        LogStorageConfig::new(&node.cluster, w.id.clone().unwrap_or_else(default_writer_id));
+    c.zone = w.zone.clone();
+    c.flush_interval = w.flush_interval.0;
+    c.flush_bytes = usize::try_from(w.flush_bytes.0).unwrap_or(usize::MAX);
+    c.max_entry_bytes = usize::try_from(w.max_entry_size.0).unwrap_or(usize::MAX);
+    c.buffer_bytes = usize::try_from(w.buffer_size.0).unwrap_or(usize::MAX);
+    c.flush_deadline = w.flush_deadline.0;
+    c.lease_ttl = w.lease_ttl.0;
+    c
+}
+
+/// Runs the writer until `shutdown` resolves: opens the metadata and object stores, registers,
+/// serves gRPC (with health NOT_SERVING until storage is up), then drains and releases its
+/// lease.
+pub async fn run(
+    node: &config::NodeConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), WriterError> {
+    let listener = TcpListener::bind(node.writer.listen)
+        .await
+        .map_err(|source| WriterError::Listen { addr: node.writer.listen, source })?;
+    let meta = metadata::open(&node.metadata).await?;
+    let objects = objstore::build(&node.object_store)?;
+    let storage =
+        LogStorage::open(meta, objects, storage_config(node), Arc::new(SystemClock)).await?;
+    tracing::info!(addr = %node.writer.listen, writer = %storage.config().writer_id, "writer serving");
+    serve(storage, listener, shutdown).await
+}
+
+/// Serves the LogService for `storage` on `listener` until `shutdown`; then shuts storage
+/// down (flushes, commits, revokes the lease).
+pub async fn serve(
+    storage: LogStorage,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), WriterError> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<LogServiceServer<service::LogServiceImpl>>().await;
+    let svc = LogServiceServer::new(service::LogServiceImpl::new(storage.clone()))
+        // Room for an entry somewhat over the limit, so storage answers it with a clear
+        // INVALID_ARGUMENT rather than the transport with a bare size error.
+        .max_decoding_message_size(storage.config().max_entry_bytes.saturating_mul(2) + (1 << 20));
+    let served = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(svc)
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener),
+            shutdown,
+        )
+        .await;
+    health.set_not_serving::<LogServiceServer<service::LogServiceImpl>>().await;
+    storage.shutdown().await;
+    Ok(served?)
+}

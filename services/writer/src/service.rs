@@ -1,0 +1,243 @@
+//! The gRPC adapter: proto ↔ domain conversions and nothing else.
+
+use std::time::Duration;
+
+use logstore::{EntryIndex, LogEntry, LogEntryHeader, LogId, LogStorage};
+use proto::log::v1 as pb;
+use tonic::{Request, Response, Status};
+
+use crate::status::to_status;
+
+/// Reads wait at most this long, whatever the client asks.
+const MAX_WAIT_CAP: Duration = Duration::from_secs(60);
+const DEFAULT_MAX_RECORDS: u64 = 1000;
+const DEFAULT_MAX_BYTES: u64 = 4 << 20;
+
+/// The LogService over one writer's log storage.
+#[derive(Clone, Debug)]
+pub struct LogServiceImpl {
+    storage: LogStorage,
+}
+
+impl LogServiceImpl {
+    pub fn new(storage: LogStorage) -> Self {
+        LogServiceImpl { storage }
+    }
+}
+
+fn header(h: LogEntryHeader) -> pb::EntryHeader {
+    pb::EntryHeader {
+        offset: h.offset,
+        record_count: h.record_count,
+        timestamp_ms: h.timestamp,
+        entry_size: h.entry_size,
+        cumulative_size: h.cumulative_size,
+    }
+}
+
+fn from_header(h: Option<pb::EntryHeader>) -> Result<LogEntryHeader, Status> {
+    let h = h.ok_or_else(|| Status::invalid_argument("entry index without a header"))?;
+    Ok(LogEntryHeader {
+        offset: h.offset,
+        record_count: h.record_count,
+        timestamp: h.timestamp_ms,
+        entry_size: h.entry_size,
+        cumulative_size: h.cumulative_size,
+    })
+}
+
+fn entry(e: LogEntry) -> pb::Entry {
+    pb::Entry { header: Some(header(e.header)), payload: e.payload }
+}
+
+fn or_default(v: u64, default: u64) -> u64 {
+    if v == 0 { default } else { v }
+}
+
+#[tonic::async_trait]
+impl pb::log_service_server::LogService for LogServiceImpl {
+    async fn create_log(
+        &self,
+        _: Request<pb::CreateLogRequest>,
+    ) -> Result<Response<pb::CreateLogResponse>, Status> {
+        let log = self.storage.create_log().await.map_err(to_status)?;
+        Ok(Response::new(pb::CreateLogResponse { log_id: log.0 }))
+    }
+
+    async fn append(
+        &self,
+        req: Request<pb::AppendRequest>,
+    ) -> Result<Response<pb::AppendResponse>, Status> {
+        let r = req.into_inner();
+        let h = self
+            .storage
+            .append(LogId(r.log_id), r.record_count, r.payload, r.expected_offset)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::AppendResponse { header: Some(header(h)) }))
+    }
+
+    async fn read_entries(
+        &self,
+        req: Request<pb::ReadEntriesRequest>,
+    ) -> Result<Response<pb::ReadEntriesResponse>, Status> {
+        let r = req.into_inner();
+        let log = LogId(r.log_id);
+        let wait = Duration::from_millis(u64::from(r.max_wait_ms)).min(MAX_WAIT_CAP);
+        let reader = self.storage.reader();
+        if !wait.is_zero() {
+            reader.wait_beyond(log, r.start_offset, wait).await.map_err(to_status)?;
+        }
+        let max_records = or_default(r.max_records, DEFAULT_MAX_RECORDS);
+        let max_bytes = or_default(r.max_bytes, DEFAULT_MAX_BYTES);
+        let entries = reader
+            .read_entries(log, r.start_offset, max_records, max_bytes)
+            .await
+            .map_err(to_status)?;
+        let next_offset = match entries.last() {
+            Some(e) => e.header.end_offset(),
+            None => r.start_offset,
+        };
+        Ok(Response::new(pb::ReadEntriesResponse {
+            entries: entries.into_iter().map(entry).collect(),
+            next_offset,
+        }))
+    }
+
+    async fn get_first_offset(
+        &self,
+        req: Request<pb::GetFirstOffsetRequest>,
+    ) -> Result<Response<pb::GetFirstOffsetResponse>, Status> {
+        let h = self
+            .storage
+            .get_first_offset(LogId(req.into_inner().log_id))
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::GetFirstOffsetResponse { header: h.map(header) }))
+    }
+
+    async fn get_last_offset(
+        &self,
+        req: Request<pb::GetLastOffsetRequest>,
+    ) -> Result<Response<pb::GetLastOffsetResponse>, Status> {
+        let h = self
+            .storage
+            .get_last_offset(LogId(req.into_inner().log_id))
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::GetLastOffsetResponse { header: h.map(header) }))
+    }
+
+    async fn read_index_range(
+        &self,
+        req: Request<pb::ReadIndexRangeRequest>,
+    ) -> Result<Response<pb::ReadIndexRangeResponse>, Status> {
+        let r = req.into_inner();
+        let idx = self
+            .storage
+            .read_index_range(LogId(r.log_id), r.start_offset, r.max_entries as usize)
+            .await
+            .map_err(to_status)?;
+        let indexes = idx
+            .into_iter()
+            .map(|i| pb::EntryIndex {
+                header: Some(header(i.header)),
+                object: i.object.to_string(),
+                byte_start: i.byte_start,
+                byte_len: i.byte_len,
+            })
+            .collect();
+        Ok(Response::new(pb::ReadIndexRangeResponse { indexes }))
+    }
+
+    async fn read_entries_by_index(
+        &self,
+        req: Request<pb::ReadEntriesByIndexRequest>,
+    ) -> Result<Response<pb::ReadEntriesByIndexResponse>, Status> {
+        let mut indexes = Vec::new();
+        for i in req.into_inner().indexes {
+            let object = objstore::Path::parse(&i.object)
+                .map_err(|e| Status::invalid_argument(format!("object `{}`: {e}", i.object)))?;
+            if objstore::keys::parse_wal_object(&object).is_none() {
+                return Err(Status::invalid_argument(format!(
+                    "`{}` is not a Lakelog object",
+                    i.object
+                )));
+            }
+            indexes.push(EntryIndex {
+                header: from_header(i.header)?,
+                object,
+                byte_start: i.byte_start,
+                byte_len: i.byte_len,
+            });
+        }
+        let entries = self.storage.read_entries_by_index(&indexes).await.map_err(to_status)?;
+        Ok(Response::new(pb::ReadEntriesByIndexResponse {
+            entries: entries.into_iter().map(entry).collect(),
+        }))
+    }
+
+    async fn soft_trim(
+        &self,
+        req: Request<pb::SoftTrimRequest>,
+    ) -> Result<Response<pb::SoftTrimResponse>, Status> {
+        let r = req.into_inner();
+        let start = self.storage.soft_trim(LogId(r.log_id), r.offset).await.map_err(to_status)?;
+        Ok(Response::new(pb::SoftTrimResponse { start_offset: start }))
+    }
+
+    async fn hard_trim(
+        &self,
+        req: Request<pb::HardTrimRequest>,
+    ) -> Result<Response<pb::HardTrimResponse>, Status> {
+        let r = req.into_inner();
+        let start = self.storage.hard_trim(LogId(r.log_id), r.offset).await.map_err(to_status)?;
+        Ok(Response::new(pb::HardTrimResponse { start_offset: start }))
+    }
+
+    async fn delete_log(
+        &self,
+        req: Request<pb::DeleteLogRequest>,
+    ) -> Result<Response<pb::DeleteLogResponse>, Status> {
+        self.storage.delete_log(LogId(req.into_inner().log_id)).await.map_err(to_status)?;
+        Ok(Response::new(pb::DeleteLogResponse {}))
+    }
+
+    async fn fence(
+        &self,
+        req: Request<pb::FenceRequest>,
+    ) -> Result<Response<pb::FenceResponse>, Status> {
+        let epoch = self.storage.fence(LogId(req.into_inner().log_id)).await.map_err(to_status)?;
+        Ok(Response::new(pb::FenceResponse { epoch }))
+    }
+
+    async fn activate(
+        &self,
+        req: Request<pb::ActivateRequest>,
+    ) -> Result<Response<pb::ActivateResponse>, Status> {
+        let r = req.into_inner();
+        self.storage.activate(LogId(r.log_id), r.epoch).await.map_err(to_status)?;
+        Ok(Response::new(pb::ActivateResponse {}))
+    }
+
+    async fn get_log_info(
+        &self,
+        req: Request<pb::GetLogInfoRequest>,
+    ) -> Result<Response<pb::GetLogInfoResponse>, Status> {
+        let i = self.storage.info(LogId(req.into_inner().log_id)).await.map_err(to_status)?;
+        let state = match i.state {
+            logstore::records::LogState::Normal => "NORMAL",
+            logstore::records::LogState::Fenced => "FENCED",
+            logstore::records::LogState::Deleted => "DELETED",
+        };
+        Ok(Response::new(pb::GetLogInfoResponse {
+            log_id: i.log.0,
+            state: state.to_owned(),
+            epoch: i.epoch,
+            first_offset: i.first_offset,
+            next_offset: i.next_offset,
+            entries: i.entries,
+            bytes: i.bytes,
+        }))
+    }
+}

@@ -1,0 +1,71 @@
+//! The one place log-storage errors become gRPC statuses. The exact code travels in the
+//! `lakelog-code` metadata entry; `lakelog-outcome: unknown` marks appends that may have
+//! committed.
+
+use logstore::{Code, LogError};
+use tonic::metadata::MetadataValue;
+
+/// The wire name of a code (the `lakelog-code` metadata value).
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::Fenced => "FENCED",
+        Code::NotOwner => "NOT_OWNER",
+        Code::OffsetOutOfRange => "OFFSET_OUT_OF_RANGE",
+        Code::OffsetMismatch => "OFFSET_MISMATCH",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::ReadOnly => "READ_ONLY",
+        Code::Internal => "INTERNAL",
+    }
+}
+
+pub fn to_status(e: LogError) -> tonic::Status {
+    let code = e.code();
+    let grpc = match code {
+        Code::NotFound => tonic::Code::NotFound,
+        Code::AlreadyExists => tonic::Code::AlreadyExists,
+        Code::Fenced | Code::NotOwner | Code::ReadOnly => tonic::Code::FailedPrecondition,
+        Code::OffsetOutOfRange => tonic::Code::OutOfRange,
+        Code::OffsetMismatch => tonic::Code::Aborted,
+        Code::InvalidArgument => tonic::Code::InvalidArgument,
+        Code::Unavailable => tonic::Code::Unavailable,
+        Code::ResourceExhausted => tonic::Code::ResourceExhausted,
+        Code::Internal if matches!(e, LogError::Corrupt(_)) => tonic::Code::DataLoss,
+        Code::Internal => tonic::Code::Internal,
+    };
+    let unknown = matches!(e, LogError::Unavailable { outcome_unknown: true, .. });
+    let mut status = tonic::Status::new(grpc, e.to_string());
+    status.metadata_mut().insert("lakelog-code", MetadataValue::from_static(code_name(code)));
+    if unknown {
+        status.metadata_mut().insert("lakelog-outcome", MetadataValue::from_static("unknown"));
+    }
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_carries_its_code_and_unknown_outcomes_say_so() {
+        let fenced = to_status(LogError::Fenced { log: logstore::LogId(1), held: 1, current: 2 });
+        assert_eq!(fenced.code(), tonic::Code::FailedPrecondition);
+        assert_eq!(
+            fenced.metadata().get("lakelog-code").and_then(|v| v.to_str().ok()),
+            Some("FENCED")
+        );
+        let unknown =
+            to_status(LogError::Unavailable { message: "x".into(), outcome_unknown: true });
+        assert_eq!(
+            unknown.metadata().get("lakelog-outcome").and_then(|v| v.to_str().ok()),
+            Some("unknown")
+        );
+        let known =
+            to_status(LogError::Unavailable { message: "x".into(), outcome_unknown: false });
+        assert!(known.metadata().get("lakelog-outcome").is_none());
+        assert_eq!(to_status(LogError::Corrupt("crc".into())).code(), tonic::Code::DataLoss);
+    }
+}
