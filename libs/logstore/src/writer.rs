@@ -598,17 +598,29 @@ fn blocked(log: LogId, head: &LogHead, zone: &str, epoch: i64, me: &Owner) -> Op
 async fn take_slot(core: &Core, log: LogId, me: &Owner) -> Result<Served, LogError> {
     for _ in 0..100 {
         let snap = core.reader.snapshot(log).await?;
+        // A log fenced by a member that is gone (matched by incarnation) is taken over, so a
+        // dead fencer never wedges it (ARCHITECTURE §3, "Fencing").
+        let mut fencer_gone: Option<Compare> = None;
         match snap.head.log_state() {
             LogState::Deleted => return Err(LogError::NotFound(log)),
             LogState::Fenced => {
-                return Err(LogError::Fenced { log, held: 0, current: snap.head.epoch });
+                let fenced = || LogError::Fenced { log, held: 0, current: snap.head.epoch };
+                let Some(by) = &snap.head.fenced_by else { return Err(fenced()) };
+                let key = core.keys.member("writer", &by.writer_id);
+                let now = core.meta.get(&key).await?.map_or(0, |kv| kv.create_revision);
+                if now == by.member_revision {
+                    return Err(fenced());
+                }
+                fencer_gone = Some(Compare::create_revision(key, CompareOp::Equal, now));
             }
             LogState::Normal => {}
         }
-        if let Some(s) = snap.head.slot(&core.cfg.zone)
+        if fencer_gone.is_none()
+            && let Some(s) = snap.head.slot(&core.cfg.zone)
             && s.owner.as_ref() == Some(me)
         {
-            // Our own takeover, whose answer was lost: the epoch is ours.
+            // Our own takeover, whose answer was lost: the epoch is ours. (Not on a fenced
+            // log: the fence ended every slot, ours included.)
             return Ok(Served {
                 epoch: s.epoch,
                 head: snap.head.clone(),
@@ -617,17 +629,20 @@ async fn take_slot(core: &Core, log: LogId, me: &Owner) -> Result<Served, LogErr
         }
         let epoch = snap.head_revision;
         let mut head = snap.head.clone();
+        if fencer_gone.is_some() {
+            head.state = LogState::Normal as i32;
+            head.fenced_by = None;
+            head.slots.clear();
+        }
         head.slots.retain(|s| s.zone != core.cfg.zone);
         head.slots.push(Slot { zone: core.cfg.zone.clone(), epoch, owner: Some(me.clone()) });
+        let member = core.keys.member("writer", &core.cfg.writer_id);
+        let compares = [
+            Compare::mod_revision(core.keys.head(log), CompareOp::Equal, snap.head_revision),
+            Compare::create_revision(member, CompareOp::Equal, me.member_revision),
+        ];
         let txn = Txn::new()
-            .when([
-                Compare::mod_revision(core.keys.head(log), CompareOp::Equal, snap.head_revision),
-                Compare::create_revision(
-                    core.keys.member("writer", &core.cfg.writer_id),
-                    CompareOp::Equal,
-                    me.member_revision,
-                ),
-            ])
+            .when(compares.into_iter().chain(fencer_gone))
             .and_then([TxnOp::put(core.keys.head(log), head.encode_to_vec())]);
         match core.meta.txn(txn).await {
             Ok(resp) if resp.succeeded => {

@@ -53,7 +53,17 @@ cases!(
     full_buffer_answers_resource_exhausted,
     timestamp_search_and_retention_use_running_maxima,
     index_reads_fetch_entries_without_resolving_offsets,
+    lost_lease_ends_the_incarnation_and_the_writer_registers_again,
+    log_fenced_by_a_dead_writer_is_taken_over,
 );
+
+/// Revokes a writer's lease behind its back, as an expiry would.
+async fn revoke_lease_of(env: &Env, writer: &str) -> Result<()> {
+    let key = logstore::keys::Keys::new(&env.cluster).member("writer", writer);
+    let kv = env.meta.get(&key).await?.context("writer not registered")?;
+    env.meta.lease_revoke(kv.lease).await?;
+    Ok(())
+}
 
 fn payload(tag: &str, i: usize) -> Bytes {
     Bytes::from(format!("{tag}-{i}-{}", "x".repeat(i % 17)))
@@ -657,6 +667,63 @@ async fn index_reads_fetch_entries_without_resolving_offsets(env: Env) -> Result
     let mut back = entries.clone();
     back.reverse();
     ensure!(back == direct, "index reads differ from offset reads");
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn lost_lease_ends_the_incarnation_and_the_writer_registers_again(env: Env) -> Result<()> {
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    let mut acks = vec![append_retrying(&w, log, payload("before", 0)).await?];
+    let first = w.incarnation().await;
+    revoke_lease_of(&env, "w").await?;
+    // Appends fail (never succeed under the dead incarnation) until the writer has registered
+    // again; then they succeed under the new one.
+    let mut failures = 0;
+    for i in 0..20 {
+        match w.append(log, 1, payload("after", i), None).await {
+            Ok(h) => acks.push((h, payload("after", i))),
+            Err(e) => {
+                ensure!(e.code() == Code::Unavailable, "lease loss answered {e}");
+                failures += 1;
+            }
+        }
+    }
+    ensure!(
+        failures > 0,
+        "the first append after the lease loss succeeded under the dead incarnation"
+    );
+    ensure!(w.incarnation().await > first, "no new incarnation after the lease was lost");
+    ensure!(acks.len() > 1, "no append succeeded after registering again");
+    let all = read_all(&w, log).await?;
+    check_gap_free(&all, 0, w.info(log).await?.next_offset)?;
+    for (h, p) in &acks {
+        ensure!(
+            all.get(&h.offset) == Some(&(*h, p.clone())),
+            "acknowledged append at {} lost",
+            h.offset
+        );
+    }
+    ensure!(all.len() == acks.len(), "a failed append became readable");
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn log_fenced_by_a_dead_writer_is_taken_over(env: Env) -> Result<()> {
+    let fencer = env.writer("fencer").await?;
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    w.append(log, 1, payload("x", 0), None).await?;
+    fencer.fence(log).await?;
+    ensure!(
+        w.append(log, 1, payload("x", 1), None).await.is_err(),
+        "appended to a log whose fencer lives"
+    );
+    fencer.abort();
+    revoke_lease_of(&env, "fencer").await?;
+    let h = w.append(log, 1, payload("x", 2), None).await?;
+    ensure!(h.offset == 1);
+    ensure!(w.info(log).await?.state == logstore::records::LogState::Normal);
     w.shutdown().await;
     Ok(())
 }
