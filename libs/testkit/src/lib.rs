@@ -11,7 +11,8 @@
 //! servers with it. Linux ties that signal to the spawning *thread*, so every child is spawned
 //! from one long-lived spawner thread.
 //!
-//! A dev-dependency only; depends on no other Lakelog crate.
+//! A dev-dependency only; depends on no Lakelog crate but `config` (it hands out the config
+//! sections that reach its servers).
 
 // pre_exec (to set PR_SET_PDEATHSIG) and kill(2) need unsafe; both are confined to `sys`.
 #![allow(unsafe_code)]
@@ -195,6 +196,15 @@ impl Etcd {
     }
 }
 
+/// Config that reaches an etcd at `endpoint`, with 5 s timeouts.
+pub fn etcd_config(endpoint: &str) -> config::EtcdConfig {
+    config::EtcdConfig {
+        endpoints: vec![endpoint.to_owned()],
+        request_timeout: config::Duration(Duration::from_secs(5)),
+        connect_timeout: config::Duration(Duration::from_secs(5)),
+    }
+}
+
 /// S3 access to a SeaweedFS server: what a store needs to reach it.
 #[derive(Debug, Clone)]
 pub struct S3Endpoint {
@@ -212,6 +222,22 @@ pub struct SeaweedS3 {
     proc: Proc,
     s3: S3Endpoint,
     _dir: tempfile::TempDir,
+}
+
+impl S3Endpoint {
+    /// Config that reaches this server, with every object under `prefix`.
+    pub fn config(&self, prefix: &str) -> config::S3Config {
+        config::S3Config {
+            endpoint: Some(self.endpoint.clone()),
+            bucket: self.bucket.clone(),
+            region: self.region.clone(),
+            access_key_id: Some(self.access_key_id.clone()),
+            secret_access_key: Some(self.secret_access_key.clone()),
+            allow_http: true,
+            path_style: true,
+            prefix: prefix.to_owned(),
+        }
+    }
 }
 
 impl SeaweedS3 {

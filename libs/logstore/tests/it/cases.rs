@@ -89,6 +89,21 @@ async fn read_all(s: &LogStorage, log: LogId) -> Result<BTreeMap<u64, (LogEntryH
     Ok(out)
 }
 
+/// Invariant 2: every acknowledged append is readable at its offset with identical bytes.
+fn check_acks_readable(
+    all: &BTreeMap<u64, (LogEntryHeader, Bytes)>,
+    acks: &[(LogEntryHeader, Bytes)],
+) -> Result<()> {
+    for (h, p) in acks {
+        ensure!(
+            all.get(&h.offset) == Some(&(*h, p.clone())),
+            "acknowledged append at {} lost",
+            h.offset
+        );
+    }
+    Ok(())
+}
+
 /// Invariant 1: entries tile [start, hw) with no gap and no overlap.
 fn check_gap_free(
     entries: &BTreeMap<u64, (LogEntryHeader, Bytes)>,
@@ -363,13 +378,7 @@ async fn object_store_faults_lose_no_acknowledged_append(env: Env) -> Result<()>
     ensure!(faults.injected() > 0, "no fault was injected");
     let all = read_all(&w, log).await?;
     check_gap_free(&all, 0, w.info(log).await?.next_offset)?;
-    for (h, p) in &acks {
-        ensure!(
-            all.get(&h.offset) == Some(&(*h, p.clone())),
-            "acknowledged append at {} lost",
-            h.offset
-        );
-    }
+    check_acks_readable(&all, &acks)?;
     // A failed PUT is a definite failure: nothing of it may be readable.
     ensure!(all.len() == acks.len(), "{} entries readable for {} acks", all.len(), acks.len());
     w.shutdown().await;
@@ -389,13 +398,7 @@ async fn lost_commit_answers_never_duplicate_or_lose_entries(env: Env) -> Result
     ensure!(meta.injected.load(Ordering::SeqCst) > 0, "no ambiguity injected");
     let all = read_all(&w, log).await?;
     check_gap_free(&all, 0, w.info(log).await?.next_offset)?;
-    for (h, p) in &acks {
-        ensure!(
-            all.get(&h.offset) == Some(&(*h, p.clone())),
-            "acknowledged append at {} lost",
-            h.offset
-        );
-    }
+    check_acks_readable(&all, &acks)?;
     // The writer re-sends the identical transaction, so no entry is committed twice.
     let mut seen = std::collections::HashSet::new();
     for (_, p) in all.values() {
@@ -697,13 +700,7 @@ async fn lost_lease_ends_the_incarnation_and_the_writer_registers_again(env: Env
     ensure!(acks.len() > 1, "no append succeeded after registering again");
     let all = read_all(&w, log).await?;
     check_gap_free(&all, 0, w.info(log).await?.next_offset)?;
-    for (h, p) in &acks {
-        ensure!(
-            all.get(&h.offset) == Some(&(*h, p.clone())),
-            "acknowledged append at {} lost",
-            h.offset
-        );
-    }
+    check_acks_readable(&all, &acks)?;
     ensure!(all.len() == acks.len(), "a failed append became readable");
     w.shutdown().await;
     Ok(())

@@ -44,24 +44,10 @@ impl Env {
 
     pub async fn etcd_s3() -> Result<Env> {
         let etcd = testkit::shared_etcd()?;
-        let meta = metadata::EtcdStore::connect(&config::EtcdConfig {
-            endpoints: vec![etcd.endpoint().to_owned()],
-            request_timeout: config::Duration(Duration::from_secs(5)),
-            connect_timeout: config::Duration(Duration::from_secs(5)),
-        })
-        .await?;
-        let s3 = testkit::shared_s3()?.s3().clone();
+        let meta = metadata::EtcdStore::connect(&testkit::etcd_config(etcd.endpoint())).await?;
         let cluster = testkit::unique_prefix("ls");
-        let objects = objstore::build(&config::ObjectStoreConfig::S3(config::S3Config {
-            endpoint: Some(s3.endpoint),
-            bucket: s3.bucket,
-            region: s3.region,
-            access_key_id: Some(s3.access_key_id),
-            secret_access_key: Some(s3.secret_access_key),
-            allow_http: true,
-            path_style: true,
-            prefix: cluster.clone(),
-        }))?;
+        let s3 = testkit::shared_s3()?.s3().config(&cluster);
+        let objects = objstore::build(&config::ObjectStoreConfig::S3(s3))?;
         Ok(Env { meta: Arc::new(meta), objects, cluster, _guard: Box::new(()) })
     }
 

@@ -23,14 +23,6 @@ impl Fixture {
     }
 }
 
-pub fn etcd_config(endpoint: &str) -> config::EtcdConfig {
-    config::EtcdConfig {
-        endpoints: vec![endpoint.to_owned()],
-        request_timeout: config::Duration(Duration::from_secs(5)),
-        connect_timeout: config::Duration(Duration::from_secs(5)),
-    }
-}
-
 /// `own`: a server of its own, for cases that compact history (global in etcd).
 pub async fn etcd_fixture(own: bool) -> Result<Fixture> {
     let (endpoint, guard): (String, Box<dyn std::any::Any + Send>) = if own {
@@ -39,7 +31,7 @@ pub async fn etcd_fixture(own: bool) -> Result<Fixture> {
     } else {
         (testkit::shared_etcd()?.endpoint().to_owned(), Box::new(()))
     };
-    let store = EtcdStore::connect(&etcd_config(&endpoint)).await?;
+    let store = EtcdStore::connect(&testkit::etcd_config(&endpoint)).await?;
     Ok(Fixture { store: Arc::new(store), prefix: testkit::unique_prefix("meta"), _guard: guard })
 }
 

@@ -9,7 +9,7 @@ use metadata::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_write_timeout_reports_outcome_unknown() -> Result<()> {
     let etcd = testkit::Etcd::start()?;
-    let mut cfg = super::conformance::etcd_config(etcd.endpoint());
+    let mut cfg = testkit::etcd_config(etcd.endpoint());
     cfg.request_timeout = config::Duration(Duration::from_millis(500));
     let store = EtcdStore::connect(&cfg).await?;
     store.put(b"/faults/k", b"before", 0).await?;
@@ -38,7 +38,7 @@ async fn etcd_write_timeout_reports_outcome_unknown() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_connect_to_nothing_fails_with_unavailable() -> Result<()> {
     let port = testkit::free_port()?;
-    let mut cfg = super::conformance::etcd_config(&format!("http://127.0.0.1:{port}"));
+    let mut cfg = testkit::etcd_config(&format!("http://127.0.0.1:{port}"));
     cfg.connect_timeout = config::Duration(Duration::from_millis(500));
     match EtcdStore::connect(&cfg).await {
         Err(MetaError::Unavailable(m)) => ensure!(m.contains(&port.to_string()), "{m}"),

@@ -15,17 +15,7 @@ struct Fixture {
 }
 
 fn s3_config(prefix: &str) -> Result<config::S3Config> {
-    let s3 = testkit::shared_s3()?.s3().clone();
-    Ok(config::S3Config {
-        endpoint: Some(s3.endpoint),
-        bucket: s3.bucket,
-        region: s3.region,
-        access_key_id: Some(s3.access_key_id),
-        secret_access_key: Some(s3.secret_access_key),
-        allow_http: true,
-        path_style: true,
-        prefix: prefix.to_owned(),
-    })
+    Ok(testkit::shared_s3()?.s3().config(prefix))
 }
 
 fn s3_fixture() -> Result<Fixture> {

@@ -11,24 +11,10 @@ use logstore::{LogStorage, LogStorageConfig, SystemClock};
 async fn start_writer()
 -> Result<(LogClient, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>)> {
     let etcd = testkit::shared_etcd()?;
-    let s3 = testkit::shared_s3()?.s3().clone();
     let cluster = testkit::unique_prefix("writer");
-    let meta = metadata::EtcdStore::connect(&config::EtcdConfig {
-        endpoints: vec![etcd.endpoint().to_owned()],
-        request_timeout: config::Duration(Duration::from_secs(5)),
-        connect_timeout: config::Duration(Duration::from_secs(5)),
-    })
-    .await?;
-    let objects = objstore::build(&config::ObjectStoreConfig::S3(config::S3Config {
-        endpoint: Some(s3.endpoint),
-        bucket: s3.bucket,
-        region: s3.region,
-        access_key_id: Some(s3.access_key_id),
-        secret_access_key: Some(s3.secret_access_key),
-        allow_http: true,
-        path_style: true,
-        prefix: cluster.clone(),
-    }))?;
+    let meta = metadata::EtcdStore::connect(&testkit::etcd_config(etcd.endpoint())).await?;
+    let s3 = testkit::shared_s3()?.s3().config(&cluster);
+    let objects = objstore::build(&config::ObjectStoreConfig::S3(s3))?;
     let mut cfg = LogStorageConfig::new(&cluster, "w1");
     cfg.flush_interval = Duration::from_millis(5);
     let storage = LogStorage::open(Arc::new(meta), objects, cfg, Arc::new(SystemClock)).await?;
