@@ -157,6 +157,11 @@ impl LogStorage {
         }
     }
 
+    /// WAL objects flushed (PUTs started) by this writer so far.
+    pub fn flushes(&self) -> u64 {
+        self.core.flushes.load(Ordering::Relaxed)
+    }
+
     pub fn reader(&self) -> &LogReader {
         &self.core.reader
     }

@@ -102,6 +102,8 @@ pub(crate) struct Core {
     served: Mutex<HashMap<LogId, Served>>,
     /// The newest WAL sequence the flusher has assigned.
     last_seq: AtomicU64,
+    /// WAL objects the flusher has handed to the object store.
+    pub flushes: AtomicU64,
     pub closing: AtomicBool,
 }
 
@@ -132,6 +134,7 @@ impl Core {
             identity_lost: AtomicBool::new(false),
             served: Mutex::new(HashMap::new()),
             last_seq: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
             closing: AtomicBool::new(false),
             cfg,
         });
@@ -351,6 +354,7 @@ async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) {
         if to_committer.send(flush).await.is_err() {
             return;
         }
+        core.flushes.fetch_add(1, Ordering::Relaxed);
         let objects = core.objects.clone();
         let deadline = core.cfg.flush_deadline;
         tokio::spawn(async move {

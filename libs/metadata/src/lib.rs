@@ -11,6 +11,7 @@
 //! `config`. A write whose answer is lost is never retried here: it surfaces as
 //! [`MetaError::OutcomeUnknown`] and the caller resolves it by reading (ARCHITECTURE §3.8).
 
+pub mod counting;
 mod embedded;
 mod etcd;
 mod store;

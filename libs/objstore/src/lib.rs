@@ -8,6 +8,7 @@
 //! Depends on no Lakelog crate but `config`. Everything else reaches object storage through
 //! the `object_store` trait, so adapters (prefix, metrics, faults) stack freely.
 
+pub mod counting;
 pub mod faults;
 pub mod keys;
 

@@ -4,6 +4,8 @@
 //!
 //! The composition root: the only crate that may depend on service crates.
 
+mod bench;
+
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -39,11 +41,22 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Load generators reporting ratios against same-run baselines.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
     /// Work with logs.
     Log {
         #[command(subcommand)]
         command: LogCommand,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Append throughput, acknowledgement latency, PUTs and metadata transactions per GiB.
+    Append(bench::AppendArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -149,6 +162,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let _telemetry = telemetry::init(&node.telemetry, "writer")?;
             writer::run(&node, shutdown_signal()).await?;
             Ok(())
+        }
+        Command::Bench { command: BenchCommand::Append(args) } => {
+            bench::append(args, &cli.endpoint).await
         }
         Command::Log { command } => {
             let c = LogClient::connect(&cli.endpoint).await?;

@@ -1,6 +1,8 @@
 //! The `lakelog` command end to end: `standalone` as a real process, the CLI against it,
 //! kill -9 and restart on the same data dir.
 
+mod bench;
+
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};

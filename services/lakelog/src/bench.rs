@@ -1,0 +1,476 @@
+//! `lakelog bench`: load generators that report ratios against same-run baselines of the store
+//! they run on (this machine is shared: a bare time means little, a ratio measured in one run
+//! does).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use client::LogClient;
+use logstore::{LogId, LogStorage, SystemClock};
+use metadata::counting::{CountingMeta, MetaCounts};
+use metadata::{MetadataStore, Txn, TxnOp};
+use objstore::counting::{CountingStore, Counts};
+use objstore::object_store::{ObjectStore, ObjectStoreExt};
+
+/// Options of `lakelog bench append`.
+#[derive(clap::Args, Debug)]
+pub struct AppendArgs {
+    /// Run an in-process standalone writer on this local directory (created if missing).
+    #[arg(long, conflicts_with = "config")]
+    data_dir: Option<PathBuf>,
+    /// Run an in-process writer on the metadata and object stores of this config file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Logs to spread appends over (1 … 10000).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    logs: u64,
+    /// Bytes per record.
+    #[arg(long, default_value = "100")]
+    record_size: config::ByteSize,
+    /// Records per entry (one append).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    records_per_entry: u32,
+    /// Appends in flight at once.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    concurrency: u64,
+    /// The in-process writer's flush interval.
+    #[arg(long, default_value = "250ms")]
+    flush_interval: config::Duration,
+    /// Run this long (default 10s unless --bytes is given).
+    #[arg(long)]
+    duration: Option<config::Duration>,
+    /// Stop after appending this many payload bytes.
+    #[arg(long)]
+    bytes: Option<config::ByteSize>,
+    /// Also measure raw PUTs of the flush size and raw metadata transactions on the same stores.
+    #[arg(long)]
+    baseline: bool,
+    /// Print one JSON object on the last stdout line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Where appends go.
+enum Target {
+    Local {
+        storage: LogStorage,
+        objects: Arc<dyn ObjectStore>,
+        meta: Arc<dyn MetadataStore>,
+        puts: Arc<Counts>,
+        txns: Arc<MetaCounts>,
+        _dir: Option<PathBuf>,
+    },
+    Remote(LogClient),
+}
+
+impl Target {
+    async fn create_log(&self) -> anyhow::Result<u64> {
+        Ok(match self {
+            Target::Local { storage, .. } => storage.create_log().await?.0,
+            Target::Remote(c) => c.create_log().await?,
+        })
+    }
+
+    async fn append(&self, log: u64, records: u32, payload: Bytes) -> anyhow::Result<()> {
+        match self {
+            Target::Local { storage, .. } => {
+                storage.append(LogId(log), records, payload, None).await?;
+            }
+            Target::Remote(c) => {
+                c.append(log, records, payload, None).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Percentiles of a latency sample, in milliseconds.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    /// From microsecond samples (sorted in place).
+    pub fn of(samples: &mut [u64]) -> Self {
+        if samples.is_empty() {
+            return Percentiles::default();
+        }
+        samples.sort_unstable();
+        let at = |q: f64| {
+            let i = ((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1;
+            samples[i] as f64 / 1000.0
+        };
+        Percentiles { p50: at(0.5), p90: at(0.9), p99: at(0.99), p999: at(0.999), max: at(1.0) }
+    }
+
+    fn json(&self) -> String {
+        format!(
+            "{{\"p50\":{:.3},\"p90\":{:.3},\"p99\":{:.3},\"p999\":{:.3},\"max\":{:.3}}}",
+            self.p50, self.p90, self.p99, self.p999, self.max
+        )
+    }
+}
+
+/// Peak resident memory of this process, in MiB (Linux `VmHWM`).
+fn rss_peak_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+async fn open_target(args: &AppendArgs, endpoint: &str) -> anyhow::Result<Target> {
+    let node = match (&args.data_dir, &args.config) {
+        (Some(dir), _) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("data dir {}", dir.display()))?;
+            Some(config::NodeConfig {
+                cluster: "lakelog".to_owned(),
+                metadata: config::MetadataConfig::Embedded(config::EmbeddedConfig {
+                    path: dir.join("meta.redb"),
+                }),
+                object_store: config::ObjectStoreConfig::Local(config::LocalStoreConfig {
+                    path: dir.join("objects"),
+                }),
+                telemetry: Default::default(),
+                writer: Default::default(),
+            })
+        }
+        (None, Some(file)) => Some(config::load_file::<config::NodeConfig>(file)?),
+        (None, None) => None,
+    };
+    let Some(node) = node else {
+        if args.baseline {
+            bail!(
+                "INVALID_ARGUMENT: --baseline needs the stores in process: give --data-dir or --config"
+            );
+        }
+        return Ok(Target::Remote(LogClient::connect(endpoint).await?));
+    };
+    let (meta, txns) = CountingMeta::new(metadata::open(&node.metadata).await?);
+    let raw_objects = objstore::build(&node.object_store)?;
+    let (objects, puts) = CountingStore::new(raw_objects.clone());
+    let mut cfg = writer::storage_config(&node);
+    cfg.flush_interval = args.flush_interval.0;
+    let meta: Arc<dyn MetadataStore> = meta;
+    let storage = LogStorage::open(meta.clone(), objects, cfg, Arc::new(SystemClock)).await?;
+    Ok(Target::Local {
+        storage,
+        objects: raw_objects,
+        meta,
+        puts,
+        txns,
+        _dir: args.data_dir.clone(),
+    })
+}
+
+/// Runs `lakelog bench append`.
+pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
+    let target = Arc::new(open_target(&args, endpoint).await?);
+    let mut logs = Vec::with_capacity(args.logs as usize);
+    let started = Instant::now();
+    for i in 0..args.logs {
+        logs.push(target.create_log().await?);
+        if started.elapsed() > Duration::from_secs(1) && i % 500 == 0 {
+            eprintln!("creating logs: {i}/{}", args.logs);
+        }
+    }
+    let logs = Arc::new(logs);
+    let entry_bytes = args.record_size.0 as usize * args.records_per_entry as usize;
+    let payload = Bytes::from(vec![0x5a; entry_bytes]);
+    let duration = args.duration.map(|d| d.0).unwrap_or(if args.bytes.is_some() {
+        Duration::MAX
+    } else {
+        Duration::from_secs(10)
+    });
+    let byte_goal = args.bytes.map_or(u64::MAX, |b| b.0);
+    let (puts0, txns0) = counts(&target);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let appended = Arc::new(AtomicU64::new(0));
+    let entries = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..args.concurrency {
+        let (target, logs, payload, stop) =
+            (target.clone(), logs.clone(), payload.clone(), stop.clone());
+        let (appended, entries, errors) = (appended.clone(), entries.clone(), errors.clone());
+        let records = args.records_per_entry;
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut i = t;
+            while !stop.load(Ordering::Relaxed) {
+                let log = logs[(i % logs.len() as u64) as usize];
+                i += 1;
+                let t0 = Instant::now();
+                match target.append(log, records, payload.clone()).await {
+                    Ok(()) => {
+                        lat.push(t0.elapsed().as_micros() as u64);
+                        entries.fetch_add(1, Ordering::Relaxed);
+                        appended.fetch_add(payload.len() as u64, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        if errors.fetch_add(1, Ordering::Relaxed) < 3 {
+                            eprintln!("append failed: {e:#}");
+                        }
+                    }
+                }
+            }
+            lat
+        }));
+    }
+    let mut last = (Instant::now(), 0u64);
+    while !stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (now, done) = (Instant::now(), appended.load(Ordering::Relaxed));
+        if start.elapsed() >= duration || done >= byte_goal {
+            stop.store(true, Ordering::Relaxed);
+        }
+        if now - last.0 >= Duration::from_secs(1) {
+            let mbps = (done - last.1) as f64 / (now - last.0).as_secs_f64() / 1e6;
+            eprintln!(
+                "[{:>5.1}s] {mbps:>8.2} MB/s  {:>9} entries  {:>6} errors",
+                start.elapsed().as_secs_f64(),
+                entries.load(Ordering::Relaxed),
+                errors.load(Ordering::Relaxed)
+            );
+            last = (now, done);
+        }
+    }
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await?);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let (puts1, txns1) = counts(&target);
+    let ack = Percentiles::of(&mut lat);
+    let bytes = appended.load(Ordering::Relaxed);
+    let n_entries = entries.load(Ordering::Relaxed);
+    let mb_s = bytes as f64 / elapsed / 1e6;
+    let gib = bytes as f64 / (1u64 << 30) as f64;
+    let puts = puts1.0.saturating_sub(puts0.0);
+    let put_bytes = puts1.1.saturating_sub(puts0.1);
+    let flushes = puts1.2.saturating_sub(puts0.2);
+    let meta_txns = txns1.saturating_sub(txns0);
+
+    let mut report = Report {
+        rows: vec![
+            ("append MB/s".into(), format!("{mb_s:.2}")),
+            ("entries/s".into(), format!("{:.0}", n_entries as f64 / elapsed)),
+            (
+                "ack ms p50/p90/p99/p999/max".into(),
+                format!(
+                    "{:.1} / {:.1} / {:.1} / {:.1} / {:.1}",
+                    ack.p50, ack.p90, ack.p99, ack.p999, ack.max
+                ),
+            ),
+            ("errors".into(), errors.load(Ordering::Relaxed).to_string()),
+        ],
+        json: vec![
+            ("append_mb_per_s".into(), format!("{mb_s:.3}")),
+            ("entries_per_s".into(), format!("{:.1}", n_entries as f64 / elapsed)),
+            ("ack_ms".into(), ack.json()),
+            ("errors".into(), errors.load(Ordering::Relaxed).to_string()),
+            ("logs".into(), args.logs.to_string()),
+            ("concurrency".into(), args.concurrency.to_string()),
+            ("entry_bytes".into(), entry_bytes.to_string()),
+            (
+                "flush_interval_ms".into(),
+                format!("{:.1}", args.flush_interval.0.as_secs_f64() * 1e3),
+            ),
+            ("duration_s".into(), format!("{elapsed:.2}")),
+        ],
+    };
+    let local = matches!(*target, Target::Local { .. });
+    let opt = |v: f64| if local { format!("{v:.3}") } else { "null".to_owned() };
+    let per_gib = |n: u64| if gib > 0.0 { n as f64 / gib } else { 0.0 };
+    report.json.extend([
+        ("puts".into(), opt(puts as f64)),
+        ("put_bytes".into(), opt(put_bytes as f64)),
+        ("flushes".into(), opt(flushes as f64)),
+        ("metadata_txns".into(), opt(meta_txns as f64)),
+        ("puts_per_gib".into(), opt(per_gib(puts))),
+        ("metadata_txns_per_gib".into(), opt(per_gib(meta_txns))),
+        ("rss_peak_mb".into(), rss_peak_mb().map_or("null".to_owned(), |m| format!("{m:.1}"))),
+    ]);
+    if local {
+        report.rows.extend([
+            ("PUTs / flushes".into(), format!("{puts} / {flushes}")),
+            ("mean flush bytes".into(), format!("{:.0}", put_bytes as f64 / puts.max(1) as f64)),
+            ("metadata write txns".into(), meta_txns.to_string()),
+            ("txns per flush".into(), format!("{:.2}", meta_txns as f64 / flushes.max(1) as f64)),
+            ("PUTs per GiB".into(), format!("{:.0}", per_gib(puts))),
+        ]);
+    }
+    report
+        .rows
+        .push(("RSS peak MiB".into(), rss_peak_mb().map_or("?".into(), |m| format!("{m:.1}"))));
+
+    let target = Arc::try_unwrap(target)
+        .map_err(|_| anyhow::anyhow!("bench tasks still hold the writer"))?;
+    if let Target::Local { storage, objects, meta, .. } = target {
+        storage.shutdown().await;
+        if args.baseline {
+            let flush = (put_bytes / puts.max(1)).max(1);
+            let b =
+                baseline(objects.as_ref(), meta.as_ref(), flush, args.concurrency.min(64)).await?;
+            let put_mb_s = b.put_mb_s;
+            report.rows.extend([
+                ("baseline PUT MB/s (flush-size objects)".into(), format!("{put_mb_s:.2}")),
+                (
+                    "baseline PUT ms p50/p99".into(),
+                    format!("{:.1} / {:.1}", b.put_ms.p50, b.put_ms.p99),
+                ),
+                ("baseline metadata txns/s".into(), format!("{:.0}", b.txn_per_s)),
+                ("baseline txn ms p99".into(), format!("{:.1}", b.txn_ms.p99)),
+                (
+                    "ratio append / raw PUT throughput".into(),
+                    format!("{:.2}", mb_s / put_mb_s.max(1e-9)),
+                ),
+                (
+                    "p99 ack / (flush_interval + 2×(PUT p99 + txn p99))".into(),
+                    format!(
+                        "{:.2}",
+                        ack.p99
+                            / (args.flush_interval.0.as_secs_f64() * 1e3
+                                + 2.0 * (b.put_ms.p99 + b.txn_ms.p99))
+                    ),
+                ),
+            ]);
+            report.json.extend([
+                ("baseline_put_mb_per_s".into(), format!("{put_mb_s:.3}")),
+                (
+                    "baseline_put_ms".into(),
+                    format!("{{\"p50\":{:.3},\"p99\":{:.3}}}", b.put_ms.p50, b.put_ms.p99),
+                ),
+                ("baseline_txn_per_s".into(), format!("{:.1}", b.txn_per_s)),
+                ("baseline_txn_ms_p99".into(), format!("{:.3}", b.txn_ms.p99)),
+                ("baseline_flush_bytes".into(), flush.to_string()),
+            ]);
+        }
+    }
+    report.print(args.json);
+    Ok(())
+}
+
+/// ((PUTs, PUT bytes, flushes), metadata write transactions) so far.
+fn counts(t: &Target) -> ((u64, u64, u64), u64) {
+    match t {
+        Target::Local { storage, puts, txns, .. } => (
+            (puts.get(&puts.puts), puts.get(&puts.put_bytes), storage.flushes()),
+            txns.write_txns.load(Ordering::Relaxed),
+        ),
+        Target::Remote(_) => ((0, 0, 0), 0),
+    }
+}
+
+struct Report {
+    rows: Vec<(String, String)>,
+    json: Vec<(String, String)>,
+}
+
+impl Report {
+    fn print(&self, json: bool) {
+        let width = self.rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        for (k, v) in &self.rows {
+            println!("{k:<width$}  {v}");
+        }
+        if json {
+            let body: Vec<String> = self.json.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+            println!("{{{}}}", body.join(","));
+        }
+    }
+}
+
+struct Baseline {
+    put_mb_s: f64,
+    put_ms: Percentiles,
+    txn_per_s: f64,
+    txn_ms: Percentiles,
+}
+
+/// Raw PUTs of `object_bytes` objects with `concurrency` in flight, then raw single-key
+/// metadata transactions from 8 tasks, for a few seconds each, on the same stores.
+async fn baseline(
+    objects: &dyn ObjectStore,
+    meta: &dyn MetadataStore,
+    object_bytes: u64,
+    concurrency: u64,
+) -> anyhow::Result<Baseline> {
+    let run_for = Duration::from_secs(3);
+    let body = Bytes::from(vec![0xa5; object_bytes as usize]);
+    let n = AtomicU64::new(0);
+    let start = Instant::now();
+    let worker = |t: u64| {
+        let body = body.clone();
+        let n = &n;
+        async move {
+            let mut lat = Vec::new();
+            let mut i = 0;
+            while start.elapsed() < run_for {
+                let p = objstore::Path::from(format!("bench/baseline/{t}-{i}"));
+                i += 1;
+                let t0 = Instant::now();
+                objects.put(&p, body.clone().into()).await?;
+                lat.push(t0.elapsed().as_micros() as u64);
+                n.fetch_add(1, Ordering::Relaxed);
+            }
+            anyhow::Ok((t, i, lat))
+        }
+    };
+    let results = futures::future::try_join_all((0..concurrency).map(worker)).await?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut put_lat: Vec<u64> = Vec::new();
+    for (t, count, lat) in results {
+        put_lat.extend(lat);
+        for i in 0..count {
+            let _ = objects.delete(&objstore::Path::from(format!("bench/baseline/{t}-{i}"))).await;
+        }
+    }
+    let put_mb_s = n.load(Ordering::Relaxed) as f64 * object_bytes as f64 / elapsed / 1e6;
+
+    let start = Instant::now();
+    let txn_worker = |t: u64| async move {
+        let mut lat = Vec::new();
+        let key = format!("/lakelog-bench/baseline/{t}").into_bytes();
+        while start.elapsed() < run_for {
+            let t0 = Instant::now();
+            meta.txn(Txn::new().and_then([TxnOp::put(key.clone(), b"x".to_vec())])).await?;
+            lat.push(t0.elapsed().as_micros() as u64);
+        }
+        anyhow::Ok(lat)
+    };
+    let lats = futures::future::try_join_all((0..8).map(txn_worker)).await?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut txn_lat: Vec<u64> = lats.into_iter().flatten().collect();
+    let txn_per_s = txn_lat.len() as f64 / elapsed;
+    meta.delete(metadata::KeyRange::prefix(&b"/lakelog-bench/"[..])).await?;
+    Ok(Baseline {
+        put_mb_s,
+        put_ms: Percentiles::of(&mut put_lat),
+        txn_per_s,
+        txn_ms: Percentiles::of(&mut txn_lat),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_pick_nearest_rank() {
+        let mut s: Vec<u64> = (1..=1000).map(|i| i * 1000).collect();
+        let p = Percentiles::of(&mut s);
+        assert_eq!((p.p50, p.p90, p.p99, p.p999, p.max), (500.0, 900.0, 990.0, 999.0, 1000.0));
+        assert_eq!(Percentiles::of(&mut []).max, 0.0);
+    }
+}

@@ -1,0 +1,66 @@
+//! `lakelog bench append` runs in process and reports what it promises (not how fast: speed
+//! is for the benchmark itself, never a test).
+
+use std::process::Command;
+
+use anyhow::{Result, ensure};
+
+#[test]
+fn bench_append_reports_every_promised_figure() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let out = Command::new(env!("CARGO_BIN_EXE_lakelog"))
+        .args(["bench", "append", "--data-dir"])
+        .arg(dir.path())
+        .args([
+            "--duration",
+            "1s",
+            "--logs",
+            "3",
+            "--concurrency",
+            "8",
+            "--flush-interval",
+            "10ms",
+            "--json",
+        ])
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.success(), "bench failed: {stderr}");
+    let stdout = String::from_utf8(out.stdout)?;
+    let json = stdout.lines().last().unwrap_or_default();
+    for key in [
+        "append_mb_per_s",
+        "entries_per_s",
+        "\"ack_ms\":{\"p50\"",
+        "\"p999\"",
+        "puts",
+        "put_bytes",
+        "flushes",
+        "metadata_txns",
+        "puts_per_gib",
+        "metadata_txns_per_gib",
+        "rss_peak_mb",
+    ] {
+        ensure!(json.contains(key), "JSON lacks {key}: {json}");
+    }
+    ensure!(stderr.contains("MB/s"), "no progress line on stderr: {stderr}");
+    // Something was appended, and each flush was exactly one PUT (counted apart: PUTs at the
+    // object store, flushes in the writer).
+    let field = |k: &str| -> Option<f64> {
+        let at = json.find(&format!("\"{k}\":"))? + k.len() + 3;
+        json[at..].split([',', '}']).next()?.parse().ok()
+    };
+    ensure!(field("entries_per_s").unwrap_or(0.0) > 0.0, "{json}");
+    ensure!(field("puts") == field("flushes") && field("puts").unwrap_or(0.0) >= 1.0, "{json}");
+    ensure!(field("errors") == Some(0.0), "{json}");
+    Ok(())
+}
+
+#[test]
+fn bench_baseline_needs_stores_in_process() -> Result<()> {
+    let out = Command::new(env!("CARGO_BIN_EXE_lakelog"))
+        .args(["--endpoint", "http://127.0.0.1:1", "bench", "append", "--baseline"])
+        .output()?;
+    let stderr = String::from_utf8(out.stderr)?;
+    ensure!(out.status.code() == Some(1) && stderr.contains("--baseline needs"), "{stderr}");
+    Ok(())
+}
