@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/venv/bin:$(PATH)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: help deps build test lint run
+.PHONY: help deps build test lint run bench
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
@@ -29,3 +29,11 @@ run: ## Build and start `lakelog standalone` on 127.0.0.1:7540 (data in ./lakelo
 	@./scripts/install-deps.sh build
 	cargo build --bin lakelog
 	./target/debug/lakelog standalone --data-dir ./lakelog-data --listen 127.0.0.1:7540
+
+bench: ## A short benchmark (about 1 minute once built): append and read, local directory, release build
+	@./scripts/install-deps.sh build
+	cargo build --release --bin lakelog
+	@d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+	./target/release/lakelog bench append --data-dir "$$d/append" --logs 100 --concurrency 256 \
+		--record-size 1000 --records-per-entry 10 --flush-interval 50ms --duration 20s --baseline && \
+	./target/release/lakelog bench read --data-dir "$$d/read" --flush-interval 50ms --duration 10s --backlog 64MiB

@@ -474,3 +474,175 @@ mod tests {
         assert_eq!(Percentiles::of(&mut []).max, 0.0);
     }
 }
+
+/// Options of `lakelog bench read`.
+#[derive(clap::Args, Debug)]
+pub struct ReadArgs {
+    /// Run an in-process standalone writer on this local directory (created if missing).
+    #[arg(long, conflicts_with = "config")]
+    data_dir: Option<PathBuf>,
+    /// Run an in-process writer on the metadata and object stores of this config file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Bytes per entry.
+    #[arg(long, default_value = "1000")]
+    entry_size: config::ByteSize,
+    /// The in-process writer's flush interval.
+    #[arg(long, default_value = "50ms")]
+    flush_interval: config::Duration,
+    /// How long the tail phase appends (one entry at a time) while a reader long-polls.
+    #[arg(long, default_value = "5s")]
+    duration: config::Duration,
+    /// Backlog to build, then read back from the start.
+    #[arg(long, default_value = "64MiB")]
+    backlog: config::ByteSize,
+    /// Print one JSON object on the last stdout line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `lakelog bench read`: tail latency (append start → seen by a long-polling reader) and
+/// catch-up throughput over a backlog, against a raw GET baseline of the backlog's objects.
+pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
+    let append_args = AppendArgs {
+        data_dir: args.data_dir.clone(),
+        config: args.config.clone(),
+        logs: 1,
+        record_size: args.entry_size,
+        records_per_entry: 1,
+        concurrency: 1,
+        flush_interval: args.flush_interval,
+        duration: None,
+        bytes: None,
+        baseline: false,
+        json: false,
+    };
+    let target = open_target(&append_args, "").await?;
+    let Target::Local { storage, objects, .. } = target else {
+        bail!("INVALID_ARGUMENT: bench read runs in process: give --data-dir or --config");
+    };
+    let log = storage.create_log().await?;
+    let body = vec![0x3c; (args.entry_size.0 as usize).max(8)];
+
+    // Tail: one appender, one long-polling reader; each payload starts with its sequence.
+    let sent: Arc<std::sync::Mutex<Vec<Instant>>> = Arc::default();
+    let reader = {
+        let (storage, sent) = (storage.clone(), sent.clone());
+        let run_for = args.duration.0;
+        tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut at = 0u64;
+            let start = Instant::now();
+            while start.elapsed() < run_for + Duration::from_secs(2) {
+                storage.reader().wait_beyond(log, at, Duration::from_millis(500)).await?;
+                for e in storage.read_entries(log, at, u64::MAX, 4 << 20).await? {
+                    let seq = u64::from_le_bytes(e.payload[..8].try_into()?);
+                    let t0 = sent
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("poisoned"))?
+                        .get(seq as usize)
+                        .copied();
+                    if let Some(t0) = t0 {
+                        lat.push(t0.elapsed().as_micros() as u64);
+                    }
+                    at = e.header.end_offset();
+                }
+                if start.elapsed() >= run_for
+                    && at as usize >= sent.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.len()
+                {
+                    break;
+                }
+            }
+            anyhow::Ok(lat)
+        })
+    };
+    let start = Instant::now();
+    let mut seq = 0u64;
+    while start.elapsed() < args.duration.0 {
+        let mut p = body.clone();
+        p[..8].copy_from_slice(&seq.to_le_bytes());
+        sent.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.push(Instant::now());
+        storage.append(log, 1, Bytes::from(p), None).await?;
+        seq += 1;
+        if seq % 20 == 0 {
+            eprintln!("[{:>5.1}s] tail: {seq} entries appended", start.elapsed().as_secs_f64());
+        }
+    }
+    let mut tail = reader.await??;
+    let tail_ms = Percentiles::of(&mut tail);
+
+    // Backlog: append it with many in flight, then read it back from the start.
+    let backlog_log = storage.create_log().await?;
+    let entry = Bytes::from(body.clone());
+    let n_entries = (args.backlog.0 / entry.len() as u64).max(1);
+    let next = Arc::new(AtomicU64::new(0));
+    let mut writers = Vec::new();
+    for _ in 0..64 {
+        let (storage, entry, next) = (storage.clone(), entry.clone(), next.clone());
+        writers.push(tokio::spawn(async move {
+            while next.fetch_add(1, Ordering::Relaxed) < n_entries {
+                storage.append(backlog_log, 1, entry.clone(), None).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for w in writers {
+        w.await??;
+    }
+    eprintln!("backlog of {n_entries} entries written; reading it back");
+    let start = Instant::now();
+    let mut at = 0;
+    let mut bytes = 0u64;
+    let hw = storage.info(backlog_log).await?.next_offset;
+    while at < hw {
+        for e in storage.read_entries(backlog_log, at, u64::MAX, 4 << 20).await? {
+            bytes += e.payload.len() as u64;
+            at = e.header.end_offset();
+        }
+    }
+    let catch_up_mb_s = bytes as f64 / start.elapsed().as_secs_f64() / 1e6;
+
+    // Raw GET baseline: the same WAL objects, whole, 16 at a time.
+    use futures::{StreamExt, TryStreamExt};
+    let wal: Vec<_> = objects.list(Some(&objstore::Path::from("wal"))).try_collect().await?;
+    let start = Instant::now();
+    let fetched: Vec<u64> = futures::stream::iter(wal.iter().map(|m| {
+        let objects = objects.clone();
+        let p = m.location.clone();
+        async move { anyhow::Ok(objects.get(&p).await?.bytes().await?.len() as u64) }
+    }))
+    .buffer_unordered(16)
+    .try_collect()
+    .await?;
+    let get_mb_s = fetched.iter().sum::<u64>() as f64 / start.elapsed().as_secs_f64() / 1e6;
+    storage.shutdown().await;
+
+    let report = Report {
+        rows: vec![
+            (
+                "tail ms p50/p90/p99/max (append → seen)".into(),
+                format!(
+                    "{:.1} / {:.1} / {:.1} / {:.1}",
+                    tail_ms.p50, tail_ms.p90, tail_ms.p99, tail_ms.max
+                ),
+            ),
+            ("catch-up MB/s".into(), format!("{catch_up_mb_s:.2}")),
+            ("baseline GET MB/s (same objects)".into(), format!("{get_mb_s:.2}")),
+            (
+                "ratio catch-up / raw GET".into(),
+                format!("{:.2}", catch_up_mb_s / get_mb_s.max(1e-9)),
+            ),
+        ],
+        json: vec![
+            ("tail_ms".into(), tail_ms.json()),
+            ("catch_up_mb_per_s".into(), format!("{catch_up_mb_s:.3}")),
+            ("baseline_get_mb_per_s".into(), format!("{get_mb_s:.3}")),
+            (
+                "flush_interval_ms".into(),
+                format!("{:.1}", args.flush_interval.0.as_secs_f64() * 1e3),
+            ),
+        ],
+    };
+    report.print(args.json);
+    Ok(())
+}

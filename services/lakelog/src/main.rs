@@ -57,6 +57,8 @@ enum Command {
 enum BenchCommand {
     /// Append throughput, acknowledgement latency, PUTs and metadata transactions per GiB.
     Append(bench::AppendArgs),
+    /// Tail latency and catch-up throughput, against a raw GET baseline.
+    Read(bench::ReadArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -166,6 +168,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench { command: BenchCommand::Append(args) } => {
             bench::append(args, &cli.endpoint).await
         }
+        Command::Bench { command: BenchCommand::Read(args) } => bench::read(args).await,
         Command::Log { command } => {
             let c = LogClient::connect(&cli.endpoint).await?;
             log_command(&c, command).await

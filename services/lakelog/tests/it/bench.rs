@@ -64,3 +64,21 @@ fn bench_baseline_needs_stores_in_process() -> Result<()> {
     ensure!(out.status.code() == Some(1) && stderr.contains("--baseline needs"), "{stderr}");
     Ok(())
 }
+
+#[test]
+fn bench_read_reports_tail_latency_and_catch_up_against_a_get_baseline() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let out = Command::new(env!("CARGO_BIN_EXE_lakelog"))
+        .args(["bench", "read", "--data-dir"])
+        .arg(dir.path())
+        .args(["--duration", "1s", "--backlog", "512KiB", "--flush-interval", "10ms", "--json"])
+        .output()?;
+    ensure!(out.status.success(), "bench read failed: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout)?;
+    let json = stdout.lines().last().unwrap_or_default();
+    for key in ["\"tail_ms\":{\"p50\"", "catch_up_mb_per_s", "baseline_get_mb_per_s"] {
+        ensure!(json.contains(key), "JSON lacks {key}: {json}");
+    }
+    ensure!(!json.contains("\"p50\":0.000"), "no tail sample was taken: {json}");
+    Ok(())
+}
