@@ -564,7 +564,7 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
         sent.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.push(Instant::now());
         storage.append(log, 1, Bytes::from(p), None).await?;
         seq += 1;
-        if seq % 20 == 0 {
+        if seq.is_multiple_of(20) {
             eprintln!("[{:>5.1}s] tail: {seq} entries appended", start.elapsed().as_secs_f64());
         }
     }
