@@ -279,6 +279,7 @@ impl LogStorage {
         self.core.enqueue(Pending {
             log,
             record_count,
+            size: payload.len() as u64,
             payload,
             timestamp: self.core.clock.now_ms(),
             expected_offset,

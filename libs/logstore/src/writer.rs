@@ -34,7 +34,10 @@ use crate::{Clock, LogEntryHeader, LogError, LogId, RECENT_MAX, decode};
 pub(crate) struct Pending {
     pub log: LogId,
     pub record_count: u32,
+    /// Emptied once copied into the WAL object, so a buffered entry is held in memory once.
     pub payload: Bytes,
+    /// The payload's length.
+    pub size: u64,
     pub timestamp: i64,
     pub expected_offset: Option<u64>,
     pub reply: oneshot::Sender<Result<LogEntryHeader, LogError>>,
@@ -390,7 +393,12 @@ fn build_flush(
         });
         by_log[i].1.push(p);
     }
-    let mut b = wal::ObjectBuilder::new(wal::ObjectKind::Wal);
+    let n_entries: usize = by_log.iter().map(|(_, ps)| ps.len()).sum();
+    let payloads: usize =
+        by_log.iter().flat_map(|(_, ps)| ps.iter().map(|p| p.payload.len())).sum();
+    // Entries, their headers, and the footer (about 52 bytes a chunk and 24 an entry).
+    let size = payloads + n_entries * (wal::ENTRY_HEADER_LEN + 24) + by_log.len() * 52 + 64;
+    let mut b = wal::ObjectBuilder::with_capacity(wal::ObjectKind::Wal, size);
     let mut chunks = Vec::with_capacity(by_log.len());
     let mut failed: Option<LogError> = None;
     for (log, ps) in by_log {
@@ -398,7 +406,11 @@ fn build_flush(
         let mut staged = Vec::with_capacity(ps.len());
         for p in ps {
             match b.push_entry(p.record_count, p.timestamp, &p.payload) {
-                Ok(r) => staged.push((p, r.start, r.end - r.start)),
+                Ok(r) => {
+                    let mut p = p;
+                    p.payload = Bytes::new();
+                    staged.push((p, r.start, r.end - r.start));
+                }
                 Err(e) => {
                     failed.get_or_insert(LogError::InvalidArgument(e.to_string()));
                     staged.push((p, 0, 0));
@@ -532,7 +544,7 @@ fn plan(
             open_run = false;
             continue;
         }
-        let size = p.payload.len() as u64;
+        let size = p.size;
         let header = LogEntryHeader {
             offset: h.next_offset,
             record_count: p.record_count,

@@ -130,7 +130,13 @@ pub struct ObjectBuilder {
 
 impl ObjectBuilder {
     pub fn new(kind: ObjectKind) -> Self {
-        ObjectBuilder { kind, buf: BytesMut::new(), chunks: Vec::new() }
+        Self::with_capacity(kind, 0)
+    }
+
+    /// A builder whose buffer is allocated once for `bytes` (payloads plus
+    /// [`ENTRY_HEADER_LEN`] per entry), so building never reallocates and copies.
+    pub fn with_capacity(kind: ObjectKind, bytes: usize) -> Self {
+        ObjectBuilder { kind, buf: BytesMut::with_capacity(bytes), chunks: Vec::new() }
     }
 
     /// Starts the chunk of `log`. Every chunk of a WAL object belongs to a different log.

@@ -184,6 +184,23 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
         }
     }
     let logs = Arc::new(logs);
+    // Warm up: one append per log, so each log's one-time slot takeover is not measured.
+    let next = Arc::new(AtomicU64::new(0));
+    let warmers: Vec<_> = (0..args.concurrency.min(256))
+        .map(|_| {
+            let (target, logs, next) = (target.clone(), logs.clone(), next.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                    let Some(log) = logs.get(i) else { return anyhow::Ok(()) };
+                    target.append(*log, 1, Bytes::from_static(b"warm-up")).await?;
+                }
+            })
+        })
+        .collect();
+    for w in warmers {
+        w.await??;
+    }
     let entry_bytes = args.record_size.0 as usize * args.records_per_entry as usize;
     let payload = Bytes::from(vec![0x5a; entry_bytes]);
     let duration = args.duration.map(|d| d.0).unwrap_or(if args.bytes.is_some() {
@@ -318,11 +335,13 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
     let target = Arc::try_unwrap(target)
         .map_err(|_| anyhow::anyhow!("bench tasks still hold the writer"))?;
     if let Target::Local { storage, objects, meta, .. } = target {
+        let buffer_bytes = storage.config().buffer_bytes as u64;
         storage.shutdown().await;
         if args.baseline {
             let flush = (put_bytes / puts.max(1)).max(1);
-            let b =
-                baseline(objects.as_ref(), meta.as_ref(), flush, args.concurrency.min(64)).await?;
+            // As many PUTs in flight as the writer can have: its buffer holds that many flushes.
+            let in_flight = (buffer_bytes / flush).clamp(1, 16);
+            let b = baseline(objects.as_ref(), meta.as_ref(), flush, in_flight).await?;
             let put_mb_s = b.put_mb_s;
             report.rows.extend([
                 ("baseline PUT MB/s (flush-size objects)".into(), format!("{put_mb_s:.2}")),
@@ -355,6 +374,7 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
                 ("baseline_txn_per_s".into(), format!("{:.1}", b.txn_per_s)),
                 ("baseline_txn_ms_p99".into(), format!("{:.3}", b.txn_ms.p99)),
                 ("baseline_flush_bytes".into(), flush.to_string()),
+                ("baseline_puts_in_flight".into(), in_flight.to_string()),
             ]);
         }
     }

@@ -14,6 +14,9 @@ use logstore::{LogStorage, LogStorageConfig, SystemClock};
 use proto::log::v1::log_service_server::LogServiceServer;
 use tokio::net::TcpListener;
 
+/// Concurrent requests one client connection may have open.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 256;
+
 /// Why the writer could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum WriterError {
@@ -83,7 +86,10 @@ pub async fn serve(
         // Room for an entry somewhat over the limit, so storage answers it with a clear
         // INVALID_ARGUMENT rather than the transport with a bare size error.
         .max_decoding_message_size(storage.config().max_entry_bytes.saturating_mul(2) + (1 << 20));
+    // Requests waiting for buffer room hold their payload outside the buffer's accounting;
+    // capping streams per connection keeps that bounded (HTTP/2 makes the client wait).
     let served = tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
         .add_service(health_service)
         .add_service(svc)
         .serve_with_incoming_shutdown(
