@@ -30,10 +30,10 @@ run: ## Build and start `lakelog standalone` on 127.0.0.1:7540 (data in ./lakelo
 	cargo build --bin lakelog
 	./target/debug/lakelog standalone --data-dir ./lakelog-data --listen 127.0.0.1:7540
 
-bench: ## A short benchmark (about 1 minute once built): append and read, local directory, release build
+bench: ## A short benchmark (about 1.5 minutes once built): append and read, local directory, release build
 	@./scripts/install-deps.sh build
 	cargo build --release --bin lakelog
 	@d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
-	./target/release/lakelog bench append --data-dir "$$d/append" --logs 100 --concurrency 256 \
-		--record-size 1000 --records-per-entry 10 --flush-interval 50ms --duration 20s --baseline && \
+	./target/release/lakelog bench append --data-dir "$$d/append" --logs 100 --concurrency 8192 \
+		--record-size 1000 --records-per-entry 10 --flush-interval 50ms --duration 15s --baseline && \
 	./target/release/lakelog bench read --data-dir "$$d/read" --flush-interval 50ms --duration 10s --backlog 64MiB
