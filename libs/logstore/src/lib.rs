@@ -12,6 +12,7 @@
 //! and object storage only through their traits. Metadata keys: [`keys`]; object keys:
 //! `objstore::keys`.
 
+pub mod admin;
 pub mod keys;
 mod log;
 mod reader;

@@ -70,6 +70,10 @@ impl LogReader {
         LogReader { meta, objects, keys: Keys::new(cluster), pages: Default::default() }
     }
 
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
     pub(crate) async fn snapshot(&self, log: LogId) -> Result<Snapshot, LogError> {
         let txn = Txn::new().and_then([
             TxnOp::get(RangeRequest::key(self.keys.head(log))),

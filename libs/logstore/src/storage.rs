@@ -6,12 +6,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use metadata::{Compare, CompareOp, KeyRange, MetadataStore, OpResult, RangeRequest, Txn, TxnOp};
+use metadata::{Compare, CompareOp, KeyRange, MetadataStore, RangeRequest, Txn, TxnOp};
 use objstore::object_store::ObjectStore;
 use prost::Message;
 use tokio::sync::oneshot;
 
-use crate::keys::parse_u64;
 use crate::reader::{LogReader, Snapshot};
 use crate::records::{LogHead, LogState};
 use crate::writer::{Core, Pending};
@@ -177,59 +176,7 @@ impl LogStorage {
 
     /// Creates an empty log and returns its id (never reused).
     pub async fn create_log(&self) -> Result<LogId, LogError> {
-        let core = &self.core;
-        for _ in 0..100 {
-            let next_key = core.keys.next_log_id();
-            let (id, id_rev) = match core.meta.get(&next_key).await? {
-                Some(kv) => (
-                    parse_u64(&kv.value)
-                        .ok_or_else(|| LogError::Corrupt("logs/next_id".to_owned()))?,
-                    kv.mod_revision,
-                ),
-                None => (1, 0),
-            };
-            let log = LogId(id);
-            let floor = self.wal_floor_now().await?;
-            let head = LogHead { state: LogState::Normal as i32, ..Default::default() };
-            let txn = Txn::new()
-                .when([
-                    Compare::mod_revision(next_key.clone(), CompareOp::Equal, id_rev),
-                    Compare::create_revision(core.keys.head(log), CompareOp::Equal, 0),
-                ])
-                .and_then([
-                    TxnOp::put(next_key, (id + 1).to_string()),
-                    TxnOp::put(core.keys.head(log), head.encode_to_vec()),
-                    TxnOp::put(core.keys.start(log), "0"),
-                    TxnOp::put(core.keys.wal_floor(log), floor.to_string()),
-                ]);
-            if core.meta.txn(txn).await?.succeeded {
-                return Ok(log);
-            }
-        }
-        Err(LogError::unavailable("could not allocate a log id: too much contention"))
-    }
-
-    /// `min(wal/next_seq, every live writer's low-water mark)`, read at one revision
-    /// (ARCHITECTURE §5): no chunk of a new log can have a lower sequence.
-    async fn wal_floor_now(&self) -> Result<u64, LogError> {
-        let keys = &self.core.keys;
-        let txn = Txn::new().and_then([
-            TxnOp::get(RangeRequest::key(keys.next_seq())),
-            TxnOp::get(RangeRequest::prefix(keys.low_water_prefix())),
-        ]);
-        let resp = self.core.meta.txn(txn).await?;
-        let mut floor = u64::MAX;
-        for r in resp.results {
-            if let OpResult::Get(g) = r {
-                for kv in g.kvs {
-                    floor = floor.min(
-                        parse_u64(&kv.value)
-                            .ok_or_else(|| LogError::Corrupt("WAL sequence".to_owned()))?,
-                    );
-                }
-            }
-        }
-        Ok(if floor == u64::MAX { 0 } else { floor })
+        crate::admin::create_log(self.core.meta.as_ref(), &self.core.keys).await
     }
 
     /// Appends one entry of `record_count` records. Acknowledged only once committed: the
@@ -393,34 +340,9 @@ impl LogStorage {
     /// Marks the log DELETED and removes its index, start and floor. Its id is never reused;
     /// its objects are reclaimed by the cleaner.
     pub async fn delete_log(&self, log: LogId) -> Result<(), LogError> {
-        let core = &self.core;
-        for _ in 0..100 {
-            let snap = core.reader.snapshot(log).await?;
-            if snap.head.log_state() == LogState::Deleted {
-                return Err(LogError::NotFound(log));
-            }
-            let mut head = snap.head.clone();
-            head.state = LogState::Deleted as i32;
-            head.recent.clear();
-            head.slots.clear();
-            let txn = Txn::new()
-                .when([Compare::mod_revision(
-                    core.keys.head(log),
-                    CompareOp::Equal,
-                    snap.head_revision,
-                )])
-                .and_then([
-                    TxnOp::put(core.keys.head(log), head.encode_to_vec()),
-                    TxnOp::delete(KeyRange::prefix(core.keys.index_prefix(log))),
-                    TxnOp::delete(KeyRange::key(core.keys.start(log))),
-                    TxnOp::delete(KeyRange::key(core.keys.wal_floor(log))),
-                ]);
-            if core.meta.txn(txn).await?.succeeded {
-                core.forget(log);
-                return Ok(());
-            }
-        }
-        Err(LogError::unavailable(format!("could not delete log {log}: too much contention")))
+        crate::admin::delete_log(self.core.meta.as_ref(), &self.core.reader, log).await?;
+        self.core.forget(log);
+        Ok(())
     }
 
     /// Fences the log: every slot stops, no append commits under an older epoch once this

@@ -1,0 +1,283 @@
+//! The stream catalog: `streams/<name>` → identity, partitions (one log each), properties.
+
+use std::sync::Arc;
+
+use logstore::keys::Keys;
+use logstore::{LogError, LogId, LogReader};
+use metadata::{Compare, CompareOp, KeyRange, MetaError, MetadataStore, RangeRequest, Txn, TxnOp};
+use prost::Message;
+
+use crate::routing::partition_for_key;
+
+/// Most partitions one stream may have.
+pub const MAX_PARTITIONS: u32 = 10_000;
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct StreamRecord {
+    #[prost(string, tag = "1")]
+    identity: String,
+    #[prost(uint64, repeated, tag = "2")]
+    partitions: Vec<u64>,
+    #[prost(int64, optional, tag = "3")]
+    retention_ms: Option<i64>,
+    #[prost(uint64, optional, tag = "4")]
+    retention_bytes: Option<u64>,
+}
+
+/// A stream's properties.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamProps {
+    /// Trim what is older than this (by running-max timestamp).
+    pub retention_ms: Option<i64>,
+    /// Keep at most this many payload bytes per partition.
+    pub retention_bytes: Option<u64>,
+}
+
+/// A stream as the catalog holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamInfo {
+    pub name: String,
+    /// Changes whenever the stream is deleted and created again.
+    pub identity: String,
+    /// Partition i is served by log `partitions[i]`.
+    pub partitions: Vec<LogId>,
+    pub props: StreamProps,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("stream {0} not found")]
+    NotFound(String),
+    #[error("stream {0} already exists")]
+    AlreadyExists(String),
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    #[error("corrupt catalog record of {0}")]
+    Corrupt(String),
+}
+
+/// Checks a stream name: 1–249 of `[A-Za-z0-9._-]`, not `.` or `..` (Kafka's topic rules, so
+/// every stream can be a Kafka topic).
+pub fn validate_name(name: &str) -> Result<(), CatalogError> {
+    let ok = !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(CatalogError::InvalidArgument(format!(
+            "stream name `{name}` must be 1 to 249 of A-Z a-z 0-9 . _ - (and not . or ..)"
+        )))
+    }
+}
+
+/// The stream catalog of one cluster. Cheap to clone.
+#[derive(Clone)]
+pub struct Catalog {
+    meta: Arc<dyn MetadataStore>,
+    logs: LogReader,
+    keys: Keys,
+    root: String,
+}
+
+impl std::fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catalog").field("root", &self.root).finish()
+    }
+}
+
+impl Catalog {
+    /// `logs` reads (and, to delete, updates) the cluster's logs.
+    pub fn new(meta: Arc<dyn MetadataStore>, logs: LogReader, cluster: &str) -> Self {
+        Catalog { meta, logs, keys: Keys::new(cluster), root: format!("/{cluster}/streams/") }
+    }
+
+    fn key(&self, name: &str) -> Vec<u8> {
+        format!("{}{name}", self.root).into_bytes()
+    }
+
+    fn info(name: &str, value: &[u8]) -> Result<StreamInfo, CatalogError> {
+        let r = StreamRecord::decode(value).map_err(|_| CatalogError::Corrupt(name.to_owned()))?;
+        Ok(StreamInfo {
+            name: name.to_owned(),
+            identity: r.identity,
+            partitions: r.partitions.into_iter().map(LogId).collect(),
+            props: StreamProps { retention_ms: r.retention_ms, retention_bytes: r.retention_bytes },
+        })
+    }
+
+    fn record(info: &StreamInfo) -> Vec<u8> {
+        StreamRecord {
+            identity: info.identity.clone(),
+            partitions: info.partitions.iter().map(|l| l.0).collect(),
+            retention_ms: info.props.retention_ms,
+            retention_bytes: info.props.retention_bytes,
+        }
+        .encode_to_vec()
+    }
+
+    fn check_partitions(n: u32) -> Result<(), CatalogError> {
+        if n == 0 || n > MAX_PARTITIONS {
+            return Err(CatalogError::InvalidArgument(format!(
+                "partition count {n} must be between 1 and {MAX_PARTITIONS}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Creates a stream with a new identity and one new log per partition.
+    pub async fn create(
+        &self,
+        name: &str,
+        partitions: u32,
+        props: StreamProps,
+    ) -> Result<StreamInfo, CatalogError> {
+        validate_name(name)?;
+        Self::check_partitions(partitions)?;
+        if props.retention_ms.is_some_and(|ms| ms <= 0) {
+            return Err(CatalogError::InvalidArgument("retention_ms must be positive".to_owned()));
+        }
+        if self.meta.get(&self.key(name)).await?.is_some() {
+            return Err(CatalogError::AlreadyExists(name.to_owned()));
+        }
+        let logs = self.create_logs(partitions).await?;
+        let info = StreamInfo {
+            name: name.to_owned(),
+            identity: uuid::Uuid::new_v4().to_string(),
+            partitions: logs.clone(),
+            props,
+        };
+        let txn = Txn::new()
+            .when([Compare::create_revision(self.key(name), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(self.key(name), Self::record(&info))]);
+        if !self.meta.txn(txn).await?.succeeded {
+            self.delete_logs(&logs).await;
+            return Err(CatalogError::AlreadyExists(name.to_owned()));
+        }
+        Ok(info)
+    }
+
+    async fn create_logs(&self, n: u32) -> Result<Vec<LogId>, CatalogError> {
+        let mut logs = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            match logstore::admin::create_log(self.meta.as_ref(), &self.keys).await {
+                Ok(l) => logs.push(l),
+                Err(e) => {
+                    self.delete_logs(&logs).await;
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(logs)
+    }
+
+    /// Marks logs deleted; best effort (an unreferenced empty log costs one head key).
+    async fn delete_logs(&self, logs: &[LogId]) {
+        for l in logs {
+            if let Err(e) = logstore::admin::delete_log(self.meta.as_ref(), &self.logs, *l).await
+                && !matches!(e, LogError::NotFound(_))
+            {
+                tracing::warn!(log = %l, error = %e, "catalog could not delete a log");
+            }
+        }
+    }
+
+    async fn get_with_revision(&self, name: &str) -> Result<(StreamInfo, i64), CatalogError> {
+        validate_name(name)?;
+        let kv = self
+            .meta
+            .get(&self.key(name))
+            .await?
+            .ok_or_else(|| CatalogError::NotFound(name.to_owned()))?;
+        Ok((Self::info(name, &kv.value)?, kv.mod_revision))
+    }
+
+    pub async fn get(&self, name: &str) -> Result<StreamInfo, CatalogError> {
+        Ok(self.get_with_revision(name).await?.0)
+    }
+
+    /// Every stream, by name.
+    pub async fn list(&self) -> Result<Vec<StreamInfo>, CatalogError> {
+        let resp = self.meta.range(RangeRequest::prefix(self.root.clone().into_bytes())).await?;
+        resp.kvs
+            .iter()
+            .map(|kv| {
+                let name = String::from_utf8_lossy(&kv.key[self.root.len()..]).into_owned();
+                Self::info(&name, &kv.value)
+            })
+            .collect()
+    }
+
+    /// Grows a stream to `to` partitions (never shrinks: keys would move).
+    pub async fn add_partitions(&self, name: &str, to: u32) -> Result<StreamInfo, CatalogError> {
+        Self::check_partitions(to)?;
+        for _ in 0..100 {
+            let (mut info, rev) = self.get_with_revision(name).await?;
+            let have = info.partitions.len() as u32;
+            if to < have {
+                return Err(CatalogError::InvalidArgument(format!(
+                    "stream {name} has {have} partitions; partitions can only be added, not removed"
+                )));
+            }
+            if to == have {
+                return Ok(info);
+            }
+            let added = self.create_logs(to - have).await?;
+            info.partitions.extend(added.iter().copied());
+            let txn = Txn::new()
+                .when([Compare::mod_revision(self.key(name), CompareOp::Equal, rev)])
+                .and_then([TxnOp::put(self.key(name), Self::record(&info))]);
+            if self.meta.txn(txn).await?.succeeded {
+                return Ok(info);
+            }
+            self.delete_logs(&added).await;
+        }
+        Err(CatalogError::Meta(MetaError::Unavailable(format!(
+            "stream {name}: too much contention"
+        ))))
+    }
+
+    /// Deletes a stream: its name is free again (a new stream of that name gets a new identity
+    /// and new logs) and its logs are marked DELETED.
+    pub async fn delete(&self, name: &str) -> Result<(), CatalogError> {
+        let (info, rev) = self.get_with_revision(name).await?;
+        let txn = Txn::new()
+            .when([Compare::mod_revision(self.key(name), CompareOp::Equal, rev)])
+            .and_then([TxnOp::delete(KeyRange::key(self.key(name)))]);
+        if !self.meta.txn(txn).await?.succeeded {
+            return Err(CatalogError::Meta(MetaError::Unavailable(format!(
+                "stream {name} changed while being deleted; try again"
+            ))));
+        }
+        self.delete_logs(&info.partitions).await;
+        Ok(())
+    }
+
+    /// The log of a partition.
+    pub async fn route(&self, name: &str, partition: u32) -> Result<LogId, CatalogError> {
+        let info = self.get(name).await?;
+        info.partitions.get(partition as usize).copied().ok_or_else(|| {
+            CatalogError::InvalidArgument(format!(
+                "partition {partition} out of range: stream {name} has {}",
+                info.partitions.len()
+            ))
+        })
+    }
+
+    /// The partition and log of a key.
+    pub async fn route_key(&self, name: &str, key: &[u8]) -> Result<(u32, LogId), CatalogError> {
+        let info = self.get(name).await?;
+        let p = partition_for_key(key, info.partitions.len() as u32);
+        let log = info
+            .partitions
+            .get(p as usize)
+            .ok_or_else(|| CatalogError::Corrupt(name.to_owned()))?;
+        Ok((p, *log))
+    }
+}

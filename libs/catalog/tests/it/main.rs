@@ -1,0 +1,137 @@
+//! The stream catalog against the embedded store and a real etcd.
+
+use std::sync::Arc;
+
+use anyhow::{Result, anyhow, ensure};
+use catalog::{Catalog, CatalogError, StreamProps};
+use logstore::LogReader;
+use logstore::records::LogState;
+use metadata::MetadataStore;
+
+struct Env {
+    catalog: Catalog,
+    reader: LogReader,
+    _guard: Box<dyn std::any::Any + Send>,
+}
+
+async fn env_with(
+    meta: Arc<dyn MetadataStore>,
+    guard: Box<dyn std::any::Any + Send>,
+) -> Result<Env> {
+    let cluster = testkit::unique_prefix("cat");
+    let objects = objstore_memory();
+    let reader = LogReader::new(meta.clone(), objects, &cluster);
+    Ok(Env { catalog: Catalog::new(meta, reader.clone(), &cluster), reader, _guard: guard })
+}
+
+fn objstore_memory() -> Arc<dyn objstore::object_store::ObjectStore> {
+    Arc::new(objstore::object_store::memory::InMemory::new())
+}
+
+async fn embedded() -> Result<Env> {
+    let dir = tempfile::tempdir()?;
+    let meta = metadata::EmbeddedStore::open(&dir.path().join("meta.redb")).await?;
+    env_with(Arc::new(meta), Box::new(dir)).await
+}
+
+async fn etcd() -> Result<Env> {
+    let etcd = testkit::shared_etcd()?;
+    let meta = metadata::EtcdStore::connect(&testkit::etcd_config(etcd.endpoint())).await?;
+    env_with(Arc::new(meta), Box::new(())).await
+}
+
+macro_rules! cases {
+    ($($case:ident),* $(,)?) => {
+        mod embedded { $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() -> anyhow::Result<()> { super::$case(super::embedded().await?).await }
+        )* }
+        mod etcd { $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() -> anyhow::Result<()> { super::$case(super::etcd().await?).await }
+        )* }
+    };
+}
+
+cases!(
+    streams_are_created_listed_and_routed,
+    bad_input_gets_clear_errors,
+    partitions_only_grow_and_keep_their_logs,
+    recreated_stream_gets_a_new_identity_and_new_logs,
+);
+
+async fn streams_are_created_listed_and_routed(e: Env) -> Result<()> {
+    let props = StreamProps { retention_ms: Some(60_000), retention_bytes: None };
+    let a = e.catalog.create("orders", 3, props.clone()).await?;
+    let b = e.catalog.create("audit.log_v2", 1, StreamProps::default()).await?;
+    ensure!(a.partitions.len() == 3 && b.partitions.len() == 1 && a.identity != b.identity);
+    ensure!(e.catalog.get("orders").await? == a);
+    let names: Vec<String> = e.catalog.list().await?.into_iter().map(|s| s.name).collect();
+    ensure!(names == ["audit.log_v2", "orders"], "{names:?}");
+    for (i, log) in a.partitions.iter().enumerate() {
+        ensure!(e.catalog.route("orders", i as u32).await? == *log);
+        ensure!(e.reader.info(*log).await?.state == LogState::Normal);
+    }
+    // A key always lands in the same partition, the one Kafka's partitioner picks.
+    let (p, log) = e.catalog.route_key("orders", b"customer-42").await?;
+    ensure!(
+        p == catalog::routing::partition_for_key(b"customer-42", 3)
+            && log == a.partitions[p as usize]
+    );
+    ensure!(e.catalog.route_key("orders", b"customer-42").await? == (p, log));
+    Ok(())
+}
+
+async fn bad_input_gets_clear_errors(e: Env) -> Result<()> {
+    e.catalog.create("s", 2, StreamProps::default()).await?;
+    let is = |r: Result<_, CatalogError>, want: &str| -> Result<()> {
+        match r {
+            Err(err) => ensure!(format!("{err:?}").starts_with(want), "{err:?}"),
+            Ok(_) => return Err(anyhow!("expected {want}")),
+        }
+        Ok(())
+    };
+    is(e.catalog.create("s", 1, StreamProps::default()).await.map(|_| ()), "AlreadyExists")?;
+    for bad in ["", ".", "..", "has space", "slash/name", &"x".repeat(250)] {
+        is(e.catalog.create(bad, 1, StreamProps::default()).await.map(|_| ()), "InvalidArgument")?;
+    }
+    is(e.catalog.create("zero", 0, StreamProps::default()).await.map(|_| ()), "InvalidArgument")?;
+    is(e.catalog.get("missing").await.map(|_| ()), "NotFound")?;
+    is(e.catalog.route("s", 2).await.map(|_| ()), "InvalidArgument")?;
+    is(e.catalog.route("missing", 0).await.map(|_| ()), "NotFound")?;
+    is(e.catalog.add_partitions("s", 1).await.map(|_| ()), "InvalidArgument")?;
+    is(e.catalog.delete("missing").await, "NotFound")?;
+    let neg = StreamProps { retention_ms: Some(-5), retention_bytes: None };
+    is(e.catalog.create("neg", 1, neg).await.map(|_| ()), "InvalidArgument")?;
+    Ok(())
+}
+
+async fn partitions_only_grow_and_keep_their_logs(e: Env) -> Result<()> {
+    let before = e.catalog.create("grow", 2, StreamProps::default()).await?;
+    let after = e.catalog.add_partitions("grow", 5).await?;
+    ensure!(after.partitions.len() == 5 && after.partitions[..2] == before.partitions[..]);
+    ensure!(after.identity == before.identity);
+    ensure!(
+        e.catalog.add_partitions("grow", 5).await? == after,
+        "growing to the same count changed the stream"
+    );
+    Ok(())
+}
+
+async fn recreated_stream_gets_a_new_identity_and_new_logs(e: Env) -> Result<()> {
+    let old = e.catalog.create("phoenix", 2, StreamProps::default()).await?;
+    e.catalog.delete("phoenix").await?;
+    for log in &old.partitions {
+        ensure!(
+            matches!(e.reader.info(*log).await?.state, LogState::Deleted),
+            "log {log} of a deleted stream lives on"
+        );
+    }
+    let new = e.catalog.create("phoenix", 2, StreamProps::default()).await?;
+    ensure!(new.identity != old.identity);
+    ensure!(
+        new.partitions.iter().all(|l| !old.partitions.contains(l)),
+        "re-created stream reattached old logs"
+    );
+    Ok(())
+}
