@@ -10,6 +10,7 @@
 //! Depends on `metadata` and `logstore` only.
 
 mod catalog;
+pub mod membership;
 pub mod routing;
 
 pub use catalog::{Catalog, CatalogError, StreamInfo, StreamProps};

@@ -34,6 +34,9 @@ pub struct WriterSection {
     /// Unique among live writers; defaults to a random id per process.
     #[serde(default)]
     pub id: Option<String>,
+    /// The URL clients reach this writer at; defaults to `http://<listen>`.
+    #[serde(default)]
+    pub advertise: Option<String>,
     /// The zone whose owner slot the writer takes; `*` for none.
     #[serde(default = "default_zone")]
     pub zone: String,
@@ -87,6 +90,7 @@ impl Default for WriterSection {
         WriterSection {
             listen: default_writer_listen(),
             id: None,
+            advertise: None,
             zone: default_zone(),
             flush_interval: default_flush_interval(),
             flush_bytes: default_flush_bytes(),
@@ -114,6 +118,9 @@ impl Validate for WriterSection {
         }
         if self.lease_ttl.0 < std::time::Duration::from_secs(2) {
             return Err(Invalid::new("writer.lease_ttl", "must be at least 2s"));
+        }
+        if let Some(a) = &self.advertise {
+            check_url("writer.advertise", a)?;
         }
         if let Some(id) = &self.id
             && (id.is_empty() || id.contains('/'))

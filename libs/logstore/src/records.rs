@@ -128,3 +128,19 @@ pub struct IndexPage {
     #[prost(message, repeated, tag = "1")]
     pub locators: Vec<Locator>,
 }
+
+/// `members/<role>/<id>`: a live process, under its lease. The key's create_revision is the
+/// incarnation; commits compare it.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct MemberRecord {
+    #[prost(string, tag = "1")]
+    pub id: String,
+    #[prost(string, tag = "2")]
+    pub role: String,
+    /// Where clients reach it, e.g. `http://10.0.0.5:7540`; empty if it serves no clients.
+    #[prost(string, tag = "3")]
+    pub address: String,
+    /// Its zone; `*` for none.
+    #[prost(string, tag = "4")]
+    pub zone: String,
+}

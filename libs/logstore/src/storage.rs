@@ -27,6 +27,8 @@ pub struct LogStorageConfig {
     pub writer_id: String,
     /// The zone whose owner slot this writer takes (`*`: no zone).
     pub zone: String,
+    /// Where clients reach this writer (published in its member record); may be empty.
+    pub advertise: String,
     /// A flush happens when the oldest buffered append is this old (default 250 ms, ≥ 1 ms)...
     pub flush_interval: Duration,
     /// ...or when this many payload bytes are buffered (default 8 MiB).
@@ -51,6 +53,7 @@ impl LogStorageConfig {
             cluster: cluster.into(),
             writer_id: writer_id.into(),
             zone: "*".to_owned(),
+            advertise: String::new(),
             flush_interval: Duration::from_millis(250),
             flush_bytes: 8 << 20,
             max_entry_bytes: 4 << 20,

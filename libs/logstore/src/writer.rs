@@ -209,6 +209,13 @@ async fn register(
 ) -> Result<Identity, LogError> {
     let lease = meta.lease_grant(cfg.lease_ttl).await?;
     let member = keys.member("writer", &cfg.writer_id);
+    let member_record = crate::records::MemberRecord {
+        id: cfg.writer_id.clone(),
+        role: "writer".to_owned(),
+        address: cfg.advertise.clone(),
+        zone: cfg.zone.clone(),
+    }
+    .encode_to_vec();
     for _ in 0..100 {
         let (next, seq_rev) = read_next_seq(meta, keys).await?;
         let end = next + cfg.seq_block;
@@ -218,7 +225,7 @@ async fn register(
                 Compare::mod_revision(keys.next_seq(), CompareOp::Equal, seq_rev),
             ])
             .and_then([
-                TxnOp::put_with_lease(member.clone(), format!("zone={}", cfg.zone), lease),
+                TxnOp::put_with_lease(member.clone(), member_record.clone(), lease),
                 TxnOp::put(keys.next_seq(), end.to_string()),
                 TxnOp::put_with_lease(keys.low_water(&cfg.writer_id), next.to_string(), lease),
             ])

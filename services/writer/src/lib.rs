@@ -46,6 +46,7 @@ pub fn storage_config(node: &config::NodeConfig) -> LogStorageConfig {
     let mut c =
         LogStorageConfig::new(&node.cluster, w.id.clone().unwrap_or_else(default_writer_id));
     c.zone = w.zone.clone();
+    c.advertise = w.advertise.clone().unwrap_or_else(|| format!("http://{}", w.listen));
     c.flush_interval = w.flush_interval.0;
     c.flush_bytes = usize::try_from(w.flush_bytes.0).unwrap_or(usize::MAX);
     c.max_entry_bytes = usize::try_from(w.max_entry_size.0).unwrap_or(usize::MAX);

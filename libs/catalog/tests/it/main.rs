@@ -11,6 +11,8 @@ use metadata::MetadataStore;
 struct Env {
     catalog: Catalog,
     reader: LogReader,
+    meta: Arc<dyn MetadataStore>,
+    cluster: String,
     _guard: Box<dyn std::any::Any + Send>,
 }
 
@@ -21,7 +23,13 @@ async fn env_with(
     let cluster = testkit::unique_prefix("cat");
     let objects = objstore_memory();
     let reader = LogReader::new(meta.clone(), objects, &cluster);
-    Ok(Env { catalog: Catalog::new(meta, reader.clone(), &cluster), reader, _guard: guard })
+    Ok(Env {
+        catalog: Catalog::new(meta.clone(), reader.clone(), &cluster),
+        reader,
+        meta,
+        cluster,
+        _guard: guard,
+    })
 }
 
 fn objstore_memory() -> Arc<dyn objstore::object_store::ObjectStore> {
@@ -58,6 +66,7 @@ cases!(
     bad_input_gets_clear_errors,
     partitions_only_grow_and_keep_their_logs,
     recreated_stream_gets_a_new_identity_and_new_logs,
+    live_writers_are_listed_with_address_and_zone_until_they_leave,
 );
 
 async fn streams_are_created_listed_and_routed(e: Env) -> Result<()> {
@@ -133,5 +142,47 @@ async fn recreated_stream_gets_a_new_identity_and_new_logs(e: Env) -> Result<()>
         new.partitions.iter().all(|l| !old.partitions.contains(l)),
         "re-created stream reattached old logs"
     );
+    Ok(())
+}
+
+async fn live_writers_are_listed_with_address_and_zone_until_they_leave(e: Env) -> Result<()> {
+    use std::time::Duration;
+    let open = |id: &str, zone: &str| {
+        let mut cfg = logstore::LogStorageConfig::new(&e.cluster, id);
+        cfg.zone = zone.to_owned();
+        cfg.advertise = format!("http://{id}.test:7540");
+        cfg.flush_interval = Duration::from_millis(5);
+        logstore::LogStorage::open(
+            e.meta.clone(),
+            objstore_memory(),
+            cfg,
+            Arc::new(logstore::SystemClock),
+        )
+    };
+    let a = open("wa", "zone-a").await?;
+    let b = open("wb", "zone-b").await?;
+    let (members, rev) =
+        catalog::membership::live_members(e.meta.as_ref(), &e.cluster, "writer").await?;
+    let seen: Vec<(String, String, String)> =
+        members.iter().map(|m| (m.id.clone(), m.zone.clone(), m.address.clone())).collect();
+    ensure!(
+        seen == [
+            ("wa".to_owned(), "zone-a".to_owned(), "http://wa.test:7540".to_owned()),
+            ("wb".to_owned(), "zone-b".to_owned(), "http://wb.test:7540".to_owned())
+        ],
+        "{seen:?}"
+    );
+    // A zone-a client is routed to the zone-a writer while it lives, then falls back.
+    let owner =
+        catalog::routing::choose_owner(&members, "id", 0, Some("zone-a")).map(|m| m.id.clone());
+    ensure!(owner.as_deref() == Some("wa"));
+    a.shutdown().await;
+    let (members, rev2) =
+        catalog::membership::live_members(e.meta.as_ref(), &e.cluster, "writer").await?;
+    ensure!(rev2 > rev && members.len() == 1 && members[0].id == "wb", "{members:?}");
+    let owner =
+        catalog::routing::choose_owner(&members, "id", 0, Some("zone-a")).map(|m| m.id.clone());
+    ensure!(owner.as_deref() == Some("wb"));
+    b.shutdown().await;
     Ok(())
 }
