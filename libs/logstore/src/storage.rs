@@ -141,9 +141,15 @@ impl LogStorage {
         self.core.wake();
         let tasks: Vec<_> =
             std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
-        for t in tasks {
-            // The keep-alive task sleeps a third of the TTL at most; the others drain.
+        // The flusher flushes what is buffered and the committer resolves it (each within the
+        // flush deadline); the keep-alive task has nothing left to do once they are done.
+        let mut tasks = tasks.into_iter();
+        let (flusher, committer, keep_alive) = (tasks.next(), tasks.next(), tasks.next());
+        for t in [flusher, committer].into_iter().flatten() {
             let _ = tokio::time::timeout(self.core.cfg.flush_deadline, t).await;
+        }
+        if let Some(t) = keep_alive {
+            t.abort();
         }
         let lease = self.core.identity.lock().await.lease;
         let _ = self.core.meta.lease_revoke(lease).await;
