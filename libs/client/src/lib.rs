@@ -5,10 +5,12 @@
 
 pub mod batch;
 
+use proto::catalog::v1 as cpb;
 use proto::log::v1 as pb;
 use proto::log::v1::log_service_client::LogServiceClient;
 use tonic::transport::Channel;
 
+pub use cpb::Stream;
 pub use pb::{Entry, EntryHeader, GetLogInfoResponse as LogInfo};
 
 /// A failed call: the server's `lakelog-code` (or a transport failure as UNAVAILABLE) and
@@ -52,6 +54,84 @@ impl ClientError {
     }
 }
 
+async fn channel(endpoint: &str) -> Result<Channel, ClientError> {
+    let ep = Channel::from_shared(endpoint.to_owned()).map_err(|e| ClientError {
+        code: "INVALID_ARGUMENT".to_owned(),
+        message: format!("endpoint `{endpoint}`: {e}"),
+        outcome_unknown: false,
+    })?;
+    ep.connect_timeout(std::time::Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|e| ClientError::transport(endpoint, e))
+}
+
+/// A client of the CatalogService. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct CatalogClient {
+    inner: cpb::catalog_service_client::CatalogServiceClient<Channel>,
+}
+
+fn stream_of(s: Option<Stream>) -> Result<Stream, ClientError> {
+    s.ok_or_else(|| ClientError {
+        code: "INTERNAL".into(),
+        message: "answer without a stream".into(),
+        outcome_unknown: false,
+    })
+}
+
+impl CatalogClient {
+    pub async fn connect(endpoint: &str) -> Result<Self, ClientError> {
+        Ok(CatalogClient {
+            inner: cpb::catalog_service_client::CatalogServiceClient::new(channel(endpoint).await?),
+        })
+    }
+
+    pub async fn create(
+        &self,
+        name: &str,
+        partitions: u32,
+        retention_ms: Option<i64>,
+        retention_bytes: Option<u64>,
+    ) -> Result<Stream, ClientError> {
+        let req = cpb::CreateStreamRequest {
+            name: name.to_owned(),
+            partitions,
+            retention_ms,
+            retention_bytes,
+        };
+        stream_of(self.inner.clone().create_stream(req).await?.into_inner().stream)
+    }
+
+    pub async fn get(&self, name: &str) -> Result<Stream, ClientError> {
+        stream_of(
+            self.inner
+                .clone()
+                .get_stream(cpb::GetStreamRequest { name: name.to_owned() })
+                .await?
+                .into_inner()
+                .stream,
+        )
+    }
+
+    pub async fn list(&self) -> Result<Vec<Stream>, ClientError> {
+        Ok(self.inner.clone().list_streams(cpb::ListStreamsRequest {}).await?.into_inner().streams)
+    }
+
+    pub async fn add_partitions(&self, name: &str, to: u32) -> Result<Stream, ClientError> {
+        let req = cpb::AddPartitionsRequest { name: name.to_owned(), to };
+        stream_of(self.inner.clone().add_partitions(req).await?.into_inner().stream)
+    }
+
+    pub async fn delete(&self, name: &str) -> Result<(), ClientError> {
+        self.inner
+            .clone()
+            .delete_stream(cpb::DeleteStreamRequest { name: name.to_owned() })
+            .await?;
+        Ok(())
+    }
+}
+
 /// A client of one writer's LogService. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct LogClient {
@@ -61,16 +141,7 @@ pub struct LogClient {
 impl LogClient {
     /// Connects to `endpoint` (`http://host:port`).
     pub async fn connect(endpoint: &str) -> Result<Self, ClientError> {
-        let ep = Channel::from_shared(endpoint.to_owned()).map_err(|e| ClientError {
-            code: "INVALID_ARGUMENT".to_owned(),
-            message: format!("endpoint `{endpoint}`: {e}"),
-            outcome_unknown: false,
-        })?;
-        let channel = ep
-            .connect_timeout(std::time::Duration::from_secs(5))
-            .connect()
-            .await
-            .map_err(|e| ClientError::transport(endpoint, e))?;
+        let channel = channel(endpoint).await?;
         Ok(LogClient { inner: LogServiceClient::new(channel).max_decoding_message_size(64 << 20) })
     }
 

@@ -170,6 +170,11 @@ impl LogStorage {
         self.core.flushes.load(Ordering::Relaxed)
     }
 
+    /// The metadata store this writer uses (roles composed into one process share it).
+    pub fn metadata(&self) -> std::sync::Arc<dyn MetadataStore> {
+        self.core.meta.clone()
+    }
+
     pub fn reader(&self) -> &LogReader {
         &self.core.reader
     }

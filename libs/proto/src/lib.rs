@@ -9,3 +9,10 @@ pub mod log {
         tonic::include_proto!("lakelog.log.v1");
     }
 }
+
+/// `lakelog.catalog.v1`: the CatalogService.
+pub mod catalog {
+    pub mod v1 {
+        tonic::include_proto!("lakelog.catalog.v1");
+    }
+}

@@ -46,11 +46,42 @@ enum Command {
         #[command(subcommand)]
         command: BenchCommand,
     },
+    /// Work with streams (the catalog).
+    Stream {
+        #[command(subcommand)]
+        command: StreamCommand,
+    },
     /// Work with logs.
     Log {
         #[command(subcommand)]
         command: LogCommand,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum StreamCommand {
+    /// Create a stream; prints its identity and partitions' logs.
+    Create {
+        name: String,
+        #[arg(long, default_value_t = 1)]
+        partitions: u32,
+        #[arg(long)]
+        retention_ms: Option<i64>,
+        #[arg(long)]
+        retention_bytes: Option<u64>,
+    },
+    /// List streams, one per line: name, partitions, identity.
+    List,
+    /// Show one stream.
+    Describe { name: String },
+    /// Grow a stream to N partitions.
+    AddPartitions {
+        name: String,
+        #[arg(long)]
+        to: u32,
+    },
+    /// Delete a stream (its logs are marked deleted).
+    Delete { name: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -173,6 +204,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let c = LogClient::connect(&cli.endpoint).await?;
             log_command(&c, command).await
         }
+        Command::Stream { command } => {
+            let c = client::CatalogClient::connect(&cli.endpoint).await?;
+            stream_command(&c, command).await
+        }
     }
 }
 
@@ -195,7 +230,13 @@ async fn standalone(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()>
     };
     let _telemetry = telemetry::init(&node.telemetry, "standalone")?;
     eprintln!("lakelog standalone: serving on http://{listen}, data in {}", data_dir.display());
-    writer::run(&node, shutdown_signal()).await?;
+    // One port serves every role: the writer's LogService and the catalog.
+    writer::run_with(&node, shutdown_signal(), |storage, routes| {
+        let catalog =
+            catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
+        routes.add_service(catalog_service::CatalogServiceImpl::new(catalog).server())
+    })
+    .await?;
     Ok(())
 }
 
@@ -291,6 +332,43 @@ async fn log_command(c: &LogClient, command: LogCommand) -> anyhow::Result<()> {
             writeln!(out, "{start}")?;
         }
         LogCommand::Delete { log } => c.delete_log(log).await?,
+    }
+    Ok(())
+}
+
+fn print_stream(out: &mut impl Write, s: &client::Stream) -> std::io::Result<()> {
+    let logs: Vec<String> = s.partitions.iter().map(|l| l.to_string()).collect();
+    writeln!(out, "name:       {}", s.name)?;
+    writeln!(out, "identity:   {}", s.identity)?;
+    writeln!(out, "partitions: {} (logs {})", s.partitions.len(), logs.join(","))?;
+    if let Some(ms) = s.retention_ms {
+        writeln!(out, "retention:  {ms} ms")?;
+    }
+    if let Some(b) = s.retention_bytes {
+        writeln!(out, "retention:  {b} bytes")?;
+    }
+    Ok(())
+}
+
+async fn stream_command(c: &client::CatalogClient, command: StreamCommand) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match command {
+        StreamCommand::Create { name, partitions, retention_ms, retention_bytes } => {
+            print_stream(
+                &mut out,
+                &c.create(&name, partitions, retention_ms, retention_bytes).await?,
+            )?;
+        }
+        StreamCommand::List => {
+            for s in c.list().await? {
+                writeln!(out, "{}\t{}\t{}", s.name, s.partitions.len(), s.identity)?;
+            }
+        }
+        StreamCommand::Describe { name } => print_stream(&mut out, &c.get(&name).await?)?,
+        StreamCommand::AddPartitions { name, to } => {
+            print_stream(&mut out, &c.add_partitions(&name, to).await?)?
+        }
+        StreamCommand::Delete { name } => c.delete(&name).await?,
     }
     Ok(())
 }

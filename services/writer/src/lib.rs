@@ -63,6 +63,15 @@ pub async fn run(
     node: &config::NodeConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), WriterError> {
+    run_with(node, shutdown, |_, routes| routes).await
+}
+
+/// [`run`], with more services on the same port, built from the opened metadata store.
+pub async fn run_with(
+    node: &config::NodeConfig,
+    shutdown: impl Future<Output = ()> + Send,
+    extra: impl FnOnce(&LogStorage, tonic::service::Routes) -> tonic::service::Routes,
+) -> Result<(), WriterError> {
     let listener = TcpListener::bind(node.writer.listen)
         .await
         .map_err(|source| WriterError::Listen { addr: node.writer.listen, source })?;
@@ -71,7 +80,8 @@ pub async fn run(
     let storage =
         LogStorage::open(meta, objects, storage_config(node), Arc::new(SystemClock)).await?;
     tracing::info!(addr = %node.writer.listen, writer = %storage.config().writer_id, "writer serving");
-    serve(storage, listener, shutdown).await
+    let with = storage.clone();
+    serve_with(storage, listener, shutdown, move |routes| extra(&with, routes)).await
 }
 
 /// Serves the LogService for `storage` on `listener` until `shutdown`; then shuts storage
@@ -81,6 +91,16 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), WriterError> {
+    serve_with(storage, listener, shutdown, |routes| routes).await
+}
+
+/// [`serve`], with more services on the same port (`standalone` adds the catalog).
+pub async fn serve_with(
+    storage: LogStorage,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+    extra: impl FnOnce(tonic::service::Routes) -> tonic::service::Routes,
+) -> Result<(), WriterError> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<LogServiceServer<service::LogServiceImpl>>().await;
     let svc = LogServiceServer::new(service::LogServiceImpl::new(storage.clone()))
@@ -89,10 +109,10 @@ pub async fn serve(
         .max_decoding_message_size(storage.config().max_entry_bytes.saturating_mul(2) + (1 << 20));
     // Requests waiting for buffer room hold their payload outside the buffer's accounting;
     // capping streams per connection keeps that bounded (HTTP/2 makes the client wait).
+    let routes = extra(tonic::service::Routes::new(health_service).add_service(svc));
     let served = tonic::transport::Server::builder()
         .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
-        .add_service(health_service)
-        .add_service(svc)
+        .add_routes(routes)
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener),
             shutdown,

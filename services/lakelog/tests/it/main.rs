@@ -182,3 +182,49 @@ fn cli_fence_activate_trim_and_delete() -> Result<()> {
     ensure!(stderr.contains("NOT_FOUND"), "{stderr}");
     Ok(())
 }
+
+#[test]
+fn cli_streams_are_created_grown_listed_and_deleted() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let s = Standalone::start(dir.path(), testkit::free_port()?)?;
+    let created =
+        s.ok(&["stream", "create", "orders", "--partitions", "3", "--retention-ms", "60000"], "")?;
+    ensure!(
+        created.contains("partitions: 3") && created.contains("retention:  60000 ms"),
+        "{created}"
+    );
+    let identity = created
+        .lines()
+        .find_map(|l| l.strip_prefix("identity:"))
+        .map(str::trim)
+        .unwrap_or_default()
+        .to_owned();
+    ensure!(identity.len() == 36, "identity `{identity}` is not a UUID");
+    s.ok(&["stream", "create", "audit"], "")?;
+    let list = s.ok(&["stream", "list"], "")?;
+    ensure!(
+        list.lines().map(|l| l.split('\t').next().unwrap_or("")).collect::<Vec<_>>()
+            == ["audit", "orders"],
+        "{list}"
+    );
+    ensure!(
+        s.ok(&["stream", "add-partitions", "orders", "--to", "5"], "")?.contains("partitions: 5")
+    );
+    for (args, needle) in [
+        (vec!["stream", "create", "orders"], "ALREADY_EXISTS"),
+        (vec!["stream", "create", "bad name"], "INVALID_ARGUMENT"),
+        (vec!["stream", "add-partitions", "orders", "--to", "2"], "INVALID_ARGUMENT"),
+        (vec!["stream", "describe", "nope"], "NOT_FOUND"),
+        (vec!["stream", "create", "zero", "--partitions", "0"], "INVALID_ARGUMENT"),
+    ] {
+        let (code, stderr) = s.err(&args, "")?;
+        ensure!(
+            code == 1 && stderr.lines().count() == 1 && stderr.contains(needle),
+            "{args:?}: {stderr}"
+        );
+    }
+    s.ok(&["stream", "delete", "orders"], "")?;
+    let again = s.ok(&["stream", "create", "orders"], "")?;
+    ensure!(!again.contains(&identity), "a re-created stream kept its old identity");
+    Ok(())
+}
