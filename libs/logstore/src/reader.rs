@@ -147,8 +147,21 @@ impl LogReader {
     /// The locator of the run holding `offset` (which must be below the snapshot's high
     /// watermark): the head's recent locators, else the index page at or below `offset`.
     async fn locator_at(&self, snap: &Snapshot, offset: u64) -> Result<Locator, LogError> {
+        self.find_locator(snap, offset, true).await?.ok_or_else(|| {
+            LogError::Corrupt(format!("no index record covers offset {offset} of log {}", snap.log))
+        })
+    }
+
+    /// The locator of the run holding `offset`, if an index record covers it. With
+    /// `cached_ok` false the index page is read from the store, linearizably.
+    pub(crate) async fn find_locator(
+        &self,
+        snap: &Snapshot,
+        offset: u64,
+        cached_ok: bool,
+    ) -> Result<Option<Locator>, LogError> {
         if let Some(l) = snap.head.recent.iter().find(|l| l.contains(offset)) {
-            return Ok(l.clone());
+            return Ok(Some(l.clone()));
         }
         let log = snap.log;
         let mut upto = self.keys.index_page(log, offset);
@@ -156,11 +169,9 @@ impl LogReader {
         let req =
             RangeRequest::between(self.keys.index_prefix(log), upto).reverse().limit(1).keys_only();
         let found = self.meta.range(req).await?;
-        let missing =
-            || LogError::Corrupt(format!("no index record covers offset {offset} of log {log}"));
-        let key = found.kvs.first().ok_or_else(missing)?.key.clone();
-        let page = self.page(log, &key, true).await?;
-        page.locators.iter().find(|l| l.contains(offset)).cloned().ok_or_else(missing)
+        let Some(kv) = found.kvs.first() else { return Ok(None) };
+        let page = self.page(log, &kv.key, cached_ok).await?;
+        Ok(page.locators.iter().find(|l| l.contains(offset)).cloned())
     }
 
     /// Every locator of the log, oldest first (index pages, then the head's recent ones).

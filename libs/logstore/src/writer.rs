@@ -453,9 +453,9 @@ async fn committer(core: Arc<Core>, mut flushes: mpsc::Receiver<Flush>) {
         let lost = core.identity_lost.load(Ordering::SeqCst);
         let verdict = match put {
             Err(e) => Some(e),
-            Ok(()) if lost || flush.incarnation != current => Some(LogError::unavailable(
-                "writer incarnation ended (lease lost); nothing of this flush committed",
-            )),
+            Ok(()) if lost || flush.incarnation != current => {
+                Some(LogError::unavailable(INCARNATION_ENDED))
+            }
             Ok(()) => None,
         };
         let chunks = std::mem::take(&mut flush.chunks);
@@ -934,17 +934,8 @@ async fn committed_at(core: &Core, log: LogId, loc: &Locator) -> Result<bool, Lo
     if snap.head.next_offset <= loc.first_offset {
         return Ok(false);
     }
-    if let Some(l) = snap.head.recent.iter().find(|l| l.first_offset == loc.first_offset) {
-        return Ok(l.wal_seq == loc.wal_seq && l.byte_start == loc.byte_start);
-    }
-    let page_key = core.keys.index_page(log, loc.first_offset);
-    let mut upto = page_key;
-    upto.push(0);
-    let req = RangeRequest::between(core.keys.index_prefix(log), upto).reverse().limit(1);
-    let found = core.meta.range(req).await?;
-    let Some(kv) = found.kvs.first() else { return Ok(false) };
-    let page: IndexPage = decode("index page", &kv.value)?;
-    Ok(page.locators.iter().any(|l| {
+    let found = core.reader.find_locator(&snap, loc.first_offset, false).await?;
+    Ok(found.is_some_and(|l| {
         l.first_offset == loc.first_offset
             && l.wal_seq == loc.wal_seq
             && l.byte_start == loc.byte_start

@@ -62,7 +62,6 @@ enum Target {
         meta: Arc<dyn MetadataStore>,
         puts: Arc<Counts>,
         txns: Arc<MetaCounts>,
-        _dir: Option<PathBuf>,
     },
     Remote(LogClient),
 }
@@ -162,14 +161,7 @@ async fn open_target(args: &AppendArgs, endpoint: &str) -> anyhow::Result<Target
     cfg.flush_interval = args.flush_interval.0;
     let meta: Arc<dyn MetadataStore> = meta;
     let storage = LogStorage::open(meta.clone(), objects, cfg, Arc::new(SystemClock)).await?;
-    Ok(Target::Local {
-        storage,
-        objects: raw_objects,
-        meta,
-        puts,
-        txns,
-        _dir: args.data_dir.clone(),
-    })
+    Ok(Target::Local { storage, objects: raw_objects, meta, puts, txns })
 }
 
 /// Runs `lakelog bench append`.
