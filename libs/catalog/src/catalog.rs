@@ -3,11 +3,33 @@
 use std::sync::Arc;
 
 use logstore::keys::Keys;
+use logstore::records::StreamRoute;
 use logstore::{LogError, LogId, LogReader};
 use metadata::{Compare, CompareOp, KeyRange, MetaError, MetadataStore, RangeRequest, Txn, TxnOp};
 use prost::Message;
 
-use crate::routing::partition_for_key;
+use crate::routing::{Member, choose_owner, partition_for_key};
+
+/// What to route: a partition, or a key hashed to one.
+#[derive(Clone, Copy, Debug)]
+pub enum Target<'a> {
+    Partition(u32),
+    Key(&'a [u8]),
+}
+
+/// A routing answer (`Catalog::route_to`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    pub partition: u32,
+    pub log: LogId,
+    pub identity: String,
+    /// The stream's partition count.
+    pub partitions: u32,
+    /// The serving writer; `None` when no writer lives.
+    pub owner: Option<Member>,
+    /// The owner slot to append in: the zone asked for while a writer of it lives, else `*`.
+    pub slot: String,
+}
 
 /// Most partitions one stream may have.
 pub const MAX_PARTITIONS: u32 = 10_000;
@@ -83,6 +105,7 @@ pub struct Catalog {
     meta: Arc<dyn MetadataStore>,
     logs: LogReader,
     keys: Keys,
+    cluster: String,
     root: String,
 }
 
@@ -95,7 +118,13 @@ impl std::fmt::Debug for Catalog {
 impl Catalog {
     /// `logs` reads (and, to delete, updates) the cluster's logs.
     pub fn new(meta: Arc<dyn MetadataStore>, logs: LogReader, cluster: &str) -> Self {
-        Catalog { meta, logs, keys: Keys::new(cluster), root: format!("/{cluster}/streams/") }
+        Catalog {
+            meta,
+            logs,
+            keys: Keys::new(cluster),
+            cluster: cluster.to_owned(),
+            root: format!("/{cluster}/streams/"),
+        }
     }
 
     fn key(&self, name: &str) -> Vec<u8> {
@@ -146,13 +175,9 @@ impl Catalog {
         if self.meta.get(&self.key(name)).await?.is_some() {
             return Err(CatalogError::AlreadyExists(name.to_owned()));
         }
-        let logs = self.create_logs(partitions).await?;
-        let info = StreamInfo {
-            name: name.to_owned(),
-            identity: uuid::Uuid::new_v4().to_string(),
-            partitions: logs.clone(),
-            props,
-        };
+        let identity = uuid::Uuid::new_v4().to_string();
+        let logs = self.create_logs(&identity, 0, partitions).await?;
+        let info = StreamInfo { name: name.to_owned(), identity, partitions: logs.clone(), props };
         let txn = Txn::new()
             .when([Compare::create_revision(self.key(name), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(self.key(name), Self::record(&info))]);
@@ -163,10 +188,17 @@ impl Catalog {
         Ok(info)
     }
 
-    async fn create_logs(&self, n: u32) -> Result<Vec<LogId>, CatalogError> {
+    /// Creates the logs of partitions `first..first + n` of the stream `identity`.
+    async fn create_logs(
+        &self,
+        identity: &str,
+        first: u32,
+        n: u32,
+    ) -> Result<Vec<LogId>, CatalogError> {
         let mut logs = Vec::with_capacity(n as usize);
-        for _ in 0..n {
-            match logstore::admin::create_log(self.meta.as_ref(), &self.keys).await {
+        for partition in first..first + n {
+            let route = StreamRoute { stream_identity: identity.to_owned(), partition };
+            match logstore::admin::create_log(self.meta.as_ref(), &self.keys, Some(route)).await {
                 Ok(l) => logs.push(l),
                 Err(e) => {
                     self.delete_logs(&logs).await;
@@ -228,7 +260,7 @@ impl Catalog {
             if to == have {
                 return Ok(info);
             }
-            let added = self.create_logs(to - have).await?;
+            let added = self.create_logs(&info.identity, have, to - have).await?;
             info.partitions.extend(added.iter().copied());
             let txn = Txn::new()
                 .when([Compare::mod_revision(self.key(name), CompareOp::Equal, rev)])
@@ -268,6 +300,40 @@ impl Catalog {
                 info.partitions.len()
             ))
         })
+    }
+
+    /// Where a partition or a key's partition goes, and which live writer serves it for a
+    /// caller in `zone` (ARCHITECTURE §3 "Owner selection and zones").
+    pub async fn route_to(
+        &self,
+        name: &str,
+        target: Target<'_>,
+        zone: Option<&str>,
+    ) -> Result<Route, CatalogError> {
+        let info = self.get(name).await?;
+        let n = info.partitions.len() as u32;
+        let partition = match target {
+            Target::Partition(p) if p < n => p,
+            Target::Partition(p) => {
+                return Err(CatalogError::InvalidArgument(format!(
+                    "partition {p} out of range: stream {name} has {n}"
+                )));
+            }
+            Target::Key(k) => partition_for_key(k, n),
+        };
+        let log = *info
+            .partitions
+            .get(partition as usize)
+            .ok_or_else(|| CatalogError::Corrupt(name.to_owned()))?;
+        let (members, _) =
+            logstore::membership::live_members(self.meta.as_ref(), &self.cluster, "writer").await?;
+        let zone = zone.filter(|z| !z.is_empty() && *z != "*");
+        let slot = match zone {
+            Some(z) if members.iter().any(|m| m.zone == z) => z.to_owned(),
+            _ => "*".to_owned(),
+        };
+        let owner = choose_owner(&members, &info.identity, partition, zone).cloned();
+        Ok(Route { partition, log, identity: info.identity, partitions: n, owner, slot })
     }
 
     /// The partition and log of a key.

@@ -10,7 +10,6 @@
 //! Depends on `metadata` and `logstore` only.
 
 mod catalog;
-pub mod membership;
-pub mod routing;
+pub use logstore::{membership, routing};
 
-pub use catalog::{Catalog, CatalogError, StreamInfo, StreamProps};
+pub use catalog::{Catalog, CatalogError, Route, StreamInfo, StreamProps, Target};

@@ -1,9 +1,23 @@
-//! Lakelog's Rust client: [`LogClient`] over the LogService, and [`batch`], the one documented
-//! record-batch encoding the SDK and CLI put in entry payloads (ARCHITECTURE §5b).
+//! Lakelog's Rust client SDK:
+//! - [`Producer`]: records to a stream, batched by linger and size, routed by key (Kafka's
+//!   murmur2 partitioner) to each partition's owning writer, retried on NOT_OWNER / FENCED /
+//!   UNAVAILABLE, in order per partition;
+//! - [`Consumer`]: one partition of a stream from an offset, the beginning or the end; tails
+//!   by long poll;
+//! - [`CatalogClient`] (the admin): create, list, describe, grow, delete and route streams;
+//! - [`LogClient`]: one writer's LogService, by log id;
+//! - [`batch`]: the record-batch encoding entries carry (ARCHITECTURE §5b).
 //!
-//! Depends on `proto` only.
+//! Depends on `proto` and `routing` only.
 
 pub mod batch;
+mod consumer;
+mod producer;
+mod router;
+
+pub use consumer::{ConsumedRecord, Consumer, StartAt};
+pub use producer::{Producer, ProducerConfig, RecordAck};
+pub use router::{ClientConfig, Route};
 
 use proto::catalog::v1 as cpb;
 use proto::log::v1 as pb;
@@ -52,6 +66,37 @@ impl ClientError {
             outcome_unknown: false,
         }
     }
+
+    pub(crate) fn new(code: &str, message: impl Into<String>) -> Self {
+        ClientError { code: code.to_owned(), message: message.into(), outcome_unknown: false }
+    }
+
+    /// Retrying elsewhere may succeed and nothing was applied: the owner moved (NOT_OWNER,
+    /// FENCED) or the server could not be reached or answer.
+    pub fn is_retryable(&self) -> bool {
+        !self.outcome_unknown
+            && matches!(self.code.as_str(), "NOT_OWNER" | "FENCED" | "UNAVAILABLE")
+    }
+
+    /// A failed append: a server's answer says whether it may have committed; a call that
+    /// failed without one (connection reset, timeout) may have, unless the connection was
+    /// never made.
+    fn of_append(s: tonic::Status) -> Self {
+        let answered = s.metadata().get("lakelog-code").is_some();
+        let never_sent =
+            s.message().contains("tcp connect error") || s.message().contains("Connection refused");
+        let mut e = ClientError::from(s);
+        if !answered && !never_sent {
+            e.outcome_unknown = true;
+        }
+        e
+    }
+}
+
+/// A NOT_OWNER answer's owner: (id, address), when the writer named one.
+fn owner_of(s: &tonic::Status) -> Option<(String, String)> {
+    let meta = |k: &str| s.metadata().get(k).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    Some((meta("lakelog-owner-id")?, meta("lakelog-owner")?))
 }
 
 async fn channel(endpoint: &str) -> Result<Channel, ClientError> {
@@ -130,6 +175,21 @@ impl CatalogClient {
             .await?;
         Ok(())
     }
+
+    /// Where a partition goes, and the writer serving it for a caller in `zone`.
+    pub async fn route(
+        &self,
+        name: &str,
+        partition: u32,
+        zone: Option<&str>,
+    ) -> Result<cpb::RouteResponse, ClientError> {
+        let req = cpb::RouteRequest {
+            name: name.to_owned(),
+            target: Some(cpb::route_request::Target::Partition(partition)),
+            zone: zone.unwrap_or_default().to_owned(),
+        };
+        Ok(self.inner.clone().route(req).await?.into_inner())
+    }
 }
 
 /// A client of one writer's LogService. Cheap to clone.
@@ -156,12 +216,55 @@ impl LogClient {
         payload: bytes::Bytes,
         expected_offset: Option<u64>,
     ) -> Result<EntryHeader, ClientError> {
-        let req = pb::AppendRequest { log_id, record_count, payload, expected_offset };
-        let resp = self.inner.clone().append(req).await?.into_inner();
-        resp.header.ok_or_else(|| ClientError {
-            code: "INTERNAL".into(),
-            message: "append answered without a header".into(),
-            outcome_unknown: true,
+        let req = pb::AppendRequest {
+            log_id,
+            record_count,
+            payload,
+            expected_offset,
+            slot: String::new(),
+        };
+        self.send_append(req).await.map_err(|(e, _)| e)
+    }
+
+    /// An append in an owner slot (the `slot` a route answered). A NOT_OWNER answer comes
+    /// with the owner the writer named, if any.
+    pub async fn append_in_slot(
+        &self,
+        log_id: u64,
+        slot: &str,
+        record_count: u32,
+        payload: bytes::Bytes,
+    ) -> Result<EntryHeader, (ClientError, Option<(String, String)>)> {
+        let req = pb::AppendRequest {
+            log_id,
+            record_count,
+            payload,
+            expected_offset: None,
+            slot: slot.to_owned(),
+        };
+        self.send_append(req).await
+    }
+
+    async fn send_append(
+        &self,
+        req: pb::AppendRequest,
+    ) -> Result<EntryHeader, (ClientError, Option<(String, String)>)> {
+        let resp = match self.inner.clone().append(req).await {
+            Ok(r) => r.into_inner(),
+            Err(s) => {
+                let owner = owner_of(&s);
+                return Err((ClientError::of_append(s), owner));
+            }
+        };
+        resp.header.ok_or_else(|| {
+            (
+                ClientError {
+                    code: "INTERNAL".into(),
+                    message: "append answered without a header".into(),
+                    outcome_unknown: true,
+                },
+                None,
+            )
         })
     }
 

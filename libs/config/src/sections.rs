@@ -22,6 +22,60 @@ pub struct NodeConfig {
     /// The writer role's settings (used by `lakelog writer` and `standalone`).
     #[serde(default)]
     pub writer: WriterSection,
+    /// The catalog role's settings (used by `lakelog catalog`; `standalone` serves the
+    /// catalog on the writer's port).
+    #[serde(default)]
+    pub catalog: CatalogSection,
+}
+
+/// The catalog role: where it listens and how it registers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatalogSection {
+    /// gRPC listen address.
+    #[serde(default = "default_catalog_listen")]
+    pub listen: SocketAddr,
+    /// Unique among live catalogs; defaults to a random id per process.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// The URL clients reach this catalog at; defaults to `http://<listen>`.
+    #[serde(default)]
+    pub advertise: Option<String>,
+    /// The catalog's lease in the metadata store.
+    #[serde(default = "default_lease_ttl")]
+    pub lease_ttl: Duration,
+}
+
+fn default_catalog_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7541))
+}
+
+impl Default for CatalogSection {
+    fn default() -> Self {
+        CatalogSection {
+            listen: default_catalog_listen(),
+            id: None,
+            advertise: None,
+            lease_ttl: default_lease_ttl(),
+        }
+    }
+}
+
+impl Validate for CatalogSection {
+    fn validate(&self) -> Result<(), Invalid> {
+        if let Some(a) = &self.advertise {
+            check_url("catalog.advertise", a)?;
+        }
+        if let Some(id) = &self.id
+            && (id.is_empty() || id.contains('/'))
+        {
+            return Err(Invalid::new("catalog.id", "must be non-empty and without `/`"));
+        }
+        if self.lease_ttl.0 < std::time::Duration::from_secs(2) {
+            return Err(Invalid::new("catalog.lease_ttl", "must be at least 2s"));
+        }
+        Ok(())
+    }
 }
 
 /// The writer role: where it listens and how it batches.
@@ -148,7 +202,8 @@ impl Validate for NodeConfig {
         self.metadata.validate()?;
         self.object_store.validate()?;
         self.telemetry.validate()?;
-        self.writer.validate()
+        self.writer.validate()?;
+        self.catalog.validate()
     }
 }
 

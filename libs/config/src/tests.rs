@@ -151,7 +151,15 @@ fn deploy_example_config_parses() -> Result<(), ConfigError> {
         from_yaml(path, include_str!("../../../deploy/config/node.example.yaml"), |_| None)?;
     assert!(matches!(c.metadata, MetadataConfig::Etcd(_)));
     assert!(matches!(c.object_store, ObjectStoreConfig::S3(_)));
+    assert_eq!(c.catalog.listen.port(), 7541);
     Ok(())
+}
+
+#[test]
+fn a_bad_catalog_section_is_named() {
+    let yaml = GOOD.to_owned() + "catalog:\n  advertise: not a url\n";
+    let err = err_of(from_yaml::<NodeConfig, _>("c.yaml", &yaml, |_| None));
+    assert!(err.starts_with("c.yaml: catalog.advertise:"), "{err}");
 }
 
 #[test]

@@ -6,11 +6,16 @@ use prost::Message;
 
 use crate::keys::{Keys, parse_u64};
 use crate::reader::LogReader;
-use crate::records::{LogHead, LogState};
+use crate::records::{LogHead, LogState, StreamRoute};
 use crate::{LogError, LogId};
 
-/// Creates an empty log and returns its id (never reused).
-pub async fn create_log(meta: &dyn MetadataStore, keys: &Keys) -> Result<LogId, LogError> {
+/// Creates an empty log and returns its id (never reused). A stream's log carries its `route`
+/// (stream identity, partition), which owner selection hashes.
+pub async fn create_log(
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+    route: Option<StreamRoute>,
+) -> Result<LogId, LogError> {
     for _ in 0..100 {
         let next_key = keys.next_log_id();
         let (id, id_rev) = match meta.get(&next_key).await? {
@@ -22,7 +27,8 @@ pub async fn create_log(meta: &dyn MetadataStore, keys: &Keys) -> Result<LogId, 
         };
         let log = LogId(id);
         let floor = wal_floor_now(meta, keys).await?;
-        let head = LogHead { state: LogState::Normal as i32, ..Default::default() };
+        let head =
+            LogHead { state: LogState::Normal as i32, route: route.clone(), ..Default::default() };
         let txn = Txn::new()
             .when([
                 Compare::mod_revision(next_key.clone(), CompareOp::Equal, id_rev),

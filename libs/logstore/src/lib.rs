@@ -8,15 +8,19 @@
 //!   entry headers, retention computation.
 //!
 //! Reads are served by [`LogReader`], which needs no writer identity (read-only readers use it
-//! alone). Knows nothing of streams. Depends on `metadata`, `objstore` and `wal`; reaches etcd
+//! alone). Knows streams only as far as a writer must: a stream's log carries its (stream
+//! identity, partition) in its head, and [`routing`] / [`membership`] hold the owner function
+//! over live members that both the catalog and a writer taking a slot evaluate. Depends on `metadata`, `objstore` and `wal`; reaches etcd
 //! and object storage only through their traits. Metadata keys: [`keys`]; object keys:
 //! `objstore::keys`.
 
 pub mod admin;
 pub mod keys;
 mod log;
+pub mod membership;
 mod reader;
 pub mod records;
+pub use routing;
 mod storage;
 mod writer;
 
@@ -124,6 +128,9 @@ pub enum LogError {
     /// The log, or this writer's slot of it, was fenced: nothing of the append committed.
     #[error("log {log} is fenced (epoch held {held}, epoch now {current})")]
     Fenced { log: LogId, held: i64, current: i64 },
+    /// This writer does not own the log's slot; `owner` (an address, maybe empty) does.
+    #[error("writer does not own log {log} (slot {slot}); owner: {owner_id} at {owner}")]
+    NotOwner { log: LogId, slot: String, owner_id: String, owner: String },
     #[error("offset {offset} is out of range [{start}, {end}] of log {log}")]
     OffsetOutOfRange { log: LogId, offset: u64, start: u64, end: u64 },
     #[error("expected offset {expected} but log {log} is at {actual}")]
@@ -148,6 +155,7 @@ impl LogError {
             LogError::NotFound(_) => Code::NotFound,
             LogError::AlreadyExists(_) => Code::AlreadyExists,
             LogError::Fenced { .. } => Code::Fenced,
+            LogError::NotOwner { .. } => Code::NotOwner,
             LogError::OffsetOutOfRange { .. } => Code::OffsetOutOfRange,
             LogError::OffsetMismatch { .. } => Code::OffsetMismatch,
             LogError::InvalidArgument(_) => Code::InvalidArgument,

@@ -110,6 +110,19 @@ pub struct LogHead {
     /// The newest chunk locators, oldest first; at most [`RECENT_MAX`](crate::RECENT_MAX).
     #[prost(message, repeated, tag = "10")]
     pub recent: Vec<Locator>,
+    /// The stream partition this log serves, if a stream's: owner selection hashes it.
+    #[prost(message, optional, tag = "11")]
+    pub route: Option<StreamRoute>,
+}
+
+/// Which stream partition a log is: set once, at creation.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct StreamRoute {
+    /// The stream's identity (a UUID; new when a name is re-created).
+    #[prost(string, tag = "1")]
+    pub stream_identity: String,
+    #[prost(uint32, tag = "2")]
+    pub partition: u32,
 }
 
 impl LogHead {

@@ -144,11 +144,12 @@ impl LogStorage {
         // The flusher flushes what is buffered and the committer resolves it (each within the
         // flush deadline); the keep-alive task has nothing left to do once they are done.
         let mut tasks = tasks.into_iter();
-        let (flusher, committer, keep_alive) = (tasks.next(), tasks.next(), tasks.next());
+        let (flusher, committer) = (tasks.next(), tasks.next());
         for t in [flusher, committer].into_iter().flatten() {
             let _ = tokio::time::timeout(self.core.cfg.flush_deadline, t).await;
         }
-        if let Some(t) = keep_alive {
+        // The keep-alive and member-watch tasks.
+        for t in tasks {
             t.abort();
         }
         let lease = self.core.identity.lock().await.lease;
@@ -190,7 +191,7 @@ impl LogStorage {
 
     /// Creates an empty log and returns its id (never reused).
     pub async fn create_log(&self) -> Result<LogId, LogError> {
-        crate::admin::create_log(self.core.meta.as_ref(), &self.core.keys).await
+        crate::admin::create_log(self.core.meta.as_ref(), &self.core.keys, None).await
     }
 
     /// Appends one entry of `record_count` records. Acknowledged only once committed: the
@@ -203,7 +204,27 @@ impl LogStorage {
         payload: Bytes,
         expected_offset: Option<u64>,
     ) -> Result<LogEntryHeader, LogError> {
+        let slot = self.core.cfg.zone.clone();
+        self.append_in_slot(log, &slot, record_count, payload, expected_offset).await
+    }
+
+    /// [`append`](Self::append) in a named owner slot: the zone the client was routed by, or
+    /// `*` (ARCHITECTURE §3). For a stream's log this writer must be the slot's owner, else
+    /// `NotOwner` names the owner; `append` uses the writer's own zone.
+    pub async fn append_in_slot(
+        &self,
+        log: LogId,
+        slot: &str,
+        record_count: u32,
+        payload: Bytes,
+        expected_offset: Option<u64>,
+    ) -> Result<LogEntryHeader, LogError> {
         let cfg = &self.core.cfg;
+        if slot.is_empty() || slot.contains('/') {
+            return Err(LogError::InvalidArgument(format!(
+                "slot `{slot}` must be a zone name or `*`"
+            )));
+        }
         if record_count == 0 {
             return Err(LogError::InvalidArgument("record_count must be at least 1".to_owned()));
         }
@@ -217,11 +238,15 @@ impl LogStorage {
         if self.core.closing.load(Ordering::SeqCst) {
             return Err(LogError::unavailable("writer is shutting down"));
         }
-        // Unknown or deleted logs fail here rather than after a flush.
-        if self.core.served_epoch(log).is_none() {
+        // Unknown or deleted logs, and slots this writer does not own, fail here rather than
+        // after a flush.
+        if self.core.served_epoch(log, slot).is_none() {
             let snap = self.core.reader.snapshot(log).await?;
             if snap.head.log_state() == LogState::Deleted {
                 return Err(LogError::NotFound(log));
+            }
+            if let Some(route) = &snap.head.route {
+                self.core.check_owner_cached(log, route, slot)?;
             }
         }
         let permits = u32::try_from(payload.len().max(1)).unwrap_or(u32::MAX);
@@ -239,6 +264,7 @@ impl LogStorage {
         let (tx, rx) = oneshot::channel();
         self.core.enqueue(Pending {
             log,
+            slot: slot.to_owned(),
             record_count,
             size: payload.len() as u64,
             payload,

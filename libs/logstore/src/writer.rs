@@ -26,13 +26,18 @@ use tokio::time::Instant;
 
 use crate::keys::{Keys, parse_u64};
 use crate::reader::LogReader;
-use crate::records::{EntryDescriptor, IndexPage, Locator, LogHead, LogState, Owner, Slot};
+use crate::records::{
+    EntryDescriptor, IndexPage, Locator, LogHead, LogState, Owner, Slot, StreamRoute,
+};
 use crate::storage::LogStorageConfig;
 use crate::{Clock, LogEntryHeader, LogError, LogId, RECENT_MAX, decode};
+use routing::{Member, choose_owner};
 
 /// One append waiting for its commit. Holds its share of the buffer budget until answered.
 pub(crate) struct Pending {
     pub log: LogId,
+    /// The owner slot the append is made in (ARCHITECTURE §3: a zone, or `*`).
+    pub slot: String,
     pub record_count: u32,
     /// Emptied once copied into the WAL object, so a buffered entry is held in memory once.
     pub payload: Bytes,
@@ -67,9 +72,11 @@ pub(crate) struct Identity {
     block_end: u64,
 }
 
-/// One log's share of a flush.
+/// One log's share of a flush. A flush holds at most one chunk per log, so all of a chunk's
+/// entries are in one slot.
 struct Chunk {
     log: LogId,
+    slot: String,
     /// Entries in append order, each with its byte range in the WAL object.
     entries: Vec<(Pending, u64, u64)>,
 }
@@ -82,7 +89,15 @@ struct Flush {
     deadline: Instant,
 }
 
-/// What this writer holds of a log: the slot epoch it took, and the head as last seen.
+/// The slot of appends made without a zone hint, or routed past their zone (ARCHITECTURE §3).
+pub const ANY_SLOT: &str = "*";
+
+/// Live writers, sorted by id, as last watched.
+struct MemberView {
+    members: Vec<Member>,
+}
+
+/// What this writer holds of a log slot: the epoch it took, and the head as last seen.
 #[derive(Clone, Debug)]
 struct Served {
     epoch: i64,
@@ -102,7 +117,10 @@ pub(crate) struct Core {
     pub space: Arc<Semaphore>,
     pub identity: tokio::sync::Mutex<Identity>,
     identity_lost: AtomicBool,
-    served: Mutex<HashMap<LogId, Served>>,
+    served: Mutex<HashMap<(LogId, String), Served>>,
+    /// Live writers as last watched, for the owner check at admission; slot takeovers read
+    /// them linearizably instead.
+    members: Mutex<Option<MemberView>>,
     /// The newest WAL sequence the flusher has assigned.
     last_seq: AtomicU64,
     /// WAL objects the flusher has handed to the object store.
@@ -136,6 +154,7 @@ impl Core {
             identity: tokio::sync::Mutex::new(identity),
             identity_lost: AtomicBool::new(false),
             served: Mutex::new(HashMap::new()),
+            members: Mutex::new(None),
             last_seq: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
             closing: AtomicBool::new(false),
@@ -146,6 +165,7 @@ impl Core {
             tokio::spawn(flusher(core.clone(), tx)),
             tokio::spawn(committer(core.clone(), rx)),
             tokio::spawn(keep_alive(core.clone())),
+            tokio::spawn(watch_members(core.clone())),
         ];
         Ok((core, tasks))
     }
@@ -169,13 +189,53 @@ impl Core {
         self.wake.notify_one();
     }
 
-    /// The epoch this writer holds for a log's slot, if it serves the log.
-    pub(crate) fn served_epoch(&self, log: LogId) -> Option<i64> {
-        lock(&self.served).get(&log).map(|s| s.epoch)
+    /// The epoch this writer holds for a log's slot, if it serves that slot.
+    pub(crate) fn served_epoch(&self, log: LogId, slot: &str) -> Option<i64> {
+        lock(&self.served).get(&(log, slot.to_owned())).map(|s| s.epoch)
     }
 
+    /// Stops serving every slot of a log.
     pub(crate) fn forget(&self, log: LogId) {
-        lock(&self.served).remove(&log);
+        lock(&self.served).retain(|(l, _), _| *l != log);
+    }
+
+    fn forget_slot(&self, log: LogId, slot: &str) {
+        lock(&self.served).remove(&(log, slot.to_owned()));
+    }
+
+    /// Whether this writer owns `slot` of a stream partition under the member view as last
+    /// watched; `Ok` when there is no view yet (the slot takeover checks linearizably).
+    pub(crate) fn check_owner_cached(
+        &self,
+        log: LogId,
+        route: &StreamRoute,
+        slot: &str,
+    ) -> Result<(), LogError> {
+        match &*lock(&self.members) {
+            Some(view) => self.check_owner(log, route, slot, &view.members),
+            None => Ok(()),
+        }
+    }
+
+    /// The owner function (ARCHITECTURE §3): `Ok` if it picks this writer for the slot.
+    fn check_owner(
+        &self,
+        log: LogId,
+        route: &StreamRoute,
+        slot: &str,
+        members: &[Member],
+    ) -> Result<(), LogError> {
+        let zone = (slot != ANY_SLOT).then_some(slot);
+        match choose_owner(members, &route.stream_identity, route.partition, zone) {
+            Some(m) if m.id == self.cfg.writer_id => Ok(()),
+            Some(m) => Err(LogError::NotOwner {
+                log,
+                slot: slot.to_owned(),
+                owner_id: m.id.clone(),
+                owner: m.address.clone(),
+            }),
+            None => Err(LogError::unavailable("no live writer")),
+        }
     }
 
     pub(crate) fn owner(&self, member_revision: i64) -> Owner {
@@ -312,6 +372,55 @@ async fn keep_alive(core: Arc<Core>) {
     }
 }
 
+/// Keeps the member view fresh and, when the member set changes, stops serving the stream
+/// slots the owner function now gives to another writer: their next appends are answered
+/// NOT_OWNER, and the new owner's takeover fences this writer's slot (ARCHITECTURE §3).
+async fn watch_members(core: Arc<Core>) {
+    let prefix = crate::membership::member_prefix(&core.cfg.cluster, "writer");
+    while !core.closing.load(Ordering::SeqCst) {
+        let view =
+            crate::membership::live_members(core.meta.as_ref(), &core.cfg.cluster, "writer").await;
+        let Ok((members, revision)) = view else {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        };
+        release_lost_slots(&core, &members);
+        *lock(&core.members) = Some(MemberView { members });
+        let req = metadata::WatchRequest {
+            range: metadata::KeyRange::prefix(prefix.clone()),
+            start_revision: revision + 1,
+        };
+        let Ok(mut events) = core.meta.watch(req).await else {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        };
+        // Any change (or the watch ending) re-reads the whole member set; the timeout only
+        // lets a closed writer's task end.
+        loop {
+            let next = futures::StreamExt::next(&mut events);
+            match tokio::time::timeout(Duration::from_secs(1), next).await {
+                Err(_) if !core.closing.load(Ordering::SeqCst) => {}
+                _ => break,
+            }
+        }
+    }
+}
+
+/// Drops the served stream slots that the owner function no longer gives to this writer.
+fn release_lost_slots(core: &Core, members: &[Member]) {
+    let mut served = lock(&core.served);
+    served.retain(|(log, slot), s| match &s.head.route {
+        Some(route) => {
+            let keep = core.check_owner(*log, route, slot, members).is_ok();
+            if !keep {
+                tracing::info!(log = %log, slot, "member set changed: no longer the owner");
+            }
+            keep
+        }
+        None => true,
+    });
+}
+
 async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) {
     loop {
         let due = {
@@ -335,7 +444,7 @@ async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) {
             }
             _ => {}
         }
-        let taken = std::mem::take(&mut *lock(&core.buffer));
+        let taken = take_buffer(&core);
         if taken.entries.is_empty() {
             continue;
         }
@@ -382,6 +491,41 @@ async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) {
     }
 }
 
+/// Takes the buffer for one flush. A flush holds one chunk per log, so when one log has
+/// appends in two slots (this writer owns both), the later slot's appends wait for the next
+/// flush, in their order.
+fn take_buffer(core: &Core) -> Buffer {
+    let mut b = lock(&core.buffer);
+    let mut taken = std::mem::take(&mut *b);
+    let mut slot_of: HashMap<LogId, &str> = HashMap::new();
+    let mut split = false;
+    for p in &taken.entries {
+        if *slot_of.entry(p.log).or_insert(p.slot.as_str()) != p.slot {
+            split = true;
+            break;
+        }
+    }
+    if split {
+        let mut slot_of: HashMap<LogId, String> = HashMap::new();
+        let (mut now, mut later) = (Vec::new(), Vec::new());
+        for p in taken.entries {
+            if *slot_of.entry(p.log).or_insert_with(|| p.slot.clone()) == p.slot {
+                now.push(p);
+            } else {
+                later.push(p);
+            }
+        }
+        let later_bytes: usize = later.iter().map(|p| p.payload.len()).sum();
+        taken.bytes -= later_bytes;
+        later.append(&mut b.entries);
+        b.bytes += later_bytes;
+        b.entries = later;
+        b.since = taken.since;
+        taken.entries = now;
+    }
+    taken
+}
+
 type BuildFailure = (LogError, Vec<Pending>);
 
 /// Lays the buffered entries out as one WAL object: one chunk per log, entries in append order.
@@ -392,6 +536,7 @@ fn build_flush(
     deadline: Duration,
 ) -> Result<(Flush, Bytes), BuildFailure> {
     let mut by_log: Vec<(LogId, Vec<Pending>)> = Vec::new();
+    // One slot per log per flush (take_buffer).
     let mut index: HashMap<LogId, usize> = HashMap::new();
     for p in entries {
         let i = *index.entry(p.log).or_insert_with(|| {
@@ -409,6 +554,7 @@ fn build_flush(
     let mut chunks = Vec::with_capacity(by_log.len());
     let mut failed: Option<LogError> = None;
     for (log, ps) in by_log {
+        let slot = ps.first().map(|p| p.slot.clone()).unwrap_or_default();
         b.begin_chunk(log.0);
         let mut staged = Vec::with_capacity(ps.len());
         for p in ps {
@@ -424,7 +570,7 @@ fn build_flush(
                 }
             }
         }
-        chunks.push(Chunk { log, entries: staged });
+        chunks.push(Chunk { log, slot, entries: staged });
     }
     let all = |chunks: Vec<Chunk>| {
         chunks.into_iter().flat_map(|c| c.entries.into_iter().map(|(p, _, _)| p)).collect()
@@ -615,12 +761,19 @@ fn blocked(log: LogId, head: &LogHead, zone: &str, epoch: i64, me: &Owner) -> Op
     }
 }
 
-/// Takes this writer's zone slot of a log: fences only that slot (ARCHITECTURE §3, "Owner
-/// selection and zones"). The epoch is the head's mod_revision the takeover compared against:
-/// unique per log and increasing, as every takeover or fence moves the head.
-async fn take_slot(core: &Core, log: LogId, me: &Owner) -> Result<Served, LogError> {
+/// Takes a slot of a log: fences only that slot (ARCHITECTURE §3, "Owner selection and
+/// zones"). A stream's log is taken only if the owner function over the live writers, read
+/// linearizably, picks this writer. The epoch is the head's mod_revision the takeover compared
+/// against: unique per log and increasing, as every takeover or fence moves the head.
+async fn take_slot(core: &Core, log: LogId, slot: &str, me: &Owner) -> Result<Served, LogError> {
     for _ in 0..100 {
         let snap = core.reader.snapshot(log).await?;
+        if let Some(route) = &snap.head.route {
+            let (members, _) =
+                crate::membership::live_members(core.meta.as_ref(), &core.cfg.cluster, "writer")
+                    .await?;
+            core.check_owner(log, route, slot, &members)?;
+        }
         // A log fenced by a member that is gone (matched by incarnation) is taken over, so a
         // dead fencer never wedges it (ARCHITECTURE §3, "Fencing").
         let mut fencer_gone: Option<Compare> = None;
@@ -639,7 +792,7 @@ async fn take_slot(core: &Core, log: LogId, me: &Owner) -> Result<Served, LogErr
             LogState::Normal => {}
         }
         if fencer_gone.is_none()
-            && let Some(s) = snap.head.slot(&core.cfg.zone)
+            && let Some(s) = snap.head.slot(slot)
             && s.owner.as_ref() == Some(me)
         {
             // Our own takeover, whose answer was lost: the epoch is ours. (Not on a fenced
@@ -657,8 +810,8 @@ async fn take_slot(core: &Core, log: LogId, me: &Owner) -> Result<Served, LogErr
             head.fenced_by = None;
             head.slots.clear();
         }
-        head.slots.retain(|s| s.zone != core.cfg.zone);
-        head.slots.push(Slot { zone: core.cfg.zone.clone(), epoch, owner: Some(me.clone()) });
+        head.slots.retain(|s| s.zone != slot);
+        head.slots.push(Slot { zone: slot.to_owned(), epoch, owner: Some(me.clone()) });
         let member = core.keys.member("writer", &core.cfg.writer_id);
         let compares = [
             Compare::mod_revision(core.keys.head(log), CompareOp::Equal, snap.head_revision),
@@ -692,8 +845,10 @@ async fn commit_chunks(
     let me = core.owner(member_revision);
     let mut failures = Vec::new();
     let fail = |c: Chunk, e: LogError, failures: &mut Vec<(LogId, LogError)>| {
-        if e.code() == crate::Code::Fenced || e.code() == crate::Code::NotFound {
-            core.forget(c.log);
+        match e.code() {
+            crate::Code::NotFound => core.forget(c.log),
+            crate::Code::Fenced | crate::Code::NotOwner => core.forget_slot(c.log, &c.slot),
+            _ => {}
         }
         failures.push((c.log, e.clone()));
         fail_chunk(c, &e);
@@ -701,12 +856,12 @@ async fn commit_chunks(
     // Serve each log: take its slot on first use.
     let mut ready = Vec::new();
     for c in chunks.drain(..) {
-        let served = lock(&core.served).get(&c.log).cloned();
+        let served = lock(&core.served).get(&(c.log, c.slot.clone())).cloned();
         match served {
             Some(s) => ready.push((c, s)),
-            None => match take_slot(core, c.log, &me).await {
+            None => match take_slot(core, c.log, &c.slot, &me).await {
                 Ok(s) => {
-                    lock(&core.served).insert(c.log, s.clone());
+                    lock(&core.served).insert((c.log, c.slot.clone()), s.clone());
                     ready.push((c, s));
                 }
                 Err(e) => fail(c, e, &mut failures),
@@ -729,7 +884,7 @@ async fn commit_chunks(
         // Check fences, then plan on the heads as last seen.
         let mut plans = Vec::new();
         for (c, s) in pending.drain(..) {
-            match blocked(c.log, &s.head, &core.cfg.zone, s.epoch, &me) {
+            match blocked(c.log, &s.head, &c.slot, s.epoch, &me) {
                 Some(e) => fail(c, e, &mut failures),
                 None => {
                     let p = plan(c.log, &s.head, s.head_revision, seq, &c.entries);
@@ -766,7 +921,7 @@ async fn commit_chunks(
                             head: p.new_head.clone(),
                             head_revision: revision,
                         };
-                        lock(&core.served).insert(c.log, served);
+                        lock(&core.served).insert((c.log, c.slot.clone()), served);
                         acknowledge(c, p);
                     }
                 }
@@ -779,7 +934,7 @@ async fn commit_chunks(
                                     head: head.clone(),
                                     head_revision: *rev,
                                 };
-                                lock(&core.served).insert(c.log, served);
+                                lock(&core.served).insert((c.log, c.slot.clone()), served);
                             }
                             None => core.forget(c.log),
                         }
@@ -795,7 +950,7 @@ async fn commit_chunks(
                             continue;
                         };
                         let s = Served { epoch: s.epoch, head: head.clone(), head_revision: *rev };
-                        lock(&core.served).insert(c.log, s.clone());
+                        lock(&core.served).insert((c.log, c.slot.clone()), s.clone());
                         pending.push((c, s));
                     }
                 }
@@ -903,9 +1058,6 @@ async fn commit_group(
     }
     let mut results = resp.results.into_iter();
     let member_ok = matches!(results.next(), Some(OpResult::Get(g)) if g.kvs.first().map(|kv| kv.create_revision) == Some(member_revision));
-    if !member_ok {
-        return Err(LogError::unavailable(INCARNATION_ENDED));
-    }
     let mut heads = HashMap::new();
     for ((_, _, p), r) in group.iter().zip(results) {
         if let OpResult::Get(g) = r
@@ -923,6 +1075,11 @@ async fn commit_group(
         {
             return Ok(GroupOutcome::CommittedEarlier { heads });
         }
+    }
+    // Checked after the locator: an earlier attempt may have applied while the incarnation
+    // lived (its answer lost), and must then be acknowledged, not failed.
+    if !member_ok {
+        return Err(LogError::unavailable(INCARNATION_ENDED));
     }
     Ok(GroupOutcome::Moved { heads })
 }

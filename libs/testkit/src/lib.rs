@@ -137,6 +137,51 @@ impl Drop for Proc {
     }
 }
 
+/// A server process a test starts itself (a Lakelog role, say): output in `log`, tied to the
+/// test process, SIGKILLed and reaped on drop.
+#[derive(Debug)]
+pub struct Service {
+    proc: Proc,
+}
+
+impl Service {
+    /// Spawns `cmd` and waits until it accepts TCP connections on 127.0.0.1:`port`.
+    pub fn start(
+        name: &'static str,
+        cmd: Command,
+        log: PathBuf,
+        port: u16,
+    ) -> Result<Service, TestkitError> {
+        let mut proc = Proc::spawn(name, cmd, log)?;
+        proc.wait_ready(Duration::from_secs(30), || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        })?;
+        Ok(Service { proc })
+    }
+
+    /// SIGSTOP: the process stops answering, as a paused or partitioned one does.
+    pub fn pause(&self) -> Result<(), TestkitError> {
+        sys::signal(&self.proc.child, sys::Signal::Stop)
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) -> Result<(), TestkitError> {
+        sys::signal(&self.proc.child, sys::Signal::Cont)
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill9(&mut self) -> Result<(), TestkitError> {
+        self.proc.child.kill()?;
+        self.proc.child.wait()?;
+        Ok(())
+    }
+
+    /// The tail of its output.
+    pub fn output(&self) -> String {
+        self.proc.output()
+    }
+}
+
 fn http_get_status(addr: &str, path: &str) -> Option<u16> {
     use std::io::Write;
     let mut s = TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_millis(500)).ok()?;

@@ -4,10 +4,73 @@
 //!
 //! Depends on libs only; never on another service.
 
-use catalog::{Catalog, CatalogError, StreamInfo, StreamProps};
+use std::future::Future;
+
+use catalog::{Catalog, CatalogError, StreamInfo, StreamProps, Target};
 use proto::catalog::v1 as pb;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
+
+/// Why the catalog could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("metadata store: {0}")]
+    Metadata(#[from] metadata::MetaError),
+    #[error("object store: {0}")]
+    Objects(#[from] objstore::BuildError),
+    #[error("registration: {0}")]
+    Register(#[from] logstore::LogError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: std::net::SocketAddr, source: std::io::Error },
+    #[error("gRPC server: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+/// Runs the catalog role until `shutdown` resolves: registers as a member (role `catalog`)
+/// under a lease, serves the CatalogService and gRPC health on `catalog.listen`, then
+/// deregisters.
+pub async fn run(
+    node: &config::NodeConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), RunError> {
+    let c = &node.catalog;
+    let listener = tokio::net::TcpListener::bind(c.listen)
+        .await
+        .map_err(|source| RunError::Listen { addr: c.listen, source })?;
+    let meta = metadata::open(&node.metadata).await?;
+    let objects = objstore::build(&node.object_store)?;
+    let reader = logstore::LogReader::new(meta.clone(), objects, &node.cluster);
+    let id = c.id.clone().unwrap_or_else(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        format!("catalog-{}-{nanos:x}", std::process::id())
+    });
+    let record = logstore::records::MemberRecord {
+        id: id.clone(),
+        role: "catalog".to_owned(),
+        address: c.advertise.clone().unwrap_or_else(|| format!("http://{}", c.listen)),
+        zone: "*".to_owned(),
+    };
+    let registration =
+        logstore::membership::register(meta.clone(), &node.cluster, record, c.lease_ttl.0).await?;
+    let catalog = Catalog::new(meta, reader, &node.cluster);
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<pb::catalog_service_server::CatalogServiceServer<CatalogServiceImpl>>()
+        .await;
+    tracing::info!(addr = %c.listen, catalog = %id, "catalog serving");
+    let served = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(CatalogServiceImpl::new(catalog).server())
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener),
+            shutdown,
+        )
+        .await;
+    registration.close().await;
+    Ok(served?)
+}
 
 /// The CatalogService over one catalog.
 #[derive(Clone, Debug)]
@@ -108,15 +171,22 @@ impl pb::catalog_service_server::CatalogService for CatalogServiceImpl {
         req: Request<pb::RouteRequest>,
     ) -> Result<Response<pb::RouteResponse>, Status> {
         let r = req.into_inner();
-        let (partition, log) = match r.target {
-            Some(pb::route_request::Target::Partition(p)) => {
-                (p, self.catalog.route(&r.name, p).await.map_err(to_status)?)
-            }
-            Some(pb::route_request::Target::Key(k)) => {
-                self.catalog.route_key(&r.name, &k).await.map_err(to_status)?
-            }
+        let target = match &r.target {
+            Some(pb::route_request::Target::Partition(p)) => Target::Partition(*p),
+            Some(pb::route_request::Target::Key(k)) => Target::Key(k),
             None => return Err(Status::invalid_argument("route needs a partition or a key")),
         };
-        Ok(Response::new(pb::RouteResponse { partition, log_id: log.0 }))
+        let zone = Some(r.zone.as_str()).filter(|z| !z.is_empty());
+        let route = self.catalog.route_to(&r.name, target, zone).await.map_err(to_status)?;
+        let (owner_id, owner_address) = route.owner.map(|m| (m.id, m.address)).unwrap_or_default();
+        Ok(Response::new(pb::RouteResponse {
+            partition: route.partition,
+            log_id: route.log.0,
+            identity: route.identity,
+            partitions: route.partitions,
+            owner_id,
+            owner_address,
+            slot: route.slot,
+        }))
     }
 }

@@ -5,6 +5,7 @@
 //! The composition root: the only crate that may depend on service crates.
 
 mod bench;
+mod produce;
 
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
@@ -41,6 +42,11 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Run the catalog role from a config file (its `catalog:` section).
+    Catalog {
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Load generators reporting ratios against same-run baselines.
     Bench {
         #[command(subcommand)]
@@ -55,6 +61,47 @@ enum Command {
     Log {
         #[command(subcommand)]
         command: LogCommand,
+    },
+    /// Send stdin to a stream, one record per line, routed by key to partitions.
+    Produce {
+        stream: String,
+        /// Every record's key.
+        #[arg(long, conflicts_with = "key_separator")]
+        key: Option<String>,
+        /// Each line is `key SEP value` (split at the first SEP).
+        #[arg(long)]
+        key_separator: Option<String>,
+        /// This client's zone: writers of the zone serve it while any lives.
+        #[arg(long, env = "LAKELOG_ZONE")]
+        zone: Option<String>,
+        /// How long a batch waits for more records (milliseconds).
+        #[arg(long, default_value_t = 5)]
+        linger_ms: u64,
+    },
+    /// Print a stream's records as `partition<TAB>offset<TAB>key<TAB>value`.
+    ///
+    /// Starts at the end (only new records) unless --from-beginning or --offset; without
+    /// --follow, stops at the high watermark read when it started.
+    Consume {
+        stream: String,
+        /// Only this partition (default: every partition).
+        #[arg(long)]
+        partition: Option<u32>,
+        /// Start at each partition's first retained offset.
+        #[arg(long, conflicts_with = "offset")]
+        from_beginning: bool,
+        /// Start at this offset (needs --partition).
+        #[arg(long, requires = "partition")]
+        offset: Option<u64>,
+        /// Stop after this many records.
+        #[arg(long)]
+        max: Option<u64>,
+        /// Keep waiting for new records.
+        #[arg(long)]
+        follow: bool,
+        /// This client's zone.
+        #[arg(long, env = "LAKELOG_ZONE")]
+        zone: Option<String>,
     },
 }
 
@@ -196,6 +243,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             writer::run(&node, shutdown_signal()).await?;
             Ok(())
         }
+        Command::Catalog { config } => {
+            let node: config::NodeConfig = config::load_file(&config)?;
+            let _telemetry = telemetry::init(&node.telemetry, "catalog")?;
+            catalog_service::run(&node, shutdown_signal()).await?;
+            Ok(())
+        }
         Command::Bench { command: BenchCommand::Append(args) } => {
             bench::append(args, &cli.endpoint).await
         }
@@ -207,6 +260,30 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Stream { command } => {
             let c = client::CatalogClient::connect(&cli.endpoint).await?;
             stream_command(&c, command).await
+        }
+        Command::Produce { stream, key, key_separator, zone, linger_ms } => {
+            let mut cfg = client::ClientConfig::new(&cli.endpoint);
+            cfg.zone = zone;
+            let keying = match (key, key_separator) {
+                (Some(k), _) => produce::Keying::Fixed(k),
+                (None, Some(sep)) if sep.is_empty() => {
+                    anyhow::bail!("INVALID_ARGUMENT: --key-separator must not be empty")
+                }
+                (None, Some(sep)) => produce::Keying::Separator(sep),
+                (None, None) => produce::Keying::None,
+            };
+            produce::produce(cfg, &stream, keying, std::time::Duration::from_millis(linger_ms))
+                .await
+        }
+        Command::Consume { stream, partition, from_beginning, offset, max, follow, zone } => {
+            let mut cfg = client::ClientConfig::new(&cli.endpoint);
+            cfg.zone = zone;
+            let start = match (from_beginning, offset) {
+                (true, _) => client::StartAt::Beginning,
+                (false, Some(o)) => client::StartAt::Offset(o),
+                (false, None) => client::StartAt::End,
+            };
+            produce::consume(cfg, &stream, partition, start, max, follow).await
         }
     }
 }
@@ -227,6 +304,7 @@ async fn standalone(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()>
             ..Default::default()
         },
         writer: config::WriterSection { listen, ..Default::default() },
+        catalog: Default::default(),
     };
     let _telemetry = telemetry::init(&node.telemetry, "standalone")?;
     eprintln!("lakelog standalone: serving on http://{listen}, data in {}", data_dir.display());

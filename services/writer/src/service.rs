@@ -69,11 +69,14 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         req: Request<pb::AppendRequest>,
     ) -> Result<Response<pb::AppendResponse>, Status> {
         let r = req.into_inner();
-        let h = self
-            .storage
-            .append(LogId(r.log_id), r.record_count, r.payload, r.expected_offset)
-            .await
-            .map_err(to_status)?;
+        let log = LogId(r.log_id);
+        let h = if r.slot.is_empty() {
+            self.storage.append(log, r.record_count, r.payload, r.expected_offset).await
+        } else {
+            let s = &self.storage;
+            s.append_in_slot(log, &r.slot, r.record_count, r.payload, r.expected_offset).await
+        }
+        .map_err(to_status)?;
         Ok(Response::new(pb::AppendResponse { header: Some(header(h)) }))
     }
 

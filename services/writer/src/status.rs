@@ -39,6 +39,15 @@ pub fn to_status(e: LogError) -> tonic::Status {
     let unknown = matches!(e, LogError::Unavailable { outcome_unknown: true, .. });
     let mut status = tonic::Status::new(grpc, e.to_string());
     status.metadata_mut().insert("lakelog-code", MetadataValue::from_static(code_name(code)));
+    if let LogError::NotOwner { owner, owner_id, .. } = &e {
+        // Addresses and ids are ASCII; anything else is left out rather than mangled.
+        if let Ok(v) = MetadataValue::try_from(owner.as_str()) {
+            status.metadata_mut().insert("lakelog-owner", v);
+        }
+        if let Ok(v) = MetadataValue::try_from(owner_id.as_str()) {
+            status.metadata_mut().insert("lakelog-owner-id", v);
+        }
+    }
     if unknown {
         status.metadata_mut().insert("lakelog-outcome", MetadataValue::from_static("unknown"));
     }
@@ -67,5 +76,19 @@ mod tests {
             to_status(LogError::Unavailable { message: "x".into(), outcome_unknown: false });
         assert!(known.metadata().get("lakelog-outcome").is_none());
         assert_eq!(to_status(LogError::Corrupt("crc".into())).code(), tonic::Code::DataLoss);
+        let not_owner = to_status(LogError::NotOwner {
+            log: logstore::LogId(1),
+            slot: "a".into(),
+            owner_id: "w2".into(),
+            owner: "http://127.0.0.1:9".into(),
+        });
+        assert_eq!(
+            not_owner.metadata().get("lakelog-owner").and_then(|v| v.to_str().ok()),
+            Some("http://127.0.0.1:9")
+        );
+        assert_eq!(
+            not_owner.metadata().get("lakelog-code").and_then(|v| v.to_str().ok()),
+            Some("NOT_OWNER")
+        );
     }
 }

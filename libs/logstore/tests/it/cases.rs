@@ -44,6 +44,8 @@ cases!(
     crash_between_put_and_commit_leaves_an_orphan_and_no_ack,
     object_store_faults_lose_no_acknowledged_append,
     lost_commit_answers_never_duplicate_or_lose_entries,
+    commit_applied_before_the_lease_ended_is_acknowledged,
+    stream_logs_are_served_only_by_their_owner,
     corrupted_object_is_an_error_never_data,
     readers_never_see_the_high_watermark_go_back,
     bad_input_gets_clear_errors,
@@ -405,6 +407,140 @@ async fn lost_commit_answers_never_duplicate_or_lose_entries(env: Env) -> Result
         ensure!(seen.insert(p.clone()), "entry {:?} committed twice", p);
     }
     w.shutdown().await;
+    Ok(())
+}
+
+/// An applied commit whose answer is lost while the writer's lease ends: the re-send finds
+/// the incarnation gone, yet the first attempt committed, so the append is acknowledged (a
+/// definite failure here would make a retrying producer write it twice).
+async fn commit_applied_before_the_lease_ended_is_acknowledged(env: Env) -> Result<()> {
+    let meta = FaultyMeta::new(env.meta.clone());
+    let w = env.writer_with(env.config("w"), env.objects.clone(), meta.clone()).await?;
+    let log = w.create_log().await?;
+    w.append(log, 1, payload("before", 0), None).await?;
+    meta.revoke_lease_on_loss.store(true, Ordering::SeqCst);
+    meta.lose_applied_every.store(1, Ordering::SeqCst);
+    let r = w.append(log, 1, payload("lost", 1), None).await;
+    meta.lose_applied_every.store(0, Ordering::SeqCst);
+    ensure!(meta.injected.load(Ordering::SeqCst) >= 1, "no answer was lost");
+    let h = r.map_err(|e| anyhow!("a committed append was answered {e}"))?;
+    let all = read_all(&w, log).await?;
+    ensure!(all.get(&h.offset).map(|(_, p)| p) == Some(&payload("lost", 1)));
+    ensure!(all.len() == 2, "{} entries", all.len());
+    w.shutdown().await;
+    Ok(())
+}
+
+/// The owner of a stream partition's slot per the member set, as the catalog computes it.
+async fn owner_of(env: &Env, route: &logstore::records::StreamRoute, slot: &str) -> Result<String> {
+    let (members, _) =
+        logstore::membership::live_members(env.meta.as_ref(), &env.cluster, "writer").await?;
+    let zone = (slot != "*").then_some(slot);
+    let owner =
+        logstore::routing::choose_owner(&members, &route.stream_identity, route.partition, zone)
+            .context("no live writer")?;
+    Ok(owner.id.clone())
+}
+
+/// Appends in `slot` until the writer answers other than NOT_OWNER (its member view may lag
+/// a membership change by a watch round trip), for at most 10 s.
+async fn append_when_owner(
+    w: &LogStorage,
+    log: LogId,
+    slot: &str,
+    p: Bytes,
+) -> Result<LogEntryHeader> {
+    let start = std::time::Instant::now();
+    loop {
+        match w.append_in_slot(log, slot, 1, p.clone(), None).await {
+            Err(LogError::NotOwner { .. }) if start.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            r => return Ok(r?),
+        }
+    }
+}
+
+/// Owner selection (ARCHITECTURE §3): a stream's log is served in a slot only by the writer
+/// the owner function picks; others answer NOT_OWNER naming it; when the member set changes,
+/// the new owner takes the slot over (fencing the old owner's) and the old one lets go.
+async fn stream_logs_are_served_only_by_their_owner(env: Env) -> Result<()> {
+    let keys = logstore::keys::Keys::new(&env.cluster);
+    let mut writers = BTreeMap::new();
+    for id in ["w1", "w2"] {
+        let mut c = env.config(id);
+        c.advertise = format!("http://{id}.test:1");
+        writers.insert(
+            id.to_owned(),
+            env.writer_with(c, env.objects.clone(), env.meta.clone()).await?,
+        );
+    }
+    let mut logs = Vec::new();
+    for partition in 0..8 {
+        let route =
+            logstore::records::StreamRoute { stream_identity: "stream-x".to_owned(), partition };
+        let log =
+            logstore::admin::create_log(env.meta.as_ref(), &keys, Some(route.clone())).await?;
+        logs.push((log, route));
+    }
+    let mut owned_by = BTreeMap::new();
+    for (i, (log, route)) in logs.iter().enumerate() {
+        let owner = owner_of(&env, route, "*").await?;
+        let other = if owner == "w1" { "w2" } else { "w1" };
+        match writers[other].append_in_slot(*log, "*", 1, payload("x", i), None).await {
+            Err(LogError::NotOwner { owner_id, owner: address, .. }) => {
+                ensure!(
+                    owner_id == owner && address == format!("http://{owner}.test:1"),
+                    "{owner_id} {address}"
+                );
+            }
+            r => return Err(anyhow!("non-owner {other} of log {log} answered {r:?}")),
+        }
+        writers[&owner].append_in_slot(*log, "*", 1, payload("x", i), None).await?;
+        owned_by.entry(owner).or_insert_with(Vec::new).push(*log);
+    }
+    ensure!(owned_by.len() == 2, "8 partitions all went to one of two writers: {owned_by:?}");
+
+    // A third writer joins: the partitions it now owns move to it.
+    let mut c3 = env.config("w3");
+    c3.advertise = "http://w3.test:1".to_owned();
+    let w3 = env.writer_with(c3, env.objects.clone(), env.meta.clone()).await?;
+    let mut moved = 0;
+    for (i, (log, route)) in logs.iter().enumerate() {
+        if owner_of(&env, route, "*").await? != "w3" {
+            continue;
+        }
+        moved += 1;
+        let before = w3.head(*log).await?.slot("*").map(|s| s.epoch);
+        append_when_owner(&w3, *log, "*", payload("moved", i)).await?;
+        let head = w3.head(*log).await?;
+        let slot = head.slot("*").context("no * slot")?;
+        ensure!(slot.owner.as_ref().map(|o| o.writer_id.as_str()) == Some("w3"), "{:?}", slot);
+        ensure!(Some(slot.epoch) != before, "the takeover did not change the slot's epoch");
+        // The old owner no longer serves it: FENCED while it still held the slot, then
+        // NOT_OWNER naming w3 once its member view has the change.
+        for (id, w) in &writers {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let r = w.append_in_slot(*log, "*", 1, payload("stale", i), None).await;
+                match r {
+                    Err(LogError::NotOwner { owner_id, .. }) if owner_id == "w3" => break,
+                    Err(LogError::NotOwner { .. } | LogError::Fenced { .. })
+                        if std::time::Instant::now() < deadline => {}
+                    r => return Err(anyhow!("{id} still served log {log}: {r:?}")),
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    ensure!(moved > 0, "w3 took no partition of 8");
+    // Plain logs (no stream) need no owner: any writer appends in its own zone's slot.
+    let plain = writers["w1"].create_log().await?;
+    writers["w2"].append(plain, 1, payload("plain", 0), None).await?;
+    for (_, w) in writers {
+        w.shutdown().await;
+    }
+    w3.shutdown().await;
     Ok(())
 }
 

@@ -17,6 +17,9 @@ pub struct FaultyMeta {
     pub lose_unapplied_every: AtomicU64,
     /// Every write txn hangs forever (a writer stuck between PUT and commit).
     pub hang_writes: AtomicBool,
+    /// With `lose_applied_every`: the lease the lost txn put under is revoked before the
+    /// answer is lost, so the writer's re-send finds its incarnation gone.
+    pub revoke_lease_on_loss: AtomicBool,
     writes: AtomicU64,
     pub injected: AtomicU64,
 }
@@ -28,6 +31,7 @@ impl FaultyMeta {
             lose_applied_every: AtomicU64::new(0),
             lose_unapplied_every: AtomicU64::new(0),
             hang_writes: AtomicBool::new(false),
+            revoke_lease_on_loss: AtomicBool::new(false),
             writes: AtomicU64::new(0),
             injected: AtomicU64::new(0),
         })
@@ -61,9 +65,18 @@ impl MetadataStore for FaultyMeta {
             tokio::time::sleep(Duration::from_millis(5)).await;
             return Err(lost());
         }
+        let lease = txn.success.iter().find_map(|op| match op {
+            TxnOp::Put { lease, .. } if *lease != 0 => Some(*lease),
+            _ => None,
+        });
         let r = self.inner.txn(txn).await;
-        if every(&self.lose_applied_every, i) && r.is_ok() {
+        if every(&self.lose_applied_every, i) && r.as_ref().is_ok_and(|r| r.succeeded) {
             self.injected.fetch_add(1, Ordering::SeqCst);
+            if self.revoke_lease_on_loss.load(Ordering::SeqCst)
+                && let Some(lease) = lease
+            {
+                let _ = self.inner.lease_revoke(lease).await;
+            }
             return Err(lost());
         }
         r

@@ -1,4 +1,6 @@
-//! Routing: which partition a key goes to, and which writer serves a partition.
+//! Routing: which partition a key goes to, and which writer serves a partition
+//! (ARCHITECTURE §3 "Owner selection and zones"). Pure functions, no dependencies: the
+//! catalog, a writer taking a slot and the client SDK all evaluate the same ones.
 
 /// Kafka's murmur2 (the 32-bit variant in `org.apache.kafka.common.utils.Utils`): seed
 /// 0x9747b28c, little-endian 4-byte blocks. Chosen so Lakelog and a Kafka client's default

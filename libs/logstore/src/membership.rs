@@ -1,0 +1,126 @@
+//! The live-member registry: every role process keeps `members/<role>/<id>` under its lease
+//! (ARCHITECTURE §2); this reads it, as owner selection and clients need it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use metadata::{Compare, CompareOp, LeaseId, MetaError, MetadataStore, RangeRequest, Txn, TxnOp};
+use prost::Message;
+
+use crate::LogError;
+use crate::keys::Keys;
+use crate::records::MemberRecord;
+use routing::Member;
+
+/// The live members of a role, sorted by id, and the revision they were read at (owner
+/// selection must not change without the member set's revision changing).
+pub async fn live_members(
+    meta: &dyn MetadataStore,
+    cluster: &str,
+    role: &str,
+) -> Result<(Vec<Member>, i64), LogError> {
+    let resp = meta.range(RangeRequest::prefix(member_prefix(cluster, role))).await?;
+    let mut members = Vec::with_capacity(resp.kvs.len());
+    for kv in resp.kvs {
+        let r = MemberRecord::decode(kv.value.as_slice())
+            .map_err(|_| LogError::Corrupt(String::from_utf8_lossy(&kv.key).into_owned()))?;
+        members.push(Member { id: r.id, zone: r.zone, address: r.address });
+    }
+    members.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok((members, resp.revision))
+}
+
+/// `members/<role>/`: the prefix a role's member keys share.
+pub fn member_prefix(cluster: &str, role: &str) -> Vec<u8> {
+    let mut prefix = Keys::new(cluster).member(role, "");
+    if prefix.last() != Some(&b'/') {
+        prefix.push(b'/');
+    }
+    prefix
+}
+
+/// A role process's membership: its member key under a lease kept alive by a task. A lost
+/// lease (the process stalled past its TTL) is granted again and the key re-put, as a new
+/// incarnation. Writers register through `LogStorage` instead: their incarnation also fences
+/// commits.
+#[derive(Debug)]
+pub struct Registration {
+    meta: Arc<dyn MetadataStore>,
+    key: Vec<u8>,
+    lease: Arc<std::sync::Mutex<LeaseId>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Registers `record` under `members/<role>/<id>` with a lease of `ttl`. Fails with
+/// `AlreadyExists` if a live member holds the id.
+pub async fn register(
+    meta: Arc<dyn MetadataStore>,
+    cluster: &str,
+    record: MemberRecord,
+    ttl: Duration,
+) -> Result<Registration, LogError> {
+    let key = Keys::new(cluster).member(&record.role, &record.id);
+    let value = record.encode_to_vec();
+    let lease = put_member(meta.as_ref(), &key, &value, ttl).await?;
+    let lease = Arc::new(std::sync::Mutex::new(lease));
+    let task =
+        tokio::spawn(keep_member_alive(meta.clone(), key.clone(), value, ttl, lease.clone()));
+    Ok(Registration { meta, key, lease, task })
+}
+
+async fn put_member(
+    meta: &dyn MetadataStore,
+    key: &[u8],
+    value: &[u8],
+    ttl: Duration,
+) -> Result<LeaseId, LogError> {
+    let lease = meta.lease_grant(ttl).await?;
+    let txn = Txn::new()
+        .when([Compare::create_revision(key.to_vec(), CompareOp::Equal, 0)])
+        .and_then([TxnOp::put_with_lease(key.to_vec(), value.to_vec(), lease)]);
+    if meta.txn(txn).await?.succeeded {
+        return Ok(lease);
+    }
+    let _ = meta.lease_revoke(lease).await;
+    Err(LogError::AlreadyExists(format!(
+        "member {} (another live process has this id)",
+        String::from_utf8_lossy(key)
+    )))
+}
+
+async fn keep_member_alive(
+    meta: Arc<dyn MetadataStore>,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    ttl: Duration,
+    lease: Arc<std::sync::Mutex<LeaseId>>,
+) {
+    loop {
+        tokio::time::sleep(ttl / 3).await;
+        let current = *lease.lock().unwrap_or_else(|e| e.into_inner());
+        match meta.lease_keep_alive(current).await {
+            Ok(_) => {}
+            Err(MetaError::LeaseNotFound(_)) => {
+                tracing::warn!(key = %String::from_utf8_lossy(&key), "member lease lost; registering again");
+                if let Ok(l) = put_member(meta.as_ref(), &key, &value, ttl).await {
+                    *lease.lock().unwrap_or_else(|e| e.into_inner()) = l;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "member lease keep-alive failed"),
+        }
+    }
+}
+
+impl Registration {
+    /// Deregisters: stops the keep-alive and revokes the lease (the key goes with it).
+    pub async fn close(self) {
+        self.task.abort();
+        let lease = *self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self.meta.lease_revoke(lease).await;
+    }
+
+    /// The member key.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+}
