@@ -369,6 +369,11 @@ async fn keep_alive(core: Arc<Core>) {
                 }
             }
         }
+        if core.identity_lost.load(Ordering::SeqCst) && !core.closing.load(Ordering::SeqCst) {
+            tracing::warn!("writer lease lost; registering a new incarnation");
+            reincarnate(&core).await;
+            last_ok = Instant::now();
+        }
     }
 }
 
@@ -640,8 +645,13 @@ fn fail_chunk(c: Chunk, e: &LogError) {
 }
 
 /// Drops the incarnation and registers a new one (ARCHITECTURE §3.10).
+/// Both the committer (after failing a lost incarnation's flush) and the keep-alive task (so an
+/// idle writer comes back too) call this; the first one re-registers.
 async fn reincarnate(core: &Arc<Core>) {
     let mut id = core.identity.lock().await;
+    if !core.identity_lost.load(Ordering::SeqCst) {
+        return;
+    }
     let _ = core.meta.lease_revoke(id.lease).await;
     lock(&core.served).clear();
     loop {

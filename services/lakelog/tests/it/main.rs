@@ -2,6 +2,7 @@
 //! kill -9 and restart on the same data dir.
 
 mod bench;
+mod cluster;
 
 use std::net::TcpStream;
 use std::path::Path;
@@ -226,5 +227,78 @@ fn cli_streams_are_created_grown_listed_and_deleted() -> Result<()> {
     s.ok(&["stream", "delete", "orders"], "")?;
     let again = s.ok(&["stream", "create", "orders"], "")?;
     ensure!(!again.contains(&identity), "a re-created stream kept its old identity");
+    Ok(())
+}
+
+#[test]
+fn cli_produce_routes_keys_to_partitions_and_consume_prints_them() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let s = Standalone::start(dir.path(), testkit::free_port()?)?;
+    s.ok(&["stream", "create", "orders", "--partitions", "3"], "")?;
+    let lines: Vec<String> = (0..30).map(|i| format!("k{}:value {i}", i % 7)).collect();
+    s.ok(&["produce", "orders", "--key-separator", ":"], &(lines.join("\n") + "\n"))?;
+    let out = s.ok(&["consume", "orders", "--from-beginning"], "")?;
+    let mut next = [0u64; 3];
+    let mut seen = Vec::new();
+    for line in out.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        ensure!(f.len() == 4, "not partition<TAB>offset<TAB>key<TAB>value: {line}");
+        let (p, offset): (u32, u64) = (f[0].parse()?, f[1].parse()?);
+        ensure!(p == logstore::routing::partition_for_key(f[2].as_bytes(), 3), "{line}");
+        ensure!(
+            offset == next[p as usize],
+            "partition {p}: offset {offset} after {}",
+            next[p as usize]
+        );
+        next[p as usize] += 1;
+        seen.push(format!("{}:{}", f[2], f[3]));
+    }
+    seen.sort();
+    let mut want = lines.clone();
+    want.sort();
+    ensure!(seen == want, "consumed {seen:?}");
+    // One partition from an offset, at most 2 records.
+    let p1 = s.ok(&["consume", "orders", "--partition", "1", "--offset", "1", "--max", "2"], "")?;
+    let offsets: Vec<&str> = p1.lines().filter_map(|l| l.split('\t').nth(1)).collect();
+    let want: Vec<String> = (1..next[1].min(3)).map(|o| o.to_string()).collect();
+    ensure!(offsets == want, "{p1}");
+    // --follow prints records produced after it started, then stops at --max.
+    let mut follow = Command::new(BIN)
+        .args(["--endpoint", &s.endpoint, "consume", "orders", "--follow", "--max", "3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    std::thread::sleep(Duration::from_millis(500));
+    s.ok(&["produce", "orders", "--key", "late"], "x\ny\nz\n")?;
+    let start = Instant::now();
+    while follow.try_wait()?.is_none() {
+        if start.elapsed() > Duration::from_secs(20) {
+            follow.kill()?;
+            anyhow::bail!("consume --follow --max 3 did not stop after 3 records");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = follow.wait_with_output()?;
+    let tail = String::from_utf8(out.stdout)?;
+    let values: Vec<&str> = tail.lines().filter_map(|l| l.split('\t').nth(3)).collect();
+    ensure!(values == ["x", "y", "z"], "follow printed {tail}");
+    for (args, stdin, needle) in [
+        (vec!["produce", "nope"], "x\n", "NOT_FOUND"),
+        (vec!["produce", "orders", "--key-separator", ":"], "no separator\n", "INVALID_ARGUMENT"),
+        (vec!["produce", "orders"], "", "no records on stdin"),
+        (vec!["consume", "orders", "--partition", "9"], "", "out of range"),
+        (vec!["consume", "nope", "--from-beginning"], "", "NOT_FOUND"),
+        (
+            vec!["consume", "orders", "--partition", "0", "--offset", "999"],
+            "",
+            "OFFSET_OUT_OF_RANGE",
+        ),
+    ] {
+        let (code, stderr) = s.err(&args, stdin)?;
+        ensure!(code == 1 && stderr.contains(needle), "{args:?}: {code} {stderr}");
+        ensure!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    let (code, _) = s.err(&["consume", "orders", "--offset", "1"], "")?;
+    ensure!(code == 2, "--offset without --partition: exit {code}");
     Ok(())
 }

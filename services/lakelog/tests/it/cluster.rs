@@ -1,0 +1,366 @@
+//! Lakelog as separate processes on a real etcd and SeaweedFS: `lakelog catalog` and several
+//! `lakelog writer`s, each from its own YAML config, driven through the client SDK while
+//! writers are SIGKILLed and SIGSTOPped.
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use bytes::Bytes;
+use client::batch::Record;
+use client::{ClientConfig, ClientError, Consumer, Producer, ProducerConfig, RecordAck, StartAt};
+use metadata::MetadataStore;
+
+const BIN: &str = env!("CARGO_BIN_EXE_lakelog");
+
+/// Writers' lease: the shortest allowed, so a dead or paused writer is routed around fast.
+const LEASE: Duration = Duration::from_secs(2);
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    name: String,
+    etcd: String,
+    s3: testkit::S3Endpoint,
+    catalog_url: String,
+    catalog: Option<testkit::Service>,
+}
+
+impl Cluster {
+    fn start() -> Result<Cluster> {
+        let etcd = testkit::shared_etcd()?.endpoint().to_owned();
+        let s3 = testkit::shared_s3()?.s3().clone();
+        let dir = tempfile::tempdir()?;
+        let name = testkit::unique_prefix("e2e");
+        let port = testkit::free_port()?;
+        let mut c = Cluster {
+            dir,
+            name,
+            etcd,
+            s3,
+            catalog_url: format!("http://127.0.0.1:{port}"),
+            catalog: None,
+        };
+        let section = format!("catalog:\n  listen: 127.0.0.1:{port}\n");
+        c.catalog = Some(c.spawn("catalog", "catalog", &section, port)?);
+        Ok(c)
+    }
+
+    fn config(&self, role_section: &str) -> String {
+        let s3 = &self.s3;
+        format!(
+            "cluster: {}\nmetadata:\n  etcd:\n    endpoints: [{}]\nobject_store:\n  s3:\n    endpoint: {}\n    bucket: {}\n    region: {}\n    access_key_id: {}\n    secret_access_key: {}\n    allow_http: true\n    path_style: true\n    prefix: {}\ntelemetry:\n  log_level: info\n{role_section}",
+            self.name,
+            self.etcd,
+            s3.endpoint,
+            s3.bucket,
+            s3.region,
+            s3.access_key_id,
+            s3.secret_access_key,
+            self.name
+        )
+    }
+
+    fn spawn(&self, role: &str, id: &str, section: &str, port: u16) -> Result<testkit::Service> {
+        let file = self.dir.path().join(format!("{id}.yaml"));
+        std::fs::write(&file, self.config(section))?;
+        let mut cmd = Command::new(BIN);
+        cmd.args([role, "--config"]).arg(&file);
+        let log = self.dir.path().join(format!("{id}.log"));
+        Ok(testkit::Service::start("lakelog", cmd, log, port)?)
+    }
+
+    /// Starts `lakelog writer` with id `id` in `zone`.
+    fn writer(&self, id: &str, zone: &str) -> Result<testkit::Service> {
+        let port = testkit::free_port()?;
+        let section = format!(
+            "writer:\n  listen: 127.0.0.1:{port}\n  id: {id}\n  zone: \"{zone}\"\n  flush_interval: 10ms\n  lease_ttl: {}s\n",
+            LEASE.as_secs()
+        );
+        self.spawn("writer", id, &section, port)
+    }
+
+    fn client(&self) -> ClientConfig {
+        ClientConfig::new(&self.catalog_url)
+    }
+
+    async fn meta(&self) -> Result<Arc<dyn MetadataStore>> {
+        Ok(Arc::new(metadata::EtcdStore::connect(&testkit::etcd_config(&self.etcd)).await?))
+    }
+}
+
+/// Waits until `n` writers are registered.
+async fn wait_writers(meta: &Arc<dyn MetadataStore>, cluster: &str, n: usize) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let (members, _) =
+            logstore::membership::live_members(meta.as_ref(), cluster, "writer").await?;
+        if members.len() == n {
+            return Ok(());
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(30),
+            "{} writers live, want {n}",
+            members.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Every record of every partition, by value: (partition, offset, key).
+async fn read_stream(
+    cfg: &ClientConfig,
+    stream: &str,
+    partitions: u32,
+) -> Result<HashMap<String, Vec<(u32, u64, String)>>> {
+    let mut out: HashMap<String, Vec<(u32, u64, String)>> = HashMap::new();
+    for p in 0..partitions {
+        let mut c = Consumer::new(cfg.clone(), stream, p, StartAt::Beginning).await?;
+        let end = c.high_watermark().await?;
+        while c.position() < end {
+            let records = c.poll(10_000, Duration::ZERO).await?;
+            ensure!(
+                !records.is_empty(),
+                "partition {p}: no records at {} below {end}",
+                c.position()
+            );
+            for r in records {
+                let key =
+                    String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
+                let value = String::from_utf8_lossy(&r.value).into_owned();
+                out.entry(value).or_default().push((p, r.offset, key));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What became of the records a producer sent, by value.
+#[derive(Default)]
+struct Outcomes {
+    acked: BTreeMap<String, (String, RecordAck)>,
+    unknown: BTreeMap<String, String>,
+    failed: Vec<(String, ClientError)>,
+}
+
+type Waiter = (String, String, tokio::task::JoinHandle<Result<RecordAck, ClientError>>);
+
+async fn outcomes(sent: Vec<Waiter>) -> Result<Outcomes> {
+    let mut o = Outcomes::default();
+    for (value, key, waiter) in sent {
+        match waiter.await? {
+            Ok(ack) => {
+                o.acked.insert(value, (key, ack));
+            }
+            Err(e) if e.outcome_unknown => {
+                o.unknown.insert(value, key);
+            }
+            Err(e) => o.failed.push((value, e)),
+        }
+    }
+    Ok(o)
+}
+
+async fn send(p: &Producer, value: String, key: String) -> Result<Waiter> {
+    let record = Record { key: Some(Bytes::from(key.clone())), ..Record::value(value.clone()) };
+    let delivery = p.send(record).await?;
+    Ok((value, key, tokio::spawn(delivery.wait())))
+}
+
+/// Every acknowledged record is in the log exactly once, at its acknowledged offset, in its
+/// key's partition; a record of unknown outcome at most once; nothing else is there.
+fn check_exactly_once(
+    o: &Outcomes,
+    log: &HashMap<String, Vec<(u32, u64, String)>>,
+    partitions: u32,
+) -> Result<()> {
+    ensure!(
+        o.failed.is_empty(),
+        "{} records failed definitely, first: {:?}",
+        o.failed.len(),
+        o.failed.first()
+    );
+    for (value, (key, ack)) in &o.acked {
+        let found = log.get(value).map(Vec::as_slice).unwrap_or_default();
+        ensure!(
+            found == [(ack.partition, ack.offset, key.clone())],
+            "acknowledged record {value} ({ack:?}) is in the log as {found:?}"
+        );
+        let want = logstore::routing::partition_for_key(key.as_bytes(), partitions);
+        ensure!(ack.partition == want, "key {key} went to partition {} not {want}", ack.partition);
+    }
+    for value in o.unknown.keys() {
+        let n = log.get(value).map_or(0, Vec::len);
+        ensure!(n <= 1, "record {value} of unknown outcome is in the log {n} times");
+    }
+    for (value, at) in log {
+        ensure!(
+            o.acked.contains_key(value) || o.unknown.contains_key(value),
+            "record {value} at {at:?} was never acknowledged nor in doubt"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writers_killed_and_paused_lose_and_duplicate_no_acknowledged_record() -> Result<()> {
+    const PARTITIONS: u32 = 6;
+    let cluster = Cluster::start()?;
+    let mut w1 = cluster.writer("w1", "*")?;
+    let w2 = cluster.writer("w2", "*")?;
+    let _w3 = cluster.writer("w3", "*")?;
+    let meta = cluster.meta().await?;
+    wait_writers(&meta, &cluster.name, 3).await?;
+    let admin = client::CatalogClient::connect(&cluster.catalog_url).await?;
+    admin.create("events", PARTITIONS, None, None).await?;
+    let mut cfg = cluster.client();
+    // Longer than the pause below: the paused writer's own answers are awaited.
+    cfg.request_timeout = Duration::from_secs(20);
+    let producer = Producer::new(cfg.clone(), "events", ProducerConfig::default()).await?;
+
+    let p = producer.clone();
+    let produce = tokio::spawn(async move {
+        let mut sent = Vec::new();
+        let start = Instant::now();
+        let mut i = 0u64;
+        while start.elapsed() < Duration::from_secs(12) {
+            sent.push(send(&p, format!("r{i}"), format!("key-{}", i % 40)).await?);
+            i += 1;
+            if i.is_multiple_of(20) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        anyhow::Ok(sent)
+    });
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    w1.kill9()?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before_pause = meta.current_revision().await?;
+    w2.pause()?;
+    tokio::time::sleep(LEASE * 2 + Duration::from_secs(1)).await;
+    w2.resume()?;
+
+    let sent = produce.await??;
+    let n = sent.len();
+    let o = outcomes(sent).await?;
+    producer.close().await;
+    let log = read_stream(&cfg, "events", PARTITIONS).await?;
+    check_exactly_once(&o, &log, PARTITIONS)
+        .with_context(|| format!("w2 output:\n{}", w2.output()))?;
+    ensure!(o.acked.len() * 10 >= n * 9, "only {} of {n} records acknowledged", o.acked.len());
+    let writers: std::collections::BTreeSet<&str> =
+        o.acked.values().map(|(_, a)| a.writer.as_str()).collect();
+    ensure!(writers.len() == 3, "acks came from {writers:?} only");
+
+    // The paused writer's late commits failed: after its lease ended (its member key deleted),
+    // no commit of that incarnation (each puts its low-water mark) landed before it registered
+    // again.
+    let prefix = format!("/{}/", cluster.name).into_bytes();
+    let now = meta.current_revision().await?;
+    let mut watch = meta
+        .watch(metadata::WatchRequest {
+            range: metadata::KeyRange::prefix(prefix),
+            start_revision: before_pause,
+        })
+        .await?;
+    let member = format!("/{}/members/writer/w2", cluster.name).into_bytes();
+    let low_water = format!("/{}/wal/low_water/w2", cluster.name).into_bytes();
+    let (mut lease_ended, mut registered_again, mut late) = (None, None, Vec::new());
+    'events: while let Some(batch) =
+        tokio::time::timeout(Duration::from_secs(5), futures::StreamExt::next(&mut watch)).await?
+    {
+        for ev in batch? {
+            let rev = ev.kv.mod_revision;
+            if ev.kv.key == member {
+                match (ev.kind, lease_ended) {
+                    (metadata::EventKind::Delete, None) => lease_ended = Some(rev),
+                    (metadata::EventKind::Put, Some(_)) if registered_again.is_none() => {
+                        registered_again = Some(rev);
+                    }
+                    _ => {}
+                }
+            } else if ev.kv.key == low_water
+                && ev.kind == metadata::EventKind::Put
+                && lease_ended.is_some()
+                && registered_again.is_none()
+            {
+                late.push(rev);
+            }
+            if rev >= now {
+                break 'events;
+            }
+        }
+    }
+    ensure!(
+        lease_ended.is_some(),
+        "the paused writer's lease never ended: the pause was too short"
+    );
+    ensure!(late.is_empty(), "the paused writer committed after its lease ended, at {late:?}");
+    ensure!(registered_again.is_some(), "the resumed writer never registered again");
+    eprintln!(
+        "e2e: {n} sent, {} acknowledged, {} in doubt, {} in the log; w2 lease ended at {lease_ended:?}, registered again at {registered_again:?}",
+        o.acked.len(),
+        o.unknown.len(),
+        log.len()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn zone_a_clients_use_zone_a_writers_while_one_lives_then_fall_back() -> Result<()> {
+    const PARTITIONS: u32 = 4;
+    let cluster = Cluster::start()?;
+    let mut wa = cluster.writer("wa", "a")?;
+    let _wb = cluster.writer("wb", "b")?;
+    let meta = cluster.meta().await?;
+    wait_writers(&meta, &cluster.name, 2).await?;
+    let admin = client::CatalogClient::connect(&cluster.catalog_url).await?;
+    admin.create("zoned", PARTITIONS, None, None).await?;
+    let zone_a = cluster.client().with_zone("a");
+    let zone_b = cluster.client().with_zone("b");
+    let pa = Producer::new(zone_a.clone(), "zoned", ProducerConfig::default()).await?;
+    let pb = Producer::new(zone_b.clone(), "zoned", ProducerConfig::default()).await?;
+
+    let mut sent = Vec::new();
+    for i in 0..200 {
+        sent.push(send(&pa, format!("a{i}"), format!("k{}", i % 16)).await?);
+        sent.push(send(&pb, format!("b{i}"), format!("k{}", i % 16)).await?);
+    }
+    let first = outcomes(sent).await?;
+    for (value, (_, ack)) in &first.acked {
+        let want = if value.starts_with('a') { "wa" } else { "wb" };
+        ensure!(ack.writer == want, "{value} was committed by {} not {want}", ack.writer);
+    }
+    for p in 0..PARTITIONS {
+        let r = admin.route("zoned", p, Some("a")).await?;
+        ensure!(r.owner_id == "wa" && r.slot == "a", "zone a routed to {r:?}");
+    }
+
+    wa.kill9()?;
+    wait_writers(&meta, &cluster.name, 1).await?;
+    for p in 0..PARTITIONS {
+        let r = admin.route("zoned", p, Some("a")).await?;
+        ensure!(r.owner_id == "wb" && r.slot == "*", "zone a fell back to {r:?}");
+    }
+    // Both clients at once: zone b's writer now serves each log in two slots.
+    let mut sent = Vec::new();
+    for i in 200..400 {
+        sent.push(send(&pa, format!("a{i}"), format!("k{}", i % 16)).await?);
+        sent.push(send(&pb, format!("b{i}"), format!("k{}", i % 16)).await?);
+    }
+    let second = outcomes(sent).await?;
+    for (value, (_, ack)) in &second.acked {
+        ensure!(ack.writer == "wb", "{value} was committed by {} after zone a died", ack.writer);
+    }
+    pa.close().await;
+    pb.close().await;
+    let mut all = first;
+    all.acked.extend(second.acked);
+    all.unknown.extend(second.unknown);
+    all.failed.extend(second.failed);
+    ensure!(all.acked.len() == 800, "{} of 800 acknowledged", all.acked.len());
+    let log = read_stream(&zone_b, "zoned", PARTITIONS).await?;
+    check_exactly_once(&all, &log, PARTITIONS)
+}
