@@ -19,6 +19,7 @@ build: deps ## Build every crate
 
 test: deps ## Run every test: unit, conformance (etcd, embedded, local dir, SeaweedFS), crash
 	cargo test --workspace --all-targets --no-fail-fast
+	cargo test --workspace --doc
 
 lint: deps ## rustfmt check, clippy -D warnings, dependency-direction rules
 	cargo fmt --all -- --check

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use logstore::keys::Keys;
+use logstore::membership::MemberWatch;
 use logstore::records::StreamRoute;
 use logstore::{LogError, LogId, LogReader};
 use metadata::{Compare, CompareOp, KeyRange, MetaError, MetadataStore, RangeRequest, Txn, TxnOp};
@@ -107,6 +108,8 @@ pub struct Catalog {
     keys: Keys,
     cluster: String,
     root: String,
+    /// Live writers, watched; `None` outside a Tokio runtime (routes then read them).
+    writers: Option<MemberWatch>,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -118,7 +121,11 @@ impl std::fmt::Debug for Catalog {
 impl Catalog {
     /// `logs` reads (and, to delete, updates) the cluster's logs.
     pub fn new(meta: Arc<dyn MetadataStore>, logs: LogReader, cluster: &str) -> Self {
+        let writers = tokio::runtime::Handle::try_current()
+            .ok()
+            .map(|_| MemberWatch::start(meta.clone(), cluster, "writer"));
         Catalog {
+            writers,
             meta,
             logs,
             keys: Keys::new(cluster),
@@ -325,8 +332,14 @@ impl Catalog {
             .partitions
             .get(partition as usize)
             .ok_or_else(|| CatalogError::Corrupt(name.to_owned()))?;
-        let (members, _) =
-            logstore::membership::live_members(self.meta.as_ref(), &self.cluster, "writer").await?;
+        let members = match self.writers.as_ref().and_then(MemberWatch::current) {
+            Some(set) => set.members.clone(),
+            None => {
+                logstore::membership::live_members(self.meta.as_ref(), &self.cluster, "writer")
+                    .await?
+                    .0
+            }
+        };
         let zone = zone.filter(|z| !z.is_empty() && *z != "*");
         let slot = match zone {
             Some(z) if members.iter().any(|m| m.zone == z) => z.to_owned(),

@@ -8,7 +8,24 @@
 //! - [`LogClient`]: one writer's LogService, by log id;
 //! - [`batch`]: the record-batch encoding entries carry (ARCHITECTURE §5b).
 //!
-//! Depends on `proto` and `routing` only.
+//! ```no_run
+//! # async fn example() -> Result<(), client::ClientError> {
+//! use client::batch::Record;
+//! use std::time::Duration;
+//! let cfg = client::ClientConfig::new("http://127.0.0.1:7540").with_zone("a");
+//! let producer = client::Producer::new(cfg.clone(), "orders", Default::default()).await?;
+//! let record = Record { key: Some("alice".into()), ..Record::value("paid") };
+//! let ack = producer.send(record).await?.wait().await?;
+//! let start = client::StartAt::Offset(ack.offset);
+//! let mut consumer = client::Consumer::new(cfg, "orders", ack.partition, start).await?;
+//! let records = consumer.poll(100, Duration::from_secs(5)).await?; // long-polls at the end
+//! assert_eq!(records[0].value, "paid");
+//! producer.close().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Depends on `proto` and `routing` (plus tokio and tonic).
 
 pub mod batch;
 mod consumer;

@@ -30,6 +30,88 @@ pub async fn live_members(
     Ok((members, resp.revision))
 }
 
+/// A role's live members at one revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberSet {
+    /// Sorted by id.
+    pub members: Vec<Member>,
+    pub revision: i64,
+}
+
+/// A role's live members, kept current by a watch on `members/<role>/` (ARCHITECTURE §2: the
+/// catalog and writers watch the members). Every change re-reads the whole set, so a view is
+/// always one revision's. The task ends when the last clone is dropped.
+#[derive(Clone, Debug)]
+pub struct MemberWatch {
+    rx: tokio::sync::watch::Receiver<Option<Arc<MemberSet>>>,
+}
+
+impl MemberWatch {
+    /// Starts watching; `current` is `None` until the first read answers. Needs a Tokio
+    /// runtime.
+    pub fn start(meta: Arc<dyn MetadataStore>, cluster: &str, role: &str) -> Self {
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        tokio::spawn(follow_members(meta, cluster.to_owned(), role.to_owned(), tx));
+        MemberWatch { rx }
+    }
+
+    /// The set as last read.
+    pub fn current(&self) -> Option<Arc<MemberSet>> {
+        self.rx.borrow().clone()
+    }
+
+    /// Waits for the next set; `false` once the watch has stopped.
+    pub async fn changed(&mut self) -> bool {
+        self.rx.changed().await.is_ok()
+    }
+}
+
+async fn follow_members(
+    meta: Arc<dyn MetadataStore>,
+    cluster: String,
+    role: String,
+    tx: tokio::sync::watch::Sender<Option<Arc<MemberSet>>>,
+) {
+    let prefix = member_prefix(&cluster, &role);
+    let retry = Duration::from_millis(500);
+    loop {
+        let (members, revision) = match live_members(meta.as_ref(), &cluster, &role).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(role, error = %e, "reading members failed; retrying");
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = tokio::time::sleep(retry) => continue,
+                }
+            }
+        };
+        let set = MemberSet { members, revision };
+        tx.send_if_modified(|cur| {
+            let changed = cur.as_ref().is_none_or(|c| c.members != set.members);
+            *cur = Some(Arc::new(set));
+            changed
+        });
+        let req = metadata::WatchRequest {
+            range: metadata::KeyRange::prefix(prefix.clone()),
+            start_revision: revision + 1,
+        };
+        let mut events = match meta.watch(req).await {
+            Ok(w) => w,
+            Err(_) => {
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = tokio::time::sleep(retry) => continue,
+                }
+            }
+        };
+        // Any change, or the watch ending, re-reads the whole set.
+        tokio::select! {
+            _ = tx.closed() => return,
+            _ = futures::StreamExt::next(&mut events) => {}
+        }
+    }
+}
+
 /// `members/<role>/`: the prefix a role's member keys share.
 pub fn member_prefix(cluster: &str, role: &str) -> Vec<u8> {
     let mut prefix = Keys::new(cluster).member(role, "");

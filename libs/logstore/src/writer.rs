@@ -381,32 +381,20 @@ async fn keep_alive(core: Arc<Core>) {
 /// slots the owner function now gives to another writer: their next appends are answered
 /// NOT_OWNER, and the new owner's takeover fences this writer's slot (ARCHITECTURE §3).
 async fn watch_members(core: Arc<Core>) {
-    let prefix = crate::membership::member_prefix(&core.cfg.cluster, "writer");
+    let mut watch =
+        crate::membership::MemberWatch::start(core.meta.clone(), &core.cfg.cluster, "writer");
+    let mut seen: Option<Arc<crate::membership::MemberSet>> = None;
     while !core.closing.load(Ordering::SeqCst) {
-        let view =
-            crate::membership::live_members(core.meta.as_ref(), &core.cfg.cluster, "writer").await;
-        let Ok((members, revision)) = view else {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            continue;
-        };
-        release_lost_slots(&core, &members);
-        *lock(&core.members) = Some(MemberView { members });
-        let req = metadata::WatchRequest {
-            range: metadata::KeyRange::prefix(prefix.clone()),
-            start_revision: revision + 1,
-        };
-        let Ok(mut events) = core.meta.watch(req).await else {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            continue;
-        };
-        // Any change (or the watch ending) re-reads the whole member set; the timeout only
-        // lets a closed writer's task end.
-        loop {
-            let next = futures::StreamExt::next(&mut events);
-            match tokio::time::timeout(Duration::from_secs(1), next).await {
-                Err(_) if !core.closing.load(Ordering::SeqCst) => {}
-                _ => break,
-            }
+        if let Some(set) = watch.current()
+            && !seen.as_ref().is_some_and(|s| Arc::ptr_eq(s, &set))
+        {
+            release_lost_slots(&core, &set.members);
+            *lock(&core.members) = Some(MemberView { members: set.members.clone() });
+            seen = Some(set);
+        }
+        // The timeout only lets a closed writer's task end.
+        if let Ok(false) = tokio::time::timeout(Duration::from_secs(1), watch.changed()).await {
+            return;
         }
     }
 }

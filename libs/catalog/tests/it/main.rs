@@ -176,7 +176,36 @@ async fn live_writers_are_listed_with_address_and_zone_until_they_leave(e: Env) 
     let owner =
         catalog::routing::choose_owner(&members, "id", 0, Some("zone-a")).map(|m| m.id.clone());
     ensure!(owner.as_deref() == Some("wa"));
+    // The catalog routes by its watched member view: the zone's writer, in the zone's slot.
+    let stream = e.catalog.create("zoned", 2, Default::default()).await?;
+    let route = |e: &Env| {
+        let c = e.catalog.clone();
+        async move { c.route_to("zoned", catalog::Target::Partition(1), Some("zone-a")).await }
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let r = loop {
+        let r = route(&e).await?;
+        if r.owner.as_ref().map(|m| m.id.as_str()) == Some("wa")
+            || std::time::Instant::now() > deadline
+        {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    ensure!(r.slot == "zone-a" && r.log == stream.partitions[1] && r.partitions == 2, "{r:?}");
+    ensure!(r.owner.map(|m| m.address) == Some("http://wa.test:7540".to_owned()));
     a.shutdown().await;
+    // Once the zone has no writer, zone-a callers fall back to any writer, in the `*` slot.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = route(&e).await?;
+        if r.owner.as_ref().map(|m| m.id.as_str()) == Some("wb") {
+            ensure!(r.slot == "*", "{r:?}");
+            break;
+        }
+        ensure!(std::time::Instant::now() < deadline, "the catalog still routes zone a to {r:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let (members, rev2) =
         catalog::membership::live_members(e.meta.as_ref(), &e.cluster, "writer").await?;
     ensure!(rev2 > rev && members.len() == 1 && members[0].id == "wb", "{members:?}");
