@@ -63,18 +63,7 @@ impl Default for CatalogSection {
 
 impl Validate for CatalogSection {
     fn validate(&self) -> Result<(), Invalid> {
-        if let Some(a) = &self.advertise {
-            check_url("catalog.advertise", a)?;
-        }
-        if let Some(id) = &self.id
-            && (id.is_empty() || id.contains('/'))
-        {
-            return Err(Invalid::new("catalog.id", "must be non-empty and without `/`"));
-        }
-        if self.lease_ttl.0 < std::time::Duration::from_secs(2) {
-            return Err(Invalid::new("catalog.lease_ttl", "must be at least 2s"));
-        }
-        Ok(())
+        check_membership("catalog", &self.id, &self.advertise, self.lease_ttl)
     }
 }
 
@@ -170,19 +159,29 @@ impl Validate for WriterSection {
         if self.max_entry_size.0 > u64::from(u32::MAX) {
             return Err(Invalid::new("writer.max_entry_size", "must be below 4GiB"));
         }
-        if self.lease_ttl.0 < std::time::Duration::from_secs(2) {
-            return Err(Invalid::new("writer.lease_ttl", "must be at least 2s"));
-        }
-        if let Some(a) = &self.advertise {
-            check_url("writer.advertise", a)?;
-        }
-        if let Some(id) = &self.id
-            && (id.is_empty() || id.contains('/'))
-        {
-            return Err(Invalid::new("writer.id", "must be non-empty and without `/`"));
-        }
-        Ok(())
+        check_membership("writer", &self.id, &self.advertise, self.lease_ttl)
     }
+}
+
+/// What every role's section says about its membership: id, advertised URL, lease.
+fn check_membership(
+    role: &str,
+    id: &Option<String>,
+    advertise: &Option<String>,
+    lease_ttl: Duration,
+) -> Result<(), Invalid> {
+    if lease_ttl.0 < std::time::Duration::from_secs(2) {
+        return Err(Invalid::new(format!("{role}.lease_ttl"), "must be at least 2s"));
+    }
+    if let Some(a) = advertise {
+        check_url(&format!("{role}.advertise"), a)?;
+    }
+    if let Some(id) = id
+        && (id.is_empty() || id.contains('/'))
+    {
+        return Err(Invalid::new(format!("{role}.id"), "must be non-empty and without `/`"));
+    }
+    Ok(())
 }
 
 fn default_cluster() -> String {

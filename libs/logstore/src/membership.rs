@@ -112,6 +112,14 @@ async fn follow_members(
     }
 }
 
+/// A member id for a process whose config names none: `<role>-<pid>-<nanos>`.
+pub fn random_id(role: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{role}-{}-{nanos:x}", std::process::id())
+}
+
 /// `members/<role>/`: the prefix a role's member keys share.
 pub fn member_prefix(cluster: &str, role: &str) -> Vec<u8> {
     let mut prefix = Keys::new(cluster).member(role, "");

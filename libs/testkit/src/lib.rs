@@ -19,6 +19,7 @@
 
 mod sys;
 
+use std::collections::BTreeSet;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -38,10 +39,23 @@ pub enum TestkitError {
     Io(#[from] std::io::Error),
 }
 
-/// A free TCP port on 127.0.0.1 (bound, read and released; a race with another process is
-/// possible but the server's start-up check would then fail loudly).
+/// A free TCP port on 127.0.0.1 (bound, read and released), never one this process handed
+/// out before: tests of one binary start servers concurrently, and a port released by one
+/// must not reach another before its server binds it. (Another process may still take it;
+/// the servers that start here retry with new ports when a port is taken.)
 pub fn free_port() -> Result<u16, TestkitError> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    static ISSUED: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if ISSUED.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
+            return Ok(port);
+        }
+    }
+}
+
+/// Whether a server's start-up failed because a port was taken meanwhile.
+fn port_taken(e: &TestkitError) -> bool {
+    e.to_string().contains("address already in use")
 }
 
 /// A prefix no other test in any process shares: `<name>-<pid>-<n>`.
@@ -202,7 +216,18 @@ pub struct Etcd {
 }
 
 impl Etcd {
+    /// Starts etcd; tries again with new ports if one was taken before it bound it.
     pub fn start() -> Result<Etcd, TestkitError> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once() {
+                Err(e) if attempt < 3 && port_taken(&e) => attempt += 1,
+                r => return r,
+            }
+        }
+    }
+
+    fn start_once() -> Result<Etcd, TestkitError> {
         let bin = find_binary("etcd", "LAKELOG_ETCD_BIN", "etcd", &[])?;
         let dir = tempfile::Builder::new().prefix("lakelog-etcd-").tempdir()?;
         let (client, peer) = (free_port()?, free_port()?);
@@ -286,7 +311,18 @@ impl S3Endpoint {
 }
 
 impl SeaweedS3 {
+    /// Starts `weed mini`; tries again with new ports if one was taken before it bound it.
     pub fn start() -> Result<SeaweedS3, TestkitError> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once() {
+                Err(e) if attempt < 3 && port_taken(&e) => attempt += 1,
+                r => return r,
+            }
+        }
+    }
+
+    fn start_once() -> Result<SeaweedS3, TestkitError> {
         let venv_weed = workspace_root().join(".tools/venv/bin/weed");
         let bin = find_binary("seaweedfs", "LAKELOG_WEED_BIN", "weed", &[venv_weed])?;
         let dir = tempfile::Builder::new().prefix("lakelog-s3-").tempdir()?;

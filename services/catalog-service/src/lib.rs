@@ -40,12 +40,7 @@ pub async fn run(
     let meta = metadata::open(&node.metadata).await?;
     let objects = objstore::build(&node.object_store)?;
     let reader = logstore::LogReader::new(meta.clone(), objects, &node.cluster);
-    let id = c.id.clone().unwrap_or_else(|| {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        format!("catalog-{}-{nanos:x}", std::process::id())
-    });
+    let id = c.id.clone().unwrap_or_else(|| logstore::membership::random_id("catalog"));
     let record = logstore::records::MemberRecord {
         id: id.clone(),
         role: "catalog".to_owned(),

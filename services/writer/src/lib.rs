@@ -34,10 +34,7 @@ pub enum WriterError {
 
 /// A random writer id, when the config names none: `writer-<pid>-<nanos>`.
 pub fn default_writer_id() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!("writer-{}-{nanos:x}", std::process::id())
+    logstore::membership::random_id("writer")
 }
 
 /// Log-storage settings from the node config.
