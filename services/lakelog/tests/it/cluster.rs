@@ -258,7 +258,10 @@ async fn writers_killed_and_paused_lose_and_duplicate_no_acknowledged_record() -
     // no commit of that incarnation (each puts its low-water mark) landed before it registered
     // again.
     let prefix = format!("/{}/", cluster.name).into_bytes();
-    let now = meta.current_revision().await?;
+    // A marker under the cluster's prefix: the watch below has seen everything once it sees it
+    // (the etcd is shared, so its newest revision may be another test's).
+    let marker = format!("/{}/test-marker", cluster.name).into_bytes();
+    let now = meta.put(&marker, b"end", 0).await?;
     let mut watch = meta
         .watch(metadata::WatchRequest {
             range: metadata::KeyRange::prefix(prefix),
