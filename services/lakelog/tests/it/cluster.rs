@@ -205,7 +205,8 @@ fn check_exactly_once(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn writers_killed_and_paused_lose_and_duplicate_no_acknowledged_record() -> Result<()> {
-    const PARTITIONS: u32 = 6;
+    // Enough partitions that each of three writers owns some: (2/3)^24 that one owns none.
+    const PARTITIONS: u32 = 24;
     let cluster = Cluster::start()?;
     let mut w1 = cluster.writer("w1", "*")?;
     let w2 = cluster.writer("w2", "*")?;
@@ -225,7 +226,7 @@ async fn writers_killed_and_paused_lose_and_duplicate_no_acknowledged_record() -
         let start = Instant::now();
         let mut i = 0u64;
         while start.elapsed() < Duration::from_secs(12) {
-            sent.push(send(&p, format!("r{i}"), format!("key-{}", i % 40)).await?);
+            sent.push(send(&p, format!("r{i}"), format!("key-{}", i % 200)).await?);
             i += 1;
             if i.is_multiple_of(20) {
                 tokio::time::sleep(Duration::from_millis(10)).await;
