@@ -28,7 +28,9 @@ pub struct ProducerConfig {
     /// How long a batch waits for more records once it has one (default 5 ms).
     pub linger: Duration,
     /// A batch is sent once its records' values and keys reach this many bytes (default
-    /// 1 MiB; keep it below the writers' max entry size, 4 MiB by default).
+    /// 3 MiB: below the writers' default max entry size of 4 MiB with room for the batch
+    /// encoding). With one batch in flight per partition, a partition's throughput is about
+    /// this much per writer flush.
     pub batch_bytes: usize,
     /// Records queued per partition before `send` waits (default 10,000).
     pub queue_records: usize,
@@ -41,7 +43,7 @@ impl Default for ProducerConfig {
     fn default() -> Self {
         ProducerConfig {
             linger: Duration::from_millis(5),
-            batch_bytes: 1 << 20,
+            batch_bytes: 3 << 20,
             queue_records: 10_000,
             retry_timeout: Duration::from_secs(60),
         }
@@ -190,8 +192,10 @@ impl Producer {
     }
 }
 
+/// A record's size in a batch, give or take its few bytes of framing.
 fn record_bytes(r: &Record) -> usize {
-    r.value.len() + r.key.as_ref().map_or(0, Bytes::len) + 16
+    let headers: usize = r.headers.iter().map(|(k, v)| k.len() + v.len() + 6).sum();
+    r.value.len() + r.key.as_ref().map_or(0, Bytes::len) + headers + 19
 }
 
 async fn partition_task(inner: Arc<Inner>, partition: u32, mut rx: mpsc::Receiver<Item>) {

@@ -120,7 +120,7 @@ fn print(out: &mut impl Write, r: &ConsumedRecord) -> std::io::Result<()> {
 }
 
 /// Records polled at most per call.
-const POLL_RECORDS: u64 = 1000;
+const POLL_RECORDS: u64 = 10_000;
 
 pub async fn consume(
     cfg: ClientConfig,
