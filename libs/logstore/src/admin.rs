@@ -92,6 +92,7 @@ pub async fn delete_log(
                 TxnOp::delete(KeyRange::prefix(keys.index_prefix(log))),
                 TxnOp::delete(KeyRange::key(keys.start(log))),
                 TxnOp::delete(KeyRange::key(keys.wal_floor(log))),
+                TxnOp::delete(KeyRange::prefix(keys.cursors_prefix(log))),
             ]);
         if meta.txn(txn).await?.succeeded {
             return Ok(());

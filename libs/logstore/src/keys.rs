@@ -8,6 +8,8 @@
 //! | `logs/<id>/index/<offset>` | [`IndexPage`](crate::records::IndexPage): ≤ 8 chunk locators, the first at `<offset>`; immutable | writers (when `recent` spills) | readers (floor look-up) |
 //! | `logs/<id>/start` | soft-trim start offset (decimal) | `soft_trim`, `hard_trim` | readers |
 //! | `logs/<id>/wal_floor` | lower bound on the WAL sequence of every uncompacted chunk (decimal) | `create_log`; later the compaction swap | the cleaner |
+//! | `logs/<id>/cursors/<name>/state` | [`CursorRecord`](crate::cursor): mark-delete position, properties | a cursor's `mark_delete`, `ack`, `seek` (compare-and-set) | cursors, stats |
+//! | `logs/<id>/cursors/<name>/acks/<offset>` | individually acked ranges from `<offset>` to the next chunk's key (varint pairs; ≤ 64 KiB a chunk) | the cursor's `ack` (only chunks it changed) | cursors |
 //! | `members/<role>/<id>` | member address (under its lease); create_revision = incarnation | each role at start | commits (compare), the catalog |
 //! | `wal/next_seq` | next unallocated WAL sequence (decimal) | writers, a block at a time | `create_log`, the cleaner |
 //! | `wal/low_water/<writer>` | lowest WAL sequence the writer may still commit (under its lease) | its writer: created with its first block, raised by commits | the cleaner |
@@ -63,6 +65,25 @@ impl Keys {
 
     pub fn wal_floor(&self, log: LogId) -> Vec<u8> {
         self.key(format_args!("logs/{:020}/wal_floor", log.0))
+    }
+
+    /// Every cursor of one log: `logs/<id>/cursors/`.
+    pub fn cursors_prefix(&self, log: LogId) -> Vec<u8> {
+        self.key(format_args!("logs/{:020}/cursors/", log.0))
+    }
+
+    /// A cursor's state: mark-delete position and properties.
+    pub fn cursor_state(&self, log: LogId, name: &str) -> Vec<u8> {
+        self.key(format_args!("logs/{:020}/cursors/{name}/state", log.0))
+    }
+
+    /// A cursor's individually acknowledged ranges, in chunks keyed by their first offset.
+    pub fn cursor_acks_prefix(&self, log: LogId, name: &str) -> Vec<u8> {
+        self.key(format_args!("logs/{:020}/cursors/{name}/acks/", log.0))
+    }
+
+    pub fn cursor_ack_chunk(&self, log: LogId, name: &str, first: u64) -> Vec<u8> {
+        self.key(format_args!("logs/{:020}/cursors/{name}/acks/{first:020}", log.0))
     }
 
     pub fn member(&self, role: &str, id: &str) -> Vec<u8> {

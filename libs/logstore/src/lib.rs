@@ -15,6 +15,7 @@
 //! `objstore::keys`.
 
 pub mod admin;
+pub mod cursor;
 pub mod keys;
 mod log;
 pub mod membership;
@@ -24,6 +25,7 @@ pub use routing;
 mod storage;
 mod writer;
 
+pub use cursor::{CursorStart, CursorStats, LogCursor};
 pub use log::Log;
 pub use reader::LogReader;
 pub use storage::{LogStorage, LogStorageConfig};
@@ -123,6 +125,8 @@ pub enum Code {
 pub enum LogError {
     #[error("log {0} not found")]
     NotFound(LogId),
+    #[error("cursor {name} of log {log} not found")]
+    CursorNotFound { log: LogId, name: String },
     #[error("{0} already exists")]
     AlreadyExists(String),
     /// The log, or this writer's slot of it, was fenced: nothing of the append committed.
@@ -152,7 +156,7 @@ pub enum LogError {
 impl LogError {
     pub fn code(&self) -> Code {
         match self {
-            LogError::NotFound(_) => Code::NotFound,
+            LogError::NotFound(_) | LogError::CursorNotFound { .. } => Code::NotFound,
             LogError::AlreadyExists(_) => Code::AlreadyExists,
             LogError::Fenced { .. } => Code::Fenced,
             LogError::NotOwner { .. } => Code::NotOwner,

@@ -74,6 +74,10 @@ impl LogReader {
         &self.keys
     }
 
+    pub fn meta(&self) -> &Arc<dyn MetadataStore> {
+        &self.meta
+    }
+
     pub(crate) async fn snapshot(&self, log: LogId) -> Result<Snapshot, LogError> {
         let txn = Txn::new().and_then([
             TxnOp::get(RangeRequest::key(self.keys.head(log))),

@@ -3,5 +3,6 @@
 //! ARCHITECTURE §7.
 
 mod cases;
+mod cursors;
 mod env;
 mod faulty_meta;
