@@ -378,6 +378,12 @@ impl LogCursor {
         self.read_position
     }
 
+    /// Moves this handle's read position (not persisted; never below the mark-delete
+    /// position when reading).
+    pub fn set_read_offset(&mut self, offset: u64) {
+        self.read_position = offset;
+    }
+
     pub fn properties(&self) -> &BTreeMap<String, i64> {
         &self.properties
     }

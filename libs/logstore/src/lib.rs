@@ -19,6 +19,7 @@ pub mod cursor;
 pub mod keys;
 mod log;
 pub mod membership;
+mod range_cache;
 mod reader;
 pub mod records;
 pub use routing;
@@ -146,6 +147,9 @@ pub enum LogError {
     Unavailable { message: String, outcome_unknown: bool },
     #[error("resource exhausted: {0}")]
     ResourceExhausted(String),
+    /// A mutating call sent to a read-only reader.
+    #[error("read-only: {0}")]
+    ReadOnly(String),
     #[error("internal error: {0}")]
     Internal(String),
     /// Stored data failed its checksum: never returned as data.
@@ -165,6 +169,7 @@ impl LogError {
             LogError::InvalidArgument(_) => Code::InvalidArgument,
             LogError::Unavailable { .. } => Code::Unavailable,
             LogError::ResourceExhausted(_) => Code::ResourceExhausted,
+            LogError::ReadOnly(_) => Code::ReadOnly,
             LogError::Internal(_) | LogError::Corrupt(_) => Code::Internal,
         }
     }

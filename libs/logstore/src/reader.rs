@@ -9,12 +9,16 @@ use metadata::{MetadataStore, OpResult, RangeRequest, Txn, TxnOp};
 use objstore::object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::keys::{Keys, parse_u64};
+use crate::range_cache::RangeCache;
 use crate::records::{IndexPage, Locator, LogHead, LogState};
 use crate::{EntryIndex, LogEntry, LogEntryHeader, LogError, LogId, LogInfo, LogOffset, decode};
 
-/// Index pages kept in memory. Pages are immutable once written, so a cached page never goes
-/// stale; the cache is cleared when full (bounded memory, no bookkeeping).
-const PAGE_CACHE_MAX: usize = 4096;
+/// Index pages kept in memory by default. Pages are immutable once written, so a cached page
+/// never goes stale; the cache is cleared when full (bounded memory, no bookkeeping).
+pub const DEFAULT_INDEX_PAGES: usize = 4096;
+
+/// Runs fetched at once by one read.
+const PARALLEL_FETCHES: usize = 16;
 
 /// Index pages by (log, first offset).
 type PageCache = HashMap<(LogId, u64), Arc<IndexPage>>;
@@ -57,6 +61,8 @@ pub struct LogReader {
     objects: Arc<dyn ObjectStore>,
     keys: Keys,
     pages: Arc<Mutex<PageCache>>,
+    max_pages: usize,
+    ranges: RangeCache,
 }
 
 impl std::fmt::Debug for LogReader {
@@ -66,8 +72,29 @@ impl std::fmt::Debug for LogReader {
 }
 
 impl LogReader {
+    /// A reader caching index pages (the default number) and no object bytes.
     pub fn new(meta: Arc<dyn MetadataStore>, objects: Arc<dyn ObjectStore>, cluster: &str) -> Self {
-        LogReader { meta, objects, keys: Keys::new(cluster), pages: Default::default() }
+        LogReader {
+            meta,
+            objects,
+            keys: Keys::new(cluster),
+            pages: Default::default(),
+            max_pages: DEFAULT_INDEX_PAGES,
+            ranges: RangeCache::new(0),
+        }
+    }
+
+    /// Caches up to `range_bytes` of object byte ranges and `index_pages` index pages (a
+    /// read-only reader's caches). Concurrent reads of one range share one GET either way.
+    pub fn with_caches(mut self, range_bytes: usize, index_pages: usize) -> Self {
+        self.ranges = RangeCache::new(range_bytes);
+        self.max_pages = index_pages.max(1);
+        self
+    }
+
+    /// (hits, misses) of the byte-range cache.
+    pub fn cache_counts(&self) -> (u64, u64) {
+        self.ranges.counts()
     }
 
     pub fn keys(&self) -> &Keys {
@@ -137,7 +164,7 @@ impl LogReader {
         })?;
         let page: Arc<IndexPage> = Arc::new(decode("index page", &kv.value)?);
         let mut cache = self.lock_pages();
-        if cache.len() >= PAGE_CACHE_MAX {
+        if cache.len() >= self.max_pages {
             cache.clear();
         }
         cache.insert((log, first), page.clone());
@@ -190,21 +217,67 @@ impl LogReader {
         Ok(out)
     }
 
-    /// Fetches and checks one run's entries.
-    async fn fetch_run(&self, loc: &Locator) -> Result<Vec<Located>, LogError> {
+    /// Fetches one run's entries; if its object is gone (compacted, then cleaned), resolves the
+    /// run again through the index, linearizably, before reporting an error.
+    async fn fetch_run_resolving(
+        &self,
+        log: LogId,
+        loc: Locator,
+    ) -> Result<Vec<Located>, LogError> {
+        match self.fetch_run(&loc).await {
+            Err(Missing::Object(path)) => {
+                let fresh = self.snapshot(log).await?;
+                fresh.check_readable()?;
+                match self.find_locator(&fresh, loc.first_offset, false).await? {
+                    Some(l) if l != loc => {
+                        let entries = self.fetch_run(&l).await.map_err(LogError::from)?;
+                        let (lo, hi) = (loc.first_offset, loc.end_offset());
+                        Ok(entries
+                            .into_iter()
+                            .filter(|e| e.header.offset >= lo && e.header.offset < hi)
+                            .collect())
+                    }
+                    _ if fresh.start >= loc.end_offset() => Err(LogError::OffsetOutOfRange {
+                        log,
+                        offset: loc.first_offset,
+                        start: fresh.start,
+                        end: fresh.head.next_offset,
+                    }),
+                    _ => Err(LogError::Corrupt(format!(
+                        "{path}, which the index of log {log} references, is missing"
+                    ))),
+                }
+            }
+            r => r.map_err(LogError::from),
+        }
+    }
+
+    /// Fetches and checks one run's entries (through the byte-range cache).
+    async fn fetch_run(&self, loc: &Locator) -> Result<Vec<Located>, Missing> {
         let path = objstore::keys::wal_object(loc.wal_seq);
-        let bytes =
-            self.objects.get_range(&path, loc.byte_start..loc.byte_start + loc.byte_len).await?;
-        let entries = wal::decode_entries(&bytes)?;
+        let (start, end) = (loc.byte_start, loc.byte_start + loc.byte_len);
+        let bytes = self
+            .ranges
+            .get_or_fetch(path.as_ref(), start, end, || async {
+                match self.objects.get_range(&path, start..end).await {
+                    Ok(b) => Ok(b),
+                    Err(objstore::object_store::Error::NotFound { .. }) => {
+                        Err(Missing::Object(path.to_string()))
+                    }
+                    Err(e) => Err(Missing::Other(e.into())),
+                }
+            })
+            .await?;
+        let entries = wal::decode_entries(&bytes).map_err(|e| Missing::Other(e.into()))?;
         let records: u64 = entries.iter().map(|e| u64::from(e.record_count)).sum();
         if entries.len() != loc.entry_count as usize || records != loc.record_count {
-            return Err(LogError::Corrupt(format!(
+            return Err(Missing::Other(LogError::Corrupt(format!(
                 "{path} at {}: {} entries of {records} records where the index says {} of {}",
                 loc.byte_start,
                 entries.len(),
                 loc.entry_count,
                 loc.record_count
-            )));
+            ))));
         }
         let mut offset = loc.first_offset;
         let mut cumulative = loc.cumulative_before;
@@ -294,27 +367,71 @@ impl LogReader {
                 end: hw,
             });
         }
-        let (mut out, mut records, mut bytes) = (Vec::new(), 0u64, 0u64);
+        // Plan the runs the limits need (locators carry their counts), then fetch them
+        // concurrently, in order.
+        let mut plan: Vec<Locator> = Vec::new();
+        let (mut records, mut bytes, mut entries) = (0u64, 0u64, 0usize);
         let mut offset = start;
-        while offset < hw {
-            let loc = self.locator_at(&snap, offset).await?;
-            for e in self.fetch_run(&loc).await? {
-                if e.header.end_offset() <= offset {
-                    continue;
+        'plan: while offset < hw {
+            for loc in self.locators_from(&snap, offset).await? {
+                if !plan.is_empty()
+                    && (records >= max_records || bytes >= max_bytes || entries >= max_entries)
+                {
+                    break 'plan;
                 }
-                let full = records + u64::from(e.header.record_count) > max_records
-                    || bytes + e.header.entry_size > max_bytes
-                    || out.len() >= max_entries;
-                if full && !out.is_empty() {
-                    return Ok(out);
+                records += loc.record_count;
+                bytes += loc.payload_bytes;
+                entries += loc.entry_count as usize;
+                offset = loc.end_offset();
+                plan.push(loc);
+                if offset >= hw {
+                    break 'plan;
                 }
-                records += u64::from(e.header.record_count);
-                bytes += e.header.entry_size;
-                out.push(e);
             }
-            offset = loc.end_offset();
+        }
+        use futures::{StreamExt, TryStreamExt};
+        let runs: Vec<Vec<Located>> =
+            futures::stream::iter(plan.into_iter().map(|loc| self.fetch_run_resolving(log, loc)))
+                .buffered(PARALLEL_FETCHES)
+                .try_collect()
+                .await?;
+        let (mut out, mut records, mut bytes) = (Vec::new(), 0u64, 0u64);
+        for e in runs.into_iter().flatten() {
+            if e.header.end_offset() <= start {
+                continue;
+            }
+            let full = records + u64::from(e.header.record_count) > max_records
+                || bytes + e.header.entry_size > max_bytes
+                || out.len() >= max_entries;
+            if full && !out.is_empty() {
+                return Ok(out);
+            }
+            records += u64::from(e.header.record_count);
+            bytes += e.header.entry_size;
+            out.push(e);
         }
         Ok(out)
+    }
+
+    /// The locators from the one holding `offset` (below the snapshot's high watermark) to
+    /// the end of its index page, or of the head's recent ones: one metadata read per page.
+    async fn locators_from(&self, snap: &Snapshot, offset: u64) -> Result<Vec<Locator>, LogError> {
+        if let Some(i) = snap.head.recent.iter().position(|l| l.contains(offset)) {
+            return Ok(snap.head.recent[i..].to_vec());
+        }
+        let log = snap.log;
+        let mut upto = self.keys.index_page(log, offset);
+        upto.push(0);
+        let req =
+            RangeRequest::between(self.keys.index_prefix(log), upto).reverse().limit(1).keys_only();
+        let found = self.meta.range(req).await?;
+        if let Some(kv) = found.kvs.first() {
+            let page = self.page(log, &kv.key, true).await?;
+            if let Some(i) = page.locators.iter().position(|l| l.contains(offset)) {
+                return Ok(page.locators[i..].to_vec());
+            }
+        }
+        Err(LogError::Corrupt(format!("no index record covers offset {offset} of log {log}")))
     }
 
     /// Reads entries where `indexes` say they are, without resolving offsets again. Adjacent
@@ -382,7 +499,7 @@ impl LogReader {
             return Ok(None);
         }
         let loc = self.locator_at(&snap, snap.start).await?;
-        let entries = self.fetch_run(&loc).await?;
+        let entries = self.fetch_run_resolving(snap.log, loc).await?;
         Ok(entries.into_iter().find(|e| e.header.end_offset() > snap.start).map(|e| e.header))
     }
 
@@ -441,6 +558,27 @@ impl LogReader {
 
     /// Entries of one run, with their headers (for Level 0 searches).
     pub(crate) async fn run_headers(&self, loc: &Locator) -> Result<Vec<LogEntryHeader>, LogError> {
-        Ok(self.fetch_run(loc).await?.into_iter().map(|l| l.header).collect())
+        Ok(self
+            .fetch_run(loc)
+            .await
+            .map_err(LogError::from)?
+            .into_iter()
+            .map(|l| l.header)
+            .collect())
+    }
+}
+
+/// Why a run could not be fetched: its object is gone (re-resolve), or anything else.
+enum Missing {
+    Object(String),
+    Other(LogError),
+}
+
+impl From<Missing> for LogError {
+    fn from(m: Missing) -> Self {
+        match m {
+            Missing::Object(path) => LogError::Corrupt(format!("{path} is missing")),
+            Missing::Other(e) => e,
+        }
     }
 }

@@ -4,8 +4,7 @@
 //!
 //! Depends on libs only; never on another service.
 
-pub mod service;
-pub mod status;
+pub use logservice::{service, status};
 
 use std::future::Future;
 use std::sync::Arc;

@@ -46,6 +46,7 @@ cases!(
     lost_commit_answers_never_duplicate_or_lose_entries,
     commit_applied_before_the_lease_ended_is_acknowledged,
     stream_logs_are_served_only_by_their_owner,
+    cached_reads_and_a_missing_object,
     corrupted_object_is_an_error_never_data,
     readers_never_see_the_high_watermark_go_back,
     bad_input_gets_clear_errors,
@@ -541,6 +542,36 @@ async fn stream_logs_are_served_only_by_their_owner(env: Env) -> Result<()> {
         w.shutdown().await;
     }
     w3.shutdown().await;
+    Ok(())
+}
+
+/// A reader with caches serves repeated reads from memory, and an object gone from the store
+/// is re-resolved through the index and then reported (never served, never a panic).
+async fn cached_reads_and_a_missing_object(env: Env) -> Result<()> {
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    for i in 0..20 {
+        w.append(log, 1, payload("c", i), None).await?;
+    }
+    let reader = logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster)
+        .with_caches(1 << 20, 64);
+    let first = reader.read_entries(log, 0, 1000, u64::MAX).await?;
+    let (_, misses) = reader.cache_counts();
+    let again = reader.read_entries(log, 0, 1000, u64::MAX).await?;
+    let (hits, misses_after) = reader.cache_counts();
+    ensure!(first == again && first.len() == 20);
+    ensure!(
+        misses_after == misses && hits >= misses,
+        "hits {hits}, misses {misses} → {misses_after}"
+    );
+    let idx = w.read_index_range(log, 5, 1).await?.remove(0);
+    env.objects.delete(&idx.object).await?;
+    let fresh = logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
+    match fresh.read_entries(log, 5, 1, u64::MAX).await {
+        Err(LogError::Corrupt(m)) if m.contains("missing") => {}
+        other => return Err(anyhow!("a missing object read as {other:?}")),
+    }
+    w.shutdown().await;
     Ok(())
 }
 

@@ -1,8 +1,12 @@
 //! The gRPC adapter: proto ↔ domain conversions and nothing else.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use logstore::{EntryIndex, LogEntry, LogEntryHeader, LogId, LogStorage};
+use logstore::{
+    CursorStart, EntryIndex, LogCursor, LogEntry, LogEntryHeader, LogError, LogId, LogReader,
+    LogStorage,
+};
 use proto::log::v1 as pb;
 use tonic::{Request, Response, Status};
 
@@ -13,15 +17,33 @@ const MAX_WAIT_CAP: Duration = Duration::from_secs(60);
 const DEFAULT_MAX_RECORDS: u64 = 1000;
 const DEFAULT_MAX_BYTES: u64 = 4 << 20;
 
-/// The LogService over one writer's log storage.
+/// The LogService over one writer's log storage, or read-only over a log reader.
 #[derive(Clone, Debug)]
 pub struct LogServiceImpl {
-    storage: LogStorage,
+    reader: LogReader,
+    /// `None` on a read-only reader.
+    storage: Option<LogStorage>,
 }
 
 impl LogServiceImpl {
+    /// Every call, appends through this writer's storage.
     pub fn new(storage: LogStorage) -> Self {
-        LogServiceImpl { storage }
+        LogServiceImpl { reader: storage.reader().clone(), storage: Some(storage) }
+    }
+
+    /// Reads only: mutating calls answer READ_ONLY, reads never wait for new data.
+    pub fn read_only(reader: LogReader) -> Self {
+        LogServiceImpl { reader, storage: None }
+    }
+
+    fn writable(&self, what: &str) -> Result<&LogStorage, Status> {
+        self.storage.as_ref().ok_or_else(|| {
+            to_status(LogError::ReadOnly(format!("{what} is not served by a read-only reader")))
+        })
+    }
+
+    fn refuse(&self, what: &str) -> Result<(), Status> {
+        self.writable(what).map(|_| ())
     }
 }
 
@@ -60,7 +82,7 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         &self,
         _: Request<pb::CreateLogRequest>,
     ) -> Result<Response<pb::CreateLogResponse>, Status> {
-        let log = self.storage.create_log().await.map_err(to_status)?;
+        let log = self.writable("CreateLog")?.create_log().await.map_err(to_status)?;
         Ok(Response::new(pb::CreateLogResponse { log_id: log.0 }))
     }
 
@@ -68,12 +90,12 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         &self,
         req: Request<pb::AppendRequest>,
     ) -> Result<Response<pb::AppendResponse>, Status> {
+        let s = self.writable("Append")?;
         let r = req.into_inner();
         let log = LogId(r.log_id);
         let h = if r.slot.is_empty() {
-            self.storage.append(log, r.record_count, r.payload, r.expected_offset).await
+            s.append(log, r.record_count, r.payload, r.expected_offset).await
         } else {
-            let s = &self.storage;
             s.append_in_slot(log, &r.slot, r.record_count, r.payload, r.expected_offset).await
         }
         .map_err(to_status)?;
@@ -87,8 +109,9 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         let r = req.into_inner();
         let log = LogId(r.log_id);
         let wait = Duration::from_millis(u64::from(r.max_wait_ms)).min(MAX_WAIT_CAP);
-        let reader = self.storage.reader();
-        if !wait.is_zero() {
+        let reader = &self.reader;
+        // Readers serve committed data only: no tail reads.
+        if !wait.is_zero() && self.storage.is_some() {
             reader.wait_beyond(log, r.start_offset, wait).await.map_err(to_status)?;
         }
         let max_records = or_default(r.max_records, DEFAULT_MAX_RECORDS);
@@ -112,7 +135,7 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         req: Request<pb::GetFirstOffsetRequest>,
     ) -> Result<Response<pb::GetFirstOffsetResponse>, Status> {
         let h = self
-            .storage
+            .reader
             .get_first_offset(LogId(req.into_inner().log_id))
             .await
             .map_err(to_status)?;
@@ -123,11 +146,8 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         &self,
         req: Request<pb::GetLastOffsetRequest>,
     ) -> Result<Response<pb::GetLastOffsetResponse>, Status> {
-        let h = self
-            .storage
-            .get_last_offset(LogId(req.into_inner().log_id))
-            .await
-            .map_err(to_status)?;
+        let h =
+            self.reader.get_last_offset(LogId(req.into_inner().log_id)).await.map_err(to_status)?;
         Ok(Response::new(pb::GetLastOffsetResponse { header: h.map(header) }))
     }
 
@@ -137,7 +157,7 @@ impl pb::log_service_server::LogService for LogServiceImpl {
     ) -> Result<Response<pb::ReadIndexRangeResponse>, Status> {
         let r = req.into_inner();
         let idx = self
-            .storage
+            .reader
             .read_index_range(LogId(r.log_id), r.start_offset, r.max_entries as usize)
             .await
             .map_err(to_status)?;
@@ -174,7 +194,7 @@ impl pb::log_service_server::LogService for LogServiceImpl {
                 byte_len: i.byte_len,
             });
         }
-        let entries = self.storage.read_entries_by_index(&indexes).await.map_err(to_status)?;
+        let entries = self.reader.read_entries_by_index(&indexes).await.map_err(to_status)?;
         Ok(Response::new(pb::ReadEntriesByIndexResponse {
             entries: entries.into_iter().map(entry).collect(),
         }))
@@ -185,7 +205,8 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         req: Request<pb::SoftTrimRequest>,
     ) -> Result<Response<pb::SoftTrimResponse>, Status> {
         let r = req.into_inner();
-        let start = self.storage.soft_trim(LogId(r.log_id), r.offset).await.map_err(to_status)?;
+        let s = self.writable("SoftTrim")?;
+        let start = s.soft_trim(LogId(r.log_id), r.offset).await.map_err(to_status)?;
         Ok(Response::new(pb::SoftTrimResponse { start_offset: start }))
     }
 
@@ -194,7 +215,8 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         req: Request<pb::HardTrimRequest>,
     ) -> Result<Response<pb::HardTrimResponse>, Status> {
         let r = req.into_inner();
-        let start = self.storage.hard_trim(LogId(r.log_id), r.offset).await.map_err(to_status)?;
+        let s = self.writable("HardTrim")?;
+        let start = s.hard_trim(LogId(r.log_id), r.offset).await.map_err(to_status)?;
         Ok(Response::new(pb::HardTrimResponse { start_offset: start }))
     }
 
@@ -202,7 +224,8 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         &self,
         req: Request<pb::DeleteLogRequest>,
     ) -> Result<Response<pb::DeleteLogResponse>, Status> {
-        self.storage.delete_log(LogId(req.into_inner().log_id)).await.map_err(to_status)?;
+        let s = self.writable("DeleteLog")?;
+        s.delete_log(LogId(req.into_inner().log_id)).await.map_err(to_status)?;
         Ok(Response::new(pb::DeleteLogResponse {}))
     }
 
@@ -210,7 +233,8 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         &self,
         req: Request<pb::FenceRequest>,
     ) -> Result<Response<pb::FenceResponse>, Status> {
-        let epoch = self.storage.fence(LogId(req.into_inner().log_id)).await.map_err(to_status)?;
+        let s = self.writable("Fence")?;
+        let epoch = s.fence(LogId(req.into_inner().log_id)).await.map_err(to_status)?;
         Ok(Response::new(pb::FenceResponse { epoch }))
     }
 
@@ -219,7 +243,7 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         req: Request<pb::ActivateRequest>,
     ) -> Result<Response<pb::ActivateResponse>, Status> {
         let r = req.into_inner();
-        self.storage.activate(LogId(r.log_id), r.epoch).await.map_err(to_status)?;
+        self.writable("Activate")?.activate(LogId(r.log_id), r.epoch).await.map_err(to_status)?;
         Ok(Response::new(pb::ActivateResponse {}))
     }
 
@@ -227,7 +251,7 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         &self,
         req: Request<pb::GetLogInfoRequest>,
     ) -> Result<Response<pb::GetLogInfoResponse>, Status> {
-        let i = self.storage.info(LogId(req.into_inner().log_id)).await.map_err(to_status)?;
+        let i = self.reader.info(LogId(req.into_inner().log_id)).await.map_err(to_status)?;
         let state = match i.state {
             logstore::records::LogState::Normal => "NORMAL",
             logstore::records::LogState::Fenced => "FENCED",
@@ -241,6 +265,110 @@ impl pb::log_service_server::LogService for LogServiceImpl {
             next_offset: i.next_offset,
             entries: i.entries,
             bytes: i.bytes,
+        }))
+    }
+
+    async fn create_cursor(
+        &self,
+        req: Request<pb::CreateCursorRequest>,
+    ) -> Result<Response<pb::CreateCursorResponse>, Status> {
+        self.refuse("CreateCursor")?;
+        let r = req.into_inner();
+        let start = match (r.offset, r.from_end) {
+            (Some(o), _) => CursorStart::Offset(o),
+            (None, true) => CursorStart::End,
+            (None, false) => CursorStart::Beginning,
+        };
+        LogCursor::create(&self.reader, LogId(r.log_id), &r.name, start)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::CreateCursorResponse {}))
+    }
+
+    async fn list_cursors(
+        &self,
+        req: Request<pb::ListCursorsRequest>,
+    ) -> Result<Response<pb::ListCursorsResponse>, Status> {
+        let log = LogId(req.into_inner().log_id);
+        let names = LogCursor::list(&self.reader, log).await.map_err(to_status)?;
+        Ok(Response::new(pb::ListCursorsResponse { names }))
+    }
+
+    async fn delete_cursor(
+        &self,
+        req: Request<pb::DeleteCursorRequest>,
+    ) -> Result<Response<pb::DeleteCursorResponse>, Status> {
+        self.refuse("DeleteCursor")?;
+        let r = req.into_inner();
+        LogCursor::delete(&self.reader, LogId(r.log_id), &r.name).await.map_err(to_status)?;
+        Ok(Response::new(pb::DeleteCursorResponse {}))
+    }
+
+    async fn read_cursor(
+        &self,
+        req: Request<pb::ReadCursorRequest>,
+    ) -> Result<Response<pb::ReadCursorResponse>, Status> {
+        let r = req.into_inner();
+        let mut c =
+            LogCursor::open(&self.reader, LogId(r.log_id), &r.name).await.map_err(to_status)?;
+        if let Some(from) = r.from_offset {
+            c.set_read_offset(from);
+        }
+        let max_records = or_default(r.max_records, DEFAULT_MAX_RECORDS);
+        let max_bytes = or_default(r.max_bytes, DEFAULT_MAX_BYTES);
+        let entries = c.read_entries(max_records, max_bytes).await.map_err(to_status)?;
+        Ok(Response::new(pb::ReadCursorResponse {
+            entries: entries.into_iter().map(entry).collect(),
+            next_offset: c.read_offset(),
+        }))
+    }
+
+    async fn ack_cursor(
+        &self,
+        req: Request<pb::AckCursorRequest>,
+    ) -> Result<Response<pb::AckCursorResponse>, Status> {
+        self.refuse("AckCursor")?;
+        let r = req.into_inner();
+        let mut c =
+            LogCursor::open(&self.reader, LogId(r.log_id), &r.name).await.map_err(to_status)?;
+        if let Some(md) = r.mark_delete {
+            let props: BTreeMap<String, i64> = r.properties.into_iter().collect();
+            c.mark_delete(md, props).await.map_err(to_status)?;
+        }
+        if !r.individual.is_empty() {
+            c.ack(&r.individual).await.map_err(to_status)?;
+        }
+        Ok(Response::new(pb::AckCursorResponse { mark_delete_offset: c.mark_delete_offset() }))
+    }
+
+    async fn seek_cursor(
+        &self,
+        req: Request<pb::SeekCursorRequest>,
+    ) -> Result<Response<pb::SeekCursorResponse>, Status> {
+        self.refuse("SeekCursor")?;
+        let r = req.into_inner();
+        let mut c =
+            LogCursor::open(&self.reader, LogId(r.log_id), &r.name).await.map_err(to_status)?;
+        c.seek(r.offset).await.map_err(to_status)?;
+        Ok(Response::new(pb::SeekCursorResponse {}))
+    }
+
+    async fn get_cursor_stats(
+        &self,
+        req: Request<pb::GetCursorStatsRequest>,
+    ) -> Result<Response<pb::GetCursorStatsResponse>, Status> {
+        let r = req.into_inner();
+        let c = LogCursor::open(&self.reader, LogId(r.log_id), &r.name).await.map_err(to_status)?;
+        let s = c.stats().await.map_err(to_status)?;
+        Ok(Response::new(pb::GetCursorStatsResponse {
+            mark_delete_offset: s.mark_delete_offset,
+            read_position: s.read_position,
+            high_watermark: s.high_watermark,
+            backlog_records: s.backlog_records,
+            backlog_bytes: s.backlog_bytes,
+            acked_records: s.acked_records,
+            ack_ranges: s.ack_ranges as u64,
+            properties: s.properties.into_iter().collect(),
         }))
     }
 }

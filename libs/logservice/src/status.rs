@@ -27,7 +27,8 @@ pub fn to_status(e: LogError) -> tonic::Status {
     let grpc = match code {
         Code::NotFound => tonic::Code::NotFound,
         Code::AlreadyExists => tonic::Code::AlreadyExists,
-        Code::Fenced | Code::NotOwner | Code::ReadOnly => tonic::Code::FailedPrecondition,
+        Code::Fenced | Code::NotOwner => tonic::Code::FailedPrecondition,
+        Code::ReadOnly => tonic::Code::Unimplemented,
         Code::OffsetOutOfRange => tonic::Code::OutOfRange,
         Code::OffsetMismatch => tonic::Code::Aborted,
         Code::InvalidArgument => tonic::Code::InvalidArgument,
