@@ -349,6 +349,21 @@ impl Catalog {
         Ok(Route { partition, log, identity: info.identity, partitions: n, owner, slot })
     }
 
+    /// The live members of a role, sorted by id (writers as watched).
+    pub async fn members(&self, role: &str) -> Result<Vec<Member>, CatalogError> {
+        if role == "writer"
+            && let Some(set) = self.writers.as_ref().and_then(MemberWatch::current)
+        {
+            return Ok(set.members.clone());
+        }
+        if !matches!(role, "writer" | "reader" | "catalog") {
+            return Err(CatalogError::InvalidArgument(format!(
+                "role `{role}`: one of writer, reader, catalog"
+            )));
+        }
+        Ok(logstore::membership::live_members(self.meta.as_ref(), &self.cluster, role).await?.0)
+    }
+
     /// The partition and log of a key.
     pub async fn route_key(&self, name: &str, key: &[u8]) -> Result<(u32, LogId), CatalogError> {
         let info = self.get(name).await?;

@@ -5,7 +5,8 @@
 //! - [`Consumer`]: one partition of a stream from an offset, the beginning or the end; tails
 //!   by long poll;
 //! - [`CatalogClient`] (the admin): create, list, describe, grow, delete and route streams;
-//! - [`LogClient`]: one writer's LogService, by log id;
+//! - [`LogClient`]: one writer's (or reader's) LogService, by log id, with cursors;
+//! - [`ReaderPool`]: reads round-robin over read-only readers, failing over between them;
 //! - [`batch`]: the record-batch encoding entries carry (ARCHITECTURE §5b).
 //!
 //! ```no_run
@@ -30,10 +31,12 @@
 pub mod batch;
 mod consumer;
 mod producer;
+mod readers;
 mod router;
 
 pub use consumer::{ConsumedRecord, Consumer, StartAt};
 pub use producer::{Producer, ProducerConfig, RecordAck};
+pub use readers::ReaderPool;
 pub use router::{ClientConfig, Route};
 
 use proto::catalog::v1 as cpb;
@@ -42,7 +45,9 @@ use proto::log::v1::log_service_client::LogServiceClient;
 use tonic::transport::Channel;
 
 pub use cpb::Stream;
-pub use pb::{Entry, EntryHeader, GetLogInfoResponse as LogInfo};
+pub use pb::{
+    Entry, EntryHeader, GetCursorStatsResponse as CursorStats, GetLogInfoResponse as LogInfo,
+};
 
 /// A failed call: the server's `lakelog-code` (or a transport failure as UNAVAILABLE) and
 /// message.
@@ -191,6 +196,12 @@ impl CatalogClient {
             .delete_stream(cpb::DeleteStreamRequest { name: name.to_owned() })
             .await?;
         Ok(())
+    }
+
+    /// The live members of a role (`writer`, `reader`, `catalog`): (id, address, zone).
+    pub async fn members(&self, role: &str) -> Result<Vec<cpb::Member>, ClientError> {
+        let req = cpb::ListMembersRequest { role: role.to_owned() };
+        Ok(self.inner.clone().list_members(req).await?.into_inner().members)
     }
 
     /// Where a partition goes, and the writer serving it for a caller in `zone`.
@@ -354,5 +365,87 @@ impl LogClient {
     pub async fn delete_log(&self, log_id: u64) -> Result<(), ClientError> {
         self.inner.clone().delete_log(pb::DeleteLogRequest { log_id }).await?;
         Ok(())
+    }
+
+    /// Creates a cursor at `offset`, else at the log's start, or its end with `from_end`.
+    pub async fn create_cursor(
+        &self,
+        log_id: u64,
+        name: &str,
+        offset: Option<u64>,
+        from_end: bool,
+    ) -> Result<(), ClientError> {
+        let req = pb::CreateCursorRequest { log_id, name: name.to_owned(), offset, from_end };
+        self.inner.clone().create_cursor(req).await?;
+        Ok(())
+    }
+
+    pub async fn list_cursors(&self, log_id: u64) -> Result<Vec<String>, ClientError> {
+        let req = pb::ListCursorsRequest { log_id };
+        Ok(self.inner.clone().list_cursors(req).await?.into_inner().names)
+    }
+
+    pub async fn delete_cursor(&self, log_id: u64, name: &str) -> Result<(), ClientError> {
+        let req = pb::DeleteCursorRequest { log_id, name: name.to_owned() };
+        self.inner.clone().delete_cursor(req).await?;
+        Ok(())
+    }
+
+    /// Entries not wholly acknowledged, from `from_offset` or the mark-delete position.
+    pub async fn read_cursor(
+        &self,
+        log_id: u64,
+        name: &str,
+        max_records: u64,
+        from_offset: Option<u64>,
+    ) -> Result<pb::ReadCursorResponse, ClientError> {
+        let req = pb::ReadCursorRequest {
+            log_id,
+            name: name.to_owned(),
+            max_records,
+            max_bytes: 0,
+            from_offset,
+        };
+        Ok(self.inner.clone().read_cursor(req).await?.into_inner())
+    }
+
+    /// Acknowledges up to `mark_delete` (with `properties`) and single offsets; returns the
+    /// mark-delete offset after.
+    pub async fn ack_cursor(
+        &self,
+        log_id: u64,
+        name: &str,
+        mark_delete: Option<u64>,
+        individual: Vec<u64>,
+        properties: std::collections::HashMap<String, i64>,
+    ) -> Result<Option<u64>, ClientError> {
+        let req = pb::AckCursorRequest {
+            log_id,
+            name: name.to_owned(),
+            mark_delete,
+            individual,
+            properties,
+        };
+        Ok(self.inner.clone().ack_cursor(req).await?.into_inner().mark_delete_offset)
+    }
+
+    pub async fn seek_cursor(
+        &self,
+        log_id: u64,
+        name: &str,
+        offset: u64,
+    ) -> Result<(), ClientError> {
+        let req = pb::SeekCursorRequest { log_id, name: name.to_owned(), offset };
+        self.inner.clone().seek_cursor(req).await?;
+        Ok(())
+    }
+
+    pub async fn cursor_stats(
+        &self,
+        log_id: u64,
+        name: &str,
+    ) -> Result<pb::GetCursorStatsResponse, ClientError> {
+        let req = pb::GetCursorStatsRequest { log_id, name: name.to_owned() };
+        Ok(self.inner.clone().get_cursor_stats(req).await?.into_inner())
     }
 }

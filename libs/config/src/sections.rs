@@ -26,6 +26,69 @@ pub struct NodeConfig {
     /// catalog on the writer's port).
     #[serde(default)]
     pub catalog: CatalogSection,
+    /// The reader role's settings (used by `lakelog reader`).
+    #[serde(default)]
+    pub reader: ReaderSection,
+}
+
+/// The reader role: read-only Tier-2 reads of committed data, with bounded caches.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReaderSection {
+    /// gRPC listen address.
+    #[serde(default = "default_reader_listen")]
+    pub listen: SocketAddr,
+    /// Unique among live readers; defaults to a random id per process.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// The URL clients reach this reader at; defaults to `http://<listen>`.
+    #[serde(default)]
+    pub advertise: Option<String>,
+    /// Its zone; `*` for none.
+    #[serde(default = "default_zone")]
+    pub zone: String,
+    /// The reader's lease in the metadata store.
+    #[serde(default = "default_lease_ttl")]
+    pub lease_ttl: Duration,
+    /// Object byte ranges kept in memory.
+    #[serde(default = "default_reader_cache")]
+    pub cache_size: ByteSize,
+    /// Index pages (≤ 8 chunk locators each) kept in memory.
+    #[serde(default = "default_index_pages")]
+    pub index_cache_pages: usize,
+}
+
+fn default_reader_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7542))
+}
+fn default_reader_cache() -> ByteSize {
+    ByteSize(256 << 20)
+}
+fn default_index_pages() -> usize {
+    4096
+}
+
+impl Default for ReaderSection {
+    fn default() -> Self {
+        ReaderSection {
+            listen: default_reader_listen(),
+            id: None,
+            advertise: None,
+            zone: default_zone(),
+            lease_ttl: default_lease_ttl(),
+            cache_size: default_reader_cache(),
+            index_cache_pages: default_index_pages(),
+        }
+    }
+}
+
+impl Validate for ReaderSection {
+    fn validate(&self) -> Result<(), Invalid> {
+        if self.index_cache_pages == 0 {
+            return Err(Invalid::new("reader.index_cache_pages", "must be at least 1"));
+        }
+        check_membership("reader", &self.id, &self.advertise, self.lease_ttl)
+    }
 }
 
 /// The catalog role: where it listens and how it registers.
@@ -202,7 +265,8 @@ impl Validate for NodeConfig {
         self.object_store.validate()?;
         self.telemetry.validate()?;
         self.writer.validate()?;
-        self.catalog.validate()
+        self.catalog.validate()?;
+        self.reader.validate()
     }
 }
 

@@ -77,6 +77,12 @@ mod tests {
             to_status(LogError::Unavailable { message: "x".into(), outcome_unknown: false });
         assert!(known.metadata().get("lakelog-outcome").is_none());
         assert_eq!(to_status(LogError::Corrupt("crc".into())).code(), tonic::Code::DataLoss);
+        let read_only = to_status(LogError::ReadOnly("Append".into()));
+        assert_eq!(read_only.code(), tonic::Code::Unimplemented);
+        assert_eq!(
+            read_only.metadata().get("lakelog-code").and_then(|v| v.to_str().ok()),
+            Some("READ_ONLY")
+        );
         let not_owner = to_status(LogError::NotOwner {
             log: logstore::LogId(1),
             slot: "a".into(),

@@ -267,8 +267,19 @@ async fn register(
     keys: &Keys,
     cfg: &LogStorageConfig,
 ) -> Result<Identity, LogError> {
-    let lease = meta.lease_grant(cfg.lease_ttl).await?;
     let member = keys.member("writer", &cfg.writer_id);
+    // A writer restarted under the same id finds its previous incarnation's key until that
+    // lease expires: wait for it (a live duplicate keeps it, and is refused below).
+    let give_up = Instant::now() + cfg.lease_ttl * 2 + Duration::from_secs(1);
+    let mut warned = false;
+    while meta.get(&member).await?.is_some() && Instant::now() < give_up {
+        if !warned {
+            tracing::warn!(writer = %cfg.writer_id, "writer id still registered (a previous incarnation?); waiting for its lease to expire");
+            warned = true;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let lease = meta.lease_grant(cfg.lease_ttl).await?;
     let member_record = crate::records::MemberRecord {
         id: cfg.writer_id.clone(),
         role: "writer".to_owned(),
@@ -302,7 +313,7 @@ async fn register(
         if matches!(resp.results.first(), Some(OpResult::Get(g)) if !g.kvs.is_empty()) {
             let _ = meta.lease_revoke(lease).await;
             return Err(LogError::AlreadyExists(format!(
-                "writer id {} is registered by a live process",
+                "writer id {} (a live process holds it)",
                 cfg.writer_id
             )));
         }

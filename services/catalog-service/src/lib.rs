@@ -184,4 +184,17 @@ impl pb::catalog_service_server::CatalogService for CatalogServiceImpl {
             slot: route.slot,
         }))
     }
+
+    async fn list_members(
+        &self,
+        req: Request<pb::ListMembersRequest>,
+    ) -> Result<Response<pb::ListMembersResponse>, Status> {
+        let members = self.catalog.members(&req.into_inner().role).await.map_err(to_status)?;
+        Ok(Response::new(pb::ListMembersResponse {
+            members: members
+                .into_iter()
+                .map(|m| pb::Member { id: m.id, address: m.address, zone: m.zone })
+                .collect(),
+        }))
+    }
 }

@@ -142,6 +142,7 @@ async fn open_target(args: &AppendArgs, endpoint: &str) -> anyhow::Result<Target
                 telemetry: Default::default(),
                 writer: Default::default(),
                 catalog: Default::default(),
+                reader: Default::default(),
             })
         }
         (None, Some(file)) => Some(config::load_file::<config::NodeConfig>(file)?),

@@ -22,6 +22,10 @@ struct Cli {
     /// The writer to talk to.
     #[arg(long, global = true, env = "LAKELOG_ENDPOINT", default_value = "http://127.0.0.1:7540")]
     endpoint: String,
+    /// Send reads (`log read` without --follow, `log info`, `cursor read|list|stats`) to this
+    /// read-only reader instead.
+    #[arg(long, global = true, env = "LAKELOG_READER")]
+    reader: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -47,6 +51,11 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Run a read-only reader from a config file (its `reader:` section).
+    Reader {
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Load generators reporting ratios against same-run baselines.
     Bench {
         #[command(subcommand)]
@@ -61,6 +70,11 @@ enum Command {
     Log {
         #[command(subcommand)]
         command: LogCommand,
+    },
+    /// Durable cursors on a log: mark-delete position, individual acks, backlog.
+    Cursor {
+        #[command(subcommand)]
+        command: CursorCommand,
     },
     /// Send stdin to a stream, one record per line, routed by key to partitions.
     Produce {
@@ -129,6 +143,52 @@ enum StreamCommand {
     },
     /// Delete a stream (its logs are marked deleted).
     Delete { name: String },
+}
+
+#[derive(Subcommand, Debug)]
+enum CursorCommand {
+    /// Create a cursor (at the log's first offset unless --offset or --from-end).
+    Create {
+        log: u64,
+        name: String,
+        #[arg(long, conflicts_with = "from_end")]
+        offset: Option<u64>,
+        #[arg(long)]
+        from_end: bool,
+    },
+    /// A log's cursors, one per line.
+    List { log: u64 },
+    /// Delete a cursor.
+    Delete { log: u64, name: String },
+    /// Print unacknowledged records as `offset<TAB>record`, from the mark-delete position
+    /// (reading does not acknowledge: unacked records come again next time).
+    Read {
+        log: u64,
+        name: String,
+        #[arg(long, default_value_t = 100)]
+        max: u64,
+    },
+    /// Acknowledge everything up to and including OFFSET (or only OFFSET with --individual).
+    Ack {
+        log: u64,
+        name: String,
+        offset: u64,
+        #[arg(long)]
+        individual: bool,
+        /// A property stored with the mark-delete position, `key=value` (integer value).
+        #[arg(long = "property", value_parser = parse_property)]
+        properties: Vec<(String, i64)>,
+    },
+    /// Move a cursor: everything below OFFSET acknowledged, nothing above.
+    Seek { log: u64, name: String, offset: u64 },
+    /// Mark-delete offset, read position, backlog records and bytes.
+    Stats { log: u64, name: String },
+}
+
+fn parse_property(s: &str) -> Result<(String, i64), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("`{s}` is not key=value"))?;
+    let v = v.parse().map_err(|_| format!("`{v}` is not an integer"))?;
+    Ok((k.to_owned(), v))
 }
 
 #[derive(Subcommand, Debug)]
@@ -249,13 +309,32 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             catalog_service::run(&node, shutdown_signal()).await?;
             Ok(())
         }
+        Command::Reader { config } => {
+            let node: config::NodeConfig = config::load_file(&config)?;
+            let _telemetry = telemetry::init(&node.telemetry, "reader")?;
+            reader::run(&node, shutdown_signal()).await?;
+            Ok(())
+        }
         Command::Bench { command: BenchCommand::Append(args) } => {
             bench::append(args, &cli.endpoint).await
         }
         Command::Bench { command: BenchCommand::Read(args) } => bench::read(args).await,
         Command::Log { command } => {
             let c = LogClient::connect(&cli.endpoint).await?;
-            log_command(&c, command).await
+            let follow = matches!(command, LogCommand::Read { follow: true, .. });
+            let r = match &cli.reader {
+                Some(r) if !follow => LogClient::connect(r).await?,
+                _ => c.clone(),
+            };
+            log_command(&c, &r, command).await
+        }
+        Command::Cursor { command } => {
+            let c = LogClient::connect(&cli.endpoint).await?;
+            let r = match &cli.reader {
+                Some(r) => LogClient::connect(r).await?,
+                None => c.clone(),
+            };
+            cursor_command(&c, &r, command).await
         }
         Command::Stream { command } => {
             let c = client::CatalogClient::connect(&cli.endpoint).await?;
@@ -305,6 +384,7 @@ async fn standalone(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()>
         },
         writer: config::WriterSection { listen, ..Default::default() },
         catalog: Default::default(),
+        reader: Default::default(),
     };
     let _telemetry = telemetry::init(&node.telemetry, "standalone")?;
     eprintln!("lakelog standalone: serving on http://{listen}, data in {}", data_dir.display());
@@ -318,7 +398,9 @@ async fn standalone(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()>
     Ok(())
 }
 
-async fn log_command(c: &LogClient, command: LogCommand) -> anyhow::Result<()> {
+/// `w` takes writes; `r` reads (a reader with --reader, else the same writer).
+async fn log_command(w: &LogClient, r: &LogClient, command: LogCommand) -> anyhow::Result<()> {
+    let c = w;
     let mut out = std::io::stdout().lock();
     match command {
         LogCommand::Create => writeln!(out, "{}", c.create_log().await?)?,
@@ -349,6 +431,7 @@ async fn log_command(c: &LogClient, command: LogCommand) -> anyhow::Result<()> {
             }
         }
         LogCommand::Read { log, from, max_records, follow } => {
+            let c = r;
             let info = c.info(log).await?;
             let mut at = from.unwrap_or(info.first_offset);
             let mut left = max_records.unwrap_or(u64::MAX);
@@ -376,7 +459,7 @@ async fn log_command(c: &LogClient, command: LogCommand) -> anyhow::Result<()> {
             }
         }
         LogCommand::Info { log, json } => {
-            let i = c.info(log).await?;
+            let i = r.info(log).await?;
             if json {
                 writeln!(
                     out,
@@ -410,6 +493,76 @@ async fn log_command(c: &LogClient, command: LogCommand) -> anyhow::Result<()> {
             writeln!(out, "{start}")?;
         }
         LogCommand::Delete { log } => c.delete_log(log).await?,
+    }
+    Ok(())
+}
+
+async fn cursor_command(
+    w: &LogClient,
+    r: &LogClient,
+    command: CursorCommand,
+) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match command {
+        CursorCommand::Create { log, name, offset, from_end } => {
+            w.create_cursor(log, &name, offset, from_end).await?
+        }
+        CursorCommand::List { log } => {
+            for n in r.list_cursors(log).await? {
+                writeln!(out, "{n}")?;
+            }
+        }
+        CursorCommand::Delete { log, name } => w.delete_cursor(log, &name).await?,
+        CursorCommand::Read { log, name, max } => {
+            let mut left = max;
+            let mut from = None;
+            while left > 0 {
+                let resp = r.read_cursor(log, &name, left.min(10_000), from).await?;
+                if resp.entries.is_empty() {
+                    break;
+                }
+                for e in resp.entries {
+                    let Some(h) = e.header else { continue };
+                    for (i, rec) in batch::decode(&e.payload)?.into_iter().enumerate() {
+                        if left > 0 {
+                            let offset = h.offset + i as u64;
+                            writeln!(out, "{offset}\t{}", String::from_utf8_lossy(&rec.value))?;
+                            left -= 1;
+                        }
+                    }
+                }
+                from = Some(resp.next_offset);
+            }
+        }
+        CursorCommand::Ack { log, name, offset, individual, properties } => {
+            let props = properties.into_iter().collect();
+            let md = if individual {
+                w.ack_cursor(log, &name, None, vec![offset], props).await?
+            } else {
+                w.ack_cursor(log, &name, Some(offset), Vec::new(), props).await?
+            };
+            writeln!(out, "{}", md.map_or("none".to_owned(), |m| m.to_string()))?;
+        }
+        CursorCommand::Seek { log, name, offset } => w.seek_cursor(log, &name, offset).await?,
+        CursorCommand::Stats { log, name } => {
+            let s = r.cursor_stats(log, &name).await?;
+            let md = s.mark_delete_offset.map_or("none".to_owned(), |m| m.to_string());
+            writeln!(out, "mark-delete offset: {md}")?;
+            writeln!(out, "read position:      {}", s.read_position)?;
+            writeln!(out, "high watermark:     {}", s.high_watermark)?;
+            writeln!(out, "backlog records:    {}", s.backlog_records)?;
+            writeln!(out, "backlog bytes:      {}", s.backlog_bytes)?;
+            writeln!(
+                out,
+                "individual acks:    {} records in {} ranges",
+                s.acked_records, s.ack_ranges
+            )?;
+            let mut props: Vec<_> = s.properties.into_iter().collect();
+            props.sort();
+            for (k, v) in props {
+                writeln!(out, "property:           {k}={v}")?;
+            }
+        }
     }
     Ok(())
 }

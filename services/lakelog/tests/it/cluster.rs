@@ -368,3 +368,169 @@ async fn zone_a_clients_use_zone_a_writers_while_one_lives_then_fall_back() -> R
     let log = read_stream(&zone_b, "zoned", PARTITIONS).await?;
     check_exactly_once(&all, &log, PARTITIONS)
 }
+
+impl Cluster {
+    /// Starts `lakelog reader` with id `id`; returns it with its address.
+    fn reader(&self, id: &str) -> Result<(testkit::Service, String)> {
+        let port = testkit::free_port()?;
+        let section = format!(
+            "reader:\n  listen: 127.0.0.1:{port}\n  id: {id}\n  lease_ttl: {}s\n  cache_size: 8MiB\n",
+            LEASE.as_secs()
+        );
+        Ok((self.spawn("reader", id, &section, port)?, format!("http://127.0.0.1:{port}")))
+    }
+
+    /// Starts `lakelog writer` on a given port (to restart one where it was).
+    fn writer_on(&self, id: &str, port: u16) -> Result<testkit::Service> {
+        let section = format!(
+            "writer:\n  listen: 127.0.0.1:{port}\n  id: {id}\n  flush_interval: 10ms\n  lease_ttl: {}s\n",
+            LEASE.as_secs()
+        );
+        self.spawn("writer", id, &section, port)
+    }
+}
+
+async fn wait_role(
+    meta: &Arc<dyn MetadataStore>,
+    cluster: &str,
+    role: &str,
+    n: usize,
+) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let (members, _) = logstore::membership::live_members(meta.as_ref(), cluster, role).await?;
+        if members.len() == n {
+            return Ok(());
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(30),
+            "{} {role}s live, want {n}",
+            members.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn payloads(entries: &[client::Entry]) -> Vec<(u64, Bytes)> {
+    entries.iter().map(|e| (e.header.as_ref().map_or(0, |h| h.offset), e.payload.clone())).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readers_serve_committed_data_refuse_writes_and_survive_a_killed_reader() -> Result<()> {
+    let cluster = Cluster::start()?;
+    let wport = testkit::free_port()?;
+    let mut w = cluster.writer_on("w1", wport)?;
+    let meta = cluster.meta().await?;
+    let writer = client::LogClient::connect(&format!("http://127.0.0.1:{wport}")).await?;
+    let log = writer.create_log().await?;
+    let mut written = Vec::new();
+    for i in 0..300u64 {
+        let records: Vec<Record> = (0..3)
+            .map(|j| Record::value(format!("e{i}-r{j}-{}", "z".repeat((i % 50) as usize))))
+            .collect();
+        let payload = client::batch::encode(&records)?;
+        let h = writer.append(log, 3, payload.clone(), None).await?;
+        written.push((h.offset, payload));
+    }
+    // Readers started after the data was written serve it, byte-identical.
+    let (mut ra, a_url) = cluster.reader("ra")?;
+    let (_rb, b_url) = cluster.reader("rb")?;
+    wait_role(&meta, &cluster.name, "reader", 2).await?;
+    let a = client::LogClient::connect(&a_url).await?;
+    let mut got = Vec::new();
+    let mut at = 0;
+    while at < 900 {
+        let resp = a.read_entries(log, at, 100, 0).await?;
+        ensure!(!resp.entries.is_empty(), "reader stopped at {at}");
+        at = resp.next_offset;
+        got.extend(payloads(&resp.entries));
+    }
+    ensure!(got == written, "reader A's bytes differ from what was written");
+
+    // Writes sent to a reader: READ_ONLY, distinct from every other error.
+    for (what, r) in [
+        ("append", a.append(log, 1, Bytes::from_static(b"no"), None).await.map(|_| ())),
+        ("create_log", a.create_log().await.map(|_| ())),
+        ("trim", a.soft_trim(log, 1).await.map(|_| ())),
+        ("fence", a.fence(log).await.map(|_| ())),
+        ("create cursor", a.create_cursor(log, "c", None, false).await),
+    ] {
+        match r {
+            Err(e) if e.code == "READ_ONLY" => {}
+            other => anyhow::bail!("{what} on a reader answered {other:?}"),
+        }
+    }
+    // A reader never waits at the high watermark.
+    let start = Instant::now();
+    let resp = a.read_entries(log, 900, 10, 5_000).await?;
+    ensure!(resp.entries.is_empty() && start.elapsed() < Duration::from_secs(2), "a reader waited");
+
+    // A scan over the pool, with appends going on, while one reader is killed midway.
+    let pool = client::ReaderPool::discover(&cluster.catalog_url).await?;
+    ensure!(pool.addresses().len() == 2, "{:?}", pool.addresses());
+    let appending = {
+        let writer = writer.clone();
+        tokio::spawn(async move {
+            for i in 0..200u64 {
+                let p = client::batch::encode(&[Record::value(format!("late{i}"))])?;
+                writer.append(log, 1, p, None).await?;
+            }
+            anyhow::Ok(())
+        })
+    };
+    let mut scanned = Vec::new();
+    let mut at = 0;
+    let mut calls = 0;
+    loop {
+        let resp = pool.read_entries(log, at, 40).await?;
+        let hw_after = writer.info(log).await?.next_offset;
+        for e in &resp.entries {
+            let h = e.header.as_ref().context("header")?;
+            ensure!(
+                h.offset + u64::from(h.record_count) <= hw_after,
+                "entry at {} past the high watermark {hw_after}",
+                h.offset
+            );
+        }
+        if resp.entries.is_empty() {
+            if appending.is_finished() && at >= writer.info(log).await?.next_offset {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        at = resp.next_offset;
+        scanned.extend(payloads(&resp.entries));
+        calls += 1;
+        if calls == 5 {
+            ra.kill9()?;
+        }
+    }
+    appending.await??;
+    ensure!(calls > 5, "the scan ended before the kill");
+    ensure!(scanned[..written.len()] == written[..], "the scan differs from what was written");
+    ensure!(scanned.len() == written.len() + 200, "{} entries scanned", scanned.len());
+
+    // Cursors: state survives killing every process; read through a reader.
+    writer.create_cursor(log, "billing", None, false).await?;
+    let props = HashMap::from([("epoch".to_owned(), 9i64)]);
+    writer.ack_cursor(log, "billing", Some(29), vec![40, 41, 42, 50], props.clone()).await?;
+    w.kill9()?;
+    drop(_rb);
+    let _w = cluster.writer_on("w1", wport)?;
+    let (_rc, c_url) = cluster.reader("rc")?;
+    let c = client::LogClient::connect(&c_url).await?;
+    let stats = c.cursor_stats(log, "billing").await?;
+    ensure!(stats.mark_delete_offset == Some(29) && stats.properties == props, "{stats:?}");
+    ensure!(
+        stats.acked_records == 4 && stats.backlog_records == stats.high_watermark - 30 - 4,
+        "{stats:?}"
+    );
+    let resp = c.read_cursor(log, "billing", 3, None).await?;
+    ensure!(
+        resp.entries.first().and_then(|e| e.header.as_ref()).map(|h| h.offset) == Some(30),
+        "resumes at the mark-delete position"
+    );
+    let _ = &b_url;
+    Ok(())
+}

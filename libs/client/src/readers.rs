@@ -1,0 +1,82 @@
+//! Reads spread over read-only readers (seed 001): catch-up and batch reads go round-robin to
+//! the live readers (found through the catalog, or given directly); a reader that cannot be
+//! reached is skipped and the call tried on the next, so a scan survives a reader's death.
+//! Tail reads (waiting at the high watermark) belong to writers.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::{CatalogClient, ClientError, LogClient};
+
+/// A set of readers, called round-robin with failover. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct ReaderPool {
+    addresses: Vec<String>,
+    clients: Mutex<HashMap<String, LogClient>>,
+    next: AtomicUsize,
+}
+
+impl ReaderPool {
+    /// The readers at these addresses.
+    pub fn new(addresses: Vec<String>) -> Result<Self, ClientError> {
+        if addresses.is_empty() {
+            return Err(ClientError::new("UNAVAILABLE", "no reader to read from"));
+        }
+        Ok(ReaderPool { addresses, clients: Mutex::new(HashMap::new()), next: AtomicUsize::new(0) })
+    }
+
+    /// The live readers the catalog lists.
+    pub async fn discover(catalog: &str) -> Result<Self, ClientError> {
+        let members = CatalogClient::connect(catalog).await?.members("reader").await?;
+        Self::new(members.into_iter().map(|m| m.address).collect())
+    }
+
+    pub fn addresses(&self) -> &[String] {
+        &self.addresses
+    }
+
+    async fn client(&self, address: &str) -> Result<LogClient, ClientError> {
+        if let Some(c) = self.clients.lock().unwrap_or_else(|e| e.into_inner()).get(address) {
+            return Ok(c.clone());
+        }
+        let c = LogClient::connect(address).await?;
+        self.clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(address.to_owned(), c.clone());
+        Ok(c)
+    }
+
+    /// Calls the next reader; on UNAVAILABLE tries each other reader once before failing.
+    pub async fn call<T, F, Fut>(&self, f: F) -> Result<T, ClientError>
+    where
+        F: Fn(LogClient) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        let first = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut last = None;
+        for i in 0..self.addresses.len() {
+            let address = &self.addresses[(first + i) % self.addresses.len()];
+            let r = match self.client(address).await {
+                Ok(c) => f(c).await,
+                Err(e) => Err(e),
+            };
+            match r {
+                Err(e) if e.code == "UNAVAILABLE" => last = Some(e),
+                r => return r,
+            }
+        }
+        Err(last.unwrap_or_else(|| ClientError::new("UNAVAILABLE", "no reader answered")))
+    }
+
+    /// Entries from `start` (never past the high watermark; readers do not wait).
+    pub async fn read_entries(
+        &self,
+        log_id: u64,
+        start: u64,
+        max_records: u64,
+    ) -> Result<proto::log::v1::ReadEntriesResponse, ClientError> {
+        self.call(|c| async move { c.read_entries(log_id, start, max_records, 0).await }).await
+    }
+}

@@ -1,0 +1,69 @@
+//! The reader role (seed 001, Pravega's read-only segment store): a stateless process serving
+//! reads of committed data for any log straight from object storage and the metadata store.
+//! Mutating calls answer READ_ONLY; reads never wait at the high watermark. It registers under
+//! a lease (role `reader`) so clients can spread reads over the live readers, and its reads
+//! never touch the writers.
+//!
+//! Depends on libs only; never on another service.
+
+use std::future::Future;
+
+use logservice::LogServiceImpl;
+use proto::log::v1::log_service_server::LogServiceServer;
+
+/// Why the reader could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ReaderError {
+    #[error("metadata store: {0}")]
+    Metadata(#[from] metadata::MetaError),
+    #[error("object store: {0}")]
+    Objects(#[from] objstore::BuildError),
+    #[error("registration: {0}")]
+    Register(#[from] logstore::LogError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: std::net::SocketAddr, source: std::io::Error },
+    #[error("gRPC server: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+/// Runs the reader role until `shutdown` resolves: registers, serves the read-only LogService
+/// and gRPC health on `reader.listen`, then deregisters.
+pub async fn run(
+    node: &config::NodeConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ReaderError> {
+    let r = &node.reader;
+    let listener = tokio::net::TcpListener::bind(r.listen)
+        .await
+        .map_err(|source| ReaderError::Listen { addr: r.listen, source })?;
+    let meta = metadata::open(&node.metadata).await?;
+    let objects = objstore::build(&node.object_store)?;
+    let cache = usize::try_from(r.cache_size.0).unwrap_or(usize::MAX);
+    let reader = logstore::LogReader::new(meta.clone(), objects, &node.cluster)
+        .with_caches(cache, r.index_cache_pages);
+    let id = r.id.clone().unwrap_or_else(|| logstore::membership::random_id("reader"));
+    let record = logstore::records::MemberRecord {
+        id: id.clone(),
+        role: "reader".to_owned(),
+        address: r.advertise.clone().unwrap_or_else(|| format!("http://{}", r.listen)),
+        zone: r.zone.clone(),
+    };
+    let registration =
+        logstore::membership::register(meta, &node.cluster, record, r.lease_ttl.0).await?;
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<LogServiceServer<LogServiceImpl>>().await;
+    tracing::info!(addr = %r.listen, reader = %id, "reader serving");
+    let served = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(
+            LogServiceServer::new(LogServiceImpl::read_only(reader))
+                .max_encoding_message_size(64 << 20),
+        )
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener),
+            shutdown,
+        )
+        .await;
+    registration.close().await;
+    Ok(served?)
+}
