@@ -28,7 +28,7 @@ mod writer;
 
 pub use cursor::{CursorStart, CursorStats, LogCursor};
 pub use log::Log;
-pub use reader::LogReader;
+pub use reader::{DEFAULT_INDEX_PAGES, LogReader};
 pub use storage::{LogStorage, LogStorageConfig};
 
 /// Chunk locators a log head keeps before spilling them to an index page.

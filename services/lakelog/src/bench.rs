@@ -515,6 +515,9 @@ pub struct ReadArgs {
     json: bool,
 }
 
+/// Offset stripes a batch read through a reader fetches at once.
+const READER_STRIPES: u64 = 4;
+
 /// Runs `lakelog bench read`: tail latency (append start → seen by a long-polling reader) and
 /// catch-up throughput over a backlog, against a raw GET baseline of the backlog's objects.
 pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
@@ -616,6 +619,43 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
     }
     let catch_up_mb_s = bytes as f64 / start.elapsed().as_secs_f64() / 1e6;
 
+    // The same backlog through a read-only reader over gRPC (in this process, on a loopback
+    // port, no byte cache), read as batch readers do: stripes of the offset range at once.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let ro =
+        logstore::LogReader::new(storage.metadata(), objects.clone(), &storage.config().cluster)
+            .with_caches(0, logstore::DEFAULT_INDEX_PAGES);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(reader::serve(ro, listener, async {
+        let _ = stop_rx.await;
+    }));
+    let via = LogClient::connect(&format!("http://{addr}")).await?;
+    let start = Instant::now();
+    let stripe = hw.div_ceil(READER_STRIPES).max(1);
+    let mut tasks = Vec::new();
+    for i in 0..READER_STRIPES {
+        let (lo, hi) = (i * stripe, ((i + 1) * stripe).min(hw));
+        let via = via.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut at, mut bytes) = (lo, 0u64);
+            while at < hi {
+                let resp = via.read_entries(backlog_log.0, at, hi - at, 0).await?;
+                anyhow::ensure!(!resp.entries.is_empty(), "reader returned nothing at {at}");
+                bytes += resp.entries.iter().map(|e| e.payload.len() as u64).sum::<u64>();
+                at = resp.next_offset;
+            }
+            anyhow::Ok(bytes)
+        }));
+    }
+    let mut via_bytes = 0;
+    for t in tasks {
+        via_bytes += t.await??;
+    }
+    let via_reader_mb_s = via_bytes as f64 / start.elapsed().as_secs_f64() / 1e6;
+    let _ = stop_tx.send(());
+    server.await??;
+
     // Raw GET baseline: the same WAL objects, whole, 16 at a time.
     use futures::{StreamExt, TryStreamExt};
     let wal: Vec<_> = objects.list(Some(&objstore::Path::from("wal"))).try_collect().await?;
@@ -641,15 +681,24 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
                 ),
             ),
             ("catch-up MB/s".into(), format!("{catch_up_mb_s:.2}")),
+            (
+                format!("catch-up via a reader MB/s ({READER_STRIPES} stripes)"),
+                format!("{via_reader_mb_s:.2}"),
+            ),
             ("baseline GET MB/s (same objects)".into(), format!("{get_mb_s:.2}")),
             (
                 "ratio catch-up / raw GET".into(),
                 format!("{:.2}", catch_up_mb_s / get_mb_s.max(1e-9)),
             ),
+            (
+                "ratio catch-up via reader / raw GET".into(),
+                format!("{:.2}", via_reader_mb_s / get_mb_s.max(1e-9)),
+            ),
         ],
         json: vec![
             ("tail_ms".into(), tail_ms.json()),
             ("catch_up_mb_per_s".into(), format!("{catch_up_mb_s:.3}")),
+            ("catch_up_via_reader_mb_per_s".into(), format!("{via_reader_mb_s:.3}")),
             ("baseline_get_mb_per_s".into(), format!("{get_mb_s:.3}")),
             (
                 "flush_interval_ms".into(),

@@ -50,10 +50,22 @@ pub async fn run(
     };
     let registration =
         logstore::membership::register(meta, &node.cluster, record, r.lease_ttl.0).await?;
+    tracing::info!(addr = %r.listen, reader = %id, "reader serving");
+    let served = serve(reader, listener, shutdown).await;
+    registration.close().await;
+    served
+}
+
+/// Serves the read-only LogService (and gRPC health) for `reader` on `listener` until
+/// `shutdown`; no registration (`run` registers; benchmarks call this directly).
+pub async fn serve(
+    reader: logstore::LogReader,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ReaderError> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<LogServiceServer<LogServiceImpl>>().await;
-    tracing::info!(addr = %r.listen, reader = %id, "reader serving");
-    let served = tonic::transport::Server::builder()
+    tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(
             LogServiceServer::new(LogServiceImpl::read_only(reader))
@@ -63,7 +75,6 @@ pub async fn run(
             tonic::transport::server::TcpIncoming::from(listener),
             shutdown,
         )
-        .await;
-    registration.close().await;
-    Ok(served?)
+        .await?;
+    Ok(())
 }
