@@ -302,3 +302,49 @@ fn cli_produce_routes_keys_to_partitions_and_consume_prints_them() -> Result<()>
     ensure!(code == 2, "--offset without --partition: exit {code}");
     Ok(())
 }
+
+#[test]
+fn cli_cursors_ack_fold_and_report_backlog() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let s = Standalone::start(dir.path(), testkit::free_port()?)?;
+    let log = s.ok(&["log", "create"], "")?.trim().to_owned();
+    let lines: Vec<String> = (0..10).map(|i| format!("r{i}")).collect();
+    s.ok(&["log", "append", &log, "--batch", "2"], &(lines.join("\n") + "\n"))?;
+    s.ok(&["cursor", "create", &log, "c1"], "")?;
+    ensure!(s.ok(&["cursor", "list", &log], "")? == "c1\n");
+    ensure!(s.ok(&["cursor", "read", &log, "c1", "--max", "3"], "")? == "0\tr0\n1\tr1\n2\tr2\n");
+    ensure!(s.ok(&["cursor", "ack", &log, "c1", "3", "--property", "epoch=5"], "")?.trim() == "3");
+    ensure!(s.ok(&["cursor", "ack", &log, "c1", "6", "--individual"], "")?.trim() == "3");
+    ensure!(s.ok(&["cursor", "ack", &log, "c1", "7", "--individual"], "")?.trim() == "3");
+    let stats = s.ok(&["cursor", "stats", &log, "c1"], "")?;
+    for want in
+        ["mark-delete offset: 3", "backlog records:    4", "2 records in 1 ranges", "epoch=5"]
+    {
+        ensure!(stats.contains(want), "{want} not in {stats}");
+    }
+    // Reading starts at the mark-delete position and skips the wholly acked entry [6, 8).
+    let read = s.ok(&["cursor", "read", &log, "c1"], "")?;
+    ensure!(read == "4\tr4\n5\tr5\n8\tr8\n9\tr9\n", "{read}");
+    s.ok(&["cursor", "ack", &log, "c1", "4", "--individual"], "")?;
+    ensure!(
+        s.ok(&["cursor", "ack", &log, "c1", "5", "--individual"], "")?.trim() == "7",
+        "4..=7 folded"
+    );
+    s.ok(&["cursor", "seek", &log, "c1", "2"], "")?;
+    ensure!(s.ok(&["cursor", "stats", &log, "c1"], "")?.contains("backlog records:    8"));
+    for (args, needle) in [
+        (vec!["cursor", "create", log.as_str(), "c1"], "ALREADY_EXISTS"),
+        (vec!["cursor", "create", log.as_str(), "bad/name"], "INVALID_ARGUMENT"),
+        (vec!["cursor", "stats", log.as_str(), "nope"], "NOT_FOUND"),
+        (vec!["cursor", "ack", log.as_str(), "c1", "99"], "OFFSET_OUT_OF_RANGE"),
+        (vec!["cursor", "read", "424242", "c1"], "NOT_FOUND"),
+    ] {
+        let (code, stderr) = s.err(&args, "")?;
+        ensure!(code == 1 && stderr.contains(needle), "{args:?}: {code} {stderr}");
+    }
+    let (code, _) = s.err(&["cursor", "ack", &log, "c1", "1", "--property", "x"], "")?;
+    ensure!(code == 2, "a malformed property is refused by the CLI");
+    s.ok(&["cursor", "delete", &log, "c1"], "")?;
+    ensure!(s.ok(&["cursor", "list", &log], "")?.is_empty());
+    Ok(())
+}
