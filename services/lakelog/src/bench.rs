@@ -607,15 +607,27 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
         w.await??;
     }
     eprintln!("backlog of {n_entries} entries written; reading it back");
-    let start = Instant::now();
-    let mut at = 0;
-    let mut bytes = 0u64;
     let hw = storage.info(backlog_log).await?.next_offset;
-    while at < hw {
-        for e in storage.read_entries(backlog_log, at, u64::MAX, 4 << 20).await? {
-            bytes += e.payload.len() as u64;
-            at = e.header.end_offset();
-        }
+    let start = Instant::now();
+    let stripe = hw.div_ceil(READER_STRIPES).max(1);
+    let mut tasks = Vec::new();
+    for i in 0..READER_STRIPES {
+        let (lo, hi) = (i * stripe, ((i + 1) * stripe).min(hw));
+        let storage = storage.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut at, mut bytes) = (lo, 0u64);
+            while at < hi {
+                for e in storage.read_entries(backlog_log, at, hi - at, 4 << 20).await? {
+                    bytes += e.payload.len() as u64;
+                    at = e.header.end_offset();
+                }
+            }
+            anyhow::Ok(bytes)
+        }));
+    }
+    let mut bytes = 0;
+    for t in tasks {
+        bytes += t.await??;
     }
     let catch_up_mb_s = bytes as f64 / start.elapsed().as_secs_f64() / 1e6;
 
