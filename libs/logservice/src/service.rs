@@ -17,23 +17,36 @@ const MAX_WAIT_CAP: Duration = Duration::from_secs(60);
 const DEFAULT_MAX_RECORDS: u64 = 1000;
 const DEFAULT_MAX_BYTES: u64 = 4 << 20;
 
+/// Open cursors kept between calls at most; the cache is cleared when full.
+const OPEN_CURSORS_MAX: usize = 1024;
+
+type OpenCursors =
+    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(u64, String), LogCursor>>>;
+
 /// The LogService over one writer's log storage, or read-only over a log reader.
 #[derive(Clone, Debug)]
 pub struct LogServiceImpl {
     reader: LogReader,
     /// `None` on a read-only reader.
     storage: Option<LogStorage>,
+    /// Cursors opened by earlier calls: a call refreshes one (one metadata read) instead of
+    /// loading every acknowledgement chunk again.
+    cursors: OpenCursors,
 }
 
 impl LogServiceImpl {
     /// Every call, appends through this writer's storage.
     pub fn new(storage: LogStorage) -> Self {
-        LogServiceImpl { reader: storage.reader().clone(), storage: Some(storage) }
+        LogServiceImpl {
+            reader: storage.reader().clone(),
+            storage: Some(storage),
+            cursors: Default::default(),
+        }
     }
 
     /// Reads only: mutating calls answer READ_ONLY, reads never wait for new data.
     pub fn read_only(reader: LogReader) -> Self {
-        LogServiceImpl { reader, storage: None }
+        LogServiceImpl { reader, storage: None, cursors: Default::default() }
     }
 
     fn writable(&self, what: &str) -> Result<&LogStorage, Status> {
@@ -44,6 +57,33 @@ impl LogServiceImpl {
 
     fn refuse(&self, what: &str) -> Result<(), Status> {
         self.writable(what).map(|_| ())
+    }
+
+    /// A cursor handle, up to date: from the cache (refreshed) or opened.
+    async fn cursor(&self, log: u64, name: &str) -> Result<LogCursor, Status> {
+        let cached = self.lock_cursors().remove(&(log, name.to_owned()));
+        match cached {
+            Some(mut c) => {
+                c.refresh().await.map_err(to_status)?;
+                Ok(c)
+            }
+            None => LogCursor::open(&self.reader, LogId(log), name).await.map_err(to_status),
+        }
+    }
+
+    /// Keeps a handle for the next call.
+    fn keep(&self, c: LogCursor) {
+        let mut cache = self.lock_cursors();
+        if cache.len() >= OPEN_CURSORS_MAX {
+            cache.clear();
+        }
+        cache.insert((c.log().0, c.name().to_owned()), c);
+    }
+
+    fn lock_cursors(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(u64, String), LogCursor>> {
+        self.cursors.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -309,17 +349,18 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         req: Request<pb::ReadCursorRequest>,
     ) -> Result<Response<pb::ReadCursorResponse>, Status> {
         let r = req.into_inner();
-        let mut c =
-            LogCursor::open(&self.reader, LogId(r.log_id), &r.name).await.map_err(to_status)?;
-        if let Some(from) = r.from_offset {
-            c.set_read_offset(from);
-        }
+        let mut c = self.cursor(r.log_id, &r.name).await?;
+        // Without from_offset a read starts at the mark-delete position (stateless readers
+        // keep no position between calls).
+        c.set_read_offset(r.from_offset.unwrap_or(0));
         let max_records = or_default(r.max_records, DEFAULT_MAX_RECORDS);
         let max_bytes = or_default(r.max_bytes, DEFAULT_MAX_BYTES);
         let entries = c.read_entries(max_records, max_bytes).await.map_err(to_status)?;
+        let next_offset = c.read_offset();
+        self.keep(c);
         Ok(Response::new(pb::ReadCursorResponse {
             entries: entries.into_iter().map(entry).collect(),
-            next_offset: c.read_offset(),
+            next_offset,
         }))
     }
 
@@ -329,8 +370,7 @@ impl pb::log_service_server::LogService for LogServiceImpl {
     ) -> Result<Response<pb::AckCursorResponse>, Status> {
         self.refuse("AckCursor")?;
         let r = req.into_inner();
-        let mut c =
-            LogCursor::open(&self.reader, LogId(r.log_id), &r.name).await.map_err(to_status)?;
+        let mut c = self.cursor(r.log_id, &r.name).await?;
         if let Some(md) = r.mark_delete {
             let props: BTreeMap<String, i64> = r.properties.into_iter().collect();
             c.mark_delete(md, props).await.map_err(to_status)?;
@@ -338,7 +378,9 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         if !r.individual.is_empty() {
             c.ack(&r.individual).await.map_err(to_status)?;
         }
-        Ok(Response::new(pb::AckCursorResponse { mark_delete_offset: c.mark_delete_offset() }))
+        let mark_delete_offset = c.mark_delete_offset();
+        self.keep(c);
+        Ok(Response::new(pb::AckCursorResponse { mark_delete_offset }))
     }
 
     async fn seek_cursor(
@@ -358,8 +400,10 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         req: Request<pb::GetCursorStatsRequest>,
     ) -> Result<Response<pb::GetCursorStatsResponse>, Status> {
         let r = req.into_inner();
-        let c = LogCursor::open(&self.reader, LogId(r.log_id), &r.name).await.map_err(to_status)?;
+        let mut c = self.cursor(r.log_id, &r.name).await?;
+        c.set_read_offset(0);
         let s = c.stats().await.map_err(to_status)?;
+        self.keep(c);
         Ok(Response::new(pb::GetCursorStatsResponse {
             mark_delete_offset: s.mark_delete_offset,
             read_position: s.read_position,

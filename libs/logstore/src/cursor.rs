@@ -360,6 +360,22 @@ impl LogCursor {
         Ok(c)
     }
 
+    /// Brings the handle up to date: one read of the state; the acknowledgements are loaded
+    /// again only if another handle changed them. The read position is kept.
+    pub async fn refresh(&mut self) -> Result<(), LogError> {
+        let key = self.keys().cursor_state(self.log, &self.name);
+        match self.meta.get(&key).await? {
+            Some(kv) if kv.mod_revision == self.state_revision => Ok(()),
+            Some(_) => {
+                let position = self.read_position;
+                *self = LogCursor::open(&self.reader, self.log, &self.name).await?;
+                self.read_position = position.max(self.acked_before);
+                Ok(())
+            }
+            None => Err(LogError::CursorNotFound { log: self.log, name: self.name.clone() }),
+        }
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -526,7 +542,7 @@ impl LogCursor {
         };
         Ok(CursorStats {
             mark_delete_offset: self.mark_delete_offset(),
-            read_position: self.read_position,
+            read_position: self.read_position.max(self.acked_before),
             high_watermark: hw,
             backlog_records: hw.saturating_sub(from) - acked_above,
             backlog_bytes,

@@ -265,6 +265,14 @@ async fn a_second_handle_cannot_overwrite_a_newer_state(env: Env) -> Result<()> 
     }
     let c = LogCursor::open(&reader, log, "shared").await?;
     ensure!(c.mark_delete_offset() == Some(3));
+    // A refreshed handle picks up the other's change and can write again.
+    b.refresh().await?;
+    ensure!(b.mark_delete_offset() == Some(3));
+    b.ack(&[5]).await?;
+    a.refresh().await?;
+    ensure!(a.is_acked(5) && a.mark_delete_offset() == Some(3));
+    LogCursor::delete(&reader, log, "shared").await?;
+    ensure!(matches!(a.refresh().await, Err(LogError::CursorNotFound { .. })));
     w.shutdown().await;
     Ok(())
 }
