@@ -194,15 +194,24 @@ impl LogReader {
         if let Some(l) = snap.head.recent.iter().find(|l| l.contains(offset)) {
             return Ok(Some(l.clone()));
         }
-        let log = snap.log;
+        let Some(page) = self.page_at(snap.log, offset, cached_ok).await? else { return Ok(None) };
+        Ok(page.locators.iter().find(|l| l.contains(offset)).cloned())
+    }
+
+    /// The index page at or below `offset` (a floor look-up), if any.
+    async fn page_at(
+        &self,
+        log: LogId,
+        offset: u64,
+        cached_ok: bool,
+    ) -> Result<Option<Arc<IndexPage>>, LogError> {
         let mut upto = self.keys.index_page(log, offset);
         upto.push(0);
         let req =
             RangeRequest::between(self.keys.index_prefix(log), upto).reverse().limit(1).keys_only();
         let found = self.meta.range(req).await?;
         let Some(kv) = found.kvs.first() else { return Ok(None) };
-        let page = self.page(log, &kv.key, cached_ok).await?;
-        Ok(page.locators.iter().find(|l| l.contains(offset)).cloned())
+        Ok(Some(self.page(log, &kv.key, cached_ok).await?))
     }
 
     /// Every locator of the log, oldest first (index pages, then the head's recent ones).
@@ -420,13 +429,7 @@ impl LogReader {
             return Ok(snap.head.recent[i..].to_vec());
         }
         let log = snap.log;
-        let mut upto = self.keys.index_page(log, offset);
-        upto.push(0);
-        let req =
-            RangeRequest::between(self.keys.index_prefix(log), upto).reverse().limit(1).keys_only();
-        let found = self.meta.range(req).await?;
-        if let Some(kv) = found.kvs.first() {
-            let page = self.page(log, &kv.key, true).await?;
+        if let Some(page) = self.page_at(log, offset, true).await? {
             if let Some(i) = page.locators.iter().position(|l| l.contains(offset)) {
                 return Ok(page.locators[i..].to_vec());
             }

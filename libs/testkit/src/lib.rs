@@ -53,9 +53,18 @@ pub fn free_port() -> Result<u16, TestkitError> {
     }
 }
 
-/// Whether a server's start-up failed because a port was taken meanwhile.
-fn port_taken(e: &TestkitError) -> bool {
-    e.to_string().contains("address already in use")
+/// Starts a server, again (with new ports) up to twice if a port it was given was taken
+/// before it could bind it.
+fn with_fresh_ports<T>(start: fn() -> Result<T, TestkitError>) -> Result<T, TestkitError> {
+    let mut attempt = 1;
+    loop {
+        match start() {
+            Err(e) if attempt < 3 && e.to_string().contains("address already in use") => {
+                attempt += 1;
+            }
+            r => return r,
+        }
+    }
 }
 
 /// A prefix no other test in any process shares: `<name>-<pid>-<n>`.
@@ -218,13 +227,7 @@ pub struct Etcd {
 impl Etcd {
     /// Starts etcd; tries again with new ports if one was taken before it bound it.
     pub fn start() -> Result<Etcd, TestkitError> {
-        let mut attempt = 1;
-        loop {
-            match Self::start_once() {
-                Err(e) if attempt < 3 && port_taken(&e) => attempt += 1,
-                r => return r,
-            }
-        }
+        with_fresh_ports(Self::start_once)
     }
 
     fn start_once() -> Result<Etcd, TestkitError> {
@@ -313,13 +316,7 @@ impl S3Endpoint {
 impl SeaweedS3 {
     /// Starts `weed mini`; tries again with new ports if one was taken before it bound it.
     pub fn start() -> Result<SeaweedS3, TestkitError> {
-        let mut attempt = 1;
-        loop {
-            match Self::start_once() {
-                Err(e) if attempt < 3 && port_taken(&e) => attempt += 1,
-                r => return r,
-            }
-        }
+        with_fresh_ports(Self::start_once)
     }
 
     fn start_once() -> Result<SeaweedS3, TestkitError> {

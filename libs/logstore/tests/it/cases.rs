@@ -14,28 +14,7 @@ use objstore::object_store::ObjectStoreExt;
 use crate::env::{Env, ManualClock};
 use crate::faulty_meta::FaultyMeta;
 
-macro_rules! cases {
-    ($($case:ident),* $(,)?) => {
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() -> anyhow::Result<()> {
-                    super::$case(crate::env::Env::embedded().await?).await
-                }
-            )*
-        }
-        mod etcd_s3 {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() -> anyhow::Result<()> {
-                    super::$case(crate::env::Env::etcd_s3().await?).await
-                }
-            )*
-        }
-    };
-}
-
-cases!(
+both_envs!(
     appended_entries_read_back_identically,
     read_limits_return_whole_entries_and_at_least_one,
     two_writers_on_one_log_get_gap_free_offsets,

@@ -10,28 +10,7 @@ use logstore::{CursorStart, LogCursor, LogError, LogId, LogStorage};
 
 use crate::env::Env;
 
-macro_rules! cursor_cases {
-    ($($case:ident),* $(,)?) => {
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() -> anyhow::Result<()> {
-                    super::$case(crate::env::Env::embedded().await?).await
-                }
-            )*
-        }
-        mod etcd_s3 {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() -> anyhow::Result<()> {
-                    super::$case(crate::env::Env::etcd_s3().await?).await
-                }
-            )*
-        }
-    };
-}
-
-cursor_cases!(
+both_envs!(
     cursor_state_survives_reopening_and_stats_match_a_brute_force_count,
     cursor_errors_are_clear,
     a_million_scattered_acks_persist_in_small_values_and_reload,
