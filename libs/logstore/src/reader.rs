@@ -429,10 +429,10 @@ impl LogReader {
             return Ok(snap.head.recent[i..].to_vec());
         }
         let log = snap.log;
-        if let Some(page) = self.page_at(log, offset, true).await? {
-            if let Some(i) = page.locators.iter().position(|l| l.contains(offset)) {
-                return Ok(page.locators[i..].to_vec());
-            }
+        if let Some(page) = self.page_at(log, offset, true).await?
+            && let Some(i) = page.locators.iter().position(|l| l.contains(offset))
+        {
+            return Ok(page.locators[i..].to_vec());
         }
         Err(LogError::Corrupt(format!("no index record covers offset {offset} of log {log}")))
     }
