@@ -51,7 +51,7 @@ pub use pb::{
 
 /// A failed call: the server's `lakelog-code` (or a transport failure as UNAVAILABLE) and
 /// message.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, Default, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct ClientError {
     /// `NOT_FOUND`, `FENCED`, `OFFSET_OUT_OF_RANGE`, ... (see log.proto).
@@ -59,6 +59,8 @@ pub struct ClientError {
     pub message: String,
     /// The call may have committed (an append whose answer was lost).
     pub outcome_unknown: bool,
+    /// FENCED by an operator's `fence()` (the whole log, until `activate`), not a slot handoff.
+    pub log_fenced: bool,
 }
 
 impl From<tonic::Status> for ClientError {
@@ -76,6 +78,7 @@ impl From<tonic::Status> for ClientError {
             code,
             message: s.message().to_owned(),
             outcome_unknown: meta("lakelog-outcome").as_deref() == Some("unknown"),
+            log_fenced: meta("lakelog-fenced").as_deref() == Some("log"),
         }
     }
 }
@@ -86,17 +89,20 @@ impl ClientError {
             code: "UNAVAILABLE".to_owned(),
             message: format!("cannot reach {endpoint}: {e}"),
             outcome_unknown: false,
+            log_fenced: false,
         }
     }
 
     pub(crate) fn new(code: &str, message: impl Into<String>) -> Self {
-        ClientError { code: code.to_owned(), message: message.into(), outcome_unknown: false }
+        ClientError { code: code.to_owned(), message: message.into(), ..Default::default() }
     }
 
     /// Retrying elsewhere may succeed and nothing was applied: the owner moved (NOT_OWNER,
-    /// FENCED) or the server could not be reached or answer.
+    /// FENCED out of a slot) or the server could not be reached or answer. A log an operator
+    /// fenced stays fenced until activated: not retryable.
     pub fn is_retryable(&self) -> bool {
         !self.outcome_unknown
+            && !self.log_fenced
             && matches!(self.code.as_str(), "NOT_OWNER" | "FENCED" | "UNAVAILABLE")
     }
 
@@ -126,6 +132,7 @@ async fn channel(endpoint: &str) -> Result<Channel, ClientError> {
         code: "INVALID_ARGUMENT".to_owned(),
         message: format!("endpoint `{endpoint}`: {e}"),
         outcome_unknown: false,
+        log_fenced: false,
     })?;
     ep.connect_timeout(std::time::Duration::from_secs(5))
         .connect()
@@ -144,6 +151,7 @@ fn stream_of(s: Option<Stream>) -> Result<Stream, ClientError> {
         code: "INTERNAL".into(),
         message: "answer without a stream".into(),
         outcome_unknown: false,
+        log_fenced: false,
     })
 }
 
@@ -290,6 +298,7 @@ impl LogClient {
                     code: "INTERNAL".into(),
                     message: "append answered without a header".into(),
                     outcome_unknown: true,
+                    log_fenced: false,
                 },
                 None,
             )

@@ -3,8 +3,9 @@
 //!
 //! Order: each partition has one task and at most one batch in flight, so a partition's
 //! records commit in the order they were sent. Retries: NOT_OWNER (to the owner it names),
-//! FENCED and UNAVAILABLE (re-routed through the catalog, with backoff, until
-//! `retry_timeout`) — all answers that say nothing was applied. An append whose outcome is
+//! FENCED out of a slot (a handoff) and UNAVAILABLE (re-routed through the catalog, with
+//! backoff, until `retry_timeout`) — all answers that say nothing was applied. A log an
+//! operator fenced fails at once: it stays fenced until activated. An append whose outcome is
 //! unknown (connection lost after sending, no answer within the request timeout, or a writer
 //! saying so) is never retried: it may have committed, and a retry could write it twice. Its
 //! records fail with `outcome_unknown` set; the caller decides.
@@ -273,6 +274,7 @@ async fn send_batch(inner: &Inner, partition: u32, route: &mut Option<Route>, it
                     code: "UNAVAILABLE".to_owned(),
                     message: format!("append to {}: no answer within {timeout:?}", r.owner_address),
                     outcome_unknown: true,
+                    log_fenced: false,
                 }),
             }
         };

@@ -40,6 +40,10 @@ pub fn to_status(e: LogError) -> tonic::Status {
     let unknown = matches!(e, LogError::Unavailable { outcome_unknown: true, .. });
     let mut status = tonic::Status::new(grpc, e.to_string());
     status.metadata_mut().insert("lakelog-code", MetadataValue::from_static(code_name(code)));
+    if let LogError::Fenced { whole_log, .. } = &e {
+        let what = if *whole_log { "log" } else { "slot" };
+        status.metadata_mut().insert("lakelog-fenced", MetadataValue::from_static(what));
+    }
     if let LogError::NotOwner { owner, owner_id, .. } = &e {
         // Addresses and ids are ASCII; anything else is left out rather than mangled.
         if let Ok(v) = MetadataValue::try_from(owner.as_str()) {
@@ -61,7 +65,16 @@ mod tests {
 
     #[test]
     fn every_error_carries_its_code_and_unknown_outcomes_say_so() {
-        let fenced = to_status(LogError::Fenced { log: logstore::LogId(1), held: 1, current: 2 });
+        let fenced = to_status(LogError::Fenced {
+            log: logstore::LogId(1),
+            held: 1,
+            current: 2,
+            whole_log: true,
+        });
+        assert_eq!(
+            fenced.metadata().get("lakelog-fenced").and_then(|v| v.to_str().ok()),
+            Some("log")
+        );
         assert_eq!(fenced.code(), tonic::Code::FailedPrecondition);
         assert_eq!(
             fenced.metadata().get("lakelog-code").and_then(|v| v.to_str().ok()),

@@ -130,9 +130,10 @@ pub enum LogError {
     CursorNotFound { log: LogId, name: String },
     #[error("{0} already exists")]
     AlreadyExists(String),
-    /// The log, or this writer's slot of it, was fenced: nothing of the append committed.
-    #[error("log {log} is fenced (epoch held {held}, epoch now {current})")]
-    Fenced { log: LogId, held: i64, current: i64 },
+    /// The log (`whole_log`: by `fence()`, until `activate`), or this writer's slot of it
+    /// (another writer took it over), was fenced: nothing of the append committed.
+    #[error("{} {log} is fenced (epoch held {held}, epoch now {current})", if *.whole_log { "log" } else { "this writer's slot of log" })]
+    Fenced { log: LogId, held: i64, current: i64, whole_log: bool },
     /// This writer does not own the log's slot; `owner` (an address, maybe empty) does.
     #[error("writer does not own log {log} (slot {slot}); owner: {owner_id} at {owner}")]
     NotOwner { log: LogId, slot: String, owner_id: String, owner: String },

@@ -408,7 +408,15 @@ impl LogStorage {
             match head.log_state() {
                 LogState::Deleted => return Err(LogError::NotFound(log)),
                 LogState::Fenced if head.epoch == epoch => {}
-                _ => return Err(LogError::Fenced { log, held: epoch, current: head.epoch }),
+                _ => {
+                    let whole_log = head.log_state() == LogState::Fenced;
+                    return Err(LogError::Fenced {
+                        log,
+                        held: epoch,
+                        current: head.epoch,
+                        whole_log,
+                    });
+                }
             }
             head.state = LogState::Normal as i32;
             head.slots.clear();

@@ -759,14 +759,19 @@ fn blocked(log: LogId, head: &LogHead, zone: &str, epoch: i64, me: &Owner) -> Op
     match head.log_state() {
         LogState::Deleted => return Some(LogError::NotFound(log)),
         LogState::Fenced => {
-            return Some(LogError::Fenced { log, held: epoch, current: head.epoch });
+            return Some(LogError::Fenced {
+                log,
+                held: epoch,
+                current: head.epoch,
+                whole_log: true,
+            });
         }
         LogState::Normal => {}
     }
     match head.slot(zone) {
         Some(s) if s.epoch == epoch && s.owner.as_ref() == Some(me) => None,
-        Some(s) => Some(LogError::Fenced { log, held: epoch, current: s.epoch }),
-        None => Some(LogError::Fenced { log, held: epoch, current: 0 }),
+        Some(s) => Some(LogError::Fenced { log, held: epoch, current: s.epoch, whole_log: false }),
+        None => Some(LogError::Fenced { log, held: epoch, current: 0, whole_log: false }),
     }
 }
 
@@ -789,7 +794,8 @@ async fn take_slot(core: &Core, log: LogId, slot: &str, me: &Owner) -> Result<Se
         match snap.head.log_state() {
             LogState::Deleted => return Err(LogError::NotFound(log)),
             LogState::Fenced => {
-                let fenced = || LogError::Fenced { log, held: 0, current: snap.head.epoch };
+                let fenced =
+                    || LogError::Fenced { log, held: 0, current: snap.head.epoch, whole_log: true };
                 let Some(by) = &snap.head.fenced_by else { return Err(fenced()) };
                 let key = core.keys.member("writer", &by.writer_id);
                 let now = core.meta.get(&key).await?.map_or(0, |kv| kv.create_revision);

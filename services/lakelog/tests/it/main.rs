@@ -348,3 +348,29 @@ fn cli_cursors_ack_fold_and_report_backlog() -> Result<()> {
     ensure!(s.ok(&["cursor", "list", &log], "")?.is_empty());
     Ok(())
 }
+
+#[test]
+fn producing_to_an_operator_fenced_partition_fails_at_once_and_resumes_after_activate() -> Result<()>
+{
+    let dir = tempfile::tempdir()?;
+    let s = Standalone::start(dir.path(), testkit::free_port()?)?;
+    let described = s.ok(&["stream", "create", "held", "--partitions", "1"], "")?;
+    let log = described
+        .lines()
+        .find_map(|l| l.split("(logs ").nth(1))
+        .map(|l| l.trim_end_matches(')').to_owned())
+        .context("no log id")?;
+    s.ok(&["produce", "held"], "before\n")?;
+    let epoch = s.ok(&["log", "fence", &log], "")?.trim().to_owned();
+    let start = Instant::now();
+    let (code, stderr) = s.err(&["produce", "held"], "while fenced\n")?;
+    ensure!(code == 1 && stderr.contains("FENCED"), "{stderr}");
+    // Not retried for the producer's 60 s: an operator's fence holds until activate.
+    ensure!(start.elapsed() < Duration::from_secs(20), "took {:?}", start.elapsed());
+    s.ok(&["log", "activate", &log, "--epoch", &epoch], "")?;
+    s.ok(&["produce", "held"], "after\n")?;
+    let out = s.ok(&["consume", "held", "--from-beginning"], "")?;
+    let values: Vec<&str> = out.lines().filter_map(|l| l.split('\t').nth(3)).collect();
+    ensure!(values == ["before", "after"], "{out}");
+    Ok(())
+}
