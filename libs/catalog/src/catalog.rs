@@ -300,13 +300,7 @@ impl Catalog {
 
     /// The log of a partition.
     pub async fn route(&self, name: &str, partition: u32) -> Result<LogId, CatalogError> {
-        let info = self.get(name).await?;
-        info.partitions.get(partition as usize).copied().ok_or_else(|| {
-            CatalogError::InvalidArgument(format!(
-                "partition {partition} out of range: stream {name} has {}",
-                info.partitions.len()
-            ))
-        })
+        Ok(locate(&self.get(name).await?, Target::Partition(partition))?.1)
     }
 
     /// Where a partition or a key's partition goes, and which live writer serves it for a
@@ -319,19 +313,7 @@ impl Catalog {
     ) -> Result<Route, CatalogError> {
         let info = self.get(name).await?;
         let n = info.partitions.len() as u32;
-        let partition = match target {
-            Target::Partition(p) if p < n => p,
-            Target::Partition(p) => {
-                return Err(CatalogError::InvalidArgument(format!(
-                    "partition {p} out of range: stream {name} has {n}"
-                )));
-            }
-            Target::Key(k) => partition_for_key(k, n),
-        };
-        let log = *info
-            .partitions
-            .get(partition as usize)
-            .ok_or_else(|| CatalogError::Corrupt(name.to_owned()))?;
+        let (partition, log) = locate(&info, target)?;
         let members = match self.writers.as_ref().and_then(MemberWatch::current) {
             Some(set) => set.members.clone(),
             None => {
@@ -366,12 +348,26 @@ impl Catalog {
 
     /// The partition and log of a key.
     pub async fn route_key(&self, name: &str, key: &[u8]) -> Result<(u32, LogId), CatalogError> {
-        let info = self.get(name).await?;
-        let p = partition_for_key(key, info.partitions.len() as u32);
-        let log = info
-            .partitions
-            .get(p as usize)
-            .ok_or_else(|| CatalogError::Corrupt(name.to_owned()))?;
-        Ok((p, *log))
+        locate(&self.get(name).await?, Target::Key(key))
     }
+}
+
+/// The partition a target names in a stream, and its log.
+fn locate(info: &StreamInfo, target: Target<'_>) -> Result<(u32, LogId), CatalogError> {
+    let n = info.partitions.len() as u32;
+    let partition = match target {
+        Target::Partition(p) if p < n => p,
+        Target::Partition(p) => {
+            return Err(CatalogError::InvalidArgument(format!(
+                "partition {p} out of range: stream {} has {n}",
+                info.name
+            )));
+        }
+        Target::Key(k) => partition_for_key(k, n),
+    };
+    let log = info
+        .partitions
+        .get(partition as usize)
+        .ok_or_else(|| CatalogError::Corrupt(info.name.clone()))?;
+    Ok((partition, *log))
 }

@@ -3,19 +3,22 @@
 //! reached is skipped and the call tried on the next, so a scan survives a reader's death.
 //! Tail reads (waiting at the high watermark) belong to writers.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
+use crate::router::Connections;
 use crate::{CatalogClient, ClientError, LogClient};
 
 /// A set of readers, called round-robin with failover. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct ReaderPool {
     addresses: Vec<String>,
-    clients: Mutex<HashMap<String, LogClient>>,
+    clients: Connections,
     next: AtomicUsize,
 }
+
+/// How long connecting to one reader may take before the pool moves on.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl ReaderPool {
     /// The readers at these addresses.
@@ -23,7 +26,7 @@ impl ReaderPool {
         if addresses.is_empty() {
             return Err(ClientError::new("UNAVAILABLE", "no reader to read from"));
         }
-        Ok(ReaderPool { addresses, clients: Mutex::new(HashMap::new()), next: AtomicUsize::new(0) })
+        Ok(ReaderPool { addresses, clients: Connections::default(), next: AtomicUsize::new(0) })
     }
 
     /// The live readers the catalog lists.
@@ -36,18 +39,6 @@ impl ReaderPool {
         &self.addresses
     }
 
-    async fn client(&self, address: &str) -> Result<LogClient, ClientError> {
-        if let Some(c) = self.clients.lock().unwrap_or_else(|e| e.into_inner()).get(address) {
-            return Ok(c.clone());
-        }
-        let c = LogClient::connect(address).await?;
-        self.clients
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(address.to_owned(), c.clone());
-        Ok(c)
-    }
-
     /// Calls the next reader; on UNAVAILABLE tries each other reader once before failing.
     pub async fn call<T, F, Fut>(&self, f: F) -> Result<T, ClientError>
     where
@@ -58,7 +49,7 @@ impl ReaderPool {
         let mut last = None;
         for i in 0..self.addresses.len() {
             let address = &self.addresses[(first + i) % self.addresses.len()];
-            let r = match self.client(address).await {
+            let r = match self.clients.get(address, CONNECT_TIMEOUT).await {
                 Ok(c) => f(c).await,
                 Err(e) => Err(e),
             };

@@ -48,18 +48,40 @@ pub struct Route {
     pub slot: String,
 }
 
+/// One LogService connection per address, made on first use, then shared (a channel
+/// reconnects by itself).
+#[derive(Debug, Default)]
+pub(crate) struct Connections(Mutex<HashMap<String, LogClient>>);
+
+impl Connections {
+    /// The connection to `address`; making it may take at most `timeout`.
+    pub async fn get(&self, address: &str, timeout: Duration) -> Result<LogClient, ClientError> {
+        if let Some(c) = self.0.lock().unwrap_or_else(|e| e.into_inner()).get(address) {
+            return Ok(c.clone());
+        }
+        let c = match tokio::time::timeout(timeout, LogClient::connect(address)).await {
+            Ok(c) => c?,
+            Err(_) => {
+                return Err(ClientError::new("UNAVAILABLE", format!("{address}: no answer")));
+            }
+        };
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(address.to_owned(), c.clone());
+        Ok(c)
+    }
+}
+
 /// The catalog connection and a connection per writer, shared by producers and consumers.
 #[derive(Debug)]
 pub(crate) struct Router {
     pub cfg: ClientConfig,
     pub catalog: CatalogClient,
-    writers: Mutex<HashMap<String, LogClient>>,
+    writers: Connections,
 }
 
 impl Router {
     pub async fn connect(cfg: ClientConfig) -> Result<Self, ClientError> {
         let catalog = CatalogClient::connect(&cfg.catalog).await?;
-        Ok(Router { cfg, catalog, writers: Mutex::new(HashMap::new()) })
+        Ok(Router { cfg, catalog, writers: Connections::default() })
     }
 
     pub async fn stream(&self, name: &str) -> Result<Stream, ClientError> {
@@ -77,27 +99,12 @@ impl Router {
         })
     }
 
-    /// A connection to the writer at `address` (made once, then shared; the channel
-    /// reconnects by itself).
+    /// A connection to the writer at `address`.
     pub async fn writer(&self, address: &str) -> Result<LogClient, ClientError> {
         if address.is_empty() {
             return Err(ClientError::new("UNAVAILABLE", "no live writer serves this partition"));
         }
-        if let Some(c) = self.writers.lock().unwrap_or_else(|e| e.into_inner()).get(address) {
-            return Ok(c.clone());
-        }
-        let connect = LogClient::connect(address);
-        let c = match tokio::time::timeout(self.cfg.request_timeout, connect).await {
-            Ok(c) => c?,
-            Err(_) => {
-                return Err(ClientError::new("UNAVAILABLE", format!("{address}: no answer")));
-            }
-        };
-        self.writers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(address.to_owned(), c.clone());
-        Ok(c)
+        self.writers.get(address, self.cfg.request_timeout).await
     }
 }
 

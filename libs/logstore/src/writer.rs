@@ -92,11 +92,6 @@ struct Flush {
 /// The slot of appends made without a zone hint, or routed past their zone (ARCHITECTURE §3).
 pub const ANY_SLOT: &str = "*";
 
-/// Live writers, sorted by id, as last watched.
-struct MemberView {
-    members: Vec<Member>,
-}
-
 /// What this writer holds of a log slot: the epoch it took, and the head as last seen.
 #[derive(Clone, Debug)]
 struct Served {
@@ -120,7 +115,7 @@ pub(crate) struct Core {
     served: Mutex<HashMap<(LogId, String), Served>>,
     /// Live writers as last watched, for the owner check at admission; slot takeovers read
     /// them linearizably instead.
-    members: Mutex<Option<MemberView>>,
+    members: Mutex<Option<Arc<crate::membership::MemberSet>>>,
     /// The newest WAL sequence the flusher has assigned.
     last_seq: AtomicU64,
     /// WAL objects the flusher has handed to the object store.
@@ -211,8 +206,9 @@ impl Core {
         route: &StreamRoute,
         slot: &str,
     ) -> Result<(), LogError> {
-        match &*lock(&self.members) {
-            Some(view) => self.check_owner(log, route, slot, &view.members),
+        let view = lock(&self.members).clone();
+        match view {
+            Some(set) => self.check_owner(log, route, slot, &set.members),
             None => Ok(()),
         }
     }
@@ -394,14 +390,12 @@ async fn keep_alive(core: Arc<Core>) {
 async fn watch_members(core: Arc<Core>) {
     let mut watch =
         crate::membership::MemberWatch::start(core.meta.clone(), &core.cfg.cluster, "writer");
-    let mut seen: Option<Arc<crate::membership::MemberSet>> = None;
     while !core.closing.load(Ordering::SeqCst) {
         if let Some(set) = watch.current()
-            && !seen.as_ref().is_some_and(|s| Arc::ptr_eq(s, &set))
+            && !lock(&core.members).as_ref().is_some_and(|s| Arc::ptr_eq(s, &set))
         {
             release_lost_slots(&core, &set.members);
-            *lock(&core.members) = Some(MemberView { members: set.members.clone() });
-            seen = Some(set);
+            *lock(&core.members) = Some(set);
         }
         // The timeout only lets a closed writer's task end.
         if let Ok(false) = tokio::time::timeout(Duration::from_secs(1), watch.changed()).await {
@@ -501,32 +495,17 @@ async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) {
 fn take_buffer(core: &Core) -> Buffer {
     let mut b = lock(&core.buffer);
     let mut taken = std::mem::take(&mut *b);
-    let mut slot_of: HashMap<LogId, &str> = HashMap::new();
-    let mut split = false;
-    for p in &taken.entries {
-        if *slot_of.entry(p.log).or_insert(p.slot.as_str()) != p.slot {
-            split = true;
-            break;
-        }
-    }
-    if split {
-        let mut slot_of: HashMap<LogId, String> = HashMap::new();
-        let (mut now, mut later) = (Vec::new(), Vec::new());
-        for p in taken.entries {
-            if *slot_of.entry(p.log).or_insert_with(|| p.slot.clone()) == p.slot {
-                now.push(p);
-            } else {
-                later.push(p);
-            }
-        }
+    let mut slot_of: HashMap<LogId, String> = HashMap::new();
+    let (now, later): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut taken.entries)
+        .into_iter()
+        .partition(|p| *slot_of.entry(p.log).or_insert_with(|| p.slot.clone()) == p.slot);
+    if !later.is_empty() {
+        // Back into the (just emptied) buffer, already due: the next flush takes them.
         let later_bytes: usize = later.iter().map(|p| p.payload.len()).sum();
         taken.bytes -= later_bytes;
-        later.append(&mut b.entries);
-        b.bytes += later_bytes;
-        b.entries = later;
-        b.since = taken.since;
-        taken.entries = now;
+        *b = Buffer { entries: later, bytes: later_bytes, since: taken.since };
     }
+    taken.entries = now;
     taken
 }
 
