@@ -518,6 +518,37 @@ pub struct ReadArgs {
 /// Offset stripes a batch read through a reader fetches at once.
 const READER_STRIPES: u64 = 4;
 
+/// Reads offsets `[0, hw)` as [`READER_STRIPES`] stripes at once, each with `read(at, max)`
+/// → (payload bytes, next offset); returns MB/s.
+async fn read_striped<F, Fut>(hw: u64, read: F) -> anyhow::Result<f64>
+where
+    F: Fn(u64, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<(u64, u64)>> + Send,
+{
+    let start = Instant::now();
+    let stripe = hw.div_ceil(READER_STRIPES).max(1);
+    let mut tasks = Vec::new();
+    for i in 0..READER_STRIPES {
+        let (lo, hi) = (i * stripe, ((i + 1) * stripe).min(hw));
+        let read = read.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut at, mut bytes) = (lo, 0u64);
+            while at < hi {
+                let (b, next) = read(at, hi - at).await?;
+                anyhow::ensure!(next > at, "a read returned nothing at {at}");
+                bytes += b;
+                at = next;
+            }
+            anyhow::Ok(bytes)
+        }));
+    }
+    let mut bytes = 0;
+    for t in tasks {
+        bytes += t.await??;
+    }
+    Ok(bytes as f64 / start.elapsed().as_secs_f64() / 1e6)
+}
+
 /// Runs `lakelog bench read`: tail latency (append start → seen by a long-polling reader) and
 /// catch-up throughput over a backlog, against a raw GET baseline of the backlog's objects.
 pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
@@ -608,28 +639,18 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
     }
     eprintln!("backlog of {n_entries} entries written; reading it back");
     let hw = storage.info(backlog_log).await?.next_offset;
-    let start = Instant::now();
-    let stripe = hw.div_ceil(READER_STRIPES).max(1);
-    let mut tasks = Vec::new();
-    for i in 0..READER_STRIPES {
-        let (lo, hi) = (i * stripe, ((i + 1) * stripe).min(hw));
+    let catch_up_mb_s = {
         let storage = storage.clone();
-        tasks.push(tokio::spawn(async move {
-            let (mut at, mut bytes) = (lo, 0u64);
-            while at < hi {
-                for e in storage.read_entries(backlog_log, at, hi - at, 4 << 20).await? {
-                    bytes += e.payload.len() as u64;
-                    at = e.header.end_offset();
-                }
+        read_striped(hw, move |at, max| {
+            let storage = storage.clone();
+            async move {
+                let entries = storage.read_entries(backlog_log, at, max, 4 << 20).await?;
+                let bytes = entries.iter().map(|e| e.payload.len() as u64).sum();
+                Ok((bytes, entries.last().map_or(at, |e| e.header.end_offset())))
             }
-            anyhow::Ok(bytes)
-        }));
-    }
-    let mut bytes = 0;
-    for t in tasks {
-        bytes += t.await??;
-    }
-    let catch_up_mb_s = bytes as f64 / start.elapsed().as_secs_f64() / 1e6;
+        })
+        .await?
+    };
 
     // The same backlog through a read-only reader over gRPC (in this process, on a loopback
     // port, no byte cache), read as batch readers do: stripes of the offset range at once.
@@ -643,28 +664,14 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
         let _ = stop_rx.await;
     }));
     let via = LogClient::connect(&format!("http://{addr}")).await?;
-    let start = Instant::now();
-    let stripe = hw.div_ceil(READER_STRIPES).max(1);
-    let mut tasks = Vec::new();
-    for i in 0..READER_STRIPES {
-        let (lo, hi) = (i * stripe, ((i + 1) * stripe).min(hw));
+    let via_reader_mb_s = read_striped(hw, move |at, max| {
         let via = via.clone();
-        tasks.push(tokio::spawn(async move {
-            let (mut at, mut bytes) = (lo, 0u64);
-            while at < hi {
-                let resp = via.read_entries(backlog_log.0, at, hi - at, 0).await?;
-                anyhow::ensure!(!resp.entries.is_empty(), "reader returned nothing at {at}");
-                bytes += resp.entries.iter().map(|e| e.payload.len() as u64).sum::<u64>();
-                at = resp.next_offset;
-            }
-            anyhow::Ok(bytes)
-        }));
-    }
-    let mut via_bytes = 0;
-    for t in tasks {
-        via_bytes += t.await??;
-    }
-    let via_reader_mb_s = via_bytes as f64 / start.elapsed().as_secs_f64() / 1e6;
+        async move {
+            let resp = via.read_entries(backlog_log.0, at, max, 0).await?;
+            Ok((resp.entries.iter().map(|e| e.payload.len() as u64).sum(), resp.next_offset))
+        }
+    })
+    .await?;
     let _ = stop_tx.send(());
     server.await??;
 

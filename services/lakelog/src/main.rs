@@ -5,7 +5,7 @@
 //! The composition root: the only crate that may depend on service crates.
 
 mod bench;
-mod produce;
+mod streams;
 
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
@@ -344,14 +344,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let mut cfg = client::ClientConfig::new(&cli.endpoint);
             cfg.zone = zone;
             let keying = match (key, key_separator) {
-                (Some(k), _) => produce::Keying::Fixed(k),
+                (Some(k), _) => streams::Keying::Fixed(k),
                 (None, Some(sep)) if sep.is_empty() => {
                     anyhow::bail!("INVALID_ARGUMENT: --key-separator must not be empty")
                 }
-                (None, Some(sep)) => produce::Keying::Separator(sep),
-                (None, None) => produce::Keying::None,
+                (None, Some(sep)) => streams::Keying::Separator(sep),
+                (None, None) => streams::Keying::None,
             };
-            produce::produce(cfg, &stream, keying, std::time::Duration::from_millis(linger_ms))
+            streams::produce(cfg, &stream, keying, std::time::Duration::from_millis(linger_ms))
                 .await
         }
         Command::Consume { stream, partition, from_beginning, offset, max, follow, zone } => {
@@ -362,7 +362,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 (false, Some(o)) => client::StartAt::Offset(o),
                 (false, None) => client::StartAt::End,
             };
-            produce::consume(cfg, &stream, partition, start, max, follow).await
+            streams::consume(cfg, &stream, partition, start, max, follow).await
         }
     }
 }
