@@ -8,6 +8,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={}", f.display());
     }
     // Payloads as `Bytes`: handed from the wire to storage without a copy.
-    tonic_prost_build::configure().bytes(".").compile_protos(&files, &[root])?;
+    tonic_prost_build::configure()
+        .bytes(".")
+        .codec_path("crate::codec::Codec")
+        .compile_protos(&files, &[root])?;
     Ok(())
 }

@@ -127,6 +127,12 @@ fn owner_of(s: &tonic::Status) -> Option<(String, String)> {
     Some((meta("lakelog-owner-id")?, meta("lakelog-owner")?))
 }
 
+/// HTTP/2 receive window of a stream (bytes); a connection's is four times it.
+const RECEIVE_WINDOW: u32 = 8 << 20;
+
+/// Largest HTTP/2 frame a server may send (h2's default is 16 KiB): fewer frames per response.
+const MAX_FRAME: u32 = 1 << 20;
+
 async fn channel(endpoint: &str) -> Result<Channel, ClientError> {
     let ep = Channel::from_shared(endpoint.to_owned()).map_err(|e| ClientError {
         code: "INVALID_ARGUMENT".to_owned(),
@@ -134,7 +140,12 @@ async fn channel(endpoint: &str) -> Result<Channel, ClientError> {
         outcome_unknown: false,
         log_fenced: false,
     })?;
+    // Receive windows sized for batch reads (up to 4 MiB a response): h2's 64 KiB default
+    // makes a large response wait on window updates.
     ep.connect_timeout(std::time::Duration::from_secs(5))
+        .initial_stream_window_size(RECEIVE_WINDOW)
+        .initial_connection_window_size(4 * RECEIVE_WINDOW)
+        .max_frame_size(MAX_FRAME)
         .connect()
         .await
         .map_err(|e| ClientError::transport(endpoint, e))

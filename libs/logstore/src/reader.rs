@@ -20,6 +20,9 @@ pub const DEFAULT_INDEX_PAGES: usize = 4096;
 /// Runs fetched at once by one read.
 const PARALLEL_FETCHES: usize = 16;
 
+/// Index pages a scan lists with one metadata read.
+const PAGES_PER_READ: i64 = 16;
+
 /// Index pages by (log, first offset).
 type PageCache = HashMap<(LogId, u64), Arc<IndexPage>>;
 
@@ -106,13 +109,27 @@ impl LogReader {
     }
 
     pub(crate) async fn snapshot(&self, log: LogId) -> Result<Snapshot, LogError> {
-        let txn = Txn::new().and_then([
-            TxnOp::get(RangeRequest::key(self.keys.head(log))),
-            TxnOp::get(RangeRequest::key(self.keys.start(log))),
-        ]);
+        Ok(self.snapshot_and(log, []).await?.0)
+    }
+
+    /// A snapshot, with the results of `more` reads made in the same transaction.
+    async fn snapshot_and<const N: usize>(
+        &self,
+        log: LogId,
+        more: [TxnOp; N],
+    ) -> Result<(Snapshot, Vec<OpResult>), LogError> {
+        let txn = Txn::new().and_then(
+            [
+                TxnOp::get(RangeRequest::key(self.keys.head(log))),
+                TxnOp::get(RangeRequest::key(self.keys.start(log))),
+            ]
+            .into_iter()
+            .chain(more),
+        );
         let resp = self.meta.txn(txn).await?;
+        let mut results = resp.results.into_iter();
         let (Some(OpResult::Get(head)), Some(OpResult::Get(start))) =
-            (resp.results.first(), resp.results.get(1))
+            (results.next(), results.next())
         else {
             return Err(LogError::Internal("snapshot read answered the wrong shape".to_owned()));
         };
@@ -122,13 +139,14 @@ impl LogReader {
                 .ok_or_else(|| LogError::Corrupt(format!("start of log {log}")))?,
             None => 0,
         };
-        Ok(Snapshot {
+        let snap = Snapshot {
             log,
             head: decode("log head", &head_kv.value)?,
             head_revision: head_kv.mod_revision,
             start,
             revision: resp.revision,
-        })
+        };
+        Ok((snap, results.collect()))
     }
 
     /// What a log looks like now.
@@ -365,7 +383,8 @@ impl LogReader {
         if max_records == 0 {
             return Err(LogError::InvalidArgument("max_records must be at least 1".to_owned()));
         }
-        let snap = self.snapshot(log).await?;
+        // One transaction: the head, the start and a listing of the index pages from `start`.
+        let (snap, listed) = self.snapshot_and(log, self.page_reads(log, start)).await?;
         snap.check_readable()?;
         let hw = snap.head.next_offset;
         if start < snap.start || start > hw {
@@ -381,8 +400,20 @@ impl LogReader {
         let mut plan: Vec<Locator> = Vec::new();
         let (mut records, mut bytes, mut entries) = (0u64, 0u64, 0usize);
         let mut offset = start;
+        let mut batch =
+            if start < hw { self.locators_listed(&snap, start, listed).await? } else { Vec::new() };
         'plan: while offset < hw {
-            for loc in self.locators_from(&snap, offset).await? {
+            if batch.is_empty() {
+                let listed =
+                    self.meta.txn(Txn::new().and_then(self.page_reads(log, offset))).await?;
+                batch = self.locators_listed(&snap, offset, listed.results).await?;
+            }
+            if batch.is_empty() {
+                return Err(LogError::Corrupt(format!(
+                    "no index record covers offset {offset} of log {log}"
+                )));
+            }
+            for loc in std::mem::take(&mut batch) {
                 if !plan.is_empty()
                     && (records >= max_records || bytes >= max_bytes || entries >= max_entries)
                 {
@@ -422,19 +453,80 @@ impl LogReader {
         Ok(out)
     }
 
-    /// The locators from the one holding `offset` (below the snapshot's high watermark) to
-    /// the end of its index page, or of the head's recent ones: one metadata read per page.
-    async fn locators_from(&self, snap: &Snapshot, offset: u64) -> Result<Vec<Locator>, LogError> {
+    /// Two reads of a log's index, keys only: the page at or below `offset`, and up to
+    /// [`PAGES_PER_READ`] pages after it.
+    fn page_reads(&self, log: LogId, offset: u64) -> [TxnOp; 2] {
+        let prefix = self.keys.index_prefix(log);
+        let mut above = self.keys.index_page(log, offset);
+        above.push(0);
+        let end = metadata::prefix_end(&prefix);
+        [
+            TxnOp::get(RangeRequest::between(prefix, above.clone()).reverse().limit(1).keys_only()),
+            TxnOp::get(RangeRequest::between(above, end).limit(PAGES_PER_READ).keys_only()),
+        ]
+    }
+
+    /// The locators from the one holding `offset` on, as far as they run without a gap: those
+    /// of the pages [`Self::page_reads`] listed (cached ones from the cache, the others in one
+    /// range read), then the snapshot head's recent ones. Empty if none holds `offset`.
+    async fn locators_listed(
+        &self,
+        snap: &Snapshot,
+        offset: u64,
+        listed: Vec<OpResult>,
+    ) -> Result<Vec<Locator>, LogError> {
         if let Some(i) = snap.head.recent.iter().position(|l| l.contains(offset)) {
             return Ok(snap.head.recent[i..].to_vec());
         }
-        let log = snap.log;
-        if let Some(page) = self.page_at(log, offset, true).await?
-            && let Some(i) = page.locators.iter().position(|l| l.contains(offset))
-        {
-            return Ok(page.locators[i..].to_vec());
+        let mut keys = Vec::new();
+        for r in listed {
+            let OpResult::Get(found) = r else {
+                return Err(LogError::Internal(
+                    "index listing answered the wrong shape".to_owned(),
+                ));
+            };
+            keys.extend(found.kvs.into_iter().map(|kv| kv.key));
         }
-        Err(LogError::Corrupt(format!("no index record covers offset {offset} of log {log}")))
+        let mut pages: Vec<Option<Arc<IndexPage>>> = Vec::with_capacity(keys.len());
+        {
+            let cache = self.lock_pages();
+            for k in &keys {
+                let first = self.keys.parse_index_page(snap.log, k);
+                pages.push(first.and_then(|f| cache.get(&(snap.log, f)).cloned()));
+            }
+        }
+        let missing: Vec<usize> = (0..keys.len()).filter(|i| pages[*i].is_none()).collect();
+        if let (Some(lo), Some(hi)) = (missing.first(), missing.last()) {
+            let mut end = keys[*hi].clone();
+            end.push(0);
+            let found = self.meta.range(RangeRequest::between(keys[*lo].clone(), end)).await?;
+            let mut cache = self.lock_pages();
+            for kv in found.kvs {
+                let Some(i) = keys.iter().position(|k| *k == kv.key) else { continue };
+                let first = self.keys.parse_index_page(snap.log, &kv.key).ok_or_else(|| {
+                    LogError::Corrupt(format!("index page key of log {}", snap.log))
+                })?;
+                let page: Arc<IndexPage> = Arc::new(decode("index page", &kv.value)?);
+                if cache.len() >= self.max_pages {
+                    cache.clear();
+                }
+                cache.insert((snap.log, first), page.clone());
+                pages[i] = Some(page);
+            }
+        }
+        let listed = pages.iter().flatten().flat_map(|p| p.locators.iter());
+        let mut out: Vec<Locator> = Vec::new();
+        for l in listed.chain(snap.head.recent.iter()) {
+            match out.last() {
+                None if l.contains(offset) => out.push(l.clone()),
+                None => {}
+                // A page spilled from the recent ones after the snapshot: seen already.
+                Some(last) if l.end_offset() <= last.end_offset() => {}
+                Some(last) if l.first_offset == last.end_offset() => out.push(l.clone()),
+                Some(_) => break,
+            }
+        }
+        Ok(out)
     }
 
     /// Reads entries where `indexes` say they are, without resolving offsets again. Adjacent

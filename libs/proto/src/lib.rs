@@ -3,6 +3,8 @@
 
 #![allow(missing_docs, clippy::all, missing_debug_implementations)]
 
+pub mod codec;
+
 /// `lakelog.log.v1`: the LogService.
 pub mod log {
     pub mod v1 {

@@ -510,26 +510,73 @@ pub struct ReadArgs {
     /// Backlog to build, then read back from the start.
     #[arg(long, default_value = "64MiB")]
     backlog: config::ByteSize,
+    /// Appends in flight while the backlog is built: with the flush interval it sets the WAL
+    /// objects' size (1024 entries of 1000 B every 50 ms: objects of about 1 MB).
+    #[arg(long, default_value = "1024", value_parser = clap::value_parser!(u64).range(1..=65536))]
+    backlog_in_flight: u64,
+    /// Offset stripes each catch-up reads at once (a batch reader's parallelism).
+    #[arg(long, default_value = "4", value_parser = clap::value_parser!(u64).range(1..=256))]
+    stripes: u64,
     /// Print one JSON object on the last stdout line.
     #[arg(long)]
     json: bool,
 }
 
-/// Offset stripes a batch read through a reader fetches at once.
-const READER_STRIPES: u64 = 4;
+/// A read phase's throughput and this process's CPU time per GB read.
+#[derive(Clone, Copy, Debug)]
+struct Rate {
+    mb_s: f64,
+    /// `None` where /proc/self/stat is not there to read.
+    cpu_s_per_gb: Option<f64>,
+}
 
-/// Reads offsets `[0, hw)` as [`READER_STRIPES`] stripes at once, each with `read(at, max)`
-/// → (payload bytes, next offset); returns MB/s.
-async fn read_striped<F, Fut>(hw: u64, read: F) -> anyhow::Result<f64>
+impl Rate {
+    /// Runs a read returning the bytes it read, and measures it.
+    async fn of(read: impl Future<Output = anyhow::Result<u64>>) -> anyhow::Result<Rate> {
+        let (cpu0, start) = (process_cpu_seconds(), Instant::now());
+        let bytes = read.await? as f64;
+        let secs = start.elapsed().as_secs_f64().max(1e-9);
+        let cpu = process_cpu_seconds().zip(cpu0).map(|(b, a)| b - a);
+        Ok(Rate {
+            mb_s: bytes / secs / 1e6,
+            cpu_s_per_gb: cpu.map(|c| c / (bytes / 1e9).max(1e-9)),
+        })
+    }
+
+    fn row(&self) -> String {
+        match self.cpu_s_per_gb {
+            Some(c) => format!("{:.2}  ({c:.2} CPU s/GB in this process)", self.mb_s),
+            None => format!("{:.2}", self.mb_s),
+        }
+    }
+}
+
+/// A number for the JSON line, or `null`.
+fn json_opt(v: Option<f64>) -> String {
+    v.map_or_else(|| "null".to_owned(), |v| format!("{v:.3}"))
+}
+
+/// User + system CPU seconds of this process so far (Linux), at the usual 100 ticks a second.
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the parenthesised command name; utime and stime are its 12th and 13th.
+    let rest = stat.rsplit_once(')')?.1;
+    let mut f = rest.split_whitespace().skip(11);
+    let (user, system): (f64, f64) = (f.next()?.parse().ok()?, f.next()?.parse().ok()?);
+    Some((user + system) / 100.0)
+}
+
+/// Reads offsets `[0, hw)` as `stripes` stripes at once, each with `read(at, max)` → (payload
+/// bytes, next offset); returns the bytes read.
+async fn read_striped<F, Fut>(hw: u64, stripes: u64, read: F) -> anyhow::Result<u64>
 where
     F: Fn(u64, u64) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = anyhow::Result<(u64, u64)>> + Send,
 {
-    let start = Instant::now();
-    let stripe = hw.div_ceil(READER_STRIPES).max(1);
+    let stripe = hw.div_ceil(stripes.max(1)).max(1);
     let mut tasks = Vec::new();
-    for i in 0..READER_STRIPES {
-        let (lo, hi) = (i * stripe, ((i + 1) * stripe).min(hw));
+    for i in 0..stripes {
+        let (lo, hi) = ((i * stripe).min(hw), ((i + 1) * stripe).min(hw));
         let read = read.clone();
         tasks.push(tokio::spawn(async move {
             let (mut at, mut bytes) = (lo, 0u64);
@@ -546,7 +593,22 @@ where
     for t in tasks {
         bytes += t.await??;
     }
-    Ok(bytes as f64 / start.elapsed().as_secs_f64() / 1e6)
+    Ok(bytes)
+}
+
+/// Raw GETs of every WAL object, whole, 16 at a time; returns the bytes read.
+async fn raw_get(objects: &Arc<dyn ObjectStore>) -> anyhow::Result<u64> {
+    use futures::{StreamExt, TryStreamExt};
+    let wal: Vec<_> = objects.list(Some(&objstore::Path::from("wal"))).try_collect().await?;
+    let fetched: Vec<u64> = futures::stream::iter(wal.iter().map(|m| {
+        let objects = objects.clone();
+        let p = m.location.clone();
+        async move { anyhow::Ok(objects.get(&p).await?.bytes().await?.len() as u64) }
+    }))
+    .buffer_unordered(16)
+    .try_collect()
+    .await?;
+    Ok(fetched.iter().sum())
 }
 
 /// Runs `lakelog bench read`: tail latency (append start → seen by a long-polling reader) and
@@ -625,7 +687,7 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
     let n_entries = (args.backlog.0 / entry.len() as u64).max(1);
     let next = Arc::new(AtomicU64::new(0));
     let mut writers = Vec::new();
-    for _ in 0..64 {
+    for _ in 0..args.backlog_in_flight {
         let (storage, entry, next) = (storage.clone(), entry.clone(), next.clone());
         writers.push(tokio::spawn(async move {
             while next.fetch_add(1, Ordering::Relaxed) < n_entries {
@@ -634,14 +696,31 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
             anyhow::Ok(())
         }));
     }
+    let progress = {
+        let next = next.clone();
+        tokio::spawn(async move {
+            let start = Instant::now();
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let sent = next.load(Ordering::Relaxed).min(n_entries);
+                let at = start.elapsed().as_secs_f64();
+                eprintln!("[{at:>5.1}s] backlog: {sent}/{n_entries} entries sent");
+            }
+        })
+    };
     for w in writers {
         w.await??;
     }
+    progress.abort();
     eprintln!("backlog of {n_entries} entries written; reading it back");
     let hw = storage.info(backlog_log).await?.next_offset;
-    let catch_up_mb_s = {
+    // The raw GET baseline runs before the reads and after them (an object store may cache
+    // what was read); the better of the two is the baseline.
+    let get_before = Rate::of(raw_get(&objects)).await?;
+    let stripes = args.stripes;
+    let catch_up = Rate::of({
         let storage = storage.clone();
-        read_striped(hw, move |at, max| {
+        read_striped(hw, stripes, move |at, max| {
             let storage = storage.clone();
             async move {
                 let entries = storage.read_entries(backlog_log, at, max, 4 << 20).await?;
@@ -649,8 +728,8 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
                 Ok((bytes, entries.last().map_or(at, |e| e.header.end_offset())))
             }
         })
-        .await?
-    };
+    })
+    .await?;
 
     // The same backlog through a read-only reader over gRPC (in this process, on a loopback
     // port, no byte cache), read as batch readers do: stripes of the offset range at once.
@@ -664,30 +743,19 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
         let _ = stop_rx.await;
     }));
     let via = LogClient::connect(&format!("http://{addr}")).await?;
-    let via_reader_mb_s = read_striped(hw, move |at, max| {
+    let via_reader = Rate::of(read_striped(hw, stripes, move |at, max| {
         let via = via.clone();
         async move {
             let resp = via.read_entries(backlog_log.0, at, max, 0).await?;
             Ok((resp.entries.iter().map(|e| e.payload.len() as u64).sum(), resp.next_offset))
         }
-    })
+    }))
     .await?;
     let _ = stop_tx.send(());
     server.await??;
 
-    // Raw GET baseline: the same WAL objects, whole, 16 at a time.
-    use futures::{StreamExt, TryStreamExt};
-    let wal: Vec<_> = objects.list(Some(&objstore::Path::from("wal"))).try_collect().await?;
-    let start = Instant::now();
-    let fetched: Vec<u64> = futures::stream::iter(wal.iter().map(|m| {
-        let objects = objects.clone();
-        let p = m.location.clone();
-        async move { anyhow::Ok(objects.get(&p).await?.bytes().await?.len() as u64) }
-    }))
-    .buffer_unordered(16)
-    .try_collect()
-    .await?;
-    let get_mb_s = fetched.iter().sum::<u64>() as f64 / start.elapsed().as_secs_f64() / 1e6;
+    let get_after = Rate::of(raw_get(&objects)).await?;
+    let get_mb_s = get_before.mb_s.max(get_after.mb_s);
     storage.shutdown().await;
 
     let report = Report {
@@ -699,26 +767,31 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
                     tail_ms.p50, tail_ms.p90, tail_ms.p99, tail_ms.max
                 ),
             ),
-            ("catch-up MB/s".into(), format!("{catch_up_mb_s:.2}")),
-            (
-                format!("catch-up via a reader MB/s ({READER_STRIPES} stripes)"),
-                format!("{via_reader_mb_s:.2}"),
-            ),
-            ("baseline GET MB/s (same objects)".into(), format!("{get_mb_s:.2}")),
+            ("catch-up MB/s (in process)".into(), catch_up.row()),
+            (format!("catch-up via a reader MB/s ({stripes} stripes)"), via_reader.row()),
+            ("baseline GET MB/s (same objects), before the reads".into(), get_before.row()),
+            ("baseline GET MB/s (same objects), after the reads".into(), get_after.row()),
             (
                 "ratio catch-up / raw GET".into(),
-                format!("{:.2}", catch_up_mb_s / get_mb_s.max(1e-9)),
+                format!("{:.2}", catch_up.mb_s / get_mb_s.max(1e-9)),
             ),
             (
                 "ratio catch-up via reader / raw GET".into(),
-                format!("{:.2}", via_reader_mb_s / get_mb_s.max(1e-9)),
+                format!("{:.2}", via_reader.mb_s / get_mb_s.max(1e-9)),
             ),
         ],
         json: vec![
             ("tail_ms".into(), tail_ms.json()),
-            ("catch_up_mb_per_s".into(), format!("{catch_up_mb_s:.3}")),
-            ("catch_up_via_reader_mb_per_s".into(), format!("{via_reader_mb_s:.3}")),
+            ("catch_up_mb_per_s".into(), format!("{:.3}", catch_up.mb_s)),
+            ("catch_up_via_reader_mb_per_s".into(), format!("{:.3}", via_reader.mb_s)),
             ("baseline_get_mb_per_s".into(), format!("{get_mb_s:.3}")),
+            ("baseline_get_before_mb_per_s".into(), format!("{:.3}", get_before.mb_s)),
+            ("baseline_get_after_mb_per_s".into(), format!("{:.3}", get_after.mb_s)),
+            ("cpu_s_per_gb_catch_up".into(), json_opt(catch_up.cpu_s_per_gb)),
+            ("cpu_s_per_gb_via_reader".into(), json_opt(via_reader.cpu_s_per_gb)),
+            ("cpu_s_per_gb_raw_get".into(), json_opt(get_before.cpu_s_per_gb)),
+            ("stripes".into(), stripes.to_string()),
+            ("backlog_in_flight".into(), args.backlog_in_flight.to_string()),
             (
                 "flush_interval_ms".into(),
                 format!("{:.1}", args.flush_interval.0.as_secs_f64() * 1e3),

@@ -7,6 +7,9 @@
 mod bench;
 mod streams;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;

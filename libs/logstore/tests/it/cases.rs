@@ -31,6 +31,7 @@ both_envs!(
     bad_input_gets_clear_errors,
     conditional_append_commits_only_at_the_expected_offset,
     index_pages_spill_and_hard_trim_removes_them,
+    scans_walk_many_index_pages_in_few_metadata_reads,
     acknowledged_appends_survive_a_writer_restart,
     full_buffer_answers_resource_exhausted,
     timestamp_search_and_retention_use_running_maxima,
@@ -716,6 +717,33 @@ async fn index_pages_spill_and_hard_trim_removes_them(env: Env) -> Result<()> {
         "entries above the trim were lost"
     );
     ensure!(matches!(w.read_entries(log, 5, 1, 1).await, Err(LogError::OffsetOutOfRange { .. })));
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn scans_walk_many_index_pages_in_few_metadata_reads(env: Env) -> Result<()> {
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    let n = 170u64; // one flush, one locator each: about 20 index pages, past one listing
+    for i in 0..n {
+        w.append(log, 1, payload("mp", i as usize), None).await?;
+    }
+    let (meta, counts) = metadata::counting::CountingMeta::new(env.meta.clone());
+    let reader = logstore::LogReader::new(meta, env.objects.clone(), &env.cluster);
+    let reads = || counts.reads.load(std::sync::atomic::Ordering::Relaxed);
+    for start in [0, 1, 7, 8, 63, 127, 128, 129, 150, n - 3] {
+        let before = reads();
+        let got = reader.read_entries(log, start, 10_000, u64::MAX).await?;
+        let used = reads() - before;
+        let offsets: Vec<u64> = got.iter().map(|e| e.header.offset).collect();
+        ensure!(offsets == (start..n).collect::<Vec<_>>(), "from {start}: {offsets:?}");
+        for e in &got {
+            ensure!(e.payload == payload("mp", e.header.offset as usize), "{}", e.header.offset);
+        }
+        // A transaction (head, start, page listing), a listing per 16 pages and a read of
+        // the uncached pages of each: not two reads per page.
+        ensure!(used <= 6, "a scan from {start} made {used} metadata reads");
+    }
     w.shutdown().await;
     Ok(())
 }
