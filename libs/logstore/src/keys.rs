@@ -35,6 +35,19 @@ impl Keys {
         self.key(format_args!("logs/next_id"))
     }
 
+    /// Every key of every log.
+    pub fn logs_prefix(&self) -> Vec<u8> {
+        self.key(format_args!("logs/"))
+    }
+
+    /// The log whose `wal_floor` key this is, if it is one.
+    pub fn parse_wal_floor(&self, key: &[u8]) -> Option<LogId> {
+        let rest = key.strip_prefix(self.logs_prefix().as_slice())?;
+        let id = std::str::from_utf8(rest.strip_suffix(b"/wal_floor")?).ok()?;
+        (id.len() == 20 && id.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| id.parse().ok().map(LogId))?
+    }
+
     /// Every key of one log.
     pub fn log_prefix(&self, log: LogId) -> Vec<u8> {
         self.key(format_args!("logs/{:020}/", log.0))

@@ -15,6 +15,7 @@
 //! `objstore::keys`.
 
 pub mod admin;
+pub mod cleaner;
 pub mod cursor;
 pub mod keys;
 mod log;

@@ -108,6 +108,10 @@ impl LogReader {
         &self.meta
     }
 
+    pub fn objects(&self) -> &Arc<dyn ObjectStore> {
+        &self.objects
+    }
+
     pub(crate) async fn snapshot(&self, log: LogId) -> Result<Snapshot, LogError> {
         Ok(self.snapshot_and(log, []).await?.0)
     }

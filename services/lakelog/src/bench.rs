@@ -131,19 +131,7 @@ async fn open_target(args: &AppendArgs, endpoint: &str) -> anyhow::Result<Target
     let node = match (&args.data_dir, &args.config) {
         (Some(dir), _) => {
             std::fs::create_dir_all(dir).with_context(|| format!("data dir {}", dir.display()))?;
-            Some(config::NodeConfig {
-                cluster: "lakelog".to_owned(),
-                metadata: config::MetadataConfig::Embedded(config::EmbeddedConfig {
-                    path: dir.join("meta.redb"),
-                }),
-                object_store: config::ObjectStoreConfig::Local(config::LocalStoreConfig {
-                    path: dir.join("objects"),
-                }),
-                telemetry: Default::default(),
-                writer: Default::default(),
-                catalog: Default::default(),
-                reader: Default::default(),
-            })
+            Some(crate::data_dir_node(dir))
         }
         (None, Some(file)) => Some(config::load_file::<config::NodeConfig>(file)?),
         (None, None) => None,

@@ -5,6 +5,7 @@
 //! The composition root: the only crate that may depend on service crates.
 
 mod bench;
+mod clean;
 mod streams;
 
 #[global_allocator]
@@ -73,6 +74,16 @@ enum Command {
     Log {
         #[command(subcommand)]
         command: LogCommand,
+    },
+    /// Operator commands run in this process against the stores.
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+    /// The WAL cleaner: what holds reclamation back.
+    Cleaner {
+        #[command(subcommand)]
+        command: CleanerCommand,
     },
     /// Durable cursors on a log: mark-delete position, individual acks, backlog.
     Cursor {
@@ -297,8 +308,56 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
+/// Operator commands.
+#[derive(Subcommand, Debug)]
+enum AdminCommand {
+    /// Run one cleaner cycle now: delete WAL objects below the cutoff older than the grace
+    /// period; print what it did.
+    Clean {
+        /// Objects below the cutoff younger than this are kept (readers may hold them).
+        #[arg(long, default_value = "10m")]
+        grace: config::Duration,
+        #[command(flatten)]
+        stores: clean::StoreArgs,
+    },
+}
+
+/// The cleaner.
+#[derive(Subcommand, Debug)]
+enum CleanerCommand {
+    /// The cutoff, which log or writer holds it back and by how much, and the lowest inputs.
+    Status {
+        #[command(flatten)]
+        stores: clean::StoreArgs,
+    },
+}
+
+/// The config `standalone` and `--data-dir` commands use: the embedded metadata store and a
+/// local object directory inside `dir`, cluster `lakelog`.
+fn data_dir_node(dir: &std::path::Path) -> config::NodeConfig {
+    config::NodeConfig {
+        cluster: "lakelog".to_owned(),
+        metadata: config::MetadataConfig::Embedded(config::EmbeddedConfig {
+            path: dir.join("meta.redb"),
+        }),
+        object_store: config::ObjectStoreConfig::Local(config::LocalStoreConfig {
+            path: dir.join("objects"),
+        }),
+        telemetry: Default::default(),
+        writer: Default::default(),
+        catalog: Default::default(),
+        reader: Default::default(),
+    }
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Admin { command: AdminCommand::Clean { grace, stores } } => {
+            clean::clean(&stores, grace.0).await
+        }
+        Command::Cleaner { command: CleanerCommand::Status { stores } } => {
+            clean::status(&stores).await
+        }
         Command::Standalone { data_dir, listen } => standalone(data_dir, listen).await,
         Command::Writer { config } => {
             let node: config::NodeConfig = config::load_file(&config)?;
@@ -374,31 +433,52 @@ async fn standalone(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()>
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("data dir {}", data_dir.display()))?;
     let node = config::NodeConfig {
-        cluster: "lakelog".to_owned(),
-        metadata: config::MetadataConfig::Embedded(config::EmbeddedConfig {
-            path: data_dir.join("meta.redb"),
-        }),
-        object_store: config::ObjectStoreConfig::Local(config::LocalStoreConfig {
-            path: data_dir.join("objects"),
-        }),
         telemetry: config::TelemetryConfig {
             log_level: std::env::var("LAKELOG_LOG_LEVEL").unwrap_or_else(|_| "info".to_owned()),
             ..Default::default()
         },
         writer: config::WriterSection { listen, ..Default::default() },
-        catalog: Default::default(),
-        reader: Default::default(),
+        ..data_dir_node(&data_dir)
     };
     let _telemetry = telemetry::init(&node.telemetry, "standalone")?;
     eprintln!("lakelog standalone: serving on http://{listen}, data in {}", data_dir.display());
     // One port serves every role: the writer's LogService and the catalog.
     writer::run_with(&node, shutdown_signal(), |storage, routes| {
+        let cleaner = logstore::cleaner::Cleaner::new(
+            storage.metadata(),
+            storage.reader().objects().clone(),
+            &node.cluster,
+            std::sync::Arc::new(logstore::SystemClock),
+        );
+        tokio::spawn(clean_every(cleaner, STANDALONE_CLEAN_INTERVAL));
         let catalog =
             catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
         routes.add_service(catalog_service::CatalogServiceImpl::new(catalog).server())
     })
     .await?;
     Ok(())
+}
+
+/// How often `standalone` runs a cleaner cycle (grace period and history: the defaults).
+const STANDALONE_CLEAN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Runs a cleaner cycle every `interval`, logging what each did; errors are logged and the
+/// next cycle tries again.
+async fn clean_every(mut cleaner: logstore::cleaner::Cleaner, interval: std::time::Duration) {
+    loop {
+        tokio::time::sleep(interval).await;
+        match cleaner.cycle().await {
+            Ok(r) => tracing::info!(
+                cutoff = r.cutoff.cutoff,
+                deleted = r.deleted,
+                deleted_bytes = r.deleted_bytes,
+                young = r.young,
+                history_compacted_to = r.history_compacted_to,
+                "cleaner cycle"
+            ),
+            Err(e) => tracing::warn!(error = %e, "cleaner cycle failed; retrying next interval"),
+        }
+    }
 }
 
 /// `w` takes writes; `r` reads (a reader with --reader, else the same writer).

@@ -26,6 +26,7 @@ macro_rules! both_envs {
 }
 
 mod cases;
+mod cleaning;
 mod cursors;
 mod env;
 mod faulty_meta;

@@ -374,3 +374,54 @@ fn producing_to_an_operator_fenced_partition_fails_at_once_and_resumes_after_act
     ensure!(values == ["before", "after"], "{out}");
     Ok(())
 }
+
+/// Runs `lakelog` with no endpoint (commands that open the stores themselves).
+fn lakelog(args: &[&str]) -> Result<Output> {
+    Ok(Command::new(BIN).args(args).stdin(Stdio::null()).output()?)
+}
+
+#[test]
+fn cli_cleaner_status_names_the_holder_and_admin_clean_reclaims_a_deleted_logs_objects()
+-> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().to_str().context("path")?.to_owned();
+    let s = Standalone::start(dir.path(), testkit::free_port()?)?;
+    let gone = s.ok(&["log", "create"], "")?.trim().to_owned();
+    for line in ["a\n", "b\n", "c\n"] {
+        s.ok(&["log", "append", &gone], line)?; // one WAL object each
+    }
+    s.ok(&["log", "delete", &gone], "")?;
+    let kept = s.ok(&["log", "create"], "")?.trim().to_owned();
+    s.ok(&["log", "append", &kept], "kept\n")?;
+    s.kill9()?;
+
+    let out = lakelog(&["cleaner", "status", "--data-dir", &data])?;
+    let status = String::from_utf8(out.stdout)?;
+    ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    ensure!(status.contains("held back by") && status.contains("wal/next_seq"), "{status}");
+    let out = lakelog(&["admin", "clean", "--grace", "0s", "--data-dir", &data])?;
+    let cleaned = String::from_utf8(out.stdout)?;
+    ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let deleted: u64 = cleaned
+        .split("deleted ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .context(cleaned.clone())?;
+    ensure!(deleted >= 1, "nothing of the deleted log reclaimed: {cleaned}");
+    let again = String::from_utf8(
+        lakelog(&["admin", "clean", "--grace", "0s", "--data-dir", &data])?.stdout,
+    )?;
+    ensure!(again.contains("deleted 0 WAL objects"), "{again}");
+
+    // The live log reads back whole after cleaning.
+    let s = Standalone::start(dir.path(), testkit::free_port()?)?;
+    ensure!(s.ok(&["log", "read", &kept], "")? == "0\tkept\n");
+    drop(s);
+
+    let out = lakelog(&["admin", "clean", "--data-dir", &format!("{data}/nowhere")])?;
+    let stderr = String::from_utf8(out.stderr)?;
+    ensure!(out.status.code() == Some(1) && stderr.contains("NOT_FOUND"), "{stderr}");
+    ensure!(lakelog(&["admin", "clean"])?.status.code() == Some(2), "no store accepted");
+    Ok(())
+}

@@ -1,0 +1,227 @@
+//! The WAL cleaner (ARCHITECTURE §5), the only role that deletes objects. Each cycle reads, at
+//! ONE metadata revision, `wal/next_seq`, every writer's low-water mark and every live log's
+//! `wal_floor`; their minimum is the cutoff. A WAL object below the cutoff holds no chunk a
+//! live log's index still references uncompacted and none a live writer may still commit, so
+//! once it is older than the grace period (readers holding an old location re-resolve) it is
+//! deleted: objects of compacted ranges, of deleted logs, and uploads never committed alike.
+//! Each cycle also compacts the metadata store's history to the newest revision seen at least
+//! `history` ago (etcd hygiene).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use metadata::{MetaError, MetadataStore, OpResult, RangeRequest, Txn, TxnOp};
+use objstore::object_store::{ObjectStore, ObjectStoreExt};
+
+use crate::keys::{Keys, parse_u64};
+use crate::{Clock, LogError, LogId};
+
+/// Keys a paginated read of the floors fetches at once (every page at the same revision).
+const FLOOR_PAGE: i64 = 1000;
+
+/// What holds the cutoff where it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// No sequence at or above `wal/next_seq` has been handed out.
+    NextSeq,
+    /// A live writer may still commit from its low-water mark.
+    Writer(String),
+    /// A live log has an uncompacted chunk at or above its `wal_floor`.
+    Log(LogId),
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Holder::NextSeq => write!(f, "wal/next_seq"),
+            Holder::Writer(w) => write!(f, "writer {w} (low-water mark)"),
+            Holder::Log(l) => write!(f, "log {l} (wal_floor)"),
+        }
+    }
+}
+
+/// The reclamation cutoff and its inputs, all read at one metadata revision.
+#[derive(Clone, Debug)]
+pub struct Cutoff {
+    pub revision: i64,
+    /// WAL objects with a lower sequence may be deleted (after the grace period).
+    pub cutoff: u64,
+    /// Every input: who, and the sequence it allows reclamation up to. Lowest first.
+    pub inputs: Vec<(Holder, u64)>,
+}
+
+impl Cutoff {
+    /// The inputs at the cutoff, and how far the cutoff would rise without them (`None`: it
+    /// would not be bounded by anything else).
+    pub fn held_by(&self) -> (Vec<&Holder>, Option<u64>) {
+        let at: Vec<&Holder> =
+            self.inputs.iter().filter(|(_, s)| *s == self.cutoff).map(|(h, _)| h).collect();
+        let next = self.inputs.iter().map(|(_, s)| *s).find(|s| *s > self.cutoff);
+        (at, next.map(|n| n - self.cutoff))
+    }
+}
+
+/// Reads the cutoff at one revision: `wal/next_seq` and the marks in one transaction, then
+/// every live log's floor in pages pinned to that transaction's revision.
+pub async fn read_cutoff(meta: &dyn MetadataStore, keys: &Keys) -> Result<Cutoff, LogError> {
+    let resp = meta
+        .txn(Txn::new().and_then([
+            TxnOp::get(RangeRequest::key(keys.next_seq())),
+            TxnOp::get(RangeRequest::prefix(keys.low_water_prefix())),
+        ]))
+        .await?;
+    let revision = resp.revision;
+    let mut inputs = Vec::new();
+    let mut results = resp.results.into_iter();
+    let (Some(OpResult::Get(next)), Some(OpResult::Get(marks))) = (results.next(), results.next())
+    else {
+        return Err(LogError::Internal("cutoff read answered the wrong shape".to_owned()));
+    };
+    let seq = |v: &[u8], what: &str| {
+        parse_u64(v).ok_or_else(|| LogError::Corrupt(format!("{what} is not a sequence")))
+    };
+    inputs
+        .push((Holder::NextSeq, next.kvs.first().map_or(Ok(0), |kv| seq(&kv.value, "next_seq"))?));
+    let mark_prefix = keys.low_water_prefix();
+    for kv in marks.kvs {
+        let writer = String::from_utf8_lossy(&kv.key[mark_prefix.len()..]).into_owned();
+        inputs.push((Holder::Writer(writer), seq(&kv.value, "a low-water mark")?));
+    }
+    let end = metadata::prefix_end(&keys.logs_prefix());
+    let mut from = keys.logs_prefix();
+    loop {
+        let page = meta
+            .range(
+                RangeRequest::between(from.clone(), end.clone())
+                    .limit(FLOOR_PAGE)
+                    .at_revision(revision),
+            )
+            .await?;
+        for kv in &page.kvs {
+            if let Some(log) = keys.parse_wal_floor(&kv.key) {
+                inputs.push((Holder::Log(log), seq(&kv.value, "a wal_floor")?));
+            }
+        }
+        match page.kvs.last() {
+            Some(last) if page.more => {
+                from = last.key.clone();
+                from.push(0);
+            }
+            _ => break,
+        }
+    }
+    inputs.sort_by_key(|(_, s)| *s);
+    let cutoff = inputs.first().map_or(0, |(_, s)| *s);
+    Ok(Cutoff { revision, cutoff, inputs })
+}
+
+/// What one cleaning cycle did.
+#[derive(Clone, Debug)]
+pub struct CleanReport {
+    pub cutoff: Cutoff,
+    /// WAL objects deleted, and their bytes.
+    pub deleted: u64,
+    pub deleted_bytes: u64,
+    /// Objects below the cutoff kept because they are younger than the grace period.
+    pub young: u64,
+    /// WAL objects at or above the cutoff (kept).
+    pub above_cutoff: u64,
+    /// The revision the metadata history was compacted to this cycle, if it was.
+    pub history_compacted_to: Option<i64>,
+}
+
+/// The cleaner: [`Cleaner::cycle`] once per interval. Keeps the revisions it saw, to compact
+/// the metadata history to the newest one at least `history` old.
+#[derive(Debug)]
+pub struct Cleaner {
+    meta: Arc<dyn MetadataStore>,
+    objects: Arc<dyn ObjectStore>,
+    keys: Keys,
+    clock: Arc<dyn Clock>,
+    /// Objects below the cutoff are deleted only once at least this old.
+    pub grace: Duration,
+    /// Metadata history kept (etcd hygiene); `None` never compacts it.
+    pub history: Option<Duration>,
+    seen: VecDeque<(Instant, i64)>,
+}
+
+impl Cleaner {
+    pub fn new(
+        meta: Arc<dyn MetadataStore>,
+        objects: Arc<dyn ObjectStore>,
+        cluster: &str,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Cleaner {
+            meta,
+            objects,
+            keys: Keys::new(cluster),
+            clock,
+            grace: Duration::from_secs(600),
+            history: Some(Duration::from_secs(600)),
+            seen: VecDeque::new(),
+        }
+    }
+
+    /// One cycle: the cutoff, the WAL objects below it and older than the grace period
+    /// deleted, then the metadata history compacted.
+    pub async fn cycle(&mut self) -> Result<CleanReport, LogError> {
+        let cutoff = read_cutoff(self.meta.as_ref(), &self.keys).await?;
+        let now_ms = self.clock.now_ms();
+        let grace_ms = i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX);
+        let listed: Vec<_> = self
+            .objects
+            .list(Some(&objstore::Path::from("wal")))
+            .try_collect()
+            .await
+            .map_err(LogError::from)?;
+        let mut report = CleanReport {
+            cutoff,
+            deleted: 0,
+            deleted_bytes: 0,
+            young: 0,
+            above_cutoff: 0,
+            history_compacted_to: None,
+        };
+        for m in listed {
+            let Some(seq) = objstore::keys::parse_wal_object(&m.location) else { continue };
+            if seq >= report.cutoff.cutoff {
+                report.above_cutoff += 1;
+            } else if now_ms.saturating_sub(m.last_modified.timestamp_millis()) < grace_ms {
+                report.young += 1;
+            } else {
+                match self.objects.delete(&m.location).await {
+                    Ok(()) | Err(objstore::object_store::Error::NotFound { .. }) => {
+                        report.deleted += 1;
+                        report.deleted_bytes += m.size;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        report.history_compacted_to = self.compact_history(report.cutoff.revision).await?;
+        Ok(report)
+    }
+
+    async fn compact_history(&mut self, revision: i64) -> Result<Option<i64>, LogError> {
+        let Some(history) = self.history else { return Ok(None) };
+        self.seen.push_back((Instant::now(), revision));
+        let mut target = None;
+        while let Some(&(at, rev)) = self.seen.front() {
+            if at.elapsed() < history {
+                break;
+            }
+            target = Some(rev);
+            self.seen.pop_front();
+        }
+        let Some(rev) = target else { return Ok(None) };
+        match self.meta.compact(rev).await {
+            Ok(()) => Ok(Some(rev)),
+            // Compacted past it already (another cleaner, or the store's own backstop).
+            Err(MetaError::Compacted { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
