@@ -128,6 +128,10 @@ pub struct CleanReport {
     pub young: u64,
     /// WAL objects at or above the cutoff (kept).
     pub above_cutoff: u64,
+    /// Compacted segments deleted (no live index record references them and their claim is
+    /// gone), and their bytes.
+    pub segments_deleted: u64,
+    pub segments_deleted_bytes: u64,
     /// The revision the metadata history was compacted to this cycle, if it was.
     pub history_compacted_to: Option<i64>,
 }
@@ -183,6 +187,8 @@ impl Cleaner {
             deleted_bytes: 0,
             young: 0,
             above_cutoff: 0,
+            segments_deleted: 0,
+            segments_deleted_bytes: 0,
             history_compacted_to: None,
         };
         for m in listed {
@@ -201,8 +207,73 @@ impl Cleaner {
                 }
             }
         }
+        self.clean_segments(&mut report, now_ms, grace_ms).await?;
         report.history_compacted_to = self.compact_history(report.cutoff.revision).await?;
         Ok(report)
+    }
+
+    /// Deletes compacted segments older than the grace period that no index record references
+    /// and no live claim owns, both read in one transaction after the listing (ARCHITECTURE
+    /// §5): a segment listed is either swapped in, still claimed (the claim precedes the PUT),
+    /// or an orphan.
+    async fn clean_segments(
+        &self,
+        report: &mut CleanReport,
+        now_ms: i64,
+        grace_ms: i64,
+    ) -> Result<(), LogError> {
+        let listed: Vec<_> = self
+            .objects
+            .list(Some(&objstore::Path::from(objstore::keys::COMPACTED_DIR)))
+            .try_collect()
+            .await
+            .map_err(LogError::from)?;
+        for m in listed {
+            let Some(k) = objstore::keys::parse_compacted_object(&m.location) else { continue };
+            if now_ms.saturating_sub(m.last_modified.timestamp_millis()) < grace_ms {
+                continue;
+            }
+            let log = LogId(k.log);
+            let at = RangeRequest::key;
+            let resp = self
+                .meta
+                .txn(Txn::new().and_then([
+                    TxnOp::get(at(self.keys.index_page(log, k.first_offset))),
+                    TxnOp::get(at(self.keys.compaction_task(log))),
+                ]))
+                .await?;
+            let (Some(OpResult::Get(page)), Some(OpResult::Get(claim))) =
+                (resp.results.first(), resp.results.get(1))
+            else {
+                return Err(LogError::Internal(
+                    "segment check answered the wrong shape".to_owned(),
+                ));
+            };
+            let referenced = match page.kvs.first() {
+                Some(kv) => crate::decode::<crate::records::IndexPage>("index page", &kv.value)?
+                    .locators
+                    .iter()
+                    .any(|l| {
+                        l.compacted_claim == k.claim_revision && l.first_offset == k.first_offset
+                    }),
+                None => false,
+            };
+            let claimed = claim
+                .kvs
+                .first()
+                .is_some_and(|kv| u64::try_from(kv.create_revision) == Ok(k.claim_revision));
+            if referenced || claimed {
+                continue;
+            }
+            match self.objects.delete(&m.location).await {
+                Ok(()) | Err(objstore::object_store::Error::NotFound { .. }) => {
+                    report.segments_deleted += 1;
+                    report.segments_deleted_bytes += m.size;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     async fn compact_history(&mut self, revision: i64) -> Result<Option<i64>, LogError> {

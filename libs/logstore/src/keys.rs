@@ -12,6 +12,7 @@
 //! | `logs/<id>/cursors/<name>/acks/<offset>` | individually acked ranges from `<offset>` to the next chunk's key (varint pairs; ≤ 64 KiB a chunk) | the cursor's `ack` (only chunks it changed) | cursors |
 //! | `members/<role>/<id>` | member address (under its lease); create_revision = incarnation | each role at start | commits (compare), the catalog |
 //! | `wal/next_seq` | next unallocated WAL sequence (decimal) | writers, a block at a time | `create_log`, the cleaner |
+//! | `compaction/tasks/<log>` | the claiming compactor's id (under its lease); create_revision = the claim revision in its segment's key | a compactor (create-only) | compactors, the swap (compare) |
 //! | `wal/low_water/<writer>` | lowest WAL sequence the writer may still commit (under its lease) | its writer: created with its first block, raised by commits | the cleaner |
 
 use crate::LogId;
@@ -105,6 +106,11 @@ impl Keys {
 
     pub fn next_seq(&self) -> Vec<u8> {
         self.key(format_args!("wal/next_seq"))
+    }
+
+    /// A compactor's claim on one log (under the compactor's lease).
+    pub fn compaction_task(&self, log: LogId) -> Vec<u8> {
+        self.key(format_args!("compaction/tasks/{:020}", log.0))
     }
 
     pub fn low_water_prefix(&self) -> Vec<u8> {

@@ -16,6 +16,7 @@
 
 pub mod admin;
 pub mod cleaner;
+pub mod compactor;
 pub mod cursor;
 pub mod keys;
 mod log;

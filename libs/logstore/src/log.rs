@@ -65,7 +65,7 @@ impl Log {
             .max(locators.partition_point(|l| l.end_offset() <= start));
         for (i, loc) in locators.iter().enumerate().skip(from) {
             let mut running = if i == 0 { i64::MIN } else { locators[i - 1].max_timestamp };
-            for h in self.storage.reader().run_headers(loc).await? {
+            for h in self.storage.reader().run_headers(self.id, loc).await? {
                 running = running.max(h.timestamp);
                 if running >= t && h.end_offset() > start {
                     return Ok(Some(h));
@@ -104,7 +104,7 @@ impl Log {
             let by_bytes = match locators.get(i) {
                 None => info.next_offset,
                 Some(loc) => {
-                    let headers = self.storage.reader().run_headers(loc).await?;
+                    let headers = self.storage.reader().run_headers(self.id, loc).await?;
                     headers
                         .iter()
                         .find(|h| h.cumulative_size - h.entry_size >= cutoff)

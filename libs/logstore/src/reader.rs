@@ -23,8 +23,10 @@ const PARALLEL_FETCHES: usize = 16;
 /// Index pages a scan lists with one metadata read.
 const PAGES_PER_READ: i64 = 16;
 
-/// Index pages by (log, first offset).
-type PageCache = HashMap<(LogId, u64), Arc<IndexPage>>;
+/// Index pages by (log, first offset), with the mod_revision of the key they were read from:
+/// the compaction swap overwrites a page's key, so a cached page serves only a listing that
+/// shows the same mod_revision.
+type PageCache = HashMap<(LogId, u64), (i64, Arc<IndexPage>)>;
 
 /// A consistent view of one log: its head and start, read in one linearizable transaction.
 #[derive(Clone, Debug)]
@@ -168,28 +170,46 @@ impl LogReader {
         })
     }
 
+    /// The page a keys-only listing found: from the cache if it holds the version listed.
     async fn page(
         &self,
         log: LogId,
-        key: &[u8],
+        listed: &metadata::KeyValue,
         cached_ok: bool,
     ) -> Result<Arc<IndexPage>, LogError> {
         let first = self
             .keys
-            .parse_index_page(log, key)
+            .parse_index_page(log, &listed.key)
             .ok_or_else(|| LogError::Corrupt("index page key".to_owned()))?;
-        if cached_ok && let Some(p) = self.lock_pages().get(&(log, first)) {
-            return Ok(p.clone());
+        if cached_ok && let Some(p) = self.cached_page(log, first, listed.mod_revision) {
+            return Ok(p);
         }
-        let kv = self.meta.get(key).await?.ok_or_else(|| {
+        let kv = self.meta.get(&listed.key).await?.ok_or_else(|| {
             LogError::unavailable(format!("index page {first} of log {log} vanished"))
         })?;
+        self.cache_page(log, first, &kv)
+    }
+
+    fn cached_page(&self, log: LogId, first: u64, mod_revision: i64) -> Option<Arc<IndexPage>> {
+        match self.lock_pages().get(&(log, first)) {
+            Some((rev, page)) if *rev == mod_revision => Some(page.clone()),
+            _ => None,
+        }
+    }
+
+    /// Decodes a page read from the store and caches it under its mod_revision.
+    fn cache_page(
+        &self,
+        log: LogId,
+        first: u64,
+        kv: &metadata::KeyValue,
+    ) -> Result<Arc<IndexPage>, LogError> {
         let page: Arc<IndexPage> = Arc::new(decode("index page", &kv.value)?);
         let mut cache = self.lock_pages();
         if cache.len() >= self.max_pages {
             cache.clear();
         }
-        cache.insert((log, first), page.clone());
+        cache.insert((log, first), (kv.mod_revision, page.clone()));
         Ok(page)
     }
 
@@ -233,7 +253,7 @@ impl LogReader {
             RangeRequest::between(self.keys.index_prefix(log), upto).reverse().limit(1).keys_only();
         let found = self.meta.range(req).await?;
         let Some(kv) = found.kvs.first() else { return Ok(None) };
-        Ok(Some(self.page(log, &kv.key, cached_ok).await?))
+        Ok(Some(self.page(log, kv, cached_ok).await?))
     }
 
     /// Every locator of the log, oldest first (index pages, then the head's recent ones).
@@ -242,7 +262,7 @@ impl LogReader {
         let keys = self.meta.range(req).await?;
         let mut out = Vec::new();
         for kv in keys.kvs {
-            out.extend(self.page(snap.log, &kv.key, true).await?.locators.iter().cloned());
+            out.extend(self.page(snap.log, &kv, true).await?.locators.iter().cloned());
         }
         out.extend(snap.head.recent.iter().cloned());
         Ok(out)
@@ -255,13 +275,13 @@ impl LogReader {
         log: LogId,
         loc: Locator,
     ) -> Result<Vec<Located>, LogError> {
-        match self.fetch_run(&loc).await {
+        match self.fetch_run(log, &loc).await {
             Err(Missing::Object(path)) => {
                 let fresh = self.snapshot(log).await?;
                 fresh.check_readable()?;
                 match self.find_locator(&fresh, loc.first_offset, false).await? {
                     Some(l) if l != loc => {
-                        let entries = self.fetch_run(&l).await.map_err(LogError::from)?;
+                        let entries = self.fetch_run(log, &l).await.map_err(LogError::from)?;
                         let (lo, hi) = (loc.first_offset, loc.end_offset());
                         Ok(entries
                             .into_iter()
@@ -284,8 +304,8 @@ impl LogReader {
     }
 
     /// Fetches and checks one run's entries (through the byte-range cache).
-    async fn fetch_run(&self, loc: &Locator) -> Result<Vec<Located>, Missing> {
-        let path = objstore::keys::wal_object(loc.wal_seq);
+    async fn fetch_run(&self, log: LogId, loc: &Locator) -> Result<Vec<Located>, Missing> {
+        let path = loc.object(log);
         let (start, end) = (loc.byte_start, loc.byte_start + loc.byte_len);
         let bytes = self
             .ranges
@@ -482,40 +502,32 @@ impl LogReader {
         if let Some(i) = snap.head.recent.iter().position(|l| l.contains(offset)) {
             return Ok(snap.head.recent[i..].to_vec());
         }
-        let mut keys = Vec::new();
+        let mut keys: Vec<metadata::KeyValue> = Vec::new();
         for r in listed {
             let OpResult::Get(found) = r else {
                 return Err(LogError::Internal(
                     "index listing answered the wrong shape".to_owned(),
                 ));
             };
-            keys.extend(found.kvs.into_iter().map(|kv| kv.key));
+            keys.extend(found.kvs);
         }
+        let first_of = |key: &[u8]| {
+            self.keys
+                .parse_index_page(snap.log, key)
+                .ok_or_else(|| LogError::Corrupt(format!("index page key of log {}", snap.log)))
+        };
         let mut pages: Vec<Option<Arc<IndexPage>>> = Vec::with_capacity(keys.len());
-        {
-            let cache = self.lock_pages();
-            for k in &keys {
-                let first = self.keys.parse_index_page(snap.log, k);
-                pages.push(first.and_then(|f| cache.get(&(snap.log, f)).cloned()));
-            }
+        for kv in &keys {
+            pages.push(self.cached_page(snap.log, first_of(&kv.key)?, kv.mod_revision));
         }
         let missing: Vec<usize> = (0..keys.len()).filter(|i| pages[*i].is_none()).collect();
         if let (Some(lo), Some(hi)) = (missing.first(), missing.last()) {
-            let mut end = keys[*hi].clone();
+            let mut end = keys[*hi].key.clone();
             end.push(0);
-            let found = self.meta.range(RangeRequest::between(keys[*lo].clone(), end)).await?;
-            let mut cache = self.lock_pages();
+            let found = self.meta.range(RangeRequest::between(keys[*lo].key.clone(), end)).await?;
             for kv in found.kvs {
-                let Some(i) = keys.iter().position(|k| *k == kv.key) else { continue };
-                let first = self.keys.parse_index_page(snap.log, &kv.key).ok_or_else(|| {
-                    LogError::Corrupt(format!("index page key of log {}", snap.log))
-                })?;
-                let page: Arc<IndexPage> = Arc::new(decode("index page", &kv.value)?);
-                if cache.len() >= self.max_pages {
-                    cache.clear();
-                }
-                cache.insert((snap.log, first), page.clone());
-                pages[i] = Some(page);
+                let Some(i) = keys.iter().position(|k| k.key == kv.key) else { continue };
+                pages[i] = Some(self.cache_page(snap.log, first_of(&kv.key)?, &kv)?);
             }
         }
         let listed = pages.iter().flatten().flat_map(|p| p.locators.iter());
@@ -655,10 +667,29 @@ impl LogReader {
         Ok(())
     }
 
-    /// Entries of one run, with their headers (for Level 0 searches).
-    pub(crate) async fn run_headers(&self, loc: &Locator) -> Result<Vec<LogEntryHeader>, LogError> {
+    /// Entries of one run (the compactor's input).
+    pub(crate) async fn run_entries(
+        &self,
+        log: LogId,
+        loc: &Locator,
+    ) -> Result<Vec<LogEntry>, LogError> {
         Ok(self
-            .fetch_run(loc)
+            .fetch_run(log, loc)
+            .await
+            .map_err(LogError::from)?
+            .into_iter()
+            .map(|l| LogEntry { header: l.header, payload: l.payload })
+            .collect())
+    }
+
+    /// Entries of one run, with their headers (for Level 0 searches).
+    pub(crate) async fn run_headers(
+        &self,
+        log: LogId,
+        loc: &Locator,
+    ) -> Result<Vec<LogEntryHeader>, LogError> {
+        Ok(self
+            .fetch_run(log, loc)
             .await
             .map_err(LogError::from)?
             .into_iter()

@@ -57,9 +57,31 @@ pub struct Locator {
     /// Payload bytes of the run.
     #[prost(uint64, tag = "9")]
     pub payload_bytes: u64,
+    /// 0 for a chunk of WAL object `wal_seq`; else the run is the compacted segment the
+    /// compactor claim with this create_revision wrote (ARCHITECTURE §5).
+    #[prost(uint64, tag = "10")]
+    pub compacted_claim: u64,
 }
 
 impl Locator {
+    /// The object holding the run (of log `log`).
+    pub fn object(&self, log: crate::LogId) -> objstore::Path {
+        if self.compacted_claim == 0 {
+            objstore::keys::wal_object(self.wal_seq)
+        } else {
+            objstore::keys::compacted_object(objstore::keys::CompactedKey {
+                log: log.0,
+                first_offset: self.first_offset,
+                claim_revision: self.compacted_claim,
+            })
+        }
+    }
+
+    /// Whether the run is a chunk of a WAL object (not yet compacted).
+    pub fn in_wal(&self) -> bool {
+        self.compacted_claim == 0
+    }
+
     pub fn end_offset(&self) -> u64 {
         self.first_offset + self.record_count
     }

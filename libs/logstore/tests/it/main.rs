@@ -27,6 +27,7 @@ macro_rules! both_envs {
 
 mod cases;
 mod cleaning;
+mod compaction;
 mod cursors;
 mod env;
 mod faulty_meta;

@@ -1,0 +1,293 @@
+//! The compactor (ARCHITECTURE §5): rewrites a log's run of WAL chunks as one compacted segment
+//! and swaps the index in ONE constant-size transaction, so readers see the old chunks or the
+//! new segment, never neither. Claims each log under its lease so no log is compacted by two
+//! at once; a crash or pause at any step leaves at worst an orphan segment, which the swap's
+//! compares keep out of the index.
+//!
+//! The steps: claim `compaction/tasks/<log>` (create-only, under the lease; its create_revision
+//! is the claim revision); read at one revision R the head, `start`, `wal/next_seq`, every
+//! low-water mark and the index pages; pick whole pages `[a, b)` from the first page at or above
+//! `start`, every chunk in a WAL object below every live writer's low-water mark; read them;
+//! PUT `compacted/<log>/<a>-<claim>.seg` create-only; swap (compares: the claim, `start` and
+//! `index/<a>` unchanged since R, no key of `index/[a, b)` modified after R; operations: put
+//! `index/<a>` = the compacted locator, delete-range `index/(a, b)`, put `wal_floor` = the
+//! minimum of the log's WAL chunks left, `wal/next_seq` and the marks at R); release the claim.
+
+use std::sync::Arc;
+
+use metadata::{
+    Compare, CompareOp, KeyRange, LeaseId, MetadataStore, OpResult, RangeRequest, Txn, TxnOp,
+};
+use objstore::object_store::ObjectStore;
+use prost::Message;
+
+use crate::keys::{Keys, parse_u64};
+use crate::reader::LogReader;
+use crate::records::{IndexPage, Locator, LogHead, LogState};
+use crate::{LogError, LogId, decode};
+
+/// When a log is worth compacting, and how much one segment takes.
+#[derive(Clone, Debug)]
+pub struct CompactorConfig {
+    /// Eligible WAL chunks (spilled to index pages, below every writer's low-water mark) a log
+    /// needs before it is compacted.
+    pub min_chunks: usize,
+    /// Payload bytes one segment takes at most (whole index pages; at least one page).
+    pub max_segment_bytes: u64,
+}
+
+impl Default for CompactorConfig {
+    fn default() -> Self {
+        CompactorConfig { min_chunks: 16, max_segment_bytes: 256 << 20 }
+    }
+}
+
+/// What one compaction did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Compaction {
+    pub log: LogId,
+    /// Offsets `[first_offset, end_offset)` now live in `object`.
+    pub first_offset: u64,
+    pub end_offset: u64,
+    /// WAL chunks replaced.
+    pub chunks: usize,
+    /// Bytes of the segment written.
+    pub bytes: u64,
+    pub object: String,
+    /// The log's new `wal_floor`.
+    pub wal_floor: u64,
+}
+
+/// Why a log was not compacted this time (none of these is an error).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Skipped {
+    /// Another compactor holds the claim.
+    Claimed,
+    /// Fewer eligible chunks than the threshold.
+    TooFew { eligible: usize },
+    /// The log is deleted.
+    Deleted,
+    /// The index changed between the read and the swap (a trim, a delete, another swap): the
+    /// segment written is an orphan the cleaner reclaims.
+    Raced { orphan: String },
+}
+
+/// A compactor: one identity and lease, any number of logs. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Compactor {
+    meta: Arc<dyn MetadataStore>,
+    objects: Arc<dyn ObjectStore>,
+    reader: LogReader,
+    keys: Keys,
+    id: String,
+    lease: LeaseId,
+    cfg: CompactorConfig,
+}
+
+/// A test hook between the segment's PUT and the swap (pause or crash there).
+pub type BeforeSwap = Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
+impl Compactor {
+    /// A compactor named `id` whose claims live under `lease` (its member registration's).
+    pub fn new(reader: LogReader, id: &str, lease: LeaseId, cfg: CompactorConfig) -> Self {
+        Compactor {
+            meta: reader.meta().clone(),
+            objects: reader.objects().clone(),
+            keys: reader.keys().clone(),
+            reader,
+            id: id.to_owned(),
+            lease,
+            cfg,
+        }
+    }
+
+    /// Claims `log`, compacts what is eligible, releases the claim.
+    pub async fn compact_log(&self, log: LogId) -> Result<Result<Compaction, Skipped>, LogError> {
+        self.compact_log_with(log, None).await
+    }
+
+    /// [`Self::compact_log`] with a hook run after the segment's PUT, before the swap.
+    pub async fn compact_log_with(
+        &self,
+        log: LogId,
+        before_swap: Option<BeforeSwap>,
+    ) -> Result<Result<Compaction, Skipped>, LogError> {
+        let claim = self.keys.compaction_task(log);
+        let resp = self
+            .meta
+            .txn(
+                Txn::new()
+                    .when([Compare::create_revision(claim.clone(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put_with_lease(claim.clone(), self.id.clone(), self.lease)]),
+            )
+            .await?;
+        if !resp.succeeded {
+            return Ok(Err(Skipped::Claimed));
+        }
+        let claim_rev = resp.revision;
+        let done = self.compact_claimed(log, claim_rev, before_swap).await;
+        // Release only our own claim (an expired lease may have let another take it).
+        let release = Txn::new()
+            .when([Compare::create_revision(claim.clone(), CompareOp::Equal, claim_rev)])
+            .and_then([TxnOp::delete(KeyRange::key(claim))]);
+        let released = self.meta.txn(release).await;
+        let done = done?;
+        released?;
+        Ok(done)
+    }
+
+    async fn compact_claimed(
+        &self,
+        log: LogId,
+        claim_rev: i64,
+        before_swap: Option<BeforeSwap>,
+    ) -> Result<Result<Compaction, Skipped>, LogError> {
+        let keys = &self.keys;
+        let read = Txn::new().and_then([
+            TxnOp::get(RangeRequest::key(keys.head(log))),
+            TxnOp::get(RangeRequest::key(keys.start(log))),
+            TxnOp::get(RangeRequest::key(keys.next_seq())),
+            TxnOp::get(RangeRequest::prefix(keys.low_water_prefix())),
+            TxnOp::get(RangeRequest::prefix(keys.index_prefix(log))),
+        ]);
+        let resp = self.meta.txn(read).await?;
+        let r = resp.revision;
+        let gets: Vec<metadata::RangeResponse> = resp
+            .results
+            .into_iter()
+            .map(|o| match o {
+                OpResult::Get(g) => Ok(g),
+                _ => Err(LogError::Internal("compaction read answered the wrong shape".to_owned())),
+            })
+            .collect::<Result<_, _>>()?;
+        let [head, start, next_seq, marks, pages] = <[_; 5]>::try_from(gets).map_err(|_| {
+            LogError::Internal("compaction read answered the wrong shape".to_owned())
+        })?;
+        let Some(head_kv) = head.kvs.first() else { return Err(LogError::NotFound(log)) };
+        let head: LogHead = decode("log head", &head_kv.value)?;
+        let Some(start_kv) = start.kvs.first() else { return Ok(Err(Skipped::Deleted)) };
+        if head.log_state() == LogState::Deleted {
+            return Ok(Err(Skipped::Deleted));
+        }
+        let seq =
+            |v: &[u8]| parse_u64(v).ok_or_else(|| LogError::Corrupt("a WAL sequence".to_owned()));
+        let start = seq(&start_kv.value)?;
+        let next_seq = next_seq.kvs.first().map_or(Ok(0), |kv| seq(&kv.value))?;
+        let mut min_mark = next_seq;
+        for kv in &marks.kvs {
+            min_mark = min_mark.min(seq(&kv.value)?);
+        }
+        let mut listed: Vec<(u64, &metadata::KeyValue, IndexPage)> = Vec::new();
+        for kv in &pages.kvs {
+            let Some(first) = keys.parse_index_page(log, &kv.key) else { continue };
+            listed.push((first, kv, decode("index page", &kv.value)?));
+        }
+
+        // [a, b): whole pages from the first at or above `start`, every chunk eligible.
+        let (mut chosen, mut bytes) = (Vec::new(), 0u64);
+        for (i, (first, _, page)) in listed.iter().enumerate() {
+            if *first < start {
+                continue;
+            }
+            let eligible = page.locators.iter().all(|l| l.in_wal() && l.wal_seq < min_mark);
+            if !eligible || (!chosen.is_empty() && bytes >= self.cfg.max_segment_bytes) {
+                break;
+            }
+            bytes += page.locators.iter().map(|l| l.payload_bytes).sum::<u64>();
+            chosen.push(i);
+        }
+        let chunks: Vec<&Locator> =
+            chosen.iter().flat_map(|i| listed[*i].2.locators.iter()).collect();
+        if chunks.len() < self.cfg.min_chunks.max(1) {
+            return Ok(Err(Skipped::TooFew { eligible: chunks.len() }));
+        }
+        let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
+            return Ok(Err(Skipped::TooFew { eligible: 0 }));
+        };
+        let (a, b) = (first.first_offset, last.end_offset());
+        let a_kv = listed[chosen[0]].1;
+
+        // The segment: the chunks' entries, in order, as one chunk of one log.
+        let mut builder = wal::ObjectBuilder::with_capacity(
+            wal::ObjectKind::Segment,
+            chunks.iter().map(|l| l.byte_len as usize).sum(),
+        );
+        builder.begin_chunk(log.0);
+        let (mut records, mut entries) = (0u64, 0u32);
+        for loc in &chunks {
+            for e in self.reader.run_entries(log, loc).await? {
+                builder.push_entry(e.header.record_count, e.header.timestamp, &e.payload)?;
+                records += u64::from(e.header.record_count);
+                entries += 1;
+            }
+        }
+        let (object, metas) = builder.finish()?;
+        let meta = metas.first().ok_or_else(|| LogError::Internal("empty segment".to_owned()))?;
+        if records != b - a {
+            return Err(LogError::Corrupt(format!(
+                "log {log}: chunks [{a}, {b}) hold {records} records"
+            )));
+        }
+        let locator = Locator {
+            first_offset: a,
+            record_count: records,
+            entry_count: entries,
+            wal_seq: 0,
+            byte_start: meta.byte_start,
+            byte_len: meta.byte_len,
+            max_timestamp: last.max_timestamp,
+            cumulative_before: first.cumulative_before,
+            payload_bytes: chunks.iter().map(|l| l.payload_bytes).sum(),
+            compacted_claim: u64::try_from(claim_rev)
+                .map_err(|_| LogError::Internal("negative claim revision".to_owned()))?,
+        };
+        let path = locator.object(log);
+        let size = object.len() as u64;
+        objstore::put_create_only(self.objects.as_ref(), &path, object).await?;
+        if let Some(hook) = before_swap {
+            hook().await;
+        }
+
+        // The floor: the log's WAL chunks left (other pages, the head's recent), next_seq, marks.
+        let compacted: std::collections::HashSet<usize> = chosen.iter().copied().collect();
+        let left = listed
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !compacted.contains(i))
+            .flat_map(|(_, (_, _, p))| p.locators.iter())
+            .chain(head.recent.iter())
+            .filter(|l| l.in_wal())
+            .map(|l| l.wal_seq);
+        let floor = left.fold(min_mark, u64::min);
+
+        let index_a = keys.index_page(log, a);
+        let mut after_a = index_a.clone();
+        after_a.push(0);
+        let index_b = keys.index_page(log, b);
+        let swap = Txn::new()
+            .when([
+                Compare::create_revision(keys.compaction_task(log), CompareOp::Equal, claim_rev),
+                Compare::mod_revision(keys.start(log), CompareOp::Equal, start_kv.mod_revision),
+                Compare::mod_revision(index_a.clone(), CompareOp::Equal, a_kv.mod_revision),
+                Compare::mod_revision(index_a.clone(), CompareOp::Less, r + 1)
+                    .with_range_end(index_b.clone()),
+            ])
+            .and_then([
+                TxnOp::put(index_a, IndexPage { locators: vec![locator] }.encode_to_vec()),
+                TxnOp::delete(KeyRange::between(after_a, index_b)),
+                TxnOp::put(keys.wal_floor(log), floor.to_string()),
+            ]);
+        if !self.meta.txn(swap).await?.succeeded {
+            return Ok(Err(Skipped::Raced { orphan: path.to_string() }));
+        }
+        Ok(Ok(Compaction {
+            log,
+            first_offset: a,
+            end_offset: b,
+            chunks: chunks.len(),
+            bytes: size,
+            object: path.to_string(),
+            wal_floor: floor,
+        }))
+    }
+}

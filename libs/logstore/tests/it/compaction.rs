@@ -1,0 +1,187 @@
+//! The compactor against both environments (ARCHITECTURE §5–7): every offset reads back
+//! identically through the swap, the WAL floor rises so the cleaner reclaims the replaced
+//! objects, one claim per log, a compactor paused between its PUT and its swap loses to a trim
+//! and leaves only an orphan the cleaner reclaims, and a compactor killed after its PUT leaves
+//! the data readable and its orphan reclaimed once its claim is gone.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, ensure};
+use bytes::Bytes;
+use logstore::cleaner::Cleaner;
+use logstore::compactor::{BeforeSwap, Compactor, CompactorConfig, Skipped};
+use logstore::{LogId, LogStorage, SystemClock};
+use objstore::object_store::ObjectStoreExt;
+
+use crate::env::Env;
+
+both_envs!(
+    compaction_keeps_every_offset_readable_and_lets_the_cleaner_reclaim_the_wal,
+    one_claim_per_log_and_a_paused_compactor_loses_to_a_trim,
+    a_compactor_killed_after_its_put_leaves_an_orphan_reclaimed_after_its_lease,
+);
+
+fn payload(i: u64) -> Bytes {
+    Bytes::from(format!("e{i}-{}", "z".repeat((i % 23) as usize)))
+}
+
+/// Appends `n` entries one flush each (one WAL chunk each).
+async fn fill(w: &LogStorage, log: LogId, n: u64) -> Result<()> {
+    for i in 0..n {
+        w.append(log, 1, payload(i), None).await?;
+    }
+    Ok(())
+}
+
+async fn all(w: &LogStorage, log: LogId) -> Result<BTreeMap<u64, Bytes>> {
+    let info = w.info(log).await?;
+    let mut out = BTreeMap::new();
+    let mut at = info.first_offset;
+    while at < info.next_offset {
+        let got = w.read_entries(log, at, 1000, u64::MAX).await?;
+        let last = got.last().context("empty read below the high watermark")?;
+        at = last.header.end_offset();
+        out.extend(got.into_iter().map(|e| (e.header.offset, e.payload)));
+    }
+    Ok(out)
+}
+
+async fn compactor(env: &Env, id: &str) -> Result<(Compactor, i64)> {
+    let lease = env.meta.lease_grant(Duration::from_secs(30)).await?;
+    let reader = logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
+    let cfg = CompactorConfig { min_chunks: 8, ..Default::default() };
+    Ok((Compactor::new(reader, id, lease, cfg), lease))
+}
+
+fn cleaner(env: &Env) -> Cleaner {
+    let mut c =
+        Cleaner::new(env.meta.clone(), env.objects.clone(), &env.cluster, Arc::new(SystemClock));
+    c.grace = Duration::ZERO;
+    c.history = None;
+    c
+}
+
+async fn count(env: &Env, dir: &str) -> Result<usize> {
+    use futures::TryStreamExt;
+    let found: Vec<_> = env.objects.list(Some(&objstore::Path::from(dir))).try_collect().await?;
+    Ok(found.len())
+}
+
+async fn compaction_keeps_every_offset_readable_and_lets_the_cleaner_reclaim_the_wal(
+    env: Env,
+) -> Result<()> {
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    fill(&w, log, 40).await?; // 40 chunks: 4 pages spilled, the rest in the head
+    let before = all(&w, log).await?;
+    let wal_before = count(&env, "wal").await?;
+    let (c, _) = compactor(&env, "c1").await?;
+    let done = c.compact_log(log).await?.map_err(|s| anyhow!("skipped: {s:?}"))?;
+    ensure!(done.first_offset == 0 && done.chunks >= 8, "{done:?}");
+    ensure!(all(&w, log).await? == before, "entries changed through the compaction");
+    let idx = w.read_index_range(log, 0, 1).await?;
+    ensure!(idx[0].object.as_ref().starts_with("compacted/"), "{:?}", idx[0].object);
+    // A writer keeps appending; a second compaction finds too few new pages yet.
+    w.append(log, 1, payload(40), None).await?;
+    let next = c.compact_log(log).await?;
+    ensure!(matches!(next, Err(Skipped::TooFew { .. })), "{next:?}");
+
+    // The floor rose past the replaced chunks: the cleaner deletes their objects, not data.
+    let r = cleaner(&env).cycle().await?;
+    ensure!(r.deleted as usize >= done.chunks, "{r:?} after {done:?}");
+    ensure!(count(&env, "wal").await? < wal_before, "no WAL object reclaimed");
+    ensure!(r.segments_deleted == 0, "the live segment was deleted: {r:?}");
+    let mut expect = before.clone();
+    expect.insert(40, payload(40));
+    ensure!(all(&w, log).await? == expect, "entries lost after cleaning");
+    // A fresh reader (cold caches) agrees.
+    let fresh = logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
+    let got = fresh.read_entries(log, 0, 1000, u64::MAX).await?;
+    ensure!(
+        got.len() == 41 && got.iter().all(|e| expect.get(&e.header.offset) == Some(&e.payload))
+    );
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn one_claim_per_log_and_a_paused_compactor_loses_to_a_trim(env: Env) -> Result<()> {
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    fill(&w, log, 40).await?;
+    let (c1, _) = compactor(&env, "c1").await?;
+    let (c2, _) = compactor(&env, "c2").await?;
+    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
+    let (resume_tx, resume_rx) = tokio::sync::oneshot::channel::<()>();
+    let hook: BeforeSwap = {
+        let slot = Arc::new(std::sync::Mutex::new(Some((paused_tx, resume_rx))));
+        Arc::new(move || {
+            let pair = slot.lock().ok().and_then(|mut s| s.take());
+            Box::pin(async move {
+                if let Some((paused, resume)) = pair {
+                    let _ = paused.send(());
+                    let _ = resume.await;
+                }
+            })
+        })
+    };
+    let first = tokio::spawn(async move { c1.compact_log_with(log, Some(hook)).await });
+    paused_rx.await.context("the compactor never reached its swap")?;
+    // Its segment is written and its claim held: a second compactor is refused the log.
+    ensure!(matches!(c2.compact_log(log).await?, Err(Skipped::Claimed)));
+    // A hard trim moves the start past the range while it is paused.
+    w.hard_trim(log, 12).await?;
+    let _ = resume_tx.send(());
+    let raced = first.await??;
+    let Err(Skipped::Raced { orphan }) = raced else {
+        return Err(anyhow!("the paused compactor swapped after a trim: {raced:?}"));
+    };
+    let data = all(&w, log).await?;
+    ensure!(data.keys().next() == Some(&12) && data.len() == 28, "{:?}", data.keys());
+    for (o, p) in &data {
+        ensure!(*p == payload(*o), "offset {o} changed");
+    }
+    // The orphan (claim released, no index record) goes in the next cleaner cycle.
+    let r = cleaner(&env).cycle().await?;
+    ensure!(r.segments_deleted == 1, "{r:?}");
+    ensure!(env.objects.head(&objstore::Path::from(orphan.as_str())).await.is_err());
+    // The log compacts normally afterwards, from its start.
+    let done = c2.compact_log(log).await?.map_err(|s| anyhow!("skipped: {s:?}"))?;
+    ensure!(done.first_offset >= 12 && all(&w, log).await? == data, "{done:?}");
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn a_compactor_killed_after_its_put_leaves_an_orphan_reclaimed_after_its_lease(
+    env: Env,
+) -> Result<()> {
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    fill(&w, log, 24).await?;
+    let before = all(&w, log).await?;
+    let (c, lease) = compactor(&env, "c1").await?;
+    // Killed between its PUT and its swap: the hook never returns and the task is dropped.
+    let hook: BeforeSwap = Arc::new(|| Box::pin(futures::future::pending::<()>()));
+    let task = tokio::spawn(async move { c.compact_log_with(log, Some(hook)).await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while count(&env, "compacted").await? == 0 {
+        ensure!(std::time::Instant::now() < deadline, "no segment was written");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    task.abort();
+    ensure!(all(&w, log).await? == before, "a killed compactor changed the data");
+    // Its claim lives on under its lease: the segment is kept, then reclaimed once it is gone.
+    let mut cl = cleaner(&env);
+    ensure!(cl.cycle().await?.segments_deleted == 0, "a claimed segment was deleted");
+    env.meta.lease_revoke(lease).await?;
+    let r = cl.cycle().await?;
+    ensure!(r.segments_deleted == 1 && count(&env, "compacted").await? == 0, "{r:?}");
+    ensure!(all(&w, log).await? == before);
+    // Another compactor takes the log over.
+    let (c2, _) = compactor(&env, "c2").await?;
+    c2.compact_log(log).await?.map_err(|s| anyhow!("skipped: {s:?}"))?;
+    ensure!(all(&w, log).await? == before);
+    w.shutdown().await;
+    Ok(())
+}
