@@ -149,6 +149,7 @@ impl Compactor {
             TxnOp::get(RangeRequest::key(keys.next_seq())),
             TxnOp::get(RangeRequest::prefix(keys.low_water_prefix())),
             TxnOp::get(RangeRequest::prefix(keys.index_prefix(log))),
+            TxnOp::get(RangeRequest::key(keys.wal_floor(log))),
         ]);
         let resp = self.meta.txn(read).await?;
         let r = resp.revision;
@@ -160,9 +161,10 @@ impl Compactor {
                 _ => Err(LogError::Internal("compaction read answered the wrong shape".to_owned())),
             })
             .collect::<Result<_, _>>()?;
-        let [head, start, next_seq, marks, pages] = <[_; 5]>::try_from(gets).map_err(|_| {
-            LogError::Internal("compaction read answered the wrong shape".to_owned())
-        })?;
+        let [head, start, next_seq, marks, pages, floor_now] =
+            <[_; 6]>::try_from(gets).map_err(|_| {
+                LogError::Internal("compaction read answered the wrong shape".to_owned())
+            })?;
         let Some(head_kv) = head.kvs.first() else { return Err(LogError::NotFound(log)) };
         let head: LogHead = decode("log head", &head_kv.value)?;
         let Some(start_kv) = start.kvs.first() else { return Ok(Err(Skipped::Deleted)) };
@@ -199,6 +201,30 @@ impl Compactor {
         let chunks: Vec<&Locator> =
             chosen.iter().flat_map(|i| listed[*i].2.locators.iter()).collect();
         if chunks.len() < self.cfg.min_chunks.max(1) {
+            // Nothing to rewrite, but an idle log's floor may hold the cleaner's cutoff back:
+            // recompute it at R (a lower bound ever after, ARCHITECTURE §5) and raise it,
+            // unless the floor changed since (a swap's is newer).
+            let all = listed.iter().flat_map(|(_, _, p)| p.locators.iter()).chain(&head.recent);
+            let floor = all.filter(|l| l.in_wal()).map(|l| l.wal_seq).fold(min_mark, u64::min);
+            if let Some(kv) = floor_now.kvs.first()
+                && seq(&kv.value)? < floor
+            {
+                let raise = Txn::new()
+                    .when([
+                        Compare::mod_revision(
+                            keys.wal_floor(log),
+                            CompareOp::Equal,
+                            kv.mod_revision,
+                        ),
+                        Compare::create_revision(
+                            keys.compaction_task(log),
+                            CompareOp::Equal,
+                            claim_rev,
+                        ),
+                    ])
+                    .and_then([TxnOp::put(keys.wal_floor(log), floor.to_string())]);
+                self.meta.txn(raise).await?;
+            }
             return Ok(Err(Skipped::TooFew { eligible: chunks.len() }));
         }
         let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
@@ -290,4 +316,67 @@ impl Compactor {
             wal_floor: floor,
         }))
     }
+}
+
+/// What a compaction cycle did.
+#[derive(Clone, Debug, Default)]
+pub struct CycleReport {
+    pub compacted: Vec<Compaction>,
+    pub skipped: Vec<(LogId, Skipped)>,
+}
+
+/// The claims' lease of one cycle (kept alive while the cycle runs).
+const CYCLE_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// One compaction cycle over every live log (or just `only`): a lease granted for the cycle and
+/// kept alive while it runs, each log claimed in turn, the lease revoked at the end.
+pub async fn compact_all(
+    reader: LogReader,
+    id: &str,
+    cfg: CompactorConfig,
+    only: Option<LogId>,
+) -> Result<CycleReport, LogError> {
+    let meta = reader.meta().clone();
+    let logs = match only {
+        Some(log) => vec![log],
+        None => live_logs(meta.as_ref(), reader.keys()).await?,
+    };
+    let lease = meta.lease_grant(CYCLE_LEASE).await?;
+    let keep = {
+        let meta = meta.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(CYCLE_LEASE / 3).await;
+                if meta.lease_keep_alive(lease).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let compactor = Compactor::new(reader, id, lease, cfg);
+    let mut report = CycleReport::default();
+    let mut failed = None;
+    for log in logs {
+        match compactor.compact_log(log).await {
+            Ok(Ok(c)) => report.compacted.push(c),
+            Ok(Err(s)) => report.skipped.push((log, s)),
+            Err(LogError::NotFound(_)) => report.skipped.push((log, Skipped::Deleted)),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    keep.abort();
+    let _ = meta.lease_revoke(lease).await;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(report),
+    }
+}
+
+/// Every log that is not deleted (each has a `wal_floor` key), in id order.
+async fn live_logs(meta: &dyn MetadataStore, keys: &Keys) -> Result<Vec<LogId>, LogError> {
+    let found = meta.range(RangeRequest::prefix(keys.logs_prefix()).keys_only()).await?;
+    Ok(found.kvs.iter().filter_map(|kv| keys.parse_wal_floor(&kv.key)).collect())
 }

@@ -1,6 +1,7 @@
-//! `lakelog admin clean` and `lakelog cleaner status`: one cleaner cycle now, or what holds
-//! reclamation back, run in this process against the stores of a config file or a data
-//! directory (ARCHITECTURE §5). `standalone` runs the cleaner on a schedule itself.
+//! `lakelog admin compact`, `lakelog admin clean` and `lakelog cleaner status`: one compaction
+//! or cleaner cycle now, or what holds reclamation back, run in this process against the
+//! stores of a config file or a data directory (ARCHITECTURE §5). `standalone` runs both on a
+//! schedule itself.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,6 +46,37 @@ impl StoreArgs {
     }
 }
 
+/// Runs one compaction cycle (every live log, or `log`) and prints what it did.
+pub async fn compact(
+    stores: &StoreArgs,
+    log: Option<u64>,
+    min_chunks: usize,
+) -> anyhow::Result<()> {
+    let node = stores.node()?;
+    let meta = metadata::open(&node.metadata).await?;
+    let objects = objstore::build(&node.object_store)?;
+    let reader = logstore::LogReader::new(meta, objects, &node.cluster);
+    let cfg = logstore::compactor::CompactorConfig { min_chunks, ..Default::default() };
+    let id = format!("cli-{}", std::process::id());
+    let r = logstore::compactor::compact_all(reader, &id, cfg, log.map(logstore::LogId)).await?;
+    for c in &r.compacted {
+        println!(
+            "log {}: offsets [{}, {}) from {} WAL chunks -> {} ({} bytes); wal_floor {}",
+            c.log, c.first_offset, c.end_offset, c.chunks, c.object, c.bytes, c.wal_floor
+        );
+    }
+    for (log, why) in &r.skipped {
+        println!("log {log}: skipped ({why:?})");
+    }
+    let bytes: u64 = r.compacted.iter().map(|c| c.bytes).sum();
+    println!(
+        "compacted {} logs: {} segments, {bytes} bytes written",
+        r.compacted.len(),
+        r.compacted.len()
+    );
+    Ok(())
+}
+
 /// Runs one cycle with this grace period and prints what it did.
 pub async fn clean(stores: &StoreArgs, grace: Duration) -> anyhow::Result<()> {
     let mut c = stores.cleaner().await?;
@@ -56,6 +88,10 @@ pub async fn clean(stores: &StoreArgs, grace: Duration) -> anyhow::Result<()> {
     println!(
         "deleted {} WAL objects ({} bytes); kept {} below the cutoff younger than {:?}, {} at or above it",
         r.deleted, r.deleted_bytes, r.young, grace, r.above_cutoff
+    );
+    println!(
+        "deleted {} compacted segments ({} bytes) no index record references",
+        r.segments_deleted, r.segments_deleted_bytes
     );
     Ok(())
 }

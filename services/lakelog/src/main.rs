@@ -311,6 +311,16 @@ async fn shutdown_signal() {
 /// Operator commands.
 #[derive(Subcommand, Debug)]
 enum AdminCommand {
+    /// Run one compaction cycle now (every live log, or LOG): rewrite runs of WAL chunks as
+    /// compacted segments; print what it did.
+    Compact {
+        log: Option<u64>,
+        /// Eligible WAL chunks a log needs before it is compacted.
+        #[arg(long, default_value_t = 16)]
+        min_chunks: usize,
+        #[command(flatten)]
+        stores: clean::StoreArgs,
+    },
     /// Run one cleaner cycle now: delete WAL objects below the cutoff older than the grace
     /// period; print what it did.
     Clean {
@@ -352,6 +362,9 @@ fn data_dir_node(dir: &std::path::Path) -> config::NodeConfig {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Admin { command: AdminCommand::Compact { log, min_chunks, stores } } => {
+            clean::compact(&stores, log, min_chunks).await
+        }
         Command::Admin { command: AdminCommand::Clean { grace, stores } } => {
             clean::clean(&stores, grace.0).await
         }
@@ -450,7 +463,7 @@ async fn standalone(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()>
             &node.cluster,
             std::sync::Arc::new(logstore::SystemClock),
         );
-        tokio::spawn(clean_every(cleaner, STANDALONE_CLEAN_INTERVAL));
+        tokio::spawn(clean_every(storage.reader().clone(), cleaner, STANDALONE_CLEAN_INTERVAL));
         let catalog =
             catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
         routes.add_service(catalog_service::CatalogServiceImpl::new(catalog).server())
@@ -459,14 +472,28 @@ async fn standalone(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()>
     Ok(())
 }
 
-/// How often `standalone` runs a cleaner cycle (grace period and history: the defaults).
+/// How often `standalone` runs a compaction and a cleaner cycle (thresholds, grace period and
+/// history: the defaults).
 const STANDALONE_CLEAN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Runs a cleaner cycle every `interval`, logging what each did; errors are logged and the
-/// next cycle tries again.
-async fn clean_every(mut cleaner: logstore::cleaner::Cleaner, interval: std::time::Duration) {
+/// Runs a compaction cycle then a cleaner cycle every `interval`, logging what each did;
+/// errors are logged and the next cycle tries again.
+async fn clean_every(
+    reader: logstore::LogReader,
+    mut cleaner: logstore::cleaner::Cleaner,
+    interval: std::time::Duration,
+) {
     loop {
         tokio::time::sleep(interval).await;
+        let cfg = logstore::compactor::CompactorConfig::default();
+        match logstore::compactor::compact_all(reader.clone(), "standalone", cfg, None).await {
+            Ok(r) => tracing::info!(
+                compacted = r.compacted.len(),
+                skipped = r.skipped.len(),
+                "compaction cycle"
+            ),
+            Err(e) => tracing::warn!(error = %e, "compaction cycle failed; retrying next interval"),
+        }
         match cleaner.cycle().await {
             Ok(r) => tracing::info!(
                 cutoff = r.cutoff.cutoff,

@@ -21,6 +21,7 @@ both_envs!(
     compaction_keeps_every_offset_readable_and_lets_the_cleaner_reclaim_the_wal,
     one_claim_per_log_and_a_paused_compactor_loses_to_a_trim,
     a_compactor_killed_after_its_put_leaves_an_orphan_reclaimed_after_its_lease,
+    an_idle_logs_floor_is_raised_so_it_stops_holding_the_cutoff,
 );
 
 fn payload(i: u64) -> Bytes {
@@ -182,6 +183,34 @@ async fn a_compactor_killed_after_its_put_leaves_an_orphan_reclaimed_after_its_l
     let (c2, _) = compactor(&env, "c2").await?;
     c2.compact_log(log).await?.map_err(|s| anyhow!("skipped: {s:?}"))?;
     ensure!(all(&w, log).await? == before);
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn an_idle_logs_floor_is_raised_so_it_stops_holding_the_cutoff(env: Env) -> Result<()> {
+    let keys = logstore::keys::Keys::new(&env.cluster);
+    let floor = |log: LogId| {
+        let (meta, key) = (env.meta.clone(), keys.wal_floor(log));
+        async move {
+            let kv = meta.get(&key).await?.context("no wal_floor")?;
+            logstore::keys::parse_u64(&kv.value).context("wal_floor")
+        }
+    };
+    let w = env.writer("w").await?;
+    let idle = w.create_log().await?;
+    let busy = w.create_log().await?;
+    fill(&w, busy, 10).await?; // sequences the idle log's floor predates
+    w.append(idle, 1, payload(0), None).await?;
+    fill(&w, busy, 3).await?;
+    let before = floor(idle).await?;
+    let chunk = objstore::keys::parse_wal_object(&w.read_index_range(idle, 0, 1).await?[0].object)
+        .context("not a WAL chunk")?;
+    ensure!(before < chunk, "floor {before} already at its chunk {chunk}");
+    let (c, _) = compactor(&env, "c1").await?;
+    ensure!(matches!(c.compact_log(idle).await?, Err(Skipped::TooFew { eligible: 0 })));
+    let after = floor(idle).await?;
+    ensure!(after == chunk, "the idle log's floor went {before} → {after}, its chunk is {chunk}");
+    ensure!(w.read_entries(idle, 0, 10, u64::MAX).await?[0].payload == payload(0));
     w.shutdown().await;
     Ok(())
 }
