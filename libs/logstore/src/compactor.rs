@@ -6,7 +6,7 @@
 //!
 //! The steps: claim `compaction/tasks/<log>` (create-only, under the lease; its create_revision
 //! is the claim revision); read at one revision R the head, `start`, `wal/next_seq`, every
-//! low-water mark and the index pages; pick whole pages `[a, b)` from the first page at or above
+//! low-water mark and the index pages; pick whole pages `[a, b)` from the first WAL (not yet compacted) page at or above
 //! `start`, every chunk in a WAL object below every live writer's low-water mark; read them;
 //! PUT `compacted/<log>/<a>-<claim>.seg` create-only; swap (compares: the claim, `start` and
 //! `index/<a>` unchanged since R, no key of `index/[a, b)` modified after R; operations: put
@@ -188,7 +188,8 @@ impl Compactor {
         // [a, b): whole pages from the first at or above `start`, every chunk eligible.
         let (mut chosen, mut bytes) = (Vec::new(), 0u64);
         for (i, (first, _, page)) in listed.iter().enumerate() {
-            if *first < start {
+            // Below the start, or compacted already (segments are not merged again yet).
+            if *first < start || (chosen.is_empty() && page.locators.iter().all(|l| !l.in_wal())) {
                 continue;
             }
             let eligible = page.locators.iter().all(|l| l.in_wal() && l.wal_seq < min_mark);

@@ -22,6 +22,7 @@ both_envs!(
     one_claim_per_log_and_a_paused_compactor_loses_to_a_trim,
     a_compactor_killed_after_its_put_leaves_an_orphan_reclaimed_after_its_lease,
     an_idle_logs_floor_is_raised_so_it_stops_holding_the_cutoff,
+    soak_appends_reads_compaction_and_cleaning_keep_every_acked_record,
 );
 
 fn payload(i: u64) -> Bytes {
@@ -213,4 +214,145 @@ async fn an_idle_logs_floor_is_raised_so_it_stops_holding_the_cutoff(env: Env) -
     ensure!(w.read_entries(idle, 0, 10, u64::MAX).await?[0].payload == payload(0));
     w.shutdown().await;
     Ok(())
+}
+
+/// Bounded soak (about 10 s an environment): 4 logs appended continuously (4 appenders each),
+/// a reader re-reading them, compaction and cleaning (grace 300 ms) every 200 ms. Afterwards
+/// every acknowledged record reads back identical and the store holds only objects the index
+/// references plus those younger than the grace period.
+async fn soak_appends_reads_compaction_and_cleaning_keep_every_acked_record(
+    env: Env,
+) -> Result<()> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let run_for = Duration::from_secs(10);
+    let grace = Duration::from_millis(300);
+    let w = env.writer("w").await?;
+    let mut logs = Vec::new();
+    for _ in 0..4 {
+        logs.push(w.create_log().await?);
+    }
+    let acked: Arc<Mutex<BTreeMap<(u64, u64), Bytes>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for (li, log) in logs.iter().copied().enumerate() {
+        for t in 0..4u64 {
+            let (w, acked, stop) = (w.clone(), acked.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let p =
+                        Bytes::from(format!("l{li}-t{t}-{i}-{}", "s".repeat((i % 50) as usize)));
+                    let h = w.append(log, 1, p.clone(), None).await?;
+                    acked.lock().map_err(|_| anyhow!("poisoned"))?.insert((log.0, h.offset), p);
+                    i += 1;
+                }
+                anyhow::Ok(())
+            }));
+        }
+    }
+    let reads = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let (env_meta, env_objects, cluster) =
+            (env.meta.clone(), env.objects.clone(), env.cluster.clone());
+        let (acked, stop, logs, reads) = (acked.clone(), stop.clone(), logs.clone(), reads.clone());
+        tokio::spawn(async move {
+            let r = logstore::LogReader::new(env_meta, env_objects, &cluster);
+            while !stop.load(Ordering::Relaxed) {
+                for log in &logs {
+                    let info = r.info(*log).await?;
+                    let mut at = info.first_offset;
+                    while at < info.next_offset {
+                        let got = r.read_entries(*log, at, 500, u64::MAX).await?;
+                        let last = got.last().context("empty read below the high watermark")?;
+                        at = last.header.end_offset();
+                        let acked = acked.lock().map_err(|_| anyhow!("poisoned"))?;
+                        for e in &got {
+                            if let Some(p) = acked.get(&(log.0, e.header.offset)) {
+                                ensure!(
+                                    *p == e.payload,
+                                    "log {log} offset {} changed",
+                                    e.header.offset
+                                );
+                            }
+                        }
+                    }
+                    reads.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            anyhow::Ok(())
+        })
+    };
+    let mut cl = cleaner(&env);
+    cl.grace = grace;
+    let reader_for_compaction =
+        logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
+    let cfg = CompactorConfig { min_chunks: 8, ..Default::default() };
+    let (mut compactions, mut deleted, mut segments_deleted) = (0usize, 0u64, 0u64);
+    let started = std::time::Instant::now();
+    while started.elapsed() < run_for {
+        let r = logstore::compactor::compact_all(
+            reader_for_compaction.clone(),
+            "soak",
+            cfg.clone(),
+            None,
+        )
+        .await?;
+        compactions += r.compacted.len();
+        let c = cl.cycle().await?;
+        deleted += c.deleted;
+        segments_deleted += c.segments_deleted;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await??;
+    }
+    reader.await??;
+    ensure!(
+        compactions > 0 && deleted > 0,
+        "compactions {compactions}, WAL objects deleted {deleted}"
+    );
+    ensure!(reads.load(Ordering::Relaxed) > 0, "the reader never finished a pass");
+
+    // Quiesce: a last compaction, then cleaning once the grace period has passed.
+    logstore::compactor::compact_all(reader_for_compaction.clone(), "soak", cfg.clone(), None)
+        .await?;
+    tokio::time::sleep(grace * 2).await;
+    cl.cycle().await?;
+    let acked = acked.lock().map_err(|_| anyhow!("poisoned"))?.clone();
+    let mut referenced = std::collections::HashSet::new();
+    for log in &logs {
+        let data = all(&w, *log).await?;
+        for ((l, o), p) in acked.range((log.0, 0)..(log.0 + 1, 0)) {
+            ensure!(data.get(o) == Some(p), "acked record {l}/{o} lost or changed");
+        }
+        for i in w.read_index_range(*log, 0, usize::MAX).await? {
+            referenced.insert(i.object.to_string());
+        }
+    }
+    use futures::TryStreamExt;
+    let stored: Vec<_> = env.objects.list(None).try_collect().await?;
+    let now = chrono_now_ms();
+    let stray: Vec<String> = stored
+        .iter()
+        .filter(|m| !referenced.contains(m.location.as_ref()))
+        .filter(|m| now - m.last_modified.timestamp_millis() >= grace.as_millis() as i64)
+        .map(|m| m.location.to_string())
+        .collect();
+    ensure!(stray.is_empty(), "{} objects neither referenced nor young: {stray:?}", stray.len());
+    eprintln!(
+        "soak: {} records acked, {compactions} compactions, {deleted} WAL objects and \
+         {segments_deleted} segments deleted, {} objects left",
+        acked.len(),
+        stored.len()
+    );
+    w.shutdown().await;
+    Ok(())
+}
+
+fn chrono_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
