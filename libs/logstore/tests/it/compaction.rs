@@ -23,6 +23,8 @@ both_envs!(
     a_compactor_killed_after_its_put_leaves_an_orphan_reclaimed_after_its_lease,
     an_idle_logs_floor_is_raised_so_it_stops_holding_the_cutoff,
     soak_appends_reads_compaction_and_cleaning_keep_every_acked_record,
+    a_stalled_flush_is_never_passed_by_the_cutoff_while_a_later_one_commits,
+    a_compactor_whose_claim_expired_cannot_swap_in_a_segment_the_cleaner_deleted,
 );
 
 fn payload(i: u64) -> Bytes {
@@ -355,4 +357,78 @@ fn chrono_now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+async fn a_stalled_flush_is_never_passed_by_the_cutoff_while_a_later_one_commits(
+    env: Env,
+) -> Result<()> {
+    use objstore::faults::{Action, FaultyStore, Op, Trigger};
+    let (faulty, faults) = FaultyStore::new(env.objects.clone());
+    let w = env.writer_with(env.config("w"), faulty, env.meta.clone()).await?;
+    let log = w.create_log().await?;
+    fill(&w, log, 3).await?;
+    // The next PUT (flush N) stalls 2 s; flush N+1 of the same log uploads at once.
+    faults.add(Op::Put, Trigger::Nth(1), Action::Delay(Duration::from_secs(2)));
+    let (w1, w2) = (w.clone(), w.clone());
+    let first = tokio::spawn(async move { w1.append(log, 1, payload(100), None).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let second = tokio::spawn(async move { w2.append(log, 1, payload(101), None).await });
+    // Compaction (which recomputes floors) and cleaning run all through the stall.
+    let reader = logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
+    let cfg = CompactorConfig { min_chunks: 1, ..Default::default() };
+    let mut cl = cleaner(&env);
+    while !(first.is_finished() && second.is_finished()) {
+        logstore::compactor::compact_all(reader.clone(), "c", cfg.clone(), None).await?;
+        cl.cycle().await?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (a, b) = (first.await??, second.await??);
+    ensure!(b.offset > a.offset, "flush order broken: {} then {}", a.offset, b.offset);
+    let data = all(&w, log).await?;
+    ensure!(
+        data.get(&a.offset) == Some(&payload(100)) && data.get(&b.offset) == Some(&payload(101))
+    );
+    cl.cycle().await?;
+    ensure!(all(&w, log).await? == data, "cleaning after the stall lost data");
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn a_compactor_whose_claim_expired_cannot_swap_in_a_segment_the_cleaner_deleted(
+    env: Env,
+) -> Result<()> {
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    fill(&w, log, 24).await?;
+    let before = all(&w, log).await?;
+    let (c, lease) = compactor(&env, "c1").await?;
+    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
+    let (resume_tx, resume_rx) = tokio::sync::oneshot::channel::<()>();
+    let slot = Arc::new(std::sync::Mutex::new(Some((paused_tx, resume_rx))));
+    let hook: BeforeSwap = Arc::new(move || {
+        let pair = slot.lock().ok().and_then(|mut s| s.take());
+        Box::pin(async move {
+            if let Some((paused, resume)) = pair {
+                let _ = paused.send(());
+                let _ = resume.await;
+            }
+        })
+    });
+    let task = tokio::spawn(async move { c.compact_log_with(log, Some(hook)).await });
+    paused_rx.await.context("the compactor never reached its swap")?;
+    // Paused past its lease: the claim is gone, so its segment is an orphan the cleaner takes.
+    env.meta.lease_revoke(lease).await?;
+    let r = cleaner(&env).cycle().await?;
+    ensure!(r.segments_deleted == 1, "{r:?}");
+    let _ = resume_tx.send(());
+    let out = task.await?;
+    ensure!(
+        matches!(out, Ok(Err(Skipped::Raced { .. })) | Err(_)),
+        "swapped without its claim: {out:?}"
+    );
+    ensure!(all(&w, log).await? == before, "data changed");
+    let idx = w.read_index_range(log, 0, 1).await?;
+    ensure!(idx[0].object.as_ref().starts_with("wal/"), "the index points at {:?}", idx[0].object);
+    w.shutdown().await;
+    Ok(())
 }
