@@ -119,6 +119,11 @@ impl std::fmt::Debug for Catalog {
 }
 
 impl Catalog {
+    /// The reader the catalog reads logs with.
+    pub fn logs(&self) -> &LogReader {
+        &self.logs
+    }
+
     /// `logs` reads (and, to delete, updates) the cluster's logs.
     pub fn new(meta: Arc<dyn MetadataStore>, logs: LogReader, cluster: &str) -> Self {
         let writers = tokio::runtime::Handle::try_current()

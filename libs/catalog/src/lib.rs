@@ -10,6 +10,7 @@
 //! Depends on `metadata` and `logstore` only.
 
 mod catalog;
+pub mod retention;
 pub use logstore::{membership, routing};
 
 pub use catalog::{Catalog, CatalogError, Route, StreamInfo, StreamProps, Target};

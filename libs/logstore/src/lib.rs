@@ -24,6 +24,7 @@ pub mod membership;
 mod range_cache;
 mod reader;
 pub mod records;
+pub mod retention;
 pub use routing;
 mod storage;
 mod writer;

@@ -3,7 +3,6 @@
 
 use bytes::Bytes;
 
-use crate::records::Locator;
 use crate::{LogEntry, LogEntryHeader, LogError, LogId, LogStorage};
 
 /// A handle on one log. Cheap to clone.
@@ -57,22 +56,7 @@ impl Log {
     /// index semantics: timestamps from several writers are not monotone), or `None` if every
     /// entry is older.
     pub async fn find_by_timestamp(&self, t: i64) -> Result<Option<LogEntryHeader>, LogError> {
-        let (locators, start) = self.locators().await?;
-        // Running maxima are monotone, so the first readable run reaching `t` holds the answer
-        // (or, if its qualifying entries are trimmed, a later run does).
-        let from = locators
-            .partition_point(|l| l.max_timestamp < t)
-            .max(locators.partition_point(|l| l.end_offset() <= start));
-        for (i, loc) in locators.iter().enumerate().skip(from) {
-            let mut running = if i == 0 { i64::MIN } else { locators[i - 1].max_timestamp };
-            for h in self.storage.reader().run_headers(self.id, loc).await? {
-                running = running.max(h.timestamp);
-                if running >= t && h.end_offset() > start {
-                    return Ok(Some(h));
-                }
-            }
-        }
-        Ok(None)
+        crate::retention::find_by_timestamp(self.storage.reader(), self.id, t).await
     }
 
     /// The offset retention may trim to (never past the high watermark, never below the
@@ -84,42 +68,13 @@ impl Log {
         retention_bytes: Option<u64>,
         now_ms: i64,
     ) -> Result<u64, LogError> {
-        let info = self.storage.info(self.id).await?;
-        let mut trim = info.first_offset;
-        if let Some(ms) = retention_ms {
-            let cutoff = now_ms.saturating_sub(ms);
-            let by_time = match self.find_by_timestamp(cutoff).await? {
-                Some(h) => h.offset,
-                None => info.next_offset,
-            };
-            trim = trim.max(by_time);
-        }
-        if let Some(keep) = retention_bytes
-            && info.bytes > keep
-        {
-            // The first entry boundary after which at most `keep` bytes remain.
-            let cutoff = info.bytes - keep;
-            let (locators, _) = self.locators().await?;
-            let i = locators.partition_point(|l| l.cumulative_before + l.payload_bytes <= cutoff);
-            let by_bytes = match locators.get(i) {
-                None => info.next_offset,
-                Some(loc) => {
-                    let headers = self.storage.reader().run_headers(self.id, loc).await?;
-                    headers
-                        .iter()
-                        .find(|h| h.cumulative_size - h.entry_size >= cutoff)
-                        .map_or(loc.end_offset(), |h| h.offset)
-                }
-            };
-            trim = trim.max(by_bytes);
-        }
-        Ok(trim.min(info.next_offset))
-    }
-
-    async fn locators(&self) -> Result<(Vec<Locator>, u64), LogError> {
-        let reader = self.storage.reader();
-        let snap = reader.snapshot(self.id).await?;
-        let start = snap.start;
-        Ok((reader.all_locators(&snap).await?, start))
+        crate::retention::trim_offset(
+            self.storage.reader(),
+            self.id,
+            retention_ms,
+            retention_bytes,
+            now_ms,
+        )
+        .await
     }
 }

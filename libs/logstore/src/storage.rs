@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use metadata::{Compare, CompareOp, KeyRange, MetadataStore, RangeRequest, Txn, TxnOp};
+use metadata::{Compare, CompareOp, MetadataStore, Txn, TxnOp};
 use objstore::object_store::ObjectStore;
 use prost::Message;
 use tokio::sync::oneshot;
@@ -317,64 +317,13 @@ impl LogStorage {
     /// Makes offsets below `offset` unreadable. Never moves the start back; `offset` may not
     /// pass the high watermark.
     pub async fn soft_trim(&self, log: LogId, offset: u64) -> Result<u64, LogError> {
-        let core = &self.core;
-        for _ in 0..100 {
-            let snap = core.reader.snapshot(log).await?;
-            if snap.head.log_state() == LogState::Deleted {
-                return Err(LogError::NotFound(log));
-            }
-            if offset > snap.head.next_offset {
-                return Err(LogError::OffsetOutOfRange {
-                    log,
-                    offset,
-                    start: snap.start,
-                    end: snap.head.next_offset,
-                });
-            }
-            if offset <= snap.start {
-                return Ok(snap.start);
-            }
-            let start_rev = self.start_revision(log).await?;
-            let txn = Txn::new()
-                .when([Compare::mod_revision(core.keys.start(log), CompareOp::Equal, start_rev)])
-                .and_then([TxnOp::put(core.keys.start(log), offset.to_string())]);
-            if core.meta.txn(txn).await?.succeeded {
-                return Ok(offset);
-            }
-        }
-        Err(LogError::unavailable(format!("could not trim log {log}: too much contention")))
-    }
-
-    async fn start_revision(&self, log: LogId) -> Result<i64, LogError> {
-        Ok(self.core.meta.get(&self.core.keys.start(log)).await?.map_or(0, |kv| kv.mod_revision))
+        crate::retention::soft_trim(&self.core.reader, log, offset).await
     }
 
     /// Soft-trims to `offset`, then deletes the index pages wholly below it. Their objects are
     /// reclaimed by the cleaner.
     pub async fn hard_trim(&self, log: LogId, offset: u64) -> Result<u64, LogError> {
-        let start = self.soft_trim(log, offset).await?;
-        let core = &self.core;
-        let snap = core.reader.snapshot(log).await?;
-        let pages =
-            core.meta.range(RangeRequest::prefix(core.keys.index_prefix(log)).keys_only()).await?;
-        let firsts: Vec<u64> =
-            pages.kvs.iter().filter_map(|kv| core.keys.parse_index_page(log, &kv.key)).collect();
-        // A page ends where the next begins; the last one where the head's recent runs begin.
-        let recent_start =
-            snap.head.recent.first().map_or(snap.head.next_offset, |l| l.first_offset);
-        let ends = firsts.iter().skip(1).copied().chain(std::iter::once(recent_start));
-        let doomed: Vec<u64> =
-            firsts.iter().zip(ends).filter(|(_, end)| *end <= start).map(|(f, _)| *f).collect();
-        if let Some(last) = doomed.last() {
-            let mut end = core.keys.index_page(log, *last);
-            end.push(0);
-            let start_rev = self.start_revision(log).await?;
-            let txn = Txn::new()
-                .when([Compare::mod_revision(core.keys.start(log), CompareOp::Equal, start_rev)])
-                .and_then([TxnOp::delete(KeyRange::between(core.keys.index_prefix(log), end))]);
-            core.meta.txn(txn).await?;
-        }
-        Ok(start)
+        crate::retention::hard_trim(&self.core.reader, log, offset).await
     }
 
     /// Marks the log DELETED and removes its index, start and floor. Its id is never reused;

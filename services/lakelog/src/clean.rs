@@ -46,7 +46,8 @@ impl StoreArgs {
     }
 }
 
-/// Runs one compaction cycle (every live log, or `log`) and prints what it did.
+/// Runs one compaction cycle (streams' retention first, then every live log, or just `log`)
+/// and prints what it did.
 pub async fn compact(
     stores: &StoreArgs,
     log: Option<u64>,
@@ -55,7 +56,17 @@ pub async fn compact(
     let node = stores.node()?;
     let meta = metadata::open(&node.metadata).await?;
     let objects = objstore::build(&node.object_store)?;
-    let reader = logstore::LogReader::new(meta, objects, &node.cluster);
+    let reader = logstore::LogReader::new(meta.clone(), objects, &node.cluster);
+    if log.is_none() {
+        let catalog = catalog::Catalog::new(meta, reader.clone(), &node.cluster);
+        let now_ms = logstore::Clock::now_ms(&SystemClock);
+        for t in catalog::retention::apply_all(&catalog, now_ms).await? {
+            println!(
+                "stream {} partition {} (log {}): retention trimmed to {}",
+                t.stream, t.partition, t.log, t.start
+            );
+        }
+    }
     let cfg = logstore::compactor::CompactorConfig { min_chunks, ..Default::default() };
     let id = format!("cli-{}", std::process::id());
     let r = logstore::compactor::compact_all(reader, &id, cfg, log.map(logstore::LogId)).await?;

@@ -463,9 +463,9 @@ async fn standalone(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()>
             &node.cluster,
             std::sync::Arc::new(logstore::SystemClock),
         );
-        tokio::spawn(clean_every(storage.reader().clone(), cleaner, STANDALONE_CLEAN_INTERVAL));
         let catalog =
             catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
+        tokio::spawn(clean_every(catalog.clone(), cleaner, STANDALONE_CLEAN_INTERVAL));
         routes.add_service(catalog_service::CatalogServiceImpl::new(catalog).server())
     })
     .await?;
@@ -476,15 +476,21 @@ async fn standalone(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()>
 /// history: the defaults).
 const STANDALONE_CLEAN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Runs a compaction cycle then a cleaner cycle every `interval`, logging what each did;
-/// errors are logged and the next cycle tries again.
+/// Every `interval`: streams' retention, a compaction cycle, then a cleaner cycle, logging
+/// what each did; errors are logged and the next interval tries again.
 async fn clean_every(
-    reader: logstore::LogReader,
+    catalog: catalog::Catalog,
     mut cleaner: logstore::cleaner::Cleaner,
     interval: std::time::Duration,
 ) {
+    let reader = catalog.logs().clone();
     loop {
         tokio::time::sleep(interval).await;
+        let now_ms = logstore::Clock::now_ms(&logstore::SystemClock);
+        match catalog::retention::apply_all(&catalog, now_ms).await {
+            Ok(t) => tracing::info!(trimmed = t.len(), "retention pass"),
+            Err(e) => tracing::warn!(error = %e, "retention pass failed; retrying next interval"),
+        }
         let cfg = logstore::compactor::CompactorConfig::default();
         match logstore::compactor::compact_all(reader.clone(), "standalone", cfg, None).await {
             Ok(r) => tracing::info!(

@@ -67,6 +67,7 @@ cases!(
     partitions_only_grow_and_keep_their_logs,
     recreated_stream_gets_a_new_identity_and_new_logs,
     live_writers_are_listed_with_address_and_zone_until_they_leave,
+    retention_hard_trims_streams_by_bytes_and_by_time,
 );
 
 async fn streams_are_created_listed_and_routed(e: Env) -> Result<()> {
@@ -213,5 +214,46 @@ async fn live_writers_are_listed_with_address_and_zone_until_they_leave(e: Env) 
         catalog::routing::choose_owner(&members, "id", 0, Some("zone-a")).map(|m| m.id.clone());
     ensure!(owner.as_deref() == Some("wb"));
     b.shutdown().await;
+    Ok(())
+}
+
+async fn retention_hard_trims_streams_by_bytes_and_by_time(e: Env) -> Result<()> {
+    let mut cfg = logstore::LogStorageConfig::new(&e.cluster, "w");
+    cfg.flush_interval = std::time::Duration::from_millis(5);
+    let w = logstore::LogStorage::open(
+        e.meta.clone(),
+        e.reader.objects().clone(),
+        cfg,
+        Arc::new(logstore::SystemClock),
+    )
+    .await?;
+    let by_bytes = StreamProps { retention_bytes: Some(300), ..Default::default() };
+    let sized = e.catalog.create("sized", 1, by_bytes).await?.partitions[0];
+    let by_time = StreamProps { retention_ms: Some(60_000), ..Default::default() };
+    let timed = e.catalog.create("timed", 1, by_time).await?.partitions[0];
+    let kept = e.catalog.create("kept", 1, StreamProps::default()).await?.partitions[0];
+    for i in 0..10u8 {
+        for log in [sized, timed, kept] {
+            w.append(log, 1, bytes::Bytes::from(vec![i; 100]), None).await?;
+        }
+    }
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as i64;
+    // Now: the newest 300 bytes of `sized` stay; everything of `timed` is younger than 60 s.
+    let trimmed = catalog::retention::apply_all(&e.catalog, now).await?;
+    ensure!(trimmed.len() == 1 && trimmed[0].log == sized && trimmed[0].start == 7, "{trimmed:?}");
+    ensure!(matches!(
+        e.reader.read_entries(sized, 6, 10, u64::MAX).await,
+        Err(logstore::LogError::OffsetOutOfRange { .. })
+    ));
+    let left = e.reader.read_entries(sized, 7, 10, u64::MAX).await?;
+    ensure!(left.iter().map(|x| x.payload[0]).collect::<Vec<_>>() == vec![7, 8, 9]);
+    ensure!(catalog::retention::apply_all(&e.catalog, now).await?.is_empty(), "trimmed twice");
+    // An hour later every entry of `timed` is past its 60 s; `kept` has no retention.
+    let later = catalog::retention::apply_all(&e.catalog, now + 3_600_000).await?;
+    ensure!(later.iter().any(|t| t.log == timed && t.start == 10), "{later:?}");
+    ensure!(later.iter().all(|t| t.log != kept));
+    ensure!(e.reader.info(kept).await?.first_offset == 0);
+    w.shutdown().await;
     Ok(())
 }
