@@ -29,6 +29,72 @@ pub struct NodeConfig {
     /// The reader role's settings (used by `lakelog reader`).
     #[serde(default)]
     pub reader: ReaderSection,
+    /// Retention, compaction and cleaning (used by `lakelog compactor`, `lakelog cleaner run`
+    /// and `standalone`).
+    #[serde(default)]
+    pub maintenance: MaintenanceSection,
+}
+
+/// Retention, compaction and the WAL cleaner (ARCHITECTURE §5).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaintenanceSection {
+    /// How often a cycle runs (retention then compaction; cleaning).
+    #[serde(default = "default_maintenance_interval")]
+    pub interval: Duration,
+    /// Eligible WAL chunks (spilled to index pages, below every writer's low-water mark) a log
+    /// needs before it is compacted.
+    #[serde(default = "default_min_chunks")]
+    pub min_chunks: usize,
+    /// Payload bytes one compacted segment takes at most.
+    #[serde(default = "default_max_segment")]
+    pub max_segment_size: ByteSize,
+    /// Objects below the cleaner's cutoff younger than this are kept (readers may hold them).
+    #[serde(default = "default_grace")]
+    pub grace: Duration,
+    /// Metadata history kept when the cleaner compacts it (etcd hygiene).
+    #[serde(default = "default_grace")]
+    pub metadata_history: Duration,
+}
+
+fn default_maintenance_interval() -> Duration {
+    Duration(std::time::Duration::from_secs(60))
+}
+fn default_min_chunks() -> usize {
+    16
+}
+fn default_max_segment() -> ByteSize {
+    ByteSize(256 << 20)
+}
+fn default_grace() -> Duration {
+    Duration(std::time::Duration::from_secs(600))
+}
+
+impl Default for MaintenanceSection {
+    fn default() -> Self {
+        MaintenanceSection {
+            interval: default_maintenance_interval(),
+            min_chunks: default_min_chunks(),
+            max_segment_size: default_max_segment(),
+            grace: default_grace(),
+            metadata_history: default_grace(),
+        }
+    }
+}
+
+impl Validate for MaintenanceSection {
+    fn validate(&self) -> Result<(), Invalid> {
+        if self.interval.0 < std::time::Duration::from_secs(1) {
+            return Err(Invalid::new("maintenance.interval", "must be at least 1s"));
+        }
+        if self.min_chunks == 0 {
+            return Err(Invalid::new("maintenance.min_chunks", "must be at least 1"));
+        }
+        if self.max_segment_size.0 < (1 << 20) {
+            return Err(Invalid::new("maintenance.max_segment_size", "must be at least 1MiB"));
+        }
+        Ok(())
+    }
 }
 
 /// The reader role: read-only Tier-2 reads of committed data, with bounded caches.
@@ -266,7 +332,8 @@ impl Validate for NodeConfig {
         self.telemetry.validate()?;
         self.writer.validate()?;
         self.catalog.validate()?;
-        self.reader.validate()
+        self.reader.validate()?;
+        self.maintenance.validate()
     }
 }
 

@@ -152,7 +152,19 @@ fn deploy_example_config_parses() -> Result<(), ConfigError> {
     assert!(matches!(c.metadata, MetadataConfig::Etcd(_)));
     assert!(matches!(c.object_store, ObjectStoreConfig::S3(_)));
     assert_eq!(c.catalog.listen.port(), 7541);
+    assert_eq!(c.maintenance.min_chunks, 16);
+    assert_eq!(c.maintenance.grace.0, std::time::Duration::from_secs(600));
     Ok(())
+}
+
+#[test]
+fn a_bad_maintenance_section_is_named() {
+    let yaml = GOOD.to_owned() + "maintenance:\n  min_chunks: 0\n";
+    let err = err_of(from_yaml::<NodeConfig, _>("c.yaml", &yaml, |_| None));
+    assert!(err.starts_with("c.yaml: maintenance.min_chunks:"), "{err}");
+    let yaml = GOOD.to_owned() + "maintenance:\n  interval: 100ms\n";
+    let err = err_of(from_yaml::<NodeConfig, _>("c.yaml", &yaml, |_| None));
+    assert!(err.starts_with("c.yaml: maintenance.interval:"), "{err}");
 }
 
 #[test]

@@ -134,3 +134,67 @@ fn held_line(cut: &Cutoff) -> String {
         who.join(", ")
     )
 }
+
+/// A cleaner over `reader`'s stores with the section's grace period and history.
+pub fn cleaner_for(
+    reader: &logstore::LogReader,
+    cluster: &str,
+    m: &config::MaintenanceSection,
+) -> (Cleaner, Duration) {
+    let mut c = Cleaner::new(
+        reader.meta().clone(),
+        reader.objects().clone(),
+        cluster,
+        Arc::new(SystemClock),
+    );
+    c.grace = m.grace.0;
+    c.history = Some(m.metadata_history.0);
+    (c, m.interval.0)
+}
+
+/// Every interval: streams' retention, then a compaction cycle; logs what each did. Errors are
+/// logged and the next interval tries again.
+pub async fn compact_every(catalog: catalog::Catalog, id: String, m: config::MaintenanceSection) {
+    let cfg = logstore::compactor::CompactorConfig {
+        min_chunks: m.min_chunks,
+        max_segment_bytes: m.max_segment_size.0,
+    };
+    loop {
+        tokio::time::sleep(m.interval.0).await;
+        let now_ms = logstore::Clock::now_ms(&SystemClock);
+        match catalog::retention::apply_all(&catalog, now_ms).await {
+            Ok(t) => tracing::info!(trimmed = t.len(), "retention pass"),
+            Err(e) => tracing::warn!(error = %e, "retention pass failed; retrying next interval"),
+        }
+        match logstore::compactor::compact_all(catalog.logs().clone(), &id, cfg.clone(), None).await
+        {
+            Ok(r) => tracing::info!(
+                compacted = r.compacted.len(),
+                segment_bytes = r.compacted.iter().map(|c| c.bytes).sum::<u64>(),
+                skipped = r.skipped.len(),
+                "compaction cycle"
+            ),
+            Err(e) => tracing::warn!(error = %e, "compaction cycle failed; retrying next interval"),
+        }
+    }
+}
+
+/// One cleaner cycle every interval, logging what it did and what holds the cutoff back.
+pub async fn clean_every((mut cleaner, interval): (Cleaner, Duration)) {
+    loop {
+        tokio::time::sleep(interval).await;
+        match cleaner.cycle().await {
+            Ok(r) => tracing::info!(
+                cutoff = r.cutoff.cutoff,
+                held_by = %held_line(&r.cutoff),
+                deleted = r.deleted,
+                deleted_bytes = r.deleted_bytes,
+                segments_deleted = r.segments_deleted,
+                young = r.young,
+                history_compacted_to = r.history_compacted_to,
+                "cleaner cycle"
+            ),
+            Err(e) => tracing::warn!(error = %e, "cleaner cycle failed; retrying next interval"),
+        }
+    }
+}

@@ -60,6 +60,12 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Run the compactor from a config file: streams' retention, then compaction, every
+    /// `maintenance.interval` (several compactors share the logs through claims).
+    Compactor {
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Load generators reporting ratios against same-run baselines.
     Bench {
         #[command(subcommand)]
@@ -335,6 +341,11 @@ enum AdminCommand {
 /// The cleaner.
 #[derive(Subcommand, Debug)]
 enum CleanerCommand {
+    /// Run the cleaner from a config file: one cycle every `maintenance.interval`.
+    Run {
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// The cutoff, which log or writer holds it back and by how much, and the lowest inputs.
     Status {
         #[command(flatten)]
@@ -357,6 +368,7 @@ fn data_dir_node(dir: &std::path::Path) -> config::NodeConfig {
         writer: Default::default(),
         catalog: Default::default(),
         reader: Default::default(),
+        maintenance: Default::default(),
     }
 }
 
@@ -367,6 +379,36 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Admin { command: AdminCommand::Clean { grace, stores } } => {
             clean::clean(&stores, grace.0).await
+        }
+        Command::Compactor { config } => {
+            let node: config::NodeConfig = config::load_file(&config)?;
+            let _telemetry = telemetry::init(&node.telemetry, "compactor")?;
+            let meta = metadata::open(&node.metadata).await?;
+            let reader = logstore::LogReader::new(
+                meta.clone(),
+                objstore::build(&node.object_store)?,
+                &node.cluster,
+            );
+            let catalog = catalog::Catalog::new(meta, reader, &node.cluster);
+            let id = logstore::membership::random_id("compactor");
+            tokio::select! {
+                _ = clean::compact_every(catalog, id, node.maintenance.clone()) => {}
+                _ = shutdown_signal() => {}
+            }
+            Ok(())
+        }
+        Command::Cleaner { command: CleanerCommand::Run { config } } => {
+            let node: config::NodeConfig = config::load_file(&config)?;
+            let _telemetry = telemetry::init(&node.telemetry, "cleaner")?;
+            let meta = metadata::open(&node.metadata).await?;
+            let reader =
+                logstore::LogReader::new(meta, objstore::build(&node.object_store)?, &node.cluster);
+            let cleaner = clean::cleaner_for(&reader, &node.cluster, &node.maintenance);
+            tokio::select! {
+                _ = clean::clean_every(cleaner) => {}
+                _ = shutdown_signal() => {}
+            }
+            Ok(())
         }
         Command::Cleaner { command: CleanerCommand::Status { stores } } => {
             clean::status(&stores).await
@@ -457,61 +499,15 @@ async fn standalone(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()>
     eprintln!("lakelog standalone: serving on http://{listen}, data in {}", data_dir.display());
     // One port serves every role: the writer's LogService and the catalog.
     writer::run_with(&node, shutdown_signal(), |storage, routes| {
-        let cleaner = logstore::cleaner::Cleaner::new(
-            storage.metadata(),
-            storage.reader().objects().clone(),
-            &node.cluster,
-            std::sync::Arc::new(logstore::SystemClock),
-        );
         let catalog =
             catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
-        tokio::spawn(clean_every(catalog.clone(), cleaner, STANDALONE_CLEAN_INTERVAL));
+        let m = &node.maintenance;
+        tokio::spawn(clean::compact_every(catalog.clone(), "standalone".to_owned(), m.clone()));
+        tokio::spawn(clean::clean_every(clean::cleaner_for(storage.reader(), &node.cluster, m)));
         routes.add_service(catalog_service::CatalogServiceImpl::new(catalog).server())
     })
     .await?;
     Ok(())
-}
-
-/// How often `standalone` runs a compaction and a cleaner cycle (thresholds, grace period and
-/// history: the defaults).
-const STANDALONE_CLEAN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Every `interval`: streams' retention, a compaction cycle, then a cleaner cycle, logging
-/// what each did; errors are logged and the next interval tries again.
-async fn clean_every(
-    catalog: catalog::Catalog,
-    mut cleaner: logstore::cleaner::Cleaner,
-    interval: std::time::Duration,
-) {
-    let reader = catalog.logs().clone();
-    loop {
-        tokio::time::sleep(interval).await;
-        let now_ms = logstore::Clock::now_ms(&logstore::SystemClock);
-        match catalog::retention::apply_all(&catalog, now_ms).await {
-            Ok(t) => tracing::info!(trimmed = t.len(), "retention pass"),
-            Err(e) => tracing::warn!(error = %e, "retention pass failed; retrying next interval"),
-        }
-        let cfg = logstore::compactor::CompactorConfig::default();
-        match logstore::compactor::compact_all(reader.clone(), "standalone", cfg, None).await {
-            Ok(r) => tracing::info!(
-                compacted = r.compacted.len(),
-                skipped = r.skipped.len(),
-                "compaction cycle"
-            ),
-            Err(e) => tracing::warn!(error = %e, "compaction cycle failed; retrying next interval"),
-        }
-        match cleaner.cycle().await {
-            Ok(r) => tracing::info!(
-                cutoff = r.cutoff.cutoff,
-                deleted = r.deleted,
-                deleted_bytes = r.deleted_bytes,
-                young = r.young,
-                history_compacted_to = r.history_compacted_to,
-                "cleaner cycle"
-            ),
-            Err(e) => tracing::warn!(error = %e, "cleaner cycle failed; retrying next interval"),
-        }
-    }
 }
 
 /// `w` takes writes; `r` reads (a reader with --reader, else the same writer).
