@@ -329,6 +329,17 @@ impl LogClient {
         Ok(self.inner.clone().read_entries(req).await?.into_inner())
     }
 
+    /// Where each entry from the one holding `start_offset` lives, at most `max_entries`.
+    pub async fn read_index_range(
+        &self,
+        log_id: u64,
+        start_offset: u64,
+        max_entries: u32,
+    ) -> Result<Vec<pb::EntryIndex>, ClientError> {
+        let req = pb::ReadIndexRangeRequest { log_id, start_offset, max_entries };
+        Ok(self.inner.clone().read_index_range(req).await?.into_inner().indexes)
+    }
+
     pub async fn info(&self, log_id: u64) -> Result<LogInfo, ClientError> {
         Ok(self.inner.clone().get_log_info(pb::GetLogInfoRequest { log_id }).await?.into_inner())
     }

@@ -81,7 +81,11 @@ pub fn init(config: &config::TelemetryConfig, role: &str) -> Result<Telemetry, T
     let filter = filter(config)?;
     let fmt = match config.log_format {
         config::LogFormat::Text => {
-            tracing_subscriber::fmt::layer().with_writer(std::io::stderr).boxed()
+            // Colours only on a terminal: a log file or collector gets plain text.
+            tracing_subscriber::fmt::layer()
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .with_writer(std::io::stderr)
+                .boxed()
         }
         config::LogFormat::Json => {
             tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr).boxed()

@@ -182,6 +182,18 @@ impl Service {
         Ok(Service { proc })
     }
 
+    /// Spawns `cmd` and waits until `ready()` holds (a process that serves no port).
+    pub fn start_when(
+        name: &'static str,
+        cmd: Command,
+        log: PathBuf,
+        ready: impl FnMut() -> bool,
+    ) -> Result<Service, TestkitError> {
+        let mut proc = Proc::spawn(name, cmd, log)?;
+        proc.wait_ready(Duration::from_secs(30), ready)?;
+        Ok(Service { proc })
+    }
+
     /// SIGSTOP: the process stops answering, as a paused or partitioned one does.
     pub fn pause(&self) -> Result<(), TestkitError> {
         sys::signal(&self.proc.child, sys::Signal::Stop)

@@ -391,6 +391,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             );
             let catalog = catalog::Catalog::new(meta, reader, &node.cluster);
             let id = logstore::membership::random_id("compactor");
+            tracing::info!(%id, every = ?node.maintenance.interval.0, "compactor running");
             tokio::select! {
                 _ = clean::compact_every(catalog, id, node.maintenance.clone()) => {}
                 _ = shutdown_signal() => {}
@@ -404,6 +405,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let reader =
                 logstore::LogReader::new(meta, objstore::build(&node.object_store)?, &node.cluster);
             let cleaner = clean::cleaner_for(&reader, &node.cluster, &node.maintenance);
+            tracing::info!(every = ?node.maintenance.interval.0, "cleaner running");
             tokio::select! {
                 _ = clean::clean_every(cleaner) => {}
                 _ = shutdown_signal() => {}
