@@ -25,6 +25,7 @@ both_envs!(
     soak_appends_reads_compaction_and_cleaning_keep_every_acked_record,
     a_stalled_flush_is_never_passed_by_the_cutoff_while_a_later_one_commits,
     a_compactor_whose_claim_expired_cannot_swap_in_a_segment_the_cleaner_deleted,
+    a_slow_reader_racing_compaction_and_the_cleaner_still_reads_every_offset,
 );
 
 fn payload(i: u64) -> Bytes {
@@ -429,6 +430,33 @@ async fn a_compactor_whose_claim_expired_cannot_swap_in_a_segment_the_cleaner_de
     ensure!(all(&w, log).await? == before, "data changed");
     let idx = w.read_index_range(log, 0, 1).await?;
     ensure!(idx[0].object.as_ref().starts_with("wal/"), "the index points at {:?}", idx[0].object);
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn a_slow_reader_racing_compaction_and_the_cleaner_still_reads_every_offset(
+    env: Env,
+) -> Result<()> {
+    use objstore::faults::{Action, FaultyStore, Op, Trigger};
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    fill(&w, log, 24).await?;
+    let before = all(&w, log).await?;
+    // The reader plans its read from the WAL locators, then its GETs stall while the log is
+    // compacted and the cleaner (no grace period) deletes those WAL objects.
+    let (slow, faults) = FaultyStore::new(env.objects.clone());
+    faults.add(Op::Get, Trigger::Always, Action::Delay(Duration::from_millis(1500)));
+    let reader = logstore::LogReader::new(env.meta.clone(), slow, &env.cluster);
+    let read = tokio::spawn(async move { reader.read_entries(log, 0, 1000, u64::MAX).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (c, _) = compactor(&env, "c1").await?;
+    c.compact_log(log).await?.map_err(|s| anyhow!("skipped: {s:?}"))?;
+    let r = cleaner(&env).cycle().await?;
+    ensure!(r.deleted > 0, "nothing deleted under the reader: {r:?}");
+    faults.clear();
+    let got = read.await??;
+    let got: BTreeMap<u64, Bytes> = got.into_iter().map(|e| (e.header.offset, e.payload)).collect();
+    ensure!(got == before, "the racing read returned {} of {} entries", got.len(), before.len());
     w.shutdown().await;
     Ok(())
 }
