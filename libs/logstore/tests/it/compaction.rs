@@ -26,6 +26,7 @@ both_envs!(
     a_stalled_flush_is_never_passed_by_the_cutoff_while_a_later_one_commits,
     a_compactor_whose_claim_expired_cannot_swap_in_a_segment_the_cleaner_deleted,
     a_slow_reader_racing_compaction_and_the_cleaner_still_reads_every_offset,
+    a_writer_that_lost_its_lease_mid_upload_leaves_no_dangling_reference,
 );
 
 fn payload(i: u64) -> Bytes {
@@ -468,6 +469,49 @@ async fn a_slow_reader_racing_compaction_and_the_cleaner_still_reads_every_offse
     let got = read.await??;
     let got: BTreeMap<u64, Bytes> = got.into_iter().map(|e| (e.header.offset, e.payload)).collect();
     ensure!(got == before, "the racing read returned {} of {} entries", got.len(), before.len());
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn a_writer_that_lost_its_lease_mid_upload_leaves_no_dangling_reference(
+    env: Env,
+) -> Result<()> {
+    use objstore::faults::{Action, FaultyStore, Op, Trigger};
+    let (faulty, faults) = FaultyStore::new(env.objects.clone());
+    let w = env.writer_with(env.config("w"), faulty, env.meta.clone()).await?;
+    let log = w.create_log().await?;
+    fill(&w, log, 3).await?;
+    // The next upload stalls; meanwhile the writer's lease ends (a pause past it), so its mark
+    // goes and the cleaner's cutoff passes the stalled sequence.
+    faults.add(Op::Put, Trigger::Nth(1), Action::Delay(Duration::from_millis(1500)));
+    let w1 = w.clone();
+    let stalled = tokio::spawn(async move { w1.append(log, 1, payload(99), None).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let keys = logstore::keys::Keys::new(&env.cluster);
+    let member = env.meta.get(&keys.member("writer", "w")).await?.context("not registered")?;
+    env.meta.lease_revoke(member.lease).await?;
+    let mut cl = cleaner(&env);
+    while !stalled.is_finished() {
+        cl.cycle().await?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The old incarnation cannot commit what it uploaded: the append fails or, if it
+    // committed, only before the lease ended; either way every index record's object exists.
+    let outcome = stalled.await?;
+    cl.cycle().await?;
+    for i in w.read_index_range(log, 0, usize::MAX).await? {
+        ensure!(
+            env.objects.head(&i.object).await.is_ok(),
+            "offset {} references {}, which is gone (append: {outcome:?})",
+            i.header.offset,
+            i.object
+        );
+    }
+    let data = all(&w, log).await?;
+    ensure!((0..3).all(|o| data.get(&o) == Some(&payload(o))), "acked records lost");
+    if let Ok(h) = &outcome {
+        ensure!(data.get(&h.offset) == Some(&payload(99)), "an acked append is unreadable");
+    }
     w.shutdown().await;
     Ok(())
 }
