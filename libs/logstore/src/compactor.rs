@@ -84,8 +84,19 @@ pub struct Compactor {
     cfg: CompactorConfig,
 }
 
-/// A test hook between the segment's PUT and the swap (pause or crash there).
-pub type BeforeSwap = Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+/// The steps of one compaction, where a test hook may pause or crash it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The claim is taken; nothing read or written yet.
+    Claimed,
+    /// The segment is PUT; the swap is next.
+    Written,
+    /// The swap committed; the claim is released next.
+    Swapped,
+}
+
+/// A test hook run at each [`Step`] (pause there, or never return to crash there).
+pub type StepHook = Arc<dyn Fn(Step) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
 impl Compactor {
     /// A compactor named `id` whose claims live under `lease` (its member registration's).
@@ -106,11 +117,11 @@ impl Compactor {
         self.compact_log_with(log, None).await
     }
 
-    /// [`Self::compact_log`] with a hook run after the segment's PUT, before the swap.
+    /// [`Self::compact_log`] with a hook run at each [`Step`].
     pub async fn compact_log_with(
         &self,
         log: LogId,
-        before_swap: Option<BeforeSwap>,
+        hook: Option<StepHook>,
     ) -> Result<Result<Compaction, Skipped>, LogError> {
         let claim = self.keys.compaction_task(log);
         let resp = self
@@ -125,7 +136,13 @@ impl Compactor {
             return Ok(Err(Skipped::Claimed));
         }
         let claim_rev = resp.revision;
-        let done = self.compact_claimed(log, claim_rev, before_swap).await;
+        if let Some(h) = &hook {
+            h(Step::Claimed).await;
+        }
+        let done = self.compact_claimed(log, claim_rev, hook.clone()).await;
+        if let (Ok(Ok(_)), Some(h)) = (&done, &hook) {
+            h(Step::Swapped).await;
+        }
         // Release only our own claim (an expired lease may have let another take it).
         let release = Txn::new()
             .when([Compare::create_revision(claim.clone(), CompareOp::Equal, claim_rev)])
@@ -140,7 +157,7 @@ impl Compactor {
         &self,
         log: LogId,
         claim_rev: i64,
-        before_swap: Option<BeforeSwap>,
+        hook: Option<StepHook>,
     ) -> Result<Result<Compaction, Skipped>, LogError> {
         let keys = &self.keys;
         let read = Txn::new().and_then([
@@ -271,8 +288,8 @@ impl Compactor {
         let path = locator.object(log);
         let size = object.len() as u64;
         objstore::put_create_only(self.objects.as_ref(), &path, object).await?;
-        if let Some(hook) = before_swap {
-            hook().await;
+        if let Some(h) = hook {
+            h(Step::Written).await;
         }
 
         // The floor: the log's WAL chunks left (other pages, the head's recent), next_seq, marks.

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use logstore::SystemClock;
-use logstore::cleaner::{Cleaner, Cutoff, read_cutoff};
+use logstore::cleaner::{CleanReport, Cleaner, Cutoff, read_cutoff};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 
 /// Which stores: a config file's, or a standalone data directory's (stop that standalone
 /// first: its embedded metadata store admits one process).
@@ -179,11 +182,73 @@ pub async fn compact_every(catalog: catalog::Catalog, id: String, m: config::Mai
     }
 }
 
-/// One cleaner cycle every interval, logging what it did and what holds the cutoff back.
-pub async fn clean_every((mut cleaner, interval): (Cleaner, Duration)) {
+/// The cleaner's metrics: the cutoff, which log or writer holds it back and by how many
+/// sequences, and what it deleted.
+#[derive(Clone, Debug, Default)]
+pub struct CleanerMetrics {
+    cutoff: Gauge,
+    held_back: Family<Vec<(String, String)>, Gauge>,
+    deleted_objects: Counter,
+    deleted_bytes: Counter,
+    deleted_segments: Counter,
+    failed_cycles: Counter,
+}
+
+impl CleanerMetrics {
+    /// Registers the metrics in a role's registry.
+    pub fn register(m: &telemetry::Metrics) -> Self {
+        let c = CleanerMetrics::default();
+        m.register(
+            "cleaner_cutoff",
+            "WAL sequence below which objects are reclaimable",
+            c.cutoff.clone(),
+        );
+        m.register(
+            "cleaner_held_back_sequences",
+            "By holder at the cutoff: how far the cutoff would rise without it",
+            c.held_back.clone(),
+        );
+        m.register("cleaner_deleted_objects", "WAL objects deleted", c.deleted_objects.clone());
+        m.register(
+            "cleaner_deleted_bytes",
+            "Bytes of WAL objects and segments deleted",
+            c.deleted_bytes.clone(),
+        );
+        m.register(
+            "cleaner_deleted_segments",
+            "Orphaned compacted segments deleted",
+            c.deleted_segments.clone(),
+        );
+        m.register("cleaner_failed_cycles", "Cleaner cycles that failed", c.failed_cycles.clone());
+        c
+    }
+
+    fn observe(&self, r: &Result<CleanReport, logstore::LogError>) {
+        let Ok(r) = r else {
+            self.failed_cycles.inc();
+            return;
+        };
+        self.cutoff.set(i64::try_from(r.cutoff.cutoff).unwrap_or(i64::MAX));
+        self.held_back.clear();
+        let (holders, rise) = r.cutoff.held_by();
+        for h in holders {
+            let by = rise.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
+            self.held_back.get_or_create(&vec![("holder".to_owned(), h.to_string())]).set(by);
+        }
+        self.deleted_objects.inc_by(r.deleted + r.segments_deleted);
+        self.deleted_bytes.inc_by(r.deleted_bytes + r.segments_deleted_bytes);
+        self.deleted_segments.inc_by(r.segments_deleted);
+    }
+}
+
+/// One cleaner cycle every interval, logging what it did and what holds the cutoff back, and
+/// updating `metrics`.
+pub async fn clean_every((mut cleaner, interval): (Cleaner, Duration), metrics: CleanerMetrics) {
     loop {
         tokio::time::sleep(interval).await;
-        match cleaner.cycle().await {
+        let r = cleaner.cycle().await;
+        metrics.observe(&r);
+        match r {
             Ok(r) => tracing::info!(
                 cutoff = r.cutoff.cutoff,
                 held_by = %held_line(&r.cutoff),
@@ -195,6 +260,46 @@ pub async fn clean_every((mut cleaner, interval): (Cleaner, Duration)) {
                 "cleaner cycle"
             ),
             Err(e) => tracing::warn!(error = %e, "cleaner cycle failed; retrying next interval"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use logstore::cleaner::Holder;
+
+    #[test]
+    fn a_cycle_sets_the_cutoff_its_holder_and_the_deleted_counts() {
+        let metrics = telemetry::Metrics::new("cleaner");
+        let c = CleanerMetrics::register(&metrics);
+        let cutoff = Cutoff {
+            revision: 9,
+            cutoff: 40,
+            inputs: vec![(Holder::Log(logstore::LogId(7)), 40), (Holder::NextSeq, 1000)],
+        };
+        let report = CleanReport {
+            cutoff,
+            deleted: 3,
+            deleted_bytes: 300,
+            young: 0,
+            above_cutoff: 5,
+            segments_deleted: 1,
+            segments_deleted_bytes: 50,
+            history_compacted_to: None,
+        };
+        c.observe(&Ok(report));
+        c.observe(&Err(logstore::LogError::Internal("etcd down".to_owned())));
+        let text = metrics.encode();
+        for line in [
+            "lakelog_cleaner_cleaner_cutoff 40",
+            "lakelog_cleaner_cleaner_held_back_sequences{holder=\"log 7 (wal_floor)\"} 960",
+            "lakelog_cleaner_cleaner_deleted_objects_total 4",
+            "lakelog_cleaner_cleaner_deleted_bytes_total 350",
+            "lakelog_cleaner_cleaner_deleted_segments_total 1",
+            "lakelog_cleaner_cleaner_failed_cycles_total 1",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
         }
     }
 }

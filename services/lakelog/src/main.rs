@@ -400,14 +400,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Cleaner { command: CleanerCommand::Run { config } } => {
             let node: config::NodeConfig = config::load_file(&config)?;
-            let _telemetry = telemetry::init(&node.telemetry, "cleaner")?;
+            let telemetry = telemetry::init(&node.telemetry, "cleaner")?;
             let meta = metadata::open(&node.metadata).await?;
             let reader =
                 logstore::LogReader::new(meta, objstore::build(&node.object_store)?, &node.cluster);
             let cleaner = clean::cleaner_for(&reader, &node.cluster, &node.maintenance);
             tracing::info!(every = ?node.maintenance.interval.0, "cleaner running");
             tokio::select! {
-                _ = clean::clean_every(cleaner) => {}
+                _ = clean::clean_every(cleaner, clean::CleanerMetrics::register(&telemetry.metrics)) => {}
                 _ = shutdown_signal() => {}
             }
             Ok(())
@@ -497,7 +497,8 @@ async fn standalone(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()>
         writer: config::WriterSection { listen, ..Default::default() },
         ..data_dir_node(&data_dir)
     };
-    let _telemetry = telemetry::init(&node.telemetry, "standalone")?;
+    let telemetry = telemetry::init(&node.telemetry, "standalone")?;
+    let cleaner_metrics = clean::CleanerMetrics::register(&telemetry.metrics);
     eprintln!("lakelog standalone: serving on http://{listen}, data in {}", data_dir.display());
     // One port serves every role: the writer's LogService and the catalog.
     writer::run_with(&node, shutdown_signal(), |storage, routes| {
@@ -505,7 +506,8 @@ async fn standalone(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()>
             catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
         let m = &node.maintenance;
         tokio::spawn(clean::compact_every(catalog.clone(), "standalone".to_owned(), m.clone()));
-        tokio::spawn(clean::clean_every(clean::cleaner_for(storage.reader(), &node.cluster, m)));
+        let cleaner = clean::cleaner_for(storage.reader(), &node.cluster, m);
+        tokio::spawn(clean::clean_every(cleaner, cleaner_metrics.clone()));
         routes.add_service(catalog_service::CatalogServiceImpl::new(catalog).server())
     })
     .await?;

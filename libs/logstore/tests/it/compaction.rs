@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, ensure};
 use bytes::Bytes;
 use logstore::cleaner::Cleaner;
-use logstore::compactor::{BeforeSwap, Compactor, CompactorConfig, Skipped};
+use logstore::compactor::{Compactor, CompactorConfig, Skipped, Step, StepHook};
 use logstore::{LogId, LogStorage, SystemClock};
 use objstore::object_store::ObjectStoreExt;
 
@@ -27,6 +27,7 @@ both_envs!(
     a_compactor_whose_claim_expired_cannot_swap_in_a_segment_the_cleaner_deleted,
     a_slow_reader_racing_compaction_and_the_cleaner_still_reads_every_offset,
     a_writer_that_lost_its_lease_mid_upload_leaves_no_dangling_reference,
+    a_compactor_killed_at_each_step_leaves_the_data_readable_and_no_orphan_after_two_cycles,
 );
 
 fn payload(i: u64) -> Bytes {
@@ -131,10 +132,12 @@ async fn one_claim_per_log_and_a_paused_compactor_loses_to_a_trim(env: Env) -> R
     let (c2, _) = compactor(&env, "c2").await?;
     let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
     let (resume_tx, resume_rx) = tokio::sync::oneshot::channel::<()>();
-    let hook: BeforeSwap = {
+    let hook: StepHook = {
         let slot = Arc::new(std::sync::Mutex::new(Some((paused_tx, resume_rx))));
-        Arc::new(move || {
-            let pair = slot.lock().ok().and_then(|mut s| s.take());
+        Arc::new(move |step| {
+            let pair = (step == Step::Written)
+                .then(|| slot.lock().ok().and_then(|mut s| s.take()))
+                .flatten();
             Box::pin(async move {
                 if let Some((paused, resume)) = pair {
                     let _ = paused.send(());
@@ -179,7 +182,13 @@ async fn a_compactor_killed_after_its_put_leaves_an_orphan_reclaimed_after_its_l
     let before = all(&w, log).await?;
     let (c, lease) = compactor(&env, "c1").await?;
     // Killed between its PUT and its swap: the hook never returns and the task is dropped.
-    let hook: BeforeSwap = Arc::new(|| Box::pin(futures::future::pending::<()>()));
+    let hook: StepHook = Arc::new(|step| {
+        Box::pin(async move {
+            if step == Step::Written {
+                futures::future::pending::<()>().await;
+            }
+        })
+    });
     let task = tokio::spawn(async move { c.compact_log_with(log, Some(hook)).await });
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while count(&env, "compacted").await? == 0 {
@@ -418,8 +427,9 @@ async fn a_compactor_whose_claim_expired_cannot_swap_in_a_segment_the_cleaner_de
     let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
     let (resume_tx, resume_rx) = tokio::sync::oneshot::channel::<()>();
     let slot = Arc::new(std::sync::Mutex::new(Some((paused_tx, resume_rx))));
-    let hook: BeforeSwap = Arc::new(move || {
-        let pair = slot.lock().ok().and_then(|mut s| s.take());
+    let hook: StepHook = Arc::new(move |step| {
+        let pair =
+            (step == Step::Written).then(|| slot.lock().ok().and_then(|mut s| s.take())).flatten();
         Box::pin(async move {
             if let Some((paused, resume)) = pair {
                 let _ = paused.send(());
@@ -511,6 +521,70 @@ async fn a_writer_that_lost_its_lease_mid_upload_leaves_no_dangling_reference(
     ensure!((0..3).all(|o| data.get(&o) == Some(&payload(o))), "acked records lost");
     if let Ok(h) = &outcome {
         ensure!(data.get(&h.offset) == Some(&payload(99)), "an acked append is unreadable");
+    }
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn a_compactor_killed_at_each_step_leaves_the_data_readable_and_no_orphan_after_two_cycles(
+    env: Env,
+) -> Result<()> {
+    use futures::TryStreamExt;
+    let w = env.writer("w").await?;
+    for step in [Step::Claimed, Step::Written, Step::Swapped] {
+        let log = w.create_log().await?;
+        fill(&w, log, 24).await?;
+        let before = all(&w, log).await?;
+        let (c, lease) = compactor(&env, &format!("{step:?}")).await?;
+        let (reached_tx, reached_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let hook: StepHook = Arc::new(move |at| {
+            let reached = reached_tx.clone();
+            Box::pin(async move {
+                if at == step {
+                    let _ = reached.send(());
+                    futures::future::pending::<()>().await; // killed here
+                }
+            })
+        });
+        let task = tokio::spawn(async move { c.compact_log_with(log, Some(hook)).await });
+        let mut reached_rx = reached_rx;
+        reached_rx.recv().await.context("the compactor never reached the step")?;
+        task.abort();
+        ensure!(all(&w, log).await? == before, "killed at {step:?}: data changed");
+        // Its claim ends with its lease; within two cleaner cycles no orphan segment is left.
+        env.meta.lease_revoke(lease).await?;
+        let mut cl = cleaner(&env);
+        cl.cycle().await?;
+        cl.cycle().await?;
+        let referenced: std::collections::HashSet<String> = w
+            .read_index_range(log, 0, usize::MAX)
+            .await?
+            .into_iter()
+            .map(|i| i.object.to_string())
+            .collect();
+        let dir = objstore::keys::compacted_dir(log.0);
+        let segments: Vec<_> = env.objects.list(Some(&dir)).try_collect().await?;
+        for m in &segments {
+            ensure!(
+                referenced.contains(m.location.as_ref()),
+                "killed at {step:?}: orphan {} left after two cycles",
+                m.location
+            );
+        }
+        ensure!(
+            (step == Step::Swapped) == !segments.is_empty(),
+            "killed at {step:?}: {} segments",
+            segments.len()
+        );
+        ensure!(all(&w, log).await? == before, "killed at {step:?}: data changed by cleaning");
+        // The log is free for the next compactor.
+        let (c2, _) = compactor(&env, "next").await?;
+        let again = c2.compact_log(log).await?;
+        ensure!(
+            again.is_ok() || step == Step::Swapped,
+            "killed at {step:?}: the next compactor got {again:?}"
+        );
+        ensure!(all(&w, log).await? == before);
     }
     w.shutdown().await;
     Ok(())
