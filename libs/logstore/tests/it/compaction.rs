@@ -572,7 +572,7 @@ async fn a_compactor_killed_at_each_step_leaves_the_data_readable_and_no_orphan_
             );
         }
         ensure!(
-            (step == Step::Swapped) == !segments.is_empty(),
+            (step == Step::Swapped) != segments.is_empty(),
             "killed at {step:?}: {} segments",
             segments.len()
         );
