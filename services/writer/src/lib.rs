@@ -75,6 +75,18 @@ pub async fn run_with(
     let objects = objstore::build(&node.object_store)?;
     let storage =
         LogStorage::open(meta, objects, storage_config(node), Arc::new(SystemClock)).await?;
+    let flushes = telemetry::Follow::register(
+        telemetry::Metrics::global(),
+        "writer_flushes",
+        "WAL objects flushed (PUTs started), one per flush",
+    );
+    let counted = storage.clone();
+    tokio::spawn(async move {
+        loop {
+            flushes.to(counted.flushes());
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    });
     tracing::info!(addr = %node.writer.listen, writer = %storage.config().writer_id, "writer serving");
     let with = storage.clone();
     serve_with(storage, listener, shutdown, move |routes| extra(&with, routes)).await
@@ -107,6 +119,7 @@ pub async fn serve_with(
     // capping streams per connection keeps that bounded (HTTP/2 makes the client wait).
     let routes = extra(tonic::service::Routes::new(health_service).add_service(svc));
     let served = tonic::transport::Server::builder()
+        .layer(telemetry::GrpcMetricsLayer::global())
         .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
         .add_routes(routes)
         .serve_with_incoming_shutdown(

@@ -607,3 +607,104 @@ async fn compactor_and_cleaner_processes_compact_reclaim_and_keep_every_record()
     ensure!(got == written, "records changed through compaction and cleaning");
     Ok(())
 }
+
+/// `GET /metrics` from 127.0.0.1:`port`: (status line, body).
+fn scrape(port: u16, path: &str) -> Result<(String, String)> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    c.set_read_timeout(Some(Duration::from_secs(5)))?;
+    c.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())?;
+    let mut out = String::new();
+    c.read_to_string(&mut out)?;
+    let (head, body) = out.split_once("\r\n\r\n").context("no head")?;
+    Ok((head.lines().next().unwrap_or_default().to_owned(), body.to_owned()))
+}
+
+/// `promtool check metrics` on an exposition.
+fn promtool(exposition: &str) -> Result<()> {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("promtool (Debian prometheus; `make deps` installs it)")?;
+    child.stdin.take().context("stdin")?.write_all(exposition.as_bytes())?;
+    let out = child.wait_with_output()?;
+    ensure!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_role_serves_metrics_that_promtool_accepts() -> Result<()> {
+    let cluster = Cluster::start()?;
+    let (wport, rport) = (testkit::free_port()?, testkit::free_port()?);
+    let m: Vec<u16> = (0..4).map(|_| testkit::free_port()).collect::<Result<_, _>>()?;
+    let _w = cluster.spawn(
+        "writer",
+        "w1",
+        &format!("  metrics_listen: 127.0.0.1:{}\nwriter:\n  listen: 127.0.0.1:{wport}\n  id: w1\n  flush_interval: 10ms\n", m[0]),
+        wport,
+    )?;
+    let _r = cluster.spawn(
+        "reader",
+        "r1",
+        &format!(
+            "  metrics_listen: 127.0.0.1:{}\nreader:\n  listen: 127.0.0.1:{rport}\n  id: r1\n",
+            m[1]
+        ),
+        rport,
+    )?;
+    let section = |p: u16| {
+        format!("  metrics_listen: 127.0.0.1:{p}\nmaintenance:\n  interval: 1s\n  grace: 1s\n")
+    };
+    let _c = cluster.background(&["compactor"], "compactor", &section(m[2]))?;
+    let _k = cluster.background(&["cleaner", "run"], "cleaner", &section(m[3]))?;
+    let writer = client::LogClient::connect(&format!("http://127.0.0.1:{wport}")).await?;
+    let log = writer.create_log().await?;
+    for i in 0..20u64 {
+        writer
+            .append(log, 1, client::batch::encode(&[Record::value(format!("m{i}"))])?, None)
+            .await?;
+    }
+    let reader = client::LogClient::connect(&format!("http://127.0.0.1:{rport}")).await?;
+    reader.read_entries(log, 0, 100, 0).await?;
+    let _ = reader.append(log, 1, Bytes::from_static(b"refused"), None).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await; // counters follow within 1 s; a cleaner cycle
+    for (port, role, expect) in [
+        (
+            m[0],
+            "writer",
+            vec![
+                "lakelog_grpc_requests_total{",
+                "Append",
+                "lakelog_writer_flushes_total ",
+                "lakelog_grpc_request_seconds_bucket",
+            ],
+        ),
+        (m[1], "reader", vec!["ReadEntries", "code=\"12\"", "lakelog_reader_cache_misses_total "]),
+        (
+            m[3],
+            "cleaner",
+            vec!["lakelog_cleaner_cutoff ", "lakelog_cleaner_deleted_objects_total "],
+        ),
+    ] {
+        let (status, body) = scrape(port, "/metrics")?;
+        ensure!(status.contains("200"), "{role}: {status}");
+        for e in expect {
+            ensure!(body.contains(e), "{role}: `{e}` not in\n{body}");
+        }
+        promtool(&body).with_context(|| format!("{role}'s /metrics"))?;
+    }
+    let (status, _) = scrape(m[2], "/metrics")?;
+    ensure!(status.contains("200"), "compactor: {status}");
+    let (status, _) = scrape(m[0], "/nothing")?;
+    ensure!(status.contains("404"), "{status}");
+    Ok(())
+}
