@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/venv/bin:$(PATH)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: help deps build test lint run bench
+.PHONY: help deps build test lint run bench cluster cluster-stop
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
@@ -30,6 +30,13 @@ run: ## Build and start `lakelog standalone` on 127.0.0.1:7540 (data in ./lakelo
 	@./scripts/install-deps.sh build
 	cargo build --bin lakelog
 	./target/debug/lakelog standalone --data-dir ./lakelog-data --listen 127.0.0.1:7540
+
+cluster: deps ## Start etcd, SeaweedFS and every role as local processes (2 writers, 2 readers); print the endpoints
+	cargo build --bin lakelog
+	./scripts/cluster.sh
+
+cluster-stop: ## Stop what `make cluster` started
+	./scripts/cluster.sh stop
 
 bench: ## A short benchmark (about 1.5 minutes once built): append and read, local directory, release build
 	@./scripts/install-deps.sh build

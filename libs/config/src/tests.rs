@@ -158,6 +158,24 @@ fn deploy_example_config_parses() -> Result<(), ConfigError> {
 }
 
 #[test]
+fn every_role_example_config_parses_and_validates() -> Result<(), ConfigError> {
+    let roles: [(&str, &str); 5] = [
+        ("catalog.yaml", include_str!("../../../deploy/config/catalog.yaml")),
+        ("writer.yaml", include_str!("../../../deploy/config/writer.yaml")),
+        ("reader.yaml", include_str!("../../../deploy/config/reader.yaml")),
+        ("compactor.yaml", include_str!("../../../deploy/config/compactor.yaml")),
+        ("cleaner.yaml", include_str!("../../../deploy/config/cleaner.yaml")),
+    ];
+    let mut ports = std::collections::HashSet::new();
+    for (name, text) in roles {
+        let c: NodeConfig = from_yaml(name, text, |_| None)?;
+        let port = c.telemetry.metrics_listen.map(|a| a.port());
+        assert!(port.is_some_and(|p| ports.insert(p)), "{name}: metrics port {port:?} missing or shared");
+    }
+    Ok(())
+}
+
+#[test]
 fn a_bad_maintenance_section_is_named() {
     let yaml = GOOD.to_owned() + "maintenance:\n  min_chunks: 0\n";
     let err = err_of(from_yaml::<NodeConfig, _>("c.yaml", &yaml, |_| None));
