@@ -170,7 +170,10 @@ fn every_role_example_config_parses_and_validates() -> Result<(), ConfigError> {
     for (name, text) in roles {
         let c: NodeConfig = from_yaml(name, text, |_| None)?;
         let port = c.telemetry.metrics_listen.map(|a| a.port());
-        assert!(port.is_some_and(|p| ports.insert(p)), "{name}: metrics port {port:?} missing or shared");
+        assert!(
+            port.is_some_and(|p| ports.insert(p)),
+            "{name}: metrics port {port:?} missing or shared"
+        );
     }
     Ok(())
 }
