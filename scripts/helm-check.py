@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""`make helm-check`: the Helm chart, checked offline (no Kubernetes cluster runs here).
+
+For the default values and each helm/lakelog/ci/*.yaml: validate the values against
+values.schema.json, lint the chart (strict), render it, validate every manifest against the
+Kubernetes schemas (kubernetes-validate, strict; the ServiceMonitor CRD is checked by shape),
+and parse every role's rendered config with `lakelog check-config` (the roles' own parser).
+Then: raising one role's replica count changes that role's Deployment and nothing else.
+Needs the PyPI packages helm-python-sdk and kubernetes-validate (`install-deps.sh helm`).
+"""
+import copy
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+
+import helm_python as helm
+import kubernetes_validate
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHART = os.path.join(ROOT, "helm", "lakelog")
+BIN = os.path.join(ROOT, "target", "debug", "lakelog")
+KUBE = "1.33.0"
+ROLES = ["catalog", "writer", "reader", "compactor", "cleaner"]
+
+
+def fail(msg):
+    print(f"helm-check: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def render(values):
+    chart = helm.Chart.load(CHART)
+    try:
+        chart.validate_schema(chart.merge_values(values) if hasattr(chart, "merge_values") else values)
+    except helm.HelmError as e:
+        fail(f"values rejected by values.schema.json: {e}")
+    out = chart.render(values, name="ll", namespace="lakelog", is_install=True)
+    docs = []
+    for path, text in sorted(out.items()):
+        for d in yaml.safe_load_all(text):
+            if d:
+                docs.append((path, d))
+    return docs
+
+
+def check(name, values):
+    report = helm.lint(CHART, values, strict=True, kube_version=f"v{KUBE}")
+    problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+    if problems:
+        fail(f"{name}: lint: {problems}")
+    docs = render(values)
+    kinds = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        configs = []
+        for path, d in docs:
+            kind = d.get("kind")
+            kinds[kind] = kinds.get(kind, 0) + 1
+            if kind == "ServiceMonitor":
+                ok = d.get("apiVersion") == "monitoring.coreos.com/v1" and d["spec"]["endpoints"]
+                if not ok:
+                    fail(f"{name}: malformed ServiceMonitor {d['metadata']['name']}")
+                continue
+            try:
+                kubernetes_validate.validate(d, KUBE, strict=True)
+            except Exception as e:  # ValidationError, SchemaNotFoundError, ...
+                fail(f"{name}: {path}: {kind} {d['metadata'].get('name')}: {e}")
+            if kind == "ConfigMap":
+                f = os.path.join(tmp, d["metadata"]["name"] + ".yaml")
+                with open(f, "w") as fh:
+                    fh.write(d["data"]["config.yaml"])
+                configs.append(f)
+        if len(configs) != len(ROLES):
+            fail(f"{name}: {len(configs)} role configs rendered, want {len(ROLES)}")
+        r = subprocess.run([BIN, "check-config", *configs], capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"{name}: a rendered role config is invalid: {r.stderr.strip()}")
+    print(f"helm-check: {name}: lint ok, {len(docs)} manifests valid for Kubernetes {KUBE} "
+          f"({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}), 5 role configs parse")
+    return docs
+
+
+def workloads(docs):
+    return {(d["kind"], d["metadata"]["name"]): d for _, d in docs}
+
+
+def main():
+    if not os.path.exists(BIN):
+        fail(f"{BIN} missing: run `cargo build --bin lakelog` first")
+    defaults = {}
+    base = check("default values", defaults)
+    for f in sorted(glob.glob(os.path.join(CHART, "ci", "*.yaml"))):
+        with open(f) as fh:
+            check(os.path.relpath(f, ROOT), yaml.safe_load(fh) or {})
+    # One role's replica count changes only that role's Deployment.
+    before = workloads(base)
+    for role in ROLES:
+        values = {"roles": {role: {"replicas": 7}}}
+        after = workloads(render(values))
+        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        if changed != [("Deployment", f"ll-{role}")]:
+            fail(f"roles.{role}.replicas=7 changed {changed}")
+    print("helm-check: changing one role's replicas changes only that role's Deployment")
+
+
+if __name__ == "__main__":
+    main()
