@@ -49,11 +49,17 @@ pub async fn run(
     };
     let registration =
         logstore::membership::register(meta.clone(), &node.cluster, record, c.lease_ttl.0).await?;
-    let catalog = Catalog::new(meta, reader, &node.cluster);
     let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<pb::catalog_service_server::CatalogServiceServer<CatalogServiceImpl>>()
-        .await;
+    type Named = pb::catalog_service_server::CatalogServiceServer<CatalogServiceImpl>;
+    let name = <Named as tonic::server::NamedService>::NAME;
+    let follow = logservice::health::follow_stores(
+        health,
+        vec![name.to_owned()],
+        meta.clone(),
+        reader.objects().clone(),
+    )
+    .await;
+    let catalog = Catalog::new(meta, reader, &node.cluster);
     tracing::info!(addr = %c.listen, catalog = %id, "catalog serving");
     let served = tonic::transport::Server::builder()
         .layer(telemetry::GrpcMetricsLayer::global())
@@ -64,6 +70,7 @@ pub async fn run(
             shutdown,
         )
         .await;
+    follow.abort();
     registration.close().await;
     Ok(served?)
 }

@@ -86,8 +86,15 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ReaderError> {
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<LogServiceServer<LogServiceImpl>>().await;
-    tonic::transport::Server::builder()
+    let name = <LogServiceServer<LogServiceImpl> as tonic::server::NamedService>::NAME;
+    let follow = logservice::health::follow_stores(
+        health,
+        vec![name.to_owned()],
+        reader.meta().clone(),
+        reader.objects().clone(),
+    )
+    .await;
+    let served = tonic::transport::Server::builder()
         .layer(telemetry::GrpcMetricsLayer::global())
         .add_service(health_service)
         .add_service(
@@ -98,6 +105,7 @@ pub async fn serve(
             tonic::transport::server::TcpIncoming::from(listener),
             shutdown,
         )
-        .await?;
-    Ok(())
+        .await;
+    follow.abort();
+    Ok(served?)
 }

@@ -110,7 +110,14 @@ pub async fn serve_with(
     extra: impl FnOnce(tonic::service::Routes) -> tonic::service::Routes,
 ) -> Result<(), WriterError> {
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<LogServiceServer<service::LogServiceImpl>>().await;
+    let name = <LogServiceServer<service::LogServiceImpl> as tonic::server::NamedService>::NAME;
+    let follow = logservice::health::follow_stores(
+        health.clone(),
+        vec![name.to_owned()],
+        storage.metadata(),
+        storage.reader().objects().clone(),
+    )
+    .await;
     let svc = LogServiceServer::new(service::LogServiceImpl::new(storage.clone()))
         // Room for an entry somewhat over the limit, so storage answers it with a clear
         // INVALID_ARGUMENT rather than the transport with a bare size error.
@@ -127,6 +134,9 @@ pub async fn serve_with(
             shutdown,
         )
         .await;
+    // Draining: stop following the stores and answer NOT_SERVING while storage flushes.
+    follow.abort();
+    health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
     health.set_not_serving::<LogServiceServer<service::LogServiceImpl>>().await;
     storage.shutdown().await;
     Ok(served?)

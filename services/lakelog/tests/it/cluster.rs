@@ -708,3 +708,47 @@ async fn every_role_serves_metrics_that_promtool_accepts() -> Result<()> {
     ensure!(status.contains("404"), "{status}");
     Ok(())
 }
+
+/// The gRPC health status of `service` ("" for the server) at 127.0.0.1:`port`.
+async fn health_of(port: u16, service: &str) -> Result<i32> {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let channel = tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{port}"))?
+        .connect()
+        .await?;
+    let resp = HealthClient::new(channel)
+        .check(HealthCheckRequest { service: service.to_owned() })
+        .await?;
+    Ok(resp.into_inner().status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn health_is_not_serving_while_object_storage_does_not_answer() -> Result<()> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let cluster = Cluster::start()?;
+    let (good, bad, dead) = (testkit::free_port()?, testkit::free_port()?, testkit::free_port()?);
+    let _ok =
+        cluster.spawn("reader", "r-ok", &format!("reader:\n  listen: 127.0.0.1:{good}\n"), good)?;
+    // The second reader's object store is a port nothing listens on.
+    let file = cluster.dir.path().join("r-bad.yaml");
+    let text = cluster.config(&format!("reader:\n  listen: 127.0.0.1:{bad}\n"));
+    let endpoint = format!("endpoint: {}", cluster.s3.endpoint);
+    std::fs::write(&file, text.replace(&endpoint, &format!("endpoint: http://127.0.0.1:{dead}")))?;
+    let mut cmd = Command::new(BIN);
+    cmd.args(["reader", "--config"]).arg(&file);
+    let _bad = testkit::Service::start("lakelog", cmd, cluster.dir.path().join("r-bad.log"), bad)?;
+    let service = "lakelog.log.v1.LogService";
+    let start = Instant::now();
+    while health_of(good, "").await? != ServingStatus::Serving as i32 {
+        ensure!(start.elapsed() < Duration::from_secs(10), "the healthy reader never served");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    ensure!(health_of(good, service).await? == ServingStatus::Serving as i32);
+    tokio::time::sleep(Duration::from_secs(3)).await; // past a probe or two
+    for s in ["", service] {
+        ensure!(
+            health_of(bad, s).await? == ServingStatus::NotServing as i32,
+            "a reader without object storage answers SERVING for `{s}`"
+        );
+    }
+    Ok(())
+}
