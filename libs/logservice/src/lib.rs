@@ -5,6 +5,7 @@
 //! [`health`] keeps gRPC health NOT_SERVING while a store does not answer.
 
 pub mod health;
+pub mod metered;
 pub mod service;
 pub mod status;
 

@@ -37,7 +37,7 @@ pub async fn run(
         .await
         .map_err(|source| ReaderError::Listen { addr: r.listen, source })?;
     let meta = metadata::open(&node.metadata).await?;
-    let objects = objstore::build(&node.object_store)?;
+    let objects = logservice::metered::metered(objstore::build(&node.object_store)?);
     let cache = usize::try_from(r.cache_size.0).unwrap_or(usize::MAX);
     let reader = logstore::LogReader::new(meta.clone(), objects, &node.cluster)
         .with_caches(cache, r.index_cache_pages);

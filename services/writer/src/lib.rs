@@ -72,7 +72,7 @@ pub async fn run_with(
         .await
         .map_err(|source| WriterError::Listen { addr: node.writer.listen, source })?;
     let meta = metadata::open(&node.metadata).await?;
-    let objects = objstore::build(&node.object_store)?;
+    let objects = logservice::metered::metered(objstore::build(&node.object_store)?);
     let storage =
         LogStorage::open(meta, objects, storage_config(node), Arc::new(SystemClock)).await?;
     let flushes = telemetry::Follow::register(

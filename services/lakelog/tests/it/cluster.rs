@@ -686,9 +686,20 @@ async fn every_role_serves_metrics_that_promtool_accepts() -> Result<()> {
                 "Append",
                 "lakelog_writer_flushes_total ",
                 "lakelog_grpc_request_seconds_bucket",
+                "lakelog_object_store_puts_total ",
+                "lakelog_object_store_put_bytes_total ",
             ],
         ),
-        (m[1], "reader", vec!["ReadEntries", "code=\"12\"", "lakelog_reader_cache_misses_total "]),
+        (
+            m[1],
+            "reader",
+            vec![
+                "ReadEntries",
+                "code=\"12\"",
+                "lakelog_reader_cache_misses_total ",
+                "lakelog_object_store_gets_total ",
+            ],
+        ),
         (
             m[3],
             "cleaner",
@@ -702,6 +713,16 @@ async fn every_role_serves_metrics_that_promtool_accepts() -> Result<()> {
         }
         promtool(&body).with_context(|| format!("{role}'s /metrics"))?;
     }
+    // The object-store counters count: the writer PUT its flushes, the reader GET them.
+    let value = |body: &str, name: &str| -> f64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(0.0)
+    };
+    let (_, writer_body) = scrape(m[0], "/metrics")?;
+    let (_, reader_body) = scrape(m[1], "/metrics")?;
+    ensure!(value(&writer_body, "lakelog_object_store_puts_total ") >= 20.0, "{writer_body}");
+    ensure!(value(&reader_body, "lakelog_object_store_gets_total ") >= 1.0, "{reader_body}");
     let (status, _) = scrape(m[2], "/metrics")?;
     ensure!(status.contains("200"), "compactor: {status}");
     let (status, _) = scrape(m[0], "/nothing")?;
