@@ -175,12 +175,7 @@ impl Cleaner {
         let cutoff = read_cutoff(self.meta.as_ref(), &self.keys).await?;
         let now_ms = self.clock.now_ms();
         let grace_ms = i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX);
-        let listed: Vec<_> = self
-            .objects
-            .list(Some(&objstore::Path::from("wal")))
-            .try_collect()
-            .await
-            .map_err(LogError::from)?;
+        let listed = self.list(objstore::keys::WAL_DIR).await?;
         let mut report = CleanReport {
             cutoff,
             deleted: 0,
@@ -198,13 +193,9 @@ impl Cleaner {
             } else if now_ms.saturating_sub(m.last_modified.timestamp_millis()) < grace_ms {
                 report.young += 1;
             } else {
-                match self.objects.delete(&m.location).await {
-                    Ok(()) | Err(objstore::object_store::Error::NotFound { .. }) => {
-                        report.deleted += 1;
-                        report.deleted_bytes += m.size;
-                    }
-                    Err(e) => return Err(e.into()),
-                }
+                self.delete(&m.location).await?;
+                report.deleted += 1;
+                report.deleted_bytes += m.size;
             }
         }
         self.clean_segments(&mut report, now_ms, grace_ms).await?;
@@ -222,12 +213,7 @@ impl Cleaner {
         now_ms: i64,
         grace_ms: i64,
     ) -> Result<(), LogError> {
-        let listed: Vec<_> = self
-            .objects
-            .list(Some(&objstore::Path::from(objstore::keys::COMPACTED_DIR)))
-            .try_collect()
-            .await
-            .map_err(LogError::from)?;
+        let listed = self.list(objstore::keys::COMPACTED_DIR).await?;
         for m in listed {
             let Some(k) = objstore::keys::parse_compacted_object(&m.location) else { continue };
             if now_ms.saturating_sub(m.last_modified.timestamp_millis()) < grace_ms {
@@ -265,15 +251,25 @@ impl Cleaner {
             if referenced || claimed {
                 continue;
             }
-            match self.objects.delete(&m.location).await {
-                Ok(()) | Err(objstore::object_store::Error::NotFound { .. }) => {
-                    report.segments_deleted += 1;
-                    report.segments_deleted_bytes += m.size;
-                }
-                Err(e) => return Err(e.into()),
-            }
+            self.delete(&m.location).await?;
+            report.segments_deleted += 1;
+            report.segments_deleted_bytes += m.size;
         }
         Ok(())
+    }
+
+    /// Every object under `dir`.
+    async fn list(&self, dir: &str) -> Result<Vec<objstore::object_store::ObjectMeta>, LogError> {
+        let listed = self.objects.list(Some(&objstore::Path::from(dir)));
+        Ok(listed.try_collect().await?)
+    }
+
+    /// Deletes an object; one already gone (another cleaner's cycle) counts as deleted.
+    async fn delete(&self, path: &objstore::Path) -> Result<(), LogError> {
+        match self.objects.delete(path).await {
+            Ok(()) | Err(objstore::object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     async fn compact_history(&mut self, revision: i64) -> Result<Option<i64>, LogError> {

@@ -110,7 +110,8 @@ pub fn init(config: &config::TelemetryConfig, role: &str) -> Result<Telemetry, T
 }
 
 /// A counter that follows a monotone count kept elsewhere (a storage layer's own atomics):
-/// [`Follow::to`] adds what the count grew by since the last call.
+/// [`Follow::to`] adds what the count grew by since the last call; [`follow_counts`] calls it
+/// every second.
 #[derive(Debug, Default)]
 pub struct Follow {
     counter: prometheus_client::metrics::counter::Counter,
@@ -130,6 +131,26 @@ impl Follow {
         let before = self.last.swap(now, std::sync::atomic::Ordering::Relaxed);
         self.counter.inc_by(now.saturating_sub(before));
     }
+}
+
+/// Where a followed count is read from.
+pub type CountSource = Box<dyn Fn() -> u64 + Send + Sync>;
+
+/// Registers a counter per `(name, help, source)` in the process's registry and raises each to
+/// its source's count every second, until the returned task is aborted.
+pub fn follow_counts(sources: Vec<(&str, &str, CountSource)>) -> tokio::task::JoinHandle<()> {
+    let follows: Vec<(Arc<Follow>, CountSource)> = sources
+        .into_iter()
+        .map(|(name, help, source)| (Follow::register(Metrics::global(), name, help), source))
+        .collect();
+    tokio::spawn(async move {
+        loop {
+            for (f, source) in &follows {
+                f.to(source());
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    })
 }
 
 /// A Prometheus registry shared by the parts of one role. Cheap to clone.

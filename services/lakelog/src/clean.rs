@@ -43,10 +43,20 @@ impl StoreArgs {
 
     async fn cleaner(&self) -> anyhow::Result<Cleaner> {
         let node = self.node()?;
-        let meta = metadata::open(&node.metadata).await?;
-        let objects = objstore::build(&node.object_store)?;
-        Ok(Cleaner::new(meta, objects, &node.cluster, Arc::new(SystemClock)))
+        Ok(cleaner_over(&open_reader(&node).await?, &node.cluster))
     }
+}
+
+/// A reader over a node config's metadata store and object store.
+pub async fn open_reader(node: &config::NodeConfig) -> anyhow::Result<logstore::LogReader> {
+    let meta = metadata::open(&node.metadata).await?;
+    let objects = objstore::build(&node.object_store)?;
+    Ok(logstore::LogReader::new(meta, objects, &node.cluster))
+}
+
+/// A cleaner over `reader`'s stores, with the cleaner's default grace period and history.
+fn cleaner_over(reader: &logstore::LogReader, cluster: &str) -> Cleaner {
+    Cleaner::new(reader.meta().clone(), reader.objects().clone(), cluster, Arc::new(SystemClock))
 }
 
 /// Runs one compaction cycle (streams' retention first, then every live log, or just `log`)
@@ -57,11 +67,9 @@ pub async fn compact(
     min_chunks: usize,
 ) -> anyhow::Result<()> {
     let node = stores.node()?;
-    let meta = metadata::open(&node.metadata).await?;
-    let objects = objstore::build(&node.object_store)?;
-    let reader = logstore::LogReader::new(meta.clone(), objects, &node.cluster);
+    let reader = open_reader(&node).await?;
     if log.is_none() {
-        let catalog = catalog::Catalog::new(meta, reader.clone(), &node.cluster);
+        let catalog = catalog::Catalog::new(reader.meta().clone(), reader.clone(), &node.cluster);
         let now_ms = logstore::Clock::now_ms(&SystemClock);
         for t in catalog::retention::apply_all(&catalog, now_ms).await? {
             println!(
@@ -144,12 +152,7 @@ pub fn cleaner_for(
     cluster: &str,
     m: &config::MaintenanceSection,
 ) -> (Cleaner, Duration) {
-    let mut c = Cleaner::new(
-        reader.meta().clone(),
-        reader.objects().clone(),
-        cluster,
-        Arc::new(SystemClock),
-    );
+    let mut c = cleaner_over(reader, cluster);
     c.grace = m.grace.0;
     c.history = Some(m.metadata_history.0);
     (c, m.interval.0)

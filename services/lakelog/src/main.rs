@@ -411,13 +411,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let node: config::NodeConfig = config::load_file(&config)?;
             let _telemetry = telemetry::init(&node.telemetry, "compactor")?;
             serve_metrics(&node).await?;
-            let meta = metadata::open(&node.metadata).await?;
-            let reader = logstore::LogReader::new(
-                meta.clone(),
-                objstore::build(&node.object_store)?,
-                &node.cluster,
-            );
-            let catalog = catalog::Catalog::new(meta, reader, &node.cluster);
+            let reader = clean::open_reader(&node).await?;
+            let catalog = catalog::Catalog::new(reader.meta().clone(), reader, &node.cluster);
             let id = logstore::membership::random_id("compactor");
             tracing::info!(%id, every = ?node.maintenance.interval.0, "compactor running");
             tokio::select! {
@@ -430,9 +425,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let node: config::NodeConfig = config::load_file(&config)?;
             let telemetry = telemetry::init(&node.telemetry, "cleaner")?;
             serve_metrics(&node).await?;
-            let meta = metadata::open(&node.metadata).await?;
-            let reader =
-                logstore::LogReader::new(meta, objstore::build(&node.object_store)?, &node.cluster);
+            let reader = clean::open_reader(&node).await?;
             let cleaner = clean::cleaner_for(&reader, &node.cluster, &node.maintenance);
             tracing::info!(every = ?node.maintenance.interval.0, "cleaner running");
             tokio::select! {

@@ -50,27 +50,15 @@ pub async fn run(
     };
     let registration =
         logstore::membership::register(meta, &node.cluster, record, r.lease_ttl.0).await?;
-    let (hits, misses) = (
-        telemetry::Follow::register(
-            telemetry::Metrics::global(),
-            "reader_cache_hits",
-            "Byte-range cache hits",
-        ),
-        telemetry::Follow::register(
-            telemetry::Metrics::global(),
+    let (for_hits, for_misses) = (reader.clone(), reader.clone());
+    let follow = telemetry::follow_counts(vec![
+        ("reader_cache_hits", "Byte-range cache hits", Box::new(move || for_hits.cache_counts().0)),
+        (
             "reader_cache_misses",
             "Byte-range cache misses (GETs, or joins of one in flight)",
+            Box::new(move || for_misses.cache_counts().1),
         ),
-    );
-    let counted = reader.clone();
-    let follow = tokio::spawn(async move {
-        loop {
-            let (h, m) = counted.cache_counts();
-            hits.to(h);
-            misses.to(m);
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        }
-    });
+    ]);
     tracing::info!(addr = %r.listen, reader = %id, "reader serving");
     let served = serve(reader, listener, shutdown).await;
     follow.abort();

@@ -75,18 +75,12 @@ pub async fn run_with(
     let objects = logservice::metered::metered(objstore::build(&node.object_store)?);
     let storage =
         LogStorage::open(meta, objects, storage_config(node), Arc::new(SystemClock)).await?;
-    let flushes = telemetry::Follow::register(
-        telemetry::Metrics::global(),
+    let counted = storage.clone();
+    telemetry::follow_counts(vec![(
         "writer_flushes",
         "WAL objects flushed (PUTs started), one per flush",
-    );
-    let counted = storage.clone();
-    tokio::spawn(async move {
-        loop {
-            flushes.to(counted.flushes());
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        }
-    });
+        Box::new(move || counted.flushes()),
+    )]);
     tracing::info!(addr = %node.writer.listen, writer = %storage.config().writer_id, "writer serving");
     let with = storage.clone();
     serve_with(storage, listener, shutdown, move |routes| extra(&with, routes)).await

@@ -62,6 +62,26 @@ async fn compactor(env: &Env, id: &str) -> Result<(Compactor, i64)> {
     Ok((Compactor::new(reader, id, lease, cfg), lease))
 }
 
+/// A hook pausing the compaction once, after its segment's PUT: the receiver hears when it is
+/// paused there, the sender resumes it.
+fn pause_when_written()
+-> (StepHook, tokio::sync::oneshot::Receiver<()>, tokio::sync::oneshot::Sender<()>) {
+    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
+    let (resume_tx, resume_rx) = tokio::sync::oneshot::channel::<()>();
+    let slot = Arc::new(std::sync::Mutex::new(Some((paused_tx, resume_rx))));
+    let hook: StepHook = Arc::new(move |step| {
+        let pair =
+            (step == Step::Written).then(|| slot.lock().ok().and_then(|mut s| s.take())).flatten();
+        Box::pin(async move {
+            if let Some((paused, resume)) = pair {
+                let _ = paused.send(());
+                let _ = resume.await;
+            }
+        })
+    });
+    (hook, paused_rx, resume_tx)
+}
+
 fn cleaner(env: &Env) -> Cleaner {
     let mut c =
         Cleaner::new(env.meta.clone(), env.objects.clone(), &env.cluster, Arc::new(SystemClock));
@@ -130,22 +150,7 @@ async fn one_claim_per_log_and_a_paused_compactor_loses_to_a_trim(env: Env) -> R
     fill(&w, log, 40).await?;
     let (c1, _) = compactor(&env, "c1").await?;
     let (c2, _) = compactor(&env, "c2").await?;
-    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
-    let (resume_tx, resume_rx) = tokio::sync::oneshot::channel::<()>();
-    let hook: StepHook = {
-        let slot = Arc::new(std::sync::Mutex::new(Some((paused_tx, resume_rx))));
-        Arc::new(move |step| {
-            let pair = (step == Step::Written)
-                .then(|| slot.lock().ok().and_then(|mut s| s.take()))
-                .flatten();
-            Box::pin(async move {
-                if let Some((paused, resume)) = pair {
-                    let _ = paused.send(());
-                    let _ = resume.await;
-                }
-            })
-        })
-    };
+    let (hook, paused_rx, resume_tx) = pause_when_written();
     let first = tokio::spawn(async move { c1.compact_log_with(log, Some(hook)).await });
     paused_rx.await.context("the compactor never reached its swap")?;
     // Its segment is written and its claim held: a second compactor is refused the log.
@@ -424,19 +429,7 @@ async fn a_compactor_whose_claim_expired_cannot_swap_in_a_segment_the_cleaner_de
     fill(&w, log, 24).await?;
     let before = all(&w, log).await?;
     let (c, lease) = compactor(&env, "c1").await?;
-    let (paused_tx, paused_rx) = tokio::sync::oneshot::channel::<()>();
-    let (resume_tx, resume_rx) = tokio::sync::oneshot::channel::<()>();
-    let slot = Arc::new(std::sync::Mutex::new(Some((paused_tx, resume_rx))));
-    let hook: StepHook = Arc::new(move |step| {
-        let pair =
-            (step == Step::Written).then(|| slot.lock().ok().and_then(|mut s| s.take())).flatten();
-        Box::pin(async move {
-            if let Some((paused, resume)) = pair {
-                let _ = paused.send(());
-                let _ = resume.await;
-            }
-        })
-    });
+    let (hook, paused_rx, resume_tx) = pause_when_written();
     let task = tokio::spawn(async move { c.compact_log_with(log, Some(hook)).await });
     paused_rx.await.context("the compactor never reached its swap")?;
     // Paused past its lease: the claim is gone, so its segment is an orphan the cleaner takes.

@@ -62,9 +62,15 @@ impl Cluster {
         )
     }
 
-    fn spawn(&self, role: &str, id: &str, section: &str, port: u16) -> Result<testkit::Service> {
+    /// Writes `<id>.yaml`: the cluster's stores plus `section`.
+    fn write_config(&self, id: &str, section: &str) -> Result<std::path::PathBuf> {
         let file = self.dir.path().join(format!("{id}.yaml"));
         std::fs::write(&file, self.config(section))?;
+        Ok(file)
+    }
+
+    fn spawn(&self, role: &str, id: &str, section: &str, port: u16) -> Result<testkit::Service> {
+        let file = self.write_config(id, section)?;
         let mut cmd = Command::new(BIN);
         cmd.args([role, "--config"]).arg(&file);
         let log = self.dir.path().join(format!("{id}.log"));
@@ -394,8 +400,7 @@ impl Cluster {
     /// Starts a role that serves no port (`compactor`, `cleaner run`); ready once its log
     /// says `running`.
     fn background(&self, args: &[&str], id: &str, section: &str) -> Result<testkit::Service> {
-        let file = self.dir.path().join(format!("{id}.yaml"));
-        std::fs::write(&file, self.config(section))?;
+        let file = self.write_config(id, section)?;
         let mut cmd = Command::new(BIN);
         cmd.args(args).arg("--config").arg(&file);
         let log = self.dir.path().join(format!("{id}.log"));
