@@ -211,6 +211,26 @@ impl Service {
         Ok(())
     }
 
+    /// SIGTERM, then waits up to `timeout` for the process to exit (a graceful stop: a
+    /// writer drains). Its exit status; an error if it outlived `timeout` (it is then killed).
+    pub fn terminate(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<std::process::ExitStatus, TestkitError> {
+        sys::signal(&self.proc.child, sys::Signal::Term)?;
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.proc.child.try_wait()? {
+                return Ok(status);
+            }
+            if start.elapsed() > timeout {
+                self.kill9()?;
+                return Err(self.proc.fail(format!("still running {timeout:?} after SIGTERM")));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The tail of its output.
     pub fn output(&self) -> String {
         self.proc.output()

@@ -54,12 +54,14 @@ pub(crate) fn spawn_tied_to_test_process(mut cmd: Command) -> Result<Child, Test
 pub(crate) enum Signal {
     Stop,
     Cont,
+    Term,
 }
 
 pub(crate) fn signal(child: &Child, sig: Signal) -> Result<(), TestkitError> {
     let sig = match sig {
         Signal::Stop => libc::SIGSTOP,
         Signal::Cont => libc::SIGCONT,
+        Signal::Term => libc::SIGTERM,
     };
     let pid = libc::pid_t::try_from(child.id()).map_err(std::io::Error::other)?;
     // SAFETY: kill(2) with a pid we spawned and have not reaped.

@@ -13,6 +13,8 @@ use client::batch::Record;
 use client::{ClientConfig, ClientError, Consumer, Producer, ProducerConfig, RecordAck, StartAt};
 use metadata::MetadataStore;
 
+mod rolling;
+
 const BIN: &str = env!("CARGO_BIN_EXE_lakelog");
 
 /// Writers' lease: the shortest allowed, so a dead or paused writer is routed around fast.
