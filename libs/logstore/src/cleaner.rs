@@ -53,6 +53,13 @@ pub struct Cutoff {
 }
 
 impl Cutoff {
+    /// WAL sequences handed out (in blocks, to writers) and not reclaimable yet: the next
+    /// unallocated sequence minus the cutoff.
+    pub fn lag(&self) -> u64 {
+        let next = self.inputs.iter().find(|(h, _)| matches!(h, Holder::NextSeq));
+        next.map_or(0, |(_, s)| s.saturating_sub(self.cutoff))
+    }
+
     /// The inputs at the cutoff, and how far the cutoff would rise without them (`None`: it
     /// would not be bounded by anything else).
     pub fn held_by(&self) -> (Vec<&Holder>, Option<u64>) {

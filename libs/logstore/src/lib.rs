@@ -33,6 +33,7 @@ pub use cursor::{CursorStart, CursorStats, LogCursor};
 pub use log::Log;
 pub use reader::{DEFAULT_INDEX_PAGES, LogReader};
 pub use storage::{LogStorage, LogStorageConfig};
+pub use writer::FlushObserver;
 
 /// Chunk locators a log head keeps before spilling them to an index page.
 pub const RECENT_MAX: usize = 8;

@@ -166,6 +166,12 @@ impl LogStorage {
         }
     }
 
+    /// Reports every flush to `observer` from now on (its size, PUT and commit times). One
+    /// observer per writer: false if one was set already.
+    pub fn observe_flushes(&self, observer: Arc<dyn crate::writer::FlushObserver>) -> bool {
+        self.core.observer.set(observer).is_ok()
+    }
+
     /// WAL objects flushed (PUTs started) by this writer so far.
     pub fn flushes(&self) -> u64 {
         self.core.flushes.load(Ordering::Relaxed)

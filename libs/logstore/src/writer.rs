@@ -87,6 +87,20 @@ struct Flush {
     chunks: Vec<Chunk>,
     put: oneshot::Receiver<Result<(), LogError>>,
     deadline: Instant,
+    /// When the flusher took its entries from the buffer.
+    began: Instant,
+}
+
+/// What a writer reports of each flush, for metrics (telemetry lives above log storage; a role
+/// records these in its histograms). Called on the flush path: keep it cheap, never block.
+pub trait FlushObserver: Send + Sync {
+    /// A WAL object of `bytes` is being PUT, holding `entries` entries of `logs` logs.
+    fn flushed(&self, bytes: usize, entries: usize, logs: usize);
+    /// Its PUT answered after `elapsed` (`ok`: the object is stored).
+    fn put(&self, elapsed: Duration, ok: bool);
+    /// Its commit (the metadata transactions of its chunks) took `elapsed`; `acked` is how long
+    /// after the flush began its appends were answered.
+    fn committed(&self, elapsed: Duration, acked: Duration);
 }
 
 /// The slot of appends made without a zone hint, or routed past their zone (ARCHITECTURE §3).
@@ -121,6 +135,7 @@ pub(crate) struct Core {
     /// WAL objects the flusher has handed to the object store.
     pub flushes: AtomicU64,
     pub closing: AtomicBool,
+    pub observer: std::sync::OnceLock<Arc<dyn FlushObserver>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -153,6 +168,7 @@ impl Core {
             last_seq: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
             closing: AtomicBool::new(false),
+            observer: std::sync::OnceLock::new(),
             cfg,
         });
         let (tx, rx) = mpsc::channel(64);
@@ -446,6 +462,7 @@ async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) {
         if taken.entries.is_empty() {
             continue;
         }
+        let began = Instant::now();
         let (seq, incarnation) = match core.next_seq().await {
             Ok(s) => s,
             Err(e) => {
@@ -466,17 +483,24 @@ async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) {
                 }
             };
         let (put_tx, put_rx) = oneshot::channel();
-        let flush = Flush { put: put_rx, ..flush };
+        let flush = Flush { put: put_rx, began, ..flush };
+        let (entries, logs) =
+            (flush.chunks.iter().map(|c| c.entries.len()).sum::<usize>(), flush.chunks.len());
         // Hand over before the PUT starts, so the committer sees flushes in sequence order.
         if to_committer.send(flush).await.is_err() {
             return;
         }
         core.flushes.fetch_add(1, Ordering::Relaxed);
+        let observer = core.observer.get().cloned();
+        if let Some(o) = &observer {
+            o.flushed(object.len(), entries, logs);
+        }
         let objects = core.objects.clone();
         let deadline = core.cfg.flush_deadline;
         tokio::spawn(async move {
             let path = objstore::keys::wal_object(seq);
             let put = objstore::put_create_only(objects.as_ref(), &path, object);
+            let started = Instant::now();
             let r = match tokio::time::timeout(deadline, put).await {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err(e)) => Err(LogError::unavailable(format!("WAL object {path}: {e}"))),
@@ -484,6 +508,9 @@ async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) {
                     "WAL object {path}: no answer within {deadline:?}"
                 ))),
             };
+            if let Some(o) = observer {
+                o.put(started.elapsed(), r.is_ok());
+            }
             let _ = put_tx.send(r);
         });
     }
@@ -566,7 +593,9 @@ fn build_flush(
         Err(e) => return Err((LogError::InvalidArgument(e.to_string()), all(chunks))),
     };
     let (_, never) = oneshot::channel();
-    let flush = Flush { seq, incarnation, chunks, put: never, deadline: Instant::now() + deadline };
+    let now = Instant::now();
+    let flush =
+        Flush { seq, incarnation, chunks, put: never, deadline: now + deadline, began: now };
     Ok((flush, object))
 }
 
@@ -604,10 +633,14 @@ async fn committer(core: Arc<Core>, mut flushes: mpsc::Receiver<Flush>) {
         }
         poisoned.retain(|_, (upto, _)| *upto >= flush.seq);
         if !live.is_empty() {
+            let started = Instant::now();
             for (log, e) in commit_chunks(&core, flush.seq, flush.deadline, live).await {
                 if e.code() != crate::Code::Fenced {
                     poisoned.insert(log, (newest, e));
                 }
+            }
+            if let Some(o) = core.observer.get() {
+                o.committed(started.elapsed(), flush.began.elapsed());
             }
         }
         if lost {

@@ -16,6 +16,8 @@ mod http;
 
 pub use grpc::{GrpcMetrics, GrpcMetricsLayer};
 pub use http::{serve_metrics, to_prometheus_text};
+/// The metric types roles register (one version across the workspace).
+pub use prometheus_client;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;

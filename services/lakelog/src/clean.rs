@@ -190,6 +190,8 @@ pub async fn compact_every(catalog: catalog::Catalog, id: String, m: config::Mai
 #[derive(Clone, Debug, Default)]
 pub struct CleanerMetrics {
     cutoff: Gauge,
+    lag: Gauge,
+    kept: Gauge,
     held_back: Family<Vec<(String, String)>, Gauge>,
     deleted_objects: Counter,
     deleted_bytes: Counter,
@@ -205,6 +207,16 @@ impl CleanerMetrics {
             "cleaner_cutoff",
             "WAL sequence below which objects are reclaimable",
             c.cutoff.clone(),
+        );
+        m.register(
+            "cleaner_lag_sequences",
+            "WAL sequences allocated to writers and not yet reclaimable: next_seq minus the cutoff",
+            c.lag.clone(),
+        );
+        m.register(
+            "cleaner_kept_objects",
+            "WAL objects at or above the cutoff, kept, as of the last cycle",
+            c.kept.clone(),
         );
         m.register(
             "cleaner_held_back_sequences",
@@ -232,6 +244,8 @@ impl CleanerMetrics {
             return;
         };
         self.cutoff.set(i64::try_from(r.cutoff.cutoff).unwrap_or(i64::MAX));
+        self.lag.set(i64::try_from(r.cutoff.lag()).unwrap_or(i64::MAX));
+        self.kept.set(i64::try_from(r.above_cutoff).unwrap_or(i64::MAX));
         self.held_back.clear();
         let (holders, rise) = r.cutoff.held_by();
         for h in holders {

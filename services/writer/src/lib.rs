@@ -6,6 +6,8 @@
 
 pub use logservice::{service, status};
 
+pub mod metrics;
+
 use std::future::Future;
 use std::sync::Arc;
 
@@ -81,6 +83,7 @@ pub async fn run_with(
         "WAL objects flushed (PUTs started), one per flush",
         Box::new(move || counted.flushes()),
     )]);
+    storage.observe_flushes(metrics::FlushMetrics::global());
     tracing::info!(addr = %node.writer.listen, writer = %storage.config().writer_id, "writer serving");
     let with = storage.clone();
     serve_with(storage, listener, shutdown, move |routes| extra(&with, routes)).await

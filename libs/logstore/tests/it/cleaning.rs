@@ -70,6 +70,14 @@ async fn cleaner_deletes_only_below_the_cutoff_and_past_the_grace_period(env: En
     let (holders, rise) = cut.held_by();
     ensure!(holders.contains(&&Holder::Log(a)), "held by {holders:?}");
     ensure!(rise.is_some_and(|r| r > 0), "without a the cutoff would rise by {rise:?}");
+    // The lag spans at least a's objects and b's: handed out, not reclaimable.
+    let next = cut.inputs.iter().find(|(h, _)| *h == Holder::NextSeq).map(|(_, s)| *s);
+    ensure!(
+        next.is_some_and(|n| cut.lag() == n - cut.cutoff)
+            && cut.lag() > b_objects[0] - a_objects[0],
+        "lag {} of {cut:?}",
+        cut.lag()
+    );
     let r = cleaner(&env, Duration::ZERO).cycle().await?;
     ensure!(r.deleted == 0, "deleted {} objects of live logs", r.deleted);
     ensure!(w.read_entries(a, 0, 100, u64::MAX).await?.len() == 3);

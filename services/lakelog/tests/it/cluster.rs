@@ -695,6 +695,10 @@ async fn every_role_serves_metrics_that_promtool_accepts() -> Result<()> {
                 "lakelog_grpc_request_seconds_bucket",
                 "lakelog_object_store_puts_total ",
                 "lakelog_object_store_put_bytes_total ",
+                "lakelog_writer_flush_bytes_bucket{le=",
+                "lakelog_writer_put_seconds_count ",
+                "lakelog_writer_commit_seconds_count ",
+                "lakelog_writer_flush_seconds_sum ",
             ],
         ),
         (
@@ -704,13 +708,18 @@ async fn every_role_serves_metrics_that_promtool_accepts() -> Result<()> {
                 "ReadEntries",
                 "code=\"12\"",
                 "lakelog_reader_cache_misses_total ",
+                "lakelog_reader_cache_hits_total ",
                 "lakelog_object_store_gets_total ",
             ],
         ),
         (
             m[3],
             "cleaner",
-            vec!["lakelog_cleaner_cutoff ", "lakelog_cleaner_deleted_objects_total "],
+            vec![
+                "lakelog_cleaner_cutoff ",
+                "lakelog_cleaner_lag_sequences ",
+                "lakelog_cleaner_deleted_objects_total ",
+            ],
         ),
     ] {
         let (status, body) = scrape(port, "/metrics")?;
@@ -729,6 +738,12 @@ async fn every_role_serves_metrics_that_promtool_accepts() -> Result<()> {
     let (_, writer_body) = scrape(m[0], "/metrics")?;
     let (_, reader_body) = scrape(m[1], "/metrics")?;
     ensure!(value(&writer_body, "lakelog_object_store_puts_total ") >= 20.0, "{writer_body}");
+    // Twenty appends, each flushed alone: twenty flushes sized, PUT and committed.
+    for h in ["flush_entries", "put_seconds", "commit_seconds", "flush_seconds"] {
+        let n = value(&writer_body, &format!("lakelog_writer_{h}_count "));
+        ensure!(n >= 20.0, "lakelog_writer_{h}_count is {n}");
+    }
+    ensure!(value(&writer_body, "lakelog_writer_flush_bytes_sum ") > 20.0 * 30.0, "{writer_body}");
     ensure!(value(&reader_body, "lakelog_object_store_gets_total ") >= 1.0, "{reader_body}");
     let (status, _) = scrape(m[2], "/metrics")?;
     ensure!(status.contains("200"), "compactor: {status}");

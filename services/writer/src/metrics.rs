@@ -1,0 +1,87 @@
+//! The writer's flush metrics: sizes, PUT and commit latencies, as histograms in the
+//! process's registry.
+
+use std::time::Duration;
+
+use telemetry::prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
+/// Histograms fed by log storage's [`logstore::FlushObserver`].
+#[derive(Debug)]
+pub struct FlushMetrics {
+    bytes: Histogram,
+    entries: Histogram,
+    logs: Histogram,
+    put: Histogram,
+    put_failures: telemetry::prometheus_client::metrics::counter::Counter,
+    commit: Histogram,
+    acked: Histogram,
+}
+
+fn seconds() -> Histogram {
+    // 1 ms .. ~33 s
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+impl FlushMetrics {
+    /// The process's flush metrics, registered in [`telemetry::Metrics::global`] once
+    /// however many writers a process runs (their flushes add up).
+    pub fn global() -> std::sync::Arc<FlushMetrics> {
+        static GLOBAL: std::sync::OnceLock<std::sync::Arc<FlushMetrics>> =
+            std::sync::OnceLock::new();
+        GLOBAL
+            .get_or_init(|| {
+                std::sync::Arc::new(FlushMetrics::register(telemetry::Metrics::global()))
+            })
+            .clone()
+    }
+
+    /// Registers the writer's flush metrics in `m`.
+    pub fn register(m: &telemetry::Metrics) -> FlushMetrics {
+        let f = FlushMetrics {
+            // 1 KiB .. 64 MiB
+            bytes: Histogram::new(exponential_buckets(1024.0, 4.0, 9)),
+            entries: Histogram::new(exponential_buckets(1.0, 4.0, 9)),
+            logs: Histogram::new(exponential_buckets(1.0, 4.0, 7)),
+            put: seconds(),
+            put_failures: Default::default(),
+            commit: seconds(),
+            acked: seconds(),
+        };
+        m.register("writer_flush_bytes", "Size of each WAL object flushed", f.bytes.clone());
+        m.register("writer_flush_entries", "Entries in each WAL object", f.entries.clone());
+        m.register("writer_flush_logs", "Logs (chunks) in each WAL object", f.logs.clone());
+        m.register("writer_put_seconds", "Time a flush's PUT took", f.put.clone());
+        m.register("writer_put_failures", "Flush PUTs that failed", f.put_failures.clone());
+        m.register(
+            "writer_commit_seconds",
+            "Time a flush's commit (metadata transactions) took",
+            f.commit.clone(),
+        );
+        m.register(
+            "writer_flush_seconds",
+            "From a flush taking its entries to their appends being answered",
+            f.acked.clone(),
+        );
+        f
+    }
+}
+
+impl logstore::FlushObserver for FlushMetrics {
+    fn flushed(&self, bytes: usize, entries: usize, logs: usize) {
+        self.bytes.observe(bytes as f64);
+        self.entries.observe(entries as f64);
+        self.logs.observe(logs as f64);
+    }
+
+    fn put(&self, elapsed: Duration, ok: bool) {
+        self.put.observe(elapsed.as_secs_f64());
+        if !ok {
+            self.put_failures.inc();
+        }
+    }
+
+    fn committed(&self, elapsed: Duration, acked: Duration) {
+        self.commit.observe(elapsed.as_secs_f64());
+        self.acked.observe(acked.as_secs_f64());
+    }
+}
