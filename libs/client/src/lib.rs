@@ -127,6 +127,38 @@ fn owner_of(s: &tonic::Status) -> Option<(String, String)> {
     Some((meta("lakelog-owner-id")?, meta("lakelog-owner")?))
 }
 
+/// Sends the caller's trace context with every call: the current `tracing` span's OpenTelemetry
+/// context, written by the global propagator (an application that exports traces sets one; the
+/// Lakelog roles set W3C trace context). Without either, nothing is added.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TraceContext;
+
+impl tonic::service::Interceptor for TraceContext {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        let cx = tracing_opentelemetry::OpenTelemetrySpanExt::context(&tracing::Span::current());
+        opentelemetry::global::get_text_map_propagator(|p| {
+            p.inject_context(&cx, &mut Metadata(req.metadata_mut()));
+        });
+        Ok(req)
+    }
+}
+
+/// Writes propagation fields into a request's metadata.
+struct Metadata<'a>(&'a mut tonic::metadata::MetadataMap);
+
+impl opentelemetry::propagation::Injector for Metadata<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(k), Ok(v)) =
+            (tonic::metadata::MetadataKey::from_bytes(key.as_bytes()), value.parse())
+        {
+            self.0.insert(k, v);
+        }
+    }
+}
+
+/// What every client's calls go through: a channel that carries the trace context.
+pub type Transport = tonic::service::interceptor::InterceptedService<Channel, TraceContext>;
+
 /// HTTP/2 receive window of a stream (bytes); a connection's is four times it.
 const RECEIVE_WINDOW: u32 = 8 << 20;
 
@@ -154,7 +186,7 @@ async fn channel(endpoint: &str) -> Result<Channel, ClientError> {
 /// A client of the CatalogService. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct CatalogClient {
-    inner: cpb::catalog_service_client::CatalogServiceClient<Channel>,
+    inner: cpb::catalog_service_client::CatalogServiceClient<Transport>,
 }
 
 fn stream_of(s: Option<Stream>) -> Result<Stream, ClientError> {
@@ -169,7 +201,10 @@ fn stream_of(s: Option<Stream>) -> Result<Stream, ClientError> {
 impl CatalogClient {
     pub async fn connect(endpoint: &str) -> Result<Self, ClientError> {
         Ok(CatalogClient {
-            inner: cpb::catalog_service_client::CatalogServiceClient::new(channel(endpoint).await?),
+            inner: cpb::catalog_service_client::CatalogServiceClient::with_interceptor(
+                channel(endpoint).await?,
+                TraceContext,
+            ),
         })
     }
 
@@ -242,14 +277,17 @@ impl CatalogClient {
 /// A client of one writer's LogService. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct LogClient {
-    inner: LogServiceClient<Channel>,
+    inner: LogServiceClient<Transport>,
 }
 
 impl LogClient {
     /// Connects to `endpoint` (`http://host:port`).
     pub async fn connect(endpoint: &str) -> Result<Self, ClientError> {
         let channel = channel(endpoint).await?;
-        Ok(LogClient { inner: LogServiceClient::new(channel).max_decoding_message_size(64 << 20) })
+        Ok(LogClient {
+            inner: LogServiceClient::with_interceptor(channel, TraceContext)
+                .max_decoding_message_size(64 << 20),
+        })
     }
 
     pub async fn create_log(&self) -> Result<u64, ClientError> {

@@ -1,7 +1,11 @@
-//! A tower layer counting gRPC requests and timing them, by method and status code:
-//! `lakelog_grpc_requests_total{method,code}` and `lakelog_grpc_request_seconds{method}`.
-//! The code is the response head's `grpc-status` (tonic answers an error trailers-only, so it
-//! is there) or `0` when the head carries none (a body follows: OK).
+//! A tower layer over a role's gRPC server that
+//! - counts requests and times them, by method and status code:
+//!   `lakelog_grpc_requests_total{method,code}` and `lakelog_grpc_request_seconds{method}`.
+//!   The code is the response head's `grpc-status` (tonic answers an error trailers-only, so
+//!   it is there) or `0` when the head carries none (a body follows: OK);
+//! - handles each request in a `grpc.server` span whose parent is the trace context the caller
+//!   sent (W3C `traceparent`, through the global propagator [`crate::init`] sets), so a role's
+//!   spans join the caller's trace when exported over OTLP.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,7 +16,41 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
+use opentelemetry::propagation::Extractor;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
 use crate::Metrics;
+
+/// Reads propagation fields from request headers.
+struct Headers<'a>(&'a http::HeaderMap);
+
+impl Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(http::HeaderName::as_str).collect()
+    }
+}
+
+/// The span a request is handled in, a child of the caller's trace context if it sent one.
+fn server_span<B>(req: &http::Request<B>) -> tracing::Span {
+    let method = req.uri().path();
+    let span = tracing::info_span!(
+        "grpc.server",
+        otel.name = method,
+        otel.kind = "server",
+        rpc.system = "grpc",
+        rpc.grpc.status_code = tracing::field::Empty,
+    );
+    let parent =
+        opentelemetry::global::get_text_map_propagator(|p| p.extract(&Headers(req.headers())));
+    // Fails only when no OpenTelemetry layer is installed: then nothing is exported anyway.
+    let _ = span.set_parent(parent);
+    span
+}
 
 type Labels = Vec<(String, String)>;
 
@@ -23,22 +61,22 @@ fn latency_histogram() -> Histogram {
 
 /// Layer over a tonic server's services. Cheap to clone.
 #[derive(Clone, Debug)]
-pub struct GrpcMetricsLayer {
+pub struct GrpcServerLayer {
     requests: Family<Labels, Counter>,
     latency: Family<Labels, Histogram, fn() -> Histogram>,
 }
 
-impl GrpcMetricsLayer {
+impl GrpcServerLayer {
     /// The process's layer, its families in [`Metrics::global`] (registered once, however
     /// many servers a process runs).
     pub fn global() -> Self {
-        static GLOBAL: std::sync::OnceLock<GrpcMetricsLayer> = std::sync::OnceLock::new();
-        GLOBAL.get_or_init(|| GrpcMetricsLayer::new(Metrics::global())).clone()
+        static GLOBAL: std::sync::OnceLock<GrpcServerLayer> = std::sync::OnceLock::new();
+        GLOBAL.get_or_init(|| GrpcServerLayer::new(Metrics::global())).clone()
     }
 
     /// Registers the two families in `metrics`.
     pub fn new(metrics: &Metrics) -> Self {
-        let layer = GrpcMetricsLayer {
+        let layer = GrpcServerLayer {
             requests: Family::default(),
             latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
         };
@@ -56,21 +94,21 @@ impl GrpcMetricsLayer {
     }
 }
 
-impl<S> tower_layer::Layer<S> for GrpcMetricsLayer {
-    type Service = GrpcMetrics<S>;
-    fn layer(&self, inner: S) -> GrpcMetrics<S> {
-        GrpcMetrics { inner, layer: self.clone() }
+impl<S> tower_layer::Layer<S> for GrpcServerLayer {
+    type Service = GrpcServer<S>;
+    fn layer(&self, inner: S) -> GrpcServer<S> {
+        GrpcServer { inner, layer: self.clone() }
     }
 }
 
 /// The layer's service.
 #[derive(Clone, Debug)]
-pub struct GrpcMetrics<S> {
+pub struct GrpcServer<S> {
     inner: S,
-    layer: GrpcMetricsLayer,
+    layer: GrpcServerLayer,
 }
 
-impl<S, B, R> tower_service::Service<http::Request<B>> for GrpcMetrics<S>
+impl<S, B, R> tower_service::Service<http::Request<B>> for GrpcServer<S>
 where
     S: tower_service::Service<http::Request<B>, Response = http::Response<R>>,
     S::Future: Send + 'static,
@@ -86,9 +124,11 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let method = req.uri().path().to_owned();
         let start = Instant::now();
-        let fut = self.inner.call(req);
+        let span = server_span(&req);
+        let fut = span.in_scope(|| self.inner.call(req));
         let layer = self.layer.clone();
-        Box::pin(async move {
+        let record = span.clone();
+        let handled = async move {
             let resp = fut.await;
             let code = match &resp {
                 Ok(r) => r
@@ -99,12 +139,14 @@ where
                     .to_owned(),
                 Err(_) => "transport".to_owned(),
             };
+            record.record("rpc.grpc.status_code", code.as_str());
             let m = vec![("method".to_owned(), method)];
             layer.latency.get_or_create(&m).observe(start.elapsed().as_secs_f64());
             let mut labels = m;
             labels.push(("code".to_owned(), code));
             layer.requests.get_or_create(&labels).inc();
             resp
-        })
+        };
+        Box::pin(handled.instrument(span))
     }
 }

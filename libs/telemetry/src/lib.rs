@@ -3,7 +3,8 @@
 //! - Logs: a `tracing` subscriber with structured fields, text or JSON on stderr, filtered by
 //!   `telemetry.log_level` (an `EnvFilter` directive).
 //! - Traces: when `telemetry.otlp_endpoint` is set, spans are batched and exported over
-//!   OTLP/gRPC (tonic, the workspace's one version) with `service.name` = the role.
+//!   OTLP/gRPC (tonic, the workspace's one version) with `service.name` = the role. Each gRPC
+//!   request is handled in a span that continues the caller's trace (W3C trace context).
 //! - Metrics: a Prometheus registry ([`Metrics`]) that roles register their metrics in and
 //!   serve as text exposition.
 //!
@@ -14,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 mod grpc;
 mod http;
 
-pub use grpc::{GrpcMetrics, GrpcMetricsLayer};
+pub use grpc::{GrpcServer, GrpcServerLayer};
 pub use http::{serve_metrics, to_prometheus_text};
 /// The metric types roles register (one version across the workspace).
 pub use prometheus_client;
@@ -100,6 +101,10 @@ pub fn init(config: &config::TelemetryConfig, role: &str) -> Result<Telemetry, T
         }
     };
     let tracer = tracer_provider(config, role)?;
+    // Trace context crosses gRPC calls as W3C `traceparent` (read by the server layer).
+    opentelemetry::global::set_text_map_propagator(
+        opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+    );
     let otel =
         tracer.as_ref().map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer("lakelog")));
     tracing_subscriber::registry()

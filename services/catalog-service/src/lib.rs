@@ -62,7 +62,7 @@ pub async fn run(
     let catalog = Catalog::new(meta, reader, &node.cluster);
     tracing::info!(addr = %c.listen, catalog = %id, "catalog serving");
     let served = tonic::transport::Server::builder()
-        .layer(telemetry::GrpcMetricsLayer::global())
+        .layer(telemetry::GrpcServerLayer::global())
         .add_service(health_service)
         .add_service(CatalogServiceImpl::new(catalog).server())
         .serve_with_incoming_shutdown(

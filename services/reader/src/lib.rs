@@ -83,7 +83,7 @@ pub async fn serve(
     )
     .await;
     let served = tonic::transport::Server::builder()
-        .layer(telemetry::GrpcMetricsLayer::global())
+        .layer(telemetry::GrpcServerLayer::global())
         .add_service(health_service)
         .add_service(
             LogServiceServer::new(LogServiceImpl::read_only(reader))

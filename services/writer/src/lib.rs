@@ -123,7 +123,7 @@ pub async fn serve_with(
     // capping streams per connection keeps that bounded (HTTP/2 makes the client wait).
     let routes = extra(tonic::service::Routes::new(health_service).add_service(svc));
     let served = tonic::transport::Server::builder()
-        .layer(telemetry::GrpcMetricsLayer::global())
+        .layer(telemetry::GrpcServerLayer::global())
         .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
         .add_routes(routes)
         .serve_with_incoming_shutdown(

@@ -14,6 +14,7 @@ use client::{ClientConfig, ClientError, Consumer, Producer, ProducerConfig, Reco
 use metadata::MetadataStore;
 
 mod rolling;
+mod traces;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lakelog");
 
