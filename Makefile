@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/venv/bin:$(PATH)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: help deps build test lint run bench cluster cluster-stop helm-check
+.PHONY: help deps build test lint run bench cluster cluster-stop helm-check compose-check
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
@@ -21,16 +21,22 @@ test: deps ## Run every test: unit, conformance (etcd, embedded, local dir, Seaw
 	cargo test --workspace --all-targets --no-fail-fast
 	cargo test --workspace --doc
 
-lint: deps ## rustfmt check, clippy -D warnings, dependency-direction rules, the Helm chart (helm-check)
+lint: deps ## rustfmt check, clippy -D warnings, dependency-direction rules, the Helm chart and the compose file
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	./scripts/check-deps.py
 	$(MAKE) helm-check
+	$(MAKE) compose-check
 
 helm-check: ## Render, lint and schema-check the Helm chart offline (default and ci/ values)
-	@./scripts/install-deps.sh helm
+	@./scripts/install-deps.sh deploy
 	cargo build --bin lakelog
 	.tools/venv/bin/python scripts/helm-check.py
+
+compose-check: ## Check deploy/compose.yaml offline (docker-compose config; every role's config valid there)
+	@./scripts/install-deps.sh deploy
+	cargo build --bin lakelog
+	.tools/venv/bin/python scripts/compose-check.py
 
 run: ## Build and start `lakelog standalone` on 127.0.0.1:7540 (data in ./lakelog-data)
 	@./scripts/install-deps.sh build

