@@ -62,14 +62,14 @@ role_config writer writer-1 7540 9540
 role_config writer writer-2 7550 9550
 role_config reader reader-1 7542 9542
 role_config reader reader-2 7552 9552
-role_config compactor compactor-1 0 9543
-role_config cleaner cleaner-1 0 9544
+role_config compactor compactor-1 7543 9543
+role_config cleaner cleaner-1 7544 9544
 start catalog "$dir/catalog-1.log" "$bin" catalog --config "$dir/catalog-1.yaml"
 for w in writer-1 writer-2; do start "$w" "$dir/$w.log" "$bin" writer --config "$dir/$w.yaml"; done
 for r in reader-1 reader-2; do start "$r" "$dir/$r.log" "$bin" reader --config "$dir/$r.yaml"; done
 start compactor "$dir/compactor-1.log" "$bin" compactor --config "$dir/compactor-1.yaml"
 start cleaner "$dir/cleaner-1.log" "$bin" cleaner run --config "$dir/cleaner-1.yaml"
-for p in 7541 7540 7550 7542 7552 9543 9544; do wait_port "$p"; done
+for p in 7541 7540 7550 7542 7552 7543 7544 9543 9544; do wait_port "$p"; done
 
 cat <<OUT
 
@@ -79,8 +79,8 @@ Lakelog cluster up (state and logs in $dir):
   catalog     http://127.0.0.1:7541   metrics http://127.0.0.1:9541/metrics
   writers     http://127.0.0.1:7540, http://127.0.0.1:7550   metrics :9540, :9550
   readers     http://127.0.0.1:7542, http://127.0.0.1:7552   metrics :9542, :9552
-  compactor   metrics http://127.0.0.1:9543/metrics
-  cleaner     metrics http://127.0.0.1:9544/metrics
+  compactor   health http://127.0.0.1:7543   metrics http://127.0.0.1:9543/metrics
+  cleaner     health http://127.0.0.1:7544   metrics http://127.0.0.1:9544/metrics
 Try:
   lakelog --endpoint http://127.0.0.1:7541 stream create orders --partitions 4
   seq 1 100 | lakelog --endpoint http://127.0.0.1:7541 produce orders

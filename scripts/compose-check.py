@@ -7,7 +7,7 @@
 3. Each role's config, as its container sees it (the mounted deploy/config file plus the
    service's environment), passes `lakelog check-config` (the roles' own parser).
 4. Addresses work inside the network: a role listens on 0.0.0.0, advertises
-   http://<its service>:<its listen port>, publishes its listen and metrics ports; etcd and S3
+   http://<its service>:<its listen port>, publishes its listen, health and metrics ports; etcd and S3
    endpoints name services that listen there; writer and reader ids are distinct.
 """
 import json
@@ -92,6 +92,10 @@ def main():
         check(metrics.startswith("0.0.0.0:"), f"{name}: LAKELOG_METRICS_LISTEN={metrics!r}: not on 0.0.0.0")
         if metrics.startswith("0.0.0.0:"):
             check(int(metrics.rsplit(":", 1)[1]) in published(svc), f"{name}: metrics port not published")
+        if role not in SERVING:
+            health = env.get("LAKELOG_HEALTH_LISTEN", "")
+            check(health.startswith("0.0.0.0:") and int(health.rsplit(":", 1)[1]) in published(svc),
+                  f"{name}: LAKELOG_HEALTH_LISTEN={health!r}: not a published port on 0.0.0.0")
         if role in SERVING:
             up = role.upper()
             listen = env.get(f"LAKELOG_{up}_LISTEN", "")

@@ -5,6 +5,7 @@ For the default values and each helm/lakelog/ci/*.yaml: validate the values agai
 values.schema.json, lint the chart (strict), render it, validate every manifest against the
 Kubernetes schemas (kubernetes-validate, strict; the ServiceMonitor CRD is checked by shape),
 and parse every role's rendered config with `lakelog check-config` (the roles' own parser).
+Every Deployment's gRPC health probes ask the port its role's config serves health on.
 Then: raising one role's replica count changes that role's Deployment and nothing else.
 Needs the PyPI packages helm-python-sdk and kubernetes-validate (`install-deps.sh deploy`).
 """
@@ -72,6 +73,7 @@ def check(name, values):
                 with open(f, "w") as fh:
                     fh.write(d["data"]["config.yaml"])
                 configs.append(f)
+        probes_follow_configs(name, docs)
         if len(configs) != len(ROLES):
             fail(f"{name}: {len(configs)} role configs rendered, want {len(ROLES)}")
         r = subprocess.run([BIN, "check-config", *configs], capture_output=True, text=True)
@@ -80,6 +82,24 @@ def check(name, values):
     print(f"helm-check: {name}: lint ok, {len(docs)} manifests valid for Kubernetes {KUBE} "
           f"({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}), 5 role configs parse")
     return docs
+
+
+def probes_follow_configs(name, docs):
+    """Each Deployment probes gRPC health on the port its role's config serves it on."""
+    by_name = {(d["kind"], d["metadata"]["name"]): d for _, d in docs}
+    for (kind, dname), d in by_name.items():
+        if kind != "Deployment":
+            continue
+        c = d["spec"]["template"]["spec"]["containers"][0]
+        role = c["name"]
+        config = yaml.safe_load(by_name[("ConfigMap", dname)]["data"]["config.yaml"])
+        section = config.get(role) if role in config else config.get("maintenance", {})
+        serves = section.get("listen") or section.get("health_listen") or ""
+        port = int(str(serves).rsplit(":", 1)[-1]) if serves else None
+        for probe in ("readinessProbe", "livenessProbe"):
+            got = (c.get(probe) or {}).get("grpc", {}).get("port")
+            if got is None or got != port:
+                fail(f"{name}: {dname}: {probe} asks gRPC health on {got}; its config serves on {serves!r}")
 
 
 def workloads(docs):

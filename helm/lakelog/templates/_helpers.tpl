@@ -57,6 +57,7 @@ telemetry:
   {{- end }}
 {{- else }}
 maintenance:
+  health_listen: {{ printf "0.0.0.0:%v" .r.port | quote }}
   {{- range $k, $val := .r.config }}
   {{ $k }}: {{ $val | toJson }}
   {{- end }}

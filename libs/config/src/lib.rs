@@ -111,6 +111,12 @@ pub const ENV_OVERRIDES: &[EnvOverride] = &[
         doc: "where `/metrics` is served, e.g. `0.0.0.0:9540`",
     },
     EnvOverride {
+        var: "LAKELOG_HEALTH_LISTEN",
+        key: "maintenance.health_listen",
+        list: false,
+        doc: "where the compactor and cleaner serve gRPC health",
+    },
+    EnvOverride {
         var: "LAKELOG_WRITER_ADVERTISE",
         key: "writer.advertise",
         list: false,

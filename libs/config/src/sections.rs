@@ -55,6 +55,10 @@ pub struct MaintenanceSection {
     /// Metadata history kept when the cleaner compacts it (etcd hygiene).
     #[serde(default = "default_grace")]
     pub metadata_history: Duration,
+    /// Where the compactor and cleaner serve gRPC health (grpc.health.v1: NOT_SERVING until
+    /// etcd and object storage answer); none when unset.
+    #[serde(default)]
+    pub health_listen: Option<std::net::SocketAddr>,
 }
 
 fn default_maintenance_interval() -> Duration {
@@ -78,6 +82,7 @@ impl Default for MaintenanceSection {
             max_segment_size: default_max_segment(),
             grace: default_grace(),
             metadata_history: default_grace(),
+            health_listen: None,
         }
     }
 }

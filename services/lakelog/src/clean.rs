@@ -54,6 +54,19 @@ pub async fn open_reader(node: &config::NodeConfig) -> anyhow::Result<logstore::
     Ok(logstore::LogReader::new(meta, objects, &node.cluster))
 }
 
+/// Serves gRPC health on `maintenance.health_listen`, if set, following `reader`'s stores.
+pub async fn serve_health(
+    node: &config::NodeConfig,
+    reader: &logstore::LogReader,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    let Some(addr) = node.maintenance.health_listen else { return Ok(None) };
+    let served =
+        logservice::health::serve_alone(addr, reader.meta().clone(), reader.objects().clone())
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot serve health on {addr}: {e}"))?;
+    Ok(Some(served))
+}
+
 /// A cleaner over `reader`'s stores, with the cleaner's default grace period and history.
 fn cleaner_over(reader: &logstore::LogReader, cluster: &str) -> Cleaner {
     Cleaner::new(reader.meta().clone(), reader.objects().clone(), cluster, Arc::new(SystemClock))

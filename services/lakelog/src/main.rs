@@ -412,6 +412,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let _telemetry = telemetry::init(&node.telemetry, "compactor")?;
             serve_metrics(&node).await?;
             let reader = clean::open_reader(&node).await?;
+            let _health = clean::serve_health(&node, &reader).await?;
             let catalog = catalog::Catalog::new(reader.meta().clone(), reader, &node.cluster);
             let id = logstore::membership::random_id("compactor");
             tracing::info!(%id, every = ?node.maintenance.interval.0, "compactor running");
@@ -426,6 +427,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let telemetry = telemetry::init(&node.telemetry, "cleaner")?;
             serve_metrics(&node).await?;
             let reader = clean::open_reader(&node).await?;
+            let _health = clean::serve_health(&node, &reader).await?;
             let cleaner = clean::cleaner_for(&reader, &node.cluster, &node.maintenance);
             tracing::info!(every = ?node.maintenance.interval.0, "cleaner running");
             tokio::select! {

@@ -669,11 +669,15 @@ async fn every_role_serves_metrics_that_promtool_accepts() -> Result<()> {
         ),
         rport,
     )?;
-    let section = |p: u16| {
-        format!("  metrics_listen: 127.0.0.1:{p}\nmaintenance:\n  interval: 1s\n  grace: 1s\n")
+    // The compactor and cleaner serve gRPC health alone, on a port of their own.
+    let health: Vec<u16> = (0..2).map(|_| testkit::free_port()).collect::<Result<_, _>>()?;
+    let section = |p: u16, h: u16| {
+        format!(
+            "  metrics_listen: 127.0.0.1:{p}\nmaintenance:\n  interval: 1s\n  grace: 1s\n  health_listen: 127.0.0.1:{h}\n"
+        )
     };
-    let _c = cluster.background(&["compactor"], "compactor", &section(m[2]))?;
-    let _k = cluster.background(&["cleaner", "run"], "cleaner", &section(m[3]))?;
+    let _c = cluster.background(&["compactor"], "compactor", &section(m[2], health[0]))?;
+    let _k = cluster.background(&["cleaner", "run"], "cleaner", &section(m[3], health[1]))?;
     let writer = client::LogClient::connect(&format!("http://127.0.0.1:{wport}")).await?;
     let log = writer.create_log().await?;
     for i in 0..20u64 {
@@ -750,6 +754,10 @@ async fn every_role_serves_metrics_that_promtool_accepts() -> Result<()> {
     ensure!(status.contains("200"), "compactor: {status}");
     let (status, _) = scrape(m[0], "/nothing")?;
     ensure!(status.contains("404"), "{status}");
+    for (role, port) in [("compactor", health[0]), ("cleaner", health[1])] {
+        let serving = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+        ensure!(health_of(port, "").await? == serving, "the {role} does not answer SERVING");
+    }
     Ok(())
 }
 
