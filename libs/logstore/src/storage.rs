@@ -137,6 +137,15 @@ impl LogStorage {
 
     /// Flushes and commits what is buffered, stops the tasks and revokes the lease.
     pub async fn shutdown(self) {
+        self.drain().await;
+        drop(self.guard);
+    }
+
+    /// What [`shutdown`](Self::shutdown) does, leaving this handle usable: from now on appends
+    /// are refused (UNAVAILABLE, answered: nothing applied) while what was accepted is flushed
+    /// and committed; then the tasks stop and the lease is revoked, so the slots this writer
+    /// owned move to live writers. Reads keep being served. Calling it again does nothing new.
+    pub async fn drain(&self) {
         self.core.closing.store(true, Ordering::SeqCst);
         self.core.wake();
         let tasks: Vec<_> =
@@ -154,7 +163,6 @@ impl LogStorage {
         }
         let lease = self.core.identity.lock().await.lease;
         let _ = self.core.meta.lease_revoke(lease).await;
-        drop(self.guard);
     }
 
     /// Stops every task at once, as a crash would: buffered and in-flight appends are never

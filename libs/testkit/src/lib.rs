@@ -217,7 +217,21 @@ impl Service {
         &mut self,
         timeout: Duration,
     ) -> Result<std::process::ExitStatus, TestkitError> {
-        sys::signal(&self.proc.child, sys::Signal::Term)?;
+        self.sigterm()?;
+        self.wait_exit(timeout)
+    }
+
+    /// SIGTERM, without waiting.
+    pub fn sigterm(&self) -> Result<(), TestkitError> {
+        sys::signal(&self.proc.child, sys::Signal::Term)
+    }
+
+    /// Waits up to `timeout` for the process to exit; its exit status, or an error if it
+    /// outlived `timeout` (it is then killed).
+    pub fn wait_exit(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<std::process::ExitStatus, TestkitError> {
         let start = Instant::now();
         loop {
             if let Some(status) = self.proc.child.try_wait()? {
@@ -225,7 +239,7 @@ impl Service {
             }
             if start.elapsed() > timeout {
                 self.kill9()?;
-                return Err(self.proc.fail(format!("still running {timeout:?} after SIGTERM")));
+                return Err(self.proc.fail(format!("still running after {timeout:?}")));
             }
             std::thread::sleep(Duration::from_millis(20));
         }

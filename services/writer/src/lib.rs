@@ -122,19 +122,34 @@ pub async fn serve_with(
     // Requests waiting for buffer room hold their payload outside the buffer's accounting;
     // capping streams per connection keeps that bounded (HTTP/2 makes the client wait).
     let routes = extra(tonic::service::Routes::new(health_service).add_service(svc));
+    // On `shutdown`, drain while still serving: NOT_SERVING; appends answered UNAVAILABLE
+    // (nothing applied: clients re-route) while storage commits what it accepted; the lease
+    // revoked (its slots move); a moment for clients to learn the new owners. Only then do the
+    // connections close, so no append is cut off unanswered.
+    let draining = storage.clone();
+    let drained = async move {
+        shutdown.await;
+        follow.abort();
+        health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+        health.set_not_serving::<LogServiceServer<service::LogServiceImpl>>().await;
+        let start = std::time::Instant::now();
+        draining.drain().await;
+        tracing::info!(took = ?start.elapsed(), "drained: accepted appends committed, lease revoked");
+        tokio::time::sleep(DRAIN_LINGER).await;
+    };
     let served = tonic::transport::Server::builder()
         .layer(telemetry::GrpcServerLayer::global())
         .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
         .add_routes(routes)
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener),
-            shutdown,
+            drained,
         )
         .await;
-    // Draining: stop following the stores and answer NOT_SERVING while storage flushes.
-    follow.abort();
-    health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
-    health.set_not_serving::<LogServiceServer<service::LogServiceImpl>>().await;
     storage.shutdown().await;
     Ok(served?)
 }
+
+/// How long a drained writer keeps answering (appends: UNAVAILABLE) before it closes its
+/// connections: time for clients to re-route to the slots' new owners.
+pub const DRAIN_LINGER: std::time::Duration = std::time::Duration::from_secs(1);

@@ -290,7 +290,20 @@ async fn a_writer_stopped_by_sigterm_commits_what_it_accepted_and_releases_its_l
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let stopping = Instant::now();
-    let status = w.terminate(Duration::from_secs(20))?;
+    w.sigterm()?;
+    // While it drains it still answers: NOT_SERVING, and an append is refused UNAVAILABLE with
+    // an answer (nothing applied, so a client re-routes it; never left in doubt).
+    use tonic_health::pb::health_check_response::ServingStatus;
+    while health_of(port, "").await? != ServingStatus::NotServing as i32 {
+        ensure!(stopping.elapsed() < Duration::from_secs(5), "still SERVING after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let late = client::batch::encode(&[Record::value("too late")])?;
+    match writer.append(log, 1, late, None).await {
+        Err(e) if e.code == "UNAVAILABLE" && !e.outcome_unknown => {}
+        other => anyhow::bail!("an append to a draining writer answered {other:?}"),
+    }
+    let status = w.wait_exit(Duration::from_secs(20))?;
     let took = stopping.elapsed();
     ensure!(status.success(), "the writer exited with {status}:\n{}", w.output());
     // Every append it had accepted was answered: committed, not dropped.
