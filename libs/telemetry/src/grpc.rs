@@ -3,9 +3,9 @@
 //!   `lakelog_grpc_requests_total{method,code}` and `lakelog_grpc_request_seconds{method}`.
 //!   The code is the response head's `grpc-status` (tonic answers an error trailers-only, so
 //!   it is there) or `0` when the head carries none (a body follows: OK);
-//! - handles each request in a `grpc.server` span whose parent is the trace context the caller
-//!   sent (W3C `traceparent`, through the global propagator [`crate::init`] sets), so a role's
-//!   spans join the caller's trace when exported over OTLP.
+//! - when spans are exported (OTLP configured), handles each request in a `grpc.server` span
+//!   whose parent is the trace context the caller sent (W3C `traceparent`, through the global
+//!   propagator [`crate::init`] sets), so a role's spans join the caller's trace.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -124,7 +124,7 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let method = req.uri().path().to_owned();
         let start = Instant::now();
-        let span = server_span(&req);
+        let span = if crate::exporting() { server_span(&req) } else { tracing::Span::none() };
         let fut = span.in_scope(|| self.inner.call(req));
         let layer = self.layer.clone();
         let record = span.clone();

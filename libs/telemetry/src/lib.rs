@@ -39,6 +39,14 @@ pub enum TelemetryError {
     AlreadyInstalled,
 }
 
+/// Whether spans are exported (an OTLP endpoint is configured): per-request spans are made
+/// only then (they cost about 1 µs a request even when nothing exports them).
+static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub(crate) fn exporting() -> bool {
+    EXPORTING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Keeps telemetry running; flushes and shuts down trace export on drop.
 #[derive(Debug)]
 pub struct Telemetry {
@@ -107,6 +115,7 @@ pub fn init(config: &config::TelemetryConfig, role: &str) -> Result<Telemetry, T
     );
     let otel =
         tracer.as_ref().map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer("lakelog")));
+    EXPORTING.store(otel.is_some(), std::sync::atomic::Ordering::Relaxed);
     tracing_subscriber::registry()
         .with(filter)
         .with(fmt)
