@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use logstore::SystemClock;
 use logstore::cleaner::{CleanReport, Cleaner, Cutoff, read_cutoff};
+use logstore::compactor::Skipped;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -173,7 +174,12 @@ pub fn cleaner_for(
 
 /// Every interval: streams' retention, then a compaction cycle; logs what each did. Errors are
 /// logged and the next interval tries again.
-pub async fn compact_every(catalog: catalog::Catalog, id: String, m: config::MaintenanceSection) {
+pub async fn compact_every(
+    catalog: catalog::Catalog,
+    id: String,
+    m: config::MaintenanceSection,
+    metrics: CompactorMetrics,
+) {
     let cfg = logstore::compactor::CompactorConfig {
         min_chunks: m.min_chunks,
         max_segment_bytes: m.max_segment_size.0,
@@ -182,11 +188,23 @@ pub async fn compact_every(catalog: catalog::Catalog, id: String, m: config::Mai
         tokio::time::sleep(m.interval.0).await;
         let now_ms = logstore::Clock::now_ms(&SystemClock);
         match catalog::retention::apply_all(&catalog, now_ms).await {
-            Ok(t) => tracing::info!(trimmed = t.len(), "retention pass"),
-            Err(e) => tracing::warn!(error = %e, "retention pass failed; retrying next interval"),
+            Ok(t) => {
+                metrics.trimmed.inc_by(t.len() as u64);
+                tracing::info!(trimmed = t.len(), "retention pass");
+            }
+            Err(e) => {
+                metrics
+                    .failed
+                    .get_or_create(&vec![("pass".to_owned(), "retention".to_owned())])
+                    .inc();
+                tracing::warn!(error = %e, "retention pass failed; retrying next interval");
+            }
         }
-        match logstore::compactor::compact_all(catalog.logs().clone(), &id, cfg.clone(), None).await
-        {
+        let start = std::time::Instant::now();
+        let r =
+            logstore::compactor::compact_all(catalog.logs().clone(), &id, cfg.clone(), None).await;
+        metrics.observe(&r, start.elapsed());
+        match r {
             Ok(r) => tracing::info!(
                 compacted = r.compacted.len(),
                 segment_bytes = r.compacted.iter().map(|c| c.bytes).sum::<u64>(),
@@ -198,6 +216,85 @@ pub async fn compact_every(catalog: catalog::Catalog, id: String, m: config::Mai
     }
 }
 
+type Labels = Vec<(String, String)>;
+
+/// The compactor's metrics: cycles, logs compacted, segment bytes written, logs skipped by
+/// reason, retention trims, failed passes.
+#[derive(Clone, Debug, Default)]
+pub struct CompactorMetrics {
+    cycles: Counter,
+    cycle_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    compacted: Counter,
+    segment_bytes: Counter,
+    skipped: Family<Labels, Counter>,
+    trimmed: Counter,
+    failed: Family<Labels, Counter>,
+}
+
+impl CompactorMetrics {
+    /// Registers the metrics in a role's registry.
+    pub fn register(m: &telemetry::Metrics) -> Self {
+        let c = CompactorMetrics::default();
+        m.register("compactor_cycles", "Compaction cycles completed", c.cycles.clone());
+        m.register(
+            "compactor_last_cycle_seconds",
+            "How long the last compaction cycle took",
+            c.cycle_seconds.clone(),
+        );
+        m.register(
+            "compactor_logs_compacted",
+            "Logs compacted (one segment each)",
+            c.compacted.clone(),
+        );
+        m.register(
+            "compactor_segment_bytes",
+            "Payload bytes written into compacted segments",
+            c.segment_bytes.clone(),
+        );
+        m.register(
+            "compactor_skipped_logs",
+            "Logs a cycle left alone, by reason (claimed, too_few, deleted, raced)",
+            c.skipped.clone(),
+        );
+        m.register(
+            "retention_trimmed_logs",
+            "Partitions hard-trimmed by retention",
+            c.trimmed.clone(),
+        );
+        m.register("compactor_failed_passes", "Passes that failed, by pass", c.failed.clone());
+        c
+    }
+
+    fn observe(
+        &self,
+        r: &Result<logstore::compactor::CycleReport, logstore::LogError>,
+        took: Duration,
+    ) {
+        let r = match r {
+            Ok(r) => r,
+            Err(_) => {
+                self.failed
+                    .get_or_create(&vec![("pass".to_owned(), "compaction".to_owned())])
+                    .inc();
+                return;
+            }
+        };
+        self.cycles.inc();
+        self.cycle_seconds.set(took.as_secs_f64());
+        self.compacted.inc_by(r.compacted.len() as u64);
+        self.segment_bytes.inc_by(r.compacted.iter().map(|c| c.bytes).sum());
+        for (_, why) in &r.skipped {
+            let reason = match why {
+                Skipped::Claimed => "claimed",
+                Skipped::TooFew { .. } => "too_few",
+                Skipped::Deleted => "deleted",
+                Skipped::Raced { .. } => "raced",
+            };
+            self.skipped.get_or_create(&vec![("reason".to_owned(), reason.to_owned())]).inc();
+        }
+    }
+}
+
 /// The cleaner's metrics: the cutoff, which log or writer holds it back and by how many
 /// sequences, and what it deleted.
 #[derive(Clone, Debug, Default)]
@@ -205,7 +302,7 @@ pub struct CleanerMetrics {
     cutoff: Gauge,
     lag: Gauge,
     kept: Gauge,
-    held_back: Family<Vec<(String, String)>, Gauge>,
+    held_back: Family<Labels, Gauge>,
     deleted_objects: Counter,
     deleted_bytes: Counter,
     deleted_segments: Counter,

@@ -409,15 +409,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Compactor { config } => {
             let node: config::NodeConfig = config::load_file(&config)?;
-            let _telemetry = telemetry::init(&node.telemetry, "compactor")?;
+            let telemetry = telemetry::init(&node.telemetry, "compactor")?;
             serve_metrics(&node).await?;
+            let metrics = clean::CompactorMetrics::register(&telemetry.metrics);
             let reader = clean::open_reader(&node).await?;
             let _health = clean::serve_health(&node, &reader).await?;
             let catalog = catalog::Catalog::new(reader.meta().clone(), reader, &node.cluster);
             let id = logstore::membership::random_id("compactor");
             tracing::info!(%id, every = ?node.maintenance.interval.0, "compactor running");
             tokio::select! {
-                _ = clean::compact_every(catalog, id, node.maintenance.clone()) => {}
+                _ = clean::compact_every(catalog, id, node.maintenance.clone(), metrics) => {}
                 _ = shutdown_signal() => {}
             }
             Ok(())
@@ -533,7 +534,12 @@ async fn standalone(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()>
         let catalog =
             catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
         let m = &node.maintenance;
-        tokio::spawn(clean::compact_every(catalog.clone(), "standalone".to_owned(), m.clone()));
+        tokio::spawn(clean::compact_every(
+            catalog.clone(),
+            "standalone".to_owned(),
+            m.clone(),
+            clean::CompactorMetrics::register(&telemetry.metrics),
+        ));
         let cleaner = clean::cleaner_for(storage.reader(), &node.cluster, m);
         tokio::spawn(clean::clean_every(cleaner, cleaner_metrics.clone()));
         routes.add_service(catalog_service::CatalogServiceImpl::new(catalog).server())

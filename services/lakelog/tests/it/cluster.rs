@@ -750,8 +750,22 @@ async fn every_role_serves_metrics_that_promtool_accepts() -> Result<()> {
     }
     ensure!(value(&writer_body, "lakelog_writer_flush_bytes_sum ") > 20.0 * 30.0, "{writer_body}");
     ensure!(value(&reader_body, "lakelog_object_store_gets_total ") >= 1.0, "{reader_body}");
-    let (status, _) = scrape(m[2], "/metrics")?;
+    // A compactor cycle ran (every 1 s) and accounted for the test's one log: compacted, or
+    // skipped with a reason (say, fewer eligible chunks than the threshold yet).
+    let (status, compactor_body) = scrape(m[2], "/metrics")?;
     ensure!(status.contains("200"), "compactor: {status}");
+    promtool(&compactor_body).context("the compactor's /metrics")?;
+    ensure!(value(&compactor_body, "lakelog_compactor_cycles_total ") >= 1.0, "{compactor_body}");
+    let compacted = value(&compactor_body, "lakelog_compactor_logs_compacted_total ");
+    let skipped: f64 = compactor_body
+        .lines()
+        .filter(|l| l.starts_with("lakelog_compactor_skipped_logs_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    ensure!(
+        compacted + skipped >= 1.0,
+        "the log was neither compacted nor skipped:\n{compactor_body}"
+    );
     let (status, _) = scrape(m[0], "/nothing")?;
     ensure!(status.contains("404"), "{status}");
     for (role, port) in [("compactor", health[0]), ("cleaner", health[1])] {
