@@ -249,11 +249,22 @@ async fn rolling_restart_of_every_role_loses_no_acknowledged_record() -> Result<
     ensure!(compacted > 0, "no log was compacted");
     ensure!(deleted > 0, "the cleaner deleted nothing:\n{cleaner_logs}");
 
-    // Every role's metrics endpoint, after its restart, passes promtool.
+    // Every role's metrics endpoint, after its restart, passes promtool, and docs/metrics.md
+    // documents every metric it serves.
+    let documented =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/metrics.md"))?;
     for r in &roles {
         let (status, body) = scrape(r.metrics, "/metrics")?;
         ensure!(status.contains("200"), "{}: {status}", r.name);
         promtool(&body).with_context(|| format!("{}'s /metrics", r.name))?;
+        for name in body.lines().filter_map(|l| l.strip_prefix("# HELP ")?.split(' ').next()) {
+            ensure!(
+                documented.contains(&format!("`{name}`"))
+                    || documented.contains(&format!("`{name}{{")),
+                "{}'s metric {name} is not in docs/metrics.md",
+                r.name
+            );
+        }
     }
     eprintln!(
         "rolling restart: {sent} sent, {} acknowledged, {} in doubt ({doubtful_in_log} of them in the log); {compacted} logs compacted, {deleted} WAL objects deleted; SIGTERM to exit: {}",
