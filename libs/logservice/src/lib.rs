@@ -10,3 +10,24 @@ pub mod service;
 pub mod status;
 
 pub use service::LogServiceImpl;
+
+/// Why a role (catalog, writer, reader) could not start, or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RoleError {
+    #[error("metadata store: {0}")]
+    Metadata(#[from] metadata::MetaError),
+    #[error("object store: {0}")]
+    Objects(#[from] objstore::BuildError),
+    /// Registering as a member, or opening log storage.
+    #[error("log storage: {0}")]
+    Storage(#[from] logstore::LogError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: std::net::SocketAddr, source: std::io::Error },
+    #[error("gRPC server: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+/// Binds a role's gRPC listener; a taken or invalid address is [`RoleError::Listen`].
+pub async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, RoleError> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|source| RoleError::Listen { addr, source })
+}

@@ -11,20 +11,8 @@ use proto::catalog::v1 as pb;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
 
-/// Why the catalog could not start or stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error("metadata store: {0}")]
-    Metadata(#[from] metadata::MetaError),
-    #[error("object store: {0}")]
-    Objects(#[from] objstore::BuildError),
-    #[error("registration: {0}")]
-    Register(#[from] logstore::LogError),
-    #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: std::net::SocketAddr, source: std::io::Error },
-    #[error("gRPC server: {0}")]
-    Serve(#[from] tonic::transport::Error),
-}
+/// Why the role could not start or stopped.
+pub type RunError = logservice::RoleError;
 
 /// Runs the catalog role until `shutdown` resolves: registers as a member (role `catalog`)
 /// under a lease, serves the CatalogService and gRPC health on `catalog.listen`, then
@@ -34,9 +22,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), RunError> {
     let c = &node.catalog;
-    let listener = tokio::net::TcpListener::bind(c.listen)
-        .await
-        .map_err(|source| RunError::Listen { addr: c.listen, source })?;
+    let listener = logservice::bind(c.listen).await?;
     let meta = metadata::open(&node.metadata).await?;
     let objects = objstore::build(&node.object_store)?;
     let reader = logstore::LogReader::new(meta.clone(), objects, &node.cluster);

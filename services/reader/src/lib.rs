@@ -11,20 +11,8 @@ use std::future::Future;
 use logservice::LogServiceImpl;
 use proto::log::v1::log_service_server::LogServiceServer;
 
-/// Why the reader could not start or stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum ReaderError {
-    #[error("metadata store: {0}")]
-    Metadata(#[from] metadata::MetaError),
-    #[error("object store: {0}")]
-    Objects(#[from] objstore::BuildError),
-    #[error("registration: {0}")]
-    Register(#[from] logstore::LogError),
-    #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: std::net::SocketAddr, source: std::io::Error },
-    #[error("gRPC server: {0}")]
-    Serve(#[from] tonic::transport::Error),
-}
+/// Why the role could not start or stopped.
+pub type ReaderError = logservice::RoleError;
 
 /// Runs the reader role until `shutdown` resolves: registers, serves the read-only LogService
 /// and gRPC health on `reader.listen`, then deregisters.
@@ -33,9 +21,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ReaderError> {
     let r = &node.reader;
-    let listener = tokio::net::TcpListener::bind(r.listen)
-        .await
-        .map_err(|source| ReaderError::Listen { addr: r.listen, source })?;
+    let listener = logservice::bind(r.listen).await?;
     let meta = metadata::open(&node.metadata).await?;
     let objects = logservice::metered::metered(objstore::build(&node.object_store)?);
     let cache = usize::try_from(r.cache_size.0).unwrap_or(usize::MAX);

@@ -18,20 +18,8 @@ use tokio::net::TcpListener;
 /// Concurrent requests one client connection may have open.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 256;
 
-/// Why the writer could not start or stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum WriterError {
-    #[error("metadata store: {0}")]
-    Metadata(#[from] metadata::MetaError),
-    #[error("object store: {0}")]
-    Objects(#[from] objstore::BuildError),
-    #[error("log storage: {0}")]
-    Storage(#[from] logstore::LogError),
-    #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: std::net::SocketAddr, source: std::io::Error },
-    #[error("gRPC server: {0}")]
-    Serve(#[from] tonic::transport::Error),
-}
+/// Why the role could not start or stopped.
+pub type WriterError = logservice::RoleError;
 
 /// A random writer id, when the config names none: `writer-<pid>-<nanos>`.
 pub fn default_writer_id() -> String {
@@ -70,9 +58,7 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()> + Send,
     extra: impl FnOnce(&LogStorage, tonic::service::Routes) -> tonic::service::Routes,
 ) -> Result<(), WriterError> {
-    let listener = TcpListener::bind(node.writer.listen)
-        .await
-        .map_err(|source| WriterError::Listen { addr: node.writer.listen, source })?;
+    let listener = logservice::bind(node.writer.listen).await?;
     let meta = metadata::open(&node.metadata).await?;
     let objects = logservice::metered::metered(objstore::build(&node.object_store)?);
     let storage =
