@@ -144,12 +144,16 @@ impl LogStorage {
     /// What [`shutdown`](Self::shutdown) does, leaving this handle usable: from now on appends
     /// are refused (UNAVAILABLE, answered: nothing applied) while what was accepted is flushed
     /// and committed; then the tasks stop and the lease is revoked, so the slots this writer
-    /// owned move to live writers. Reads keep being served. Calling it again does nothing new.
+    /// owned move to live writers. Reads keep being served. A later call (or one after
+    /// [`abort`](Self::abort)) returns at once.
     pub async fn drain(&self) {
         self.core.closing.store(true, Ordering::SeqCst);
         self.core.wake();
         let tasks: Vec<_> =
             std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        if tasks.is_empty() {
+            return; // drained (or aborted) already
+        }
         // The flusher flushes what is buffered and the committer resolves it (each within the
         // flush deadline); the keep-alive task has nothing left to do once they are done.
         let mut tasks = tasks.into_iter();

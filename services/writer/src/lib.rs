@@ -63,12 +63,6 @@ pub async fn run_with(
     let objects = logservice::metered::metered(objstore::build(&node.object_store)?);
     let storage =
         LogStorage::open(meta, objects, storage_config(node), Arc::new(SystemClock)).await?;
-    let counted = storage.clone();
-    telemetry::follow_counts(vec![(
-        "writer_flushes",
-        "WAL objects flushed (PUTs started), one per flush",
-        Box::new(move || counted.flushes()),
-    )]);
     storage.observe_flushes(metrics::FlushMetrics::global());
     tracing::info!(addr = %node.writer.listen, writer = %storage.config().writer_id, "writer serving");
     let with = storage.clone();

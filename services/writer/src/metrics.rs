@@ -1,18 +1,20 @@
-//! The writer's flush metrics: sizes, PUT and commit latencies, as histograms in the
+//! The writer's flush metrics: flushes, their sizes, PUT and commit latencies, in the
 //! process's registry.
 
 use std::time::Duration;
 
+use telemetry::prometheus_client::metrics::counter::Counter;
 use telemetry::prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 /// Histograms fed by log storage's [`logstore::FlushObserver`].
 #[derive(Debug)]
 pub struct FlushMetrics {
+    flushes: Counter,
     bytes: Histogram,
     entries: Histogram,
     logs: Histogram,
     put: Histogram,
-    put_failures: telemetry::prometheus_client::metrics::counter::Counter,
+    put_failures: Counter,
     commit: Histogram,
     acked: Histogram,
 }
@@ -38,6 +40,7 @@ impl FlushMetrics {
     /// Registers the writer's flush metrics in `m`.
     pub fn register(m: &telemetry::Metrics) -> FlushMetrics {
         let f = FlushMetrics {
+            flushes: Counter::default(),
             // 1 KiB .. 64 MiB
             bytes: Histogram::new(exponential_buckets(1024.0, 4.0, 9)),
             entries: Histogram::new(exponential_buckets(1.0, 4.0, 9)),
@@ -47,6 +50,11 @@ impl FlushMetrics {
             commit: seconds(),
             acked: seconds(),
         };
+        m.register(
+            "writer_flushes",
+            "WAL objects flushed (PUTs started), one per flush",
+            f.flushes.clone(),
+        );
         m.register("writer_flush_bytes", "Size of each WAL object flushed", f.bytes.clone());
         m.register("writer_flush_entries", "Entries in each WAL object", f.entries.clone());
         m.register("writer_flush_logs", "Logs (chunks) in each WAL object", f.logs.clone());
@@ -68,6 +76,7 @@ impl FlushMetrics {
 
 impl logstore::FlushObserver for FlushMetrics {
     fn flushed(&self, bytes: usize, entries: usize, logs: usize) {
+        self.flushes.inc();
         self.bytes.observe(bytes as f64);
         self.entries.observe(entries as f64);
         self.logs.observe(logs as f64);
