@@ -438,6 +438,20 @@ fn payloads(entries: &[client::Entry]) -> Vec<(u64, Bytes)> {
     entries.iter().map(|e| (e.header.as_ref().map_or(0, |h| h.offset), e.payload.clone())).collect()
 }
 
+/// Every entry of `log` below offset `end`, read from `c` 100 records at a time: (offset,
+/// payload).
+async fn read_to(c: &client::LogClient, log: u64, end: u64) -> Result<Vec<(u64, Bytes)>> {
+    let mut got = Vec::new();
+    let mut at = 0;
+    while at < end {
+        let resp = c.read_entries(log, at, 100, 0).await?;
+        ensure!(!resp.entries.is_empty(), "read stopped at {at} below {end}");
+        at = resp.next_offset;
+        got.extend(payloads(&resp.entries));
+    }
+    Ok(got)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn readers_serve_committed_data_refuse_writes_and_survive_a_killed_reader() -> Result<()> {
     let cluster = Cluster::start()?;
@@ -460,14 +474,7 @@ async fn readers_serve_committed_data_refuse_writes_and_survive_a_killed_reader(
     let (_rb, b_url) = cluster.reader("rb")?;
     wait_role(&meta, &cluster.name, "reader", 2).await?;
     let a = client::LogClient::connect(&a_url).await?;
-    let mut got = Vec::new();
-    let mut at = 0;
-    while at < 900 {
-        let resp = a.read_entries(log, at, 100, 0).await?;
-        ensure!(!resp.entries.is_empty(), "reader stopped at {at}");
-        at = resp.next_offset;
-        got.extend(payloads(&resp.entries));
-    }
+    let got = read_to(&a, log, 900).await?;
     ensure!(got == written, "reader A's bytes differ from what was written");
 
     // Writes sent to a reader: READ_ONLY, distinct from every other error.
@@ -604,14 +611,7 @@ async fn compactor_and_cleaner_processes_compact_reclaim_and_keep_every_record()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let mut got = Vec::new();
-    let mut at = 0;
-    while at < 40 {
-        let resp = writer.read_entries(log, at, 100, 0).await?;
-        ensure!(!resp.entries.is_empty(), "read stopped at {at}");
-        at = resp.next_offset;
-        got.extend(payloads(&resp.entries));
-    }
+    let got = read_to(&writer, log, 40).await?;
     ensure!(got == written, "records changed through compaction and cleaning");
     Ok(())
 }
