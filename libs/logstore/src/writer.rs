@@ -473,7 +473,7 @@ async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) {
             }
         };
         let (flush, object) =
-            match build_flush(seq, incarnation, taken.entries, core.cfg.flush_deadline) {
+            match build_flush(seq, incarnation, taken.entries, began, core.cfg.flush_deadline) {
                 Ok(f) => f,
                 Err((e, entries)) => {
                     for p in entries {
@@ -483,7 +483,7 @@ async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) {
                 }
             };
         let (put_tx, put_rx) = oneshot::channel();
-        let flush = Flush { put: put_rx, began, ..flush };
+        let flush = Flush { put: put_rx, ..flush };
         let (entries, logs) =
             (flush.chunks.iter().map(|c| c.entries.len()).sum::<usize>(), flush.chunks.len());
         // Hand over before the PUT starts, so the committer sees flushes in sequence order.
@@ -538,11 +538,13 @@ fn take_buffer(core: &Core) -> Buffer {
 
 type BuildFailure = (LogError, Vec<Pending>);
 
-/// Lays the buffered entries out as one WAL object: one chunk per log, entries in append order.
+/// Lays the buffered entries (taken from the buffer at `began`) out as one WAL object: one
+/// chunk per log, entries in append order.
 fn build_flush(
     seq: u64,
     incarnation: i64,
     entries: Vec<Pending>,
+    began: Instant,
     deadline: Duration,
 ) -> Result<(Flush, Bytes), BuildFailure> {
     let mut by_log: Vec<(LogId, Vec<Pending>)> = Vec::new();
@@ -593,9 +595,8 @@ fn build_flush(
         Err(e) => return Err((LogError::InvalidArgument(e.to_string()), all(chunks))),
     };
     let (_, never) = oneshot::channel();
-    let now = Instant::now();
     let flush =
-        Flush { seq, incarnation, chunks, put: never, deadline: now + deadline, began: now };
+        Flush { seq, incarnation, chunks, put: never, deadline: Instant::now() + deadline, began };
     Ok((flush, object))
 }
 
