@@ -39,18 +39,9 @@ impl Role {
         self.generation += 1;
         let id = format!("{}-{}", self.name, self.generation);
         let section = format!("  metrics_listen: 127.0.0.1:{}\n{}", self.metrics, self.section);
-        let file = cluster.write_config(&id, &section)?;
-        let mut cmd = Command::new(BIN);
-        cmd.args(self.args).arg("--config").arg(&file);
-        let log = cluster.dir.path().join(format!("{id}.log"));
         self.proc = Some(match self.port {
-            Some(port) => testkit::Service::start("lakelog", cmd, log, port)?,
-            None => {
-                let watched = log.clone();
-                let ready =
-                    move || std::fs::read_to_string(&watched).is_ok_and(|t| t.contains("running"));
-                testkit::Service::start_when("lakelog", cmd, log, ready)?
-            }
+            Some(port) => cluster.spawn(self.args[0], &id, &section, port)?,
+            None => cluster.background(self.args, &id, &section)?,
         });
         Ok(())
     }
