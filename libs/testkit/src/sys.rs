@@ -1,4 +1,4 @@
-//! The unsafe corner of the test kit: tying children to the test process, and signals.
+//! The unsafe corner of the test kit: tying children to the test process, signals, free space.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
@@ -69,4 +69,18 @@ pub(crate) fn signal(child: &Child, sig: Signal) -> Result<(), TestkitError> {
         return Err(std::io::Error::last_os_error().into());
     }
     Ok(())
+}
+
+/// The bytes an unprivileged process may still write on the file system holding `path`.
+pub(crate) fn available_bytes(path: &std::path::Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is NUL-terminated and `st` is written by statvfs(3) before it is read.
+    if unsafe { libc::statvfs(path.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
 }
