@@ -32,6 +32,20 @@ wait_port() {
   exit 1
 }
 
+# SeaweedFS answers reads but takes no writes when its disk is nearly full (every PUT waits):
+# a write through its filer (port 8888) must land within 30 s.
+wait_weed_writes() {
+  for _ in $(seq 1 30); do
+    timeout 1 bash -c 'exec 3<>/dev/tcp/127.0.0.1/8888 &&
+      printf "PUT /cluster/ready HTTP/1.0\r\nContent-Length: 5\r\n\r\nready" >&3 &&
+      head -c 12 <&3 | grep -q " 201"' 2>/dev/null && return 0
+    sleep 1
+  done
+  echo "cluster: SeaweedFS takes no writes ($(df -h --output=avail "$dir" | tail -1 | tr -d ' ') free at $dir;" \
+    "it needs room for its volumes); logs in $dir/s3.log" >&2
+  exit 1
+}
+
 # Starts a background process: name, log, command...
 start() {
   local name=$1 log=$2; shift 2
@@ -51,6 +65,7 @@ start etcd "$dir/etcd.log" etcd --data-dir "$dir/etcd" --name lakelog \
   -bucket=lakelog -s3.port=8333 -webdav=false -admin.ui=false)
 wait_port 2379
 wait_port 8333 60
+wait_weed_writes
 
 # role id listen-port metrics-port
 role_config() {
