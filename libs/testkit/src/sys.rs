@@ -84,3 +84,29 @@ pub(crate) fn available_bytes(path: &std::path::Path) -> std::io::Result<u64> {
     let st = unsafe { st.assume_init() };
     Ok(st.f_bavail.saturating_mul(st.f_frsize))
 }
+
+/// At exit (after `main` returns, so after every test), SIGKILLs `pid`, reaps it and removes
+/// `dir`: for the shared servers, which live in statics and are never dropped.
+pub(crate) fn kill_and_remove_at_exit(pid: u32, dir: std::path::PathBuf) {
+    static AT_EXIT: Mutex<Vec<(u32, std::path::PathBuf)>> = Mutex::new(Vec::new());
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    extern "C" fn run() {
+        let servers = std::mem::take(&mut *AT_EXIT.lock().unwrap_or_else(|e| e.into_inner()));
+        for (pid, dir) in servers {
+            if let Ok(pid) = libc::pid_t::try_from(pid) {
+                // SAFETY: kill(2) and waitpid(2) on a child this process spawned and has not
+                // reaped (its `Child` lives in a static, never dropped); a null status is allowed.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, std::ptr::null_mut(), 0);
+                }
+            }
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    AT_EXIT.lock().unwrap_or_else(|e| e.into_inner()).push((pid, dir));
+    // SAFETY: `run` is an `extern "C" fn()` that does not unwind (no panicking calls).
+    REGISTER.call_once(|| unsafe {
+        libc::atexit(run);
+    });
+}
