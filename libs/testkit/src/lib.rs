@@ -75,22 +75,9 @@ pub fn unique_prefix(name: &str) -> String {
 }
 
 /// A data dir for a server, `lakelog-<kind>-<pid>-…` under `parent`, removed on drop.
-///
-/// The dirs of a test process that was killed outlive it (etcd's alone is 127 MB, its
-/// preallocated WAL). Before its first dir under `parent`, a process removes the dirs there
-/// whose process is gone.
 fn server_dir(kind: &str, parent: &Path) -> Result<tempfile::TempDir, TestkitError> {
-    sweep_once(parent);
     let prefix = format!("lakelog-{kind}-{}-", std::process::id());
     Ok(tempfile::Builder::new().prefix(&prefix).tempdir_in(parent)?)
-}
-
-/// Removes the dirs of gone processes under `parent`, the first time it is asked in a process.
-fn sweep_once(parent: &Path) {
-    static SWEPT: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
-    if SWEPT.lock().unwrap_or_else(|e| e.into_inner()).insert(parent.to_owned()) {
-        remove_dirs_of_gone_processes(parent);
-    }
 }
 
 /// Removes every `lakelog-{etcd,s3}-<pid>-…` dir under `parent` whose process is gone.
@@ -309,8 +296,13 @@ fn http_status(addr: &str, method: &str, path: &str, body: &[u8]) -> Option<u16>
 /// etcd cannot preallocate its WAL.
 fn data_dir(kind: &str) -> Result<tempfile::TempDir, TestkitError> {
     let (shm, tmp) = (Path::new("/dev/shm"), std::env::temp_dir());
-    // Dirs a killed test process left behind may be in either.
-    sweep_once(&tmp);
+    // The dirs of a test process that was killed outlive it (etcd's alone is 127 MB, its
+    // preallocated WAL), in either place: the first start in a process removes them.
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(|| {
+        remove_dirs_of_gone_processes(shm);
+        remove_dirs_of_gone_processes(&tmp);
+    });
     if sys::available_bytes(shm).is_ok_and(|n| n >= 1 << 30)
         && let Ok(dir) = server_dir(kind, shm)
     {
@@ -324,7 +316,7 @@ fn data_dir(kind: &str) -> Result<tempfile::TempDir, TestkitError> {
 pub struct Etcd {
     proc: Proc,
     endpoint: String,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Etcd {
@@ -353,7 +345,7 @@ impl Etcd {
         proc.wait_ready(Duration::from_secs(20), || {
             http_status(&addr, "GET", "/health", b"") == Some(200)
         })?;
-        Ok(Etcd { proc, endpoint: client_url, _dir: dir })
+        Ok(Etcd { proc, endpoint: client_url, dir })
     }
 
     /// `http://127.0.0.1:<port>`.
@@ -397,7 +389,7 @@ pub struct S3Endpoint {
 pub struct SeaweedS3 {
     proc: Proc,
     s3: S3Endpoint,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl S3Endpoint {
@@ -502,7 +494,7 @@ impl SeaweedS3 {
             e => e,
         })?;
         let s3 = S3Endpoint { endpoint: format!("http://{addr}"), ..s3 };
-        Ok(SeaweedS3 { proc, s3, _dir: dir })
+        Ok(SeaweedS3 { proc, s3, dir })
     }
 
     pub fn s3(&self) -> &S3Endpoint {
@@ -522,13 +514,13 @@ trait Server {
 
 impl Server for Etcd {
     fn pid_and_dir(&self) -> (u32, &Path) {
-        (self.proc.child.id(), self._dir.path())
+        (self.proc.child.id(), self.dir.path())
     }
 }
 
 impl Server for SeaweedS3 {
     fn pid_and_dir(&self) -> (u32, &Path) {
-        (self.proc.child.id(), self._dir.path())
+        (self.proc.child.id(), self.dir.path())
     }
 }
 
