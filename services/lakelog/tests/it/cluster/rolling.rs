@@ -185,20 +185,9 @@ async fn rolling_restart_of_every_role_loses_no_acknowledged_record() -> Result<
     for (stream, partitions) in STREAMS {
         let log = read_stream(&cfg, stream, partitions).await?;
         doubtful_in_log += all.unknown.keys().filter(|v| log.contains_key(*v)).count();
-        let mine = |v: &String| v.starts_with(&format!("{stream}-"));
         let o = Outcomes {
-            acked: all
-                .acked
-                .iter()
-                .filter(|(v, _)| mine(v))
-                .map(|(v, a)| (v.clone(), a.clone()))
-                .collect(),
-            unknown: all
-                .unknown
-                .iter()
-                .filter(|(v, _)| mine(v))
-                .map(|(v, k)| (v.clone(), k.clone()))
-                .collect(),
+            acked: of_stream(&all.acked, stream),
+            unknown: of_stream(&all.unknown, stream),
             failed: Vec::new(),
         };
         ensure!(!o.acked.is_empty(), "{stream}: nothing acknowledged");
@@ -324,4 +313,13 @@ async fn a_writer_stopped_by_sigterm_commits_what_it_accepted_and_releases_its_l
     ensure!(payloads(&got.entries) == acked, "the drained appends are not all in the log");
     eprintln!("SIGTERM drain: 40 buffered appends committed, exit after {} ms", took.as_millis());
     Ok(())
+}
+
+/// The entries of `sent` (keyed by record value, `<stream>-…`) that went to `stream`.
+fn of_stream<V: Clone>(sent: &BTreeMap<String, V>, stream: &str) -> BTreeMap<String, V> {
+    let prefix = format!("{stream}-");
+    sent.iter()
+        .filter(|(v, _)| v.starts_with(&prefix))
+        .map(|(v, x)| (v.clone(), x.clone()))
+        .collect()
 }
