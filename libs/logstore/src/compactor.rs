@@ -12,6 +12,14 @@
 //! `index/<a>` unchanged since R, no key of `index/[a, b)` modified after R; operations: put
 //! `index/<a>` = the compacted locator, delete-range `index/(a, b)`, put `wal_floor` = the
 //! minimum of the log's WAL chunks left, `wal/next_seq` and the marks at R); release the claim.
+//!
+//! Idle logs (ARCHITECTURE §5): chunks still in the head's `recent` wait until they spill to a
+//! page, which an idle log's never do, and a log with fewer than `min_chunks` eligible chunks
+//! is never compacted; either way its floor would hold the cleaner's cutoff at its oldest chunk
+//! forever. So a log whose head has not moved for a whole cycle ([`IdleLogs`]) has its
+//! `recent` spilled to an index page (compare: the head's mod_revision and the claim; a writer
+//! racing it re-bases on the moved head) and every eligible chunk compacted, however few.
+//! Chunks wholly below `start` are trimmed: they never hold a floor.
 
 use std::sync::Arc;
 
@@ -67,6 +75,8 @@ pub enum Skipped {
     TooFew { eligible: usize },
     /// The log is deleted.
     Deleted,
+    /// An idle log took an append while its head was being spilled: it is not idle after all.
+    Appended,
     /// The index changed between the read and the swap (a trim, a delete, another swap): the
     /// segment written is an orphan the cleaner reclaims.
     Raced { orphan: String },
@@ -82,6 +92,7 @@ pub struct Compactor {
     id: String,
     lease: LeaseId,
     cfg: CompactorConfig,
+    idle: IdleLogs,
 }
 
 /// The steps of one compaction, where a test hook may pause or crash it.
@@ -109,7 +120,15 @@ impl Compactor {
             id: id.to_owned(),
             lease,
             cfg,
+            idle: IdleLogs::default(),
         }
+    }
+
+    /// Remembers heads across cycles in `idle` (a fresh compactor knows none, so it treats no
+    /// log as idle before its second look).
+    pub fn with_idle(mut self, idle: IdleLogs) -> Self {
+        self.idle = idle;
+        self
     }
 
     /// Claims `log`, compacts what is eligible, releases the claim.
@@ -160,179 +179,233 @@ impl Compactor {
         hook: Option<StepHook>,
     ) -> Result<Result<Compaction, Skipped>, LogError> {
         let keys = &self.keys;
-        let read = Txn::new().and_then([
-            TxnOp::get(RangeRequest::key(keys.head(log))),
-            TxnOp::get(RangeRequest::key(keys.start(log))),
-            TxnOp::get(RangeRequest::key(keys.next_seq())),
-            TxnOp::get(RangeRequest::prefix(keys.low_water_prefix())),
-            TxnOp::get(RangeRequest::prefix(keys.index_prefix(log))),
-            TxnOp::get(RangeRequest::key(keys.wal_floor(log))),
-        ]);
-        let resp = self.meta.txn(read).await?;
-        let r = resp.revision;
-        let gets: Vec<metadata::RangeResponse> = resp
-            .results
-            .into_iter()
-            .map(|o| match o {
-                OpResult::Get(g) => Ok(g),
-                _ => Err(LogError::Internal("compaction read answered the wrong shape".to_owned())),
-            })
-            .collect::<Result<_, _>>()?;
-        let [head, start, next_seq, marks, pages, floor_now] =
-            <[_; 6]>::try_from(gets).map_err(|_| {
-                LogError::Internal("compaction read answered the wrong shape".to_owned())
-            })?;
-        let Some(head_kv) = head.kvs.first() else { return Err(LogError::NotFound(log)) };
-        let head: LogHead = decode("log head", &head_kv.value)?;
-        let Some(start_kv) = start.kvs.first() else { return Ok(Err(Skipped::Deleted)) };
-        if head.log_state() == LogState::Deleted {
-            return Ok(Err(Skipped::Deleted));
-        }
-        let seq =
-            |v: &[u8]| parse_u64(v).ok_or_else(|| LogError::Corrupt("a WAL sequence".to_owned()));
-        let start = seq(&start_kv.value)?;
-        let next_seq = next_seq.kvs.first().map_or(Ok(0), |kv| seq(&kv.value))?;
-        let mut min_mark = next_seq;
-        for kv in &marks.kvs {
-            min_mark = min_mark.min(seq(&kv.value)?);
-        }
-        let mut listed: Vec<(u64, &metadata::KeyValue, IndexPage)> = Vec::new();
-        for kv in &pages.kvs {
-            let Some(first) = keys.parse_index_page(log, &kv.key) else { continue };
-            listed.push((first, kv, decode("index page", &kv.value)?));
-        }
-
-        // [a, b): whole pages from the first at or above `start`, every chunk eligible.
-        let (mut chosen, mut bytes) = (Vec::new(), 0u64);
-        for (i, (first, _, page)) in listed.iter().enumerate() {
-            // Below the start, or compacted already (segments are not merged again yet).
-            if *first < start || (chosen.is_empty() && page.locators.iter().all(|l| !l.in_wal())) {
-                continue;
+        let mut spilled = false;
+        loop {
+            let read = Txn::new().and_then([
+                TxnOp::get(RangeRequest::key(keys.head(log))),
+                TxnOp::get(RangeRequest::key(keys.start(log))),
+                TxnOp::get(RangeRequest::key(keys.next_seq())),
+                TxnOp::get(RangeRequest::prefix(keys.low_water_prefix())),
+                TxnOp::get(RangeRequest::prefix(keys.index_prefix(log))),
+                TxnOp::get(RangeRequest::key(keys.wal_floor(log))),
+            ]);
+            let resp = self.meta.txn(read).await?;
+            let r = resp.revision;
+            let gets: Vec<metadata::RangeResponse> = resp
+                .results
+                .into_iter()
+                .map(|o| match o {
+                    OpResult::Get(g) => Ok(g),
+                    _ => Err(LogError::Internal(
+                        "compaction read answered the wrong shape".to_owned(),
+                    )),
+                })
+                .collect::<Result<_, _>>()?;
+            let [head, start, next_seq, marks, pages, floor_now] = <[_; 6]>::try_from(gets)
+                .map_err(|_| {
+                    LogError::Internal("compaction read answered the wrong shape".to_owned())
+                })?;
+            let Some(head_kv) = head.kvs.first() else { return Err(LogError::NotFound(log)) };
+            let head: LogHead = decode("log head", &head_kv.value)?;
+            // Idle: the head is where this compactor saw it a cycle ago (or it was just spilled).
+            let idle = self.idle.observe(log, head_kv.mod_revision) || spilled;
+            let Some(start_kv) = start.kvs.first() else { return Ok(Err(Skipped::Deleted)) };
+            if head.log_state() == LogState::Deleted {
+                return Ok(Err(Skipped::Deleted));
             }
-            let eligible = page.locators.iter().all(|l| l.in_wal() && l.wal_seq < min_mark);
-            if !eligible || (!chosen.is_empty() && bytes >= self.cfg.max_segment_bytes) {
-                break;
+            let seq = |v: &[u8]| {
+                parse_u64(v).ok_or_else(|| LogError::Corrupt("a WAL sequence".to_owned()))
+            };
+            let start = seq(&start_kv.value)?;
+            let next_seq = next_seq.kvs.first().map_or(Ok(0), |kv| seq(&kv.value))?;
+            let mut min_mark = next_seq;
+            for kv in &marks.kvs {
+                min_mark = min_mark.min(seq(&kv.value)?);
             }
-            bytes += page.locators.iter().map(|l| l.payload_bytes).sum::<u64>();
-            chosen.push(i);
-        }
-        let chunks: Vec<&Locator> =
-            chosen.iter().flat_map(|i| listed[*i].2.locators.iter()).collect();
-        if chunks.len() < self.cfg.min_chunks.max(1) {
-            // Nothing to rewrite, but an idle log's floor may hold the cleaner's cutoff back:
-            // recompute it at R (a lower bound ever after, ARCHITECTURE §5) and raise it,
-            // unless the floor changed since (a swap's is newer).
-            let all = listed.iter().flat_map(|(_, _, p)| p.locators.iter()).chain(&head.recent);
-            let floor = all.filter(|l| l.in_wal()).map(|l| l.wal_seq).fold(min_mark, u64::min);
-            if let Some(kv) = floor_now.kvs.first()
-                && seq(&kv.value)? < floor
+            let mut listed: Vec<(u64, &metadata::KeyValue, IndexPage)> = Vec::new();
+            for kv in &pages.kvs {
+                let Some(first) = keys.parse_index_page(log, &kv.key) else { continue };
+                listed.push((first, kv, decode("index page", &kv.value)?));
+            }
+            // An idle log's recent chunks go to a page of their own, so they can be compacted.
+            let eligible = |l: &Locator| l.in_wal() && l.wal_seq < min_mark;
+            if idle
+                && !spilled
+                && !head.recent.is_empty()
+                && head.recent.iter().all(eligible)
+                && head.recent.iter().any(|l| l.end_offset() > start)
             {
-                let raise = Txn::new()
+                let first = head.recent[0].first_offset;
+                let mut emptied = head.clone();
+                let page = IndexPage { locators: std::mem::take(&mut emptied.recent) };
+                let spill = Txn::new()
                     .when([
                         Compare::mod_revision(
-                            keys.wal_floor(log),
+                            keys.head(log),
                             CompareOp::Equal,
-                            kv.mod_revision,
+                            head_kv.mod_revision,
                         ),
                         Compare::create_revision(
                             keys.compaction_task(log),
                             CompareOp::Equal,
                             claim_rev,
                         ),
+                        Compare::create_revision(keys.index_page(log, first), CompareOp::Equal, 0),
                     ])
-                    .and_then([TxnOp::put(keys.wal_floor(log), floor.to_string())]);
-                self.meta.txn(raise).await?;
+                    .and_then([
+                        TxnOp::put(keys.index_page(log, first), page.encode_to_vec()),
+                        TxnOp::put(keys.head(log), emptied.encode_to_vec()),
+                    ]);
+                if !self.meta.txn(spill).await?.succeeded {
+                    return Ok(Err(Skipped::Appended));
+                }
+                spilled = true;
+                continue;
             }
-            return Ok(Err(Skipped::TooFew { eligible: chunks.len() }));
-        }
-        let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
-            return Ok(Err(Skipped::TooFew { eligible: 0 }));
-        };
-        let (a, b) = (first.first_offset, last.end_offset());
-        let a_kv = listed[chosen[0]].1;
+            // Chunks wholly below the start are trimmed: no floor counts them.
+            let live = |l: &&Locator| l.in_wal() && l.end_offset() > start;
 
-        // The segment: the chunks' entries, in order, as one chunk of one log.
-        let mut builder = wal::ObjectBuilder::with_capacity(
-            wal::ObjectKind::Segment,
-            chunks.iter().map(|l| l.byte_len as usize).sum(),
-        );
-        builder.begin_chunk(log.0);
-        let (mut records, mut entries) = (0u64, 0u32);
-        for loc in &chunks {
-            for e in self.reader.run_entries(log, loc).await? {
-                builder.push_entry(e.header.record_count, e.header.timestamp, &e.payload)?;
-                records += u64::from(e.header.record_count);
-                entries += 1;
+            // [a, b): whole pages from the first at or above `start`, every chunk eligible.
+            let (mut chosen, mut bytes) = (Vec::new(), 0u64);
+            for (i, (first, _, page)) in listed.iter().enumerate() {
+                // Below the start, or compacted already (segments are not merged again yet).
+                if *first < start
+                    || (chosen.is_empty() && page.locators.iter().all(|l| !l.in_wal()))
+                {
+                    continue;
+                }
+                let page_eligible = page.locators.iter().all(eligible);
+                if !page_eligible || (!chosen.is_empty() && bytes >= self.cfg.max_segment_bytes) {
+                    break;
+                }
+                bytes += page.locators.iter().map(|l| l.payload_bytes).sum::<u64>();
+                chosen.push(i);
             }
-        }
-        let (object, metas) = builder.finish()?;
-        let meta = metas.first().ok_or_else(|| LogError::Internal("empty segment".to_owned()))?;
-        if records != b - a {
-            return Err(LogError::Corrupt(format!(
-                "log {log}: chunks [{a}, {b}) hold {records} records"
-            )));
-        }
-        let locator = Locator {
-            first_offset: a,
-            record_count: records,
-            entry_count: entries,
-            wal_seq: 0,
-            byte_start: meta.byte_start,
-            byte_len: meta.byte_len,
-            max_timestamp: last.max_timestamp,
-            cumulative_before: first.cumulative_before,
-            payload_bytes: chunks.iter().map(|l| l.payload_bytes).sum(),
-            compacted_claim: u64::try_from(claim_rev)
-                .map_err(|_| LogError::Internal("negative claim revision".to_owned()))?,
-        };
-        let path = locator.object(log);
-        let size = object.len() as u64;
-        objstore::put_create_only(self.objects.as_ref(), &path, object).await?;
-        if let Some(h) = hook {
-            h(Step::Written).await;
-        }
+            let chunks: Vec<&Locator> =
+                chosen.iter().flat_map(|i| listed[*i].2.locators.iter()).collect();
+            // An idle log is compacted however few its chunks: nothing else ever would be.
+            let threshold = if idle { 1 } else { self.cfg.min_chunks.max(1) };
+            if chunks.len() < threshold {
+                // Nothing to rewrite, but an idle log's floor may hold the cleaner's cutoff back:
+                // recompute it at R (a lower bound ever after, ARCHITECTURE §5) and raise it,
+                // unless the floor changed since (a swap's is newer).
+                let all = listed.iter().flat_map(|(_, _, p)| p.locators.iter()).chain(&head.recent);
+                let floor = all.filter(live).map(|l| l.wal_seq).fold(min_mark, u64::min);
+                if let Some(kv) = floor_now.kvs.first()
+                    && seq(&kv.value)? < floor
+                {
+                    let raise = Txn::new()
+                        .when([
+                            Compare::mod_revision(
+                                keys.wal_floor(log),
+                                CompareOp::Equal,
+                                kv.mod_revision,
+                            ),
+                            Compare::create_revision(
+                                keys.compaction_task(log),
+                                CompareOp::Equal,
+                                claim_rev,
+                            ),
+                        ])
+                        .and_then([TxnOp::put(keys.wal_floor(log), floor.to_string())]);
+                    self.meta.txn(raise).await?;
+                }
+                return Ok(Err(Skipped::TooFew { eligible: chunks.len() }));
+            }
+            let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
+                return Ok(Err(Skipped::TooFew { eligible: 0 }));
+            };
+            let (a, b) = (first.first_offset, last.end_offset());
+            let a_kv = listed[chosen[0]].1;
 
-        // The floor: the log's WAL chunks left (other pages, the head's recent), next_seq, marks.
-        let compacted: std::collections::HashSet<usize> = chosen.iter().copied().collect();
-        let left = listed
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !compacted.contains(i))
-            .flat_map(|(_, (_, _, p))| p.locators.iter())
-            .chain(head.recent.iter())
-            .filter(|l| l.in_wal())
-            .map(|l| l.wal_seq);
-        let floor = left.fold(min_mark, u64::min);
+            // The segment: the chunks' entries, in order, as one chunk of one log.
+            let mut builder = wal::ObjectBuilder::with_capacity(
+                wal::ObjectKind::Segment,
+                chunks.iter().map(|l| l.byte_len as usize).sum(),
+            );
+            builder.begin_chunk(log.0);
+            let (mut records, mut entries) = (0u64, 0u32);
+            for loc in &chunks {
+                for e in self.reader.run_entries(log, loc).await? {
+                    builder.push_entry(e.header.record_count, e.header.timestamp, &e.payload)?;
+                    records += u64::from(e.header.record_count);
+                    entries += 1;
+                }
+            }
+            let (object, metas) = builder.finish()?;
+            let meta =
+                metas.first().ok_or_else(|| LogError::Internal("empty segment".to_owned()))?;
+            if records != b - a {
+                return Err(LogError::Corrupt(format!(
+                    "log {log}: chunks [{a}, {b}) hold {records} records"
+                )));
+            }
+            let locator = Locator {
+                first_offset: a,
+                record_count: records,
+                entry_count: entries,
+                wal_seq: 0,
+                byte_start: meta.byte_start,
+                byte_len: meta.byte_len,
+                max_timestamp: last.max_timestamp,
+                cumulative_before: first.cumulative_before,
+                payload_bytes: chunks.iter().map(|l| l.payload_bytes).sum(),
+                compacted_claim: u64::try_from(claim_rev)
+                    .map_err(|_| LogError::Internal("negative claim revision".to_owned()))?,
+            };
+            let path = locator.object(log);
+            let size = object.len() as u64;
+            objstore::put_create_only(self.objects.as_ref(), &path, object).await?;
+            if let Some(h) = hook {
+                h(Step::Written).await;
+            }
 
-        let index_a = keys.index_page(log, a);
-        let mut after_a = index_a.clone();
-        after_a.push(0);
-        let index_b = keys.index_page(log, b);
-        let swap = Txn::new()
-            .when([
-                Compare::create_revision(keys.compaction_task(log), CompareOp::Equal, claim_rev),
-                Compare::mod_revision(keys.start(log), CompareOp::Equal, start_kv.mod_revision),
-                Compare::mod_revision(index_a.clone(), CompareOp::Equal, a_kv.mod_revision),
-                Compare::mod_revision(index_a.clone(), CompareOp::Less, r + 1)
-                    .with_range_end(index_b.clone()),
-            ])
-            .and_then([
-                TxnOp::put(index_a, IndexPage { locators: vec![locator] }.encode_to_vec()),
-                TxnOp::delete(KeyRange::between(after_a, index_b)),
-                TxnOp::put(keys.wal_floor(log), floor.to_string()),
-            ]);
-        if !self.meta.txn(swap).await?.succeeded {
-            return Ok(Err(Skipped::Raced { orphan: path.to_string() }));
+            // The floor: the log's WAL chunks left (other pages, the head's recent), next_seq, marks.
+            let compacted: std::collections::HashSet<usize> = chosen.iter().copied().collect();
+            let left = listed
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !compacted.contains(i))
+                .flat_map(|(_, (_, _, p))| p.locators.iter())
+                .chain(head.recent.iter())
+                .filter(live)
+                .map(|l| l.wal_seq);
+            let floor = left.fold(min_mark, u64::min);
+
+            let index_a = keys.index_page(log, a);
+            let mut after_a = index_a.clone();
+            after_a.push(0);
+            let index_b = keys.index_page(log, b);
+            let swap = Txn::new()
+                .when([
+                    Compare::create_revision(
+                        keys.compaction_task(log),
+                        CompareOp::Equal,
+                        claim_rev,
+                    ),
+                    Compare::mod_revision(keys.start(log), CompareOp::Equal, start_kv.mod_revision),
+                    Compare::mod_revision(index_a.clone(), CompareOp::Equal, a_kv.mod_revision),
+                    Compare::mod_revision(index_a.clone(), CompareOp::Less, r + 1)
+                        .with_range_end(index_b.clone()),
+                ])
+                .and_then([
+                    TxnOp::put(index_a, IndexPage { locators: vec![locator] }.encode_to_vec()),
+                    TxnOp::delete(KeyRange::between(after_a, index_b)),
+                    TxnOp::put(keys.wal_floor(log), floor.to_string()),
+                ]);
+            if !self.meta.txn(swap).await?.succeeded {
+                return Ok(Err(Skipped::Raced { orphan: path.to_string() }));
+            }
+            return Ok(Ok(Compaction {
+                log,
+                first_offset: a,
+                end_offset: b,
+                chunks: chunks.len(),
+                bytes: size,
+                object: path.to_string(),
+                wal_floor: floor,
+            }));
         }
-        Ok(Ok(Compaction {
-            log,
-            first_offset: a,
-            end_offset: b,
-            chunks: chunks.len(),
-            bytes: size,
-            object: path.to_string(),
-            wal_floor: floor,
-        }))
     }
 }
 
@@ -341,56 +414,90 @@ impl Compactor {
 pub struct CycleReport {
     pub compacted: Vec<Compaction>,
     pub skipped: Vec<(LogId, Skipped)>,
+    /// Logs whose compaction failed this cycle (the cycle went on with the others).
+    pub failed: Vec<(LogId, LogError)>,
+    /// Renewals of the cycle's lease that failed (each retried a third of the lease later).
+    pub keep_alive_failures: u64,
+}
+
+/// The heads a compactor saw in its last cycle, kept from one cycle to the next: a log whose
+/// head has not moved for a whole cycle is idle. Cheap to clone (shared).
+#[derive(Clone, Debug, Default)]
+pub struct IdleLogs(Arc<std::sync::Mutex<std::collections::HashMap<LogId, i64>>>);
+
+impl IdleLogs {
+    /// Records `log`'s head at `head_revision`; true if it was there at the last look.
+    fn observe(&self, log: LogId, head_revision: i64) -> bool {
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        seen.insert(log, head_revision) == Some(head_revision)
+    }
+
+    /// Forgets logs not in `live` (deleted ones), so the map stays as large as the log set.
+    fn retain(&self, live: &[LogId]) {
+        let live: std::collections::HashSet<&LogId> = live.iter().collect();
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).retain(|l, _| live.contains(l));
+    }
 }
 
 /// The claims' lease of one cycle (kept alive while the cycle runs).
 const CYCLE_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// One compaction cycle over every live log (or just `only`): a lease granted for the cycle and
-/// kept alive while it runs, each log claimed in turn, the lease revoked at the end.
+/// kept alive while it runs, each log claimed in turn, the lease revoked at the end. A log
+/// whose compaction fails is reported in [`CycleReport::failed`] and the cycle goes on with
+/// the next. `idle` carries the heads seen from one cycle to the next.
 pub async fn compact_all(
     reader: LogReader,
     id: &str,
     cfg: CompactorConfig,
     only: Option<LogId>,
+    idle: &IdleLogs,
 ) -> Result<CycleReport, LogError> {
     let meta = reader.meta().clone();
     let logs = match only {
         Some(log) => vec![log],
-        None => live_logs(meta.as_ref(), reader.keys()).await?,
+        None => {
+            let logs = live_logs(meta.as_ref(), reader.keys()).await?;
+            idle.retain(&logs);
+            logs
+        }
     };
     let lease = meta.lease_grant(CYCLE_LEASE).await?;
+    let keep_alive_failures = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let keep = {
-        let meta = meta.clone();
+        let (meta, failures) = (meta.clone(), keep_alive_failures.clone());
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(CYCLE_LEASE / 3).await;
-                if meta.lease_keep_alive(lease).await.is_err() {
-                    return;
+                match meta.lease_keep_alive(lease).await {
+                    Ok(_) => {}
+                    // Gone: the claims went with it; later claims fail and are reported.
+                    Err(metadata::MetaError::LeaseNotFound(_)) => return,
+                    Err(e) => {
+                        failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tracing::warn!(error = %e, "compaction lease keep-alive failed; retrying");
+                    }
                 }
             }
         })
     };
-    let compactor = Compactor::new(reader, id, lease, cfg);
+    let compactor = Compactor::new(reader, id, lease, cfg).with_idle(idle.clone());
     let mut report = CycleReport::default();
-    let mut failed = None;
     for log in logs {
         match compactor.compact_log(log).await {
             Ok(Ok(c)) => report.compacted.push(c),
             Ok(Err(s)) => report.skipped.push((log, s)),
             Err(LogError::NotFound(_)) => report.skipped.push((log, Skipped::Deleted)),
             Err(e) => {
-                failed = Some(e);
-                break;
+                tracing::warn!(log = %log, error = %e, "compaction of a log failed; going on with the next");
+                report.failed.push((log, e));
             }
         }
     }
     keep.abort();
+    report.keep_alive_failures = keep_alive_failures.load(std::sync::atomic::Ordering::Relaxed);
     let _ = meta.lease_revoke(lease).await;
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(report),
-    }
+    Ok(report)
 }
 
 /// Every log that is not deleted (each has a `wal_floor` key), in id order.

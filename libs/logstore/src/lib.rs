@@ -179,6 +179,11 @@ impl LogError {
         }
     }
 
+    /// Whether an append answered with this may have committed.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(self, LogError::Unavailable { outcome_unknown: true, .. })
+    }
+
     pub(crate) fn unavailable(message: impl Into<String>) -> Self {
         LogError::Unavailable { message: message.into(), outcome_unknown: false }
     }

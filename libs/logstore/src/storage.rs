@@ -290,6 +290,7 @@ impl LogStorage {
             expected_offset,
             reply: tx,
             _permit: permit,
+            admitted: 0,
         });
         rx.await.map_err(|_| LogError::unknown("writer stopped before answering"))?
     }

@@ -8,10 +8,18 @@
 //! - the committer resolves flushes strictly in sequence order, so one log's chunks commit in
 //!   flush order (invariant 7); it re-bases on a moved head, fails on a fence, and re-sends an
 //!   ambiguous transaction identically until it gets a definite answer (§3.8);
-//! - the keep-alive task renews the writer's lease; losing it ends the incarnation.
+//! - the keep-alive task renews the writer's lease; losing it ends the incarnation. While no
+//!   flush is unresolved it also gives up the rest of the sequence block and raises the
+//!   low-water mark to `wal/next_seq`, so an idle writer holds no compaction or cleaning back
+//!   (ARCHITECTURE §5); the next flush allocates a fresh block.
+//!
+//! Order on failure (invariant 7, §3.4): every append gets an admission number as it enters
+//! the buffer. When one of a log's appends fails definitely, every append of that log admitted
+//! before the failure fails with it, wherever it is (buffered, stamped, uploading), so a
+//! pipelining client's later appends never commit ahead of the one it will retry.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,6 +55,8 @@ pub(crate) struct Pending {
     pub expected_offset: Option<u64>,
     pub reply: oneshot::Sender<Result<LogEntryHeader, LogError>>,
     pub _permit: OwnedSemaphorePermit,
+    /// Its place in the order appends entered the buffer (set by [`Core::enqueue`]).
+    pub admitted: u64,
 }
 
 impl Pending {
@@ -70,6 +80,9 @@ pub(crate) struct Identity {
     pub member_revision: i64,
     next_seq: u64,
     block_end: u64,
+    /// The rest of the block was given up and the mark raised while idle: the next block's
+    /// allocation puts the mark to its start.
+    released: bool,
 }
 
 /// One log's share of a flush. A flush holds at most one chunk per log, so all of a chunk's
@@ -125,13 +138,21 @@ pub(crate) struct Core {
     wake: Notify,
     pub space: Arc<Semaphore>,
     pub identity: tokio::sync::Mutex<Identity>,
-    identity_lost: AtomicBool,
+    /// The member_revision of an incarnation found lost (0: none). Only that incarnation is
+    /// ended: a late failure of an older one's commit does not end its successor (one lease
+    /// loss, one reincarnation).
+    lost: AtomicI64,
+    /// Flushes stamped with a sequence and not resolved yet (answered, or their incarnation
+    /// ended). The idle release happens only at zero.
+    unresolved: AtomicU64,
+    /// Admission numbers handed out (the newest).
+    admitted: AtomicU64,
+    /// Logs with a definite failure: their appends admitted up to the number fail with it.
+    poisoned: Mutex<HashMap<LogId, (u64, LogError)>>,
     served: Mutex<HashMap<(LogId, String), Served>>,
     /// Live writers as last watched, for the owner check at admission; slot takeovers read
     /// them linearizably instead.
     members: Mutex<Option<Arc<crate::membership::MemberSet>>>,
-    /// The newest WAL sequence the flusher has assigned.
-    last_seq: AtomicU64,
     /// WAL objects the flusher has handed to the object store.
     pub flushes: AtomicU64,
     pub closing: AtomicBool,
@@ -162,10 +183,12 @@ impl Core {
             buffer: Mutex::new(Buffer::default()),
             wake: Notify::new(),
             identity: tokio::sync::Mutex::new(identity),
-            identity_lost: AtomicBool::new(false),
+            lost: AtomicI64::new(0),
+            unresolved: AtomicU64::new(0),
+            admitted: AtomicU64::new(0),
+            poisoned: Mutex::new(HashMap::new()),
             served: Mutex::new(HashMap::new()),
             members: Mutex::new(None),
-            last_seq: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
             closing: AtomicBool::new(false),
             observer: std::sync::OnceLock::new(),
@@ -181,9 +204,17 @@ impl Core {
         Ok((core, tasks))
     }
 
-    /// Queues an append; the flusher picks it up.
-    pub(crate) fn enqueue(&self, p: Pending) {
+    /// Queues an append; the flusher picks it up. A writer that is closing refuses it (nothing
+    /// applied): checked under the buffer's lock, which the flusher holds when it decides the
+    /// buffer is empty and stops, so no append is left behind with no flusher.
+    pub(crate) fn enqueue(&self, mut p: Pending) {
         let mut b = lock(&self.buffer);
+        if self.closing.load(Ordering::SeqCst) {
+            drop(b);
+            p.answer(Err(LogError::unavailable("writer is shutting down")));
+            return;
+        }
+        p.admitted = self.admitted.fetch_add(1, Ordering::SeqCst) + 1;
         b.bytes += p.payload.len();
         let was_empty = b.since.is_none();
         b.since.get_or_insert_with(Instant::now);
@@ -254,20 +285,78 @@ impl Core {
         Owner { writer_id: self.cfg.writer_id.clone(), member_revision }
     }
 
-    /// The next WAL sequence, allocating a new block when the current one is used up.
+    /// The next WAL sequence, allocating a new block when the current one is used up. The
+    /// flush it stamps counts as unresolved until [`Core::resolved`].
     async fn next_seq(&self) -> Result<(u64, i64), LogError> {
         let mut id = self.identity.lock().await;
         if id.next_seq >= id.block_end {
-            let (start, end) =
-                allocate_block(self.meta.as_ref(), &self.keys, &self.cfg, id.member_revision)
-                    .await?;
+            // After an idle release no flush is unresolved: the mark may rise to the block.
+            let mark = id.released.then_some(id.lease);
+            let allocated =
+                allocate_block(self.meta.as_ref(), &self.keys, &self.cfg, id.member_revision, mark)
+                    .await;
+            let (start, end) = match allocated {
+                Ok(b) => b,
+                Err(e) => {
+                    if e == LogError::unavailable(INCARNATION_ENDED) {
+                        self.lose(id.member_revision);
+                    }
+                    return Err(e);
+                }
+            };
             id.next_seq = start;
             id.block_end = end;
+            id.released = false;
         }
         let seq = id.next_seq;
         id.next_seq += 1;
-        self.last_seq.fetch_max(seq, Ordering::SeqCst);
+        self.unresolved.fetch_add(1, Ordering::SeqCst);
         Ok((seq, id.member_revision))
+    }
+
+    /// A stamped flush is resolved: every append in it answered.
+    fn resolved(&self) {
+        self.unresolved.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Ends the incarnation `member_revision` (if it is still the current one, the keep-alive
+    /// task or the committer re-registers).
+    fn lose(&self, member_revision: i64) {
+        self.lost.store(member_revision, Ordering::SeqCst);
+    }
+
+    fn is_lost(&self, member_revision: i64) -> bool {
+        self.lost.load(Ordering::SeqCst) == member_revision
+    }
+
+    /// Fails every append of `log` admitted so far with `e`, wherever it is now (ARCHITECTURE
+    /// §3.4): the ones already answered are unaffected, the rest fail as the committer meets
+    /// them.
+    fn poison(&self, log: LogId, e: &LogError) {
+        let upto = self.admitted.load(Ordering::SeqCst);
+        lock(&self.poisoned).insert(log, (upto, e.clone()));
+    }
+
+    /// Fails what `poison` doomed of a chunk; the rest of the chunk (appends admitted after
+    /// the failure) stays. `None` when nothing is left.
+    fn cull(&self, mut c: Chunk) -> Option<Chunk> {
+        let doom = lock(&self.poisoned).get(&c.log).cloned();
+        if let Some((upto, e)) = doom {
+            let (dead, live): (Vec<_>, Vec<_>) =
+                c.entries.into_iter().partition(|(p, _, _)| p.admitted <= upto);
+            for (p, _, _) in dead {
+                p.answer(Err(e.clone()));
+            }
+            c.entries = live;
+        }
+        (!c.entries.is_empty()).then_some(c)
+    }
+
+    /// Forgets failures no append still waiting can be affected by: flushes are resolved in
+    /// admission order, so once one whose oldest append came after a failure is met, nothing
+    /// older is left.
+    fn unpoison_before(&self, oldest_admitted: u64) {
+        lock(&self.poisoned).retain(|_, (upto, _)| *upto >= oldest_admitted);
     }
 }
 
@@ -320,6 +409,7 @@ async fn register(
                 member_revision: resp.revision,
                 next_seq: next,
                 block_end: end,
+                released: false,
             });
         }
         if matches!(resp.results.first(), Some(OpResult::Get(g)) if !g.kvs.is_empty()) {
@@ -343,22 +433,28 @@ async fn read_next_seq(meta: &dyn MetadataStore, keys: &Keys) -> Result<(u64, i6
     })
 }
 
+/// Allocates the next sequence block `[start, end)`; with `mark` (the lease), the low-water
+/// mark rises to `start` in the same transaction (only when no flush is unresolved).
 async fn allocate_block(
     meta: &dyn MetadataStore,
     keys: &Keys,
     cfg: &LogStorageConfig,
     member_revision: i64,
+    mark: Option<LeaseId>,
 ) -> Result<(u64, u64), LogError> {
     let member = keys.member("writer", &cfg.writer_id);
     for _ in 0..100 {
         let (next, seq_rev) = read_next_seq(meta, keys).await?;
         let end = next + cfg.seq_block;
+        let raise = mark.map(|lease| {
+            TxnOp::put_with_lease(keys.low_water(&cfg.writer_id), next.to_string(), lease)
+        });
         let txn = Txn::new()
             .when([
                 Compare::create_revision(member.clone(), CompareOp::Equal, member_revision),
                 Compare::mod_revision(keys.next_seq(), CompareOp::Equal, seq_rev),
             ])
-            .and_then([TxnOp::put(keys.next_seq(), end.to_string())])
+            .and_then(std::iter::once(TxnOp::put(keys.next_seq(), end.to_string())).chain(raise))
             .or_else([TxnOp::get(RangeRequest::key(member.clone()))]);
         let resp = meta.txn(txn).await?;
         if resp.succeeded {
@@ -370,10 +466,54 @@ async fn allocate_block(
             {
                 continue;
             }
-            _ => return Err(LogError::unavailable("writer incarnation ended (lease lost)")),
+            _ => return Err(LogError::unavailable(INCARNATION_ENDED)),
         }
     }
     Err(LogError::unavailable("could not allocate a WAL sequence block: too much contention"))
+}
+
+/// While no flush is unresolved, gives up the rest of the sequence block and raises the
+/// low-water mark to `wal/next_seq` (ARCHITECTURE §5): the sequences left in the block lie
+/// below every busier writer's objects, and a mark there would hold back compaction and the
+/// cleaner's cutoff for as long as this writer stays idle. Every sequence it uses later comes
+/// from a block allocated after this, at or above that `next_seq`. Holds the identity lock,
+/// so no flush is stamped meanwhile.
+async fn release_idle_block(core: &Core) -> Result<(), LogError> {
+    let mut id = core.identity.lock().await;
+    // Unresolved first: a committer that ends the incarnation does so before it resolves.
+    if core.unresolved.load(Ordering::SeqCst) != 0
+        || core.is_lost(id.member_revision)
+        || core.closing.load(Ordering::SeqCst)
+    {
+        return Ok(());
+    }
+    let mark_key = core.keys.low_water(&core.cfg.writer_id);
+    let read = Txn::new().and_then([
+        TxnOp::get(RangeRequest::key(core.keys.next_seq())),
+        TxnOp::get(RangeRequest::key(mark_key.clone())),
+    ]);
+    let resp = core.meta.txn(read).await?;
+    let seq_of = |r: Option<&OpResult>| match r {
+        Some(OpResult::Get(g)) => g.kvs.first().and_then(|kv| parse_u64(&kv.value)),
+        _ => None,
+    };
+    let (Some(next), mark) = (seq_of(resp.results.first()), seq_of(resp.results.get(1))) else {
+        return Ok(());
+    };
+    if mark.is_some_and(|m| m >= next) {
+        return Ok(()); // nothing handed out since: the mark is as high as it can be
+    }
+    let member = core.keys.member("writer", &core.cfg.writer_id);
+    let raise = Txn::new()
+        .when([Compare::create_revision(member, CompareOp::Equal, id.member_revision)])
+        .and_then([TxnOp::put_with_lease(mark_key, next.to_string(), id.lease)]);
+    if core.meta.txn(raise).await?.succeeded {
+        id.next_seq = id.block_end;
+        id.released = true;
+    } else {
+        core.lose(id.member_revision);
+    }
+    Ok(())
 }
 
 async fn keep_alive(core: Arc<Core>) {
@@ -381,18 +521,26 @@ async fn keep_alive(core: Arc<Core>) {
     let mut last_ok = Instant::now();
     while !core.closing.load(Ordering::SeqCst) {
         tokio::time::sleep(period).await;
-        let lease = core.identity.lock().await.lease;
+        let (lease, member_revision) = {
+            let id = core.identity.lock().await;
+            (id.lease, id.member_revision)
+        };
         match core.meta.lease_keep_alive(lease).await {
-            Ok(_) => last_ok = Instant::now(),
-            Err(MetaError::LeaseNotFound(_)) => core.identity_lost.store(true, Ordering::SeqCst),
+            Ok(_) => {
+                last_ok = Instant::now();
+                if let Err(e) = release_idle_block(&core).await {
+                    tracing::warn!(error = %e, "could not raise the idle writer's low-water mark");
+                }
+            }
+            Err(MetaError::LeaseNotFound(_)) => core.lose(member_revision),
             Err(e) => {
                 tracing::warn!(error = %e, "lease keep-alive failed");
                 if last_ok.elapsed() >= core.cfg.lease_ttl {
-                    core.identity_lost.store(true, Ordering::SeqCst);
+                    core.lose(member_revision);
                 }
             }
         }
-        if core.identity_lost.load(Ordering::SeqCst) && !core.closing.load(Ordering::SeqCst) {
+        if core.is_lost(member_revision) && !core.closing.load(Ordering::SeqCst) {
             tracing::warn!("writer lease lost; registering a new incarnation");
             reincarnate(&core).await;
             last_ok = Instant::now();
@@ -437,17 +585,18 @@ fn release_lost_slots(core: &Core, members: &[Member]) {
 
 async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) {
     loop {
-        let due = {
+        // Read under the buffer's lock with `closing`: an append enqueued after this saw
+        // `closing` too and was refused, so stopping on an empty buffer strands nothing.
+        let (due, closing, bytes) = {
             let b = lock(&core.buffer);
-            b.since.map(|s| s + core.cfg.flush_interval)
+            (
+                b.since.map(|s| s + core.cfg.flush_interval),
+                core.closing.load(Ordering::SeqCst),
+                b.bytes,
+            )
         };
-        let closing = core.closing.load(Ordering::SeqCst);
         match due {
-            Some(at)
-                if !closing
-                    && Instant::now() < at
-                    && lock(&core.buffer).bytes < core.cfg.flush_bytes =>
-            {
+            Some(at) if !closing && Instant::now() < at && bytes < core.cfg.flush_bytes => {
                 let _ = tokio::time::timeout_at(at, core.wake.notified()).await;
                 continue;
             }
@@ -466,9 +615,7 @@ async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) {
         let (seq, incarnation) = match core.next_seq().await {
             Ok(s) => s,
             Err(e) => {
-                for p in taken.entries {
-                    p.answer(Err(e.clone()));
-                }
+                fail_unstamped(&core, taken.entries, &e);
                 continue;
             }
         };
@@ -476,9 +623,8 @@ async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) {
             match build_flush(seq, incarnation, taken.entries, began, core.cfg.flush_deadline) {
                 Ok(f) => f,
                 Err((e, entries)) => {
-                    for p in entries {
-                        p.answer(Err(e.clone()));
-                    }
+                    fail_unstamped(&core, entries, &e);
+                    core.resolved();
                     continue;
                 }
             };
@@ -513,6 +659,17 @@ async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) {
             }
             let _ = put_tx.send(r);
         });
+    }
+}
+
+/// Fails appends that never made it into a stamped flush, poisoning their logs first: their
+/// later appends, buffered or stamped since, must not commit ahead of them (ARCHITECTURE §3.4).
+fn fail_unstamped(core: &Core, entries: Vec<Pending>, e: &LogError) {
+    for p in &entries {
+        core.poison(p.log, e);
+    }
+    for p in entries {
+        p.answer(Err(e.clone()));
     }
 }
 
@@ -601,52 +758,54 @@ fn build_flush(
 }
 
 async fn committer(core: Arc<Core>, mut flushes: mpsc::Receiver<Flush>) {
-    // Logs whose chunk failed definitely: later chunks of theirs up to this sequence fail too
-    // (ARCHITECTURE §3.4), so one producer's appends never commit out of order.
-    let mut poisoned: HashMap<LogId, (u64, LogError)> = HashMap::new();
     while let Some(mut flush) = flushes.recv().await {
         let put = (&mut flush.put)
             .await
             .unwrap_or_else(|_| Err(LogError::Internal("WAL put task vanished".to_owned())));
         let current = core.identity.lock().await.member_revision;
-        let lost = core.identity_lost.load(Ordering::SeqCst);
         let verdict = match put {
             Err(e) => Some(e),
-            Ok(()) if lost || flush.incarnation != current => {
+            Ok(()) if core.is_lost(flush.incarnation) || flush.incarnation != current => {
                 Some(LogError::unavailable(INCARNATION_ENDED))
             }
             Ok(()) => None,
         };
         let chunks = std::mem::take(&mut flush.chunks);
-        let (mut live, mut doomed) = (Vec::new(), Vec::new());
+        let oldest = chunks
+            .iter()
+            .flat_map(|c| c.entries.iter().map(|(p, _, _)| p.admitted))
+            .min()
+            .unwrap_or(u64::MAX);
+        core.unpoison_before(oldest);
+        let mut live = Vec::new();
         for c in chunks {
-            match (&verdict, poisoned.get(&c.log)) {
-                (Some(e), _) => doomed.push((c, e.clone())),
-                (None, Some((upto, e))) if flush.seq <= *upto => doomed.push((c, e.clone())),
-                _ => live.push(c),
+            match &verdict {
+                Some(e) => {
+                    // Every later append of the log admitted so far fails with it.
+                    core.poison(c.log, e);
+                    fail_chunk(c, e);
+                }
+                None => live.extend(core.cull(c)),
             }
         }
-        // Every flush already stamped may hold a later chunk of a failed log.
-        let newest = core.last_seq.load(Ordering::SeqCst);
-        for (c, e) in doomed {
-            poisoned.insert(c.log, (newest, e.clone()));
-            fail_chunk(c, &e);
-        }
-        poisoned.retain(|_, (upto, _)| *upto >= flush.seq);
         if !live.is_empty() {
             let started = Instant::now();
             for (log, e) in commit_chunks(&core, flush.seq, flush.deadline, live).await {
                 if e.code() != crate::Code::Fenced {
-                    poisoned.insert(log, (newest, e));
+                    core.poison(log, &e);
                 }
             }
             if let Some(o) = core.observer.get() {
                 o.committed(started.elapsed(), flush.began.elapsed());
             }
         }
-        if lost {
+        // An incarnation that ended (lease lost, or a commit left without a definite answer)
+        // is revoked and replaced before the next flush is resolved: nothing later commits
+        // under it, and its mark goes with its lease (ARCHITECTURE §3.8-3.9).
+        if core.is_lost(current) {
             reincarnate(&core).await;
         }
+        core.resolved();
     }
 }
 
@@ -661,7 +820,7 @@ fn fail_chunk(c: Chunk, e: &LogError) {
 /// idle writer comes back too) call this; the first one re-registers.
 async fn reincarnate(core: &Arc<Core>) {
     let mut id = core.identity.lock().await;
-    if !core.identity_lost.load(Ordering::SeqCst) {
+    if !core.is_lost(id.member_revision) {
         return;
     }
     let _ = core.meta.lease_revoke(id.lease).await;
@@ -670,7 +829,6 @@ async fn reincarnate(core: &Arc<Core>) {
         match register(core.meta.as_ref(), &core.keys, &core.cfg).await {
             Ok(new) => {
                 *id = new;
-                core.identity_lost.store(false, Ordering::SeqCst);
                 tracing::info!(
                     member_revision = id.member_revision,
                     "writer registered a new incarnation"
@@ -906,7 +1064,7 @@ async fn commit_chunks(
                     &mut failures,
                 );
             }
-            core.identity_lost.store(true, Ordering::SeqCst);
+            core.lose(member_revision);
             break;
         }
         // Check fences, then plan on the heads as last seen.
@@ -982,9 +1140,18 @@ async fn commit_chunks(
                         pending.push((c, s));
                     }
                 }
+                Ok(GroupOutcome::IncarnationEnded) => {
+                    core.lose(member_revision);
+                    for (c, _, _) in group {
+                        fail(c, LogError::unavailable(INCARNATION_ENDED), &mut failures);
+                    }
+                }
                 Err(e) => {
-                    if e == LogError::unavailable(INCARNATION_ENDED) {
-                        core.identity_lost.store(true, Ordering::SeqCst);
+                    // No definite answer: the transaction may still land. The incarnation ends
+                    // before anything later commits, and no mark above this sequence is put
+                    // (ARCHITECTURE §3.8).
+                    if e.outcome_unknown() {
+                        core.lose(member_revision);
                     }
                     for (c, _, _) in group {
                         fail(c, e.clone(), &mut failures);
@@ -1021,6 +1188,8 @@ enum GroupOutcome {
     CommittedEarlier { heads: MovedHeads },
     /// A compare failed and nothing committed; these are the heads now.
     Moved { heads: MovedHeads },
+    /// The member compare failed: this incarnation ended, nothing committed.
+    IncarnationEnded,
 }
 
 /// Sends one commit transaction; re-sends it identically while its outcome is unknown (once
@@ -1068,16 +1237,11 @@ async fn commit_group(
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Ok(Err(e)) => return Err(e.into()),
+            // The attempt cut off by the deadline was sent: it may still apply.
             Err(_) => {
-                return Err(if ambiguous {
-                    LogError::unknown(format!(
-                        "commit of WAL object {seq}: no definite answer before the deadline"
-                    ))
-                } else {
-                    LogError::unavailable(format!(
-                        "commit of WAL object {seq}: no answer before the deadline"
-                    ))
-                });
+                return Err(LogError::unknown(format!(
+                    "commit of WAL object {seq}: no definite answer before the deadline"
+                )));
             }
         }
     };
@@ -1107,7 +1271,7 @@ async fn commit_group(
     // Checked after the locator: an earlier attempt may have applied while the incarnation
     // lived (its answer lost), and must then be acknowledged, not failed.
     if !member_ok {
-        return Err(LogError::unavailable(INCARNATION_ENDED));
+        return Ok(GroupOutcome::IncarnationEnded);
     }
     Ok(GroupOutcome::Moved { heads })
 }

@@ -94,7 +94,14 @@ pub async fn compact(
     }
     let cfg = logstore::compactor::CompactorConfig { min_chunks, ..Default::default() };
     let id = format!("cli-{}", std::process::id());
-    let r = logstore::compactor::compact_all(reader, &id, cfg, log.map(logstore::LogId)).await?;
+    let r = logstore::compactor::compact_all(
+        reader,
+        &id,
+        cfg,
+        log.map(logstore::LogId),
+        &Default::default(),
+    )
+    .await?;
     for c in &r.compacted {
         println!(
             "log {}: offsets [{}, {}) from {} WAL chunks -> {} ({} bytes); wal_floor {}",
@@ -184,6 +191,8 @@ pub async fn compact_every(
         min_chunks: m.min_chunks,
         max_segment_bytes: m.max_segment_size.0,
     };
+    // Kept across cycles: a log idle for a whole cycle has its head spilled and compacted.
+    let idle = logstore::compactor::IdleLogs::default();
     loop {
         tokio::time::sleep(m.interval.0).await;
         let now_ms = logstore::Clock::now_ms(&SystemClock);
@@ -202,7 +211,8 @@ pub async fn compact_every(
         }
         let start = std::time::Instant::now();
         let r =
-            logstore::compactor::compact_all(catalog.logs().clone(), &id, cfg.clone(), None).await;
+            logstore::compactor::compact_all(catalog.logs().clone(), &id, cfg.clone(), None, &idle)
+                .await;
         metrics.observe(&r, start.elapsed());
         match r {
             Ok(r) => tracing::info!(
@@ -229,6 +239,7 @@ pub struct CompactorMetrics {
     skipped: Family<Labels, Counter>,
     trimmed: Counter,
     failed: Family<Labels, Counter>,
+    failed_logs: Counter,
 }
 
 impl CompactorMetrics {
@@ -253,7 +264,7 @@ impl CompactorMetrics {
         );
         m.register(
             "compactor_skipped_logs",
-            "Logs a cycle left alone, by reason (claimed, too_few, deleted, raced)",
+            "Logs a cycle left alone, by reason (claimed, too_few, deleted, raced, appended)",
             c.skipped.clone(),
         );
         m.register(
@@ -262,6 +273,11 @@ impl CompactorMetrics {
             c.trimmed.clone(),
         );
         m.register("compactor_failed_passes", "Passes that failed, by pass", c.failed.clone());
+        m.register(
+            "compactor_failed_logs",
+            "Logs whose compaction failed (the cycle went on with the next log)",
+            c.failed_logs.clone(),
+        );
         c
     }
 
@@ -281,6 +297,9 @@ impl CompactorMetrics {
         };
         self.cycles.inc();
         self.cycle_seconds.set(took.as_secs_f64());
+        if !r.failed.is_empty() {
+            self.failed_logs.inc_by(r.failed.len() as u64);
+        }
         self.compacted.inc_by(r.compacted.len() as u64);
         self.segment_bytes.inc_by(r.compacted.iter().map(|c| c.bytes).sum());
         for (_, why) in &r.skipped {
@@ -289,6 +308,7 @@ impl CompactorMetrics {
                 Skipped::TooFew { .. } => "too_few",
                 Skipped::Deleted => "deleted",
                 Skipped::Raced { .. } => "raced",
+                Skipped::Appended => "appended",
             };
             self.skipped.get_or_create(&vec![("reason".to_owned(), reason.to_owned())]).inc();
         }

@@ -21,7 +21,7 @@ both_envs!(
     compaction_keeps_every_offset_readable_and_lets_the_cleaner_reclaim_the_wal,
     one_claim_per_log_and_a_paused_compactor_loses_to_a_trim,
     a_compactor_killed_after_its_put_leaves_an_orphan_reclaimed_after_its_lease,
-    an_idle_logs_floor_is_raised_so_it_stops_holding_the_cutoff,
+    a_logs_floor_rises_to_its_oldest_chunk_before_it_counts_as_idle,
     soak_appends_reads_compaction_and_cleaning_keep_every_acked_record,
     a_stalled_flush_is_never_passed_by_the_cutoff_while_a_later_one_commits,
     a_compactor_whose_claim_expired_cannot_swap_in_a_segment_the_cleaner_deleted,
@@ -217,7 +217,9 @@ async fn a_compactor_killed_after_its_put_leaves_an_orphan_reclaimed_after_its_l
     Ok(())
 }
 
-async fn an_idle_logs_floor_is_raised_so_it_stops_holding_the_cutoff(env: Env) -> Result<()> {
+/// One look at a log with too few chunks raises its floor from its creation to its oldest
+/// chunk, which it still holds; that it stops holding the cutoff once idle is `cutoff.rs`'s.
+async fn a_logs_floor_rises_to_its_oldest_chunk_before_it_counts_as_idle(env: Env) -> Result<()> {
     let keys = logstore::keys::Keys::new(&env.cluster);
     let floor = |log: LogId| {
         let (meta, key) = (env.meta.clone(), keys.wal_floor(log));
@@ -317,6 +319,7 @@ async fn soak_appends_reads_compaction_and_cleaning_keep_every_acked_record(
     let reader_for_compaction =
         logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
     let cfg = CompactorConfig { min_chunks: 8, ..Default::default() };
+    let idle = logstore::compactor::IdleLogs::default();
     let (mut compactions, mut deleted, mut segments_deleted) = (0usize, 0u64, 0u64);
     let started = std::time::Instant::now();
     while started.elapsed() < run_for {
@@ -325,6 +328,7 @@ async fn soak_appends_reads_compaction_and_cleaning_keep_every_acked_record(
             "soak",
             cfg.clone(),
             None,
+            &idle,
         )
         .await?;
         compactions += r.compacted.len();
@@ -345,8 +349,14 @@ async fn soak_appends_reads_compaction_and_cleaning_keep_every_acked_record(
     ensure!(reads.load(Ordering::Relaxed) > 0, "the reader never finished a pass");
 
     // Quiesce: a last compaction, then cleaning once the grace period has passed.
-    logstore::compactor::compact_all(reader_for_compaction.clone(), "soak", cfg.clone(), None)
-        .await?;
+    logstore::compactor::compact_all(
+        reader_for_compaction.clone(),
+        "soak",
+        cfg.clone(),
+        None,
+        &idle,
+    )
+    .await?;
     tokio::time::sleep(grace * 2).await;
     cl.cycle().await?;
     let acked = acked.lock().map_err(|_| anyhow!("poisoned"))?.clone();
@@ -403,9 +413,10 @@ async fn a_stalled_flush_is_never_passed_by_the_cutoff_while_a_later_one_commits
     // Compaction (which recomputes floors) and cleaning run all through the stall.
     let reader = logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
     let cfg = CompactorConfig { min_chunks: 1, ..Default::default() };
+    let idle = logstore::compactor::IdleLogs::default();
     let mut cl = cleaner(&env);
     while !(first.is_finished() && second.is_finished()) {
-        logstore::compactor::compact_all(reader.clone(), "c", cfg.clone(), None).await?;
+        logstore::compactor::compact_all(reader.clone(), "c", cfg.clone(), None, &idle).await?;
         cl.cycle().await?;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

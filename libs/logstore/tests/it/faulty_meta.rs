@@ -1,14 +1,17 @@
-//! A metadata store wrapper that loses answers to writes (applied or not), or hangs them:
-//! the ambiguous commits ARCHITECTURE §3.8 resolves.
+//! A metadata store wrapper that loses answers to writes (applied or not), hangs them, applies
+//! one after its caller gave up on it, or fails one with a definite error: the ambiguous and
+//! failed commits ARCHITECTURE §3.8 resolves.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use metadata::*;
 
-#[derive(Debug)]
+/// A hook run before a read.
+pub type GetHook = Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
 pub struct FaultyMeta {
     inner: Arc<dyn MetadataStore>,
     /// Every nth write txn: applied, answer lost.
@@ -20,8 +23,23 @@ pub struct FaultyMeta {
     /// With `lose_applied_every`: the lease the lost txn put under is revoked before the
     /// answer is lost, so the writer's re-send finds its incarnation gone.
     pub revoke_lease_on_loss: AtomicBool,
+    /// The next write txn putting this key is applied only after this delay, by a task of
+    /// its own: a caller that stops waiting (a deadline) does not stop it, as a timed-out etcd
+    /// write may still land (TiDB#47060).
+    pub apply_late: Mutex<Option<(Vec<u8>, Duration)>>,
+    /// The next write txn putting this key waits this long, then fails definitely (nothing
+    /// applied, outcome known).
+    pub fail_put: Mutex<Option<(Vec<u8>, Duration)>>,
+    /// Each plain `get` of this key first runs the hook (a concurrent writer's step).
+    pub before_get: Mutex<Option<(Vec<u8>, GetHook)>>,
     writes: AtomicU64,
     pub injected: AtomicU64,
+}
+
+impl std::fmt::Debug for FaultyMeta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultyMeta").field("inner", &self.inner).finish_non_exhaustive()
+    }
 }
 
 impl FaultyMeta {
@@ -32,9 +50,17 @@ impl FaultyMeta {
             lose_unapplied_every: AtomicU64::new(0),
             hang_writes: AtomicBool::new(false),
             revoke_lease_on_loss: AtomicBool::new(false),
+            apply_late: Mutex::new(None),
+            fail_put: Mutex::new(None),
+            before_get: Mutex::new(None),
             writes: AtomicU64::new(0),
             injected: AtomicU64::new(0),
         })
+    }
+
+    fn take_if<T>(slot: &Mutex<Option<(Vec<u8>, T)>>, hit: impl Fn(&[u8]) -> bool) -> Option<T> {
+        let mut s = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if s.as_ref().is_some_and(|(k, _)| hit(k)) { s.take().map(|(_, v)| v) } else { None }
     }
 }
 
@@ -46,6 +72,15 @@ fn every(n: &AtomicU64, i: u64) -> bool {
 #[async_trait]
 impl MetadataStore for FaultyMeta {
     async fn range(&self, req: RangeRequest) -> Result<RangeResponse, MetaError> {
+        let hook = {
+            let s = self.before_get.lock().unwrap_or_else(|e| e.into_inner());
+            s.as_ref()
+                .filter(|(k, _)| *k == req.range.key && req.range.range_end.is_none())
+                .map(|(_, h)| h.clone())
+        };
+        if let Some(h) = hook {
+            h().await;
+        }
         self.inner.range(req).await
     }
 
@@ -56,6 +91,23 @@ impl MetadataStore for FaultyMeta {
         }
         if self.hang_writes.load(Ordering::SeqCst) {
             futures::future::pending::<()>().await;
+        }
+        let puts = |k: &[u8]| {
+            txn.success.iter().any(|op| matches!(op, TxnOp::Put { key, .. } if key == k))
+        };
+        if let Some(delay) = Self::take_if(&self.apply_late, puts) {
+            self.injected.fetch_add(1, Ordering::SeqCst);
+            let inner = self.inner.clone();
+            let late = tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                inner.txn(txn).await
+            });
+            return late.await.map_err(|e| MetaError::Internal(e.to_string()))?;
+        }
+        if let Some(delay) = Self::take_if(&self.fail_put, puts) {
+            self.injected.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(delay).await;
+            return Err(MetaError::Unavailable("injected: write refused".to_owned()));
         }
         let i = self.writes.fetch_add(1, Ordering::SeqCst) + 1;
         let lost =

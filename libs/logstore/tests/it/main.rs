@@ -29,5 +29,6 @@ mod cases;
 mod cleaning;
 mod compaction;
 mod cursors;
+mod cutoff;
 mod env;
 mod faulty_meta;
