@@ -63,7 +63,7 @@ impl Consumer {
             StartAt::Offset(o) if (info.first_offset..=info.next_offset).contains(&o) => o,
             StartAt::Offset(o) => {
                 return Err(ClientError::new(
-                    "OFFSET_OUT_OF_RANGE",
+                    crate::Code::OffsetOutOfRange,
                     format!(
                         "offset {o} of {stream}/{partition} is outside [{}, {}]",
                         info.first_offset, info.next_offset
@@ -107,7 +107,7 @@ impl Consumer {
             let Some(h) = entry.header else { continue };
             let records = batch::decode(&entry.payload).map_err(|e| {
                 ClientError::new(
-                    "INTERNAL",
+                    crate::Code::Internal,
                     format!(
                         "{}/{} entry at offset {}: {e} (not written by a Lakelog producer?)",
                         self.stream, self.partition, h.offset
@@ -150,7 +150,9 @@ impl Consumer {
                 let w = self.router.writer(&self.route.owner_address).await?;
                 match tokio::time::timeout(timeout, call(w, self.route.log_id)).await {
                     Ok(r) => r,
-                    Err(_) => Err(ClientError::new("UNAVAILABLE", "read: no answer in time")),
+                    Err(_) => {
+                        Err(ClientError::new(crate::Code::Unavailable, "read: no answer in time"))
+                    }
                 }
             }
             .await;

@@ -34,6 +34,7 @@ mod producer;
 mod readers;
 mod router;
 
+pub use codes::Code;
 pub use consumer::{ConsumedRecord, Consumer, StartAt};
 pub use producer::{Producer, ProducerConfig, RecordAck};
 pub use readers::ReaderPool;
@@ -54,8 +55,9 @@ pub use pb::{
 #[derive(Debug, Clone, Default, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct ClientError {
-    /// `NOT_FOUND`, `FENCED`, `OFFSET_OUT_OF_RANGE`, ... (see log.proto).
-    pub code: String,
+    /// `NOT_FOUND`, `FENCED`, `OFFSET_OUT_OF_RANGE`, ... (see log.proto); a name this version
+    /// does not know reads as INTERNAL.
+    pub code: Code,
     pub message: String,
     /// The call may have committed (an append whose answer was lost).
     pub outcome_unknown: bool,
@@ -66,18 +68,21 @@ pub struct ClientError {
 impl From<tonic::Status> for ClientError {
     fn from(s: tonic::Status) -> Self {
         let meta = |k: &str| s.metadata().get(k).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let code = meta("lakelog-code").unwrap_or_else(|| match s.code() {
-            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
-                "UNAVAILABLE".to_owned()
-            }
-            tonic::Code::InvalidArgument | tonic::Code::OutOfRange => "INVALID_ARGUMENT".to_owned(),
-            tonic::Code::ResourceExhausted => "RESOURCE_EXHAUSTED".to_owned(),
-            _ => "INTERNAL".to_owned(),
-        });
+        let code = match meta(codes::CODE_KEY) {
+            Some(name) => Code::parse(&name).unwrap_or(Code::Internal),
+            None => match s.code() {
+                tonic::Code::Unavailable
+                | tonic::Code::DeadlineExceeded
+                | tonic::Code::Cancelled => Code::Unavailable,
+                tonic::Code::InvalidArgument | tonic::Code::OutOfRange => Code::InvalidArgument,
+                tonic::Code::ResourceExhausted => Code::ResourceExhausted,
+                _ => Code::Internal,
+            },
+        };
         ClientError {
             code,
             message: s.message().to_owned(),
-            outcome_unknown: meta("lakelog-outcome").as_deref() == Some("unknown"),
+            outcome_unknown: meta(codes::OUTCOME_KEY).as_deref() == Some(codes::OUTCOME_UNKNOWN),
             log_fenced: meta("lakelog-fenced").as_deref() == Some("log"),
         }
     }
@@ -86,31 +91,29 @@ impl From<tonic::Status> for ClientError {
 impl ClientError {
     fn transport(endpoint: &str, e: impl std::fmt::Display) -> Self {
         ClientError {
-            code: "UNAVAILABLE".to_owned(),
+            code: Code::Unavailable,
             message: format!("cannot reach {endpoint}: {e}"),
             outcome_unknown: false,
             log_fenced: false,
         }
     }
 
-    pub(crate) fn new(code: &str, message: impl Into<String>) -> Self {
-        ClientError { code: code.to_owned(), message: message.into(), ..Default::default() }
+    pub(crate) fn new(code: Code, message: impl Into<String>) -> Self {
+        ClientError { code, message: message.into(), ..Default::default() }
     }
 
     /// Retrying elsewhere may succeed and nothing was applied: the owner moved (NOT_OWNER,
     /// FENCED out of a slot) or the server could not be reached or answer. A log an operator
     /// fenced stays fenced until activated: not retryable.
     pub fn is_retryable(&self) -> bool {
-        !self.outcome_unknown
-            && !self.log_fenced
-            && matches!(self.code.as_str(), "NOT_OWNER" | "FENCED" | "UNAVAILABLE")
+        !self.outcome_unknown && !self.log_fenced && self.code.is_retryable()
     }
 
     /// A failed append: a server's answer says whether it may have committed; a call that
     /// failed without one (connection reset, timeout) may have, unless the connection was
     /// never made.
     fn of_append(s: tonic::Status) -> Self {
-        let answered = s.metadata().get("lakelog-code").is_some();
+        let answered = s.metadata().get(codes::CODE_KEY).is_some();
         let never_sent =
             s.message().contains("tcp connect error") || s.message().contains("Connection refused");
         let mut e = ClientError::from(s);
@@ -167,7 +170,7 @@ const MAX_FRAME: u32 = 1 << 20;
 
 async fn channel(endpoint: &str) -> Result<Channel, ClientError> {
     let ep = Channel::from_shared(endpoint.to_owned()).map_err(|e| ClientError {
-        code: "INVALID_ARGUMENT".to_owned(),
+        code: Code::InvalidArgument,
         message: format!("endpoint `{endpoint}`: {e}"),
         outcome_unknown: false,
         log_fenced: false,
@@ -191,7 +194,7 @@ pub struct CatalogClient {
 
 fn stream_of(s: Option<Stream>) -> Result<Stream, ClientError> {
     s.ok_or_else(|| ClientError {
-        code: "INTERNAL".into(),
+        code: Code::Internal,
         message: "answer without a stream".into(),
         outcome_unknown: false,
         log_fenced: false,
@@ -344,7 +347,7 @@ impl LogClient {
         resp.header.ok_or_else(|| {
             (
                 ClientError {
-                    code: "INTERNAL".into(),
+                    code: Code::Internal,
                     message: "append answered without a header".into(),
                     outcome_unknown: true,
                     log_fenced: false,

@@ -74,7 +74,9 @@ pub struct Delivery(oneshot::Receiver<Result<RecordAck, ClientError>>);
 impl Delivery {
     /// Waits for the record's commit or failure.
     pub async fn wait(self) -> Result<RecordAck, ClientError> {
-        self.0.await.unwrap_or_else(|_| Err(ClientError::new("UNAVAILABLE", "producer stopped")))
+        self.0
+            .await
+            .unwrap_or_else(|_| Err(ClientError::new(crate::Code::Unavailable, "producer stopped")))
     }
 }
 
@@ -109,7 +111,7 @@ impl Producer {
     ) -> Result<Self, ClientError> {
         if cfg.batch_bytes == 0 || cfg.queue_records == 0 {
             return Err(ClientError::new(
-                "INVALID_ARGUMENT",
+                crate::Code::InvalidArgument,
                 "batch_bytes and queue_records must be at least 1",
             ));
         }
@@ -153,7 +155,7 @@ impl Producer {
     pub async fn send_to(&self, partition: u32, record: Record) -> Result<Delivery, ClientError> {
         if partition >= self.inner.partitions {
             return Err(ClientError::new(
-                "INVALID_ARGUMENT",
+                crate::Code::InvalidArgument,
                 format!(
                     "partition {partition} out of range: stream {} has {}",
                     self.inner.stream, self.inner.partitions
@@ -165,7 +167,7 @@ impl Producer {
         queue
             .send(Item { record, reply: tx })
             .await
-            .map_err(|_| ClientError::new("UNAVAILABLE", "producer closed"))?;
+            .map_err(|_| ClientError::new(crate::Code::Unavailable, "producer closed"))?;
         Ok(Delivery(rx))
     }
 
@@ -242,7 +244,9 @@ async fn send_batch(inner: &Inner, partition: u32, route: &mut Option<Route>, it
     };
     let payload = match batch::encode(&records) {
         Ok(p) => p,
-        Err(e) => return fail(replies, ClientError::new("INVALID_ARGUMENT", e.to_string())),
+        Err(e) => {
+            return fail(replies, ClientError::new(crate::Code::InvalidArgument, e.to_string()));
+        }
     };
     drop(records);
     let n = u32::try_from(replies.len()).unwrap_or(u32::MAX);
@@ -271,7 +275,7 @@ async fn send_batch(inner: &Inner, partition: u32, route: &mut Option<Route>, it
                     Err(e)
                 }
                 Err(_) => Err(ClientError {
-                    code: "UNAVAILABLE".to_owned(),
+                    code: crate::Code::Unavailable,
                     message: format!("append to {}: no answer within {timeout:?}", r.owner_address),
                     outcome_unknown: true,
                     log_fenced: false,

@@ -24,7 +24,7 @@ impl ReaderPool {
     /// The readers at these addresses.
     pub fn new(addresses: Vec<String>) -> Result<Self, ClientError> {
         if addresses.is_empty() {
-            return Err(ClientError::new("UNAVAILABLE", "no reader to read from"));
+            return Err(ClientError::new(crate::Code::Unavailable, "no reader to read from"));
         }
         Ok(ReaderPool { addresses, clients: Connections::default(), next: AtomicUsize::new(0) })
     }
@@ -58,7 +58,8 @@ impl ReaderPool {
                 r => return r,
             }
         }
-        Err(last.unwrap_or_else(|| ClientError::new("UNAVAILABLE", "no reader answered")))
+        Err(last
+            .unwrap_or_else(|| ClientError::new(crate::Code::Unavailable, "no reader answered")))
     }
 
     /// Entries from `start` (never past the high watermark; readers do not wait).

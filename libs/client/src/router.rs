@@ -62,7 +62,10 @@ impl Connections {
         let c = match tokio::time::timeout(timeout, LogClient::connect(address)).await {
             Ok(c) => c?,
             Err(_) => {
-                return Err(ClientError::new("UNAVAILABLE", format!("{address}: no answer")));
+                return Err(ClientError::new(
+                    crate::Code::Unavailable,
+                    format!("{address}: no answer"),
+                ));
             }
         };
         self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(address.to_owned(), c.clone());
@@ -102,7 +105,10 @@ impl Router {
     /// A connection to the writer at `address`.
     pub async fn writer(&self, address: &str) -> Result<LogClient, ClientError> {
         if address.is_empty() {
-            return Err(ClientError::new("UNAVAILABLE", "no live writer serves this partition"));
+            return Err(ClientError::new(
+                crate::Code::Unavailable,
+                "no live writer serves this partition",
+            ));
         }
         self.writers.get(address, self.cfg.request_timeout).await
     }

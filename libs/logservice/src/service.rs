@@ -16,6 +16,13 @@ use crate::status::to_status;
 const MAX_WAIT_CAP: Duration = Duration::from_secs(60);
 const DEFAULT_MAX_RECORDS: u64 = 1000;
 const DEFAULT_MAX_BYTES: u64 = 4 << 20;
+/// What one read returns at most, whatever the client asks: records, payload bytes (one entry
+/// more than that at most, as a read always returns one entry), index entries.
+pub const MAX_READ_RECORDS: u64 = 100_000;
+pub const MAX_READ_BYTES: u64 = 16 << 20;
+pub const MAX_INDEX_ENTRIES: u32 = 10_000;
+/// The largest response a role encodes: a capped read plus its largest entry, with room.
+pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
 /// Open cursors kept between calls at most; the cache is cleared when full.
 const OPEN_CURSORS_MAX: usize = 1024;
@@ -112,8 +119,9 @@ fn entry(e: LogEntry) -> pb::Entry {
     pb::Entry { header: Some(header(e.header)), payload: e.payload }
 }
 
-fn or_default(v: u64, default: u64) -> u64 {
-    if v == 0 { default } else { v }
+/// A client's limit: its default when 0, the server's cap when above it.
+fn limit(v: u64, default: u64, cap: u64) -> u64 {
+    if v == 0 { default } else { v.min(cap) }
 }
 
 #[tonic::async_trait]
@@ -154,8 +162,8 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         if !wait.is_zero() && self.storage.is_some() {
             reader.wait_beyond(log, r.start_offset, wait).await.map_err(to_status)?;
         }
-        let max_records = or_default(r.max_records, DEFAULT_MAX_RECORDS);
-        let max_bytes = or_default(r.max_bytes, DEFAULT_MAX_BYTES);
+        let max_records = limit(r.max_records, DEFAULT_MAX_RECORDS, MAX_READ_RECORDS);
+        let max_bytes = limit(r.max_bytes, DEFAULT_MAX_BYTES, MAX_READ_BYTES);
         let entries = reader
             .read_entries(log, r.start_offset, max_records, max_bytes)
             .await
@@ -198,12 +206,17 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         let r = req.into_inner();
         let idx = self
             .reader
-            .read_index_range(LogId(r.log_id), r.start_offset, r.max_entries as usize)
+            .read_index_range(
+                LogId(r.log_id),
+                r.start_offset,
+                r.max_entries.min(MAX_INDEX_ENTRIES) as usize,
+            )
             .await
             .map_err(to_status)?;
         let indexes = idx
             .into_iter()
             .map(|i| pb::EntryIndex {
+                log_id: i.log.0,
                 header: Some(header(i.header)),
                 object: i.object.to_string(),
                 byte_start: i.byte_start,
@@ -217,17 +230,22 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         &self,
         req: Request<pb::ReadEntriesByIndexRequest>,
     ) -> Result<Response<pb::ReadEntriesByIndexResponse>, Status> {
-        let mut indexes = Vec::new();
-        for i in req.into_inner().indexes {
+        let asked = req.into_inner().indexes;
+        if asked.len() > logstore::MAX_BY_INDEX_ENTRIES {
+            return Err(Status::invalid_argument(format!(
+                "{} indexes in one read; at most {}",
+                asked.len(),
+                logstore::MAX_BY_INDEX_ENTRIES
+            )));
+        }
+        let mut indexes = Vec::with_capacity(asked.len());
+        for i in asked {
             let object = objstore::Path::parse(&i.object)
                 .map_err(|e| Status::invalid_argument(format!("object `{}`: {e}", i.object)))?;
-            if objstore::keys::parse_wal_object(&object).is_none() {
-                return Err(Status::invalid_argument(format!(
-                    "`{}` is not a Lakelog object",
-                    i.object
-                )));
-            }
+            // A segment's key names its log; a WAL index says it (0 from older clients).
+            let log = objstore::keys::parse_compacted_object(&object).map_or(i.log_id, |k| k.log);
             indexes.push(EntryIndex {
+                log: LogId(log),
                 header: from_header(i.header)?,
                 object,
                 byte_start: i.byte_start,
@@ -353,8 +371,8 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         // Without from_offset a read starts at the mark-delete position (stateless readers
         // keep no position between calls).
         c.set_read_offset(r.from_offset.unwrap_or(0));
-        let max_records = or_default(r.max_records, DEFAULT_MAX_RECORDS);
-        let max_bytes = or_default(r.max_bytes, DEFAULT_MAX_BYTES);
+        let max_records = limit(r.max_records, DEFAULT_MAX_RECORDS, MAX_READ_RECORDS);
+        let max_bytes = limit(r.max_bytes, DEFAULT_MAX_BYTES, MAX_READ_BYTES);
         let entries = c.read_entries(max_records, max_bytes).await.map_err(to_status)?;
         let next_offset = c.read_offset();
         self.keep(c);

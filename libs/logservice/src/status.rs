@@ -5,26 +5,9 @@
 use logstore::{Code, LogError};
 use tonic::metadata::MetadataValue;
 
-/// The wire name of a code (the `lakelog-code` metadata value).
-pub fn code_name(code: Code) -> &'static str {
+/// The gRPC status code a Lakelog code travels under (the exact code goes in `lakelog-code`).
+pub fn grpc_code(code: Code) -> tonic::Code {
     match code {
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::Fenced => "FENCED",
-        Code::NotOwner => "NOT_OWNER",
-        Code::OffsetOutOfRange => "OFFSET_OUT_OF_RANGE",
-        Code::OffsetMismatch => "OFFSET_MISMATCH",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::ReadOnly => "READ_ONLY",
-        Code::Internal => "INTERNAL",
-    }
-}
-
-pub fn to_status(e: LogError) -> tonic::Status {
-    let code = e.code();
-    let grpc = match code {
         Code::NotFound => tonic::Code::NotFound,
         Code::AlreadyExists => tonic::Code::AlreadyExists,
         Code::Fenced | Code::NotOwner => tonic::Code::FailedPrecondition,
@@ -34,12 +17,29 @@ pub fn to_status(e: LogError) -> tonic::Status {
         Code::InvalidArgument => tonic::Code::InvalidArgument,
         Code::Unavailable => tonic::Code::Unavailable,
         Code::ResourceExhausted => tonic::Code::ResourceExhausted,
-        Code::Internal if matches!(e, LogError::Corrupt(_)) => tonic::Code::DataLoss,
         Code::Internal => tonic::Code::Internal,
+    }
+}
+
+/// A status carrying `code` in `lakelog-code`, and `lakelog-outcome: unknown` if `unknown`.
+pub fn status(grpc: tonic::Code, code: Code, message: String, unknown: bool) -> tonic::Status {
+    let mut status = tonic::Status::new(grpc, message);
+    status.metadata_mut().insert(codes::CODE_KEY, MetadataValue::from_static(code.as_str()));
+    if unknown {
+        status
+            .metadata_mut()
+            .insert(codes::OUTCOME_KEY, MetadataValue::from_static(codes::OUTCOME_UNKNOWN));
+    }
+    status
+}
+
+pub fn to_status(e: LogError) -> tonic::Status {
+    let code = e.code();
+    let grpc = match &e {
+        LogError::Corrupt(_) => tonic::Code::DataLoss,
+        _ => grpc_code(code),
     };
-    let unknown = matches!(e, LogError::Unavailable { outcome_unknown: true, .. });
-    let mut status = tonic::Status::new(grpc, e.to_string());
-    status.metadata_mut().insert("lakelog-code", MetadataValue::from_static(code_name(code)));
+    let mut status = status(grpc, code, e.to_string(), e.outcome_unknown());
     if let LogError::Fenced { whole_log, .. } = &e {
         let what = if *whole_log { "log" } else { "slot" };
         status.metadata_mut().insert("lakelog-fenced", MetadataValue::from_static(what));
@@ -52,9 +52,6 @@ pub fn to_status(e: LogError) -> tonic::Status {
         if let Ok(v) = MetadataValue::try_from(owner_id.as_str()) {
             status.metadata_mut().insert("lakelog-owner-id", v);
         }
-    }
-    if unknown {
-        status.metadata_mut().insert("lakelog-outcome", MetadataValue::from_static("unknown"));
     }
     status
 }

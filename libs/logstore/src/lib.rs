@@ -31,7 +31,7 @@ mod writer;
 
 pub use cursor::{CursorStart, CursorStats, LogCursor};
 pub use log::Log;
-pub use reader::{DEFAULT_INDEX_PAGES, LogReader};
+pub use reader::{DEFAULT_INDEX_PAGES, LogReader, MAX_BY_INDEX_BYTES, MAX_BY_INDEX_ENTRIES};
 pub use storage::{LogStorage, LogStorageConfig};
 pub use writer::FlushObserver;
 
@@ -83,6 +83,9 @@ pub struct LogEntry {
 /// (seed 000's `EntryIndex`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EntryIndex {
+    /// The log the entry belongs to: a read by index whose object is gone (compacted, then
+    /// cleaned) finds the entry again through this log's index.
+    pub log: LogId,
     pub header: LogEntryHeader,
     /// The object holding it.
     pub object: objstore::Path,
@@ -107,22 +110,8 @@ pub struct LogInfo {
     pub revision: i64,
 }
 
-/// The closed set of error codes every Lakelog API speaks (STYLE.md); each service maps them
-/// to gRPC statuses in one place.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Code {
-    NotFound,
-    AlreadyExists,
-    Fenced,
-    NotOwner,
-    OffsetOutOfRange,
-    OffsetMismatch,
-    InvalidArgument,
-    Unavailable,
-    ResourceExhausted,
-    ReadOnly,
-    Internal,
-}
+/// The closed set of error codes (one crate, shared with the server adapters and the client).
+pub use codes::Code;
 
 /// Errors of log storage. Each says whether the outcome is known: only `Unavailable` with
 /// `outcome_unknown` may hide a committed append.
@@ -200,11 +189,12 @@ impl From<metadata::MetaError> for LogError {
             M::OutcomeUnknown { .. } => LogError::unknown(e.to_string()),
             M::Unavailable(_) => LogError::unavailable(e.to_string()),
             M::NoSpace(_) => LogError::ResourceExhausted(e.to_string()),
-            M::InvalidArgument(_)
-            | M::LeaseNotFound(_)
-            | M::Compacted { .. }
-            | M::FutureRevision { .. }
-            | M::Internal(_) => LogError::Internal(e.to_string()),
+            // The caller's lease ended, or a read raced history compaction or a lagging
+            // member: each is retryable (a new incarnation, a fresh read), never INTERNAL.
+            M::LeaseNotFound(_) | M::Compacted { .. } | M::FutureRevision { .. } => {
+                LogError::unavailable(e.to_string())
+            }
+            M::InvalidArgument(_) | M::Internal(_) => LogError::Internal(e.to_string()),
         }
     }
 }
@@ -245,4 +235,31 @@ impl Clock for SystemClock {
 
 pub(crate) fn decode<M: prost::Message + Default>(what: &str, bytes: &[u8]) -> Result<M, LogError> {
     M::decode(bytes).map_err(|e| LogError::Corrupt(format!("{what}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metadata::MetaError;
+
+    #[test]
+    fn a_lost_lease_or_a_raced_revision_is_retryable_never_internal() {
+        for e in [
+            MetaError::LeaseNotFound(7),
+            MetaError::Compacted { requested: 3, compact_revision: 9 },
+            MetaError::FutureRevision { requested: 9, current: 3 },
+            MetaError::Unavailable("down".into()),
+        ] {
+            let l = LogError::from(e.clone());
+            assert_eq!(l.code(), Code::Unavailable, "{e} became {l}");
+            assert!(!l.outcome_unknown(), "{e}: nothing was applied");
+        }
+        let unknown = LogError::from(MetaError::OutcomeUnknown { op: "txn", reason: "x".into() });
+        assert!(unknown.code() == Code::Unavailable && unknown.outcome_unknown());
+        assert_eq!(
+            LogError::from(MetaError::NoSpace("quota".into())).code(),
+            Code::ResourceExhausted
+        );
+        assert_eq!(LogError::from(MetaError::Internal("io".into())).code(), Code::Internal);
+    }
 }

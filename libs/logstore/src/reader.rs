@@ -17,6 +17,12 @@ use crate::{EntryIndex, LogEntry, LogEntryHeader, LogError, LogId, LogInfo, LogO
 /// never goes stale; the cache is cleared when full (bounded memory, no bookkeeping).
 pub const DEFAULT_INDEX_PAGES: usize = 4096;
 
+/// Indexes one read by index may name at most.
+pub const MAX_BY_INDEX_ENTRIES: usize = 10_000;
+
+/// Bytes one read by index may ask for at most.
+pub const MAX_BY_INDEX_BYTES: u64 = 16 << 20;
+
 /// Runs fetched at once by one read.
 const PARALLEL_FETCHES: usize = 16;
 
@@ -36,6 +42,8 @@ pub(crate) struct Snapshot {
     /// The head's mod_revision.
     pub head_revision: i64,
     pub start: u64,
+    /// `start`'s mod_revision (0: no key), read in the same transaction: a trim compares it.
+    pub start_revision: i64,
     /// The metadata revision of the read.
     pub revision: i64,
 }
@@ -47,6 +55,26 @@ impl Snapshot {
         }
         Ok(())
     }
+}
+
+/// Checks that `bytes` hold exactly the one entry `idx` names, intact.
+fn entry_at(
+    object: &objstore::Path,
+    idx: &EntryIndex,
+    bytes: &Bytes,
+) -> Result<LogEntry, LogError> {
+    let entries = wal::decode_entries(bytes)?;
+    let [e] = entries.as_slice() else {
+        return Err(LogError::Corrupt(format!("{object} at {}: not one entry", idx.byte_start)));
+    };
+    if e.record_count != idx.header.record_count || e.payload.len() as u64 != idx.header.entry_size
+    {
+        return Err(LogError::Corrupt(format!(
+            "{object} at {}: entry differs from its index",
+            idx.byte_start
+        )));
+    }
+    Ok(LogEntry { header: idx.header, payload: e.payload.clone() })
 }
 
 /// One entry found in an object, with where it lives.
@@ -140,16 +168,20 @@ impl LogReader {
             return Err(LogError::Internal("snapshot read answered the wrong shape".to_owned()));
         };
         let head_kv = head.kvs.first().ok_or(LogError::NotFound(log))?;
-        let start = match start.kvs.first() {
-            Some(kv) => parse_u64(&kv.value)
-                .ok_or_else(|| LogError::Corrupt(format!("start of log {log}")))?,
-            None => 0,
+        let (start, start_revision) = match start.kvs.first() {
+            Some(kv) => (
+                parse_u64(&kv.value)
+                    .ok_or_else(|| LogError::Corrupt(format!("start of log {log}")))?,
+                kv.mod_revision,
+            ),
+            None => (0, 0),
         };
         let snap = Snapshot {
             log,
             head: decode("log head", &head_kv.value)?,
             head_revision: head_kv.mod_revision,
             start,
+            start_revision,
             revision: resp.revision,
         };
         Ok((snap, results.collect()))
@@ -388,6 +420,7 @@ impl LogReader {
             .await?
             .into_iter()
             .map(|l| EntryIndex {
+                log,
                 header: l.header,
                 object: l.object,
                 byte_start: l.byte_start,
@@ -547,10 +580,38 @@ impl LogReader {
 
     /// Reads entries where `indexes` say they are, without resolving offsets again. Adjacent
     /// byte ranges of one object are coalesced into one ranged GET. Returned in the given order.
+    /// At most [`MAX_BY_INDEX_ENTRIES`] indexes and [`MAX_BY_INDEX_BYTES`] bytes; each names a
+    /// WAL object or a compacted segment and a byte range inside it. An object found gone (the
+    /// cleaner reclaimed it after compaction) is looked up again through its log's index.
     pub async fn read_entries_by_index(
         &self,
         indexes: &[EntryIndex],
     ) -> Result<Vec<LogEntry>, LogError> {
+        let bad = |m: String| Err(LogError::InvalidArgument(m));
+        if indexes.len() > MAX_BY_INDEX_ENTRIES {
+            return bad(format!(
+                "{} indexes in one read; at most {MAX_BY_INDEX_ENTRIES}",
+                indexes.len()
+            ));
+        }
+        let mut total = 0u64;
+        for idx in indexes {
+            if objstore::keys::parse_wal_object(&idx.object).is_none()
+                && objstore::keys::parse_compacted_object(&idx.object).is_none()
+            {
+                return bad(format!("`{}` is not a Lakelog object", idx.object));
+            }
+            if idx.byte_len == 0 || idx.byte_start.checked_add(idx.byte_len).is_none() {
+                return bad(format!(
+                    "byte range {}+{} of {} is empty or overflows",
+                    idx.byte_start, idx.byte_len, idx.object
+                ));
+            }
+            total = total.saturating_add(idx.byte_len);
+        }
+        if total > MAX_BY_INDEX_BYTES {
+            return bad(format!("{total} bytes in one read; at most {MAX_BY_INDEX_BYTES}"));
+        }
         let mut by_object: HashMap<&objstore::Path, Vec<usize>> = HashMap::new();
         for (i, idx) in indexes.iter().enumerate() {
             by_object.entry(&idx.object).or_default().push(i);
@@ -558,7 +619,7 @@ impl LogReader {
         let mut out: Vec<Option<LogEntry>> = vec![None; indexes.len()];
         for (object, mut members) in by_object {
             members.sort_by_key(|i| indexes[*i].byte_start);
-            // Coalesce: runs of entries whose byte ranges touch.
+            // Coalesce: runs of entries whose byte ranges touch (checked above: no overflow).
             let mut ranges: Vec<(std::ops::Range<u64>, Vec<usize>)> = Vec::new();
             for i in members {
                 let idx = &indexes[i];
@@ -572,34 +633,69 @@ impl LogReader {
                 }
             }
             let spans: Vec<_> = ranges.iter().map(|(r, _)| r.clone()).collect();
-            let fetched = self.objects.get_ranges(object, &spans).await?;
+            let fetched = match self.objects.get_ranges(object, &spans).await {
+                Ok(f) => f,
+                Err(objstore::object_store::Error::NotFound { .. }) => {
+                    for (_, ids) in &ranges {
+                        for i in ids {
+                            out[*i] = Some(self.re_resolve(&indexes[*i]).await?);
+                        }
+                    }
+                    continue;
+                }
+                Err(e) => return Err(self.range_error(object, &spans, e).await),
+            };
             for ((range, ids), bytes) in ranges.iter().zip(fetched) {
+                if bytes.len() as u64 != range.end - range.start {
+                    return bad(format!(
+                        "bytes {}..{} of {object}: the object ends before",
+                        range.start, range.end
+                    ));
+                }
                 for i in ids {
                     let idx = &indexes[*i];
                     let at = (idx.byte_start - range.start) as usize;
                     let slice = bytes.slice(at..at + idx.byte_len as usize);
-                    let entries = wal::decode_entries(&slice)?;
-                    let [e] = entries.as_slice() else {
-                        return Err(LogError::Corrupt(format!(
-                            "{object} at {}: not one entry",
-                            idx.byte_start
-                        )));
-                    };
-                    if e.record_count != idx.header.record_count
-                        || e.payload.len() as u64 != idx.header.entry_size
-                    {
-                        return Err(LogError::Corrupt(format!(
-                            "{object} at {}: entry differs from its index",
-                            idx.byte_start
-                        )));
-                    }
-                    out[*i] = Some(LogEntry { header: idx.header, payload: e.payload.clone() });
+                    out[*i] = Some(entry_at(object, idx, &slice)?);
                 }
             }
         }
         out.into_iter()
             .map(|e| e.ok_or_else(|| LogError::Internal("entry not read".to_owned())))
             .collect()
+    }
+
+    /// The entry an index named, found again through its log's index (linearizably), after its
+    /// object was found gone: the same offset and header, wherever it lives now.
+    async fn re_resolve(&self, idx: &EntryIndex) -> Result<LogEntry, LogError> {
+        let h = idx.header;
+        let found =
+            self.scan(idx.log, h.offset, u64::from(h.record_count.max(1)), u64::MAX, 1).await?;
+        match found.into_iter().next() {
+            Some(e) if e.header == h => Ok(LogEntry { header: e.header, payload: e.payload }),
+            _ => Err(LogError::InvalidArgument(format!(
+                "no entry of log {} at offset {} matches the index (object {} is gone)",
+                idx.log, h.offset, idx.object
+            ))),
+        }
+    }
+
+    /// A ranged GET failed: a range past the object's end is the caller's error, not the
+    /// store's (one HEAD, only on this path).
+    async fn range_error(
+        &self,
+        object: &objstore::Path,
+        spans: &[std::ops::Range<u64>],
+        e: objstore::object_store::Error,
+    ) -> LogError {
+        let end = spans.iter().map(|r| r.end).max().unwrap_or(0);
+        match self.objects.head(object).await {
+            Ok(meta) if meta.size < end => LogError::InvalidArgument(format!(
+                "bytes up to {end} of {object}: the object holds {}",
+                meta.size
+            )),
+            _ => e.into(),
+        }
     }
 
     /// The first readable entry, or `None` for an empty (or wholly trimmed) log.

@@ -28,19 +28,16 @@ pub async fn soft_trim(reader: &LogReader, log: LogId, offset: u64) -> Result<u6
         if offset <= snap.start {
             return Ok(snap.start);
         }
-        let start_rev = start_revision(reader, log).await?;
+        // The start's revision as read with it: a trim landing since fails the compare, so a
+        // lower trim never overwrites a higher one.
         let txn = Txn::new()
-            .when([Compare::mod_revision(keys.start(log), CompareOp::Equal, start_rev)])
+            .when([Compare::mod_revision(keys.start(log), CompareOp::Equal, snap.start_revision)])
             .and_then([TxnOp::put(keys.start(log), offset.to_string())]);
         if meta.txn(txn).await?.succeeded {
             return Ok(offset);
         }
     }
     Err(LogError::unavailable(format!("could not trim log {log}: too much contention")))
-}
-
-async fn start_revision(reader: &LogReader, log: LogId) -> Result<i64, LogError> {
-    Ok(reader.meta().get(&reader.keys().start(log)).await?.map_or(0, |kv| kv.mod_revision))
 }
 
 /// Soft-trims to `offset` (the start moves first), then deletes the index pages wholly below
@@ -60,9 +57,8 @@ pub async fn hard_trim(reader: &LogReader, log: LogId, offset: u64) -> Result<u6
     if let Some(last) = doomed.last() {
         let mut end = keys.index_page(log, *last);
         end.push(0);
-        let start_rev = start_revision(reader, log).await?;
         let txn = Txn::new()
-            .when([Compare::mod_revision(keys.start(log), CompareOp::Equal, start_rev)])
+            .when([Compare::mod_revision(keys.start(log), CompareOp::Equal, snap.start_revision)])
             .and_then([TxnOp::delete(KeyRange::between(keys.index_prefix(log), end))]);
         meta.txn(txn).await?;
     }

@@ -295,14 +295,9 @@ impl Core {
             let allocated =
                 allocate_block(self.meta.as_ref(), &self.keys, &self.cfg, id.member_revision, mark)
                     .await;
-            let (start, end) = match allocated {
-                Ok(b) => b,
-                Err(e) => {
-                    if e == LogError::unavailable(INCARNATION_ENDED) {
-                        self.lose(id.member_revision);
-                    }
-                    return Err(e);
-                }
+            let Some((start, end)) = allocated? else {
+                self.lose(id.member_revision);
+                return Err(LogError::unavailable(INCARNATION_ENDED));
             };
             id.next_seq = start;
             id.block_end = end;
@@ -434,14 +429,15 @@ async fn read_next_seq(meta: &dyn MetadataStore, keys: &Keys) -> Result<(u64, i6
 }
 
 /// Allocates the next sequence block `[start, end)`; with `mark` (the lease), the low-water
-/// mark rises to `start` in the same transaction (only when no flush is unresolved).
+/// mark rises to `start` in the same transaction (only when no flush is unresolved). `None`:
+/// the incarnation ended (its member key is gone or another's).
 async fn allocate_block(
     meta: &dyn MetadataStore,
     keys: &Keys,
     cfg: &LogStorageConfig,
     member_revision: i64,
     mark: Option<LeaseId>,
-) -> Result<(u64, u64), LogError> {
+) -> Result<Option<(u64, u64)>, LogError> {
     let member = keys.member("writer", &cfg.writer_id);
     for _ in 0..100 {
         let (next, seq_rev) = read_next_seq(meta, keys).await?;
@@ -458,7 +454,7 @@ async fn allocate_block(
             .or_else([TxnOp::get(RangeRequest::key(member.clone()))]);
         let resp = meta.txn(txn).await?;
         if resp.succeeded {
-            return Ok((next, end));
+            return Ok(Some((next, end)));
         }
         match resp.results.first() {
             Some(OpResult::Get(g))
@@ -466,7 +462,7 @@ async fn allocate_block(
             {
                 continue;
             }
-            _ => return Err(LogError::unavailable(INCARNATION_ENDED)),
+            _ => return Ok(None),
         }
     }
     Err(LogError::unavailable("could not allocate a WAL sequence block: too much contention"))
@@ -1231,6 +1227,16 @@ async fn commit_group(
         let remaining = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(remaining, core.meta.txn(txn.clone())).await {
             Ok(Ok(resp)) => break resp,
+            // The lease is gone: this incarnation is over, and this attempt applied nothing
+            // (an earlier one whose answer was lost may have).
+            Ok(Err(MetaError::LeaseNotFound(_))) => {
+                if ambiguous {
+                    return Err(LogError::unknown(format!(
+                        "commit of WAL object {seq}: lease lost after an unanswered attempt"
+                    )));
+                }
+                return Ok(GroupOutcome::IncarnationEnded);
+            }
             Ok(Err(e)) if !e.outcome_known() || e.is_retryable() => {
                 ambiguous |= !e.outcome_known();
                 tracing::warn!(seq, error = %e, "commit not answered; re-sending the identical transaction");

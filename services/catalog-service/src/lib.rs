@@ -8,7 +8,6 @@ use std::future::Future;
 
 use catalog::{Catalog, CatalogError, StreamInfo, StreamProps, Target};
 use proto::catalog::v1 as pb;
-use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
 
 /// Why the role could not start or stopped.
@@ -78,23 +77,20 @@ impl CatalogServiceImpl {
     }
 }
 
-/// The one place catalog errors become statuses, with the `lakelog-code` metadata entry.
+/// The one place catalog errors become statuses, with the `lakelog-code` metadata entry (the
+/// codes and their names are the `codes` crate's, shared with the log service and the client).
 pub fn to_status(e: CatalogError) -> Status {
-    let (grpc, code) = match &e {
-        CatalogError::InvalidArgument(_) => (tonic::Code::InvalidArgument, "INVALID_ARGUMENT"),
-        CatalogError::NotFound(_) => (tonic::Code::NotFound, "NOT_FOUND"),
-        CatalogError::AlreadyExists(_) => (tonic::Code::AlreadyExists, "ALREADY_EXISTS"),
-        CatalogError::Meta(m) if m.is_retryable() => (tonic::Code::Unavailable, "UNAVAILABLE"),
-        CatalogError::Log(l) if l.code() == logstore::Code::Unavailable => {
-            (tonic::Code::Unavailable, "UNAVAILABLE")
-        }
-        CatalogError::Meta(_) | CatalogError::Log(_) | CatalogError::Corrupt(_) => {
-            (tonic::Code::Internal, "INTERNAL")
-        }
+    use logstore::Code;
+    let (code, unknown) = match &e {
+        CatalogError::InvalidArgument(_) => (Code::InvalidArgument, false),
+        CatalogError::NotFound(_) => (Code::NotFound, false),
+        CatalogError::AlreadyExists(_) => (Code::AlreadyExists, false),
+        CatalogError::Meta(metadata::MetaError::NoSpace(_)) => (Code::ResourceExhausted, false),
+        CatalogError::Meta(m) if m.is_retryable() => (Code::Unavailable, !m.outcome_known()),
+        CatalogError::Log(l) => (l.code(), l.outcome_unknown()),
+        CatalogError::Meta(_) | CatalogError::Corrupt(_) => (Code::Internal, false),
     };
-    let mut status = Status::new(grpc, e.to_string());
-    status.metadata_mut().insert("lakelog-code", MetadataValue::from_static(code));
-    status
+    logservice::status::status(logservice::status::grpc_code(code), code, e.to_string(), unknown)
 }
 
 fn stream(s: StreamInfo) -> pb::Stream {
@@ -190,5 +186,39 @@ impl pb::catalog_service_server::CatalogService for CatalogServiceImpl {
                 .map(|m| pb::Member { id: m.id, address: m.address, zone: m.zone })
                 .collect(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code_of(s: &Status) -> Option<&str> {
+        s.metadata().get(codes::CODE_KEY).and_then(|v| v.to_str().ok())
+    }
+
+    #[test]
+    fn catalog_errors_carry_the_shared_codes() {
+        let full = to_status(CatalogError::Meta(metadata::MetaError::NoSpace("quota".into())));
+        assert_eq!(full.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(code_of(&full), Some("RESOURCE_EXHAUSTED"));
+        let down = to_status(CatalogError::Meta(metadata::MetaError::Unavailable("x".into())));
+        assert_eq!((down.code(), code_of(&down)), (tonic::Code::Unavailable, Some("UNAVAILABLE")));
+        let unknown = to_status(CatalogError::Meta(metadata::MetaError::OutcomeUnknown {
+            op: "txn",
+            reason: "lost".into(),
+        }));
+        assert_eq!(
+            unknown.metadata().get(codes::OUTCOME_KEY).and_then(|v| v.to_str().ok()),
+            Some(codes::OUTCOME_UNKNOWN)
+        );
+        let lost = to_status(CatalogError::Log(logstore::LogError::from(
+            metadata::MetaError::LeaseNotFound(3),
+        )));
+        assert_eq!(code_of(&lost), Some("UNAVAILABLE"));
+        // Every code the client can parse comes from the one table.
+        for c in logstore::Code::ALL {
+            assert_eq!(codes::Code::parse(c.as_str()), Some(c));
+        }
     }
 }

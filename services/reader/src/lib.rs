@@ -73,7 +73,7 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(
             LogServiceServer::new(LogServiceImpl::read_only(reader))
-                .max_encoding_message_size(64 << 20),
+                .max_encoding_message_size(logservice::service::MAX_RESPONSE_BYTES),
         )
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener),

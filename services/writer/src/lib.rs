@@ -98,7 +98,11 @@ pub async fn serve_with(
     let svc = LogServiceServer::new(service::LogServiceImpl::new(storage.clone()))
         // Room for an entry somewhat over the limit, so storage answers it with a clear
         // INVALID_ARGUMENT rather than the transport with a bare size error.
-        .max_decoding_message_size(storage.config().max_entry_bytes.saturating_mul(2) + (1 << 20));
+        .max_decoding_message_size(storage.config().max_entry_bytes.saturating_mul(2) + (1 << 20))
+        // A read answers at most its capped size plus one entry.
+        .max_encoding_message_size(
+            logservice::service::MAX_RESPONSE_BYTES.max(storage.config().max_entry_bytes * 2),
+        );
     // Requests waiting for buffer room hold their payload outside the buffer's accounting;
     // capping streams per connection keeps that bounded (HTTP/2 makes the client wait).
     let routes = extra(tonic::service::Routes::new(health_service).add_service(svc));

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use metadata::*;
 
-/// A hook run before a read.
+/// A hook run between a read and the caller's next step.
 pub type GetHook = Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
 pub struct FaultyMeta {
@@ -30,8 +30,10 @@ pub struct FaultyMeta {
     /// The next write txn putting this key waits this long, then fails definitely (nothing
     /// applied, outcome known).
     pub fail_put: Mutex<Option<(Vec<u8>, Duration)>>,
-    /// Each plain `get` of this key first runs the hook (a concurrent writer's step).
-    pub before_get: Mutex<Option<(Vec<u8>, GetHook)>>,
+    /// After the next read-only txn that reads this key has answered, the hook runs (once)
+    /// before the answer is returned: a concurrent client's step in the window between a
+    /// caller's read and its write.
+    pub after_read: Mutex<Option<(Vec<u8>, GetHook)>>,
     writes: AtomicU64,
     pub injected: AtomicU64,
 }
@@ -52,7 +54,7 @@ impl FaultyMeta {
             revoke_lease_on_loss: AtomicBool::new(false),
             apply_late: Mutex::new(None),
             fail_put: Mutex::new(None),
-            before_get: Mutex::new(None),
+            after_read: Mutex::new(None),
             writes: AtomicU64::new(0),
             injected: AtomicU64::new(0),
         })
@@ -72,22 +74,22 @@ fn every(n: &AtomicU64, i: u64) -> bool {
 #[async_trait]
 impl MetadataStore for FaultyMeta {
     async fn range(&self, req: RangeRequest) -> Result<RangeResponse, MetaError> {
-        let hook = {
-            let s = self.before_get.lock().unwrap_or_else(|e| e.into_inner());
-            s.as_ref()
-                .filter(|(k, _)| *k == req.range.key && req.range.range_end.is_none())
-                .map(|(_, h)| h.clone())
-        };
-        if let Some(h) = hook {
-            h().await;
-        }
         self.inner.range(req).await
     }
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, MetaError> {
         let writes = txn.success.iter().any(|op| matches!(op, TxnOp::Put { .. }));
         if !writes {
-            return self.inner.txn(txn).await;
+            let reads = |k: &[u8]| {
+                txn.success.iter().any(|op| matches!(op, TxnOp::Get(r) if r.range.key == k))
+            };
+            let hook = Self::take_if(&self.after_read, reads);
+            let r = self.inner.txn(txn).await;
+            if let Some(h) = hook {
+                self.injected.fetch_add(1, Ordering::SeqCst);
+                h().await;
+            }
+            return r;
         }
         if self.hang_writes.load(Ordering::SeqCst) {
             futures::future::pending::<()>().await;

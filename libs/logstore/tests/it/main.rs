@@ -31,4 +31,5 @@ mod compaction;
 mod cursors;
 mod cutoff;
 mod env;
+mod failures;
 mod faulty_meta;

@@ -8,8 +8,15 @@ use bytes::Bytes;
 use client::LogClient;
 use logstore::{LogStorage, LogStorageConfig, SystemClock};
 
-async fn start_writer()
--> Result<(LogClient, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>)> {
+/// A writer role served on a free port, with the stores it uses.
+struct Served {
+    addr: std::net::SocketAddr,
+    storage: LogStorage,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+async fn serve_writer() -> Result<Served> {
     let etcd = testkit::shared_etcd()?;
     let cluster = testkit::unique_prefix("writer");
     let meta = metadata::EtcdStore::connect(&testkit::etcd_config(etcd.endpoint())).await?;
@@ -21,14 +28,21 @@ async fn start_writer()
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = storage.clone();
     let server = tokio::spawn(async move {
-        let _ = writer::serve(storage, listener, async {
+        let _ = writer::serve(served, listener, async {
             let _ = stopped.await;
         })
         .await;
     });
-    let client = LogClient::connect(&format!("http://{addr}")).await?;
-    Ok((client, stop, server))
+    Ok(Served { addr, storage, stop, server })
+}
+
+async fn start_writer()
+-> Result<(LogClient, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>)> {
+    let s = serve_writer().await?;
+    let client = LogClient::connect(&format!("http://{}", s.addr)).await?;
+    Ok((client, s.stop, s.server))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -93,5 +107,147 @@ async fn long_poll_returns_when_a_commit_lands() -> Result<()> {
     );
     let _ = stop.send(());
     server.await?;
+    Ok(())
+}
+
+/// Hostile sizes over gRPC (ARCHITECTURE §6: untrusted lengths are bounded): reads are capped
+/// whatever the request asks, and a read by index is checked (overflowing and out-of-object
+/// ranges, too many indexes) and follows its entries through compaction and cleaning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hostile_read_sizes_are_capped_and_reads_by_index_are_checked() -> Result<()> {
+    use proto::log::v1 as pb;
+    let s = serve_writer().await?;
+    let mut raw = pb::log_service_client::LogServiceClient::connect(format!("http://{}", s.addr))
+        .await?
+        .max_decoding_message_size(256 << 20);
+    let w = s.storage.clone();
+
+    // ReadEntries asking for everything: 24 MiB stored, at most the byte cap (and one entry).
+    let big = w.create_log().await?;
+    for i in 0..24u8 {
+        w.append(big, 1, Bytes::from(vec![i; 1 << 20]), None).await?;
+    }
+    let read = raw
+        .read_entries(pb::ReadEntriesRequest {
+            log_id: big.0,
+            start_offset: 0,
+            max_records: u64::MAX,
+            max_bytes: u64::MAX,
+            max_wait_ms: 0,
+        })
+        .await?
+        .into_inner();
+    let bytes: usize = read.entries.iter().map(|e| e.payload.len()).sum();
+    ensure!(
+        !read.entries.is_empty() && bytes as u64 <= logservice::service::MAX_READ_BYTES + (1 << 20),
+        "a read asking for u64::MAX bytes returned {bytes} bytes in {} entries",
+        read.entries.len()
+    );
+
+    // ReadIndexRange asking for u32::MAX entries of a log holding more than the cap.
+    let many = w.create_log().await?;
+    let cap = logservice::service::MAX_INDEX_ENTRIES as usize;
+    let mut tasks = Vec::new();
+    for t in 0..64u64 {
+        let w = w.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..(cap as u64 / 64 + 2) {
+                w.append(many, 1, Bytes::from(format!("{t}-{i}")), None).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    ensure!(w.info(many).await?.next_offset as usize > cap);
+    let idx = raw
+        .read_index_range(pb::ReadIndexRangeRequest {
+            log_id: many.0,
+            start_offset: 0,
+            max_entries: u32::MAX,
+        })
+        .await?
+        .into_inner()
+        .indexes;
+    ensure!(idx.len() == cap, "u32::MAX index entries asked: {} returned", idx.len());
+
+    // ReadEntriesByIndex: hostile ranges and counts are INVALID_ARGUMENT, never a panic.
+    let small = w.create_log().await?;
+    for i in 0..24u8 {
+        w.append(small, 1, Bytes::from(vec![i; 10]), None).await?;
+    }
+    let index = |start: u64, n: u32| {
+        let mut raw = raw.clone();
+        async move {
+            let r =
+                pb::ReadIndexRangeRequest { log_id: small.0, start_offset: start, max_entries: n };
+            anyhow::Ok(raw.read_index_range(r).await?.into_inner().indexes)
+        }
+    };
+    let by_index = |indexes: Vec<pb::EntryIndex>| {
+        let mut raw = raw.clone();
+        async move { raw.read_entries_by_index(pb::ReadEntriesByIndexRequest { indexes }).await }
+    };
+    let good = index(0, 24).await?;
+    ensure!(good.len() == 24 && good.iter().all(|i| i.log_id == small.0));
+    let mut overflow = good[0].clone();
+    overflow.byte_start = u64::MAX - 5;
+    let mut past_end = good[23].clone();
+    past_end.byte_len += 1000;
+    let too_many = vec![good[0].clone(); logstore::MAX_BY_INDEX_ENTRIES + 1];
+    for (what, ask) in [
+        ("an overflowing range", vec![overflow]),
+        ("a range past the object", vec![past_end]),
+        ("too many indexes", too_many),
+    ] {
+        match by_index(ask).await {
+            Err(st) if st.code() == tonic::Code::InvalidArgument => {}
+            other => {
+                return Err(anyhow::anyhow!(
+                    "{what} was answered {:?}",
+                    other.map(|r| r.into_inner().entries.len())
+                ));
+            }
+        }
+    }
+    let got = by_index(good.clone()).await?.into_inner().entries;
+    ensure!(got.len() == 24 && got.iter().enumerate().all(|(i, e)| e.payload == vec![i as u8; 10]));
+
+    // Compacted: the index names a segment, and the old WAL indexes (objects cleaned) are
+    // found again through the log's index. (The other logs go, so only this one's floor holds
+    // the cleaner's cutoff.)
+    w.delete_log(big).await?;
+    w.delete_log(many).await?;
+    let reader =
+        logstore::LogReader::new(w.metadata(), w.reader().objects().clone(), &w.config().cluster);
+    let cfg = logstore::compactor::CompactorConfig { min_chunks: 8, ..Default::default() };
+    let r = logstore::compactor::compact_all(reader, "c", cfg, Some(small), &Default::default())
+        .await?;
+    ensure!(r.compacted.len() == 1, "{r:?}");
+    let mut cleaner = logstore::cleaner::Cleaner::new(
+        w.metadata(),
+        w.reader().objects().clone(),
+        &w.config().cluster,
+        Arc::new(SystemClock),
+    );
+    cleaner.grace = Duration::ZERO;
+    ensure!(cleaner.cycle().await?.deleted > 0, "no WAL object was cleaned");
+    let compacted = index(0, 24).await?;
+    ensure!(compacted[0].object.starts_with("compacted/"), "{:?}", compacted[0].object);
+    for (what, ask) in [("a segment", compacted), ("cleaned WAL objects", good)] {
+        let got = by_index(ask)
+            .await
+            .map_err(|e| anyhow::anyhow!("reading by index from {what}: {e}"))?
+            .into_inner()
+            .entries;
+        ensure!(
+            got.len() == 24 && got.iter().enumerate().all(|(i, e)| e.payload == vec![i as u8; 10]),
+            "{what}: {} entries",
+            got.len()
+        );
+    }
+    let _ = s.stop.send(());
+    s.server.await?;
     Ok(())
 }

@@ -1,0 +1,119 @@
+//! The closed set of error codes every Lakelog API speaks (STYLE.md), with their wire names:
+//! a server adapter sends a code in the `lakelog-code` gRPC metadata entry ([`CODE_KEY`]), and
+//! the client parses it back, so both sides spell each code once, here.
+//!
+//! Depends on nothing; everything that answers or reads a Lakelog error depends on it.
+
+/// gRPC metadata entry holding a failed call's [`Code`] (its [`Code::as_str`]).
+pub const CODE_KEY: &str = "lakelog-code";
+/// gRPC metadata entry set to [`OUTCOME_UNKNOWN`] when a failed append may have committed.
+pub const OUTCOME_KEY: &str = "lakelog-outcome";
+pub const OUTCOME_UNKNOWN: &str = "unknown";
+
+/// An error's code: what a caller can do about it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Code {
+    NotFound,
+    AlreadyExists,
+    /// The log, or the caller's slot of it, was fenced: nothing applied.
+    Fenced,
+    /// Another writer owns the log's slot: nothing applied; retry at the owner.
+    NotOwner,
+    OffsetOutOfRange,
+    OffsetMismatch,
+    InvalidArgument,
+    /// Retryable: try again, here or elsewhere.
+    Unavailable,
+    ResourceExhausted,
+    /// A mutating call sent to a read-only reader.
+    ReadOnly,
+    #[default]
+    Internal,
+}
+
+impl Code {
+    /// Every code.
+    pub const ALL: [Code; 11] = [
+        Code::NotFound,
+        Code::AlreadyExists,
+        Code::Fenced,
+        Code::NotOwner,
+        Code::OffsetOutOfRange,
+        Code::OffsetMismatch,
+        Code::InvalidArgument,
+        Code::Unavailable,
+        Code::ResourceExhausted,
+        Code::ReadOnly,
+        Code::Internal,
+    ];
+
+    /// The wire name (the `lakelog-code` metadata value; log.proto lists them).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::NotFound => "NOT_FOUND",
+            Code::AlreadyExists => "ALREADY_EXISTS",
+            Code::Fenced => "FENCED",
+            Code::NotOwner => "NOT_OWNER",
+            Code::OffsetOutOfRange => "OFFSET_OUT_OF_RANGE",
+            Code::OffsetMismatch => "OFFSET_MISMATCH",
+            Code::InvalidArgument => "INVALID_ARGUMENT",
+            Code::Unavailable => "UNAVAILABLE",
+            Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+            Code::ReadOnly => "READ_ONLY",
+            Code::Internal => "INTERNAL",
+        }
+    }
+
+    /// The code a wire name stands for; `None` for a name this version does not know.
+    pub fn parse(name: &str) -> Option<Code> {
+        Code::ALL.into_iter().find(|c| c.as_str() == name)
+    }
+
+    /// Whether a retry, here or at another server, may succeed with nothing applied by the
+    /// failed call (routing moved, or the server could not answer). Outcome-unknown appends
+    /// and whole-log fences are the caller's to tell apart.
+    pub fn is_retryable(self) -> bool {
+        matches!(self, Code::NotOwner | Code::Fenced | Code::Unavailable)
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for Code {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Code {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_round_trips_through_its_wire_name_and_names_are_distinct() {
+        let mut names = std::collections::HashSet::new();
+        for c in Code::ALL {
+            assert_eq!(Code::parse(c.as_str()), Some(c));
+            assert!(names.insert(c.as_str()), "{c} twice");
+            assert_eq!(c, c.as_str());
+        }
+        assert_eq!(Code::parse("NO_SUCH_CODE"), None);
+        assert_eq!(Code::parse("not_found"), None);
+    }
+
+    #[test]
+    fn only_routing_and_availability_codes_are_retryable() {
+        let retryable: Vec<Code> = Code::ALL.into_iter().filter(|c| c.is_retryable()).collect();
+        assert_eq!(retryable, [Code::Fenced, Code::NotOwner, Code::Unavailable]);
+    }
+}
