@@ -11,15 +11,21 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use metadata::{MetaError, MetadataStore, OpResult, RangeRequest, Txn, TxnOp};
-use objstore::object_store::{ObjectStore, ObjectStoreExt};
+use objstore::object_store::ObjectStore;
 
 use crate::keys::{Keys, parse_u64};
 use crate::{Clock, LogError, LogId};
 
 /// Keys a paginated read of the floors fetches at once (every page at the same revision).
 const FLOOR_PAGE: i64 = 1000;
+
+/// Objects deleted in one batch (one S3 DeleteObjects call holds up to 1000).
+const DELETE_BATCH: usize = 1000;
+
+/// Compacted segments checked in one metadata transaction (two reads each).
+const SEGMENT_CHECKS: usize = 50;
 
 /// What holds the cutoff where it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -178,11 +184,14 @@ impl Cleaner {
 
     /// One cycle: the cutoff, the WAL objects below it and older than the grace period
     /// deleted, then the metadata history compacted.
+    /// The listing is streamed and deletions go in batches, so memory stays bounded by a
+    /// batch however many objects the store holds.
     pub async fn cycle(&mut self) -> Result<CleanReport, LogError> {
         let cutoff = read_cutoff(self.meta.as_ref(), &self.keys).await?;
         let now_ms = self.clock.now_ms();
         let grace_ms = i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX);
-        let listed = self.list(objstore::keys::WAL_DIR).await?;
+        let mut listed = self.objects.list(Some(&objstore::Path::from(objstore::keys::WAL_DIR)));
+        let mut doomed = Vec::with_capacity(DELETE_BATCH);
         let mut report = CleanReport {
             cutoff,
             deleted: 0,
@@ -193,18 +202,24 @@ impl Cleaner {
             segments_deleted_bytes: 0,
             history_compacted_to: None,
         };
-        for m in listed {
+        while let Some(m) = listed.try_next().await? {
             let Some(seq) = objstore::keys::parse_wal_object(&m.location) else { continue };
             if seq >= report.cutoff.cutoff {
                 report.above_cutoff += 1;
             } else if now_ms.saturating_sub(m.last_modified.timestamp_millis()) < grace_ms {
                 report.young += 1;
             } else {
-                self.delete(&m.location).await?;
-                report.deleted += 1;
-                report.deleted_bytes += m.size;
+                doomed.push(m);
+                if doomed.len() == DELETE_BATCH {
+                    let (n, bytes) = self.delete_batch(&mut doomed).await?;
+                    report.deleted += n;
+                    report.deleted_bytes += bytes;
+                }
             }
         }
+        let (n, bytes) = self.delete_batch(&mut doomed).await?;
+        report.deleted += n;
+        report.deleted_bytes += bytes;
         self.clean_segments(&mut report, now_ms, grace_ms).await?;
         report.history_compacted_to = self.compact_history(report.cutoff.revision).await?;
         Ok(report)
@@ -220,24 +235,56 @@ impl Cleaner {
         now_ms: i64,
         grace_ms: i64,
     ) -> Result<(), LogError> {
-        let listed = self.list(objstore::keys::COMPACTED_DIR).await?;
-        for m in listed {
-            let Some(k) = objstore::keys::parse_compacted_object(&m.location) else { continue };
-            if now_ms.saturating_sub(m.last_modified.timestamp_millis()) < grace_ms {
-                continue;
+        let mut listed =
+            self.objects.list(Some(&objstore::Path::from(objstore::keys::COMPACTED_DIR)));
+        let mut old = Vec::with_capacity(SEGMENT_CHECKS);
+        loop {
+            let next = listed.try_next().await?;
+            let done = next.is_none();
+            if let Some(m) = next {
+                if objstore::keys::parse_compacted_object(&m.location).is_none()
+                    || now_ms.saturating_sub(m.last_modified.timestamp_millis()) < grace_ms
+                {
+                    continue;
+                }
+                old.push(m);
             }
+            if old.len() == SEGMENT_CHECKS || (done && !old.is_empty()) {
+                let mut orphans = self.orphans(std::mem::take(&mut old)).await?;
+                let (n, bytes) = self.delete_batch(&mut orphans).await?;
+                report.segments_deleted += n;
+                report.segments_deleted_bytes += bytes;
+            }
+            if done {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The segments of `listed` that no index record references and no live claim owns, read
+    /// in one transaction (two reads a segment).
+    async fn orphans(
+        &self,
+        listed: Vec<objstore::object_store::ObjectMeta>,
+    ) -> Result<Vec<objstore::object_store::ObjectMeta>, LogError> {
+        let keys: Vec<_> = listed
+            .iter()
+            .filter_map(|m| objstore::keys::parse_compacted_object(&m.location))
+            .collect();
+        let reads = keys.iter().flat_map(|k| {
             let log = LogId(k.log);
-            let at = RangeRequest::key;
-            let resp = self
-                .meta
-                .txn(Txn::new().and_then([
-                    TxnOp::get(at(self.keys.index_page(log, k.first_offset))),
-                    TxnOp::get(at(self.keys.compaction_task(log))),
-                ]))
-                .await?;
-            let (Some(OpResult::Get(page)), Some(OpResult::Get(claim))) =
-                (resp.results.first(), resp.results.get(1))
-            else {
+            [
+                TxnOp::get(RangeRequest::key(self.keys.index_page(log, k.first_offset))),
+                TxnOp::get(RangeRequest::key(self.keys.compaction_task(log))),
+            ]
+        });
+        let resp = self.meta.txn(Txn::new().and_then(reads)).await?;
+        if resp.results.len() != keys.len() * 2 {
+            return Err(LogError::Internal("segment check answered the wrong shape".to_owned()));
+        }
+        let mut orphans = Vec::new();
+        for ((m, k), pair) in listed.into_iter().zip(&keys).zip(resp.results.chunks(2)) {
+            let [OpResult::Get(page), OpResult::Get(claim)] = pair else {
                 return Err(LogError::Internal(
                     "segment check answered the wrong shape".to_owned(),
                 ));
@@ -255,28 +302,33 @@ impl Cleaner {
                 .kvs
                 .first()
                 .is_some_and(|kv| u64::try_from(kv.create_revision) == Ok(k.claim_revision));
-            if referenced || claimed {
-                continue;
+            if !referenced && !claimed {
+                orphans.push(m);
             }
-            self.delete(&m.location).await?;
-            report.segments_deleted += 1;
-            report.segments_deleted_bytes += m.size;
         }
-        Ok(())
+        Ok(orphans)
     }
 
-    /// Every object under `dir`.
-    async fn list(&self, dir: &str) -> Result<Vec<objstore::object_store::ObjectMeta>, LogError> {
-        let listed = self.objects.list(Some(&objstore::Path::from(dir)));
-        Ok(listed.try_collect().await?)
-    }
-
-    /// Deletes an object; one already gone (another cleaner's cycle) counts as deleted.
-    async fn delete(&self, path: &objstore::Path) -> Result<(), LogError> {
-        match self.objects.delete(path).await {
-            Ok(()) | Err(objstore::object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e.into()),
+    /// Deletes the objects of `batch` (emptying it) in one batched call; ones already gone
+    /// (another cleaner's cycle) count as deleted. Returns how many, and their bytes.
+    async fn delete_batch(
+        &self,
+        batch: &mut Vec<objstore::object_store::ObjectMeta>,
+    ) -> Result<(u64, u64), LogError> {
+        if batch.is_empty() {
+            return Ok((0, 0));
         }
+        let bytes = batch.iter().map(|m| m.size).sum();
+        let n = batch.len() as u64;
+        let paths: Vec<_> = batch.drain(..).map(|m| Ok(m.location)).collect();
+        let mut results = self.objects.delete_stream(futures::stream::iter(paths).boxed());
+        while let Some(r) = results.next().await {
+            match r {
+                Ok(_) | Err(objstore::object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok((n, bytes))
     }
 
     async fn compact_history(&mut self, revision: i64) -> Result<Option<i64>, LogError> {

@@ -500,8 +500,30 @@ pub async fn compact_all(
     Ok(report)
 }
 
-/// Every log that is not deleted (each has a `wal_floor` key), in id order.
+/// Keys one page of the live-log listing reads (keys only, every page at one revision).
+const LOGS_PAGE: i64 = 1000;
+
+/// Every log that is not deleted (each has a `wal_floor` key), in id order: a keys-only
+/// listing in pages pinned to the first page's revision, so no answer grows with the cluster.
 async fn live_logs(meta: &dyn MetadataStore, keys: &Keys) -> Result<Vec<LogId>, LogError> {
-    let found = meta.range(RangeRequest::prefix(keys.logs_prefix()).keys_only()).await?;
-    Ok(found.kvs.iter().filter_map(|kv| keys.parse_wal_floor(&kv.key)).collect())
+    let end = metadata::prefix_end(&keys.logs_prefix());
+    let (mut from, mut revision, mut logs) = (keys.logs_prefix(), 0, Vec::new());
+    loop {
+        let mut req = RangeRequest::between(from.clone(), end.clone()).keys_only().limit(LOGS_PAGE);
+        if revision != 0 {
+            req = req.at_revision(revision);
+        }
+        let page = meta.range(req).await?;
+        if revision == 0 {
+            revision = page.revision;
+        }
+        logs.extend(page.kvs.iter().filter_map(|kv| keys.parse_wal_floor(&kv.key)));
+        match page.kvs.last() {
+            Some(last) if page.more => {
+                from = last.key.clone();
+                from.push(0);
+            }
+            _ => return Ok(logs),
+        }
+    }
 }

@@ -364,17 +364,21 @@ impl LogStorage {
             head.state = LogState::Fenced as i32;
             head.epoch = snap.head_revision;
             head.fenced_by = Some(me.clone());
-            Ok(snap.head_revision)
+            Ok(Some(snap.head_revision))
         })
-        .await
+        .await?
+        .ok_or_else(|| LogError::Internal("fence wrote nothing".to_owned()))
     }
 
     /// Un-fences a log fenced at `epoch`. Every previous slot owner has lost the log; writers
-    /// take their slots afresh.
+    /// take their slots afresh. Idempotent: a log already active at `epoch` (this call's
+    /// earlier attempt whose answer was lost) answers `Ok`.
     pub async fn activate(&self, log: LogId, epoch: i64) -> Result<(), LogError> {
         self.update_head(log, |_, head| {
             match head.log_state() {
                 LogState::Deleted => return Err(LogError::NotFound(log)),
+                // Activated at this epoch and not fenced since (a fence moves the epoch).
+                LogState::Normal if head.epoch == epoch => return Ok(None),
                 LogState::Fenced if head.epoch == epoch => {}
                 _ => {
                     let whole_log = head.log_state() == LogState::Fenced;
@@ -389,22 +393,26 @@ impl LogStorage {
             head.state = LogState::Normal as i32;
             head.slots.clear();
             head.fenced_by = None;
-            Ok(())
+            Ok(Some(()))
         })
         .await
+        .map(|_| ())
     }
 
-    /// Compare-and-set of a log's head through `f`, retried while other writes move it.
+    /// Compare-and-set of a log's head through `f`, retried while other writes move it. `f`
+    /// answers `Some` with the head to write, or `None` when the head is already as wanted
+    /// (then nothing is written and `None` returned). An attempt whose answer is lost is
+    /// resolved by reading again: `f` then sees the head that attempt may have left.
     async fn update_head<T>(
         &self,
         log: LogId,
-        mut f: impl FnMut(&Snapshot, &mut LogHead) -> Result<T, LogError>,
-    ) -> Result<T, LogError> {
+        mut f: impl FnMut(&Snapshot, &mut LogHead) -> Result<Option<T>, LogError>,
+    ) -> Result<Option<T>, LogError> {
         let core = &self.core;
         for _ in 0..1000 {
             let snap = core.reader.snapshot(log).await?;
             let mut head = snap.head.clone();
-            let out = f(&snap, &mut head)?;
+            let Some(out) = f(&snap, &mut head)? else { return Ok(None) };
             let txn = Txn::new()
                 .when([Compare::mod_revision(
                     core.keys.head(log),
@@ -412,9 +420,16 @@ impl LogStorage {
                     snap.head_revision,
                 )])
                 .and_then([TxnOp::put(core.keys.head(log), head.encode_to_vec())]);
-            if core.meta.txn(txn).await?.succeeded {
-                core.forget(log);
-                return Ok(out);
+            match core.meta.txn(txn).await {
+                Ok(r) if r.succeeded => {
+                    core.forget(log);
+                    return Ok(Some(out));
+                }
+                Ok(_) => {}
+                Err(e) if e.is_retryable() => {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(e.into()),
             }
         }
         Err(LogError::unavailable(format!("could not update log {log}: too much contention")))

@@ -149,6 +149,9 @@ pub(crate) struct Core {
     admitted: AtomicU64,
     /// Logs with a definite failure: their appends admitted up to the number fail with it.
     poisoned: Mutex<HashMap<LogId, (u64, LogError)>>,
+    /// A new incarnation is being registered (the identity lock is held for as long as the
+    /// metadata store takes): flushes fail at once with UNAVAILABLE instead of waiting.
+    reincarnating: AtomicBool,
     served: Mutex<HashMap<(LogId, String), Served>>,
     /// Live writers as last watched, for the owner check at admission; slot takeovers read
     /// them linearizably instead.
@@ -187,6 +190,7 @@ impl Core {
             unresolved: AtomicU64::new(0),
             admitted: AtomicU64::new(0),
             poisoned: Mutex::new(HashMap::new()),
+            reincarnating: AtomicBool::new(false),
             served: Mutex::new(HashMap::new()),
             members: Mutex::new(None),
             flushes: AtomicU64::new(0),
@@ -288,6 +292,11 @@ impl Core {
     /// The next WAL sequence, allocating a new block when the current one is used up. The
     /// flush it stamps counts as unresolved until [`Core::resolved`].
     async fn next_seq(&self) -> Result<(u64, i64), LogError> {
+        if self.reincarnating.load(Ordering::SeqCst) {
+            return Err(LogError::unavailable(
+                "writer lost its lease and is registering again; nothing of this append applied",
+            ));
+        }
         let mut id = self.identity.lock().await;
         if id.next_seq >= id.block_end {
             // After an idle release no flush is unresolved: the mark may rise to the block.
@@ -811,6 +820,15 @@ fn fail_chunk(c: Chunk, e: &LogError) {
     }
 }
 
+/// Clears `reincarnating` however [`reincarnate`] ends.
+struct Reincarnated<'a>(&'a Core);
+
+impl Drop for Reincarnated<'_> {
+    fn drop(&mut self) {
+        self.0.reincarnating.store(false, Ordering::SeqCst);
+    }
+}
+
 /// Drops the incarnation and registers a new one (ARCHITECTURE §3.10).
 /// Both the committer (after failing a lost incarnation's flush) and the keep-alive task (so an
 /// idle writer comes back too) call this; the first one re-registers.
@@ -819,6 +837,8 @@ async fn reincarnate(core: &Arc<Core>) {
     if !core.is_lost(id.member_revision) {
         return;
     }
+    core.reincarnating.store(true, Ordering::SeqCst);
+    let _done = Reincarnated(core);
     let _ = core.meta.lease_revoke(id.lease).await;
     lock(&core.served).clear();
     loop {

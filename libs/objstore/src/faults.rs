@@ -77,6 +77,7 @@ struct State {
     rules: Vec<Rule>,
     calls: std::collections::HashMap<Op, u64>,
     injected: u64,
+    delete_streams: u64,
 }
 
 /// Controls the faults of one [`FaultyStore`].
@@ -119,6 +120,12 @@ impl FaultHandle {
     /// How many calls of this kind reached the wrapper.
     pub fn calls(&self, op: Op) -> u64 {
         self.lock().calls.get(&op).copied().unwrap_or(0)
+    }
+
+    /// How many `delete_stream` calls were made (one per batch of deletions; a single
+    /// `delete` is one too).
+    pub fn delete_streams(&self) -> u64 {
+        self.lock().delete_streams
     }
 
     /// How many faults (failures and lost responses, not delays) were injected.
@@ -253,6 +260,7 @@ impl ObjectStore for FaultyStore {
     ) -> BoxStream<'static, Result<Path>> {
         let inner = self.inner.clone();
         let faults = self.faults.clone();
+        faults.lock().delete_streams += 1;
         locations
             .and_then(move |path| {
                 let inner = inner.clone();

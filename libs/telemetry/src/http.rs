@@ -18,9 +18,19 @@ pub async fn serve_metrics(
 ) -> std::io::Result<()> {
     tokio::pin!(shutdown);
     loop {
-        let (mut conn, _) = tokio::select! {
-            accepted = listener.accept() => accepted?,
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
             _ = &mut shutdown => return Ok(()),
+        };
+        // One failed accept (a connection reset before it was taken, no file descriptors
+        // left) ends only that connection: the server goes on after a short pause.
+        let mut conn = match accepted {
+            Ok((conn, _)) => conn,
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics: accept failed; going on");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
         };
         let metrics = metrics.clone();
         tokio::spawn(async move {

@@ -365,11 +365,16 @@ async fn serve_metrics(node: &config::NodeConfig) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("telemetry.metrics_listen {addr}"))?;
     tracing::info!(%addr, "metrics on /metrics");
-    tokio::spawn(telemetry::serve_metrics(
-        telemetry::Metrics::global().clone(),
-        listener,
-        std::future::pending(),
-    ));
+    tokio::spawn(async move {
+        let served = telemetry::serve_metrics(
+            telemetry::Metrics::global().clone(),
+            listener,
+            std::future::pending(),
+        );
+        if let Err(e) = served.await {
+            tracing::error!(error = %e, %addr, "metrics server stopped");
+        }
+    });
     Ok(())
 }
 

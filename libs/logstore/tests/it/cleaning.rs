@@ -18,6 +18,7 @@ both_envs!(
     cleaner_deletes_only_below_the_cutoff_and_past_the_grace_period,
     a_live_writers_uncommitted_upload_is_never_reclaimed,
     cleaner_compacts_the_metadata_history,
+    a_cycle_deletes_in_batches_and_streams_its_listing,
 );
 
 fn cleaner(env: &Env, grace: Duration) -> Cleaner {
@@ -152,5 +153,41 @@ async fn cleaner_compacts_the_metadata_history(env: Env) -> Result<()> {
     }
     ensure!(w.read_entries(log, first.offset, 10, u64::MAX).await?.len() == 2);
     w.shutdown().await;
+    Ok(())
+}
+
+async fn a_cycle_deletes_in_batches_and_streams_its_listing(env: Env) -> Result<()> {
+    use futures::StreamExt;
+    use objstore::faults::FaultyStore;
+    // A writer hands out one block and goes: nothing holds the cutoff below next_seq.
+    let mut cfg = env.config("w");
+    cfg.seq_block = 5000;
+    env.writer_with(cfg, env.objects.clone(), env.meta.clone()).await?.shutdown().await;
+    // 1,200 uploads that were never committed, below the cutoff.
+    let n = 1200u64;
+    let puts = futures::stream::iter(0..n).map(|seq| {
+        let objects = env.objects.clone();
+        async move {
+            objects
+                .put(&objstore::keys::wal_object(seq), Bytes::from_static(b"orphan").into())
+                .await
+        }
+    });
+    let put: Vec<_> = puts.buffer_unordered(32).collect().await;
+    ensure!(put.iter().all(|r| r.is_ok()), "seeding failed");
+    let (counted, faults) = FaultyStore::new(env.objects.clone());
+    let mut c = Cleaner::new(env.meta.clone(), counted, &env.cluster, Arc::new(SystemClock));
+    c.grace = Duration::ZERO;
+    c.history = None;
+    let r = c.cycle().await?;
+    ensure!(r.cutoff.cutoff >= n && r.deleted == n, "{r:?}");
+    ensure!(
+        faults.delete_streams() <= 2,
+        "{n} objects deleted in {} delete calls (batches of at most 1000 expected)",
+        faults.delete_streams()
+    );
+    for seq in [0, n / 2, n - 1] {
+        ensure!(!exists(&env, seq).await?, "object {seq} left");
+    }
     Ok(())
 }

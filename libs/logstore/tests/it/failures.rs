@@ -24,6 +24,8 @@ both_envs!(
     an_append_that_gets_buffer_room_during_a_drain_is_answered,
     a_trim_racing_another_never_moves_the_start_back,
     a_log_that_cannot_be_compacted_does_not_stop_the_cycle,
+    appends_while_the_writer_cannot_re_register_are_answered_unavailable,
+    an_activate_retried_after_its_answer_was_lost_succeeds,
 );
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -188,6 +190,60 @@ async fn a_log_that_cannot_be_compacted_does_not_stop_the_cycle(env: Env) -> Res
     ensure!(r.compacted.iter().any(|c| c.log == fine), "the next log was not compacted: {r:?}");
     let got = w.read_entries(fine, 0, 100, u64::MAX).await?;
     ensure!(got.len() == 24 && got.iter().enumerate().all(|(i, e)| e.payload[0] == i as u8));
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn appends_while_the_writer_cannot_re_register_are_answered_unavailable(
+    env: Env,
+) -> Result<()> {
+    let faulty = FaultyMeta::new(env.meta.clone());
+    let w = env.writer_with(env.config("w"), env.objects.clone(), faulty.clone()).await?;
+    let log = w.create_log().await?;
+    w.append(log, 1, Bytes::from_static(b"a"), None).await?;
+    // The lease goes, and the metadata store then takes no writes: re-registering hangs.
+    let keys = Keys::new(&env.cluster);
+    let member = env.meta.get(&keys.member("writer", "w")).await?.context("not registered")?;
+    faulty.hang_writes.store(true, Ordering::SeqCst);
+    env.meta.lease_revoke(member.lease).await?;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while faulty.hung.load(Ordering::SeqCst) == 0 {
+        ensure!(Instant::now() < deadline, "the writer never tried to re-register");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let t = Instant::now();
+    let got = tokio::time::timeout(
+        Duration::from_secs(10),
+        w.append(log, 1, Bytes::from_static(b"b"), None),
+    )
+    .await
+    .map_err(|_| anyhow!("an append waited 10 s on a writer that is re-registering"))?;
+    ensure!(
+        matches!(&got, Err(LogError::Unavailable { outcome_unknown: false, .. })),
+        "answered {got:?} after {:?}",
+        t.elapsed()
+    );
+    w.abort();
+    Ok(())
+}
+
+async fn an_activate_retried_after_its_answer_was_lost_succeeds(env: Env) -> Result<()> {
+    let faulty = FaultyMeta::new(env.meta.clone());
+    let w = env.writer_with(env.config("w"), env.objects.clone(), faulty.clone()).await?;
+    let log = w.create_log().await?;
+    w.append(log, 1, Bytes::from_static(b"a"), None).await?;
+    let epoch = w.fence(log).await?;
+    // The activation applies; its answer is lost, and the caller tries again.
+    faulty.lose_applied_every.store(1, Ordering::SeqCst);
+    let first = w.activate(log, epoch).await;
+    faulty.lose_applied_every.store(0, Ordering::SeqCst);
+    let again = w.activate(log, epoch).await;
+    ensure!(
+        faulty.injected.load(Ordering::SeqCst) >= 1 && first.is_ok() && again.is_ok(),
+        "activate answered {first:?}, then {again:?}"
+    );
+    ensure!(w.info(log).await?.state == logstore::records::LogState::Normal);
+    w.append(log, 1, Bytes::from_static(b"b"), None).await?;
     w.shutdown().await;
     Ok(())
 }

@@ -20,6 +20,8 @@ pub struct FaultyMeta {
     pub lose_unapplied_every: AtomicU64,
     /// Every write txn hangs forever (a writer stuck between PUT and commit).
     pub hang_writes: AtomicBool,
+    /// Write txns that hung so far.
+    pub hung: AtomicU64,
     /// With `lose_applied_every`: the lease the lost txn put under is revoked before the
     /// answer is lost, so the writer's re-send finds its incarnation gone.
     pub revoke_lease_on_loss: AtomicBool,
@@ -51,6 +53,7 @@ impl FaultyMeta {
             lose_applied_every: AtomicU64::new(0),
             lose_unapplied_every: AtomicU64::new(0),
             hang_writes: AtomicBool::new(false),
+            hung: AtomicU64::new(0),
             revoke_lease_on_loss: AtomicBool::new(false),
             apply_late: Mutex::new(None),
             fail_put: Mutex::new(None),
@@ -92,6 +95,7 @@ impl MetadataStore for FaultyMeta {
             return r;
         }
         if self.hang_writes.load(Ordering::SeqCst) {
+            self.hung.fetch_add(1, Ordering::SeqCst);
             futures::future::pending::<()>().await;
         }
         let puts = |k: &[u8]| {
