@@ -24,11 +24,12 @@ pub const MAX_INDEX_ENTRIES: u32 = 10_000;
 /// The largest response a role encodes: a capped read plus its largest entry, with room.
 pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
-/// Open cursors kept between calls at most; the cache is cleared when full.
+/// Open cursors kept between calls at most; a full cache evicts one at a time.
 const OPEN_CURSORS_MAX: usize = 1024;
 
-type OpenCursors =
-    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(u64, String), LogCursor>>>;
+/// A kept cursor handle: a call takes it out, and puts it back when done.
+type Kept = std::sync::Arc<std::sync::Mutex<Option<LogCursor>>>;
+type OpenCursors = std::sync::Arc<quick_cache::sync::Cache<(u64, String), Kept>>;
 
 /// The LogService over one writer's log storage, or read-only over a log reader.
 #[derive(Clone, Debug)]
@@ -47,13 +48,13 @@ impl LogServiceImpl {
         LogServiceImpl {
             reader: storage.reader().clone(),
             storage: Some(storage),
-            cursors: Default::default(),
+            cursors: open_cursors(),
         }
     }
 
     /// Reads only: mutating calls answer READ_ONLY, reads never wait for new data.
     pub fn read_only(reader: LogReader) -> Self {
-        LogServiceImpl { reader, storage: None, cursors: Default::default() }
+        LogServiceImpl { reader, storage: None, cursors: open_cursors() }
     }
 
     fn writable(&self, what: &str) -> Result<&LogStorage, Status> {
@@ -68,7 +69,10 @@ impl LogServiceImpl {
 
     /// A cursor handle, up to date: from the cache (refreshed) or opened.
     async fn cursor(&self, log: u64, name: &str) -> Result<LogCursor, Status> {
-        let cached = self.lock_cursors().remove(&(log, name.to_owned()));
+        let cached = self
+            .cursors
+            .remove(&(log, name.to_owned()))
+            .and_then(|(_, kept)| kept.lock().unwrap_or_else(|e| e.into_inner()).take());
         match cached {
             Some(mut c) => {
                 c.refresh().await.map_err(to_status)?;
@@ -80,18 +84,13 @@ impl LogServiceImpl {
 
     /// Keeps a handle for the next call.
     fn keep(&self, c: LogCursor) {
-        let mut cache = self.lock_cursors();
-        if cache.len() >= OPEN_CURSORS_MAX {
-            cache.clear();
-        }
-        cache.insert((c.log().0, c.name().to_owned()), c);
+        let key = (c.log().0, c.name().to_owned());
+        self.cursors.insert(key, std::sync::Arc::new(std::sync::Mutex::new(Some(c))));
     }
+}
 
-    fn lock_cursors(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(u64, String), LogCursor>> {
-        self.cursors.lock().unwrap_or_else(|e| e.into_inner())
-    }
+fn open_cursors() -> OpenCursors {
+    std::sync::Arc::new(quick_cache::sync::Cache::new(OPEN_CURSORS_MAX))
 }
 
 fn header(h: LogEntryHeader) -> pb::EntryHeader {

@@ -2,7 +2,7 @@
 //! points at. Needs no writer identity, so read-only readers use it alone.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use metadata::{MetadataStore, OpResult, RangeRequest, Txn, TxnOp};
@@ -13,8 +13,8 @@ use crate::range_cache::RangeCache;
 use crate::records::{IndexPage, Locator, LogHead, LogState};
 use crate::{EntryIndex, LogEntry, LogEntryHeader, LogError, LogId, LogInfo, LogOffset, decode};
 
-/// Index pages kept in memory by default. Pages are immutable once written, so a cached page
-/// never goes stale; the cache is cleared when full (bounded memory, no bookkeeping).
+/// Index pages kept in memory by default. A cached page serves only a listing that shows the
+/// mod_revision it was read at, so it never goes stale; a full cache evicts one page at a time.
 pub const DEFAULT_INDEX_PAGES: usize = 4096;
 
 /// Indexes one read by index may name at most.
@@ -32,7 +32,8 @@ const PAGES_PER_READ: i64 = 16;
 /// Index pages by (log, first offset), with the mod_revision of the key they were read from:
 /// the compaction swap overwrites a page's key, so a cached page serves only a listing that
 /// shows the same mod_revision.
-type PageCache = HashMap<(LogId, u64), (i64, Arc<IndexPage>)>;
+/// Bounded by entries; full, it evicts the pages least worth keeping (S3-FIFO), one at a time.
+type PageCache = quick_cache::sync::Cache<(LogId, u64), (i64, Arc<IndexPage>)>;
 
 /// A consistent view of one log: its head and start, read in one linearizable transaction.
 #[derive(Clone, Debug)]
@@ -93,8 +94,7 @@ pub struct LogReader {
     meta: Arc<dyn MetadataStore>,
     objects: Arc<dyn ObjectStore>,
     keys: Keys,
-    pages: Arc<Mutex<PageCache>>,
-    max_pages: usize,
+    pages: Arc<PageCache>,
     ranges: RangeCache,
 }
 
@@ -111,8 +111,7 @@ impl LogReader {
             meta,
             objects,
             keys: Keys::new(cluster),
-            pages: Default::default(),
-            max_pages: DEFAULT_INDEX_PAGES,
+            pages: Arc::new(PageCache::new(DEFAULT_INDEX_PAGES)),
             ranges: RangeCache::new(0),
         }
     }
@@ -121,7 +120,7 @@ impl LogReader {
     /// read-only reader's caches). Concurrent reads of one range share one GET either way.
     pub fn with_caches(mut self, range_bytes: usize, index_pages: usize) -> Self {
         self.ranges = RangeCache::new(range_bytes);
-        self.max_pages = index_pages.max(1);
+        self.pages = Arc::new(PageCache::new(index_pages.max(1)));
         self
     }
 
@@ -223,8 +222,8 @@ impl LogReader {
     }
 
     fn cached_page(&self, log: LogId, first: u64, mod_revision: i64) -> Option<Arc<IndexPage>> {
-        match self.lock_pages().get(&(log, first)) {
-            Some((rev, page)) if *rev == mod_revision => Some(page.clone()),
+        match self.pages.get(&(log, first)) {
+            Some((rev, page)) if rev == mod_revision => Some(page),
             _ => None,
         }
     }
@@ -237,16 +236,8 @@ impl LogReader {
         kv: &metadata::KeyValue,
     ) -> Result<Arc<IndexPage>, LogError> {
         let page: Arc<IndexPage> = Arc::new(decode("index page", &kv.value)?);
-        let mut cache = self.lock_pages();
-        if cache.len() >= self.max_pages {
-            cache.clear();
-        }
-        cache.insert((log, first), (kv.mod_revision, page.clone()));
+        self.pages.insert((log, first), (kv.mod_revision, page.clone()));
         Ok(page)
-    }
-
-    fn lock_pages(&self) -> std::sync::MutexGuard<'_, PageCache> {
-        self.pages.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The locator of the run holding `offset` (which must be below the snapshot's high

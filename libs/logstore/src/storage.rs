@@ -371,14 +371,19 @@ impl LogStorage {
     }
 
     /// Un-fences a log fenced at `epoch`. Every previous slot owner has lost the log; writers
-    /// take their slots afresh. Idempotent: a log already active at `epoch` (this call's
-    /// earlier attempt whose answer was lost) answers `Ok`.
+    /// take their slots afresh. A log just as an activation at `epoch` left it (active at that
+    /// epoch, no slot taken since: this call's earlier attempt whose answer was lost) answers
+    /// `Ok`; once a writer has taken a slot, activating again is `Fenced`.
     pub async fn activate(&self, log: LogId, epoch: i64) -> Result<(), LogError> {
         self.update_head(log, |_, head| {
             match head.log_state() {
                 LogState::Deleted => return Err(LogError::NotFound(log)),
-                // Activated at this epoch and not fenced since (a fence moves the epoch).
-                LogState::Normal if head.epoch == epoch => return Ok(None),
+                // Activated at this epoch and untouched since (a fence moves the epoch).
+                LogState::Normal
+                    if head.epoch == epoch && head.slots.is_empty() && head.fenced_by.is_none() =>
+                {
+                    return Ok(None);
+                }
                 LogState::Fenced if head.epoch == epoch => {}
                 _ => {
                     let whole_log = head.log_state() == LogState::Fenced;

@@ -221,7 +221,7 @@ impl Service {
 
     /// SIGSTOP: the process stops answering, as a paused or partitioned one does.
     pub fn pause(&self) -> Result<(), TestkitError> {
-        sys::signal(&self.proc.child, sys::Signal::Stop)
+        sys::stop(&self.proc.child)
     }
 
     /// SIGCONT.
@@ -355,7 +355,7 @@ impl Etcd {
 
     /// Stops the process (SIGSTOP): requests hang, as with a partitioned or paused server.
     pub fn pause(&self) -> Result<(), TestkitError> {
-        sys::signal(&self.proc.child, sys::Signal::Stop)
+        sys::stop(&self.proc.child)
     }
 
     /// Continues a paused process (SIGCONT).

@@ -71,6 +71,30 @@ pub(crate) fn signal(child: &Child, sig: Signal) -> Result<(), TestkitError> {
     Ok(())
 }
 
+/// SIGSTOP, then waits (up to 2 s) until every thread of the process is stopped: kill(2)
+/// returns once the signal is queued, and on a loaded machine a thread may still finish a
+/// request after that, which a test pausing a server must not see.
+pub(crate) fn stop(child: &Child) -> Result<(), TestkitError> {
+    signal(child, Signal::Stop)?;
+    let tasks = std::path::PathBuf::from(format!("/proc/{}/task", child.id()));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::time::Instant::now() < deadline {
+        let Ok(dir) = std::fs::read_dir(&tasks) else { return Ok(()) };
+        let running = dir.flatten().any(|t| {
+            // The state follows the command name in parentheses: `pid (comm) S ...`.
+            std::fs::read_to_string(t.path().join("stat")).ok().is_some_and(|stat| {
+                stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next())
+                    != Some('T')
+            })
+        });
+        if !running {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    Ok(())
+}
+
 /// The bytes an unprivileged process may still write on the file system holding `path`.
 pub(crate) fn available_bytes(path: &std::path::Path) -> std::io::Result<u64> {
     use std::os::unix::ffi::OsStrExt;

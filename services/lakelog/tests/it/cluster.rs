@@ -402,7 +402,9 @@ impl Cluster {
 
 impl Cluster {
     /// Starts a role that serves no port (`compactor`, `cleaner run`); ready once its log
-    /// says `running`.
+    /// says `running`. (A cleaner compacts the history of the whole etcd, which the tests of
+    /// this binary share: theirs keep an hour, so no test's watch or pinned read loses its
+    /// revision to another's cleaner.)
     fn background(&self, args: &[&str], id: &str, section: &str) -> Result<testkit::Service> {
         let file = self.write_config(id, section)?;
         let mut cmd = Command::new(BIN);
@@ -580,7 +582,7 @@ async fn compactor_and_cleaner_processes_compact_reclaim_and_keep_every_record()
         written.push((h.offset, payload));
     }
     let section =
-        "maintenance:\n  interval: 1s\n  min_chunks: 8\n  grace: 1s\n  metadata_history: 5s\n";
+        "maintenance:\n  interval: 1s\n  min_chunks: 8\n  grace: 1s\n  metadata_history: 1h\n";
     let _compactor = cluster.background(&["compactor"], "compactor", section)?;
     let _cleaner = cluster.background(&["cleaner", "run"], "cleaner", section)?;
     // The compactor swaps the spilled pages for a segment; the cleaner then reclaims the WAL

@@ -52,7 +52,7 @@ async fn an_idle_writer_and_idle_logs_hold_no_wal_object_back_while_appends_go_o
         })
     };
     let section = format!(
-        "maintenance:\n  interval: {}ms\n  min_chunks: 8\n  grace: {}ms\n  metadata_history: 30s\n",
+        "maintenance:\n  interval: {}ms\n  min_chunks: 8\n  grace: {}ms\n  metadata_history: 1h\n",
         INTERVAL.as_millis(),
         GRACE.as_millis()
     );

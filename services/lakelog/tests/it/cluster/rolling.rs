@@ -113,7 +113,7 @@ async fn rolling_restart_of_every_role_loses_no_acknowledged_record() -> Result<
         )
     };
     let maintenance =
-        "maintenance:\n  interval: 1s\n  min_chunks: 8\n  grace: 1s\n  metadata_history: 5s\n";
+        "maintenance:\n  interval: 1s\n  min_chunks: 8\n  grace: 1s\n  metadata_history: 1h\n";
     let mut roles = vec![
         catalog,
         Role::serving("w1", &["writer"], &writer("w1"))?,
