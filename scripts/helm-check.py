@@ -74,6 +74,7 @@ def check(name, values):
                     fh.write(d["data"]["config.yaml"])
                 configs.append(f)
         probes_follow_configs(name, docs)
+        credentials_follow_source(name, values, docs)
         if len(configs) != len(ROLES):
             fail(f"{name}: {len(configs)} role configs rendered, want {len(ROLES)}")
         r = subprocess.run([BIN, "check-config", *configs], capture_output=True, text=True)
@@ -100,6 +101,24 @@ def probes_follow_configs(name, docs):
             got = (c.get(probe) or {}).get("grpc", {}).get("port")
             if got is None or got != port:
                 fail(f"{name}: {dname}: {probe} asks gRPC health on {got}; its config serves on {serves!r}")
+
+
+def credentials_follow_source(name, values, docs):
+    """Every role config names the credentials source; only `keys` makes or mounts a Secret."""
+    source = (values.get("credentials") or {}).get("source", "keys")
+    for _, d in docs:
+        if d.get("kind") == "ConfigMap":
+            s3 = yaml.safe_load(d["data"]["config.yaml"])["object_store"]["s3"]
+            if s3.get("credentials") != source:
+                fail(f"{name}: {d['metadata']['name']}: credentials {s3.get('credentials')!r}, want {source!r}")
+        if d.get("kind") == "Deployment":
+            env = {e["name"] for e in d["spec"]["template"]["spec"]["containers"][0].get("env", [])}
+            mounted = "LAKELOG_S3_SECRET_ACCESS_KEY" in env
+            if mounted != (source == "keys"):
+                fail(f"{name}: {d['metadata']['name']}: S3 keys from a Secret: {mounted}, source {source}")
+    secrets = [d for _, d in docs if d.get("kind") == "Secret"]
+    if source != "keys" and secrets:
+        fail(f"{name}: a Secret rendered for credentials source {source}")
 
 
 def workloads(docs):

@@ -42,6 +42,7 @@ object_store:
     allow_http: {{ $v.objectStore.allowHttp }}
     path_style: {{ $v.objectStore.pathStyle }}
     prefix: {{ $v.objectStore.prefix | quote }}
+    credentials: {{ default "keys" $v.credentials.source }}
 telemetry:
   log_level: {{ $v.telemetry.logLevel | quote }}
   log_format: {{ $v.telemetry.logFormat }}

@@ -483,10 +483,15 @@ pub struct S3Config {
     pub bucket: String,
     #[serde(default = "default_region")]
     pub region: String,
+    /// With `credentials: keys` (the default), both keys must be set, here or through
+    /// `LAKELOG_S3_ACCESS_KEY_ID` / `LAKELOG_S3_SECRET_ACCESS_KEY`.
     #[serde(default)]
     pub access_key_id: Option<String>,
     #[serde(default)]
     pub secret_access_key: Option<String>,
+    /// Where credentials come from: `keys` (default), `instance` or `web_identity`.
+    #[serde(default)]
+    pub credentials: S3Credentials,
     /// Allow plain-HTTP endpoints (local servers).
     #[serde(default)]
     pub allow_http: bool,
@@ -506,11 +511,27 @@ impl std::fmt::Debug for S3Config {
             .field("region", &self.region)
             .field("access_key_id", &self.access_key_id)
             .field("secret_access_key", &self.secret_access_key.as_ref().map(|_| "<redacted>"))
+            .field("credentials", &self.credentials)
             .field("allow_http", &self.allow_http)
             .field("path_style", &self.path_style)
             .field("prefix", &self.prefix)
             .finish()
     }
+}
+
+/// Where an S3 store's credentials come from. Never a silent fall-back: without keys, a role
+/// asks the cloud's metadata service only when the config says so.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum S3Credentials {
+    /// `access_key_id` and `secret_access_key`, from the config or the environment overrides.
+    #[default]
+    Keys,
+    /// The instance's (EC2 instance metadata) or the container's (ECS task role) credentials.
+    Instance,
+    /// AssumeRoleWithWebIdentity from `AWS_WEB_IDENTITY_TOKEN_FILE` and `AWS_ROLE_ARN`
+    /// (Kubernetes service-account roles, EKS IRSA).
+    WebIdentity,
 }
 
 fn default_region() -> String {

@@ -244,3 +244,22 @@ fn load_file_names_the_file_and_key_of_an_unknown_key() -> Result<(), std::io::E
     );
     Ok(())
 }
+
+#[test]
+fn s3_credentials_default_to_keys_and_name_the_cloud_sources() -> Result<(), ConfigError> {
+    let ObjectStoreConfig::S3(s3) = parse(GOOD)?.object_store else { unreachable!("s3 given") };
+    assert_eq!(s3.credentials, S3Credentials::Keys);
+    for (word, want) in
+        [("instance", S3Credentials::Instance), ("web_identity", S3Credentials::WebIdentity)]
+    {
+        let text = GOOD
+            .replace("    access_key_id: k\n    secret_access_key: s\n", "")
+            .replace("    bucket: logs", &format!("    bucket: logs\n    credentials: {word}"));
+        let ObjectStoreConfig::S3(s3) = parse(&text)?.object_store else { unreachable!() };
+        assert_eq!((s3.credentials, s3.access_key_id), (want, None));
+    }
+    let err =
+        err_of(parse(&GOOD.replace("    bucket: logs", "    bucket: logs\n    credentials: imds")));
+    assert!(err.contains("object_store.s3.credentials") && err.contains("instance"), "{err}");
+    Ok(())
+}

@@ -31,6 +31,9 @@ pub enum BuildError {
     LocalDir { path: String, source: std::io::Error },
     #[error("object store: {0}")]
     Store(#[from] object_store::Error),
+    /// The S3 config names no way to authenticate, or names one whose inputs are missing.
+    #[error("object_store.s3: {0}")]
+    Credentials(String),
 }
 
 /// Builds the store a config names. The local directory store always fsyncs files and their
@@ -53,9 +56,7 @@ pub fn build(config: &config::ObjectStoreConfig) -> Result<Arc<dyn ObjectStore>,
             if let Some(e) = &c.endpoint {
                 b = b.with_endpoint(e);
             }
-            if let (Some(id), Some(secret)) = (&c.access_key_id, &c.secret_access_key) {
-                b = b.with_access_key_id(id).with_secret_access_key(secret);
-            }
+            b = with_credentials(b, c, |var| std::env::var(var).ok())?;
             let s3 = b.build()?;
             if c.prefix.is_empty() {
                 Arc::new(s3)
@@ -65,6 +66,76 @@ pub fn build(config: &config::ObjectStoreConfig) -> Result<Arc<dyn ObjectStore>,
         }
         config::ObjectStoreConfig::Memory => Arc::new(InMemory::new()),
     })
+}
+
+/// Sets how the S3 client authenticates, exactly as the config says (`env` reads the process
+/// environment). `object_store` on its own falls back to the cloud's instance-metadata
+/// endpoint when no keys are given; here that happens only with `credentials: instance`.
+fn with_credentials(
+    b: AmazonS3Builder,
+    c: &config::S3Config,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<AmazonS3Builder, BuildError> {
+    use config::S3Credentials;
+    use object_store::aws::AmazonS3ConfigKey as Key;
+    let missing = |what: &str| BuildError::Credentials(what.to_owned());
+    let keys = (c.access_key_id.as_deref(), c.secret_access_key.as_deref());
+    match c.credentials {
+        S3Credentials::Keys => match keys {
+            (Some(id), Some(secret)) if !id.is_empty() && !secret.is_empty() => {
+                Ok(b.with_access_key_id(id).with_secret_access_key(secret))
+            }
+            (id, secret) => {
+                let mut unset = Vec::new();
+                if id.is_none_or(str::is_empty) {
+                    unset.push("access_key_id (or LAKELOG_S3_ACCESS_KEY_ID)");
+                }
+                if secret.is_none_or(str::is_empty) {
+                    unset.push("secret_access_key (or LAKELOG_S3_SECRET_ACCESS_KEY)");
+                }
+                Err(BuildError::Credentials(format!(
+                    "no credentials: {} not set; set them, or `credentials: instance` or \
+                     `credentials: web_identity` to use the cloud's",
+                    unset.join(" and ")
+                )))
+            }
+        },
+        S3Credentials::Instance | S3Credentials::WebIdentity if keys != (None, None) => {
+            Err(missing(
+                "access_key_id / secret_access_key are set, but credentials says they are not \
+                 used: remove them, or `credentials: keys`",
+            ))
+        }
+        S3Credentials::Instance => {
+            // An ECS task role's endpoint when the container has one; else EC2's metadata.
+            let mut b = b;
+            for (var, key) in [
+                ("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", Key::ContainerCredentialsRelativeUri),
+                ("AWS_CONTAINER_CREDENTIALS_FULL_URI", Key::ContainerCredentialsFullUri),
+            ] {
+                if let Some(v) = env(var) {
+                    b = b.with_config(key, v);
+                }
+            }
+            Ok(b)
+        }
+        S3Credentials::WebIdentity => {
+            let (Some(token), Some(role)) =
+                (env("AWS_WEB_IDENTITY_TOKEN_FILE"), env("AWS_ROLE_ARN"))
+            else {
+                return Err(missing(
+                    "credentials: web_identity needs AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN \
+                     in the environment",
+                ));
+            };
+            let mut b =
+                b.with_config(Key::WebIdentityTokenFile, token).with_config(Key::RoleArn, role);
+            if let Some(name) = env("AWS_ROLE_SESSION_NAME") {
+                b = b.with_config(Key::RoleSessionName, name);
+            }
+            Ok(b)
+        }
+    }
 }
 
 /// Writes a write-once object: succeeds only if nothing exists at `path` yet. A second writer
@@ -93,6 +164,59 @@ mod tests {
         assert!(matches!(second, Err(object_store::Error::AlreadyExists { .. })), "{second:?}");
         assert_eq!(store.get(&p).await?.bytes().await?, Bytes::from_static(b"one"));
         Ok(())
+    }
+
+    fn s3(
+        id: Option<&str>,
+        secret: Option<&str>,
+        credentials: config::S3Credentials,
+    ) -> config::S3Config {
+        config::S3Config {
+            endpoint: Some("http://127.0.0.1:9".to_owned()),
+            bucket: "b".to_owned(),
+            region: "us-east-1".to_owned(),
+            access_key_id: id.map(str::to_owned),
+            secret_access_key: secret.map(str::to_owned),
+            credentials,
+            allow_http: true,
+            path_style: true,
+            prefix: String::new(),
+        }
+    }
+
+    fn credentials_error(c: &config::S3Config, env: &[(&str, &str)]) -> Option<String> {
+        let env = |var: &str| env.iter().find(|(k, _)| *k == var).map(|(_, v)| (*v).to_owned());
+        with_credentials(AmazonS3Builder::new(), c, env).err().map(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_s3_store_without_credentials_is_refused_naming_what_is_missing() {
+        use config::S3Credentials::*;
+        let none = credentials_error(&s3(None, None, Keys), &[]).unwrap_or_default();
+        assert!(
+            none.starts_with("object_store.s3: no credentials")
+                && none.contains("access_key_id (or LAKELOG_S3_ACCESS_KEY_ID)")
+                && none.contains("secret_access_key (or LAKELOG_S3_SECRET_ACCESS_KEY)")
+                && !none.contains('\n'),
+            "{none}"
+        );
+        let no_secret = credentials_error(&s3(Some("id"), None, Keys), &[]).unwrap_or_default();
+        assert!(no_secret.contains("secret_access_key") && !no_secret.contains("access_key_id ("));
+        let empty = credentials_error(&s3(Some(""), Some("s"), Keys), &[]).unwrap_or_default();
+        assert!(empty.contains("access_key_id (or"), "{empty}");
+        assert_eq!(credentials_error(&s3(Some("id"), Some("s"), Keys), &[]), None);
+        // The cloud's credentials only when asked for, and then without keys.
+        assert_eq!(credentials_error(&s3(None, None, Instance), &[]), None);
+        let both = credentials_error(&s3(Some("id"), Some("s"), Instance), &[]).unwrap_or_default();
+        assert!(both.contains("credentials says they are not used"), "{both}");
+        let web = credentials_error(&s3(None, None, WebIdentity), &[]).unwrap_or_default();
+        assert!(web.contains("AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN"), "{web}");
+        let env =
+            [("AWS_WEB_IDENTITY_TOKEN_FILE", "/t"), ("AWS_ROLE_ARN", "arn:aws:iam::1:role/r")];
+        assert_eq!(credentials_error(&s3(None, None, WebIdentity), &env), None);
+        // And `build` refuses before any client exists.
+        let built = build(&config::ObjectStoreConfig::S3(s3(None, None, Keys)));
+        assert!(matches!(built, Err(BuildError::Credentials(_))));
     }
 
     #[test]

@@ -401,6 +401,7 @@ impl S3Endpoint {
             region: self.region.clone(),
             access_key_id: Some(self.access_key_id.clone()),
             secret_access_key: Some(self.secret_access_key.clone()),
+            credentials: config::S3Credentials::Keys,
             allow_http: true,
             path_style: true,
             prefix: prefix.to_owned(),

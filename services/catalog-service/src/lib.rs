@@ -22,8 +22,10 @@ pub async fn run(
 ) -> Result<(), RunError> {
     let c = &node.catalog;
     let listener = logservice::bind(c.listen).await?;
-    let meta = metadata::open(&node.metadata).await?;
+    // The object store first: building it makes no request, and a config it refuses (no
+    // credentials) stops the role before it reaches any server.
     let objects = objstore::build(&node.object_store)?;
+    let meta = metadata::open(&node.metadata).await?;
     let reader = logstore::LogReader::new(meta.clone(), objects, &node.cluster);
     let id = c.id.clone().unwrap_or_else(|| logstore::membership::random_id("catalog"));
     let record = logstore::records::MemberRecord {

@@ -50,8 +50,10 @@ impl StoreArgs {
 
 /// A reader over a node config's metadata store and object store.
 pub async fn open_reader(node: &config::NodeConfig) -> anyhow::Result<logstore::LogReader> {
-    let meta = metadata::open(&node.metadata).await?;
+    // The object store first: building it makes no request, and a config it refuses (no
+    // credentials) stops the role before it reaches any server.
     let objects = objstore::build(&node.object_store)?;
+    let meta = metadata::open(&node.metadata).await?;
     Ok(logstore::LogReader::new(meta, objects, &node.cluster))
 }
 

@@ -294,12 +294,25 @@ fn main() -> ExitCode {
         Err(e) => {
             let msg = match e.downcast_ref::<ClientError>() {
                 Some(c) => c.to_string(),
-                None => format!("{e:#}"),
+                None => one_line(&e),
             };
             eprintln!("lakelog: {}", msg.replace('\n', " "));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, each cause once: errors that already print their
+/// source (`#[error("object store: {0}")]`) are not followed by it again.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !line.contains(&cause) {
+            line = format!("{line}: {cause}");
+        }
+    }
+    line
 }
 
 async fn shutdown_signal() {
@@ -757,4 +770,27 @@ async fn stream_command(c: &client::CatalogClient, command: StreamCommand) -> an
         StreamCommand::Delete { name } => c.delete(&name).await?,
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_error_line_names_each_cause_once() {
+        #[derive(Debug)]
+        struct Wraps(std::io::Error);
+        impl std::fmt::Display for Wraps {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "object store: {}", self.0)
+            }
+        }
+        impl std::error::Error for Wraps {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = anyhow::Error::new(Wraps(std::io::Error::other("no credentials")));
+        assert_eq!(super::one_line(&e), "object store: no credentials");
+        let e = anyhow::Error::new(std::io::Error::other("refused")).context("etcd at 127.0.0.1:1");
+        assert_eq!(super::one_line(&e), "etcd at 127.0.0.1:1: refused");
+    }
 }

@@ -22,8 +22,10 @@ pub async fn run(
 ) -> Result<(), ReaderError> {
     let r = &node.reader;
     let listener = logservice::bind(r.listen).await?;
-    let meta = metadata::open(&node.metadata).await?;
+    // The object store first: building it makes no request, and a config it refuses (no
+    // credentials) stops the role before it reaches any server.
     let objects = logservice::metered::metered(objstore::build(&node.object_store)?);
+    let meta = metadata::open(&node.metadata).await?;
     let cache = usize::try_from(r.cache_size.0).unwrap_or(usize::MAX);
     let reader = logstore::LogReader::new(meta.clone(), objects, &node.cluster)
         .with_caches(cache, r.index_cache_pages);

@@ -59,8 +59,10 @@ pub async fn run_with(
     extra: impl FnOnce(&LogStorage, tonic::service::Routes) -> tonic::service::Routes,
 ) -> Result<(), WriterError> {
     let listener = logservice::bind(node.writer.listen).await?;
-    let meta = metadata::open(&node.metadata).await?;
+    // The object store first: building it makes no request, and a config it refuses (no
+    // credentials) stops the role before it reaches any server.
     let objects = logservice::metered::metered(objstore::build(&node.object_store)?);
+    let meta = metadata::open(&node.metadata).await?;
     let storage =
         LogStorage::open(meta, objects, storage_config(node), Arc::new(SystemClock)).await?;
     storage.observe_flushes(metrics::FlushMetrics::global());

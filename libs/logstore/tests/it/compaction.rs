@@ -449,10 +449,7 @@ async fn a_compactor_whose_claim_expired_cannot_swap_in_a_segment_the_cleaner_de
     ensure!(r.segments_deleted == 1, "{r:?}");
     let _ = resume_tx.send(());
     let out = task.await?;
-    ensure!(
-        matches!(out, Ok(Err(Skipped::Raced { .. }))),
-        "swapped without its claim: {out:?}"
-    );
+    ensure!(matches!(out, Ok(Err(Skipped::Raced { .. }))), "swapped without its claim: {out:?}");
     ensure!(all(&w, log).await? == before, "data changed");
     let idx = w.read_index_range(log, 0, 1).await?;
     ensure!(idx[0].object.as_ref().starts_with("wal/"), "the index points at {:?}", idx[0].object);

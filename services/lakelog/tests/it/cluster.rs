@@ -821,3 +821,66 @@ async fn health_is_not_serving_while_object_storage_does_not_answer() -> Result<
     }
     Ok(())
 }
+
+/// Object-store credentials are explicit: a writer whose S3 config has none (neither in the
+/// file nor in the environment) exits 1 with one line naming what is missing, before it
+/// reaches any server (never falling back to a cloud metadata endpoint); one whose secret is
+/// wrong starts, and its health stays NOT_SERVING while S3 refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_writer_without_s3_credentials_refuses_to_start_and_wrong_ones_are_not_serving()
+-> Result<()> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let cluster = Cluster::start()?;
+    let s3 = &cluster.s3;
+    let keys = format!(
+        "    access_key_id: {}\n    secret_access_key: {}\n",
+        s3.access_key_id, s3.secret_access_key
+    );
+    let (none, wrong) = (testkit::free_port()?, testkit::free_port()?);
+    let section =
+        |port: u16, id: &str| format!("writer:\n  listen: 127.0.0.1:{port}\n  id: {id}\n");
+    let text = cluster.config(&section(none, "no-keys"));
+    ensure!(text.contains(&keys), "the cluster config names its keys");
+    let file = cluster.dir.path().join("no-keys.yaml");
+    std::fs::write(&file, text.replace(&keys, ""))?;
+    let started = Instant::now();
+    let out = Command::new(BIN)
+        .args(["writer", "--config"])
+        .arg(&file)
+        .env_remove("LAKELOG_S3_ACCESS_KEY_ID")
+        .env_remove("LAKELOG_S3_SECRET_ACCESS_KEY")
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr.lines().find(|l| l.starts_with("lakelog: ")).unwrap_or_default();
+    ensure!(out.status.code() == Some(1), "exit {:?}: {stderr}", out.status.code());
+    ensure!(
+        line.contains("no credentials")
+            && line.contains("access_key_id (or LAKELOG_S3_ACCESS_KEY_ID)")
+            && line.contains("secret_access_key (or LAKELOG_S3_SECRET_ACCESS_KEY)"),
+        "{stderr}"
+    );
+    ensure!(started.elapsed() < Duration::from_secs(10), "took {:?} to refuse", started.elapsed());
+    // It never registered: it reached no server.
+    let meta = cluster.meta().await?;
+    let (members, _) =
+        logstore::membership::live_members(meta.as_ref(), &cluster.name, "writer").await?;
+    ensure!(members.is_empty(), "{members:?}");
+
+    let text = cluster.config(&section(wrong, "wrong-keys"));
+    let file = cluster.dir.path().join("wrong-keys.yaml");
+    let bad = format!("    secret_access_key: {}-not\n", s3.secret_access_key);
+    let good = format!("    secret_access_key: {}\n", s3.secret_access_key);
+    std::fs::write(&file, text.replace(&good, &bad))?;
+    let mut cmd = Command::new(BIN);
+    cmd.args(["writer", "--config"]).arg(&file);
+    let _w =
+        testkit::Service::start("lakelog", cmd, cluster.dir.path().join("wrong-keys.log"), wrong)?;
+    tokio::time::sleep(Duration::from_secs(3)).await; // past a probe or two
+    for s in ["", "lakelog.log.v1.LogService"] {
+        ensure!(
+            health_of(wrong, s).await? == ServingStatus::NotServing as i32,
+            "a writer whose S3 secret is wrong answers SERVING for `{s}`"
+        );
+    }
+    Ok(())
+}

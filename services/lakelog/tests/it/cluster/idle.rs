@@ -67,6 +67,7 @@ async fn an_idle_writer_and_idle_logs_hold_no_wal_object_back_while_appends_go_o
         region: s3.region.clone(),
         access_key_id: Some(s3.access_key_id.clone()),
         secret_access_key: Some(s3.secret_access_key.clone()),
+        credentials: config::S3Credentials::Keys,
         allow_http: true,
         path_style: true,
         prefix: cluster.name.clone(),
