@@ -35,6 +35,28 @@ pub struct NodeConfig {
     pub maintenance: MaintenanceSection,
 }
 
+/// What `lakelog standalone --config` reads: the sections that tune the roles it runs. Its
+/// metadata and objects live in its data directory, and it serves every role on the writer's
+/// listen address (`--listen` wins over `writer.listen`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StandaloneConfig {
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+    #[serde(default)]
+    pub writer: WriterSection,
+    #[serde(default)]
+    pub maintenance: MaintenanceSection,
+}
+
+impl Validate for StandaloneConfig {
+    fn validate(&self) -> Result<(), Invalid> {
+        self.telemetry.validate()?;
+        self.writer.validate()?;
+        self.maintenance.validate()
+    }
+}
+
 /// Retention, compaction and the WAL cleaner (ARCHITECTURE §5).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

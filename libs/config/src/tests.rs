@@ -211,6 +211,12 @@ fn every_role_example_config_parses_and_validates() -> Result<(), ConfigError> {
             "{name}: metrics port {port:?} missing or shared"
         );
     }
+    let standalone: StandaloneConfig = from_yaml(
+        "standalone.yaml",
+        include_str!("../../../deploy/config/standalone.yaml"),
+        |_| None,
+    )?;
+    assert_eq!(standalone.maintenance.interval.0, std::time::Duration::from_secs(60));
     Ok(())
 }
 
@@ -261,5 +267,34 @@ fn s3_credentials_default_to_keys_and_name_the_cloud_sources() -> Result<(), Con
     let err =
         err_of(parse(&GOOD.replace("    bucket: logs", "    bucket: logs\n    credentials: imds")));
     assert!(err.contains("object_store.s3.credentials") && err.contains("instance"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn a_standalone_config_takes_the_writer_maintenance_and_telemetry_sections()
+-> Result<(), ConfigError> {
+    let c: StandaloneConfig = from_yaml(
+        "standalone.yaml",
+        "writer:\n  flush_interval: 20ms\n  buffer_size: 128MiB\nmaintenance:\n  interval: 5s\n",
+        |_| None,
+    )?;
+    assert_eq!(c.writer.flush_interval.0, std::time::Duration::from_millis(20));
+    assert_eq!(c.writer.buffer_size.0, 128 << 20);
+    assert_eq!(c.maintenance.interval.0, std::time::Duration::from_secs(5));
+    let empty: StandaloneConfig = from_yaml("standalone.yaml", "", |_| None)?;
+    assert_eq!(empty.maintenance.min_chunks, MaintenanceSection::default().min_chunks);
+    // Where data lives is the standalone's data dir, not the file's to say.
+    let err = err_of(from_yaml::<StandaloneConfig, _>(
+        "standalone.yaml",
+        "object_store:\n  memory: {}\n",
+        |_| None,
+    ));
+    assert!(err.contains("unknown field `object_store`"), "{err}");
+    let err = err_of(from_yaml::<StandaloneConfig, _>(
+        "standalone.yaml",
+        "maintenance:\n  interval: 10ms\n",
+        |_| None,
+    ));
+    assert!(err.contains("maintenance.interval"), "{err}");
     Ok(())
 }

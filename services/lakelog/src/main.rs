@@ -41,9 +41,13 @@ enum Command {
         /// Where metadata and objects live.
         #[arg(long, default_value = "./lakelog-data")]
         data_dir: PathBuf,
-        /// gRPC listen address.
+        /// gRPC listen address (every role on one port).
         #[arg(long, default_value = "127.0.0.1:7540")]
         listen: SocketAddr,
+        /// A YAML file with `writer:` (flush interval, buffer, ...), `maintenance:` and
+        /// `telemetry:` sections to tune the embedded roles (deploy/config/standalone.yaml).
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
     /// Run the writer role from a config file (see deploy/config/node.example.yaml).
     Writer {
@@ -458,7 +462,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cleaner { command: CleanerCommand::Status { stores } } => {
             clean::status(&stores).await
         }
-        Command::Standalone { data_dir, listen } => standalone(data_dir, listen).await,
+        Command::Standalone { data_dir, listen, config } => {
+            let tuned = match &config {
+                Some(file) => config::load_file::<config::StandaloneConfig>(file)?,
+                None => config::StandaloneConfig::default(),
+            };
+            standalone(data_dir, listen, tuned).await
+        }
         Command::Writer { config } => {
             let node: config::NodeConfig = config::load_file(&config)?;
             let _telemetry = telemetry::init(&node.telemetry, "writer")?;
@@ -532,15 +542,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-async fn standalone(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()> {
+async fn standalone(
+    data_dir: PathBuf,
+    listen: SocketAddr,
+    tuned: config::StandaloneConfig,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("data dir {}", data_dir.display()))?;
+    let mut telemetry = tuned.telemetry;
+    if let Ok(level) = std::env::var("LAKELOG_LOG_LEVEL") {
+        telemetry.log_level = level;
+    }
     let node = config::NodeConfig {
-        telemetry: config::TelemetryConfig {
-            log_level: std::env::var("LAKELOG_LOG_LEVEL").unwrap_or_else(|_| "info".to_owned()),
-            ..Default::default()
-        },
-        writer: config::WriterSection { listen, ..Default::default() },
+        telemetry,
+        writer: config::WriterSection { listen, ..tuned.writer },
+        maintenance: tuned.maintenance,
         ..data_dir_node(&data_dir)
     };
     let telemetry = telemetry::init(&node.telemetry, "standalone")?;

@@ -20,10 +20,16 @@ struct Standalone {
 
 impl Standalone {
     fn start(data: &Path, port: u16) -> Result<Standalone> {
+        Standalone::start_with(data, port, &[])
+    }
+
+    /// With more arguments (`--config FILE`).
+    fn start_with(data: &Path, port: u16, more: &[&std::ffi::OsStr]) -> Result<Standalone> {
         let child = Command::new(BIN)
             .args(["standalone", "--data-dir"])
             .arg(data)
             .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(more)
             .env("LAKELOG_LOG_LEVEL", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -82,6 +88,59 @@ impl Drop for Standalone {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `standalone --config`: its `maintenance:` section (a 1 s interval, not the default minute)
+/// and `writer:` section apply to the embedded roles; a bad file is one line, exit 1.
+#[test]
+fn standalone_takes_its_writer_and_maintenance_sections_from_a_config_file() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("standalone.yaml");
+    std::fs::write(
+        &file,
+        "writer:\n  flush_interval: 5ms\nmaintenance:\n  interval: 1s\n  min_chunks: 8\n  grace: 1s\n",
+    )?;
+    let port = testkit::free_port()?;
+    let s = Standalone::start_with(
+        &dir.path().join("data"),
+        port,
+        &["--config".as_ref(), file.as_os_str()],
+    )?;
+    let log = s.ok(&["log", "create"], "")?.trim().to_owned();
+    for i in 0..24 {
+        s.ok(&["log", "append", &log], &format!("r{i}\n"))?;
+    }
+    // Compacted by the embedded compactor within a few of its 1 s cycles.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let client = runtime.block_on(client::LogClient::connect(&s.endpoint))?;
+    let log_id: u64 = log.parse()?;
+    let start = Instant::now();
+    loop {
+        let first = runtime.block_on(client.read_index_range(log_id, 0, 1))?;
+        if first.first().is_some_and(|i| i.object.starts_with("compacted/")) {
+            break;
+        }
+        ensure!(start.elapsed() < Duration::from_secs(30), "not compacted: {first:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let read = s.ok(&["log", "read", &log], "")?;
+    ensure!(read.lines().count() == 24 && read.contains("23\tr23"), "{read}");
+    drop(s);
+    std::fs::write(&file, "maintenance:\n  interval: 10ms\n")?;
+    let out = Command::new(BIN)
+        .args(["standalone", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .arg("--config")
+        .arg(&file)
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.code() == Some(1)
+            && stderr.lines().count() == 1
+            && stderr.contains("maintenance.interval"),
+        "{stderr}"
+    );
+    Ok(())
 }
 
 #[test]
