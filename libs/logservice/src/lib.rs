@@ -3,6 +3,9 @@
 //! never wait at the high watermark). A thin adapter: proto ↔ domain conversions in
 //! [`service`], and in [`status`] the one mapping of log-storage errors to gRPC statuses;
 //! [`health`] keeps gRPC health NOT_SERVING while a store does not answer.
+//!
+//! Depends on `logstore`, `proto`, `codes` and the stores' crates; never on a service crate or
+//! the catalog (the roles compose it).
 
 pub mod health;
 pub mod metered;

@@ -10,7 +10,7 @@
 //! Reads are served by [`LogReader`], which needs no writer identity (read-only readers use it
 //! alone). Knows streams only as far as a writer must: a stream's log carries its (stream
 //! identity, partition) in its head, and [`routing`] / [`membership`] hold the owner function
-//! over live members that both the catalog and a writer taking a slot evaluate. Depends on `metadata`, `objstore` and `wal`; reaches etcd
+//! over live members that both the catalog and a writer taking a slot evaluate. Depends on `metadata`, `objstore`, `wal`, `routing` and `codes`, never on the gRPC layer, config files or a service; reaches etcd
 //! and object storage only through their traits. Metadata keys: [`keys`]; object keys:
 //! `objstore::keys`.
 
@@ -32,8 +32,9 @@ mod writer;
 pub use cursor::{CursorStart, CursorStats, LogCursor};
 pub use log::Log;
 pub use reader::{DEFAULT_INDEX_PAGES, LogReader, MAX_BY_INDEX_BYTES, MAX_BY_INDEX_ENTRIES};
-pub use storage::{LogStorage, LogStorageConfig};
+pub use storage::LogStorage;
 pub use writer::FlushObserver;
+pub use writer::LogStorageConfig;
 
 /// Chunk locators a log head keeps before spilling them to an index page.
 pub const RECENT_MAX: usize = 8;

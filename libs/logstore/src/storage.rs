@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use bytes::Bytes;
 use metadata::{Compare, CompareOp, MetadataStore, Txn, TxnOp};
@@ -13,84 +12,10 @@ use tokio::sync::oneshot;
 
 use crate::reader::{LogReader, Snapshot};
 use crate::records::{LogHead, LogState};
-use crate::writer::{Core, Pending};
+use crate::writer::{Core, LogStorageConfig, Pending};
 use crate::{
     Clock, EntryIndex, LogEntry, LogEntryHeader, LogError, LogId, LogInfo, LogOffset, decode,
 };
-
-/// Settings of one log-storage writer. `new` gives the documented defaults.
-#[derive(Clone, Debug)]
-pub struct LogStorageConfig {
-    /// Metadata keys live under `/<cluster>/`.
-    pub cluster: String,
-    /// This writer's id: unique among live writers.
-    pub writer_id: String,
-    /// The zone whose owner slot this writer takes (`*`: no zone).
-    pub zone: String,
-    /// Where clients reach this writer (published in its member record); may be empty.
-    pub advertise: String,
-    /// A flush happens when the oldest buffered append is this old (default 250 ms, ≥ 1 ms)...
-    pub flush_interval: Duration,
-    /// ...or when this many payload bytes are buffered (default 8 MiB).
-    pub flush_bytes: usize,
-    /// The largest payload one append may carry (default 4 MiB).
-    pub max_entry_bytes: usize,
-    /// Payload bytes buffered or in flight at most; appends wait for room (default 64 MiB).
-    pub buffer_bytes: usize,
-    /// How long an append waits for buffer room before RESOURCE_EXHAUSTED (default 5 s).
-    pub append_timeout: Duration,
-    /// Deadline for a flush's PUT and commit (default 30 s).
-    pub flush_deadline: Duration,
-    /// The writer's lease (default 10 s).
-    pub lease_ttl: Duration,
-    /// WAL sequences allocated at a time (default 1000).
-    pub seq_block: u64,
-}
-
-impl LogStorageConfig {
-    pub fn new(cluster: impl Into<String>, writer_id: impl Into<String>) -> Self {
-        LogStorageConfig {
-            cluster: cluster.into(),
-            writer_id: writer_id.into(),
-            zone: "*".to_owned(),
-            advertise: String::new(),
-            flush_interval: Duration::from_millis(250),
-            flush_bytes: 8 << 20,
-            max_entry_bytes: 4 << 20,
-            buffer_bytes: 64 << 20,
-            append_timeout: Duration::from_secs(5),
-            flush_deadline: Duration::from_secs(30),
-            lease_ttl: Duration::from_secs(10),
-            seq_block: 1000,
-        }
-    }
-
-    fn validate(&self) -> Result<(), LogError> {
-        let bad = |m: String| Err(LogError::InvalidArgument(m));
-        if self.writer_id.is_empty() || self.writer_id.contains('/') {
-            return bad(format!(
-                "writer id `{}` must be non-empty and without `/`",
-                self.writer_id
-            ));
-        }
-        if self.flush_interval < Duration::from_millis(1) {
-            return bad(format!("flush_interval {:?} is below 1 ms", self.flush_interval));
-        }
-        if self.max_entry_bytes == 0 || self.max_entry_bytes > self.buffer_bytes {
-            return bad(format!(
-                "max_entry_bytes {} must be between 1 and buffer_bytes {}",
-                self.max_entry_bytes, self.buffer_bytes
-            ));
-        }
-        if u32::try_from(self.max_entry_bytes).is_err() {
-            return bad(format!("max_entry_bytes {} is over 4 GiB", self.max_entry_bytes));
-        }
-        if self.seq_block == 0 || self.lease_ttl < Duration::from_secs(2) {
-            return bad("seq_block must be ≥ 1 and lease_ttl ≥ 2 s".to_owned());
-        }
-        Ok(())
-    }
-}
 
 /// Stops the writer's tasks when the last handle goes.
 struct CloseGuard(Arc<Core>);

@@ -1,0 +1,451 @@
+//! The committer (ARCHITECTURE §3.3-3.8): resolves flushes in sequence order, plans each log's
+//! head, commits in transactions within etcd's limits, re-bases on a moved head, fails on a
+//! fence, and re-sends an ambiguous transaction until it gets a definite answer.
+
+use super::*;
+
+pub(super) async fn committer(core: Arc<Core>, mut flushes: mpsc::Receiver<Flush>) {
+    while let Some(mut flush) = flushes.recv().await {
+        let put = (&mut flush.put)
+            .await
+            .unwrap_or_else(|_| Err(LogError::Internal("WAL put task vanished".to_owned())));
+        let current = core.identity.lock().await.member_revision;
+        let verdict = match put {
+            Err(e) => Some(e),
+            Ok(()) if core.is_lost(flush.incarnation) || flush.incarnation != current => {
+                Some(LogError::unavailable(INCARNATION_ENDED))
+            }
+            Ok(()) => None,
+        };
+        let chunks = std::mem::take(&mut flush.chunks);
+        let oldest = chunks
+            .iter()
+            .flat_map(|c| c.entries.iter().map(|(p, _, _)| p.admitted))
+            .min()
+            .unwrap_or(u64::MAX);
+        core.unpoison_before(oldest);
+        let mut live = Vec::new();
+        for c in chunks {
+            match &verdict {
+                Some(e) => {
+                    // Every later append of the log admitted so far fails with it.
+                    core.poison(c.log, e);
+                    fail_chunk(c, e);
+                }
+                None => live.extend(core.cull(c)),
+            }
+        }
+        if !live.is_empty() {
+            let started = Instant::now();
+            for (log, e) in commit_chunks(&core, flush.seq, flush.deadline, live).await {
+                if e.code() != crate::Code::Fenced {
+                    core.poison(log, &e);
+                }
+            }
+            if let Some(o) = core.observer.get() {
+                o.committed(started.elapsed(), flush.began.elapsed());
+            }
+        }
+        // An incarnation that ended (lease lost, or a commit left without a definite answer)
+        // is revoked and replaced before the next flush is resolved: nothing later commits
+        // under it, and its mark goes with its lease (ARCHITECTURE §3.8-3.9).
+        if core.is_lost(current) {
+            reincarnate(&core).await;
+        }
+        core.resolved();
+    }
+}
+
+pub(super) fn fail_chunk(c: Chunk, e: &LogError) {
+    for (p, _, _) in c.entries {
+        p.answer(Err(e.clone()));
+    }
+}
+
+/// One log's part of a commit attempt, computed from the head as last read.
+pub(super) struct Plan {
+    log: LogId,
+    head_revision: i64,
+    new_head: LogHead,
+    pages: Vec<(u64, IndexPage)>,
+    /// Per entry of the chunk: its header if it commits, or the offset it failed to match.
+    outcome: Vec<Result<LogEntryHeader, u64>>,
+    first_locator: Option<Locator>,
+}
+
+/// Builds the commit of `entries` on top of `head` (ARCHITECTURE §3.3, §3.7).
+pub(super) fn plan(
+    log: LogId,
+    head: &LogHead,
+    head_revision: i64,
+    seq: u64,
+    entries: &[(Pending, u64, u64)],
+) -> Plan {
+    let mut h = head.clone();
+    let mut runs: Vec<Locator> = Vec::new();
+    let mut outcome = Vec::with_capacity(entries.len());
+    let mut open_run = false;
+    for (p, byte_start, byte_len) in entries {
+        if let Some(expected) = p.expected_offset
+            && expected != h.next_offset
+        {
+            outcome.push(Err(h.next_offset));
+            open_run = false;
+            continue;
+        }
+        let size = p.size;
+        let header = LogEntryHeader {
+            offset: h.next_offset,
+            record_count: p.record_count,
+            timestamp: p.timestamp,
+            entry_size: size,
+            cumulative_size: h.cumulative_bytes + size,
+        };
+        h.max_timestamp = h.max_timestamp.max(p.timestamp);
+        if !open_run {
+            runs.push(Locator {
+                first_offset: h.next_offset,
+                wal_seq: seq,
+                byte_start: *byte_start,
+                cumulative_before: h.cumulative_bytes,
+                ..Default::default()
+            });
+            open_run = true;
+        }
+        if let Some(run) = runs.last_mut() {
+            run.byte_len += byte_len;
+            run.entry_count += 1;
+            run.record_count += u64::from(p.record_count);
+            run.payload_bytes += size;
+            run.max_timestamp = h.max_timestamp;
+        }
+        h.next_offset += u64::from(p.record_count);
+        h.cumulative_bytes += size;
+        h.entry_count += 1;
+        h.last_entry = Some(EntryDescriptor {
+            offset: header.offset,
+            record_count: header.record_count,
+            timestamp: header.timestamp,
+            entry_size: header.entry_size,
+            cumulative_size: header.cumulative_size,
+        });
+        outcome.push(Ok(header));
+    }
+    let first_locator = runs.first().cloned();
+    h.recent.extend(runs);
+    let mut pages = Vec::new();
+    while h.recent.len() > RECENT_MAX {
+        let page: Vec<Locator> = h.recent.drain(..RECENT_MAX).collect();
+        pages.push((page[0].first_offset, IndexPage { locators: page }));
+    }
+    Plan { log, head_revision, new_head: h, pages, outcome, first_locator }
+}
+
+/// Why a log's chunk cannot commit under this writer now, if it cannot.
+pub(super) fn blocked(
+    log: LogId,
+    head: &LogHead,
+    zone: &str,
+    epoch: i64,
+    me: &Owner,
+) -> Option<LogError> {
+    match head.log_state() {
+        LogState::Deleted => return Some(LogError::NotFound(log)),
+        LogState::Fenced => {
+            return Some(LogError::Fenced {
+                log,
+                held: epoch,
+                current: head.epoch,
+                whole_log: true,
+            });
+        }
+        LogState::Normal => {}
+    }
+    match head.slot(zone) {
+        Some(s) if s.epoch == epoch && s.owner.as_ref() == Some(me) => None,
+        Some(s) => Some(LogError::Fenced { log, held: epoch, current: s.epoch, whole_log: false }),
+        None => Some(LogError::Fenced { log, held: epoch, current: 0, whole_log: false }),
+    }
+}
+
+/// Commits one flush's chunks, each log in its own order; returns the logs whose chunk failed
+/// definitely for a reason other than a fence.
+pub(super) async fn commit_chunks(
+    core: &Arc<Core>,
+    seq: u64,
+    deadline: Instant,
+    mut chunks: Vec<Chunk>,
+) -> Vec<(LogId, LogError)> {
+    let member_revision = core.identity.lock().await.member_revision;
+    let me = core.owner(member_revision);
+    let mut failures = Vec::new();
+    let fail = |c: Chunk, e: LogError, failures: &mut Vec<(LogId, LogError)>| {
+        match e.code() {
+            crate::Code::NotFound => core.forget(c.log),
+            crate::Code::Fenced | crate::Code::NotOwner => core.forget_slot(c.log, &c.slot),
+            _ => {}
+        }
+        failures.push((c.log, e.clone()));
+        fail_chunk(c, &e);
+    };
+    // Serve each log: take its slot on first use.
+    let mut ready = Vec::new();
+    for c in chunks.drain(..) {
+        let served = lock(&core.served).get(&(c.log, c.slot.clone())).cloned();
+        match served {
+            Some(s) => ready.push((c, s)),
+            None => match take_slot(core, c.log, &c.slot, &me).await {
+                Ok(s) => {
+                    lock(&core.served).insert((c.log, c.slot.clone()), s.clone());
+                    ready.push((c, s));
+                }
+                Err(e) => fail(c, e, &mut failures),
+            },
+        }
+    }
+    let mut pending = ready;
+    while !pending.is_empty() {
+        if Instant::now() >= deadline {
+            for (c, _) in pending {
+                fail(
+                    c,
+                    LogError::unavailable("flush deadline passed before its commit"),
+                    &mut failures,
+                );
+            }
+            core.lose(member_revision);
+            break;
+        }
+        // Check fences, then plan on the heads as last seen.
+        let mut plans = Vec::new();
+        for (c, s) in pending.drain(..) {
+            match blocked(c.log, &s.head, &c.slot, s.epoch, &me) {
+                Some(e) => fail(c, e, &mut failures),
+                None => {
+                    let p = plan(c.log, &s.head, s.head_revision, seq, &c.entries);
+                    plans.push((c, s, p));
+                }
+            }
+        }
+        // Group logs into transactions within etcd's limits: one compare per log plus the
+        // member compare; the head, its spilled pages and the low-water mark as puts.
+        let mut groups: Vec<Vec<(Chunk, Served, Plan)>> = Vec::new();
+        let (mut compares, mut puts) = (0, 0);
+        for item in plans {
+            let need = 1 + item.2.pages.len();
+            if groups.is_empty()
+                || compares + 1 > metadata::MAX_TXN_OPS
+                || puts + need > metadata::MAX_TXN_OPS
+            {
+                groups.push(Vec::new());
+                compares = 1;
+                puts = 1;
+            }
+            compares += 1;
+            puts += need;
+            if let Some(g) = groups.last_mut() {
+                g.push(item);
+            }
+        }
+        for group in groups {
+            match commit_group(core, seq, deadline, member_revision, &group).await {
+                Ok(GroupOutcome::Committed { revision }) => {
+                    for (c, s, p) in group {
+                        let served = Served {
+                            epoch: s.epoch,
+                            head: p.new_head.clone(),
+                            head_revision: revision,
+                        };
+                        lock(&core.served).insert((c.log, c.slot.clone()), served);
+                        acknowledge(c, p);
+                    }
+                }
+                Ok(GroupOutcome::CommittedEarlier { heads }) => {
+                    for (c, s, p) in group {
+                        match heads.get(&c.log) {
+                            Some((head, rev)) => {
+                                let served = Served {
+                                    epoch: s.epoch,
+                                    head: head.clone(),
+                                    head_revision: *rev,
+                                };
+                                lock(&core.served).insert((c.log, c.slot.clone()), served);
+                            }
+                            None => core.forget(c.log),
+                        }
+                        acknowledge(c, p);
+                    }
+                }
+                Ok(GroupOutcome::Moved { heads }) => {
+                    // Nothing committed: re-base on the heads as they are now, and try again.
+                    for (c, s, _) in group {
+                        let Some((head, rev)) = heads.get(&c.log) else {
+                            let log = c.log;
+                            fail(c, LogError::NotFound(log), &mut failures);
+                            continue;
+                        };
+                        let s = Served { epoch: s.epoch, head: head.clone(), head_revision: *rev };
+                        lock(&core.served).insert((c.log, c.slot.clone()), s.clone());
+                        pending.push((c, s));
+                    }
+                }
+                Ok(GroupOutcome::IncarnationEnded) => {
+                    core.lose(member_revision);
+                    for (c, _, _) in group {
+                        fail(c, LogError::unavailable(INCARNATION_ENDED), &mut failures);
+                    }
+                }
+                Err(e) => {
+                    // No definite answer: the transaction may still land. The incarnation ends
+                    // before anything later commits, and no mark above this sequence is put
+                    // (ARCHITECTURE §3.8).
+                    if e.outcome_unknown() {
+                        core.lose(member_revision);
+                    }
+                    for (c, _, _) in group {
+                        fail(c, e.clone(), &mut failures);
+                    }
+                }
+            }
+        }
+    }
+    failures
+}
+
+pub(super) const INCARNATION_ENDED: &str =
+    "writer incarnation ended (lease lost); nothing of this flush committed";
+
+pub(super) fn acknowledge(c: Chunk, p: Plan) {
+    for ((pending, _, _), outcome) in c.entries.into_iter().zip(p.outcome) {
+        match outcome {
+            Ok(h) => pending.answer(Ok(h)),
+            Err(actual) => {
+                let expected = pending.expected_offset.unwrap_or(actual);
+                let log = pending.log;
+                pending.answer(Err(LogError::OffsetMismatch { log, expected, actual }));
+            }
+        }
+    }
+}
+
+pub(super) type MovedHeads = HashMap<LogId, (LogHead, i64)>;
+
+pub(super) enum GroupOutcome {
+    /// Committed at this revision.
+    Committed { revision: i64 },
+    /// An attempt whose answer was lost had committed; these are the heads now.
+    CommittedEarlier { heads: MovedHeads },
+    /// A compare failed and nothing committed; these are the heads now.
+    Moved { heads: MovedHeads },
+    /// The member compare failed: this incarnation ended, nothing committed.
+    IncarnationEnded,
+}
+
+/// Sends one commit transaction; re-sends it identically while its outcome is unknown (once
+/// the head moved past the compared revision, an earlier attempt can no longer apply, so at
+/// most one attempt commits). `Err`: a definite failure, or an outcome still unknown at the
+/// deadline.
+pub(super) async fn commit_group(
+    core: &Core,
+    seq: u64,
+    deadline: Instant,
+    member_revision: i64,
+    group: &[(Chunk, Served, Plan)],
+) -> Result<GroupOutcome, LogError> {
+    let member = core.keys.member("writer", &core.cfg.writer_id);
+    let lease = core.identity.lock().await.lease;
+    let mut compares =
+        vec![Compare::create_revision(member.clone(), CompareOp::Equal, member_revision)];
+    let mut puts = vec![TxnOp::put_with_lease(
+        core.keys.low_water(&core.cfg.writer_id),
+        seq.to_string(),
+        lease,
+    )];
+    let mut gets = vec![TxnOp::get(RangeRequest::key(member.clone()))];
+    for (_, _, p) in group {
+        compares.push(Compare::mod_revision(
+            core.keys.head(p.log),
+            CompareOp::Equal,
+            p.head_revision,
+        ));
+        puts.push(TxnOp::put(core.keys.head(p.log), p.new_head.encode_to_vec()));
+        for (first, page) in &p.pages {
+            puts.push(TxnOp::put(core.keys.index_page(p.log, *first), page.encode_to_vec()));
+        }
+        gets.push(TxnOp::get(RangeRequest::key(core.keys.head(p.log))));
+    }
+    let txn = Txn::new().when(compares).and_then(puts).or_else(gets);
+    let mut ambiguous = false;
+    let resp = loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(remaining, core.meta.txn(txn.clone())).await {
+            Ok(Ok(resp)) => break resp,
+            // The lease is gone: this incarnation is over, and this attempt applied nothing
+            // (an earlier one whose answer was lost may have).
+            Ok(Err(MetaError::LeaseNotFound(_))) => {
+                if ambiguous {
+                    return Err(LogError::unknown(format!(
+                        "commit of WAL object {seq}: lease lost after an unanswered attempt"
+                    )));
+                }
+                return Ok(GroupOutcome::IncarnationEnded);
+            }
+            Ok(Err(e)) if !e.outcome_known() || e.is_retryable() => {
+                ambiguous |= !e.outcome_known();
+                tracing::warn!(seq, error = %e, "commit not answered; re-sending the identical transaction");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(Err(e)) => return Err(e.into()),
+            // The attempt cut off by the deadline was sent: it may still apply.
+            Err(_) => {
+                return Err(LogError::unknown(format!(
+                    "commit of WAL object {seq}: no definite answer before the deadline"
+                )));
+            }
+        }
+    };
+    if resp.succeeded {
+        return Ok(GroupOutcome::Committed { revision: resp.revision });
+    }
+    let mut results = resp.results.into_iter();
+    let member_ok = matches!(results.next(), Some(OpResult::Get(g)) if g.kvs.first().map(|kv| kv.create_revision) == Some(member_revision));
+    let mut heads = HashMap::new();
+    for ((_, _, p), r) in group.iter().zip(results) {
+        if let OpResult::Get(g) = r
+            && let Some(kv) = g.kvs.first()
+        {
+            heads.insert(p.log, (decode::<LogHead>("log head", &kv.value)?, kv.mod_revision));
+        }
+    }
+    if ambiguous {
+        // An earlier attempt may have applied (§3.8): it did iff our first locator sits at the
+        // offset it proposed. The group is one transaction, so one log answers for all.
+        if let Some((_, _, p)) = group.iter().find(|(_, _, p)| p.first_locator.is_some())
+            && let Some(loc) = &p.first_locator
+            && committed_at(core, p.log, loc).await?
+        {
+            return Ok(GroupOutcome::CommittedEarlier { heads });
+        }
+    }
+    // Checked after the locator: an earlier attempt may have applied while the incarnation
+    // lived (its answer lost), and must then be acknowledged, not failed.
+    if !member_ok {
+        return Ok(GroupOutcome::IncarnationEnded);
+    }
+    Ok(GroupOutcome::Moved { heads })
+}
+
+/// Whether the locator `loc` (of WAL sequence `loc.wal_seq`) is committed at its offset,
+/// read linearizably.
+pub(super) async fn committed_at(core: &Core, log: LogId, loc: &Locator) -> Result<bool, LogError> {
+    let snap = core.reader.snapshot(log).await?;
+    if snap.head.next_offset <= loc.first_offset {
+        return Ok(false);
+    }
+    let found = core.reader.find_locator(&snap, loc.first_offset, false).await?;
+    Ok(found.is_some_and(|l| {
+        l.first_offset == loc.first_offset
+            && l.wal_seq == loc.wal_seq
+            && l.byte_start == loc.byte_start
+    }))
+}

@@ -1,0 +1,179 @@
+//! The flusher (ARCHITECTURE §3.1-3.2): takes the buffer when it is due, stamps it with the next
+//! WAL sequence, lays it out as one WAL object, hands it to the committer in sequence order and
+//! starts its PUT.
+
+use super::*;
+
+pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) {
+    loop {
+        // Read under the buffer's lock with `closing`: an append enqueued after this saw
+        // `closing` too and was refused, so stopping on an empty buffer strands nothing.
+        let (due, closing, bytes) = {
+            let b = lock(&core.buffer);
+            (
+                b.since.map(|s| s + core.cfg.flush_interval),
+                core.closing.load(Ordering::SeqCst),
+                b.bytes,
+            )
+        };
+        match due {
+            Some(at) if !closing && Instant::now() < at && bytes < core.cfg.flush_bytes => {
+                let _ = tokio::time::timeout_at(at, core.wake.notified()).await;
+                continue;
+            }
+            None if closing => return,
+            None => {
+                core.wake.notified().await;
+                continue;
+            }
+            _ => {}
+        }
+        let taken = take_buffer(&core);
+        if taken.entries.is_empty() {
+            continue;
+        }
+        let began = Instant::now();
+        let (seq, incarnation) = match core.next_seq().await {
+            Ok(s) => s,
+            Err(e) => {
+                fail_unstamped(&core, taken.entries, &e);
+                continue;
+            }
+        };
+        let (flush, object) =
+            match build_flush(seq, incarnation, taken.entries, began, core.cfg.flush_deadline) {
+                Ok(f) => f,
+                Err((e, entries)) => {
+                    fail_unstamped(&core, entries, &e);
+                    core.resolved();
+                    continue;
+                }
+            };
+        let (put_tx, put_rx) = oneshot::channel();
+        let flush = Flush { put: put_rx, ..flush };
+        let (entries, logs) =
+            (flush.chunks.iter().map(|c| c.entries.len()).sum::<usize>(), flush.chunks.len());
+        // Hand over before the PUT starts, so the committer sees flushes in sequence order.
+        if to_committer.send(flush).await.is_err() {
+            return;
+        }
+        core.flushes.fetch_add(1, Ordering::Relaxed);
+        let observer = core.observer.get().cloned();
+        if let Some(o) = &observer {
+            o.flushed(object.len(), entries, logs);
+        }
+        let objects = core.objects.clone();
+        let deadline = core.cfg.flush_deadline;
+        tokio::spawn(async move {
+            let path = objstore::keys::wal_object(seq);
+            let put = objstore::put_create_only(objects.as_ref(), &path, object);
+            let started = Instant::now();
+            let r = match tokio::time::timeout(deadline, put).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(LogError::unavailable(format!("WAL object {path}: {e}"))),
+                Err(_) => Err(LogError::unavailable(format!(
+                    "WAL object {path}: no answer within {deadline:?}"
+                ))),
+            };
+            if let Some(o) = observer {
+                o.put(started.elapsed(), r.is_ok());
+            }
+            let _ = put_tx.send(r);
+        });
+    }
+}
+
+/// Fails appends that never made it into a stamped flush, poisoning their logs first: their
+/// later appends, buffered or stamped since, must not commit ahead of them (ARCHITECTURE §3.4).
+pub(super) fn fail_unstamped(core: &Core, entries: Vec<Pending>, e: &LogError) {
+    for p in &entries {
+        core.poison(p.log, e);
+    }
+    for p in entries {
+        p.answer(Err(e.clone()));
+    }
+}
+
+/// Takes the buffer for one flush. A flush holds one chunk per log, so when one log has
+/// appends in two slots (this writer owns both), the later slot's appends wait for the next
+/// flush, in their order.
+pub(super) fn take_buffer(core: &Core) -> Buffer {
+    let mut b = lock(&core.buffer);
+    let mut taken = std::mem::take(&mut *b);
+    let mut slot_of: HashMap<LogId, String> = HashMap::new();
+    let (now, later): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut taken.entries)
+        .into_iter()
+        .partition(|p| *slot_of.entry(p.log).or_insert_with(|| p.slot.clone()) == p.slot);
+    if !later.is_empty() {
+        // Back into the (just emptied) buffer, already due: the next flush takes them.
+        let later_bytes: usize = later.iter().map(|p| p.payload.len()).sum();
+        taken.bytes -= later_bytes;
+        *b = Buffer { entries: later, bytes: later_bytes, since: taken.since };
+    }
+    taken.entries = now;
+    taken
+}
+
+pub(super) type BuildFailure = (LogError, Vec<Pending>);
+
+/// Lays the buffered entries (taken from the buffer at `began`) out as one WAL object: one
+/// chunk per log, entries in append order.
+pub(super) fn build_flush(
+    seq: u64,
+    incarnation: i64,
+    entries: Vec<Pending>,
+    began: Instant,
+    deadline: Duration,
+) -> Result<(Flush, Bytes), BuildFailure> {
+    let mut by_log: Vec<(LogId, Vec<Pending>)> = Vec::new();
+    // One slot per log per flush (take_buffer).
+    let mut index: HashMap<LogId, usize> = HashMap::new();
+    for p in entries {
+        let i = *index.entry(p.log).or_insert_with(|| {
+            by_log.push((p.log, Vec::new()));
+            by_log.len() - 1
+        });
+        by_log[i].1.push(p);
+    }
+    let n_entries: usize = by_log.iter().map(|(_, ps)| ps.len()).sum();
+    let payloads: usize =
+        by_log.iter().flat_map(|(_, ps)| ps.iter().map(|p| p.payload.len())).sum();
+    // Entries, their headers, and the footer (about 52 bytes a chunk and 24 an entry).
+    let size = payloads + n_entries * (wal::ENTRY_HEADER_LEN + 24) + by_log.len() * 52 + 64;
+    let mut b = wal::ObjectBuilder::with_capacity(wal::ObjectKind::Wal, size);
+    let mut chunks = Vec::with_capacity(by_log.len());
+    let mut failed: Option<LogError> = None;
+    for (log, ps) in by_log {
+        let slot = ps.first().map(|p| p.slot.clone()).unwrap_or_default();
+        b.begin_chunk(log.0);
+        let mut staged = Vec::with_capacity(ps.len());
+        for p in ps {
+            match b.push_entry(p.record_count, p.timestamp, &p.payload) {
+                Ok(r) => {
+                    let mut p = p;
+                    p.payload = Bytes::new();
+                    staged.push((p, r.start, r.end - r.start));
+                }
+                Err(e) => {
+                    failed.get_or_insert(LogError::InvalidArgument(e.to_string()));
+                    staged.push((p, 0, 0));
+                }
+            }
+        }
+        chunks.push(Chunk { log, slot, entries: staged });
+    }
+    let all = |chunks: Vec<Chunk>| {
+        chunks.into_iter().flat_map(|c| c.entries.into_iter().map(|(p, _, _)| p)).collect()
+    };
+    if let Some(e) = failed {
+        return Err((e, all(chunks)));
+    }
+    let object = match b.finish() {
+        Ok((object, _)) => object,
+        Err(e) => return Err((LogError::InvalidArgument(e.to_string()), all(chunks))),
+    };
+    let (_, never) = oneshot::channel();
+    let flush =
+        Flush { seq, incarnation, chunks, put: never, deadline: Instant::now() + deadline, began };
+    Ok((flush, object))
+}

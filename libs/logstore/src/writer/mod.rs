@@ -1,0 +1,377 @@
+//! The append pipeline (ARCHITECTURE §3): buffer → flush (one create-only WAL object) →
+//! commit (metadata transactions that assign offsets) → acknowledge.
+//!
+//! Three tasks share one [`Core`]:
+//! - the flusher takes the buffer when it is `flush_interval` old or `flush_bytes` big, stamps
+//!   it with the next WAL sequence, hands it to the committer *in sequence order*, and starts
+//!   its PUT (PUTs of several flushes overlap);
+//! - the committer resolves flushes strictly in sequence order, so one log's chunks commit in
+//!   flush order (invariant 7); it re-bases on a moved head, fails on a fence, and re-sends an
+//!   ambiguous transaction identically until it gets a definite answer (§3.8);
+//! - the keep-alive task renews the writer's lease; losing it ends the incarnation. While no
+//!   flush is unresolved it also gives up the rest of the sequence block and raises the
+//!   low-water mark to `wal/next_seq`, so an idle writer holds no compaction or cleaning back
+//!   (ARCHITECTURE §5); the next flush allocates a fresh block.
+//!
+//! Order on failure (invariant 7, §3.4): every append gets an admission number as it enters
+//! the buffer. When one of a log's appends fails definitely, every append of that log admitted
+//! before the failure fails with it, wherever it is (buffered, stamped, uploading), so a
+//! pipelining client's later appends never commit ahead of the one it will retry.
+
+mod commit;
+mod flush;
+mod identity;
+mod settings;
+mod slots;
+
+pub use settings::LogStorageConfig;
+
+use self::commit::*;
+use self::flush::*;
+use self::identity::*;
+use self::slots::*;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use metadata::{
+    Compare, CompareOp, LeaseId, MetaError, MetadataStore, OpResult, RangeRequest, Txn, TxnOp,
+};
+use objstore::object_store::ObjectStore;
+use prost::Message;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::keys::{Keys, parse_u64};
+use crate::reader::LogReader;
+use crate::records::{
+    EntryDescriptor, IndexPage, Locator, LogHead, LogState, Owner, Slot, StreamRoute,
+};
+use crate::{Clock, LogEntryHeader, LogError, LogId, RECENT_MAX, decode};
+use routing::{Member, choose_owner};
+
+/// One append waiting for its commit. Holds its share of the buffer budget until answered.
+pub(crate) struct Pending {
+    pub log: LogId,
+    /// The owner slot the append is made in (ARCHITECTURE §3: a zone, or `*`).
+    pub slot: String,
+    pub record_count: u32,
+    /// Emptied once copied into the WAL object, so a buffered entry is held in memory once.
+    pub payload: Bytes,
+    /// The payload's length.
+    pub size: u64,
+    pub timestamp: i64,
+    pub expected_offset: Option<u64>,
+    pub reply: oneshot::Sender<Result<LogEntryHeader, LogError>>,
+    pub _permit: OwnedSemaphorePermit,
+    /// Its place in the order appends entered the buffer (set by [`Core::enqueue`]).
+    pub admitted: u64,
+}
+
+impl Pending {
+    fn answer(self, r: Result<LogEntryHeader, LogError>) {
+        // The caller may have given up waiting; the outcome stands either way.
+        let _ = self.reply.send(r);
+    }
+}
+
+#[derive(Default)]
+struct Buffer {
+    entries: Vec<Pending>,
+    bytes: usize,
+    since: Option<Instant>,
+}
+
+/// A writer incarnation: its member key's create_revision, its lease and its sequence block.
+#[derive(Clone, Debug)]
+pub(crate) struct Identity {
+    pub lease: LeaseId,
+    pub member_revision: i64,
+    next_seq: u64,
+    block_end: u64,
+    /// The rest of the block was given up and the mark raised while idle: the next block's
+    /// allocation puts the mark to its start.
+    released: bool,
+}
+
+/// One log's share of a flush. A flush holds at most one chunk per log, so all of a chunk's
+/// entries are in one slot.
+struct Chunk {
+    log: LogId,
+    slot: String,
+    /// Entries in append order, each with its byte range in the WAL object.
+    entries: Vec<(Pending, u64, u64)>,
+}
+
+struct Flush {
+    seq: u64,
+    incarnation: i64,
+    chunks: Vec<Chunk>,
+    put: oneshot::Receiver<Result<(), LogError>>,
+    deadline: Instant,
+    /// When the flusher took its entries from the buffer.
+    began: Instant,
+}
+
+/// What a writer reports of each flush, for metrics (telemetry lives above log storage; a role
+/// records these in its histograms). Called on the flush path: keep it cheap, never block.
+pub trait FlushObserver: Send + Sync {
+    /// A WAL object of `bytes` is being PUT, holding `entries` entries of `logs` logs.
+    fn flushed(&self, bytes: usize, entries: usize, logs: usize);
+    /// Its PUT answered after `elapsed` (`ok`: the object is stored).
+    fn put(&self, elapsed: Duration, ok: bool);
+    /// Its commit (the metadata transactions of its chunks) took `elapsed`; `acked` is how long
+    /// after the flush began its appends were answered.
+    fn committed(&self, elapsed: Duration, acked: Duration);
+}
+
+/// The slot of appends made without a zone hint, or routed past their zone (ARCHITECTURE §3).
+pub const ANY_SLOT: &str = "*";
+
+/// What this writer holds of a log slot: the epoch it took, and the head as last seen.
+#[derive(Clone, Debug)]
+struct Served {
+    epoch: i64,
+    head: LogHead,
+    head_revision: i64,
+}
+
+pub(crate) struct Core {
+    pub meta: Arc<dyn MetadataStore>,
+    pub objects: Arc<dyn ObjectStore>,
+    pub keys: Keys,
+    pub reader: LogReader,
+    pub cfg: LogStorageConfig,
+    pub clock: Arc<dyn Clock>,
+    buffer: Mutex<Buffer>,
+    wake: Notify,
+    pub space: Arc<Semaphore>,
+    pub identity: tokio::sync::Mutex<Identity>,
+    /// The member_revision of an incarnation found lost (0: none). Only that incarnation is
+    /// ended: a late failure of an older one's commit does not end its successor (one lease
+    /// loss, one reincarnation).
+    lost: AtomicI64,
+    /// Flushes stamped with a sequence and not resolved yet (answered, or their incarnation
+    /// ended). The idle release happens only at zero.
+    unresolved: AtomicU64,
+    /// Admission numbers handed out (the newest).
+    admitted: AtomicU64,
+    /// Logs with a definite failure: their appends admitted up to the number fail with it.
+    poisoned: Mutex<HashMap<LogId, (u64, LogError)>>,
+    /// A new incarnation is being registered (the identity lock is held for as long as the
+    /// metadata store takes): flushes fail at once with UNAVAILABLE instead of waiting.
+    reincarnating: AtomicBool,
+    served: Mutex<HashMap<(LogId, String), Served>>,
+    /// Live writers as last watched, for the owner check at admission; slot takeovers read
+    /// them linearizably instead.
+    members: Mutex<Option<Arc<crate::membership::MemberSet>>>,
+    /// WAL objects the flusher has handed to the object store.
+    pub flushes: AtomicU64,
+    pub closing: AtomicBool,
+    pub observer: std::sync::OnceLock<Arc<dyn FlushObserver>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Core {
+    pub(crate) async fn start(
+        meta: Arc<dyn MetadataStore>,
+        objects: Arc<dyn ObjectStore>,
+        cfg: LogStorageConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<(Arc<Core>, Vec<tokio::task::JoinHandle<()>>), LogError> {
+        let keys = Keys::new(&cfg.cluster);
+        let reader = LogReader::new(meta.clone(), objects.clone(), &cfg.cluster);
+        let identity = register(meta.as_ref(), &keys, &cfg).await?;
+        let core = Arc::new(Core {
+            space: Arc::new(Semaphore::new(cfg.buffer_bytes)),
+            meta,
+            objects,
+            keys,
+            reader,
+            clock,
+            buffer: Mutex::new(Buffer::default()),
+            wake: Notify::new(),
+            identity: tokio::sync::Mutex::new(identity),
+            lost: AtomicI64::new(0),
+            unresolved: AtomicU64::new(0),
+            admitted: AtomicU64::new(0),
+            poisoned: Mutex::new(HashMap::new()),
+            reincarnating: AtomicBool::new(false),
+            served: Mutex::new(HashMap::new()),
+            members: Mutex::new(None),
+            flushes: AtomicU64::new(0),
+            closing: AtomicBool::new(false),
+            observer: std::sync::OnceLock::new(),
+            cfg,
+        });
+        let (tx, rx) = mpsc::channel(64);
+        let tasks = vec![
+            tokio::spawn(flusher(core.clone(), tx)),
+            tokio::spawn(committer(core.clone(), rx)),
+            tokio::spawn(keep_alive(core.clone())),
+            tokio::spawn(watch_members(core.clone())),
+        ];
+        Ok((core, tasks))
+    }
+
+    /// Queues an append; the flusher picks it up. A writer that is closing refuses it (nothing
+    /// applied): checked under the buffer's lock, which the flusher holds when it decides the
+    /// buffer is empty and stops, so no append is left behind with no flusher.
+    pub(crate) fn enqueue(&self, mut p: Pending) {
+        let mut b = lock(&self.buffer);
+        if self.closing.load(Ordering::SeqCst) {
+            drop(b);
+            p.answer(Err(LogError::unavailable("writer is shutting down")));
+            return;
+        }
+        p.admitted = self.admitted.fetch_add(1, Ordering::SeqCst) + 1;
+        b.bytes += p.payload.len();
+        let was_empty = b.since.is_none();
+        b.since.get_or_insert_with(Instant::now);
+        b.entries.push(p);
+        let full = b.bytes >= self.cfg.flush_bytes;
+        drop(b);
+        // The flusher sleeps until the buffer's deadline, or indefinitely while it is empty.
+        if was_empty || full {
+            self.wake.notify_one();
+        }
+    }
+
+    pub(crate) fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The epoch this writer holds for a log's slot, if it serves that slot.
+    pub(crate) fn served_epoch(&self, log: LogId, slot: &str) -> Option<i64> {
+        lock(&self.served).get(&(log, slot.to_owned())).map(|s| s.epoch)
+    }
+
+    /// Stops serving every slot of a log.
+    pub(crate) fn forget(&self, log: LogId) {
+        lock(&self.served).retain(|(l, _), _| *l != log);
+    }
+
+    fn forget_slot(&self, log: LogId, slot: &str) {
+        lock(&self.served).remove(&(log, slot.to_owned()));
+    }
+
+    /// Whether this writer owns `slot` of a stream partition under the member view as last
+    /// watched; `Ok` when there is no view yet (the slot takeover checks linearizably).
+    pub(crate) fn check_owner_cached(
+        &self,
+        log: LogId,
+        route: &StreamRoute,
+        slot: &str,
+    ) -> Result<(), LogError> {
+        let view = lock(&self.members).clone();
+        match view {
+            Some(set) => self.check_owner(log, route, slot, &set.members),
+            None => Ok(()),
+        }
+    }
+
+    /// The owner function (ARCHITECTURE §3): `Ok` if it picks this writer for the slot.
+    fn check_owner(
+        &self,
+        log: LogId,
+        route: &StreamRoute,
+        slot: &str,
+        members: &[Member],
+    ) -> Result<(), LogError> {
+        let zone = (slot != ANY_SLOT).then_some(slot);
+        match choose_owner(members, &route.stream_identity, route.partition, zone) {
+            Some(m) if m.id == self.cfg.writer_id => Ok(()),
+            Some(m) => Err(LogError::NotOwner {
+                log,
+                slot: slot.to_owned(),
+                owner_id: m.id.clone(),
+                owner: m.address.clone(),
+            }),
+            None => Err(LogError::unavailable("no live writer")),
+        }
+    }
+
+    pub(crate) fn owner(&self, member_revision: i64) -> Owner {
+        Owner { writer_id: self.cfg.writer_id.clone(), member_revision }
+    }
+
+    /// The next WAL sequence, allocating a new block when the current one is used up. The
+    /// flush it stamps counts as unresolved until [`Core::resolved`].
+    async fn next_seq(&self) -> Result<(u64, i64), LogError> {
+        if self.reincarnating.load(Ordering::SeqCst) {
+            return Err(LogError::unavailable(
+                "writer lost its lease and is registering again; nothing of this append applied",
+            ));
+        }
+        let mut id = self.identity.lock().await;
+        if id.next_seq >= id.block_end {
+            // After an idle release no flush is unresolved: the mark may rise to the block.
+            let mark = id.released.then_some(id.lease);
+            let allocated =
+                allocate_block(self.meta.as_ref(), &self.keys, &self.cfg, id.member_revision, mark)
+                    .await;
+            let Some((start, end)) = allocated? else {
+                self.lose(id.member_revision);
+                return Err(LogError::unavailable(INCARNATION_ENDED));
+            };
+            id.next_seq = start;
+            id.block_end = end;
+            id.released = false;
+        }
+        let seq = id.next_seq;
+        id.next_seq += 1;
+        self.unresolved.fetch_add(1, Ordering::SeqCst);
+        Ok((seq, id.member_revision))
+    }
+
+    /// A stamped flush is resolved: every append in it answered.
+    fn resolved(&self) {
+        self.unresolved.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Ends the incarnation `member_revision` (if it is still the current one, the keep-alive
+    /// task or the committer re-registers).
+    fn lose(&self, member_revision: i64) {
+        self.lost.store(member_revision, Ordering::SeqCst);
+    }
+
+    fn is_lost(&self, member_revision: i64) -> bool {
+        self.lost.load(Ordering::SeqCst) == member_revision
+    }
+
+    /// Fails every append of `log` admitted so far with `e`, wherever it is now (ARCHITECTURE
+    /// §3.4): the ones already answered are unaffected, the rest fail as the committer meets
+    /// them.
+    fn poison(&self, log: LogId, e: &LogError) {
+        let upto = self.admitted.load(Ordering::SeqCst);
+        lock(&self.poisoned).insert(log, (upto, e.clone()));
+    }
+
+    /// Fails what `poison` doomed of a chunk; the rest of the chunk (appends admitted after
+    /// the failure) stays. `None` when nothing is left.
+    fn cull(&self, mut c: Chunk) -> Option<Chunk> {
+        let doom = lock(&self.poisoned).get(&c.log).cloned();
+        if let Some((upto, e)) = doom {
+            let (dead, live): (Vec<_>, Vec<_>) =
+                c.entries.into_iter().partition(|(p, _, _)| p.admitted <= upto);
+            for (p, _, _) in dead {
+                p.answer(Err(e.clone()));
+            }
+            c.entries = live;
+        }
+        (!c.entries.is_empty()).then_some(c)
+    }
+
+    /// Forgets failures no append still waiting can be affected by: flushes are resolved in
+    /// admission order, so once one whose oldest append came after a failure is met, nothing
+    /// older is left.
+    fn unpoison_before(&self, oldest_admitted: u64) {
+        lock(&self.poisoned).retain(|_, (upto, _)| *upto >= oldest_admitted);
+    }
+}
