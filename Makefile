@@ -17,8 +17,9 @@ deps: ## Install what building and testing needs (protoc, etcd, SeaweedFS), if m
 build: deps ## Build every crate
 	cargo build --workspace --all-targets
 
-test: deps ## Run every test: unit, conformance (etcd, embedded, local dir, SeaweedFS), crash
-	cargo test --workspace --all-targets --no-fail-fast
+test: deps ## Run every test: unit, conformance (etcd, embedded, local dir, SeaweedFS), crash, e2e
+	cargo build --bin lakelog
+	LAKELOG_BIN=$(CURDIR)/target/debug/lakelog cargo test --workspace --all-targets --no-fail-fast
 	cargo test --workspace --doc
 
 lint: deps ## rustfmt check, clippy -D warnings, dependency-direction rules, the Helm chart and the compose file

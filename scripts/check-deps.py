@@ -7,6 +7,7 @@
 3. Only the `metadata` crate imports etcd-client.
 4. Only the `config` crate parses YAML (serde_norway / serde_yaml / serde_yml).
 5. `testkit` is only ever a dev-dependency.
+6. `e2e` is black-box: it runs the `lakelog` binary and never depends on a service crate.
 Exits 1 with one line per broken rule.
 """
 import json
@@ -34,6 +35,8 @@ for name, (area, pkg) in members.items():
                 errors.append(f"{name}: libs must not depend on services ({d})")
             if area == "services" and dep_area == "services" and d != name and name != "lakelog":
                 errors.append(f"{name}: services must not depend on each other ({d})")
+            if area == "e2e" and dep_area == "services":
+                errors.append(f"{name}: the e2e tests are black-box: no service crate ({d})")
             if d == "testkit" and kind != "dev":
                 errors.append(f"{name}: testkit may only be a dev-dependency")
         if d == "etcd-client" and name != "metadata":

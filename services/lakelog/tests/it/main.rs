@@ -2,7 +2,6 @@
 //! kill -9 and restart on the same data dir.
 
 mod bench;
-mod cluster;
 
 use std::net::TcpStream;
 use std::path::Path;

@@ -104,7 +104,7 @@ async fn an_idle_writer_and_idle_logs_hold_no_wal_object_back_while_appends_go_o
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let busy_written = appender.await??;
-    let status = Command::new(BIN)
+    let status = Command::new(crate::bin())
         .args(["cleaner", "status", "--config"])
         .arg(cluster.dir.path().join("cleaner.yaml"))
         .output()?;

@@ -232,7 +232,7 @@ async fn rolling_restart_of_every_role_loses_no_acknowledged_record() -> Result<
     // Every role's metrics endpoint, after its restart, passes promtool, and docs/metrics.md
     // documents every metric it serves.
     let documented =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/metrics.md"))?;
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md"))?;
     for r in &roles {
         let (status, body) = scrape(r.metrics, "/metrics")?;
         ensure!(status.contains("200"), "{}: {status}", r.name);

@@ -17,8 +17,6 @@ mod idle;
 mod rolling;
 mod traces;
 
-const BIN: &str = env!("CARGO_BIN_EXE_lakelog");
-
 /// Writers' lease: the shortest allowed, so a dead or paused writer is routed around fast.
 const LEASE: Duration = Duration::from_secs(2);
 
@@ -75,7 +73,7 @@ impl Cluster {
 
     fn spawn(&self, role: &str, id: &str, section: &str, port: u16) -> Result<testkit::Service> {
         let file = self.write_config(id, section)?;
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(crate::bin());
         cmd.args([role, "--config"]).arg(&file);
         let log = self.dir.path().join(format!("{id}.log"));
         Ok(testkit::Service::start("lakelog", cmd, log, port)?)
@@ -407,7 +405,7 @@ impl Cluster {
     /// revision to another's cleaner.)
     fn background(&self, args: &[&str], id: &str, section: &str) -> Result<testkit::Service> {
         let file = self.write_config(id, section)?;
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(crate::bin());
         cmd.args(args).arg("--config").arg(&file);
         let log = self.dir.path().join(format!("{id}.log"));
         let watched = log.clone();
@@ -592,8 +590,10 @@ async fn compactor_and_cleaner_processes_compact_reclaim_and_keep_every_record()
     loop {
         let idx = writer.read_index_range(log, 0, 1).await?;
         let compacted = idx.first().is_some_and(|e| e.object.starts_with("compacted/"));
-        let out =
-            Command::new(BIN).args(["cleaner", "status", "--config"]).arg(&status_file).output()?;
+        let out = Command::new(crate::bin())
+            .args(["cleaner", "status", "--config"])
+            .arg(&status_file)
+            .output()?;
         let status = String::from_utf8_lossy(&out.stdout).into_owned();
         if compacted && !status.starts_with("cutoff 0 ") {
             break;
@@ -802,7 +802,7 @@ async fn health_is_not_serving_while_object_storage_does_not_answer() -> Result<
     let text = cluster.config(&format!("reader:\n  listen: 127.0.0.1:{bad}\n"));
     let endpoint = format!("endpoint: {}", cluster.s3.endpoint);
     std::fs::write(&file, text.replace(&endpoint, &format!("endpoint: http://127.0.0.1:{dead}")))?;
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(crate::bin());
     cmd.args(["reader", "--config"]).arg(&file);
     let _bad = testkit::Service::start("lakelog", cmd, cluster.dir.path().join("r-bad.log"), bad)?;
     let service = "lakelog.log.v1.LogService";
@@ -844,7 +844,7 @@ async fn a_writer_without_s3_credentials_refuses_to_start_and_wrong_ones_are_not
     let file = cluster.dir.path().join("no-keys.yaml");
     std::fs::write(&file, text.replace(&keys, ""))?;
     let started = Instant::now();
-    let out = Command::new(BIN)
+    let out = Command::new(crate::bin())
         .args(["writer", "--config"])
         .arg(&file)
         .env_remove("LAKELOG_S3_ACCESS_KEY_ID")
@@ -871,7 +871,7 @@ async fn a_writer_without_s3_credentials_refuses_to_start_and_wrong_ones_are_not
     let bad = format!("    secret_access_key: {}-not\n", s3.secret_access_key);
     let good = format!("    secret_access_key: {}\n", s3.secret_access_key);
     std::fs::write(&file, text.replace(&good, &bad))?;
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(crate::bin());
     cmd.args(["writer", "--config"]).arg(&file);
     let _w =
         testkit::Service::start("lakelog", cmd, cluster.dir.path().join("wrong-keys.log"), wrong)?;
