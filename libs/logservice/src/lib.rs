@@ -30,6 +30,28 @@ pub enum RoleError {
     Serve(#[from] tonic::transport::Error),
 }
 
+/// A reader over a node config's stores. The object store is built first: that makes no
+/// request, and a config it refuses (no credentials) stops the role before it reaches any
+/// server.
+pub async fn open_reader(node: &config::NodeConfig) -> Result<logstore::LogReader, RoleError> {
+    let objects = objstore::build(&node.object_store)?;
+    let meta = metadata::open(&node.metadata).await?;
+    Ok(logstore::LogReader::new(meta, objects, &node.cluster))
+}
+
+/// Serves gRPC health on `maintenance.health_listen`, if set, following `reader`'s stores (the
+/// compactor and the cleaner, which serve nothing else over gRPC yet).
+pub async fn serve_maintenance_health(
+    node: &config::NodeConfig,
+    reader: &logstore::LogReader,
+) -> Result<Option<tokio::task::JoinHandle<()>>, RoleError> {
+    let Some(addr) = node.maintenance.health_listen else { return Ok(None) };
+    let served = health::serve_alone(addr, reader.meta().clone(), reader.objects().clone())
+        .await
+        .map_err(|source| RoleError::Listen { addr, source })?;
+    Ok(Some(served))
+}
+
 /// Binds a role's gRPC listener; a taken or invalid address is [`RoleError::Listen`].
 pub async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, RoleError> {
     tokio::net::TcpListener::bind(addr).await.map_err(|source| RoleError::Listen { addr, source })

@@ -433,30 +433,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let node: config::NodeConfig = config::load_file(&config)?;
             let telemetry = telemetry::init(&node.telemetry, "compactor")?;
             serve_metrics(&node).await?;
-            let metrics = clean::CompactorMetrics::register(&telemetry.metrics);
-            let reader = clean::open_reader(&node).await?;
-            let _health = clean::serve_health(&node, &reader).await?;
-            let catalog = catalog::Catalog::new(reader.meta().clone(), reader, &node.cluster);
-            let id = logstore::membership::random_id("compactor");
-            tracing::info!(%id, every = ?node.maintenance.interval.0, "compactor running");
-            tokio::select! {
-                _ = clean::compact_every(catalog, id, node.maintenance.clone(), metrics) => {}
-                _ = shutdown_signal() => {}
-            }
+            compactor::run(&node, &telemetry.metrics, shutdown_signal()).await?;
             Ok(())
         }
         Command::Cleaner { command: CleanerCommand::Run { config } } => {
             let node: config::NodeConfig = config::load_file(&config)?;
             let telemetry = telemetry::init(&node.telemetry, "cleaner")?;
             serve_metrics(&node).await?;
-            let reader = clean::open_reader(&node).await?;
-            let _health = clean::serve_health(&node, &reader).await?;
-            let cleaner = clean::cleaner_for(&reader, &node.cluster, &node.maintenance);
-            tracing::info!(every = ?node.maintenance.interval.0, "cleaner running");
-            tokio::select! {
-                _ = clean::clean_every(cleaner, clean::CleanerMetrics::register(&telemetry.metrics)) => {}
-                _ = shutdown_signal() => {}
-            }
+            cleaner::run(&node, &telemetry.metrics, shutdown_signal()).await?;
             Ok(())
         }
         Command::Cleaner { command: CleanerCommand::Status { stores } } => {
@@ -561,21 +545,23 @@ async fn standalone(
     };
     let telemetry = telemetry::init(&node.telemetry, "standalone")?;
     serve_metrics(&node).await?;
-    let cleaner_metrics = clean::CleanerMetrics::register(&telemetry.metrics);
+    let cleaner_metrics = cleaner::CleanerMetrics::register(&telemetry.metrics);
     eprintln!("lakelog standalone: serving on http://{listen}, data in {}", data_dir.display());
     // One port serves every role: the writer's LogService and the catalog.
     writer::run_with(&node, shutdown_signal(), |storage, routes| {
         let catalog =
             catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
         let m = &node.maintenance;
-        tokio::spawn(clean::compact_every(
+        // Until the process exits: the writer's drain is what a standalone's SIGTERM waits for.
+        tokio::spawn(compactor::compact_every(
             catalog.clone(),
             "standalone".to_owned(),
             m.clone(),
-            clean::CompactorMetrics::register(&telemetry.metrics),
+            compactor::CompactorMetrics::register(&telemetry.metrics),
+            std::future::pending(),
         ));
-        let cleaner = clean::cleaner_for(storage.reader(), &node.cluster, m);
-        tokio::spawn(clean::clean_every(cleaner, cleaner_metrics.clone()));
+        let c = cleaner::cleaner_for(storage.reader(), &node.cluster, m);
+        tokio::spawn(cleaner::clean_every(c, cleaner_metrics.clone(), std::future::pending()));
         routes.add_service(catalog_service::CatalogServiceImpl::new(catalog).server())
     })
     .await?;
