@@ -60,18 +60,8 @@ async fn an_idle_writer_and_idle_logs_hold_no_wal_object_back_while_appends_go_o
     let _cleaner = cluster.background(&["cleaner", "run"], "cleaner", &section)?;
 
     // Once a second: the WAL objects left, and the oldest one's age.
-    let s3 = &cluster.s3;
-    let objects = objstore::build(&config::ObjectStoreConfig::S3(config::S3Config {
-        endpoint: Some(s3.endpoint.clone()),
-        bucket: s3.bucket.clone(),
-        region: s3.region.clone(),
-        access_key_id: Some(s3.access_key_id.clone()),
-        secret_access_key: Some(s3.secret_access_key.clone()),
-        credentials: config::S3Credentials::Keys,
-        allow_http: true,
-        path_style: true,
-        prefix: cluster.name.clone(),
-    }))?;
+    let objects =
+        objstore::build(&config::ObjectStoreConfig::S3(cluster.s3.config(&cluster.name)))?;
     let keep_alive = LEASE / 3;
     let too_old = GRACE + INTERVAL * 2 + keep_alive;
     let started = Instant::now();

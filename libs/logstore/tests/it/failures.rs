@@ -28,6 +28,17 @@ both_envs!(
     an_activate_retried_after_its_answer_was_lost_succeeds,
 );
 
+/// A writer "w" over a fault-injecting metadata store, with one log holding one entry.
+async fn faulty_writer(
+    env: &Env,
+) -> Result<(Arc<FaultyMeta>, logstore::LogStorage, logstore::LogId)> {
+    let faulty = FaultyMeta::new(env.meta.clone());
+    let w = env.writer_with(env.config("w"), env.objects.clone(), faulty.clone()).await?;
+    let log = w.create_log().await?;
+    w.append(log, 1, Bytes::from_static(b"a"), None).await?;
+    Ok((faulty, w, log))
+}
+
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -67,10 +78,7 @@ async fn an_append_admitted_before_a_failed_block_allocation_fails_with_it(env: 
 async fn one_lease_loss_is_one_reincarnation_even_when_an_old_commit_fails_late(
     env: Env,
 ) -> Result<()> {
-    let faulty = FaultyMeta::new(env.meta.clone());
-    let w = env.writer_with(env.config("w"), env.objects.clone(), faulty.clone()).await?;
-    let log = w.create_log().await?;
-    w.append(log, 1, Bytes::from_static(b"a"), None).await?;
+    let (faulty, w, log) = faulty_writer(&env).await?;
     let first = w.incarnation().await;
     // The next commit is held 4 s; meanwhile the lease is lost and the writer re-registers.
     let keys = Keys::new(&env.cluster);
@@ -197,10 +205,7 @@ async fn a_log_that_cannot_be_compacted_does_not_stop_the_cycle(env: Env) -> Res
 async fn appends_while_the_writer_cannot_re_register_are_answered_unavailable(
     env: Env,
 ) -> Result<()> {
-    let faulty = FaultyMeta::new(env.meta.clone());
-    let w = env.writer_with(env.config("w"), env.objects.clone(), faulty.clone()).await?;
-    let log = w.create_log().await?;
-    w.append(log, 1, Bytes::from_static(b"a"), None).await?;
+    let (faulty, w, log) = faulty_writer(&env).await?;
     // The lease goes, and the metadata store then takes no writes: re-registering hangs.
     let keys = Keys::new(&env.cluster);
     let member = env.meta.get(&keys.member("writer", "w")).await?.context("not registered")?;
@@ -228,10 +233,7 @@ async fn appends_while_the_writer_cannot_re_register_are_answered_unavailable(
 }
 
 async fn an_activate_retried_after_its_answer_was_lost_succeeds(env: Env) -> Result<()> {
-    let faulty = FaultyMeta::new(env.meta.clone());
-    let w = env.writer_with(env.config("w"), env.objects.clone(), faulty.clone()).await?;
-    let log = w.create_log().await?;
-    w.append(log, 1, Bytes::from_static(b"a"), None).await?;
+    let (faulty, w, log) = faulty_writer(&env).await?;
     let epoch = w.fence(log).await?;
     // The activation applies; its answer is lost, and the caller tries again.
     faulty.lose_applied_every.store(1, Ordering::SeqCst);
