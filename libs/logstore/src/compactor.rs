@@ -178,235 +178,247 @@ impl Compactor {
         claim_rev: i64,
         hook: Option<StepHook>,
     ) -> Result<Result<Compaction, Skipped>, LogError> {
+        // An idle log's head is spilled first; the pass after that sees the spilled page.
+        match self.compact_pass(log, claim_rev, hook.clone(), false).await? {
+            Pass::Done(done) => Ok(done),
+            Pass::Spilled => match self.compact_pass(log, claim_rev, hook, true).await? {
+                Pass::Done(done) => Ok(done),
+                Pass::Spilled => Err(LogError::Internal(
+                    "a log's head was spilled twice under one claim".to_owned(),
+                )),
+            },
+        }
+    }
+
+    /// One read of the log at one revision, and what it allows: the head spilled (an idle log,
+    /// unless `spilled` says this claim did so already), a floor raise, or a compaction.
+    async fn compact_pass(
+        &self,
+        log: LogId,
+        claim_rev: i64,
+        hook: Option<StepHook>,
+        spilled: bool,
+    ) -> Result<Pass, LogError> {
         let keys = &self.keys;
-        let mut spilled = false;
-        loop {
-            let read = Txn::new().and_then([
-                TxnOp::get(RangeRequest::key(keys.head(log))),
-                TxnOp::get(RangeRequest::key(keys.start(log))),
-                TxnOp::get(RangeRequest::key(keys.next_seq())),
-                TxnOp::get(RangeRequest::prefix(keys.low_water_prefix())),
-                TxnOp::get(RangeRequest::prefix(keys.index_prefix(log))),
-                TxnOp::get(RangeRequest::key(keys.wal_floor(log))),
-            ]);
-            let resp = self.meta.txn(read).await?;
-            let r = resp.revision;
-            let gets: Vec<metadata::RangeResponse> = resp
-                .results
-                .into_iter()
-                .map(|o| match o {
-                    OpResult::Get(g) => Ok(g),
-                    _ => Err(LogError::Internal(
-                        "compaction read answered the wrong shape".to_owned(),
-                    )),
-                })
-                .collect::<Result<_, _>>()?;
-            let [head, start, next_seq, marks, pages, floor_now] = <[_; 6]>::try_from(gets)
-                .map_err(|_| {
-                    LogError::Internal("compaction read answered the wrong shape".to_owned())
-                })?;
-            let Some(head_kv) = head.kvs.first() else { return Err(LogError::NotFound(log)) };
-            let head: LogHead = decode("log head", &head_kv.value)?;
-            // Idle: the head is where this compactor saw it a cycle ago (or it was just spilled).
-            let idle = self.idle.observe(log, head_kv.mod_revision) || spilled;
-            let Some(start_kv) = start.kvs.first() else { return Ok(Err(Skipped::Deleted)) };
-            if head.log_state() == LogState::Deleted {
-                return Ok(Err(Skipped::Deleted));
+        let read = Txn::new().and_then([
+            TxnOp::get(RangeRequest::key(keys.head(log))),
+            TxnOp::get(RangeRequest::key(keys.start(log))),
+            TxnOp::get(RangeRequest::key(keys.next_seq())),
+            TxnOp::get(RangeRequest::prefix(keys.low_water_prefix())),
+            TxnOp::get(RangeRequest::prefix(keys.index_prefix(log))),
+            TxnOp::get(RangeRequest::key(keys.wal_floor(log))),
+        ]);
+        let resp = self.meta.txn(read).await?;
+        let r = resp.revision;
+        let gets: Vec<metadata::RangeResponse> = resp
+            .results
+            .into_iter()
+            .map(|o| match o {
+                OpResult::Get(g) => Ok(g),
+                _ => Err(LogError::Internal("compaction read answered the wrong shape".to_owned())),
+            })
+            .collect::<Result<_, _>>()?;
+        let [head, start, next_seq, marks, pages, floor_now] =
+            <[_; 6]>::try_from(gets).map_err(|_| {
+                LogError::Internal("compaction read answered the wrong shape".to_owned())
+            })?;
+        let Some(head_kv) = head.kvs.first() else { return Err(LogError::NotFound(log)) };
+        let head: LogHead = decode("log head", &head_kv.value)?;
+        // Idle: the head is where this compactor saw it a cycle ago (or it was just spilled).
+        let idle = self.idle.observe(log, head_kv.mod_revision) || spilled;
+        let Some(start_kv) = start.kvs.first() else {
+            return Ok(Pass::Done(Err(Skipped::Deleted)));
+        };
+        if head.log_state() == LogState::Deleted {
+            return Ok(Pass::Done(Err(Skipped::Deleted)));
+        }
+        let seq =
+            |v: &[u8]| parse_u64(v).ok_or_else(|| LogError::Corrupt("a WAL sequence".to_owned()));
+        let start = seq(&start_kv.value)?;
+        let next_seq = next_seq.kvs.first().map_or(Ok(0), |kv| seq(&kv.value))?;
+        let mut min_mark = next_seq;
+        for kv in &marks.kvs {
+            min_mark = min_mark.min(seq(&kv.value)?);
+        }
+        let mut listed: Vec<(u64, &metadata::KeyValue, IndexPage)> = Vec::new();
+        for kv in &pages.kvs {
+            let Some(first) = keys.parse_index_page(log, &kv.key) else { continue };
+            listed.push((first, kv, decode("index page", &kv.value)?));
+        }
+        // An idle log's recent chunks go to a page of their own, so they can be compacted.
+        let eligible = |l: &Locator| l.in_wal() && l.wal_seq < min_mark;
+        if idle
+            && !spilled
+            && !head.recent.is_empty()
+            && head.recent.iter().all(eligible)
+            && head.recent.iter().any(|l| l.end_offset() > start)
+        {
+            let first = head.recent[0].first_offset;
+            let mut emptied = head.clone();
+            let page = IndexPage { locators: std::mem::take(&mut emptied.recent) };
+            let spill = Txn::new()
+                .when([
+                    Compare::mod_revision(keys.head(log), CompareOp::Equal, head_kv.mod_revision),
+                    Compare::create_revision(
+                        keys.compaction_task(log),
+                        CompareOp::Equal,
+                        claim_rev,
+                    ),
+                    Compare::create_revision(keys.index_page(log, first), CompareOp::Equal, 0),
+                ])
+                .and_then([
+                    TxnOp::put(keys.index_page(log, first), page.encode_to_vec()),
+                    TxnOp::put(keys.head(log), emptied.encode_to_vec()),
+                ]);
+            if !self.meta.txn(spill).await?.succeeded {
+                return Ok(Pass::Done(Err(Skipped::Appended)));
             }
-            let seq = |v: &[u8]| {
-                parse_u64(v).ok_or_else(|| LogError::Corrupt("a WAL sequence".to_owned()))
-            };
-            let start = seq(&start_kv.value)?;
-            let next_seq = next_seq.kvs.first().map_or(Ok(0), |kv| seq(&kv.value))?;
-            let mut min_mark = next_seq;
-            for kv in &marks.kvs {
-                min_mark = min_mark.min(seq(&kv.value)?);
+            return Ok(Pass::Spilled);
+        }
+        // Chunks wholly below the start are trimmed: no floor counts them.
+        let live = |l: &&Locator| l.in_wal() && l.end_offset() > start;
+
+        // [a, b): whole pages from the first at or above `start`, every chunk eligible.
+        let (mut chosen, mut bytes) = (Vec::new(), 0u64);
+        for (i, (first, _, page)) in listed.iter().enumerate() {
+            // Below the start, or compacted already (segments are not merged again yet).
+            if *first < start || (chosen.is_empty() && page.locators.iter().all(|l| !l.in_wal())) {
+                continue;
             }
-            let mut listed: Vec<(u64, &metadata::KeyValue, IndexPage)> = Vec::new();
-            for kv in &pages.kvs {
-                let Some(first) = keys.parse_index_page(log, &kv.key) else { continue };
-                listed.push((first, kv, decode("index page", &kv.value)?));
+            let page_eligible = page.locators.iter().all(eligible);
+            if !page_eligible || (!chosen.is_empty() && bytes >= self.cfg.max_segment_bytes) {
+                break;
             }
-            // An idle log's recent chunks go to a page of their own, so they can be compacted.
-            let eligible = |l: &Locator| l.in_wal() && l.wal_seq < min_mark;
-            if idle
-                && !spilled
-                && !head.recent.is_empty()
-                && head.recent.iter().all(eligible)
-                && head.recent.iter().any(|l| l.end_offset() > start)
+            bytes += page.locators.iter().map(|l| l.payload_bytes).sum::<u64>();
+            chosen.push(i);
+        }
+        let chunks: Vec<&Locator> =
+            chosen.iter().flat_map(|i| listed[*i].2.locators.iter()).collect();
+        // An idle log is compacted however few its chunks: nothing else ever would be.
+        let threshold = if idle { 1 } else { self.cfg.min_chunks.max(1) };
+        if chunks.len() < threshold {
+            // Nothing to rewrite, but an idle log's floor may hold the cleaner's cutoff back:
+            // recompute it at R (a lower bound ever after, ARCHITECTURE §5) and raise it,
+            // unless the floor changed since (a swap's is newer).
+            let all = listed.iter().flat_map(|(_, _, p)| p.locators.iter()).chain(&head.recent);
+            let floor = all.filter(live).map(|l| l.wal_seq).fold(min_mark, u64::min);
+            if let Some(kv) = floor_now.kvs.first()
+                && seq(&kv.value)? < floor
             {
-                let first = head.recent[0].first_offset;
-                let mut emptied = head.clone();
-                let page = IndexPage { locators: std::mem::take(&mut emptied.recent) };
-                let spill = Txn::new()
+                let raise = Txn::new()
                     .when([
                         Compare::mod_revision(
-                            keys.head(log),
+                            keys.wal_floor(log),
                             CompareOp::Equal,
-                            head_kv.mod_revision,
+                            kv.mod_revision,
                         ),
                         Compare::create_revision(
                             keys.compaction_task(log),
                             CompareOp::Equal,
                             claim_rev,
                         ),
-                        Compare::create_revision(keys.index_page(log, first), CompareOp::Equal, 0),
                     ])
-                    .and_then([
-                        TxnOp::put(keys.index_page(log, first), page.encode_to_vec()),
-                        TxnOp::put(keys.head(log), emptied.encode_to_vec()),
-                    ]);
-                if !self.meta.txn(spill).await?.succeeded {
-                    return Ok(Err(Skipped::Appended));
-                }
-                spilled = true;
-                continue;
+                    .and_then([TxnOp::put(keys.wal_floor(log), floor.to_string())]);
+                self.meta.txn(raise).await?;
             }
-            // Chunks wholly below the start are trimmed: no floor counts them.
-            let live = |l: &&Locator| l.in_wal() && l.end_offset() > start;
-
-            // [a, b): whole pages from the first at or above `start`, every chunk eligible.
-            let (mut chosen, mut bytes) = (Vec::new(), 0u64);
-            for (i, (first, _, page)) in listed.iter().enumerate() {
-                // Below the start, or compacted already (segments are not merged again yet).
-                if *first < start
-                    || (chosen.is_empty() && page.locators.iter().all(|l| !l.in_wal()))
-                {
-                    continue;
-                }
-                let page_eligible = page.locators.iter().all(eligible);
-                if !page_eligible || (!chosen.is_empty() && bytes >= self.cfg.max_segment_bytes) {
-                    break;
-                }
-                bytes += page.locators.iter().map(|l| l.payload_bytes).sum::<u64>();
-                chosen.push(i);
-            }
-            let chunks: Vec<&Locator> =
-                chosen.iter().flat_map(|i| listed[*i].2.locators.iter()).collect();
-            // An idle log is compacted however few its chunks: nothing else ever would be.
-            let threshold = if idle { 1 } else { self.cfg.min_chunks.max(1) };
-            if chunks.len() < threshold {
-                // Nothing to rewrite, but an idle log's floor may hold the cleaner's cutoff back:
-                // recompute it at R (a lower bound ever after, ARCHITECTURE §5) and raise it,
-                // unless the floor changed since (a swap's is newer).
-                let all = listed.iter().flat_map(|(_, _, p)| p.locators.iter()).chain(&head.recent);
-                let floor = all.filter(live).map(|l| l.wal_seq).fold(min_mark, u64::min);
-                if let Some(kv) = floor_now.kvs.first()
-                    && seq(&kv.value)? < floor
-                {
-                    let raise = Txn::new()
-                        .when([
-                            Compare::mod_revision(
-                                keys.wal_floor(log),
-                                CompareOp::Equal,
-                                kv.mod_revision,
-                            ),
-                            Compare::create_revision(
-                                keys.compaction_task(log),
-                                CompareOp::Equal,
-                                claim_rev,
-                            ),
-                        ])
-                        .and_then([TxnOp::put(keys.wal_floor(log), floor.to_string())]);
-                    self.meta.txn(raise).await?;
-                }
-                return Ok(Err(Skipped::TooFew { eligible: chunks.len() }));
-            }
-            let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
-                return Ok(Err(Skipped::TooFew { eligible: 0 }));
-            };
-            let (a, b) = (first.first_offset, last.end_offset());
-            let a_kv = listed[chosen[0]].1;
-
-            // The segment: the chunks' entries, in order, as one chunk of one log.
-            let mut builder = wal::ObjectBuilder::with_capacity(
-                wal::ObjectKind::Segment,
-                chunks.iter().map(|l| l.byte_len as usize).sum(),
-            );
-            builder.begin_chunk(log.0);
-            let (mut records, mut entries) = (0u64, 0u32);
-            for loc in &chunks {
-                for e in self.reader.run_entries(log, loc).await? {
-                    builder.push_entry(e.header.record_count, e.header.timestamp, &e.payload)?;
-                    records += u64::from(e.header.record_count);
-                    entries += 1;
-                }
-            }
-            let (object, metas) = builder.finish()?;
-            let meta =
-                metas.first().ok_or_else(|| LogError::Internal("empty segment".to_owned()))?;
-            if records != b - a {
-                return Err(LogError::Corrupt(format!(
-                    "log {log}: chunks [{a}, {b}) hold {records} records"
-                )));
-            }
-            let locator = Locator {
-                first_offset: a,
-                record_count: records,
-                entry_count: entries,
-                wal_seq: 0,
-                byte_start: meta.byte_start,
-                byte_len: meta.byte_len,
-                max_timestamp: last.max_timestamp,
-                cumulative_before: first.cumulative_before,
-                payload_bytes: chunks.iter().map(|l| l.payload_bytes).sum(),
-                compacted_claim: u64::try_from(claim_rev)
-                    .map_err(|_| LogError::Internal("negative claim revision".to_owned()))?,
-            };
-            let path = locator.object(log);
-            let size = object.len() as u64;
-            objstore::put_create_only(self.objects.as_ref(), &path, object).await?;
-            if let Some(h) = hook {
-                h(Step::Written).await;
-            }
-
-            // The floor: the log's WAL chunks left (other pages, the head's recent), next_seq, marks.
-            let compacted: std::collections::HashSet<usize> = chosen.iter().copied().collect();
-            let left = listed
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| !compacted.contains(i))
-                .flat_map(|(_, (_, _, p))| p.locators.iter())
-                .chain(head.recent.iter())
-                .filter(live)
-                .map(|l| l.wal_seq);
-            let floor = left.fold(min_mark, u64::min);
-
-            let index_a = keys.index_page(log, a);
-            let mut after_a = index_a.clone();
-            after_a.push(0);
-            let index_b = keys.index_page(log, b);
-            let swap = Txn::new()
-                .when([
-                    Compare::create_revision(
-                        keys.compaction_task(log),
-                        CompareOp::Equal,
-                        claim_rev,
-                    ),
-                    Compare::mod_revision(keys.start(log), CompareOp::Equal, start_kv.mod_revision),
-                    Compare::mod_revision(index_a.clone(), CompareOp::Equal, a_kv.mod_revision),
-                    Compare::mod_revision(index_a.clone(), CompareOp::Less, r + 1)
-                        .with_range_end(index_b.clone()),
-                ])
-                .and_then([
-                    TxnOp::put(index_a, IndexPage { locators: vec![locator] }.encode_to_vec()),
-                    TxnOp::delete(KeyRange::between(after_a, index_b)),
-                    TxnOp::put(keys.wal_floor(log), floor.to_string()),
-                ]);
-            if !self.meta.txn(swap).await?.succeeded {
-                return Ok(Err(Skipped::Raced { orphan: path.to_string() }));
-            }
-            return Ok(Ok(Compaction {
-                log,
-                first_offset: a,
-                end_offset: b,
-                chunks: chunks.len(),
-                bytes: size,
-                object: path.to_string(),
-                wal_floor: floor,
-            }));
+            return Ok(Pass::Done(Err(Skipped::TooFew { eligible: chunks.len() })));
         }
+        let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
+            return Ok(Pass::Done(Err(Skipped::TooFew { eligible: 0 })));
+        };
+        let (a, b) = (first.first_offset, last.end_offset());
+        let a_kv = listed[chosen[0]].1;
+
+        // The segment: the chunks' entries, in order, as one chunk of one log.
+        let mut builder = wal::ObjectBuilder::with_capacity(
+            wal::ObjectKind::Segment,
+            chunks.iter().map(|l| l.byte_len as usize).sum(),
+        );
+        builder.begin_chunk(log.0);
+        let (mut records, mut entries) = (0u64, 0u32);
+        for loc in &chunks {
+            for e in self.reader.run_entries(log, loc).await? {
+                builder.push_entry(e.header.record_count, e.header.timestamp, &e.payload)?;
+                records += u64::from(e.header.record_count);
+                entries += 1;
+            }
+        }
+        let (object, metas) = builder.finish()?;
+        let meta = metas.first().ok_or_else(|| LogError::Internal("empty segment".to_owned()))?;
+        if records != b - a {
+            return Err(LogError::Corrupt(format!(
+                "log {log}: chunks [{a}, {b}) hold {records} records"
+            )));
+        }
+        let locator = Locator {
+            first_offset: a,
+            record_count: records,
+            entry_count: entries,
+            wal_seq: 0,
+            byte_start: meta.byte_start,
+            byte_len: meta.byte_len,
+            max_timestamp: last.max_timestamp,
+            cumulative_before: first.cumulative_before,
+            payload_bytes: chunks.iter().map(|l| l.payload_bytes).sum(),
+            compacted_claim: u64::try_from(claim_rev)
+                .map_err(|_| LogError::Internal("negative claim revision".to_owned()))?,
+        };
+        let path = locator.object(log);
+        let size = object.len() as u64;
+        objstore::put_create_only(self.objects.as_ref(), &path, object).await?;
+        if let Some(h) = hook {
+            h(Step::Written).await;
+        }
+
+        // The floor: the log's WAL chunks left (other pages, the head's recent), next_seq, marks.
+        let compacted: std::collections::HashSet<usize> = chosen.iter().copied().collect();
+        let left = listed
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !compacted.contains(i))
+            .flat_map(|(_, (_, _, p))| p.locators.iter())
+            .chain(head.recent.iter())
+            .filter(live)
+            .map(|l| l.wal_seq);
+        let floor = left.fold(min_mark, u64::min);
+
+        let index_a = keys.index_page(log, a);
+        let mut after_a = index_a.clone();
+        after_a.push(0);
+        let index_b = keys.index_page(log, b);
+        let swap = Txn::new()
+            .when([
+                Compare::create_revision(keys.compaction_task(log), CompareOp::Equal, claim_rev),
+                Compare::mod_revision(keys.start(log), CompareOp::Equal, start_kv.mod_revision),
+                Compare::mod_revision(index_a.clone(), CompareOp::Equal, a_kv.mod_revision),
+                Compare::mod_revision(index_a.clone(), CompareOp::Less, r + 1)
+                    .with_range_end(index_b.clone()),
+            ])
+            .and_then([
+                TxnOp::put(index_a, IndexPage { locators: vec![locator] }.encode_to_vec()),
+                TxnOp::delete(KeyRange::between(after_a, index_b)),
+                TxnOp::put(keys.wal_floor(log), floor.to_string()),
+            ]);
+        if !self.meta.txn(swap).await?.succeeded {
+            return Ok(Pass::Done(Err(Skipped::Raced { orphan: path.to_string() })));
+        }
+        Ok(Pass::Done(Ok(Compaction {
+            log,
+            first_offset: a,
+            end_offset: b,
+            chunks: chunks.len(),
+            bytes: size,
+            object: path.to_string(),
+            wal_floor: floor,
+        })))
     }
+}
+
+/// What one pass of [`Compactor::compact_pass`] came to.
+enum Pass {
+    Done(Result<Compaction, Skipped>),
+    /// The idle log's head was spilled: read it again.
+    Spilled,
 }
 
 /// What a compaction cycle did.
