@@ -238,27 +238,34 @@ impl Cleaner {
         let mut listed =
             self.objects.list(Some(&objstore::Path::from(objstore::keys::COMPACTED_DIR)));
         let mut old = Vec::with_capacity(SEGMENT_CHECKS);
-        loop {
-            let next = listed.try_next().await?;
-            let done = next.is_none();
-            if let Some(m) = next {
-                if objstore::keys::parse_compacted_object(&m.location).is_none()
-                    || now_ms.saturating_sub(m.last_modified.timestamp_millis()) < grace_ms
-                {
-                    continue;
-                }
-                old.push(m);
+        while let Some(m) = listed.try_next().await? {
+            if objstore::keys::parse_compacted_object(&m.location).is_none()
+                || now_ms.saturating_sub(m.last_modified.timestamp_millis()) < grace_ms
+            {
+                continue;
             }
-            if old.len() == SEGMENT_CHECKS || (done && !old.is_empty()) {
-                let mut orphans = self.orphans(std::mem::take(&mut old)).await?;
-                let (n, bytes) = self.delete_batch(&mut orphans).await?;
-                report.segments_deleted += n;
-                report.segments_deleted_bytes += bytes;
-            }
-            if done {
-                return Ok(());
+            old.push(m);
+            if old.len() == SEGMENT_CHECKS {
+                self.delete_orphans(&mut old, report).await?;
             }
         }
+        self.delete_orphans(&mut old, report).await
+    }
+
+    /// Deletes the orphans among `old` (emptying it), counting them in `report`.
+    async fn delete_orphans(
+        &self,
+        old: &mut Vec<objstore::object_store::ObjectMeta>,
+        report: &mut CleanReport,
+    ) -> Result<(), LogError> {
+        if old.is_empty() {
+            return Ok(());
+        }
+        let mut orphans = self.orphans(std::mem::take(old)).await?;
+        let (n, bytes) = self.delete_batch(&mut orphans).await?;
+        report.segments_deleted += n;
+        report.segments_deleted_bytes += bytes;
+        Ok(())
     }
 
     /// The segments of `listed` that no index record references and no live claim owns, read
