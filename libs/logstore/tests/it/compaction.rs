@@ -320,17 +320,19 @@ async fn soak_appends_reads_compaction_and_cleaning_keep_every_acked_record(
         logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
     let cfg = CompactorConfig { min_chunks: 8, ..Default::default() };
     let idle = logstore::compactor::IdleLogs::default();
-    let (mut compactions, mut deleted, mut segments_deleted) = (0usize, 0u64, 0u64);
-    let started = std::time::Instant::now();
-    while started.elapsed() < run_for {
-        let r = logstore::compactor::compact_all(
+    let compact = || {
+        logstore::compactor::compact_all(
             reader_for_compaction.clone(),
             "soak",
             cfg.clone(),
             None,
             &idle,
         )
-        .await?;
+    };
+    let (mut compactions, mut deleted, mut segments_deleted) = (0usize, 0u64, 0u64);
+    let started = std::time::Instant::now();
+    while started.elapsed() < run_for {
+        let r = compact().await?;
         compactions += r.compacted.len();
         let c = cl.cycle().await?;
         deleted += c.deleted;
@@ -349,14 +351,7 @@ async fn soak_appends_reads_compaction_and_cleaning_keep_every_acked_record(
     ensure!(reads.load(Ordering::Relaxed) > 0, "the reader never finished a pass");
 
     // Quiesce: a last compaction, then cleaning once the grace period has passed.
-    logstore::compactor::compact_all(
-        reader_for_compaction.clone(),
-        "soak",
-        cfg.clone(),
-        None,
-        &idle,
-    )
-    .await?;
+    compact().await?;
     tokio::time::sleep(grace * 2).await;
     let cycle_began = chrono_now_ms();
     let last = cl.cycle().await?;
