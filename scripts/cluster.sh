@@ -82,7 +82,7 @@ role_config cleaner cleaner-1 7544 9544
 start catalog "$dir/catalog-1.log" "$bin" catalog --config "$dir/catalog-1.yaml"
 for w in writer-1 writer-2; do start "$w" "$dir/$w.log" "$bin" writer --config "$dir/$w.yaml"; done
 for r in reader-1 reader-2; do start "$r" "$dir/$r.log" "$bin" reader --config "$dir/$r.yaml"; done
-start compactor "$dir/compactor-1.log" "$bin" compactor --config "$dir/compactor-1.yaml"
+start compactor "$dir/compactor-1.log" "$bin" compactor run --config "$dir/compactor-1.yaml"
 start cleaner "$dir/cleaner-1.log" "$bin" cleaner run --config "$dir/cleaner-1.yaml"
 for p in 7541 7540 7550 7542 7552 7543 7544 9543 9544; do wait_port "$p"; done
 
@@ -94,11 +94,13 @@ Lakelog cluster up (state and logs in $dir):
   catalog     http://127.0.0.1:7541   metrics http://127.0.0.1:9541/metrics
   writers     http://127.0.0.1:7540, http://127.0.0.1:7550   metrics :9540, :9550
   readers     http://127.0.0.1:7542, http://127.0.0.1:7552   metrics :9542, :9552
-  compactor   health http://127.0.0.1:7543   metrics http://127.0.0.1:9543/metrics
-  cleaner     health http://127.0.0.1:7544   metrics http://127.0.0.1:9544/metrics
+  compactor   http://127.0.0.1:7543   metrics http://127.0.0.1:9543/metrics
+  cleaner     http://127.0.0.1:7544   metrics http://127.0.0.1:9544/metrics
 Try:
   lakelog --endpoint http://127.0.0.1:7541 stream create orders --partitions 4
   seq 1 100 | lakelog --endpoint http://127.0.0.1:7541 produce orders
   lakelog --endpoint http://127.0.0.1:7541 consume orders --partition 0 --from-beginning --max 10
+  lakelog --endpoint http://127.0.0.1:7544 cleaner status     # the cutoff and what holds it
+  lakelog --endpoint http://127.0.0.1:7543 admin compact       # a compaction cycle now
 Stop: make cluster-stop
 OUT

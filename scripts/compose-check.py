@@ -141,9 +141,9 @@ def main():
         if metrics.startswith("0.0.0.0:"):
             check(int(metrics.rsplit(":", 1)[1]) in published(svc), f"{name}: metrics port not published")
         if role not in SERVING:
-            health = env.get("LAKELOG_HEALTH_LISTEN", "")
+            health = env.get("LAKELOG_MAINTENANCE_LISTEN", "")
             check(health.startswith("0.0.0.0:") and int(health.rsplit(":", 1)[1]) in published(svc),
-                  f"{name}: LAKELOG_HEALTH_LISTEN={health!r}: not a published port on 0.0.0.0")
+                  f"{name}: LAKELOG_MAINTENANCE_LISTEN={health!r}: not a published port on 0.0.0.0")
         if role in SERVING:
             up = role.upper()
             listen = env.get(f"LAKELOG_{up}_LISTEN", "")

@@ -95,7 +95,7 @@ def probes_follow_configs(name, docs):
         role = c["name"]
         config = yaml.safe_load(by_name[("ConfigMap", dname)]["data"]["config.yaml"])
         section = config.get(role) if role in config else config.get("maintenance", {})
-        serves = section.get("listen") or section.get("health_listen") or ""
+        serves = section.get("listen") or ""
         port = int(str(serves).rsplit(":", 1)[-1]) if serves else None
         for probe in ("readinessProbe", "livenessProbe"):
             got = (c.get(probe) or {}).get("grpc", {}).get("port")

@@ -2,8 +2,11 @@
 //! `make deps` installs.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
-    let files =
-        [root.join("lakelog/log/v1/log.proto"), root.join("lakelog/catalog/v1/catalog.proto")];
+    let files = [
+        root.join("lakelog/log/v1/log.proto"),
+        root.join("lakelog/catalog/v1/catalog.proto"),
+        root.join("lakelog/maintenance/v1/maintenance.proto"),
+    ];
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());
     }

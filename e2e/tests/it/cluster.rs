@@ -399,10 +399,20 @@ impl Cluster {
 }
 
 impl Cluster {
-    /// Starts a role that serves no port (`compactor`, `cleaner run`); ready once its log
-    /// says `running`. (A cleaner compacts the history of the whole etcd, which the tests of
+    /// Starts a maintenance role (`compactor run`, `cleaner run`; its API on
+    /// `maintenance.listen` when the section sets one); ready once its log says `running`.
+    /// (A cleaner compacts the history of the whole etcd, which the tests of
     /// this binary share: theirs keep an hour, so no test's watch or pinned read loses its
     /// revision to another's cleaner.)
+    /// Starts `cleaner run` with `section` (a `maintenance:` section, last in it) and its API on
+    /// a free port: the process, and the endpoint to ask it at.
+    fn cleaner(&self, section: &str) -> Result<(testkit::Service, String)> {
+        let port = testkit::free_port()?;
+        let section = format!("{section}  listen: 127.0.0.1:{port}\n");
+        let cleaner = self.background(&["cleaner", "run"], "cleaner", &section)?;
+        Ok((cleaner, format!("http://127.0.0.1:{port}")))
+    }
+
     fn background(&self, args: &[&str], id: &str, section: &str) -> Result<testkit::Service> {
         let file = self.write_config(id, section)?;
         let mut cmd = Command::new(crate::bin());
@@ -573,26 +583,19 @@ async fn compactor_and_cleaner_processes_compact_reclaim_and_keep_every_record()
     let _w = cluster.writer_on("w1", wport)?;
     let writer = client::LogClient::connect(&format!("http://127.0.0.1:{wport}")).await?;
     let log = writer.create_log().await?;
-    let mut written = Vec::new();
-    for i in 0..40u64 {
-        let payload = client::batch::encode(&[Record::value(format!("c{i}"))])?;
-        let h = writer.append(log, 1, payload.clone(), None).await?; // one flush each
-        written.push((h.offset, payload));
-    }
+    let written = append_each(&writer, log, 40, "c").await?;
     let section =
         "maintenance:\n  interval: 1s\n  min_chunks: 8\n  grace: 1s\n  metadata_history: 1h\n";
-    let _compactor = cluster.background(&["compactor"], "compactor", section)?;
-    let _cleaner = cluster.background(&["cleaner", "run"], "cleaner", section)?;
+    let _compactor = cluster.background(&["compactor", "run"], "compactor", section)?;
+    let (_cleaner, cleaner) = cluster.cleaner(section)?;
     // The compactor swaps the spilled pages for a segment; the cleaner then reclaims the WAL
-    // objects below the floor it raised (status shows the cutoff moving off 0).
-    let status_file = cluster.dir.path().join("cleaner.yaml");
+    // objects below the floor it raised (its status shows the cutoff moving off 0).
     let start = Instant::now();
     loop {
         let idx = writer.read_index_range(log, 0, 1).await?;
         let compacted = idx.first().is_some_and(|e| e.object.starts_with("compacted/"));
         let out = Command::new(crate::bin())
-            .args(["cleaner", "status", "--config"])
-            .arg(&status_file)
+            .args(["--endpoint", &cleaner, "cleaner", "status"])
             .output()?;
         let status = String::from_utf8_lossy(&out.stdout).into_owned();
         if compacted && !status.starts_with("cutoff 0 ") {
@@ -616,6 +619,110 @@ async fn compactor_and_cleaner_processes_compact_reclaim_and_keep_every_record()
     }
     let got = read_to(&writer, log, 40).await?;
     ensure!(got == written, "records changed through compaction and cleaning");
+    Ok(())
+}
+
+/// The number right after the first `marker` in `text` (up to the next space).
+fn number_after(text: &str, marker: &str) -> Result<u64> {
+    text.split_once(marker)
+        .and_then(|(_, r)| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .with_context(|| format!("no number after {marker:?} in: {text}"))
+}
+
+/// Appends `n` records `<prefix><i>` to `log`, one append (one flush, one WAL chunk) each:
+/// what was written, by offset.
+async fn append_each(
+    writer: &client::LogClient,
+    log: u64,
+    n: u64,
+    prefix: &str,
+) -> Result<Vec<(u64, bytes::Bytes)>> {
+    let mut written = Vec::new();
+    for i in 0..n {
+        let payload = client::batch::encode(&[Record::value(format!("{prefix}{i}"))])?;
+        let h = writer.append(log, 1, payload.clone(), None).await?;
+        written.push((h.offset, payload));
+    }
+    Ok(written)
+}
+
+/// `lakelog ARGS` to completion: (exit code, stdout, stderr).
+fn lakelog(args: &[&str]) -> Result<(i32, String, String)> {
+    let out = Command::new(crate::bin()).args(args).output()?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout)?,
+        String::from_utf8(out.stderr)?,
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_running_compactor_and_cleaner_answer_status_and_cycles_over_grpc() -> Result<()> {
+    let cluster = Cluster::start()?;
+    let wport = testkit::free_port()?;
+    let _w = cluster.writer_on("w1", wport)?;
+    let writer = client::LogClient::connect(&format!("http://127.0.0.1:{wport}")).await?;
+    let log = writer.create_log().await?;
+    let written = append_each(&writer, log, 20, "g").await?;
+    // No scheduled cycle within the test: everything below is asked of the running roles.
+    let (cport, kport) = (testkit::free_port()?, testkit::free_port()?);
+    let section = |port: u16| {
+        format!(
+            "maintenance:\n  interval: 1h\n  min_chunks: 16\n  metadata_history: 1h\n  listen: 127.0.0.1:{port}\n"
+        )
+    };
+    let _c = cluster.background(&["compactor", "run"], "compactor", &section(cport))?;
+    let _k = cluster.background(&["cleaner", "run"], "cleaner", &section(kport))?;
+    let (compactor, cleaner) =
+        (format!("http://127.0.0.1:{cport}"), format!("http://127.0.0.1:{kport}"));
+
+    let (code, out, err) = lakelog(&["--endpoint", &cleaner, "cleaner", "status"])?;
+    ensure!(code == 0, "{err}");
+    let cutoff = number_after(&out, "cutoff ")?;
+    ensure!(out.contains("held back by ") && out.contains("last cycle: none yet"), "{out}");
+    let inputs = out.lines().skip_while(|l| !l.starts_with("lowest inputs")).skip(1);
+    ensure!(inputs.take_while(|l| l.starts_with("  ")).count() >= 2, "no inputs listed: {out}");
+
+    let log_arg = log.to_string();
+    let (code, out, err) =
+        lakelog(&["--endpoint", &compactor, "admin", "compact", &log_arg, "--min-chunks", "8"])?;
+    ensure!(code == 0, "{err}");
+    ensure!(
+        out.contains("compacted 1 logs") && out.contains(&format!("log {log}: offsets [0, ")),
+        "{out}"
+    );
+    let idx = writer.read_index_range(log, 0, 1).await?;
+    ensure!(idx.first().is_some_and(|e| e.object.starts_with("compacted/")), "{idx:?}");
+    let (code, out, err) = lakelog(&["--endpoint", &compactor, "compactor", "status"])?;
+    ensure!(code == 0, "{err}");
+    ensure!(
+        out.contains("1 cycle(s) since it started") && out.contains("logs need 16 eligible"),
+        "{out}"
+    );
+
+    // The compaction raised the floor: the cleaner's live cutoff moved, and a cycle now
+    // deletes the replaced WAL objects.
+    let (_, out, _) = lakelog(&["--endpoint", &cleaner, "cleaner", "status"])?;
+    let moved = number_after(&out, "cutoff ")?;
+    ensure!(moved > cutoff, "cutoff {cutoff} -> {moved}: {out}");
+    let (code, out, err) = lakelog(&["--endpoint", &cleaner, "admin", "clean", "--grace", "0s"])?;
+    ensure!(code == 0, "{err}");
+    let deleted = number_after(&out, "deleted ")?;
+    ensure!(deleted >= 8, "{out}");
+    ensure!(read_to(&writer, log, 20).await? == written, "records changed");
+
+    // Asked of the wrong role: one line naming what to point at.
+    let (code, _, err) =
+        lakelog(&["--endpoint", &format!("http://127.0.0.1:{wport}"), "cleaner", "status"])?;
+    ensure!(code == 1 && err.contains("serves no CleanerService"), "{err}");
+    let serving = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+    for (port, service) in [
+        (cport, "lakelog.maintenance.v1.CompactorService"),
+        (kport, "lakelog.maintenance.v1.CleanerService"),
+    ] {
+        ensure!(health_of(port, service).await? == serving, "{service} is not SERVING");
+    }
     Ok(())
 }
 
@@ -672,14 +779,14 @@ async fn every_role_serves_metrics_that_promtool_accepts() -> Result<()> {
         ),
         rport,
     )?;
-    // The compactor and cleaner serve gRPC health alone, on a port of their own.
+    // The compactor and cleaner serve their API and gRPC health on a port of their own.
     let health: Vec<u16> = (0..2).map(|_| testkit::free_port()).collect::<Result<_, _>>()?;
     let section = |p: u16, h: u16| {
         format!(
-            "  metrics_listen: 127.0.0.1:{p}\nmaintenance:\n  interval: 1s\n  grace: 1s\n  health_listen: 127.0.0.1:{h}\n"
+            "  metrics_listen: 127.0.0.1:{p}\nmaintenance:\n  interval: 1s\n  grace: 1s\n  listen: 127.0.0.1:{h}\n"
         )
     };
-    let _c = cluster.background(&["compactor"], "compactor", &section(m[2], health[0]))?;
+    let _c = cluster.background(&["compactor", "run"], "compactor", &section(m[2], health[0]))?;
     let _k = cluster.background(&["cleaner", "run"], "cleaner", &section(m[3], health[1]))?;
     let writer = client::LogClient::connect(&format!("http://127.0.0.1:{wport}")).await?;
     let log = writer.create_log().await?;

@@ -50,17 +50,10 @@ telemetry:
   {{- with $v.telemetry.otlpEndpoint }}
   otlp_endpoint: {{ . | quote }}
   {{- end }}
-{{- if has .role (list "catalog" "writer" "reader") }}
-{{ .role }}:
+{{- /* The compactor's and the cleaner's section is `maintenance`. */}}
+{{ if has .role (list "catalog" "writer" "reader") }}{{ .role }}{{ else }}maintenance{{ end }}:
   listen: {{ printf "0.0.0.0:%v" .r.port | quote }}
   {{- range $k, $val := .r.config }}
   {{ $k }}: {{ $val | toJson }}
   {{- end }}
-{{- else }}
-maintenance:
-  health_listen: {{ printf "0.0.0.0:%v" .r.port | quote }}
-  {{- range $k, $val := .r.config }}
-  {{ $k }}: {{ $val | toJson }}
-  {{- end }}
-{{- end }}
 {{- end -}}

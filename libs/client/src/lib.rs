@@ -7,6 +7,7 @@
 //! - [`CatalogClient`] (the admin): create, list, describe, grow, delete and route streams;
 //! - [`LogClient`]: one writer's (or reader's) LogService, by log id, with cursors;
 //! - [`ReaderPool`]: reads round-robin over read-only readers, failing over between them;
+//! - [`CompactorClient`], [`CleanerClient`]: a running maintenance role's status, a cycle now;
 //! - [`batch`]: the record-batch encoding entries carry (ARCHITECTURE §5b).
 //!
 //! ```no_run
@@ -30,13 +31,16 @@
 
 pub mod batch;
 mod consumer;
+mod maintenance;
 mod producer;
 mod readers;
 mod router;
 
 pub use codes::Code;
 pub use consumer::{ConsumedRecord, Consumer, StartAt};
+pub use maintenance::{CleanerClient, CompactorClient};
 pub use producer::{Producer, ProducerConfig, RecordAck};
+pub use proto::maintenance::v1 as maintenance_pb;
 pub use readers::ReaderPool;
 pub use router::{ClientConfig, Route};
 

@@ -111,10 +111,10 @@ pub const ENV_OVERRIDES: &[EnvOverride] = &[
         doc: "where `/metrics` is served, e.g. `0.0.0.0:9540`",
     },
     EnvOverride {
-        var: "LAKELOG_HEALTH_LISTEN",
-        key: "maintenance.health_listen",
+        var: "LAKELOG_MAINTENANCE_LISTEN",
+        key: "maintenance.listen",
         list: false,
-        doc: "where the compactor and cleaner serve gRPC health",
+        doc: "where the compactor and cleaner serve their gRPC API and health",
     },
     EnvOverride {
         var: "LAKELOG_WRITER_ADVERTISE",

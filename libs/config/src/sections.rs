@@ -77,10 +77,11 @@ pub struct MaintenanceSection {
     /// Metadata history kept when the cleaner compacts it (etcd hygiene).
     #[serde(default = "default_grace")]
     pub metadata_history: Duration,
-    /// Where the compactor and cleaner serve gRPC health (grpc.health.v1: NOT_SERVING until
-    /// etcd and object storage answer); none when unset.
-    #[serde(default)]
-    pub health_listen: Option<std::net::SocketAddr>,
+    /// Where the compactor and cleaner serve their gRPC API (CompactorService, CleanerService)
+    /// and gRPC health (NOT_SERVING until etcd and object storage answer); none when unset.
+    /// `health_listen`, its name when it served only health, is read too.
+    #[serde(default, alias = "health_listen")]
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 fn default_maintenance_interval() -> Duration {
@@ -104,7 +105,7 @@ impl Default for MaintenanceSection {
             max_segment_size: default_max_segment(),
             grace: default_grace(),
             metadata_history: default_grace(),
-            health_listen: None,
+            listen: None,
         }
     }
 }

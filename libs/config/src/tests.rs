@@ -121,10 +121,10 @@ fn env_overrides_replace_values_and_build_missing_sections() -> Result<(), Confi
             ("LAKELOG_READER_LISTEN", "0.0.0.0:7542"),
             ("LAKELOG_CATALOG_LISTEN", "0.0.0.0:7541"),
             ("LAKELOG_METRICS_LISTEN", "0.0.0.0:9540"),
-            ("LAKELOG_HEALTH_LISTEN", "0.0.0.0:7543"),
+            ("LAKELOG_MAINTENANCE_LISTEN", "0.0.0.0:7543"),
         ],
     )?;
-    assert_eq!(c.maintenance.health_listen.map(|a| a.to_string()).as_deref(), Some("0.0.0.0:7543"));
+    assert_eq!(c.maintenance.listen.map(|a| a.to_string()).as_deref(), Some("0.0.0.0:7543"));
     assert_eq!(c.writer.listen.to_string(), "0.0.0.0:7540");
     assert_eq!(c.writer.id.as_deref(), Some("writer-2"));
     assert_eq!(c.reader.listen.to_string(), "0.0.0.0:7542");

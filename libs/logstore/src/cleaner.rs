@@ -149,6 +149,78 @@ pub struct CleanReport {
     pub history_compacted_to: Option<i64>,
 }
 
+/// Where a WAL object stands against a cutoff.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WalClass {
+    /// At or above the cutoff.
+    Kept,
+    /// Below it, inside the grace period.
+    Young,
+    /// Below it and past the grace period: a cycle deletes it.
+    Reclaimable,
+}
+
+/// `m`'s class, `None` if it is no WAL object.
+fn classify(
+    m: &objstore::object_store::ObjectMeta,
+    cutoff: u64,
+    now_ms: i64,
+    grace_ms: i64,
+) -> Option<WalClass> {
+    let seq = objstore::keys::parse_wal_object(&m.location)?;
+    Some(if seq >= cutoff {
+        WalClass::Kept
+    } else if now_ms.saturating_sub(m.last_modified.timestamp_millis()) < grace_ms {
+        WalClass::Young
+    } else {
+        WalClass::Reclaimable
+    })
+}
+
+/// Objects and their bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub objects: u64,
+    pub bytes: u64,
+}
+
+impl Tally {
+    fn add(&mut self, bytes: u64) {
+        self.objects += 1;
+        self.bytes += bytes;
+    }
+}
+
+/// The WAL objects against a cutoff, listed and deleted nothing: what a cycle with this
+/// grace period would delete now, what it would keep because it is young, what is above.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Survey {
+    pub reclaimable: Tally,
+    pub young: Tally,
+    pub kept: Tally,
+}
+
+/// Surveys the WAL objects against `cutoff` (a streamed listing: memory stays constant).
+pub async fn survey(
+    objects: &dyn ObjectStore,
+    cutoff: u64,
+    grace: Duration,
+    now_ms: i64,
+) -> Result<Survey, LogError> {
+    let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+    let mut listed = objects.list(Some(&objstore::Path::from(objstore::keys::WAL_DIR)));
+    let mut s = Survey::default();
+    while let Some(m) = listed.try_next().await? {
+        match classify(&m, cutoff, now_ms, grace_ms) {
+            None => {}
+            Some(WalClass::Kept) => s.kept.add(m.size),
+            Some(WalClass::Young) => s.young.add(m.size),
+            Some(WalClass::Reclaimable) => s.reclaimable.add(m.size),
+        }
+    }
+    Ok(s)
+}
+
 /// The cleaner: [`Cleaner::cycle`] once per interval. Keeps the revisions it saw, to compact
 /// the metadata history to the newest one at least `history` old.
 #[derive(Debug)]
@@ -203,17 +275,17 @@ impl Cleaner {
             history_compacted_to: None,
         };
         while let Some(m) = listed.try_next().await? {
-            let Some(seq) = objstore::keys::parse_wal_object(&m.location) else { continue };
-            if seq >= report.cutoff.cutoff {
-                report.above_cutoff += 1;
-            } else if now_ms.saturating_sub(m.last_modified.timestamp_millis()) < grace_ms {
-                report.young += 1;
-            } else {
-                doomed.push(m);
-                if doomed.len() == DELETE_BATCH {
-                    let (n, bytes) = self.delete_batch(&mut doomed).await?;
-                    report.deleted += n;
-                    report.deleted_bytes += bytes;
+            match classify(&m, report.cutoff.cutoff, now_ms, grace_ms) {
+                None => {}
+                Some(WalClass::Kept) => report.above_cutoff += 1,
+                Some(WalClass::Young) => report.young += 1,
+                Some(WalClass::Reclaimable) => {
+                    doomed.push(m);
+                    if doomed.len() == DELETE_BATCH {
+                        let (n, bytes) = self.delete_batch(&mut doomed).await?;
+                        report.deleted += n;
+                        report.deleted_bytes += bytes;
+                    }
                 }
             }
         }

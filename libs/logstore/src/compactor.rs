@@ -517,6 +517,29 @@ const LOGS_PAGE: i64 = 1000;
 
 /// Every log that is not deleted (each has a `wal_floor` key), in id order: a keys-only
 /// listing in pages pinned to the first page's revision, so no answer grows with the cluster.
+/// Claims read at most by [`claims`]: one per log being compacted now, so a handful.
+pub const MAX_CLAIMS_LISTED: i64 = 1000;
+
+/// The claims held now, by any compactor: the log and the claiming compactor's id, at most
+/// [`MAX_CLAIMS_LISTED`] (the second value says whether there were more).
+pub async fn claims(
+    meta: &dyn MetadataStore,
+    keys: &Keys,
+) -> Result<(Vec<(LogId, String)>, bool), LogError> {
+    let page = meta
+        .range(RangeRequest::prefix(keys.compaction_tasks_prefix()).limit(MAX_CLAIMS_LISTED))
+        .await?;
+    let held = page
+        .kvs
+        .iter()
+        .filter_map(|kv| {
+            let log = keys.parse_compaction_task(&kv.key)?;
+            Some((log, String::from_utf8_lossy(&kv.value).into_owned()))
+        })
+        .collect();
+    Ok((held, page.more))
+}
+
 async fn live_logs(meta: &dyn MetadataStore, keys: &Keys) -> Result<Vec<LogId>, LogError> {
     let end = metadata::prefix_end(&keys.logs_prefix());
     let (mut from, mut revision, mut logs) = (keys.logs_prefix(), 0, Vec::new());

@@ -28,6 +28,11 @@ impl Keys {
         Keys { root: format!("/{cluster}/") }
     }
 
+    /// The cluster the keys are under.
+    pub fn cluster(&self) -> &str {
+        self.root.trim_matches('/')
+    }
+
     fn key(&self, rest: std::fmt::Arguments<'_>) -> Vec<u8> {
         format!("{}{rest}", self.root).into_bytes()
     }
@@ -111,6 +116,19 @@ impl Keys {
     /// A compactor's claim on one log (under the compactor's lease).
     pub fn compaction_task(&self, log: LogId) -> Vec<u8> {
         self.key(format_args!("compaction/tasks/{:020}", log.0))
+    }
+
+    /// Every compactor's claims.
+    pub fn compaction_tasks_prefix(&self) -> Vec<u8> {
+        self.key(format_args!("compaction/tasks/"))
+    }
+
+    /// The log whose claim key this is, if it is one.
+    pub fn parse_compaction_task(&self, key: &[u8]) -> Option<LogId> {
+        let rest = key.strip_prefix(self.compaction_tasks_prefix().as_slice())?;
+        let id = std::str::from_utf8(rest).ok()?;
+        (id.len() == 20 && id.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| id.parse().ok().map(LogId))?
     }
 
     pub fn low_water_prefix(&self) -> Vec<u8> {

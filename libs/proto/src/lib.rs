@@ -18,3 +18,10 @@ pub mod catalog {
         tonic::include_proto!("lakelog.catalog.v1");
     }
 }
+
+/// `lakelog.maintenance.v1`: the CompactorService and the CleanerService.
+pub mod maintenance {
+    pub mod v1 {
+        tonic::include_proto!("lakelog.maintenance.v1");
+    }
+}

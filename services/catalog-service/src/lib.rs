@@ -11,7 +11,7 @@ use proto::catalog::v1 as pb;
 use tonic::{Request, Response, Status};
 
 /// Why the role could not start or stopped.
-pub type RunError = logservice::RoleError;
+pub type RunError = role::RoleError;
 
 /// Runs the catalog role until `shutdown` resolves: registers as a member (role `catalog`)
 /// under a lease, serves the CatalogService and gRPC health on `catalog.listen`, then
@@ -21,45 +21,20 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), RunError> {
     let c = &node.catalog;
-    let listener = logservice::bind(c.listen).await?;
-    // The object store first: building it makes no request, and a config it refuses (no
-    // credentials) stops the role before it reaches any server.
-    let objects = objstore::build(&node.object_store)?;
-    let meta = metadata::open(&node.metadata).await?;
-    let reader = logstore::LogReader::new(meta.clone(), objects, &node.cluster);
+    let mut role = role::Role::open("catalog", Some(c.listen), node).await?;
     let id = c.id.clone().unwrap_or_else(|| logstore::membership::random_id("catalog"));
-    let record = logstore::records::MemberRecord {
-        id: id.clone(),
+    role.register(role::Member {
         role: "catalog".to_owned(),
+        id: id.clone(),
         address: c.advertise.clone().unwrap_or_else(|| format!("http://{}", c.listen)),
         zone: "*".to_owned(),
-    };
-    let registration =
-        logstore::membership::register(meta.clone(), &node.cluster, record, c.lease_ttl.0).await?;
-    let (health, health_service) = tonic_health::server::health_reporter();
-    type Named = pb::catalog_service_server::CatalogServiceServer<CatalogServiceImpl>;
-    let name = <Named as tonic::server::NamedService>::NAME;
-    let follow = logservice::health::follow_stores(
-        health,
-        vec![name.to_owned()],
-        meta.clone(),
-        reader.objects().clone(),
-    )
-    .await;
-    let catalog = Catalog::new(meta, reader, &node.cluster);
+        lease_ttl: c.lease_ttl.0,
+    })
+    .await?;
+    let catalog = Catalog::new(role.meta().clone(), role.reader(), &node.cluster);
+    role.add_service(CatalogServiceImpl::new(catalog).server());
     tracing::info!(addr = %c.listen, catalog = %id, "catalog serving");
-    let served = tonic::transport::Server::builder()
-        .layer(telemetry::GrpcServerLayer::global())
-        .add_service(health_service)
-        .add_service(CatalogServiceImpl::new(catalog).server())
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener),
-            shutdown,
-        )
-        .await;
-    follow.abort();
-    registration.close().await;
-    Ok(served?)
+    role.serve(shutdown, async {}).await
 }
 
 /// The CatalogService over one catalog.

@@ -1,89 +1,275 @@
 //! The compactor role (ARCHITECTURE §2, §5): every `maintenance.interval`, streams' retention
 //! (hard trims), then a compaction cycle over every live log (claims under a lease, so several
-//! compactors share the logs); its metrics; gRPC health on `maintenance.health_listen`.
-//! Shutdown waits for the cycle under way, so no cycle is cut off holding its claims.
+//! compactors share the logs); its metrics; the CompactorService
+//! (proto/lakelog/maintenance/v1: Status, CompactNow) and gRPC health on `maintenance.listen`.
+//! One cycle at a time per process: CompactNow waits for a scheduled cycle under way, and the
+//! drain waits for the cycle under way, so no cycle is cut off holding its claims.
 //!
 //! Depends on libs only; never on another service.
 
-use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use logstore::SystemClock;
-use logstore::compactor::Skipped;
+use logstore::compactor::{CycleReport, Skipped};
+use logstore::{LogId, SystemClock};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use proto::maintenance::v1 as pb;
+use role::{Role, RoleError, Shutdown};
+use tonic::{Request, Response, Status};
 
-/// Runs the compactor until `shutdown` resolves: its stores from `node`, its metrics in
-/// `metrics`. Logs `compactor running` once it is.
+/// Runs the compactor role until `signal`: see the crate doc.
 pub async fn run(
     node: &config::NodeConfig,
-    metrics: &telemetry::Metrics,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), logservice::RoleError> {
-    let compactor_metrics = CompactorMetrics::register(metrics);
-    let reader = logservice::open_reader(node).await?;
-    let health = logservice::serve_maintenance_health(node, &reader).await?;
-    let catalog = catalog::Catalog::new(reader.meta().clone(), reader, &node.cluster);
+    signal: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), RoleError> {
+    let mut role = Role::open("compactor", node.maintenance.listen, node).await?;
+    let catalog = catalog::Catalog::new(role.meta().clone(), role.reader(), &node.cluster);
     let id = logstore::membership::random_id("compactor");
     tracing::info!(%id, every = ?node.maintenance.interval.0, "compactor running");
-    compact_every(catalog, id, node.maintenance.clone(), compactor_metrics, shutdown).await;
-    if let Some(h) = health {
-        h.abort();
-    }
-    Ok(())
+    install(&mut role, catalog, id, &node.maintenance);
+    role.serve(signal, async {}).await
 }
 
-/// Every interval: streams' retention, then a compaction cycle; logs what each did. Errors are
-/// logged and the next interval tries again. Returns once `shutdown` resolves, between cycles.
-pub async fn compact_every(
+/// Adds the compactor to `role`: its CompactorService, its metrics and its scheduled cycles
+/// (the compactor role's whole work; `standalone` adds it beside the writer).
+pub fn install(
+    role: &mut Role,
     catalog: catalog::Catalog,
     id: String,
-    m: config::MaintenanceSection,
+    m: &config::MaintenanceSection,
+) -> Compactor {
+    let c = Compactor::new(catalog, id, m.clone(), CompactorMetrics::register(role.metrics()));
+    role.add_service(c.clone().server());
+    let every = c.clone();
+    role.spawn(move |shutdown| every.every(shutdown));
+    c
+}
+
+/// The compactor: its cycles, one at a time, and what the last one did. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Compactor(Arc<State>);
+
+#[derive(Debug)]
+struct State {
+    catalog: catalog::Catalog,
+    id: String,
+    settings: config::MaintenanceSection,
     metrics: CompactorMetrics,
-    shutdown: impl Future<Output = ()>,
-) {
-    let cfg = logstore::compactor::CompactorConfig {
-        min_chunks: m.min_chunks,
-        max_segment_bytes: m.max_segment_size.0,
-    };
     // Kept across cycles: a log idle for a whole cycle has its head spilled and compacted.
-    let idle = logstore::compactor::IdleLogs::default();
-    tokio::pin!(shutdown);
-    loop {
-        // Shutdown is heard between cycles only: a cycle is never cut off holding its claims.
-        tokio::select! {
-            _ = tokio::time::sleep(m.interval.0) => {}
-            _ = &mut shutdown => return,
+    idle: logstore::compactor::IdleLogs,
+    one_at_a_time: tokio::sync::Mutex<()>,
+    last: std::sync::Mutex<Option<pb::CompactionCycle>>,
+    cycles: AtomicU64,
+}
+
+impl Compactor {
+    pub fn new(
+        catalog: catalog::Catalog,
+        id: String,
+        settings: config::MaintenanceSection,
+        metrics: CompactorMetrics,
+    ) -> Self {
+        Compactor(Arc::new(State {
+            catalog,
+            id,
+            settings,
+            metrics,
+            idle: Default::default(),
+            one_at_a_time: tokio::sync::Mutex::new(()),
+            last: std::sync::Mutex::new(None),
+            cycles: AtomicU64::new(0),
+        }))
+    }
+
+    /// The tonic service, ready to add to a role.
+    pub fn server(self) -> pb::compactor_service_server::CompactorServiceServer<Self> {
+        pb::compactor_service_server::CompactorServiceServer::new(self)
+    }
+
+    /// Every interval a cycle, until `shutdown`, heard between cycles only: a cycle is never
+    /// cut off holding its claims. Errors are logged and the next interval tries again.
+    pub async fn every(self, shutdown: Shutdown) {
+        let interval = self.0.settings.interval.0;
+        role::every(interval, shutdown, || async {
+            self.cycle(None, None, false).await;
+        })
+        .await
+    }
+
+    /// One cycle now: streams' retention then every live log, or only `log` (no retention);
+    /// `min_chunks` overrides the setting. Waits for a cycle under way first. What it did is
+    /// also the status's last cycle.
+    pub async fn cycle(
+        &self,
+        log: Option<LogId>,
+        min_chunks: Option<usize>,
+        on_demand: bool,
+    ) -> pb::CompactionCycle {
+        let s = &self.0;
+        let _one = s.one_at_a_time.lock().await;
+        let started_at_ms = logstore::Clock::now_ms(&SystemClock);
+        let start = std::time::Instant::now();
+        let mut out = pb::CompactionCycle { started_at_ms, on_demand, ..Default::default() };
+        if log.is_none() {
+            self.retention(started_at_ms, &mut out).await;
         }
-        let now_ms = logstore::Clock::now_ms(&SystemClock);
-        match catalog::retention::apply_all(&catalog, now_ms).await {
-            Ok(t) => {
-                metrics.trimmed.inc_by(t.len() as u64);
-                tracing::info!(trimmed = t.len(), "retention pass");
+        let cfg = logstore::compactor::CompactorConfig {
+            min_chunks: min_chunks.unwrap_or(s.settings.min_chunks),
+            max_segment_bytes: s.settings.max_segment_size.0,
+        };
+        let logs = s.catalog.logs().clone();
+        let r = logstore::compactor::compact_all(logs, &s.id, cfg, log, &s.idle).await;
+        s.metrics.observe(&r, start.elapsed());
+        match r {
+            Ok(r) => {
+                tracing::info!(
+                    compacted = r.compacted.len(),
+                    segment_bytes = r.compacted.iter().map(|c| c.bytes).sum::<u64>(),
+                    skipped = r.skipped.len(),
+                    on_demand,
+                    "compaction cycle"
+                );
+                fill(&mut out, r);
             }
             Err(e) => {
-                metrics
+                tracing::warn!(error = %e, "compaction cycle failed; retrying next interval");
+                out.error = e.to_string();
+            }
+        }
+        out.took_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        s.cycles.fetch_add(1, Ordering::Relaxed);
+        *s.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(out.clone());
+        out
+    }
+
+    async fn retention(&self, now_ms: i64, out: &mut pb::CompactionCycle) {
+        let s = &self.0;
+        match catalog::retention::apply_all(&s.catalog, now_ms).await {
+            Ok(t) => {
+                s.metrics.trimmed.inc_by(t.len() as u64);
+                tracing::info!(trimmed = t.len(), "retention pass");
+                out.trimmed = t
+                    .into_iter()
+                    .map(|t| pb::RetentionTrim {
+                        stream: t.stream,
+                        partition: t.partition,
+                        log_id: t.log.0,
+                        start: t.start,
+                    })
+                    .collect();
+            }
+            Err(e) => {
+                s.metrics
                     .failed
                     .get_or_create(&vec![("pass".to_owned(), "retention".to_owned())])
                     .inc();
                 tracing::warn!(error = %e, "retention pass failed; retrying next interval");
             }
         }
-        let start = std::time::Instant::now();
-        let r =
-            logstore::compactor::compact_all(catalog.logs().clone(), &id, cfg.clone(), None, &idle)
-                .await;
-        metrics.observe(&r, start.elapsed());
-        match r {
-            Ok(r) => tracing::info!(
-                compacted = r.compacted.len(),
-                segment_bytes = r.compacted.iter().map(|c| c.bytes).sum::<u64>(),
-                skipped = r.skipped.len(),
-                "compaction cycle"
-            ),
-            Err(e) => tracing::warn!(error = %e, "compaction cycle failed; retrying next interval"),
+    }
+
+    /// The settings, the last cycle and the claims held now.
+    pub async fn status(&self) -> Result<pb::CompactorStatusResponse, logstore::LogError> {
+        let s = &self.0;
+        let reader = s.catalog.logs();
+        let (held, _more) =
+            logstore::compactor::claims(reader.meta().as_ref(), reader.keys()).await?;
+        Ok(pb::CompactorStatusResponse {
+            compactor_id: s.id.clone(),
+            interval_ms: millis(s.settings.interval.0),
+            min_chunks: u32::try_from(s.settings.min_chunks).unwrap_or(u32::MAX),
+            cycles: s.cycles.load(Ordering::Relaxed),
+            last_cycle: s.last.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            claims: held
+                .into_iter()
+                .map(|(log, holder)| pb::Claim { log_id: log.0, holder })
+                .collect(),
+        })
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A skip's reason as the metrics and the API name it, and its detail.
+fn reason(why: &Skipped) -> (&'static str, String) {
+    match why {
+        Skipped::Claimed => ("claimed", String::new()),
+        Skipped::TooFew { eligible } => ("too_few", format!("{eligible} eligible chunk(s)")),
+        Skipped::Deleted => ("deleted", String::new()),
+        Skipped::Raced { orphan } => ("raced", format!("orphaned segment {orphan}")),
+        Skipped::Appended => ("appended", String::new()),
+    }
+}
+
+fn fill(out: &mut pb::CompactionCycle, r: CycleReport) {
+    out.compacted = r
+        .compacted
+        .into_iter()
+        .map(|c| pb::CompactedLog {
+            log_id: c.log.0,
+            first_offset: c.first_offset,
+            end_offset: c.end_offset,
+            chunks: c.chunks as u64,
+            bytes: c.bytes,
+            object: c.object,
+            wal_floor: c.wal_floor,
+        })
+        .collect();
+    out.skipped = r
+        .skipped
+        .iter()
+        .map(|(log, why)| {
+            let (reason, detail) = reason(why);
+            pb::SkippedLog { log_id: log.0, reason: reason.to_owned(), detail }
+        })
+        .collect();
+    out.failed = r
+        .failed
+        .into_iter()
+        .map(|(log, e)| pb::FailedLog { log_id: log.0, error: e.to_string() })
+        .collect();
+}
+
+#[tonic::async_trait]
+impl pb::compactor_service_server::CompactorService for Compactor {
+    async fn status(
+        &self,
+        _: Request<pb::CompactorStatusRequest>,
+    ) -> Result<Response<pb::CompactorStatusResponse>, Status> {
+        Ok(Response::new(Compactor::status(self).await.map_err(logservice::status::to_status)?))
+    }
+
+    async fn compact_now(
+        &self,
+        req: Request<pb::CompactNowRequest>,
+    ) -> Result<Response<pb::CompactNowResponse>, Status> {
+        let req = req.into_inner();
+        let min_chunks = match req.min_chunks {
+            Some(0) => {
+                return Err(logservice::status::status(
+                    tonic::Code::InvalidArgument,
+                    codes::Code::InvalidArgument,
+                    "min_chunks must be at least 1".to_owned(),
+                    false,
+                ));
+            }
+            m => m.map(|m| m as usize),
+        };
+        let cycle = self.cycle(req.log_id.map(LogId), min_chunks, true).await;
+        if !cycle.error.is_empty() {
+            return Err(logservice::status::status(
+                tonic::Code::Unavailable,
+                codes::Code::Unavailable,
+                format!("compaction cycle failed: {}", cycle.error),
+                false,
+            ));
         }
+        Ok(Response::new(pb::CompactNowResponse { cycle: Some(cycle) }))
     }
 }
 
@@ -142,11 +328,7 @@ impl CompactorMetrics {
         c
     }
 
-    fn observe(
-        &self,
-        r: &Result<logstore::compactor::CycleReport, logstore::LogError>,
-        took: Duration,
-    ) {
+    fn observe(&self, r: &Result<CycleReport, logstore::LogError>, took: Duration) {
         let r = match r {
             Ok(r) => r,
             Err(_) => {
@@ -164,13 +346,7 @@ impl CompactorMetrics {
         self.compacted.inc_by(r.compacted.len() as u64);
         self.segment_bytes.inc_by(r.compacted.iter().map(|c| c.bytes).sum());
         for (_, why) in &r.skipped {
-            let reason = match why {
-                Skipped::Claimed => "claimed",
-                Skipped::TooFew { .. } => "too_few",
-                Skipped::Deleted => "deleted",
-                Skipped::Raced { .. } => "raced",
-                Skipped::Appended => "appended",
-            };
+            let (reason, _) = reason(why);
             self.skipped.get_or_create(&vec![("reason".to_owned(), reason.to_owned())]).inc();
         }
     }

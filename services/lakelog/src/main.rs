@@ -1,11 +1,14 @@
-//! The `lakelog` command: a client of the LogService (`lakelog log …`), the writer role
-//! (`lakelog writer --config FILE`) and `lakelog standalone`: the writer with the embedded
-//! metadata store and a local object-store directory, in one process.
+//! The `lakelog` command: every role (`lakelog writer|catalog|reader --config FILE`,
+//! `lakelog compactor|cleaner run --config FILE`), `lakelog standalone` (the writer, the
+//! catalog, the compactor and the cleaner in one process on one port, with the embedded
+//! metadata store and a local object-store directory), and the clients of their gRPC APIs
+//! (`log …`, `stream …`, `cursor …`, `produce`, `consume`, `compactor status`,
+//! `cleaner status`, `admin …`).
 //!
 //! The composition root: the only crate that may depend on service crates.
 
 mod bench;
-mod clean;
+mod maintenance;
 mod streams;
 
 #[global_allocator]
@@ -23,7 +26,9 @@ use client::{ClientError, LogClient, batch};
 #[derive(Parser, Debug)]
 #[command(name = "lakelog", version, about = "Lakelog: a diskless, leaderless log store")]
 struct Cli {
-    /// The writer to talk to.
+    /// The role to talk to: a writer (or a standalone) for logs, streams and cursors; a
+    /// compactor or a cleaner (their `maintenance.listen`) for `compactor …`, `cleaner status`
+    /// and `admin …`.
     #[arg(long, global = true, env = "LAKELOG_ENDPOINT", default_value = "http://127.0.0.1:7540")]
     endpoint: String,
     /// Send reads (`log read` without --follow, `log info`, `cursor read|list|stats`) to this
@@ -64,11 +69,10 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Run the compactor from a config file: streams' retention, then compaction, every
-    /// `maintenance.interval` (several compactors share the logs through claims).
+    /// The compactor: run it, or ask a running one what it did.
     Compactor {
-        #[arg(long)]
-        config: PathBuf,
+        #[command(subcommand)]
+        command: CompactorCommand,
     },
     /// Load generators reporting ratios against same-run baselines.
     Bench {
@@ -90,7 +94,8 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-    /// Operator commands run in this process against the stores.
+    /// Operator commands: a compaction or cleaner cycle now, in the running role at
+    /// --endpoint (or, with --data-dir, in this process over a stopped standalone's data).
     Admin {
         #[command(subcommand)]
         command: AdminCommand,
@@ -339,24 +344,26 @@ async fn shutdown_signal() {
 /// Operator commands.
 #[derive(Subcommand, Debug)]
 enum AdminCommand {
-    /// Run one compaction cycle now (every live log, or LOG): rewrite runs of WAL chunks as
-    /// compacted segments; print what it did.
+    /// Run one compaction cycle now (streams' retention, then every live log; or only LOG):
+    /// rewrite runs of WAL chunks as compacted segments; print what it did.
     Compact {
         log: Option<u64>,
-        /// Eligible WAL chunks a log needs before it is compacted.
-        #[arg(long, default_value_t = 16)]
-        min_chunks: usize,
+        /// Eligible WAL chunks a log needs before it is compacted (default: the role's
+        /// `maintenance.min_chunks`, 16).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        min_chunks: Option<u32>,
         #[command(flatten)]
-        stores: clean::StoreArgs,
+        at: maintenance::DataDirArg,
     },
     /// Run one cleaner cycle now: delete WAL objects below the cutoff older than the grace
     /// period; print what it did.
     Clean {
         /// Objects below the cutoff younger than this are kept (readers may hold them).
-        #[arg(long, default_value = "10m")]
-        grace: config::Duration,
+        /// Default: the role's `maintenance.grace`, 10m.
+        #[arg(long)]
+        grace: Option<config::Duration>,
         #[command(flatten)]
-        stores: clean::StoreArgs,
+        at: maintenance::DataDirArg,
     },
 }
 
@@ -368,31 +375,26 @@ enum CleanerCommand {
         #[arg(long)]
         config: PathBuf,
     },
-    /// The cutoff, which log or writer holds it back and by how much, and the lowest inputs.
+    /// The cutoff, which log or writer holds it back and by how much, the bytes reclaimable,
+    /// the lowest inputs and the last cycle (of the running cleaner at --endpoint).
     Status {
         #[command(flatten)]
-        stores: clean::StoreArgs,
+        at: maintenance::DataDirArg,
     },
 }
 
-/// Serves the process's metrics on `telemetry.metrics_listen`, when set (until exit).
-async fn serve_metrics(node: &config::NodeConfig) -> anyhow::Result<()> {
-    let Some(addr) = node.telemetry.metrics_listen else { return Ok(()) };
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("telemetry.metrics_listen {addr}"))?;
-    tracing::info!(%addr, "metrics on /metrics");
-    tokio::spawn(async move {
-        let served = telemetry::serve_metrics(
-            telemetry::Metrics::global().clone(),
-            listener,
-            std::future::pending(),
-        );
-        if let Err(e) = served.await {
-            tracing::error!(error = %e, %addr, "metrics server stopped");
-        }
-    });
-    Ok(())
+/// The compactor.
+#[derive(Subcommand, Debug)]
+enum CompactorCommand {
+    /// Run the compactor from a config file: streams' retention, then compaction, every
+    /// `maintenance.interval` (several compactors share the logs through claims).
+    Run {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// The running compactor's last cycle (logs compacted, skipped and why), the claims held
+    /// now, its settings.
+    Status,
 }
 
 /// The config `standalone` and `--data-dir` commands use: the embedded metadata store and a
@@ -423,28 +425,29 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Admin { command: AdminCommand::Compact { log, min_chunks, stores } } => {
-            clean::compact(&stores, log, min_chunks).await
+        Command::Admin { command: AdminCommand::Compact { log, min_chunks, at } } => {
+            maintenance::compact(&cli.endpoint, &at, log, min_chunks).await
         }
-        Command::Admin { command: AdminCommand::Clean { grace, stores } } => {
-            clean::clean(&stores, grace.0).await
+        Command::Admin { command: AdminCommand::Clean { grace, at } } => {
+            maintenance::clean(&cli.endpoint, &at, grace.map(|g| g.0)).await
         }
-        Command::Compactor { config } => {
+        Command::Compactor { command: CompactorCommand::Run { config } } => {
             let node: config::NodeConfig = config::load_file(&config)?;
-            let telemetry = telemetry::init(&node.telemetry, "compactor")?;
-            serve_metrics(&node).await?;
-            compactor::run(&node, &telemetry.metrics, shutdown_signal()).await?;
+            let _telemetry = telemetry::init(&node.telemetry, "compactor")?;
+            compactor::run(&node, shutdown_signal()).await?;
             Ok(())
+        }
+        Command::Compactor { command: CompactorCommand::Status } => {
+            maintenance::compactor_status(&cli.endpoint).await
         }
         Command::Cleaner { command: CleanerCommand::Run { config } } => {
             let node: config::NodeConfig = config::load_file(&config)?;
-            let telemetry = telemetry::init(&node.telemetry, "cleaner")?;
-            serve_metrics(&node).await?;
-            cleaner::run(&node, &telemetry.metrics, shutdown_signal()).await?;
+            let _telemetry = telemetry::init(&node.telemetry, "cleaner")?;
+            cleaner::run(&node, shutdown_signal()).await?;
             Ok(())
         }
-        Command::Cleaner { command: CleanerCommand::Status { stores } } => {
-            clean::status(&stores).await
+        Command::Cleaner { command: CleanerCommand::Status { at } } => {
+            maintenance::cleaner_status(&cli.endpoint, &at).await
         }
         Command::Standalone { data_dir, listen, config } => {
             let tuned = match &config {
@@ -456,21 +459,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Writer { config } => {
             let node: config::NodeConfig = config::load_file(&config)?;
             let _telemetry = telemetry::init(&node.telemetry, "writer")?;
-            serve_metrics(&node).await?;
             writer::run(&node, shutdown_signal()).await?;
             Ok(())
         }
         Command::Catalog { config } => {
             let node: config::NodeConfig = config::load_file(&config)?;
             let _telemetry = telemetry::init(&node.telemetry, "catalog")?;
-            serve_metrics(&node).await?;
             catalog_service::run(&node, shutdown_signal()).await?;
             Ok(())
         }
         Command::Reader { config } => {
             let node: config::NodeConfig = config::load_file(&config)?;
             let _telemetry = telemetry::init(&node.telemetry, "reader")?;
-            serve_metrics(&node).await?;
             reader::run(&node, shutdown_signal()).await?;
             Ok(())
         }
@@ -531,6 +531,10 @@ async fn standalone(
     listen: SocketAddr,
     tuned: config::StandaloneConfig,
 ) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        tuned.maintenance.listen.is_none(),
+        "INVALID_ARGUMENT: maintenance.listen does not apply to standalone: every role serves on --listen"
+    );
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("data dir {}", data_dir.display()))?;
     let mut telemetry = tuned.telemetry;
@@ -543,26 +547,17 @@ async fn standalone(
         maintenance: tuned.maintenance,
         ..data_dir_node(&data_dir)
     };
-    let telemetry = telemetry::init(&node.telemetry, "standalone")?;
-    serve_metrics(&node).await?;
-    let cleaner_metrics = cleaner::CleanerMetrics::register(&telemetry.metrics);
+    let _telemetry = telemetry::init(&node.telemetry, "standalone")?;
     eprintln!("lakelog standalone: serving on http://{listen}, data in {}", data_dir.display());
-    // One port serves every role: the writer's LogService and the catalog.
-    writer::run_with(&node, shutdown_signal(), |storage, routes| {
+    // One port serves every role: the writer's LogService, the catalog, the compactor's and the
+    // cleaner's services; SIGTERM waits for a maintenance cycle under way, then the writer's
+    // drain.
+    writer::run_with(&node, "standalone", shutdown_signal(), |storage, role| {
         let catalog =
             catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
-        let m = &node.maintenance;
-        // Until the process exits: the writer's drain is what a standalone's SIGTERM waits for.
-        tokio::spawn(compactor::compact_every(
-            catalog.clone(),
-            "standalone".to_owned(),
-            m.clone(),
-            compactor::CompactorMetrics::register(&telemetry.metrics),
-            std::future::pending(),
-        ));
-        let c = cleaner::cleaner_for(storage.reader(), &node.cluster, m);
-        tokio::spawn(cleaner::clean_every(c, cleaner_metrics.clone(), std::future::pending()));
-        routes.add_service(catalog_service::CatalogServiceImpl::new(catalog).server())
+        role.add_service(catalog_service::CatalogServiceImpl::new(catalog.clone()).server());
+        compactor::install(role, catalog, "standalone".to_owned(), &node.maintenance);
+        cleaner::install(role, storage.reader().clone(), &node.maintenance);
     })
     .await?;
     Ok(())

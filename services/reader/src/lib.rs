@@ -10,9 +10,10 @@ use std::future::Future;
 
 use logservice::LogServiceImpl;
 use proto::log::v1::log_service_server::LogServiceServer;
+use role::{Member, Role};
 
 /// Why the role could not start or stopped.
-pub type ReaderError = logservice::RoleError;
+pub type ReaderError = role::RoleError;
 
 /// Runs the reader role until `shutdown` resolves: registers, serves the read-only LogService
 /// and gRPC health on `reader.listen`, then deregisters.
@@ -21,23 +22,18 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ReaderError> {
     let r = &node.reader;
-    let listener = logservice::bind(r.listen).await?;
-    // The object store first: building it makes no request, and a config it refuses (no
-    // credentials) stops the role before it reaches any server.
-    let objects = logservice::metered::metered(objstore::build(&node.object_store)?);
-    let meta = metadata::open(&node.metadata).await?;
+    let mut role = Role::open("reader", Some(r.listen), node).await?;
     let cache = usize::try_from(r.cache_size.0).unwrap_or(usize::MAX);
-    let reader = logstore::LogReader::new(meta.clone(), objects, &node.cluster)
-        .with_caches(cache, r.index_cache_pages);
+    let reader = role.reader().with_caches(cache, r.index_cache_pages);
     let id = r.id.clone().unwrap_or_else(|| logstore::membership::random_id("reader"));
-    let record = logstore::records::MemberRecord {
-        id: id.clone(),
+    role.register(Member {
         role: "reader".to_owned(),
+        id: id.clone(),
         address: r.advertise.clone().unwrap_or_else(|| format!("http://{}", r.listen)),
         zone: r.zone.clone(),
-    };
-    let registration =
-        logstore::membership::register(meta, &node.cluster, record, r.lease_ttl.0).await?;
+        lease_ttl: r.lease_ttl.0,
+    })
+    .await?;
     let (for_hits, for_misses) = (reader.clone(), reader.clone());
     let follow = telemetry::follow_counts(vec![
         ("reader_cache_hits", "Byte-range cache hits", Box::new(move || for_hits.cache_counts().0)),
@@ -48,40 +44,34 @@ pub async fn run(
         ),
     ]);
     tracing::info!(addr = %r.listen, reader = %id, "reader serving");
-    let served = serve(reader, listener, shutdown).await;
+    add_service(&mut role, reader);
+    let served = role.serve(shutdown, async {}).await;
     follow.abort();
-    registration.close().await;
     served
 }
 
 /// Serves the read-only LogService (and gRPC health) for `reader` on `listener` until
-/// `shutdown`; no registration (`run` registers; benchmarks call this directly).
+/// `shutdown`; no registration and no metrics server (`run` has both; benchmarks call this).
 pub async fn serve(
     reader: logstore::LogReader,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ReaderError> {
-    let (health, health_service) = tonic_health::server::health_reporter();
-    let name = <LogServiceServer<LogServiceImpl> as tonic::server::NamedService>::NAME;
-    let follow = logservice::health::follow_stores(
-        health,
-        vec![name.to_owned()],
+    let cluster = reader.keys().cluster().to_owned();
+    let mut role = Role::from_parts(
+        "reader",
+        &cluster,
+        Some(listener),
         reader.meta().clone(),
         reader.objects().clone(),
-    )
-    .await;
-    let served = tonic::transport::Server::builder()
-        .layer(telemetry::GrpcServerLayer::global())
-        .add_service(health_service)
-        .add_service(
-            LogServiceServer::new(LogServiceImpl::read_only(reader))
-                .max_encoding_message_size(logservice::service::MAX_RESPONSE_BYTES),
-        )
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener),
-            shutdown,
-        )
-        .await;
-    follow.abort();
-    Ok(served?)
+    );
+    add_service(&mut role, reader);
+    role.serve(shutdown, async {}).await
+}
+
+fn add_service(role: &mut Role, reader: logstore::LogReader) {
+    role.add_service(
+        LogServiceServer::new(LogServiceImpl::read_only(reader))
+            .max_encoding_message_size(logservice::service::MAX_RESPONSE_BYTES),
+    );
 }

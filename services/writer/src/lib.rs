@@ -13,13 +13,14 @@ use std::sync::Arc;
 
 use logstore::{LogStorage, LogStorageConfig, SystemClock};
 use proto::log::v1::log_service_server::LogServiceServer;
+use role::Role;
 use tokio::net::TcpListener;
 
 /// Concurrent requests one client connection may have open.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 256;
 
 /// Why the role could not start or stopped.
-pub type WriterError = logservice::RoleError;
+pub type WriterError = role::RoleError;
 
 /// A random writer id, when the config names none: `writer-<pid>-<nanos>`.
 pub fn default_writer_id() -> String {
@@ -49,54 +50,53 @@ pub async fn run(
     node: &config::NodeConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), WriterError> {
-    run_with(node, shutdown, |_, routes| routes).await
+    run_with(node, "writer", shutdown, |_, _| {}).await
 }
 
-/// [`run`], with more services on the same port, built from the opened metadata store.
+/// [`run`] as role `name`, with more on the same role (`standalone` adds the catalog and the
+/// maintenance roles), added by `extra` once log storage is open.
 pub async fn run_with(
     node: &config::NodeConfig,
+    name: &'static str,
     shutdown: impl Future<Output = ()> + Send,
-    extra: impl FnOnce(&LogStorage, tonic::service::Routes) -> tonic::service::Routes,
+    extra: impl FnOnce(&LogStorage, &mut Role),
 ) -> Result<(), WriterError> {
-    let listener = logservice::bind(node.writer.listen).await?;
-    // The object store first: building it makes no request, and a config it refuses (no
-    // credentials) stops the role before it reaches any server.
-    let objects = logservice::metered::metered(objstore::build(&node.object_store)?);
-    let meta = metadata::open(&node.metadata).await?;
-    let storage =
-        LogStorage::open(meta, objects, storage_config(node), Arc::new(SystemClock)).await?;
+    let role = Role::open(name, Some(node.writer.listen), node).await?;
+    let storage = LogStorage::open(
+        role.meta().clone(),
+        role.objects().clone(),
+        storage_config(node),
+        Arc::new(SystemClock),
+    )
+    .await?;
     storage.observe_flushes(metrics::FlushMetrics::global());
     tracing::info!(addr = %node.writer.listen, writer = %storage.config().writer_id, "writer serving");
-    let with = storage.clone();
-    serve_with(storage, listener, shutdown, move |routes| extra(&with, routes)).await
+    serve_on(role, storage, shutdown, extra).await
 }
 
 /// Serves the LogService for `storage` on `listener` until `shutdown`; then shuts storage
-/// down (flushes, commits, revokes the lease).
+/// down (flushes, commits, revokes the lease). No metrics server (tests and benchmarks).
 pub async fn serve(
     storage: LogStorage,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), WriterError> {
-    serve_with(storage, listener, shutdown, |routes| routes).await
-}
-
-/// [`serve`], with more services on the same port (`standalone` adds the catalog).
-pub async fn serve_with(
-    storage: LogStorage,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send,
-    extra: impl FnOnce(tonic::service::Routes) -> tonic::service::Routes,
-) -> Result<(), WriterError> {
-    let (health, health_service) = tonic_health::server::health_reporter();
-    let name = <LogServiceServer<service::LogServiceImpl> as tonic::server::NamedService>::NAME;
-    let follow = logservice::health::follow_stores(
-        health.clone(),
-        vec![name.to_owned()],
+    let role = Role::from_parts(
+        "writer",
+        &storage.config().cluster,
+        Some(listener),
         storage.metadata(),
         storage.reader().objects().clone(),
-    )
-    .await;
+    );
+    serve_on(role, storage, shutdown, |_, _| {}).await
+}
+
+async fn serve_on(
+    mut role: Role,
+    storage: LogStorage,
+    shutdown: impl Future<Output = ()> + Send,
+    extra: impl FnOnce(&LogStorage, &mut Role),
+) -> Result<(), WriterError> {
     let svc = LogServiceServer::new(service::LogServiceImpl::new(storage.clone()))
         // Room for an entry somewhat over the limit, so storage answers it with a clear
         // INVALID_ARGUMENT rather than the transport with a bare size error.
@@ -105,35 +105,25 @@ pub async fn serve_with(
         .max_encoding_message_size(
             logservice::service::MAX_RESPONSE_BYTES.max(storage.config().max_entry_bytes * 2),
         );
+    role.add_service(svc);
     // Requests waiting for buffer room hold their payload outside the buffer's accounting;
     // capping streams per connection keeps that bounded (HTTP/2 makes the client wait).
-    let routes = extra(tonic::service::Routes::new(health_service).add_service(svc));
-    // On `shutdown`, drain while still serving: NOT_SERVING; appends answered UNAVAILABLE
-    // (nothing applied: clients re-route) while storage commits what it accepted; the lease
-    // revoked (its slots move); a moment for clients to learn the new owners. Only then do the
-    // connections close, so no append is cut off unanswered.
+    role.limit_streams_per_connection(MAX_STREAMS_PER_CONNECTION);
+    extra(&storage, &mut role);
+    // On `shutdown`, drain while still serving: NOT_SERVING (the runner); appends answered
+    // UNAVAILABLE (nothing applied: clients re-route) while storage commits what it accepted;
+    // the lease revoked (its slots move); a moment for clients to learn the new owners. Only
+    // then do the connections close, so no append is cut off unanswered.
     let draining = storage.clone();
-    let drained = async move {
-        shutdown.await;
-        follow.abort();
-        health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
-        health.set_not_serving::<LogServiceServer<service::LogServiceImpl>>().await;
+    let drain = async move {
         let start = std::time::Instant::now();
         draining.drain().await;
         tracing::info!(took = ?start.elapsed(), "drained: accepted appends committed, lease revoked");
         tokio::time::sleep(DRAIN_LINGER).await;
     };
-    let served = tonic::transport::Server::builder()
-        .layer(telemetry::GrpcServerLayer::global())
-        .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
-        .add_routes(routes)
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener),
-            drained,
-        )
-        .await;
+    let served = role.serve(shutdown, drain).await;
     storage.shutdown().await;
-    Ok(served?)
+    served
 }
 
 /// How long a drained writer keeps answering (appends: UNAVAILABLE) before it closes its

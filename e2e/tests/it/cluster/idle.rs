@@ -56,8 +56,8 @@ async fn an_idle_writer_and_idle_logs_hold_no_wal_object_back_while_appends_go_o
         INTERVAL.as_millis(),
         GRACE.as_millis()
     );
-    let _compactor = cluster.background(&["compactor"], "compactor", &section)?;
-    let _cleaner = cluster.background(&["cleaner", "run"], "cleaner", &section)?;
+    let _compactor = cluster.background(&["compactor", "run"], "compactor", &section)?;
+    let (_cleaner, cleaner) = cluster.cleaner(&section)?;
 
     // Once a second: the WAL objects left, and the oldest one's age.
     let objects =
@@ -94,10 +94,8 @@ async fn an_idle_writer_and_idle_logs_hold_no_wal_object_back_while_appends_go_o
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let busy_written = appender.await??;
-    let status = Command::new(crate::bin())
-        .args(["cleaner", "status", "--config"])
-        .arg(cluster.dir.path().join("cleaner.yaml"))
-        .output()?;
+    let status =
+        Command::new(crate::bin()).args(["--endpoint", &cleaner, "cleaner", "status"]).output()?;
     let status = String::from_utf8_lossy(&status.stdout).into_owned();
     eprintln!("{status}");
     for (at, old) in &overdue {

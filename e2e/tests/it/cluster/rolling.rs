@@ -120,7 +120,7 @@ async fn rolling_restart_of_every_role_loses_no_acknowledged_record() -> Result<
         Role::serving("w2", &["writer"], &writer("w2"))?,
         Role::serving("r1", &["reader"], &reader("r1"))?,
         Role::serving("r2", &["reader"], &reader("r2"))?,
-        Role::new("compactor", &["compactor"], maintenance.to_owned())?,
+        Role::new("compactor", &["compactor", "run"], maintenance.to_owned())?,
         Role::new("cleaner", &["cleaner", "run"], maintenance.to_owned())?,
     ];
     for r in &mut roles {

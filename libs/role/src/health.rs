@@ -66,26 +66,3 @@ pub async fn follow_stores(
         }
     })
 }
-
-/// Serves only gRPC health on `addr`, following the stores: for the roles that serve nothing
-/// else over gRPC (compactor, cleaner), so they are probed like the others. Binds before it
-/// returns (a taken port is an error now); serves until the returned task is aborted.
-pub async fn serve_alone(
-    addr: std::net::SocketAddr,
-    meta: Arc<dyn MetadataStore>,
-    objects: Arc<dyn ObjectStore>,
-) -> Result<tokio::task::JoinHandle<()>, std::io::Error> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let (reporter, service) = tonic_health::server::health_reporter();
-    let follow = follow_stores(reporter, Vec::new(), meta, objects).await;
-    Ok(tokio::spawn(async move {
-        let served = tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
-            .await;
-        follow.abort();
-        if let Err(e) = served {
-            tracing::error!(error = %e, "health server stopped");
-        }
-    }))
-}

@@ -1,0 +1,478 @@
+//! The role runner: what every role (writer, reader, catalog, compactor, cleaner, standalone)
+//! does around its own work, written once. [`Role::open`] binds the role's gRPC listener and
+//! `telemetry.metrics_listen` (a taken port fails the start), builds the object store (no
+//! request: a config without credentials stops here) and opens the metadata store. The role
+//! then adds its gRPC services ([`Role::add_service`]), background loops ([`Role::spawn`]) and,
+//! if it is found by clients, a member registration under a lease ([`Role::register`]).
+//! [`Role::serve`] serves them with gRPC health that follows the stores, until the shutdown
+//! signal; then it drains: NOT_SERVING, the loops told to stop and awaited (a cycle under way
+//! finishes), the role's own drain, in-flight requests answered, the lease revoked.
+//!
+//! Depends on libs only (stores, membership, telemetry); never on a service crate. A new
+//! listener (the Kafka front end) is a [`Role::spawn`] of its accept loop.
+
+pub mod health;
+pub mod metered;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use metadata::MetadataStore;
+use objstore::object_store::ObjectStore;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Why a role could not start, or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RoleError {
+    #[error("metadata store: {0}")]
+    Metadata(#[from] metadata::MetaError),
+    #[error("object store: {0}")]
+    Objects(#[from] objstore::BuildError),
+    /// Registering as a member, or opening log storage.
+    #[error("log storage: {0}")]
+    Storage(#[from] logstore::LogError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("gRPC server: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+/// gRPC health's service name: every role serves it.
+const HEALTH: &str = "grpc.health.v1.Health";
+
+/// Binds a listener; a taken or invalid address is [`RoleError::Listen`].
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, RoleError> {
+    TcpListener::bind(addr).await.map_err(|source| RoleError::Listen { addr, source })
+}
+
+/// Told when the role drains. Cheap to clone; every background loop gets one.
+#[derive(Clone, Debug)]
+pub struct Shutdown(watch::Receiver<bool>);
+
+impl Shutdown {
+    /// Resolves once the role drains (at once if it already does).
+    pub async fn wait(mut self) {
+        // The sender gone means the role is gone: as good as a shutdown.
+        let _ = self.0.wait_for(|stop| *stop).await;
+    }
+
+    /// Whether the role drains now.
+    pub fn is_set(&self) -> bool {
+        *self.0.borrow()
+    }
+}
+
+/// Runs `cycle` every `interval` until `shutdown`, which is heard between cycles only: a
+/// cycle under way is never cut off (a compactor's claims, a cleaner's deletions).
+pub async fn every<F, Fut>(interval: Duration, shutdown: Shutdown, mut cycle: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let wait = shutdown.wait();
+    tokio::pin!(wait);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = &mut wait => return,
+        }
+        cycle().await;
+    }
+}
+
+/// Where a member registration says the role is: `advertise`, else `http://<listen>`.
+#[derive(Clone, Debug)]
+pub struct Member {
+    /// `writer`, `reader`, `catalog`: how clients find the role's members.
+    pub role: String,
+    pub id: String,
+    pub address: String,
+    /// Its zone, `*` for none.
+    pub zone: String,
+    pub lease_ttl: Duration,
+}
+
+/// A role being assembled, then served: see the crate doc.
+pub struct Role {
+    name: &'static str,
+    cluster: String,
+    grpc: Option<(SocketAddr, TcpListener)>,
+    metrics: Option<(SocketAddr, TcpListener)>,
+    meta: Arc<dyn MetadataStore>,
+    objects: Arc<dyn ObjectStore>,
+    routes: tonic::service::Routes,
+    services: Vec<String>,
+    registration: Option<logstore::membership::Registration>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    stop: watch::Sender<bool>,
+    max_streams: Option<u32>,
+}
+
+impl std::fmt::Debug for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Role")
+            .field("name", &self.name)
+            .field("grpc", &self.grpc.as_ref().map(|(a, _)| a))
+            .field("services", &self.services)
+            .field("tasks", &self.tasks.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Role {
+    /// Opens role `name` (it names the role in logs) on `node`'s stores, with its gRPC server
+    /// on `listen` (none: the role serves no gRPC, e.g. a compactor without
+    /// `maintenance.listen`) and metrics on `telemetry.metrics_listen` when set. Binds both
+    /// listeners first, then builds the object store (that makes no request, and a config it
+    /// refuses stops the role before it reaches any server), then opens the metadata store.
+    pub async fn open(
+        name: &'static str,
+        listen: Option<SocketAddr>,
+        node: &config::NodeConfig,
+    ) -> Result<Role, RoleError> {
+        let grpc = match listen {
+            Some(addr) => Some((addr, bind(addr).await?)),
+            None => None,
+        };
+        let metrics = match node.telemetry.metrics_listen {
+            Some(addr) => Some((addr, bind(addr).await?)),
+            None => None,
+        };
+        let objects = metered::metered(objstore::build(&node.object_store)?);
+        let meta = metadata::open(&node.metadata).await?;
+        let mut role = Role::from_parts(name, &node.cluster, grpc.map(|(_, l)| l), meta, objects);
+        role.metrics = metrics;
+        Ok(role)
+    }
+
+    /// A role over stores and a listener already open (tests, benchmarks): no metrics server.
+    pub fn from_parts(
+        name: &'static str,
+        cluster: &str,
+        listener: Option<TcpListener>,
+        meta: Arc<dyn MetadataStore>,
+        objects: Arc<dyn ObjectStore>,
+    ) -> Role {
+        let grpc = listener.and_then(|l| l.local_addr().ok().map(|a| (a, l)));
+        Role {
+            name,
+            cluster: cluster.to_owned(),
+            grpc,
+            metrics: None,
+            meta,
+            objects,
+            routes: tonic::service::Routes::default(),
+            services: Vec::new(),
+            registration: None,
+            tasks: Vec::new(),
+            stop: watch::channel(false).0,
+            max_streams: None,
+        }
+    }
+
+    pub fn meta(&self) -> &Arc<dyn MetadataStore> {
+        &self.meta
+    }
+
+    pub fn objects(&self) -> &Arc<dyn ObjectStore> {
+        &self.objects
+    }
+
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// Where the gRPC server listens, if the role has one.
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc.as_ref().map(|(a, _)| *a)
+    }
+
+    /// A reader over the role's stores (no caches; a role that serves reads sets its own).
+    pub fn reader(&self) -> logstore::LogReader {
+        logstore::LogReader::new(self.meta.clone(), self.objects.clone(), &self.cluster)
+    }
+
+    /// The process's metrics registry (served on `telemetry.metrics_listen`).
+    pub fn metrics(&self) -> &'static telemetry::Metrics {
+        telemetry::Metrics::global()
+    }
+
+    /// A handle that resolves when the role drains, for work the role starts itself.
+    pub fn shutdown(&self) -> Shutdown {
+        Shutdown(self.stop.subscribe())
+    }
+
+    /// Adds a gRPC service on the role's port; gRPC health reports it by name. A service of a
+    /// name already served (health is the runner's own) is left out with an error logged: two
+    /// routes for one name would fail the server when it starts.
+    pub fn add_service<S>(&mut self, svc: S)
+    where
+        S: tower_like::GrpcService,
+    {
+        if S::NAME == HEALTH || self.services.iter().any(|s| s == S::NAME) {
+            tracing::error!(
+                role = self.name,
+                service = S::NAME,
+                "served twice; the second left out"
+            );
+            return;
+        }
+        self.services.push(S::NAME.to_owned());
+        self.routes = std::mem::take(&mut self.routes).add_service(svc);
+    }
+
+    /// Caps concurrent requests per client connection (HTTP/2 makes clients wait beyond).
+    pub fn limit_streams_per_connection(&mut self, n: u32) {
+        self.max_streams = Some(n);
+    }
+
+    /// Registers the role as a member under a lease, kept alive until the role stops.
+    pub async fn register(&mut self, m: Member) -> Result<(), RoleError> {
+        let record = logstore::records::MemberRecord {
+            id: m.id,
+            role: m.role,
+            address: m.address,
+            zone: m.zone,
+        };
+        let r =
+            logstore::membership::register(self.meta.clone(), &self.cluster, record, m.lease_ttl)
+                .await?;
+        self.registration = Some(r);
+        Ok(())
+    }
+
+    /// Runs `work` in the background until the role drains: it gets a [`Shutdown`] and the
+    /// drain waits for it to return (a loop hears the shutdown between cycles, so a cycle
+    /// under way finishes).
+    pub fn spawn<F, Fut>(&mut self, work: F)
+    where
+        F: FnOnce(Shutdown) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let task = tokio::spawn(work(self.shutdown()));
+        self.tasks.push(task);
+    }
+
+    /// Serves until `signal`, then drains (crate doc) and runs `drain` before the connections
+    /// close; returns once everything stopped and the registration is revoked.
+    pub async fn serve(
+        self,
+        signal: impl Future<Output = ()> + Send,
+        drain: impl Future<Output = ()> + Send,
+    ) -> Result<(), RoleError> {
+        let Role { name, grpc, metrics, meta, objects, routes, services, registration, .. } = self;
+        let (stop, tasks) = (self.stop, self.tasks);
+        let metrics = metrics.map(|(addr, listener)| {
+            tracing::info!(%addr, "metrics on /metrics");
+            tokio::spawn(async move {
+                let served = telemetry::serve_metrics(
+                    telemetry::Metrics::global().clone(),
+                    listener,
+                    std::future::pending(),
+                );
+                if let Err(e) = served.await {
+                    tracing::error!(error = %e, %addr, "metrics server stopped");
+                }
+            })
+        });
+        let (reporter, health_service) = tonic_health::server::health_reporter();
+        let follow = health::follow_stores(reporter.clone(), services.clone(), meta, objects).await;
+        let drained = async move {
+            signal.await;
+            follow.abort();
+            for s in std::iter::once("").chain(services.iter().map(String::as_str)) {
+                reporter.set_service_status(s, tonic_health::ServingStatus::NotServing).await;
+            }
+            let start = std::time::Instant::now();
+            let _ = stop.send(true);
+            for t in tasks {
+                if let Err(e) = t.await {
+                    tracing::error!(error = %e, "a background task of the role failed");
+                }
+            }
+            drain.await;
+            tracing::info!(role = name, took = ?start.elapsed(), "drained");
+        };
+        let served = match grpc {
+            Some((addr, listener)) => {
+                tracing::info!(role = name, %addr, "gRPC serving");
+                tonic::transport::Server::builder()
+                    .layer(telemetry::GrpcServerLayer::global())
+                    .max_concurrent_streams(self.max_streams)
+                    .add_routes(routes.add_service(health_service))
+                    .serve_with_incoming_shutdown(
+                        tonic::transport::server::TcpIncoming::from(listener),
+                        drained,
+                    )
+                    .await
+            }
+            None => {
+                drained.await;
+                Ok(())
+            }
+        };
+        if let Some(r) = registration {
+            r.close().await;
+        }
+        if let Some(m) = metrics {
+            m.abort();
+        }
+        Ok(served?)
+    }
+}
+
+/// The bound of [`Role::add_service`]: a generated tonic server.
+pub mod tower_like {
+    use super::Infallible;
+
+    /// A tonic-generated gRPC server (`FooServiceServer<T>`).
+    pub trait GrpcService:
+        tonic::codegen::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + tonic::server::NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static
+    {
+    }
+
+    impl<S> GrpcService for S where
+        S: tonic::codegen::Service<
+                http::Request<tonic::body::Body>,
+                Response = http::Response<tonic::body::Body>,
+                Error = Infallible,
+                Future: Send + 'static,
+            > + tonic::server::NamedService
+            + Clone
+            + Send
+            + Sync
+            + 'static
+    {
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    async fn role(dir: &std::path::Path, listen: bool) -> Result<Role, Box<dyn std::error::Error>> {
+        let meta = metadata::open(&config::MetadataConfig::Embedded(config::EmbeddedConfig {
+            path: dir.join("meta.redb"),
+        }))
+        .await?;
+        let objects =
+            objstore::build(&config::ObjectStoreConfig::Local(config::LocalStoreConfig {
+                path: dir.join("objects"),
+            }))?;
+        let listener = match listen {
+            true => Some(TcpListener::bind("127.0.0.1:0").await?),
+            false => None,
+        };
+        Ok(Role::from_parts("test", "role-test", listener, meta, objects))
+    }
+
+    #[tokio::test]
+    async fn the_drain_waits_for_every_loop_then_the_roles_own_drain_then_revokes_the_lease()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let mut role = role(dir.path(), false).await?;
+        role.register(Member {
+            role: "tester".to_owned(),
+            id: "t1".to_owned(),
+            address: "http://127.0.0.1:1".to_owned(),
+            zone: "*".to_owned(),
+            lease_ttl: Duration::from_secs(30),
+        })
+        .await?;
+        let meta = role.meta().clone();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        for n in 0..2 {
+            let order = order.clone();
+            role.spawn(move |shutdown| async move {
+                shutdown.wait().await;
+                // A cycle under way when the signal came: it finishes first.
+                tokio::time::sleep(Duration::from_millis(100 * (n + 1))).await;
+                order.lock().unwrap_or_else(|e| e.into_inner()).push(format!("loop {n}"));
+            });
+        }
+        let early = role.shutdown();
+        assert!(!early.is_set());
+        let (signal, signalled) = tokio::sync::oneshot::channel::<()>();
+        let drained = order.clone();
+        let served = tokio::spawn(role.serve(
+            async move {
+                let _ = signalled.await;
+            },
+            async move {
+                drained.lock().unwrap_or_else(|e| e.into_inner()).push("drain".to_owned());
+            },
+        ));
+        let (live, _) =
+            logstore::membership::live_members(meta.as_ref(), "role-test", "tester").await?;
+        assert_eq!(live.len(), 1, "registered while serving");
+        let _ = signal.send(());
+        served.await??;
+        assert!(early.is_set());
+        let order = order.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        assert_eq!(order, ["loop 0", "loop 1", "drain"]);
+        let (live, _) =
+            logstore::membership::live_members(meta.as_ref(), "role-test", "tester").await?;
+        assert!(live.is_empty(), "the lease outlived the role: {live:?}");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_role_serves_health_following_the_stores_and_not_serving_once_it_drains()
+    -> Result<(), Box<dyn std::error::Error>> {
+        use tonic_health::pb::health_check_response::ServingStatus;
+        use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+        let dir = tempfile::tempdir()?;
+        let mut role = role(dir.path(), true).await?;
+        let addr = role.grpc_addr().ok_or("no address")?;
+        // A second health service (or any name served twice) is left out, not a server that
+        // fails to start.
+        let (_, extra) = tonic_health::server::health_reporter();
+        role.add_service(extra);
+        let (hold, held) = tokio::sync::oneshot::channel::<()>();
+        role.spawn(move |shutdown| async move {
+            shutdown.wait().await;
+            let _ = held.await; // the drain stays open until the test lets it go
+        });
+        let (signal, signalled) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(role.serve(
+            async move {
+                let _ = signalled.await;
+            },
+            async {},
+        ));
+        let mut health = HealthClient::new(
+            tonic::transport::Channel::from_shared(format!("http://{addr}"))?.connect().await?,
+        );
+        let status = |s: &str| HealthCheckRequest { service: s.to_owned() };
+        let start = std::time::Instant::now();
+        while health.check(status("")).await?.into_inner().status != ServingStatus::Serving as i32 {
+            assert!(start.elapsed() < Duration::from_secs(10), "never SERVING");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = signal.send(());
+        let start = std::time::Instant::now();
+        while health.check(status("")).await?.into_inner().status
+            != ServingStatus::NotServing as i32
+        {
+            assert!(start.elapsed() < Duration::from_secs(10), "still SERVING while draining");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = hold.send(());
+        served.await??;
+        Ok(())
+    }
+}
