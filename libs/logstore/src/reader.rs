@@ -28,6 +28,8 @@ const PARALLEL_FETCHES: usize = 16;
 
 /// Index pages a scan lists with one metadata read.
 const PAGES_PER_READ: i64 = 16;
+/// Listings of one index window a read makes while compactions keep swapping its pages.
+const RELISTS: usize = 4;
 
 /// Index pages by (log, first offset), with the mod_revision of the key they were read from:
 /// the compaction swap overwrites a page's key, so a cached page serves only a listing that
@@ -449,12 +451,12 @@ impl LogReader {
         let (mut records, mut bytes, mut entries) = (0u64, 0u64, 0usize);
         let mut offset = start;
         let mut batch =
-            if start < hw { self.locators_listed(&snap, start, listed).await? } else { Vec::new() };
+            if start < hw { self.window(&snap, start, listed).await? } else { Vec::new() };
         'plan: while offset < hw {
             if batch.is_empty() {
                 let listed =
                     self.meta.txn(Txn::new().and_then(self.page_reads(log, offset))).await?;
-                batch = self.locators_listed(&snap, offset, listed.results).await?;
+                batch = self.window(&snap, offset, listed.results).await?;
             }
             if batch.is_empty() {
                 return Err(LogError::Corrupt(format!(
@@ -484,10 +486,14 @@ impl LogReader {
                 .try_collect()
                 .await?;
         let (mut out, mut records, mut bytes) = (Vec::new(), 0u64, 0u64);
+        // A run listed after a compaction may be a segment that also holds entries planned
+        // from the WAL before it: each entry is returned once, in offset order.
+        let mut next = start;
         for e in runs.into_iter().flatten() {
-            if e.header.end_offset() <= start {
+            if e.header.end_offset() <= next {
                 continue;
             }
+            next = e.header.end_offset();
             let full = records + u64::from(e.header.record_count) > max_records
                 || bytes + e.header.entry_size > max_bytes
                 || out.len() >= max_entries;
@@ -514,17 +520,40 @@ impl LogReader {
         ]
     }
 
+    /// [`Self::locators_listed`] for a window of the index [`Self::page_reads`] listed,
+    /// listed again (at the newer revision) while a listed page vanished before its value was
+    /// read: a compaction swapped the pages between the two reads.
+    async fn window(
+        &self,
+        snap: &Snapshot,
+        offset: u64,
+        mut listed: Vec<OpResult>,
+    ) -> Result<Vec<Locator>, LogError> {
+        for _ in 0..RELISTS {
+            if let Some(locators) = self.locators_listed(snap, offset, listed).await? {
+                return Ok(locators);
+            }
+            let again = self.meta.txn(Txn::new().and_then(self.page_reads(snap.log, offset)));
+            listed = again.await?.results;
+        }
+        Err(LogError::unavailable(format!(
+            "the index of log {} changed under {RELISTS} listings at offset {offset}; retry",
+            snap.log
+        )))
+    }
+
     /// The locators from the one holding `offset` on, as far as they run without a gap: those
     /// of the pages [`Self::page_reads`] listed (cached ones from the cache, the others in one
-    /// range read), then the snapshot head's recent ones. Empty if none holds `offset`.
+    /// range read), then the snapshot head's recent ones. Empty if none holds `offset`; `None`
+    /// if a listed page was gone when its value was read (list again).
     async fn locators_listed(
         &self,
         snap: &Snapshot,
         offset: u64,
         listed: Vec<OpResult>,
-    ) -> Result<Vec<Locator>, LogError> {
+    ) -> Result<Option<Vec<Locator>>, LogError> {
         if let Some(i) = snap.head.recent.iter().position(|l| l.contains(offset)) {
-            return Ok(snap.head.recent[i..].to_vec());
+            return Ok(Some(snap.head.recent[i..].to_vec()));
         }
         let mut keys: Vec<metadata::KeyValue> = Vec::new();
         for r in listed {
@@ -553,6 +582,9 @@ impl LogReader {
                 let Some(i) = keys.iter().position(|k| k.key == kv.key) else { continue };
                 pages[i] = Some(self.cache_page(snap.log, first_of(&kv.key)?, &kv)?);
             }
+            if missing.iter().any(|i| pages[*i].is_none()) {
+                return Ok(None);
+            }
         }
         let listed = pages.iter().flatten().flat_map(|p| p.locators.iter());
         let mut out: Vec<Locator> = Vec::new();
@@ -566,7 +598,7 @@ impl LogReader {
                 Some(_) => break,
             }
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
     /// Reads entries where `indexes` say they are, without resolving offsets again. Adjacent

@@ -28,6 +28,7 @@ both_envs!(
     a_slow_reader_racing_compaction_and_the_cleaner_still_reads_every_offset,
     a_writer_that_lost_its_lease_mid_upload_leaves_no_dangling_reference,
     a_compactor_killed_at_each_step_leaves_the_data_readable_and_no_orphan_after_two_cycles,
+    a_read_whose_index_pages_are_compacted_under_it_returns_every_entry_once,
 );
 
 fn payload(i: u64) -> Bytes {
@@ -607,6 +608,48 @@ async fn a_compactor_killed_at_each_step_leaves_the_data_readable_and_no_orphan_
         );
         ensure!(all(&w, log).await? == before);
     }
+    w.shutdown().await;
+    Ok(())
+}
+
+/// A long read lists the index a page window at a time, keys first, then the pages' values.
+/// A compaction landing between the two (it replaces the listed pages by one page below them)
+/// must not make the read report corruption, nor return entries twice.
+async fn a_read_whose_index_pages_are_compacted_under_it_returns_every_entry_once(
+    env: Env,
+) -> Result<()> {
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    fill(&w, log, 200).await?; // 25 pages of 8; one window lists 17 of them
+    let before = all(&w, log).await?;
+    let faulty = crate::faulty_meta::FaultyMeta::new(env.meta.clone());
+    let reader = logstore::LogReader::new(faulty.clone(), env.objects.clone(), &env.cluster);
+    let (c, _) = compactor(&env, "c1").await?;
+    let compacted = Arc::new(std::sync::Mutex::new(None));
+    let hook: crate::faulty_meta::GetHook = {
+        let (c, compacted) = (c.clone(), compacted.clone());
+        Arc::new(move || {
+            let (c, compacted) = (c.clone(), compacted.clone());
+            Box::pin(async move {
+                let done = c.compact_log(log).await;
+                *compacted.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("{done:?}"));
+            })
+        })
+    };
+    // The second window's listing (from offset 136, where the first window of 17 pages
+    // ends): its keys are read, then the compaction runs, then its pages' values are read.
+    let mut second = logstore::keys::Keys::new(&env.cluster).index_page(log, 136);
+    second.push(0);
+    *faulty.after_read.lock().unwrap_or_else(|e| e.into_inner()) = Some((second, hook));
+    let got = reader.read_entries(log, 0, 1000, u64::MAX).await?;
+    let done = compacted.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    ensure!(
+        done.as_deref().is_some_and(|d| d.starts_with("Ok(Ok(")),
+        "no compaction ran: {done:?}"
+    );
+    let offsets: Vec<u64> = got.iter().map(|e| e.header.offset).collect();
+    ensure!(offsets == (0..200).collect::<Vec<_>>(), "offsets read: {offsets:?}");
+    ensure!(got.iter().all(|e| before.get(&e.header.offset) == Some(&e.payload)));
     w.shutdown().await;
     Ok(())
 }
