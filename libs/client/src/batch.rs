@@ -1,19 +1,16 @@
-//! The record-batch encoding: what the SDK and CLI put in an entry's payload (ARCHITECTURE
-//! §5b). Storage treats payloads as opaque; this format gives records keys, headers and
-//! timestamps, and a checksum of its own.
+//! The records of a stream's entries (ARCHITECTURE §5b): each entry is one Kafka
+//! RecordBatch v2 (the `recordbatch` crate), what Kafka clients produce and consume too, so a
+//! record sent by the SDK or `lakelog produce` reads back in kcat and the other way round.
+//! [`encode`] writes an uncompressed batch (a record without a timestamp gets the time of
+//! encoding); [`decode`] reads one, and still reads the payloads of Lakelog's first record
+//! format (version byte 1), which earlier releases wrote.
 //!
-//! ```text
-//! batch   := version:u8 (=1) record_count:u32 crc:u32 record*      crc = CRC32C(record*)
-//! record  := flags:u8 [key_len:u32 key] [timestamp_ms:i64] header_count:u16 header*
-//!            value_len:u32 value                 flags: bit 0 key present, bit 1 timestamp
-//! header  := name_len:u16 name value_len:u32 value
-//! ```
-//! Little-endian. Every length is checked against the bytes present before anything is
-//! allocated; a batch that fails its checksum or ends early is an error, never records.
+//! Kafka's null value and null header values read as empty bytes here.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 
-const VERSION: u8 = 1;
+/// The version byte of the first format (before RecordBatch v2).
+const V1: u8 = 1;
 
 /// One record.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -31,20 +28,68 @@ impl Record {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BatchError {
-    #[error("record batch: {0}")]
-    Corrupt(String),
-    #[error("record batch: {0}")]
-    TooLarge(String),
-}
+pub use recordbatch::BatchError;
 
+#[cfg(test)]
 fn too_large(what: &str, n: usize) -> BatchError {
     BatchError::TooLarge(format!("{what} of {n} bytes is too large"))
 }
 
-/// Encodes records into one payload.
+/// Encodes records as one Kafka RecordBatch v2 (uncompressed, not idempotent).
 pub fn encode(records: &[Record]) -> Result<Bytes, BatchError> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let records: Vec<recordbatch::Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| recordbatch::Record {
+            offset_delta: i as u32,
+            timestamp_ms: r.timestamp_ms.unwrap_or(now),
+            key: r.key.clone(),
+            value: Some(r.value.clone()),
+            headers: r
+                .headers
+                .iter()
+                .map(|(k, v)| (Bytes::copy_from_slice(k.as_bytes()), Some(v.clone())))
+                .collect(),
+        })
+        .collect();
+    recordbatch::encode(&records, recordbatch::ProducerFields::NONE)
+}
+
+/// Decodes an entry's payload into its records, in offset order.
+pub fn decode(payload: &Bytes) -> Result<Vec<Record>, BatchError> {
+    if payload.first() == Some(&V1) {
+        return decode_v1(payload);
+    }
+    let (_, records) = recordbatch::decode(payload)?;
+    records
+        .into_iter()
+        .map(|r| {
+            let headers = r
+                .headers
+                .into_iter()
+                .map(|(k, v)| {
+                    let name = String::from_utf8(k.to_vec())
+                        .map_err(|_| BatchError::Corrupt("a header key is not UTF-8".to_owned()))?;
+                    Ok((name, v.unwrap_or_default()))
+                })
+                .collect::<Result<_, BatchError>>()?;
+            Ok(Record {
+                key: r.key,
+                timestamp_ms: Some(r.timestamp_ms),
+                headers,
+                value: r.value.unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+/// Encodes records in the first format (tests of the reading of old payloads).
+#[cfg(test)]
+fn encode_v1(records: &[Record]) -> Result<Bytes, BatchError> {
+    use bytes::{BufMut, BytesMut};
     let mut body = BytesMut::new();
     for r in records {
         let flags = u8::from(r.key.is_some()) | (u8::from(r.timestamp_ms.is_some()) << 1);
@@ -76,7 +121,7 @@ pub fn encode(records: &[Record]) -> Result<Bytes, BatchError> {
         body.put_slice(&r.value);
     }
     let mut out = BytesMut::with_capacity(body.len() + 9);
-    out.put_u8(VERSION);
+    out.put_u8(V1);
     out.put_u32_le(u32::try_from(records.len()).map_err(|_| too_large("batch", records.len()))?);
     out.put_u32_le(crc32c::crc32c(&body));
     out.put_slice(&body);
@@ -108,11 +153,11 @@ impl Cursor {
     }
 }
 
-/// Decodes a payload into records.
-pub fn decode(payload: &Bytes) -> Result<Vec<Record>, BatchError> {
+/// Decodes a payload of the first format.
+fn decode_v1(payload: &Bytes) -> Result<Vec<Record>, BatchError> {
     let mut c = Cursor { b: payload.clone(), at: 0 };
     let [version] = c.array::<1>()?;
-    if version != VERSION {
+    if version != V1 {
         return Err(BatchError::Corrupt(format!("unknown version {version}")));
     }
     let count = u32::from_le_bytes(c.array()?) as usize;
@@ -160,7 +205,7 @@ mod tests {
     fn record() -> impl Strategy<Value = Record> {
         (
             proptest::option::of(proptest::collection::vec(any::<u8>(), 0..8)),
-            proptest::option::of(any::<i64>()),
+            any::<i64>(),
             proptest::collection::vec(
                 ("[a-z]{0,5}", proptest::collection::vec(any::<u8>(), 0..5)),
                 0..3,
@@ -169,7 +214,7 @@ mod tests {
         )
             .prop_map(|(k, ts, h, v)| Record {
                 key: k.map(Bytes::from),
-                timestamp_ms: ts,
+                timestamp_ms: Some(ts),
                 headers: h.into_iter().map(|(n, v)| (n, Bytes::from(v))).collect(),
                 value: Bytes::from(v),
             })
@@ -177,16 +222,22 @@ mod tests {
 
     proptest! {
         #[test]
-        fn batches_round_trip(records in proptest::collection::vec(record(), 0..6)) {
+        fn batches_round_trip_as_kafka_record_batches(records in proptest::collection::vec(record(), 1..6)) {
             let b = encode(&records)?;
+            prop_assert!(recordbatch::validate(&b).is_ok());
             prop_assert_eq!(decode(&b)?, records);
         }
 
         #[test]
-        fn flipped_bits_and_truncation_are_errors(records in proptest::collection::vec(record(), 1..4), at in any::<prop::sample::Index>(), bit in 0u8..8) {
-            let b = encode(&records)?;
+        fn payloads_of_the_first_format_still_read(records in proptest::collection::vec(record(), 0..6)) {
+            prop_assert_eq!(decode(&encode_v1(&records)?)?, records);
+        }
+
+        #[test]
+        fn flipped_bits_and_truncation_of_the_first_format_are_errors(records in proptest::collection::vec(record(), 1..4), at in any::<prop::sample::Index>(), bit in 0u8..8) {
+            let b = encode_v1(&records)?;
             let mut bad = b.to_vec();
-            let i = at.index(bad.len());
+            let i = 1 + at.index(bad.len() - 1);
             bad[i] ^= 1 << bit;
             prop_assert!(decode(&Bytes::from(bad)).is_err());
             prop_assert!(decode(&b.slice(..at.index(b.len()))).is_err());
@@ -194,8 +245,20 @@ mod tests {
     }
 
     #[test]
+    fn a_record_without_a_timestamp_gets_the_time_of_encoding() -> Result<(), BatchError> {
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let got = decode(&encode(&[Record::value("v")])?)?;
+        let ts = got[0].timestamp_ms.unwrap_or(0);
+        assert!(ts >= before && ts < before + 60_000, "{ts} vs {before}");
+        assert!(encode(&[]).is_err(), "a batch holds at least one record");
+        Ok(())
+    }
+
+    #[test]
     fn hostile_count_does_not_allocate_and_fails() {
-        let mut b = vec![VERSION];
+        let mut b = vec![V1];
         b.extend_from_slice(&u32::MAX.to_le_bytes());
         b.extend_from_slice(&crc32c::crc32c(&[]).to_le_bytes());
         assert!(decode(&Bytes::from(b)).is_err());

@@ -8,7 +8,7 @@
 //! - [`LogClient`]: one writer's (or reader's) LogService, by log id, with cursors;
 //! - [`ReaderPool`]: reads round-robin over read-only readers, failing over between them;
 //! - [`CompactorClient`], [`CleanerClient`]: a running maintenance role's status, a cycle now;
-//! - [`batch`]: the record-batch encoding entries carry (ARCHITECTURE §5b).
+//! - [`batch`]: records to and from entries: one Kafka RecordBatch v2 each (ARCHITECTURE §5b).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), client::ClientError> {
@@ -27,7 +27,7 @@
 //! # }
 //! ```
 //!
-//! Depends on `proto` and `routing` (plus tokio and tonic).
+//! Depends on `proto`, `routing`, `codes` and `recordbatch` (plus tokio and tonic).
 
 pub mod batch;
 mod consumer;

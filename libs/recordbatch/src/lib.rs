@@ -1,0 +1,446 @@
+//! Kafka RecordBatch v2: the one record format of a stream's entries (ARCHITECTURE §5b). An
+//! entry is one batch, stored as its producer sent it; the Kafka listener, the Rust SDK and the
+//! CLI write and read it, so every client sees every record.
+//!
+//! ```text
+//! batch  := base_offset:i64 batch_length:i32 partition_leader_epoch:i32 magic:i8 (=2)
+//!           crc:u32 attributes:i16 last_offset_delta:i32 base_timestamp:i64
+//!           max_timestamp:i64 producer_id:i64 producer_epoch:i16 base_sequence:i32
+//!           record_count:i32 record*              (big-endian; crc = CRC-32C(attributes..end))
+//! record := length:varint attributes:i8 timestamp_delta:varlong offset_delta:varint
+//!           key_length:varint key value_length:varint value header_count:varint header*
+//! header := key_length:varint key value_length:varint value       (lengths -1: null)
+//! ```
+//! Varints are zigzag (Kafka's). `base_offset` and `partition_leader_epoch` lie outside the
+//! CRC: a server writes the assigned offset in without re-encoding ([`set_base_offset`]).
+//!
+//! Untrusted input: every length and count is checked against the bytes present before
+//! anything is allocated; a batch whose CRC, lengths or counts disagree is an error, never
+//! records. Compressed batches are recognised ([`Compression`]); decoding their records is
+//! not built yet (an error says so).
+//!
+//! Depends on nothing of Lakelog's.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// Bytes of the batch header, up to and including the record count.
+pub const HEADER_LEN: usize = 61;
+/// Offset of the first byte the CRC covers (attributes).
+const CRC_FROM: usize = 21;
+/// The only magic this format has.
+pub const MAGIC: i8 = 2;
+/// The smallest record: length, attributes, timestamp delta, offset delta, key length,
+/// value length, header count, one byte each.
+const MIN_RECORD: usize = 7;
+
+/// Why bytes are not a valid batch.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    #[error("record batch: {0}")]
+    Corrupt(String),
+    #[error("record batch: {0}")]
+    Unsupported(String),
+    #[error("record batch: {0}")]
+    TooLarge(String),
+}
+
+fn corrupt(m: impl Into<String>) -> BatchError {
+    BatchError::Corrupt(m.into())
+}
+
+/// How the records of a batch are compressed (attributes bits 0–2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+impl Compression {
+    fn from_attributes(a: i16) -> Result<Self, BatchError> {
+        Ok(match a & 0x7 {
+            0 => Compression::None,
+            1 => Compression::Gzip,
+            2 => Compression::Snappy,
+            3 => Compression::Lz4,
+            4 => Compression::Zstd,
+            n => return Err(corrupt(format!("unknown compression codec {n}"))),
+        })
+    }
+}
+
+/// The producer fields of a batch: id, epoch and first sequence (-1 each: not idempotent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerFields {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+}
+
+impl ProducerFields {
+    /// A producer that is not idempotent.
+    pub const NONE: ProducerFields =
+        ProducerFields { producer_id: -1, producer_epoch: -1, base_sequence: -1 };
+}
+
+/// A batch's header, read without touching its records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    /// Bytes after this field: the batch is `batch_length + 12` bytes.
+    pub batch_length: i32,
+    pub partition_leader_epoch: i32,
+    pub magic: i8,
+    pub crc: u32,
+    pub attributes: i16,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub producer: ProducerFields,
+    pub record_count: i32,
+}
+
+impl BatchHeader {
+    /// Reads the header of `b` (at least [`HEADER_LEN`] bytes; magic 2).
+    pub fn parse(b: &[u8]) -> Result<BatchHeader, BatchError> {
+        if b.len() < HEADER_LEN {
+            return Err(corrupt(format!(
+                "{} bytes, shorter than a header ({HEADER_LEN})",
+                b.len()
+            )));
+        }
+        let i16_at = |at: usize| i16::from_be_bytes([b[at], b[at + 1]]);
+        let i32_at = |at: usize| i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let i64_at = |at: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[at..at + 8]);
+            i64::from_be_bytes(a)
+        };
+        let magic = b[16] as i8;
+        if magic != MAGIC {
+            return Err(BatchError::Unsupported(format!(
+                "magic {magic}: only RecordBatch v2 (magic 2) is supported"
+            )));
+        }
+        Ok(BatchHeader {
+            base_offset: i64_at(0),
+            batch_length: i32_at(8),
+            partition_leader_epoch: i32_at(12),
+            magic,
+            crc: u32::from_be_bytes([b[17], b[18], b[19], b[20]]),
+            attributes: i16_at(21),
+            last_offset_delta: i32_at(23),
+            base_timestamp: i64_at(27),
+            max_timestamp: i64_at(35),
+            producer: ProducerFields {
+                producer_id: i64_at(43),
+                producer_epoch: i16_at(51),
+                base_sequence: i32_at(53),
+            },
+            record_count: i32_at(57),
+        })
+    }
+
+    pub fn compression(&self) -> Result<Compression, BatchError> {
+        Compression::from_attributes(self.attributes)
+    }
+
+    /// Timestamps are the broker's append time (bit 3), not the producer's create time.
+    pub fn log_append_time(&self) -> bool {
+        self.attributes & 0x8 != 0
+    }
+
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & 0x10 != 0
+    }
+
+    pub fn is_control(&self) -> bool {
+        self.attributes & 0x20 != 0
+    }
+
+    /// The last sequence of an idempotent batch (Kafka's wrap at i32::MAX).
+    pub fn last_sequence(&self) -> i32 {
+        let base = self.producer.base_sequence;
+        if base < 0 {
+            return base;
+        }
+        let last = i64::from(base) + i64::from(self.last_offset_delta);
+        if last > i64::from(i32::MAX) {
+            (last - i64::from(i32::MAX) - 1) as i32
+        } else {
+            last as i32
+        }
+    }
+}
+
+/// Checks a whole batch as it came off the wire: its length, magic, CRC, and record count
+/// (= last_offset_delta + 1, at least 1); for an uncompressed batch also that its records
+/// parse and fill it exactly. Returns its header.
+pub fn validate(b: &[u8]) -> Result<BatchHeader, BatchError> {
+    let h = BatchHeader::parse(b)?;
+    let total = usize::try_from(h.batch_length).ok().and_then(|n| n.checked_add(12));
+    if total != Some(b.len()) {
+        return Err(corrupt(format!(
+            "batch_length {} does not match the {} bytes present",
+            h.batch_length,
+            b.len()
+        )));
+    }
+    if crc32c::crc32c(&b[CRC_FROM..]) != h.crc {
+        return Err(corrupt("CRC mismatch"));
+    }
+    if h.record_count < 1 || i64::from(h.record_count) != i64::from(h.last_offset_delta) + 1 {
+        return Err(corrupt(format!(
+            "record count {} does not match last_offset_delta {}",
+            h.record_count, h.last_offset_delta
+        )));
+    }
+    if h.compression()? == Compression::None {
+        records_of(&h, &b[HEADER_LEN..], |_| Ok(()))?;
+    }
+    Ok(h)
+}
+
+/// Writes `offset` as the batch's base offset (outside the CRC: nothing else changes).
+pub fn set_base_offset(b: &mut [u8], offset: i64) -> Result<(), BatchError> {
+    if b.len() < HEADER_LEN {
+        return Err(corrupt("shorter than a header"));
+    }
+    b[..8].copy_from_slice(&offset.to_be_bytes());
+    Ok(())
+}
+
+/// One record of a batch, its timestamp and offset made absolute against the batch's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Record {
+    /// Its offset within the batch (0 for the first).
+    pub offset_delta: u32,
+    pub timestamp_ms: i64,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(Bytes, Option<Bytes>)>,
+}
+
+/// Reads a batch's records (validating it first).
+pub fn decode(b: &Bytes) -> Result<(BatchHeader, Vec<Record>), BatchError> {
+    let h = validate(b)?;
+    match h.compression()? {
+        Compression::None => {}
+        c => {
+            return Err(BatchError::Unsupported(format!(
+                "{c:?}-compressed batches are not decoded yet"
+            )));
+        }
+    }
+    let body = b.slice(HEADER_LEN..);
+    // validate() walked the records: the count is what the bytes hold.
+    let mut out = Vec::with_capacity(h.record_count as usize);
+    records_of(&h, &body, |r| {
+        out.push(Record {
+            offset_delta: r.offset_delta,
+            timestamp_ms: h.base_timestamp.wrapping_add(r.timestamp_delta),
+            key: r.key.map(|(a, z)| body.slice(a..z)),
+            value: r.value.map(|(a, z)| body.slice(a..z)),
+            headers: r
+                .headers
+                .iter()
+                .map(|(k, v)| (body.slice(k.0..k.1), v.map(|(a, z)| body.slice(a..z))))
+                .collect(),
+        });
+        Ok(())
+    })?;
+    Ok((h, out))
+}
+
+/// A field's place in the records' bytes: `[start, end)`.
+type Span = (usize, usize);
+
+/// A record's fields as spans of the records' bytes.
+struct RawRecord {
+    offset_delta: u32,
+    timestamp_delta: i64,
+    key: Option<Span>,
+    value: Option<Span>,
+    headers: Vec<(Span, Option<Span>)>,
+}
+
+/// Walks the records of an uncompressed batch: each must fit its length, their offset deltas
+/// run 0, 1, 2…, and they fill `body` exactly.
+fn records_of(
+    h: &BatchHeader,
+    body: &[u8],
+    mut each: impl FnMut(RawRecord) -> Result<(), BatchError>,
+) -> Result<(), BatchError> {
+    let count = usize::try_from(h.record_count).map_err(|_| corrupt("negative record count"))?;
+    if count > body.len() / MIN_RECORD {
+        return Err(corrupt(format!("{count} records cannot fit in {} bytes", body.len())));
+    }
+    let mut c = Reader { b: body, at: 0 };
+    for i in 0..count {
+        let len = c.length("record length")?.ok_or_else(|| corrupt("null record length"))?;
+        let end = c.at + len;
+        let [_attributes] = c.array::<1>()?;
+        let timestamp_delta = c.varlong()?;
+        let offset_delta = c.varint()?;
+        if i64::from(offset_delta) != i as i64 {
+            return Err(corrupt(format!("record {i} has offset delta {offset_delta}")));
+        }
+        let key = c.nullable("key")?;
+        let value = c.nullable("value")?;
+        let n = c.length("header count")?.ok_or_else(|| corrupt("null header count"))?;
+        if n > (end - c.at.min(end)) / 2 {
+            return Err(corrupt(format!("{n} headers cannot fit in record {i}")));
+        }
+        let mut headers = Vec::with_capacity(n);
+        for _ in 0..n {
+            let k = c.nullable("header key")?.ok_or_else(|| corrupt("null header key"))?;
+            headers.push((k, c.nullable("header value")?));
+        }
+        if c.at != end {
+            return Err(corrupt(format!("record {i} is not its length ({len} bytes)")));
+        }
+        each(RawRecord {
+            offset_delta: offset_delta as u32,
+            timestamp_delta,
+            key,
+            value,
+            headers,
+        })?;
+    }
+    if c.at != body.len() {
+        return Err(corrupt(format!("{} bytes after the last record", body.len() - c.at)));
+    }
+    Ok(())
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], BatchError> {
+        let s = self.b.get(self.at..self.at + N).ok_or_else(|| corrupt("ends early"))?;
+        self.at += N;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+
+    fn varlong(&mut self) -> Result<i64, BatchError> {
+        let mut v: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let [byte] = self.array::<1>()?;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(((v >> 1) as i64) ^ -((v & 1) as i64));
+            }
+        }
+        Err(corrupt("varint longer than 10 bytes"))
+    }
+
+    fn varint(&mut self) -> Result<i32, BatchError> {
+        i32::try_from(self.varlong()?).map_err(|_| corrupt("varint out of range"))
+    }
+
+    /// A length: -1 is null; others must fit in the bytes left.
+    fn length(&mut self, what: &str) -> Result<Option<usize>, BatchError> {
+        match self.varint()? {
+            -1 => Ok(None),
+            n if n < 0 => Err(corrupt(format!("{what} {n}"))),
+            n => {
+                let n = n as usize;
+                if n > self.b.len() - self.at {
+                    return Err(corrupt(format!("{what} {n} past the end")));
+                }
+                Ok(Some(n))
+            }
+        }
+    }
+
+    /// A length-prefixed field, as a range.
+    fn nullable(&mut self, what: &str) -> Result<Option<Span>, BatchError> {
+        Ok(self.length(what)?.map(|n| {
+            let r = (self.at, self.at + n);
+            self.at += n;
+            r
+        }))
+    }
+}
+
+fn put_varlong(out: &mut BytesMut, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        out.put_u8((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.put_u8(z as u8);
+}
+
+fn put_bytes(out: &mut BytesMut, b: Option<&[u8]>) -> Result<(), BatchError> {
+    match b {
+        None => put_varlong(out, -1),
+        Some(b) => {
+            let n = i32::try_from(b.len())
+                .map_err(|_| BatchError::TooLarge(format!("a field of {} bytes", b.len())))?;
+            put_varlong(out, i64::from(n));
+            out.put_slice(b);
+        }
+    }
+    Ok(())
+}
+
+/// Encodes `records` as one uncompressed batch at base offset 0 (their offset deltas are
+/// their positions; their timestamps are kept). At least one record.
+pub fn encode(records: &[Record], producer: ProducerFields) -> Result<Bytes, BatchError> {
+    let Some(first) = records.first() else {
+        return Err(corrupt("a batch holds at least one record"));
+    };
+    let count = i32::try_from(records.len())
+        .map_err(|_| BatchError::TooLarge(format!("{} records", records.len())))?;
+    let base_timestamp = first.timestamp_ms;
+    let max_timestamp = records.iter().map(|r| r.timestamp_ms).max().unwrap_or(base_timestamp);
+    let mut body = BytesMut::new();
+    let mut rec = BytesMut::new();
+    for (i, r) in records.iter().enumerate() {
+        rec.clear();
+        rec.put_i8(0);
+        put_varlong(&mut rec, r.timestamp_ms.wrapping_sub(base_timestamp));
+        put_varlong(&mut rec, i as i64);
+        put_bytes(&mut rec, r.key.as_deref())?;
+        put_bytes(&mut rec, r.value.as_deref())?;
+        put_varlong(&mut rec, r.headers.len() as i64);
+        for (k, v) in &r.headers {
+            put_bytes(&mut rec, Some(k))?;
+            put_bytes(&mut rec, v.as_deref())?;
+        }
+        put_varlong(&mut body, rec.len() as i64);
+        body.put_slice(&rec);
+    }
+    let total = HEADER_LEN + body.len();
+    let batch_length = i32::try_from(total - 12)
+        .map_err(|_| BatchError::TooLarge(format!("a batch of {total} bytes")))?;
+    let mut out = BytesMut::with_capacity(total);
+    out.put_i64(0);
+    out.put_i32(batch_length);
+    out.put_i32(-1);
+    out.put_i8(MAGIC);
+    out.put_u32(0); // the CRC, written below
+    out.put_i16(0);
+    out.put_i32(count - 1);
+    out.put_i64(base_timestamp);
+    out.put_i64(max_timestamp);
+    out.put_i64(producer.producer_id);
+    out.put_i16(producer.producer_epoch);
+    out.put_i32(producer.base_sequence);
+    out.put_i32(count);
+    out.put_slice(&body);
+    let crc = crc32c::crc32c(&out[CRC_FROM..]);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    Ok(out.freeze())
+}
+
+#[cfg(test)]
+mod tests;
