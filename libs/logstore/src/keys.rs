@@ -10,7 +10,9 @@
 //! | `logs/<id>/wal_floor` | lower bound on the WAL sequence of every uncompacted chunk (decimal) | `create_log`; later the compaction swap | the cleaner |
 //! | `logs/<id>/cursors/<name>/state` | [`CursorRecord`](crate::cursor): mark-delete position, properties | a cursor's `mark_delete`, `ack`, `seek` (compare-and-set) | cursors, stats |
 //! | `logs/<id>/cursors/<name>/acks/<offset>` | individually acked ranges from `<offset>` to the next chunk's key (varint pairs; ≤ 64 KiB a chunk) | the cursor's `ack` (only chunks it changed) | cursors |
-//! | `members/<role>/<id>` | member address (under its lease); create_revision = incarnation | each role at start | commits (compare), the catalog |
+//! | `members/<role>/<id>` | [`MemberRecord`](crate::records::MemberRecord): gRPC and Kafka addresses, zone, node id (under its lease); create_revision = incarnation | each role at start | commits (compare), the catalog, Kafka Metadata |
+//! | `kafka/node_ids/<member id>` | the member's Kafka node id (decimal); never changes | [`node_id`](crate::membership::node_id), create-only | the member at start |
+//! | `kafka/next_node_id` | the next node id to hand out (decimal) | `node_id` (compare-and-set) | `node_id` |
 //! | `wal/next_seq` | next unallocated WAL sequence (decimal) | writers, a block at a time | `create_log`, the cleaner |
 //! | `compaction/tasks/<log>` | the claiming compactor's id (under its lease); create_revision = the claim revision in its segment's key | a compactor (create-only) | compactors, the swap (compare) |
 //! | `wal/low_water/<writer>` | lowest WAL sequence the writer may still commit (under its lease) | its writer: created with its first block, raised by commits | the cleaner |
@@ -107,6 +109,16 @@ impl Keys {
 
     pub fn member(&self, role: &str, id: &str) -> Vec<u8> {
         self.key(format_args!("members/{role}/{id}"))
+    }
+
+    /// A member's Kafka node id.
+    pub fn node_id(&self, member: &str) -> Vec<u8> {
+        self.key(format_args!("kafka/node_ids/{member}"))
+    }
+
+    /// The next Kafka node id to hand out.
+    pub fn next_node_id(&self) -> Vec<u8> {
+        self.key(format_args!("kafka/next_node_id"))
     }
 
     pub fn next_seq(&self) -> Vec<u8> {

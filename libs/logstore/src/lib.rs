@@ -32,7 +32,7 @@ mod writer;
 pub use cursor::{CursorStart, CursorStats, LogCursor};
 pub use log::Log;
 pub use reader::{DEFAULT_INDEX_PAGES, LogReader, MAX_BY_INDEX_BYTES, MAX_BY_INDEX_ENTRIES};
-pub use storage::LogStorage;
+pub use storage::{Committing, LogStorage};
 pub use writer::FlushObserver;
 pub use writer::LogStorageConfig;
 

@@ -12,6 +12,50 @@ use crate::keys::Keys;
 use crate::records::MemberRecord;
 use routing::Member;
 
+/// Node ids tried before giving up on a contended counter.
+const NODE_ID_ATTEMPTS: usize = 100;
+
+/// The Kafka node id of member `id`: the one `kafka/node_ids/<id>` holds, else the next of the
+/// `kafka/next_node_id` counter (0, 1, 2, …), taken create-only so two members never share
+/// one and a member keeps its id across restarts (ARCHITECTURE §11).
+pub async fn node_id(meta: &dyn MetadataStore, cluster: &str, id: &str) -> Result<i32, LogError> {
+    let keys = Keys::new(cluster);
+    let (mine, counter) = (keys.node_id(id), keys.next_node_id());
+    for _ in 0..NODE_ID_ATTEMPTS {
+        if let Some(kv) = meta.get(&mine).await? {
+            return parse_node_id(&kv.value);
+        }
+        let (next, rev) = match meta.get(&counter).await? {
+            Some(kv) => (parse_node_id(&kv.value)?, kv.mod_revision),
+            None => (0, 0),
+        };
+        let after = next
+            .checked_add(1)
+            .ok_or_else(|| LogError::Internal("Kafka node ids exhausted".to_owned()))?;
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(mine.clone(), CompareOp::Equal, 0),
+                Compare::mod_revision(counter.clone(), CompareOp::Equal, rev),
+            ])
+            .and_then([
+                TxnOp::put(mine.clone(), next.to_string()),
+                TxnOp::put(counter.clone(), after.to_string()),
+            ]);
+        if meta.txn(txn).await?.succeeded {
+            return Ok(next);
+        }
+    }
+    Err(LogError::unavailable(format!("could not take a Kafka node id for {id}: contended")))
+}
+
+fn parse_node_id(v: &[u8]) -> Result<i32, LogError> {
+    std::str::from_utf8(v)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|n: &i32| *n >= 0)
+        .ok_or_else(|| LogError::Corrupt(format!("Kafka node id `{}`", String::from_utf8_lossy(v))))
+}
+
 /// The live members of a role, sorted by id, and the revision they were read at (owner
 /// selection must not change without the member set's revision changing).
 pub async fn live_members(
@@ -24,7 +68,13 @@ pub async fn live_members(
     for kv in resp.kvs {
         let r = MemberRecord::decode(kv.value.as_slice())
             .map_err(|_| LogError::Corrupt(String::from_utf8_lossy(&kv.key).into_owned()))?;
-        members.push(Member { id: r.id, zone: r.zone, address: r.address });
+        members.push(Member {
+            id: r.id,
+            zone: r.zone,
+            address: r.address,
+            kafka: r.kafka,
+            node_id: r.node_id,
+        });
     }
     members.sort_by(|a, b| a.id.cmp(&b.id));
     Ok((members, resp.revision))

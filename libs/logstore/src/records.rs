@@ -178,4 +178,10 @@ pub struct MemberRecord {
     /// Its zone; `*` for none.
     #[prost(string, tag = "4")]
     pub zone: String,
+    /// Where Kafka clients reach it, `host:port`; empty when it serves no Kafka.
+    #[prost(string, tag = "5")]
+    pub kafka: String,
+    /// Its Kafka node id (`kafka/node_ids/<id>`); -1 when it has none.
+    #[prost(int32, tag = "6")]
+    pub node_id: i32,
 }

@@ -162,6 +162,22 @@ impl LogStorage {
         payload: Bytes,
         expected_offset: Option<u64>,
     ) -> Result<LogEntryHeader, LogError> {
+        self.submit_in_slot(log, slot, record_count, payload, expected_offset).await?.await
+    }
+
+    /// [`append_in_slot`](Self::append_in_slot) in two steps: this returns once the entry is
+    /// admitted (checked, buffer room taken, queued behind every entry admitted before it, so
+    /// entries admitted one after the other commit in that order), with a future of its commit.
+    /// The Kafka front end admits a connection's pipelined batches in request order this way,
+    /// and awaits their commits together.
+    pub async fn submit_in_slot(
+        &self,
+        log: LogId,
+        slot: &str,
+        record_count: u32,
+        payload: Bytes,
+        expected_offset: Option<u64>,
+    ) -> Result<Committing, LogError> {
         let cfg = &self.core.cfg;
         if slot.is_empty() || slot.contains('/') {
             return Err(LogError::InvalidArgument(format!(
@@ -217,7 +233,7 @@ impl LogStorage {
             _permit: permit,
             admitted: 0,
         });
-        rx.await.map_err(|_| LogError::unknown("writer stopped before answering"))?
+        Ok(Committing(rx))
     }
 
     pub async fn read_entries(
@@ -370,5 +386,23 @@ impl LogStorage {
         let kv =
             self.core.meta.get(&self.core.keys.head(log)).await?.ok_or(LogError::NotFound(log))?;
         decode("log head", &kv.value)
+    }
+}
+
+/// An admitted entry's commit ([`LogStorage::submit_in_slot`]): resolves with its header once
+/// it is committed, or with why not.
+#[derive(Debug)]
+pub struct Committing(oneshot::Receiver<Result<LogEntryHeader, LogError>>);
+
+impl std::future::Future for Committing {
+    type Output = Result<LogEntryHeader, LogError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx).map(|r| {
+            r.unwrap_or_else(|_| Err(LogError::unknown("writer stopped before answering")))
+        })
     }
 }

@@ -94,6 +94,8 @@ pub struct Member {
     /// Its zone, `*` for none.
     pub zone: String,
     pub lease_ttl: Duration,
+    /// Where Kafka clients reach it (`host:port`), with its node id; empty: no Kafka.
+    pub kafka: String,
 }
 
 /// A role being assembled, then served: see the crate doc.
@@ -232,11 +234,19 @@ impl Role {
 
     /// Registers the role as a member under a lease, kept alive until the role stops.
     pub async fn register(&mut self, m: Member) -> Result<(), RoleError> {
+        let node_id = match m.kafka.is_empty() {
+            true => -1,
+            false => {
+                logstore::membership::node_id(self.meta.as_ref(), &self.cluster, &m.id).await?
+            }
+        };
         let record = logstore::records::MemberRecord {
             id: m.id,
             role: m.role,
             address: m.address,
             zone: m.zone,
+            kafka: m.kafka,
+            node_id,
         };
         let r =
             logstore::membership::register(self.meta.clone(), &self.cluster, record, m.lease_ttl)
@@ -391,6 +401,7 @@ mod tests {
             address: "http://127.0.0.1:1".to_owned(),
             zone: "*".to_owned(),
             lease_ttl: Duration::from_secs(30),
+            kafka: String::new(),
         })
         .await?;
         let meta = role.meta().clone();

@@ -48,6 +48,10 @@ pub struct Member {
     pub id: String,
     pub zone: String,
     pub address: String,
+    /// Where Kafka clients reach it, `host:port`; empty when it serves no Kafka.
+    pub kafka: String,
+    /// Its Kafka node id: stable for its member id; -1 when it has none.
+    pub node_id: i32,
 }
 
 /// The writer that owns (stream identity, partition): live writers sorted by id, restricted
@@ -101,6 +105,8 @@ mod tests {
                 id: format!("w{i:02}"),
                 zone: zones[i % zones.len()].to_owned(),
                 address: String::new(),
+                kafka: String::new(),
+                node_id: -1,
             })
             .collect()
     }

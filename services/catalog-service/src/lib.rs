@@ -29,6 +29,7 @@ pub async fn run(
         address: c.advertise.clone().unwrap_or_else(|| format!("http://{}", c.listen)),
         zone: "*".to_owned(),
         lease_ttl: c.lease_ttl.0,
+        kafka: String::new(),
     })
     .await?;
     let catalog = Catalog::new(role.meta().clone(), role.reader(), &node.cluster);

@@ -32,6 +32,7 @@ pub async fn run(
         address: r.advertise.clone().unwrap_or_else(|| format!("http://{}", r.listen)),
         zone: r.zone.clone(),
         lease_ttl: r.lease_ttl.0,
+        kafka: String::new(),
     })
     .await?;
     let (for_hits, for_misses) = (reader.clone(), reader.clone());

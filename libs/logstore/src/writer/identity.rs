@@ -24,12 +24,19 @@ pub(super) async fn register(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    // A Kafka node id only for a writer that serves Kafka (taken once per writer id, kept).
+    let node_id = match cfg.kafka_advertise.is_empty() {
+        true => -1,
+        false => crate::membership::node_id(meta, &cfg.cluster, &cfg.writer_id).await?,
+    };
     let lease = meta.lease_grant(cfg.lease_ttl).await?;
     let member_record = crate::records::MemberRecord {
         id: cfg.writer_id.clone(),
         role: "writer".to_owned(),
         address: cfg.advertise.clone(),
         zone: cfg.zone.clone(),
+        kafka: cfg.kafka_advertise.clone(),
+        node_id,
     }
     .encode_to_vec();
     for _ in 0..100 {

@@ -15,6 +15,9 @@ pub struct LogStorageConfig {
     pub zone: String,
     /// Where clients reach this writer (published in its member record); may be empty.
     pub advertise: String,
+    /// Where Kafka clients reach this writer, `host:port` (its member record, with a node id
+    /// from `kafka/node_ids/`); empty when it serves no Kafka.
+    pub kafka_advertise: String,
     /// A flush happens when the oldest buffered append is this old (default 250 ms, ≥ 1 ms)...
     pub flush_interval: Duration,
     /// ...or when this many payload bytes are buffered (default 8 MiB).
@@ -40,6 +43,7 @@ impl LogStorageConfig {
             writer_id: writer_id.into(),
             zone: "*".to_owned(),
             advertise: String::new(),
+            kafka_advertise: String::new(),
             flush_interval: Duration::from_millis(250),
             flush_bytes: 8 << 20,
             max_entry_bytes: 4 << 20,

@@ -15,6 +15,7 @@ use crate::env::{Env, ManualClock};
 use crate::faulty_meta::FaultyMeta;
 
 both_envs!(
+    kafka_node_ids_are_distinct_and_kept_across_restarts,
     appended_entries_read_back_identically,
     read_limits_return_whole_entries_and_at_least_one,
     two_writers_on_one_log_get_gap_free_offsets,
@@ -895,6 +896,31 @@ async fn log_fenced_by_a_dead_writer_is_taken_over(env: Env) -> Result<()> {
     let h = w.append(log, 1, payload("x", 2), None).await?;
     ensure!(h.offset == 1);
     ensure!(w.info(log).await?.state == logstore::records::LogState::Normal);
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn kafka_node_ids_are_distinct_and_kept_across_restarts(env: Env) -> Result<()> {
+    use logstore::membership::node_id;
+    // Eight members asking at once: eight different ids, 0 to 7.
+    let asks = (0..8).map(|i| {
+        let meta = env.meta.clone();
+        let cluster = env.cluster.clone();
+        async move { node_id(meta.as_ref(), &cluster, &format!("w{i}")).await }
+    });
+    let mut ids: Vec<i32> = futures::future::try_join_all(asks).await?;
+    let again = node_id(env.meta.as_ref(), &env.cluster, "w3").await?;
+    ids.sort();
+    ensure!(ids == (0..8).collect::<Vec<_>>(), "ids handed out: {ids:?}");
+    ensure!(again == node_id(env.meta.as_ref(), &env.cluster, "w3").await?);
+    // A writer that serves Kafka publishes its id and address in its member record.
+    let mut cfg = env.config("kafka-writer");
+    cfg.kafka_advertise = "127.0.0.1:9092".to_owned();
+    let w = env.writer_with(cfg, env.objects.clone(), env.meta.clone()).await?;
+    let (members, _) =
+        logstore::membership::live_members(env.meta.as_ref(), &env.cluster, "writer").await?;
+    let me = members.iter().find(|m| m.id == "kafka-writer").context("not registered")?;
+    ensure!(me.kafka == "127.0.0.1:9092" && me.node_id == 8, "{me:?}");
     w.shutdown().await;
     Ok(())
 }
