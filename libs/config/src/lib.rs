@@ -117,6 +117,18 @@ pub const ENV_OVERRIDES: &[EnvOverride] = &[
         doc: "where the compactor and cleaner serve their gRPC API and health",
     },
     EnvOverride {
+        var: "LAKELOG_KAFKA_LISTEN",
+        key: "writer.kafka.listen",
+        list: false,
+        doc: "the writer's Kafka listener (sets up `writer.kafka`)",
+    },
+    EnvOverride {
+        var: "LAKELOG_KAFKA_ADVERTISE",
+        key: "writer.kafka.advertise",
+        list: false,
+        doc: "the `host:port` Kafka clients are told to use (a pod's own address)",
+    },
+    EnvOverride {
         var: "LAKELOG_WRITER_ADVERTISE",
         key: "writer.advertise",
         list: false,

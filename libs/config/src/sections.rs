@@ -258,6 +258,56 @@ pub struct WriterSection {
     /// The writer's lease in the metadata store.
     #[serde(default = "default_lease_ttl")]
     pub lease_ttl: Duration,
+    /// The Kafka listener (ARCHITECTURE §11); none when the section is absent.
+    #[serde(default)]
+    pub kafka: Option<KafkaSection>,
+}
+
+/// A writer's Kafka listener.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSection {
+    /// Where Kafka clients connect.
+    pub listen: SocketAddr,
+    /// The `host:port` clients are told to connect to (Metadata's broker address); defaults
+    /// to `listen`.
+    #[serde(default)]
+    pub advertise: Option<String>,
+    /// A Metadata request for a topic that does not exist creates it (Kafka's
+    /// `auto.create.topics.enable`, on by default).
+    #[serde(default = "default_true")]
+    pub auto_create_topics: bool,
+    /// Partitions of an auto-created topic (Kafka's `num.partitions`).
+    #[serde(default = "default_partitions")]
+    pub default_partitions: u32,
+    /// The largest request frame (Kafka's `socket.request.max.bytes`).
+    #[serde(default = "default_max_request")]
+    pub max_request_size: ByteSize,
+}
+
+fn default_partitions() -> u32 {
+    1
+}
+fn default_max_request() -> ByteSize {
+    ByteSize(100 << 20)
+}
+
+impl KafkaSection {
+    /// Listening on `listen`, every other setting its default.
+    pub fn on(listen: SocketAddr) -> Self {
+        KafkaSection {
+            listen,
+            advertise: None,
+            auto_create_topics: true,
+            default_partitions: default_partitions(),
+            max_request_size: default_max_request(),
+        }
+    }
+
+    /// The `host:port` Metadata names.
+    pub fn advertised(&self) -> String {
+        self.advertise.clone().unwrap_or_else(|| self.listen.to_string())
+    }
 }
 
 fn default_writer_listen() -> SocketAddr {
@@ -298,6 +348,7 @@ impl Default for WriterSection {
             buffer_size: default_buffer(),
             flush_deadline: default_flush_deadline(),
             lease_ttl: default_lease_ttl(),
+            kafka: None,
         }
     }
 }
@@ -315,6 +366,26 @@ impl Validate for WriterSection {
         }
         if self.max_entry_size.0 > u64::from(u32::MAX) {
             return Err(Invalid::new("writer.max_entry_size", "must be below 4GiB"));
+        }
+        if let Some(k) = &self.kafka {
+            if k.default_partitions == 0 || k.default_partitions > 10_000 {
+                return Err(Invalid::new(
+                    "writer.kafka.default_partitions",
+                    "must be between 1 and 10000",
+                ));
+            }
+            if k.max_request_size.0 < 1024 || k.max_request_size.0 > 1 << 30 {
+                return Err(Invalid::new(
+                    "writer.kafka.max_request_size",
+                    "must be between 1KiB and 1GiB",
+                ));
+            }
+            let host_port = k.advertise.as_deref().and_then(|a| a.rsplit_once(':'));
+            if k.advertise.is_some()
+                && !host_port.is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+            {
+                return Err(Invalid::new("writer.kafka.advertise", "must be host:port"));
+            }
         }
         check_membership("writer", &self.id, &self.advertise, self.lease_ttl)
     }

@@ -53,6 +53,10 @@ enum Command {
         /// `telemetry:` sections to tune the embedded roles (deploy/config/standalone.yaml).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// The Kafka listener (`off`: none); its other settings from the config file's
+        /// `writer.kafka`.
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        kafka_listen: String,
     },
     /// Run the writer role from a config file (see deploy/config/node.example.yaml).
     Writer {
@@ -449,10 +453,25 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cleaner { command: CleanerCommand::Status { at } } => {
             maintenance::cleaner_status(&cli.endpoint, &at).await
         }
-        Command::Standalone { data_dir, listen, config } => {
-            let tuned = match &config {
+        Command::Standalone { data_dir, listen, config, kafka_listen } => {
+            let mut tuned = match &config {
                 Some(file) => config::load_file::<config::StandaloneConfig>(file)?,
                 None => config::StandaloneConfig::default(),
+            };
+            tuned.writer.kafka = match kafka_listen.as_str() {
+                "off" => None,
+                addr => {
+                    let listen: SocketAddr = addr.parse().map_err(|_| {
+                        anyhow::anyhow!(
+                            "INVALID_ARGUMENT: --kafka-listen `{addr}` is neither host:port nor off"
+                        )
+                    })?;
+                    let from_file = tuned.writer.kafka.take();
+                    Some(config::KafkaSection {
+                        listen,
+                        ..from_file.unwrap_or_else(|| config::KafkaSection::on(listen))
+                    })
+                }
             };
             standalone(data_dir, listen, tuned).await
         }
@@ -548,7 +567,17 @@ async fn standalone(
         ..data_dir_node(&data_dir)
     };
     let _telemetry = telemetry::init(&node.telemetry, "standalone")?;
-    eprintln!("lakelog standalone: serving on http://{listen}, data in {}", data_dir.display());
+    match &node.writer.kafka {
+        Some(k) => eprintln!(
+            "lakelog standalone: serving on http://{listen} (Kafka on {}), data in {}",
+            k.listen,
+            data_dir.display()
+        ),
+        None => eprintln!(
+            "lakelog standalone: serving on http://{listen}, data in {}",
+            data_dir.display()
+        ),
+    }
     // One port serves every role: the writer's LogService, the catalog, the compactor's and the
     // cleaner's services; SIGTERM waits for a maintenance cycle under way, then the writer's
     // drain.

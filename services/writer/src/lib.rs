@@ -6,6 +6,7 @@
 
 pub use logservice::{service, status};
 
+pub mod kafka;
 pub mod metrics;
 
 use std::future::Future;
@@ -40,6 +41,7 @@ pub fn storage_config(node: &config::NodeConfig) -> LogStorageConfig {
     c.buffer_bytes = usize::try_from(w.buffer_size.0).unwrap_or(usize::MAX);
     c.flush_deadline = w.flush_deadline.0;
     c.lease_ttl = w.lease_ttl.0;
+    c.kafka_advertise = w.kafka.as_ref().map(|k| k.advertised()).unwrap_or_default();
     c
 }
 
@@ -61,7 +63,11 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()> + Send,
     extra: impl FnOnce(&LogStorage, &mut Role),
 ) -> Result<(), WriterError> {
-    let role = Role::open(name, Some(node.writer.listen), node).await?;
+    let mut role = Role::open(name, Some(node.writer.listen), node).await?;
+    let kafka_listener = match &node.writer.kafka {
+        Some(k) => Some((k, role::bind(k.listen).await?)),
+        None => None,
+    };
     let storage = LogStorage::open(
         role.meta().clone(),
         role.objects().clone(),
@@ -71,6 +77,21 @@ pub async fn run_with(
     .await?;
     storage.observe_flushes(metrics::FlushMetrics::global());
     tracing::info!(addr = %node.writer.listen, writer = %storage.config().writer_id, "writer serving");
+    if let Some((k, listener)) = kafka_listener {
+        let catalog =
+            catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
+        let broker = Arc::new(kafka::WriterBroker::new(catalog, &node.cluster, storage.clone()));
+        let cfg = ::kafka::KafkaConfig {
+            max_frame_bytes: usize::try_from(k.max_request_size.0).unwrap_or(usize::MAX),
+            // Kafka's max.message.bytes: the largest entry this writer takes.
+            max_batch_bytes: storage.config().max_entry_bytes,
+            auto_create_topics: k.auto_create_topics,
+            default_partitions: k.default_partitions,
+            ..Default::default()
+        };
+        tracing::info!(addr = %k.listen, advertised = %k.advertised(), "Kafka serving");
+        role.spawn(move |shutdown| ::kafka::serve(listener, broker, cfg, shutdown.wait()));
+    }
     serve_on(role, storage, shutdown, extra).await
 }
 

@@ -1,0 +1,304 @@
+//! One request in, one response out: the API key and version checked first (the header's
+//! encoding depends on them), the header and body decoded, the answer built through the
+//! [`Broker`] and encoded in the version asked for.
+//!
+//! As Kafka does: ApiVersions at a version above ours is answered in its v0 body with
+//! UNSUPPORTED_VERSION and our ranges (KIP-511); any other API key or version we do not serve,
+//! or a request that does not decode, closes the connection.
+
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, FetchRequest, ListOffsetsRequest,
+    MetadataRequest, MetadataResponse, ProduceRequest, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+use crate::{Broker, KafkaConfig, TopicInfo, code, frame};
+
+/// The APIs served, and the versions of each (every one implemented, old encodings too).
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 12),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 6),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 4),
+];
+
+/// Why a request closes its connection instead of being answered.
+#[derive(Debug, thiserror::Error)]
+pub enum Close {
+    #[error("a frame too short for a request header")]
+    Short,
+    #[error("API key {0} is not served")]
+    UnknownApi(i16),
+    #[error("{api:?} v{version} is not served (v{min}-v{max} are)")]
+    UnsupportedVersion { api: ApiKey, version: i16, min: i16, max: i16 },
+    #[error("{api:?} v{version}: {message}")]
+    Malformed { api: ApiKey, version: i16, message: String },
+}
+
+fn versions(api: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED.iter().find(|(k, _, _)| *k == api).map(|(_, lo, hi)| (*lo, *hi))
+}
+
+/// A request admitted: the future of its response frame (size included; none for a Produce
+/// with acks=0), or why the connection closes.
+pub type Answer = futures::future::BoxFuture<'static, Result<Option<Bytes>, Close>>;
+
+/// Admits one request frame, in its connection's order: decodes it and does what must happen
+/// before the next request of the connection is admitted (a produce's batches are queued for
+/// commit), then returns the rest as a future. A request that cannot be served is `Err`: the
+/// connection closes once the answers before it are written.
+pub async fn admit(
+    frame: Bytes,
+    broker: Arc<dyn Broker>,
+    cfg: Arc<KafkaConfig>,
+) -> Result<Answer, Close> {
+    let (key, version) = frame::peek_api(&frame).ok_or(Close::Short)?;
+    let api = ApiKey::try_from(key).map_err(|_| Close::UnknownApi(key))?;
+    let (min, max) = versions(api).ok_or(Close::UnknownApi(key))?;
+    if api == ApiKey::ApiVersions && version > max {
+        let correlation_id = frame::peek_correlation_id(&frame).ok_or(Close::Short)?;
+        let body = api_versions(code::UNSUPPORTED_VERSION);
+        return Ok(ready(encode_response(api, 0, correlation_id, &body)));
+    }
+    if version < min || version > max {
+        return Err(Close::UnsupportedVersion { api, version, min, max });
+    }
+    let malformed = |e: anyhow::Error| Close::Malformed { api, version, message: e.to_string() };
+    let mut buf = frame.clone();
+    let header =
+        RequestHeader::decode(&mut buf, api.request_header_version(version)).map_err(malformed)?;
+    let id = header.correlation_id;
+    let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
+    match api {
+        ApiKey::ApiVersions => {
+            ApiVersionsRequest::decode(&mut buf, version).map_err(malformed)?;
+            Ok(ready(encode_response(api, version, id, &api_versions(code::NONE))))
+        }
+        ApiKey::Metadata => {
+            let req = MetadataRequest::decode(&mut buf, version).map_err(malformed)?;
+            Ok(Box::pin(async move {
+                let resp = metadata(req, version, &client_id, broker.as_ref(), &cfg).await;
+                encode_response(api, version, id, &resp).map(Some)
+            }))
+        }
+        ApiKey::Fetch => {
+            let req = FetchRequest::decode(&mut buf, version).map_err(malformed)?;
+            Ok(Box::pin(async move {
+                let resp = crate::fetch::fetch(req, &client_id, broker.as_ref()).await;
+                encode_response(api, version, id, &resp).map(Some)
+            }))
+        }
+        ApiKey::ListOffsets => {
+            let req = ListOffsetsRequest::decode(&mut buf, version).map_err(malformed)?;
+            Ok(Box::pin(async move {
+                let resp = crate::fetch::list_offsets(req, &client_id, broker.as_ref()).await;
+                encode_response(api, version, id, &resp).map(Some)
+            }))
+        }
+        ApiKey::Produce => {
+            let req = ProduceRequest::decode(&mut buf, version).map_err(malformed)?;
+            let acks = req.acks;
+            let committing = crate::produce::admit(req, &client_id, broker.as_ref(), &cfg).await;
+            Ok(Box::pin(async move {
+                let resp = committing.await;
+                // acks=0: the client expects no answer.
+                if acks == 0 {
+                    return Ok(None);
+                }
+                encode_response(api, version, id, &resp).map(Some)
+            }))
+        }
+        _ => Err(Close::UnknownApi(key)),
+    }
+}
+
+fn ready(r: Result<Bytes, Close>) -> Answer {
+    Box::pin(std::future::ready(r.map(Some)))
+}
+
+/// Header and body, behind the frame's size.
+fn encode_response<M: Encodable>(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &M,
+) -> Result<Bytes, Close> {
+    let bad = |e: anyhow::Error| Close::Malformed {
+        api,
+        version,
+        message: format!("encoding the response: {e}"),
+    };
+    let mut out = BytesMut::new();
+    out.put_i32(0); // the size, written below
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut out, api.response_header_version(version))
+        .map_err(bad)?;
+    body.encode(&mut out, version).map_err(bad)?;
+    let size = i32::try_from(out.len() - 4).map_err(|_| Close::Malformed {
+        api,
+        version,
+        message: "a response over 2 GiB".to_owned(),
+    })?;
+    out[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(out.freeze())
+}
+
+fn api_versions(error_code: i16) -> ApiVersionsResponse {
+    ApiVersionsResponse::default().with_error_code(error_code).with_api_keys(
+        SUPPORTED
+            .iter()
+            .map(|(k, lo, hi)| {
+                ApiVersion::default()
+                    .with_api_key(*k as i16)
+                    .with_min_version(*lo)
+                    .with_max_version(*hi)
+            })
+            .collect(),
+    )
+}
+
+async fn metadata(
+    req: MetadataRequest,
+    version: i16,
+    client_id: &str,
+    broker: &dyn Broker,
+    cfg: &KafkaConfig,
+) -> MetadataResponse {
+    let cluster_id = broker.cluster_id();
+    let mut resp =
+        MetadataResponse::default().with_cluster_id(Some(StrBytes::from_string(cluster_id)));
+    let brokers = match broker.brokers().await {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(error = %e, "Kafka Metadata: brokers unreadable");
+            Vec::new()
+        }
+    };
+    resp.controller_id = BrokerId(brokers.first().map_or(-1, |b| b.node_id));
+    resp.brokers = brokers
+        .into_iter()
+        .map(|b| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(b.node_id))
+                .with_host(StrBytes::from_string(b.host))
+                .with_port(b.port)
+                .with_rack(b.rack.map(StrBytes::from_string))
+        })
+        .collect();
+    // v0: an empty list asks for every topic; v1+: a null list does, an empty one for none.
+    let asked: Option<Vec<MetadataAsk>> = match req.topics {
+        None => None,
+        Some(t) if t.is_empty() && version == 0 => None,
+        Some(t) => Some(
+            t.into_iter()
+                .map(|t| match t.name {
+                    Some(n) => MetadataAsk::Name(n.0.to_string()),
+                    None => MetadataAsk::Id(t.topic_id),
+                })
+                .collect(),
+        ),
+    };
+    // Versions before 4 carry no flag: the broker's setting decides, as in Kafka.
+    let allow = version < 4 || req.allow_auto_topic_creation;
+    let create = (cfg.auto_create_topics && allow).then_some(cfg.default_partitions);
+    let zone = crate::zone_of(client_id);
+    let topics = match &asked {
+        None => broker.topics(None, zone, None).await,
+        Some(asks) => {
+            let names: Vec<String> = asks
+                .iter()
+                .filter_map(|a| match a {
+                    MetadataAsk::Name(n) => Some(n.clone()),
+                    MetadataAsk::Id(_) => None,
+                })
+                .collect();
+            let by_id = asks.iter().any(|a| matches!(a, MetadataAsk::Id(_)));
+            match (names.is_empty(), by_id) {
+                (true, false) => Ok(Vec::new()),
+                // Topics named by id are looked up among all of them.
+                (_, true) => broker.topics(None, zone, None).await.map(|all| {
+                    let mut got: Vec<TopicInfo> = Vec::new();
+                    for a in asks {
+                        match a {
+                            MetadataAsk::Name(n) => {
+                                got.push(all.iter().find(|t| &t.name == n).cloned().unwrap_or_else(
+                                    || TopicInfo::failed(n, code::UNKNOWN_TOPIC_OR_PARTITION),
+                                ))
+                            }
+                            MetadataAsk::Id(id) => got.push(
+                                all.iter()
+                                    .find(|t| &t.id == id)
+                                    .cloned()
+                                    .unwrap_or_else(|| TopicInfo::failed("", UNKNOWN_TOPIC_ID)),
+                            ),
+                        }
+                    }
+                    got
+                }),
+                (false, false) => broker.topics(Some(&names), zone, create).await,
+            }
+        }
+    };
+    let topics = match topics {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "Kafka Metadata: topics unreadable");
+            let names = asked.unwrap_or_default();
+            names
+                .iter()
+                .map(|a| match a {
+                    MetadataAsk::Name(n) => TopicInfo::failed(n, code::UNKNOWN_SERVER_ERROR),
+                    MetadataAsk::Id(_) => TopicInfo::failed("", code::UNKNOWN_SERVER_ERROR),
+                })
+                .collect()
+        }
+    };
+    resp.topics = topics.into_iter().map(|t| topic(t, version)).collect();
+    resp
+}
+
+/// Kafka's UNKNOWN_TOPIC_ID.
+const UNKNOWN_TOPIC_ID: i16 = 100;
+
+enum MetadataAsk {
+    Name(String),
+    Id(uuid::Uuid),
+}
+
+fn topic(t: TopicInfo, version: i16) -> MetadataResponseTopic {
+    let partitions = t
+        .partitions
+        .into_iter()
+        .map(|p| {
+            let (error, leader) = match p.leader {
+                Some(id) => (code::NONE, id),
+                None => (code::LEADER_NOT_AVAILABLE, -1),
+            };
+            let replicas = if leader >= 0 { vec![BrokerId(leader)] } else { Vec::new() };
+            MetadataResponsePartition::default()
+                .with_error_code(error)
+                .with_partition_index(p.index)
+                .with_leader_id(BrokerId(leader))
+                .with_leader_epoch(-1)
+                .with_replica_nodes(replicas.clone())
+                .with_isr_nodes(replicas)
+        })
+        .collect();
+    let mut out = MetadataResponseTopic::default()
+        .with_error_code(t.error)
+        .with_name(Some(TopicName(StrBytes::from_string(t.name))))
+        .with_partitions(partitions);
+    if version >= 10 {
+        out.topic_id = t.id;
+    }
+    out
+}

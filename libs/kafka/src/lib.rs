@@ -1,0 +1,204 @@
+//! The Kafka protocol front end (ARCHITECTURE §11): unmodified Kafka clients talk to Lakelog.
+//! [`frame`] reads bounded frames; [`serve`] runs the listener: each connection's requests are
+//! admitted one at a time in request order (as a Kafka broker processes them; a produce's
+//! batches are queued for commit then) and answered in that order, with up to
+//! [`KafkaConfig::max_in_flight`] of them awaiting their answers (commits, long polls) at
+//! once; [`api`] decodes each request with the `kafka-protocol` codec (every wire count
+//! bounded by the bytes present), answers it through a [`Broker`], and encodes the response in
+//! the version asked for.
+//!
+//! The roles implement [`Broker`]: what the front end needs of a writer (and, later, of a
+//! reader). Topics are streams, partition p is the stream's log p, a partition's leader is the
+//! owner the routing function picks for the client's zone (`zone_id=` in `client.id`).
+//!
+//! Built so far: ApiVersions, Metadata, Produce (not idempotent yet), Fetch (with long poll)
+//! and ListOffsets. InitProducerId, the admin APIs and consumer groups are not yet;
+//! ApiVersions does not advertise them.
+//!
+//! Depends on the codec only; never on a Lakelog crate (the roles adapt their stores to
+//! [`Broker`]).
+
+pub mod api;
+mod fetch;
+pub mod frame;
+mod produce;
+mod server;
+
+pub use server::{KafkaConfig, serve};
+
+/// Kafka's error codes this front end answers with (the `ResponseError` numbers).
+pub mod code {
+    pub const NONE: i16 = 0;
+    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
+    pub const CORRUPT_MESSAGE: i16 = 2;
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const LEADER_NOT_AVAILABLE: i16 = 5;
+    pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    pub const REQUEST_TIMED_OUT: i16 = 7;
+    pub const MESSAGE_TOO_LARGE: i16 = 10;
+    pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
+    pub const INVALID_REQUIRED_ACKS: i16 = 21;
+    pub const UNSUPPORTED_VERSION: i16 = 35;
+    pub const INVALID_REQUEST: i16 = 42;
+    pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
+    pub const INVALID_RECORD: i16 = 87;
+    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+}
+
+/// A live broker: a member that serves Kafka.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerNode {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+    /// Its zone; `None` for no zone.
+    pub rack: Option<String>,
+}
+
+/// A partition of a topic, and who leads it for the asking client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionInfo {
+    pub index: i32,
+    /// The leader's node id; `None` while no live broker owns it.
+    pub leader: Option<i32>,
+}
+
+/// A topic as Metadata describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicInfo {
+    pub name: String,
+    /// Kafka's error code for the topic (NONE, UNKNOWN_TOPIC_OR_PARTITION,
+    /// INVALID_TOPIC_EXCEPTION, …).
+    pub error: i16,
+    /// The stream's identity: a re-created topic has a new one.
+    pub id: uuid::Uuid,
+    pub partitions: Vec<PartitionInfo>,
+}
+
+impl TopicInfo {
+    /// A topic that could not be described.
+    pub fn failed(name: &str, error: i16) -> TopicInfo {
+        TopicInfo { name: name.to_owned(), error, id: uuid::Uuid::nil(), partitions: Vec::new() }
+    }
+}
+
+/// A failure of the store behind the broker: the request is answered with
+/// UNKNOWN_SERVER_ERROR (or the API's nearest retryable code), never a closed connection.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BrokerError(pub String);
+
+/// An admitted batch's commit.
+pub type Commit = futures::future::BoxFuture<'static, Result<Produced, Refused>>;
+
+/// A batch appended: where it landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Produced {
+    pub base_offset: i64,
+}
+
+/// A partition's request refused: Kafka's error code, a message, and the partition's leader
+/// when the refusal is NOT_LEADER_OR_FOLLOWER and the leader is known.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    pub code: i16,
+    pub message: String,
+    pub leader: Option<i32>,
+}
+
+impl Refused {
+    pub fn new(code: i16, message: impl Into<String>) -> Self {
+        Refused { code, message: message.into(), leader: None }
+    }
+}
+
+/// A partition's records from an offset: whole batches (the first may start before it), each
+/// with its base offset written in.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Fetched {
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    /// Concatenated record batches; empty at the high watermark.
+    pub records: bytes::Bytes,
+}
+
+/// What the front end needs of the role it runs in.
+#[async_trait::async_trait]
+pub trait Broker: Send + Sync + 'static {
+    /// Kafka's cluster id.
+    fn cluster_id(&self) -> String;
+
+    /// The live brokers, sorted by node id.
+    async fn brokers(&self) -> Result<Vec<BrokerNode>, BrokerError>;
+
+    /// The topics named (every topic when `None`), each partition's leader for a client in
+    /// `zone`. With `create` set, a topic that does not exist is created with that many
+    /// partitions first (Kafka's `auto.create.topics.enable`).
+    async fn topics(
+        &self,
+        names: Option<&[String]>,
+        zone: Option<&str>,
+        create: Option<u32>,
+    ) -> Result<Vec<TopicInfo>, BrokerError>;
+
+    /// Admits one validated record batch (as sent, `record_count` records) to a partition
+    /// this broker leads for a client in `zone`: returns once it is queued behind every batch
+    /// admitted before it (the front end admits a connection's batches in request order), with
+    /// the future of its commit, which resolves once it is durable.
+    async fn produce(
+        &self,
+        topic: &str,
+        partition: i32,
+        zone: Option<&str>,
+        batch: bytes::Bytes,
+        record_count: u32,
+    ) -> Result<Commit, Refused>;
+
+    /// Batches of a partition this broker leads from `offset`, about `max_bytes` of them (at
+    /// least one whole batch when any is there). OFFSET_OUT_OF_RANGE outside [start, high
+    /// watermark].
+    async fn fetch(
+        &self,
+        topic: &str,
+        partition: i32,
+        zone: Option<&str>,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<Fetched, Refused>;
+
+    /// Resolves once any of `targets` (topic, partition, offset) has a record at or past its
+    /// offset, or after `max_wait`; registered before it looks, so no commit is missed.
+    async fn wait_for(&self, targets: Vec<(String, i32, i64)>, max_wait: std::time::Duration);
+
+    /// ListOffsets: the offset for `timestamp` (-2: the log start, -1: the high watermark;
+    /// otherwise the first entry whose timestamp is at or after it, or the high watermark),
+    /// and the timestamp it answers with (-1 for -2 and -1).
+    async fn list_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+        zone: Option<&str>,
+        timestamp: i64,
+    ) -> Result<(i64, i64), Refused>;
+}
+
+/// The zone a client names in its `client.id` with a `zone_id=<zone>` token (seed 002);
+/// tokens are separated by commas, semicolons or spaces.
+pub fn zone_of(client_id: &str) -> Option<&str> {
+    client_id
+        .split([',', ';', ' '])
+        .find_map(|t| t.strip_prefix("zone_id="))
+        .filter(|z| !z.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_zone_is_the_zone_id_token_of_the_client_id() {
+        assert_eq!(super::zone_of("app,zone_id=eu-1a"), Some("eu-1a"));
+        assert_eq!(super::zone_of("zone_id=b app"), Some("b"));
+        assert_eq!(super::zone_of("app;zone_id=c;x=1"), Some("c"));
+        assert_eq!(super::zone_of("rdkafka"), None);
+        assert_eq!(super::zone_of("zone_id="), None);
+    }
+}

@@ -1,0 +1,127 @@
+//! Produce (ARCHITECTURE §11): each partition's record batch checked (exactly one RecordBatch
+//! v2, its CRC, lengths and counts, at most `max.message.bytes`; transactional, control and
+//! idempotent batches refused until those exist), then admitted as one entry, in request
+//! order; the answer is the commit, so acks=1 and acks=-1 both mean durable. Each partition
+//! gets its own error.
+
+use bytes::Bytes;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
+use recordbatch::BatchError;
+
+use crate::{Broker, KafkaConfig, Refused, code};
+
+/// Checks and admits every partition's batch, in the request's order (so a connection's
+/// batches commit in the order it sent them); returns the future of the response, which
+/// resolves once every admitted batch is committed or refused.
+pub(crate) async fn admit(
+    req: ProduceRequest,
+    client_id: &str,
+    broker: &dyn Broker,
+    cfg: &KafkaConfig,
+) -> impl std::future::Future<Output = ProduceResponse> + Send + 'static {
+    let zone = crate::zone_of(client_id);
+    let acks_ok = matches!(req.acks, -1..=1);
+    let transactional = req.transactional_id.is_some();
+    let mut topics = Vec::with_capacity(req.topic_data.len());
+    for t in req.topic_data {
+        let topic = t.name.0.to_string();
+        let mut partitions = Vec::with_capacity(t.partition_data.len());
+        for p in t.partition_data {
+            let admitted = if !acks_ok {
+                Err(Refused::new(code::INVALID_REQUIRED_ACKS, "acks must be -1, 0 or 1"))
+            } else if transactional {
+                Err(Refused::new(code::INVALID_RECORD, "transactions are not supported yet"))
+            } else {
+                one(broker, cfg, &topic, p.index, zone, p.records).await
+            };
+            partitions.push((p.index, admitted));
+        }
+        topics.push((t.name, t.topic_id, partitions));
+    }
+    async move {
+        let mut responses = Vec::with_capacity(topics.len());
+        for (name, topic_id, partitions) in topics {
+            let answers = partitions.into_iter().map(|(index, admitted)| async move {
+                let r = match admitted {
+                    Ok(commit) => commit.await,
+                    Err(refused) => Err(refused),
+                };
+                partition_response(index, r)
+            });
+            responses.push(
+                TopicProduceResponse::default()
+                    .with_name(name)
+                    .with_topic_id(topic_id)
+                    .with_partition_responses(futures::future::join_all(answers).await),
+            );
+        }
+        ProduceResponse::default().with_responses(responses)
+    }
+}
+
+fn partition_response(index: i32, r: Result<crate::Produced, Refused>) -> PartitionProduceResponse {
+    let p = PartitionProduceResponse::default().with_index(index);
+    match r {
+        Ok(done) => p.with_base_offset(done.base_offset),
+        Err(refused) => {
+            let mut p = p
+                .with_error_code(refused.code)
+                .with_base_offset(-1)
+                .with_error_message(Some(StrBytes::from_string(refused.message)));
+            if let Some(leader) = refused.leader {
+                p.current_leader.leader_id = BrokerId(leader);
+            }
+            p
+        }
+    }
+}
+
+/// One partition's batch: checked, then admitted.
+async fn one(
+    broker: &dyn Broker,
+    cfg: &KafkaConfig,
+    topic: &str,
+    partition: i32,
+    zone: Option<&str>,
+    records: Option<Bytes>,
+) -> Result<crate::Commit, Refused> {
+    let Some(batch) = records.filter(|b| !b.is_empty()) else {
+        return Err(Refused::new(code::CORRUPT_MESSAGE, "no record batch"));
+    };
+    if batch.len() > cfg.max_batch_bytes {
+        return Err(Refused::new(
+            code::MESSAGE_TOO_LARGE,
+            format!(
+                "a batch of {} bytes; at most {} (max.message.bytes)",
+                batch.len(),
+                cfg.max_batch_bytes
+            ),
+        ));
+    }
+    let h = recordbatch::validate(&batch).map_err(|e| match e {
+        BatchError::Unsupported(m) => Refused::new(code::UNSUPPORTED_FOR_MESSAGE_FORMAT, m),
+        BatchError::Corrupt(m) if m.contains("batch_length") => Refused::new(
+            code::INVALID_RECORD,
+            format!("exactly one record batch per partition, whole: {m}"),
+        ),
+        BatchError::Corrupt(m) => Refused::new(code::CORRUPT_MESSAGE, m),
+        BatchError::TooLarge(m) => Refused::new(code::MESSAGE_TOO_LARGE, m),
+    })?;
+    if h.is_transactional() || h.is_control() {
+        return Err(Refused::new(
+            code::INVALID_RECORD,
+            "transactional and control batches are not supported yet",
+        ));
+    }
+    if h.producer.producer_id >= 0 {
+        return Err(Refused::new(
+            code::INVALID_RECORD,
+            "idempotent producers are not supported yet",
+        ));
+    }
+    let count = u32::try_from(h.record_count)
+        .map_err(|_| Refused::new(code::CORRUPT_MESSAGE, "record count"))?;
+    broker.produce(topic, partition, zone, batch, count).await
+}

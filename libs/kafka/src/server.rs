@@ -1,0 +1,165 @@
+//! The listener: one task per connection, reading frames while fewer than `max_in_flight`
+//! requests wait for their answers, and writing the answers in request order (Kafka clients
+//! pipeline and match answers by order). A frame that cannot be read, or a request that
+//! closes its connection ([`crate::api::Close`]), ends the connection after the answers
+//! already due are written.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::stream::FuturesOrdered;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::{Broker, api, frame};
+
+/// The front end's settings.
+#[derive(Clone, Debug)]
+pub struct KafkaConfig {
+    /// The largest request frame (Kafka's `socket.request.max.bytes`, 100 MiB).
+    pub max_frame_bytes: usize,
+    /// Requests one connection may have waiting for answers; reading pauses beyond.
+    pub max_in_flight: usize,
+    /// Metadata for a topic that does not exist creates it (Kafka's default: on).
+    pub auto_create_topics: bool,
+    /// Partitions of an auto-created topic (Kafka's `num.partitions`, 1).
+    pub default_partitions: u32,
+    /// The largest record batch a Produce may carry (Kafka's `max.message.bytes`).
+    pub max_batch_bytes: usize,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            max_frame_bytes: frame::MAX_FRAME_BYTES,
+            max_in_flight: 16,
+            auto_create_topics: true,
+            default_partitions: 1,
+            max_batch_bytes: 1 << 20,
+        }
+    }
+}
+
+/// Serves Kafka on `listener` until `shutdown`; then stops accepting and lets each
+/// connection finish the requests it has read.
+pub async fn serve(
+    listener: TcpListener,
+    broker: Arc<dyn Broker>,
+    cfg: KafkaConfig,
+    shutdown: impl Future<Output = ()>,
+) {
+    let cfg = Arc::new(cfg);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((socket, peer)) => {
+                    let (broker, cfg, stopped) = (broker.clone(), cfg.clone(), stopped.clone());
+                    connections.spawn(async move {
+                        if let Err(e) = connection(socket, broker, cfg, stopped).await {
+                            tracing::debug!(%peer, error = %e, "Kafka connection closed");
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "Kafka listener: accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    let _ = stop.send(true);
+    while connections.join_next().await.is_some() {}
+}
+
+/// A request being answered.
+type Answer = api::Answer;
+
+/// Why a connection ended.
+#[derive(Debug, thiserror::Error)]
+enum Ended {
+    #[error("{0}")]
+    Frame(#[from] frame::FrameError),
+    #[error("{0}")]
+    Request(#[from] api::Close),
+    #[error("writing: {0}")]
+    Write(std::io::Error),
+}
+
+async fn connection(
+    socket: TcpStream,
+    broker: Arc<dyn Broker>,
+    cfg: Arc<KafkaConfig>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), Ended> {
+    let _ = socket.set_nodelay(true);
+    let (mut read, mut write) = socket.into_split();
+    // Frames are read by a task of their own: a read cut off by select! would lose the bytes
+    // of a frame half read. It reads one frame ahead of the requests taken.
+    let (tx, mut frames) = tokio::sync::mpsc::channel(1);
+    let max = cfg.max_frame_bytes;
+    let reader = tokio::spawn(async move {
+        loop {
+            let next = frame::read_frame(&mut read, max).await;
+            let last = !matches!(next, Ok(Some(_)));
+            if tx.send(next).await.is_err() || last {
+                return;
+            }
+        }
+    });
+    let mut waiting: FuturesOrdered<Answer> = FuturesOrdered::new();
+    let mut reading = !*stopped.borrow();
+    let mut closing: Option<Ended> = None;
+    while reading || !waiting.is_empty() {
+        let room = waiting.len() < cfg.max_in_flight;
+        tokio::select! {
+            // Answers first: they free room and keep the client's pipeline moving.
+            biased;
+            Some(answer) = waiting.next(), if !waiting.is_empty() => match answer {
+                Ok(None) => {}
+                Ok(Some(bytes)) => {
+                    if let Err(e) = write.write_all(&bytes).await {
+                        reader.abort();
+                        return Err(Ended::Write(e));
+                    }
+                }
+                // The answers after it are dropped: the client sees the connection close
+                // where the request that cannot be answered stood.
+                Err(close) => {
+                    reader.abort();
+                    return Err(Ended::Request(close));
+                }
+            },
+            next = frames.recv(), if reading && room => match next {
+                Some(Ok(Some(f))) => {
+                    // Admitted here, one request at a time, in the connection's order.
+                    match api::admit(f, broker.clone(), cfg.clone()).await {
+                        Ok(answer) => waiting.push_back(answer),
+                        Err(close) => {
+                            // Answered after the answers due before it: a closed connection.
+                            reading = false;
+                            waiting.push_back(Box::pin(std::future::ready(Err(close))));
+                        }
+                    }
+                }
+                Some(Ok(None)) | None => reading = false,
+                Some(Err(e)) => {
+                    reading = false;
+                    closing = Some(Ended::Frame(e));
+                }
+            },
+            _ = stopped.changed(), if reading => reading = false,
+        }
+    }
+    reader.abort();
+    let _ = write.shutdown().await;
+    match closing {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,625 @@
+//! The front end on a real socket, over an in-memory broker (the logic under test is the
+//! protocol's, not the store's; the roles' tests run real clients against real stores):
+//! ApiVersions at every version and above ours (KIP-511), Metadata at old and flexible
+//! versions with auto-creation and zone hints, pipelined requests answered in order, and
+//! hostile or unserved frames closing the connection without an answer.
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result, ensure};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka::{
+    Broker, BrokerError, BrokerNode, Fetched, KafkaConfig, PartitionInfo, Produced, Refused,
+    TopicInfo,
+};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, FetchResponse,
+    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest,
+    ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Topics by name; `created` records auto-creations; leaders are node `10 + partition`, or
+/// node 99 for a client in zone `z`.
+#[derive(Default)]
+struct FakeBroker {
+    topics: Mutex<Vec<(String, uuid::Uuid, u32)>>,
+    created: Mutex<Vec<(String, u32)>>,
+    /// Batches appended, by topic and partition, with their record counts.
+    appended: Mutex<Vec<(String, i32, Bytes, u32)>>,
+    /// Fetches that waited.
+    waited: Mutex<u32>,
+}
+
+#[async_trait::async_trait]
+impl Broker for FakeBroker {
+    fn cluster_id(&self) -> String {
+        "test-cluster".to_owned()
+    }
+
+    async fn brokers(&self) -> Result<Vec<BrokerNode>, BrokerError> {
+        Ok(vec![
+            BrokerNode { node_id: 10, host: "127.0.0.1".into(), port: 9092, rack: None },
+            BrokerNode {
+                node_id: 11,
+                host: "127.0.0.2".into(),
+                port: 9093,
+                rack: Some("z".into()),
+            },
+        ])
+    }
+
+    async fn topics(
+        &self,
+        names: Option<&[String]>,
+        zone: Option<&str>,
+        create: Option<u32>,
+    ) -> Result<Vec<TopicInfo>, BrokerError> {
+        let mut topics = self.topics.lock().map_err(|_| BrokerError("poisoned".into()))?;
+        let info = |(name, id, n): &(String, uuid::Uuid, u32)| TopicInfo {
+            name: name.clone(),
+            error: kafka::code::NONE,
+            id: *id,
+            partitions: (0..*n as i32)
+                .map(|p| PartitionInfo {
+                    index: p,
+                    leader: Some(if zone == Some("z") { 99 } else { 10 + p }),
+                })
+                .collect(),
+        };
+        let Some(names) = names else { return Ok(topics.iter().map(info).collect()) };
+        let mut out = Vec::new();
+        for n in names {
+            if let Some(t) = topics.iter().find(|t| &t.0 == n) {
+                out.push(info(t));
+            } else if let Some(parts) = create {
+                let t = (n.clone(), uuid::Uuid::new_v4(), parts);
+                self.created
+                    .lock()
+                    .map_err(|_| BrokerError("poisoned".into()))?
+                    .push((n.clone(), parts));
+                out.push(info(&t));
+                topics.push(t);
+            } else {
+                out.push(TopicInfo::failed(n, kafka::code::UNKNOWN_TOPIC_OR_PARTITION));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn produce(
+        &self,
+        topic: &str,
+        partition: i32,
+        _zone: Option<&str>,
+        batch: Bytes,
+        record_count: u32,
+    ) -> Result<kafka::Commit, Refused> {
+        if topic != "orders" || !(0..3).contains(&partition) {
+            return Err(Refused::new(kafka::code::UNKNOWN_TOPIC_OR_PARTITION, "no such partition"));
+        }
+        // A look-up before admitting (the writer's routing read), longer for some batches: were
+        // a connection's requests admitted concurrently, later ones would overtake.
+        let delay = std::time::Duration::from_millis(u64::from(10 * (record_count % 3)));
+        tokio::time::sleep(delay).await;
+        let mut log = self.appended.lock().map_err(|_| Refused::new(-1, "poisoned"))?;
+        let base: u32 = log
+            .iter()
+            .filter(|(t, p, _, _)| t == topic && *p == partition)
+            .map(|(_, _, _, n)| *n)
+            .sum();
+        log.push((topic.to_owned(), partition, batch, record_count));
+        drop(log);
+        // Committed a moment later: a later batch's commit must not overtake it in the answers.
+        Ok(Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            Ok(Produced { base_offset: i64::from(base) })
+        }))
+    }
+
+    /// Partition 0's batches from `offset`, base offsets written in.
+    async fn fetch(
+        &self,
+        topic: &str,
+        partition: i32,
+        _zone: Option<&str>,
+        offset: i64,
+        _max_bytes: usize,
+    ) -> Result<Fetched, Refused> {
+        if topic != "orders" || partition != 0 {
+            return Err(Refused {
+                code: kafka::code::NOT_LEADER_OR_FOLLOWER,
+                message: "elsewhere".into(),
+                leader: Some(11),
+            });
+        }
+        let log = self.appended.lock().map_err(|_| Refused::new(-1, "poisoned"))?;
+        let (mut at, mut out) = (0i64, BytesMut::new());
+        for (_, _, b, n) in log.iter().filter(|(t, p, _, _)| t == topic && *p == 0) {
+            if at + i64::from(*n) > offset {
+                let start = out.len();
+                out.put_slice(b);
+                recordbatch::set_base_offset(&mut out[start..], at)
+                    .map_err(|e| Refused::new(-1, e.to_string()))?;
+            }
+            at += i64::from(*n);
+        }
+        if offset > at {
+            return Err(Refused::new(kafka::code::OFFSET_OUT_OF_RANGE, "past the end"));
+        }
+        Ok(Fetched { high_watermark: at, log_start_offset: 0, records: out.freeze() })
+    }
+
+    async fn wait_for(&self, _targets: Vec<(String, i32, i64)>, max_wait: std::time::Duration) {
+        *self.waited.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        tokio::time::sleep(max_wait).await;
+    }
+
+    async fn list_offset(
+        &self,
+        _topic: &str,
+        _partition: i32,
+        _zone: Option<&str>,
+        timestamp: i64,
+    ) -> Result<(i64, i64), Refused> {
+        match timestamp {
+            -2 => Ok((0, -1)),
+            -1 => Ok((42, -1)),
+            t => Ok((7, t)),
+        }
+    }
+}
+
+struct Server {
+    addr: std::net::SocketAddr,
+    broker: Arc<FakeBroker>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn server(cfg: KafkaConfig) -> Result<Server> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let broker = Arc::new(FakeBroker::default());
+    broker.topics.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.push((
+        "orders".to_owned(),
+        uuid::Uuid::new_v4(),
+        3,
+    ));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(kafka::serve(listener, broker.clone(), cfg, async move {
+        let _ = stopped.await;
+    }));
+    Ok(Server { addr, broker, _stop: stop })
+}
+
+/// A request frame: size, header (in the version's header encoding), body.
+fn request<M: Encodable>(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    client: &str,
+    body: &M,
+) -> Result<Bytes> {
+    let mut b = BytesMut::new();
+    RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_string(client.to_owned())))
+        .encode(&mut b, api.request_header_version(version))?;
+    body.encode(&mut b, version)?;
+    let mut f = BytesMut::new();
+    f.put_i32(b.len() as i32);
+    f.put_slice(&b);
+    Ok(f.freeze())
+}
+
+async fn read_response(s: &mut tokio::net::TcpStream) -> Result<Option<Bytes>> {
+    let mut size = [0u8; 4];
+    if s.read_exact(&mut size).await.is_err() {
+        return Ok(None);
+    }
+    let mut b = vec![0u8; i32::from_be_bytes(size) as usize];
+    s.read_exact(&mut b).await?;
+    Ok(Some(Bytes::from(b)))
+}
+
+/// The response's correlation id and body decoded as `M` at `version`.
+fn decode<M: Decodable>(api: ApiKey, version: i16, mut b: Bytes) -> Result<(i32, M)> {
+    let h = ResponseHeader::decode(&mut b, api.response_header_version(version))?;
+    let m = M::decode(&mut b, version)?;
+    ensure!(!b.has_remaining(), "{} bytes after the {api:?} v{version} response", b.remaining());
+    Ok((h.correlation_id, m))
+}
+
+async fn ask<Q: Encodable, R: Decodable>(
+    addr: std::net::SocketAddr,
+    api: ApiKey,
+    version: i16,
+    client: &str,
+    body: &Q,
+) -> Result<R> {
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(&request(api, version, 7, client, body)?).await?;
+    let b = read_response(&mut s).await?.context("connection closed without an answer")?;
+    let (id, r) = decode::<R>(api, version, b)?;
+    ensure!(id == 7, "correlation id {id}");
+    Ok(r)
+}
+
+#[tokio::test]
+async fn api_versions_answers_every_version_and_kip_511_above_ours() -> Result<()> {
+    let s = server(KafkaConfig::default()).await?;
+    for v in 0..=4 {
+        let r: ApiVersionsResponse =
+            ask(s.addr, ApiKey::ApiVersions, v, "t", &ApiVersionsRequest::default()).await?;
+        ensure!(r.error_code == 0, "v{v}: {r:?}");
+        let keys: Vec<(i16, i16, i16)> =
+            r.api_keys.iter().map(|k| (k.api_key, k.min_version, k.max_version)).collect();
+        ensure!(keys.contains(&(18, 0, 4)) && keys.contains(&(3, 0, 12)), "v{v}: {keys:?}");
+    }
+    // A client newer than us asks v9: the answer is a v0 body with UNSUPPORTED_VERSION and our
+    // range, so it retries at v4.
+    let mut raw = BytesMut::new();
+    raw.put_i16(18);
+    raw.put_i16(9);
+    raw.put_i32(33);
+    raw.put_slice(&[0xde, 0xad]); // a header of a version we cannot parse
+    let mut f = BytesMut::new();
+    f.put_i32(raw.len() as i32);
+    f.put_slice(&raw);
+    let mut c = tokio::net::TcpStream::connect(s.addr).await?;
+    c.write_all(&f).await?;
+    let b = read_response(&mut c).await?.context("no answer to ApiVersions v9")?;
+    let (id, r) = decode::<ApiVersionsResponse>(ApiKey::ApiVersions, 0, b)?;
+    ensure!(id == 33 && r.error_code == 35, "{id} {r:?}");
+    ensure!(r.api_keys.iter().any(|k| k.api_key == 18 && k.max_version == 4));
+    Ok(())
+}
+
+#[tokio::test]
+async fn metadata_at_old_and_flexible_versions_names_brokers_topics_and_leaders() -> Result<()> {
+    let s = server(KafkaConfig::default()).await?;
+    // v0 (kcat's oldest path): an empty list is every topic.
+    let r: MetadataResponse = ask(
+        s.addr,
+        ApiKey::Metadata,
+        0,
+        "rdkafka",
+        &MetadataRequest::default().with_topics(Some(vec![])),
+    )
+    .await?;
+    ensure!(r.brokers.len() == 2 && r.topics.len() == 1, "{r:?}");
+    let t = &r.topics[0];
+    ensure!(t.name.as_ref().map(|n| n.0.as_str()) == Some("orders") && t.partitions.len() == 3);
+    ensure!(t.partitions.iter().all(|p| p.leader_id.0 == 10 + p.partition_index), "{t:?}");
+    // v12 (flexible), a zone in client.id: the zone's leader; the topic id is the stream's.
+    let want_id = s.broker.topics.lock().map_err(|_| anyhow::anyhow!("poisoned"))?[0].1;
+    let named = |n: &str| {
+        MetadataRequestTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_string(n.to_owned()))))
+    };
+    let r: MetadataResponse = ask(
+        s.addr,
+        ApiKey::Metadata,
+        12,
+        "app,zone_id=z",
+        &MetadataRequest::default().with_topics(Some(vec![named("orders")])),
+    )
+    .await?;
+    let t = &r.topics[0];
+    ensure!(t.topic_id == want_id, "{t:?}");
+    ensure!(t.partitions.iter().all(|p| p.leader_id.0 == 99 && p.isr_nodes.len() == 1), "{t:?}");
+    ensure!(
+        r.cluster_id.as_ref().map(|c| c.as_str()) == Some("test-cluster")
+            && r.controller_id.0 == 10
+    );
+    ensure!(r.brokers[1].rack.as_ref().map(|c| c.as_str()) == Some("z"));
+    // A topic that does not exist: created (1 partition) unless the client says not to.
+    let mut no_create = MetadataRequest::default().with_topics(Some(vec![named("fresh")]));
+    no_create.allow_auto_topic_creation = false;
+    let r: MetadataResponse = ask(s.addr, ApiKey::Metadata, 9, "t", &no_create).await?;
+    ensure!(r.topics[0].error_code == 3, "{r:?}");
+    let mut create = no_create.clone();
+    create.allow_auto_topic_creation = true;
+    let r: MetadataResponse = ask(s.addr, ApiKey::Metadata, 4, "t", &create).await?;
+    ensure!(r.topics[0].error_code == 0 && r.topics[0].partitions.len() == 1, "{r:?}");
+    let created = s.broker.created.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+    ensure!(created == vec![("fresh".to_owned(), 1)], "{created:?}");
+    // v1+: a null list is every topic.
+    let r: MetadataResponse =
+        ask(s.addr, ApiKey::Metadata, 1, "t", &MetadataRequest::default().with_topics(None))
+            .await?;
+    ensure!(r.topics.len() == 2, "{r:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order() -> Result<()> {
+    let s = server(KafkaConfig { max_in_flight: 2, ..Default::default() }).await?;
+    let mut c = tokio::net::TcpStream::connect(s.addr).await?;
+    let mut all = BytesMut::new();
+    for id in 0..20 {
+        let (api, body): (ApiKey, Bytes) = if id % 2 == 0 {
+            (
+                ApiKey::ApiVersions,
+                request(ApiKey::ApiVersions, 3, id, "t", &ApiVersionsRequest::default())?,
+            )
+        } else {
+            (
+                ApiKey::Metadata,
+                request(
+                    ApiKey::Metadata,
+                    8,
+                    id,
+                    "t",
+                    &MetadataRequest::default().with_topics(None),
+                )?,
+            )
+        };
+        let _ = api;
+        all.put_slice(&body);
+    }
+    c.write_all(&all).await?;
+    for id in 0..20 {
+        let b = read_response(&mut c).await?.context("answer missing")?;
+        let got = if id % 2 == 0 {
+            decode::<ApiVersionsResponse>(ApiKey::ApiVersions, 3, b)?.0
+        } else {
+            decode::<MetadataResponse>(ApiKey::Metadata, 8, b)?.0
+        };
+        ensure!(got == id, "answer {got} where {id} was due");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn hostile_and_unserved_frames_close_the_connection() -> Result<()> {
+    let s = server(KafkaConfig::default()).await?;
+    let frame = |body: &[u8]| {
+        let mut f = (body.len() as i32).to_be_bytes().to_vec();
+        f.extend_from_slice(body);
+        f
+    };
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("a frame claiming 2 GiB", vec![0x7f, 0xff, 0xff, 0xff, 0, 18, 0, 0]),
+        ("a negative size", (-1i32).to_be_bytes().to_vec()),
+        ("too short for a header", frame(&[0, 18])),
+        ("an unknown API key", frame(&[0x7f, 0x00, 0, 0, 0, 0, 0, 1, 0, 0])),
+        ("Produce v0, below ours", frame(&[0, 0, 0, 0, 0, 0, 0, 1, 0, 0])),
+        ("InitProducerId, not served yet", frame(&[0, 22, 0, 1, 0, 0, 0, 1, 0, 0])),
+        ("Metadata v13, above ours", frame(&[0, 3, 0, 13, 0, 0, 0, 1, 0, 0])),
+        // Metadata v1 whose topic array claims 2^31-1 entries in 4 bytes.
+        (
+            "an array count past the frame",
+            frame(&[0, 3, 0, 1, 0, 0, 0, 1, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff]),
+        ),
+    ];
+    for (what, bytes) in cases {
+        let mut c = tokio::net::TcpStream::connect(s.addr).await?;
+        c.write_all(&bytes).await?;
+        let answer =
+            tokio::time::timeout(std::time::Duration::from_secs(5), read_response(&mut c)).await?;
+        ensure!(answer?.is_none(), "{what}: answered instead of closed");
+    }
+    // The server still serves.
+    let r: ApiVersionsResponse =
+        ask(s.addr, ApiKey::ApiVersions, 0, "t", &ApiVersionsRequest::default()).await?;
+    ensure!(r.error_code == 0);
+    Ok(())
+}
+
+/// A produce request of `batches` (topic `orders`): one partition each, in order.
+fn produce_request(acks: i16, batches: Vec<(i32, Option<Bytes>)>) -> ProduceRequest {
+    let partitions = batches
+        .into_iter()
+        .map(|(p, b)| PartitionProduceData::default().with_index(p).with_records(b))
+        .collect();
+    ProduceRequest::default().with_acks(acks).with_timeout_ms(5000).with_topic_data(vec![
+        TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_static_str("orders")))
+            .with_partition_data(partitions),
+    ])
+}
+
+fn batch(values: &[&str], producer: recordbatch::ProducerFields) -> Result<Bytes> {
+    let records: Vec<recordbatch::Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| recordbatch::Record {
+            offset_delta: i as u32,
+            timestamp_ms: 1_700_000_000_000,
+            value: Some(Bytes::copy_from_slice(v.as_bytes())),
+            ..Default::default()
+        })
+        .collect();
+    Ok(recordbatch::encode(&records, producer)?)
+}
+
+#[tokio::test]
+async fn produce_appends_one_checked_batch_per_partition_and_refuses_the_rest() -> Result<()> {
+    let s = server(KafkaConfig { max_batch_bytes: 4096, ..Default::default() }).await?;
+    let none = recordbatch::ProducerFields::NONE;
+    let good = batch(&["a", "b", "c"], none)?;
+    let mut bad_crc = good.to_vec();
+    let last = bad_crc.len() - 1;
+    bad_crc[last] ^= 1;
+    let mut two = good.to_vec();
+    two.extend_from_slice(&good);
+    let idempotent = batch(
+        &["x"],
+        recordbatch::ProducerFields { producer_id: 7, producer_epoch: 0, base_sequence: 0 },
+    )?;
+    let huge = batch(&[&"z".repeat(5000)], none)?;
+    let req = produce_request(
+        -1,
+        vec![
+            (0, Some(good.clone())),
+            (0, Some(good.clone())),
+            (1, Some(Bytes::from(bad_crc))),
+            (1, Some(Bytes::from(two))),
+            (1, Some(idempotent)),
+            (1, Some(huge)),
+            (1, None),
+            (9, Some(good.clone())),
+        ],
+    );
+    for version in [3, 7, 9, 12] {
+        let r: ProduceResponse = ask(s.addr, ApiKey::Produce, version, "t", &req).await?;
+        let got: Vec<(i32, i16, i64)> = r.responses[0]
+            .partition_responses
+            .iter()
+            .map(|p| (p.index, p.error_code, p.base_offset))
+            .collect();
+        let codes: Vec<i16> = got.iter().map(|g| g.1).collect();
+        ensure!(codes == vec![0, 0, 2, 87, 87, 10, 2, 3], "v{version}: {got:?}");
+        // The two good batches landed one after the other (the fake's offsets).
+        let bases: Vec<i64> = got[..2].iter().map(|g| g.2).collect();
+        ensure!(bases[0] != bases[1] && bases.iter().all(|b| b % 3 == 0), "v{version}: {got:?}");
+    }
+    let appended = s.broker.appended.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+    ensure!(
+        appended.len() == 8 && appended.iter().all(|(_, p, b, n)| *p == 0 && *b == good && *n == 3)
+    );
+    // acks=2 is refused per partition; acks=0 is appended and not answered: the next request
+    // on the connection gets the next answer.
+    let r: ProduceResponse =
+        ask(s.addr, ApiKey::Produce, 7, "t", &produce_request(2, vec![(0, Some(good.clone()))]))
+            .await?;
+    ensure!(r.responses[0].partition_responses[0].error_code == 21, "{r:?}");
+    let mut c = tokio::net::TcpStream::connect(s.addr).await?;
+    let mut both = BytesMut::new();
+    both.put_slice(&request(
+        ApiKey::Produce,
+        7,
+        1,
+        "t",
+        &produce_request(0, vec![(0, Some(good))]),
+    )?);
+    both.put_slice(&request(ApiKey::ApiVersions, 0, 2, "t", &ApiVersionsRequest::default())?);
+    c.write_all(&both).await?;
+    let b = read_response(&mut c).await?.context("no answer")?;
+    let (id, _) = decode::<ApiVersionsResponse>(ApiKey::ApiVersions, 0, b)?;
+    ensure!(id == 2, "answer {id}: acks=0 was answered");
+    ensure!(s.broker.appended.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.len() == 9);
+    Ok(())
+}
+
+fn fetch_request(offset: i64, max_wait_ms: i32, partition: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![
+            FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str("orders")))
+                .with_partitions(vec![
+                    FetchPartition::default()
+                        .with_partition(partition)
+                        .with_fetch_offset(offset)
+                        .with_partition_max_bytes(1 << 20),
+                ]),
+        ])
+}
+
+#[tokio::test]
+async fn fetch_returns_whole_batches_with_offsets_and_waits_only_when_empty() -> Result<()> {
+    let s = server(KafkaConfig::default()).await?;
+    let none = recordbatch::ProducerFields::NONE;
+    let req = produce_request(
+        -1,
+        vec![(0, Some(batch(&["a", "b"], none)?)), (0, Some(batch(&["c"], none)?))],
+    );
+    let _: ProduceResponse = ask(s.addr, ApiKey::Produce, 7, "t", &req).await?;
+    for version in [4, 7, 11, 12] {
+        // From offset 1: the first batch (offsets 0-1) whole, then the second (2).
+        let r: FetchResponse =
+            ask(s.addr, ApiKey::Fetch, version, "t", &fetch_request(1, 5000, 0)).await?;
+        let p = &r.responses[0].partitions[0];
+        ensure!(
+            p.error_code == 0 && p.high_watermark == 3 && p.last_stable_offset == 3,
+            "v{version}: {p:?}"
+        );
+        let mut records = p.records.clone().context("null records")?;
+        let mut offsets = Vec::new();
+        while !records.is_empty() {
+            let h = recordbatch::BatchHeader::parse(&records)?;
+            let len = h.batch_length as usize + 12;
+            let (_, rs) = recordbatch::decode(&records.split_to(len))?;
+            offsets.extend(rs.iter().map(|r| h.base_offset + i64::from(r.offset_delta)));
+        }
+        ensure!(offsets == vec![0, 1, 2], "v{version}: offsets {offsets:?}");
+    }
+    ensure!(
+        *s.broker.waited.lock().map_err(|_| anyhow::anyhow!("poisoned"))? == 0,
+        "waited with data there"
+    );
+    // At the high watermark: a wait, then empty records (never null).
+    let r: FetchResponse = ask(s.addr, ApiKey::Fetch, 11, "t", &fetch_request(3, 100, 0)).await?;
+    let p = &r.responses[0].partitions[0];
+    ensure!(p.records.as_ref().is_some_and(|b| b.is_empty()) && r.session_id == 0, "{p:?}");
+    ensure!(*s.broker.waited.lock().map_err(|_| anyhow::anyhow!("poisoned"))? == 1);
+    // Another broker's partition: NOT_LEADER_OR_FOLLOWER naming it (v12 carries the leader).
+    let r: FetchResponse = ask(s.addr, ApiKey::Fetch, 12, "t", &fetch_request(0, 0, 1)).await?;
+    let p = &r.responses[0].partitions[0];
+    ensure!(p.error_code == 6 && p.current_leader.leader_id.0 == 11, "{p:?}");
+    let r: FetchResponse = ask(s.addr, ApiKey::Fetch, 4, "t", &fetch_request(99, 0, 0)).await?;
+    ensure!(r.responses[0].partitions[0].error_code == 1, "{r:?}");
+
+    // ListOffsets: earliest, latest, by time.
+    let partitions = [-2i64, -1, 1_700_000_000_000]
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            ListOffsetsPartition::default().with_partition_index(i as i32).with_timestamp(*t)
+        })
+        .collect();
+    let req = ListOffsetsRequest::default().with_topics(vec![
+        ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("orders")))
+            .with_partitions(partitions),
+    ]);
+    for version in [1, 6] {
+        let r: ListOffsetsResponse = ask(s.addr, ApiKey::ListOffsets, version, "t", &req).await?;
+        let got: Vec<(i64, i64)> =
+            r.topics[0].partitions.iter().map(|p| (p.offset, p.timestamp)).collect();
+        ensure!(got == vec![(0, -1), (42, -1), (7, 1_700_000_000_000)], "v{version}: {got:?}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn pipelined_produces_are_admitted_in_request_order_and_answered_in_it() -> Result<()> {
+    let s = server(KafkaConfig { max_in_flight: 4, ..Default::default() }).await?;
+    let none = recordbatch::ProducerFields::NONE;
+    let mut c = tokio::net::TcpStream::connect(s.addr).await?;
+    let mut all = BytesMut::new();
+    let mut sizes = Vec::new();
+    for id in 0..12 {
+        // 1, 2 or 3 records: the fake commits them after 10, 20 or 0 ms.
+        let n = 1 + (id as usize % 3);
+        let values: Vec<String> = (0..n).map(|i| format!("r{id}-{i}")).collect();
+        let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+        sizes.push(n as i64);
+        let req = produce_request(-1, vec![(0, Some(batch(&refs, none)?))]);
+        all.put_slice(&request(ApiKey::Produce, 9, id, "t", &req)?);
+    }
+    c.write_all(&all).await?;
+    let mut expect = 0i64;
+    for (id, n) in sizes.iter().enumerate() {
+        let b = read_response(&mut c).await?.context("answer missing")?;
+        let (got, r) = decode::<ProduceResponse>(ApiKey::Produce, 9, b)?;
+        let base = r.responses[0].partition_responses[0].base_offset;
+        ensure!(
+            got == id as i32 && base == expect,
+            "answer {got} at {base}: {id} at {expect} was due"
+        );
+        expect += n;
+    }
+    Ok(())
+}
