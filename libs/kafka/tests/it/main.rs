@@ -160,6 +160,35 @@ impl Broker for FakeBroker {
         tokio::time::sleep(max_wait).await;
     }
 
+    async fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        _settings: kafka::TopicSettings,
+        _validate_only: bool,
+    ) -> Result<uuid::Uuid, Refused> {
+        let id = uuid::Uuid::new_v4();
+        self.topics.lock().map_err(|_| Refused::new(-1, "poisoned"))?.push((
+            name.to_owned(),
+            id,
+            partitions,
+        ));
+        Ok(id)
+    }
+
+    async fn delete_topic(&self, _name: &str) -> Result<uuid::Uuid, Refused> {
+        Err(Refused::new(kafka::code::UNKNOWN_TOPIC_OR_PARTITION, "no"))
+    }
+
+    async fn create_partitions(
+        &self,
+        _name: &str,
+        _count: u32,
+        _validate_only: bool,
+    ) -> Result<(), Refused> {
+        Ok(())
+    }
+
     async fn list_offset(
         &self,
         _topic: &str,
@@ -620,6 +649,74 @@ async fn pipelined_produces_are_admitted_in_request_order_and_answered_in_it() -
             "answer {got} at {base}: {id} at {expect} was due"
         );
         expect += n;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn admin_requests_are_answered_at_every_advertised_version() -> Result<()> {
+    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+    use kafka_protocol::messages::{
+        CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
+        CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    };
+    let s = server(KafkaConfig::default()).await?;
+    let name = |n: &str| TopicName(StrBytes::from_string(n.to_owned()));
+    for v in 2..=7 {
+        let t = CreatableTopic::default()
+            .with_name(name(&format!("made-{v}")))
+            .with_num_partitions(2)
+            .with_replication_factor(3);
+        let r: CreateTopicsResponse = ask(
+            s.addr,
+            ApiKey::CreateTopics,
+            v,
+            "t",
+            &CreateTopicsRequest::default().with_topics(vec![t]),
+        )
+        .await?;
+        let t = &r.topics[0];
+        ensure!(t.error_code == 0, "v{v}: {t:?}");
+        ensure!(v < 5 || (t.num_partitions == 2 && t.replication_factor == 1), "v{v}: {t:?}");
+        // A replica assignment is refused, per topic.
+        let mut bad = CreatableTopic::default()
+            .with_name(name("x"))
+            .with_num_partitions(1)
+            .with_replication_factor(1);
+        bad.assignments.push(Default::default());
+        let r: CreateTopicsResponse = ask(
+            s.addr,
+            ApiKey::CreateTopics,
+            v,
+            "t",
+            &CreateTopicsRequest::default().with_topics(vec![bad]),
+        )
+        .await?;
+        ensure!(r.topics[0].error_code == 39, "v{v}: {:?}", r.topics[0]);
+    }
+    for v in 1..=6 {
+        let req = if v >= 6 {
+            DeleteTopicsRequest::default()
+                .with_topics(vec![DeleteTopicState::default().with_name(Some(name("gone")))])
+        } else {
+            DeleteTopicsRequest::default().with_topic_names(vec![name("gone")])
+        };
+        let r: DeleteTopicsResponse = ask(s.addr, ApiKey::DeleteTopics, v, "t", &req).await?;
+        ensure!(r.responses[0].error_code == 3, "v{v}: {r:?}");
+    }
+    for v in 0..=3 {
+        let t = CreatePartitionsTopic::default().with_name(name("orders")).with_count(5);
+        let r: CreatePartitionsResponse = ask(
+            s.addr,
+            ApiKey::CreatePartitions,
+            v,
+            "t",
+            &CreatePartitionsRequest::default().with_topics(vec![t]).with_timeout_ms(1000),
+        )
+        .await?;
+        ensure!(r.results[0].error_code == 0, "v{v}: {r:?}");
     }
     Ok(())
 }
