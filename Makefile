@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/venv/bin:$(PATH)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: help deps build test lint run bench cluster cluster-stop helm-check compose-check fuzz
+.PHONY: help deps build test lint run bench bench-kafka cluster cluster-stop helm-check compose-check fuzz
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
@@ -58,6 +58,10 @@ bench: ## A short benchmark (about 1.5 minutes once built): append and read, loc
 	./target/release/lakelog bench append --data-dir "$$d/append" --logs 100 --concurrency 8192 \
 		--record-size 1000 --records-per-entry 10 --flush-interval 50ms --duration 15s --baseline && \
 	./target/release/lakelog bench read --data-dir "$$d/read" --flush-interval 50ms --duration 10s --backlog 64MiB
+
+bench-kafka: deps ## Produce and consume 1 KiB records through the Kafka port (librdkafka) against the native gRPC path, release build
+	cargo build --release --bin lakelog
+	.tools/venv/bin/python scripts/bench-kafka.py --bin target/release/lakelog --seconds 10
 
 FUZZ_SECONDS ?= 600
 fuzz: ## Fuzz the Kafka request decoder for FUZZ_SECONDS (600), then the record-batch decoder for a tenth of that (nightly; installs cargo-fuzz)
