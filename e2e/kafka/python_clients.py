@@ -4,8 +4,8 @@
 acked offset, in the partition Kafka's default partitioner picks for its key.
 
 Usage: python_clients.py BOOTSTRAP TOPIC COUNT   (the topic must exist, any partition count)
-Exits 1 with a line saying what differed. Idempotence is off: Lakelog does not serve
-InitProducerId yet.
+Exits 1 with a line saying what differed. Both producers are idempotent (kafka-python's
+default; set for confluent-kafka), acks=all.
 """
 import sys
 import time
@@ -37,7 +37,7 @@ acked = {}  # value -> (partition, offset)
 # confluent-kafka: Java's partitioner (murmur2) so both clients agree on a key's partition.
 p = confluent_kafka.Producer({
     "bootstrap.servers": bootstrap,
-    "enable.idempotence": False,
+    "enable.idempotence": True,
     "acks": "all",
     "partitioner": "murmur2_random",
     "linger.ms": 5,
@@ -59,7 +59,7 @@ if p.flush(60) != 0:
     fail("confluent-kafka: records left unflushed")
 
 # kafka-python: its default partitioner is murmur2 too.
-kp = kafka.KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=False, linger_ms=5)
+kp = kafka.KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5)
 futures = []
 for i in range(half, count):
     futures.append((f"kp-{i}", kp.send(topic, key=f"key-{i % 97}".encode(), value=f"kp-{i}".encode())))

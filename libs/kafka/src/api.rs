@@ -15,8 +15,9 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreatePartitionsRequest,
-    CreateTopicsRequest, DeleteTopicsRequest, FetchRequest, ListOffsetsRequest, MetadataRequest,
-    MetadataResponse, ProduceRequest, RequestHeader, ResponseHeader, TopicName,
+    CreateTopicsRequest, DeleteTopicsRequest, FetchRequest, InitProducerIdRequest,
+    InitProducerIdResponse, ListOffsetsRequest, MetadataRequest, MetadataResponse, ProduceRequest,
+    ProducerId, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -32,6 +33,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::InitProducerId, 0, 4),
 ];
 
 /// Why a request closes its connection instead of being answered.
@@ -78,6 +80,10 @@ pub async fn admit(
             let body = api_versions(code::NONE);
             Ok(ready(encode_response(ApiKey::ApiVersions, version, id, &body)))
         }
+        Request::InitProducerId(req) => Ok(Box::pin(async move {
+            let resp = init_producer_id(*req, broker.as_ref()).await;
+            encode_response(ApiKey::InitProducerId, version, id, &resp).map(Some)
+        })),
         Request::CreateTopics(req) => Ok(Box::pin(async move {
             let resp = crate::admin::create_topics(*req, version, broker.as_ref(), &cfg).await;
             encode_response(ApiKey::CreateTopics, version, id, &resp).map(Some)
@@ -121,6 +127,7 @@ pub async fn admit(
 #[derive(Debug)]
 pub enum Request {
     ApiVersions,
+    InitProducerId(Box<InitProducerIdRequest>),
     CreateTopics(Box<CreateTopicsRequest>),
     DeleteTopics(Box<DeleteTopicsRequest>),
     CreatePartitions(Box<CreatePartitionsRequest>),
@@ -182,6 +189,9 @@ pub fn decode(frame: &Bytes) -> Result<Decoded, Close> {
         )),
         ApiKey::CreateTopics => Request::CreateTopics(Box::new(
             CreateTopicsRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::InitProducerId => Request::InitProducerId(Box::new(
+            InitProducerIdRequest::decode(&mut buf, version).map_err(malformed)?,
         )),
         ApiKey::DeleteTopics => Request::DeleteTopics(Box::new(
             DeleteTopicsRequest::decode(&mut buf, version).map_err(malformed)?,
@@ -380,4 +390,23 @@ fn topic(t: TopicInfo, version: i16) -> MetadataResponseTopic {
         out.topic_id = t.id;
     }
     out
+}
+
+/// InitProducerId: idempotent producers only (a transactional id is INVALID_REQUEST until
+/// transactions exist).
+async fn init_producer_id(
+    req: InitProducerIdRequest,
+    broker: &dyn Broker,
+) -> InitProducerIdResponse {
+    let resp = InitProducerIdResponse::default();
+    if req.transactional_id.is_some() {
+        return resp.with_error_code(code::INVALID_REQUEST);
+    }
+    let current = (req.producer_id.0 >= 0).then_some((req.producer_id.0, req.producer_epoch));
+    match broker.init_producer_id(current).await {
+        Ok((id, epoch)) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(epoch),
+        Err(code) => {
+            resp.with_error_code(code).with_producer_id(ProducerId(-1)).with_producer_epoch(-1)
+        }
+    }
 }

@@ -12,9 +12,9 @@
 //! owner the routing function picks for the client's zone (`zone_id=` in `client.id`).
 //!
 //! Built so far: ApiVersions, Metadata, Produce (not idempotent yet), Fetch (with long poll)
-//! ListOffsets, CreateTopics, DeleteTopics and CreatePartitions. InitProducerId (idempotent
-//! producers), the config APIs and consumer groups are not yet; ApiVersions does not
-//! advertise them.
+//! ListOffsets, CreateTopics, DeleteTopics, CreatePartitions and InitProducerId (idempotent
+//! producers, [`producers`]). Transactions, the config APIs and consumer groups are not yet;
+//! ApiVersions does not advertise them.
 //!
 //! Depends on the codec only; never on a Lakelog crate (the roles adapt their stores to
 //! [`Broker`]).
@@ -24,6 +24,7 @@ pub mod api;
 mod fetch;
 pub mod frame;
 mod produce;
+pub mod producers;
 mod server;
 
 pub use server::{KafkaConfig, serve};
@@ -45,6 +46,9 @@ pub mod code {
     pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
     pub const INVALID_CONFIG: i16 = 40;
     pub const INVALID_REQUIRED_ACKS: i16 = 21;
+    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const UNSUPPORTED_VERSION: i16 = 35;
     pub const INVALID_REQUEST: i16 = 42;
     pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
@@ -183,6 +187,11 @@ pub trait Broker: Send + Sync + 'static {
     /// Resolves once any of `targets` (topic, partition, offset) has a record at or past its
     /// offset, or after `max_wait`; registered before it looks, so no commit is missed.
     async fn wait_for(&self, targets: Vec<(String, i32, i64)>, max_wait: std::time::Duration);
+
+    /// InitProducerId for an idempotent (not transactional) producer: a new producer id at
+    /// epoch 0, or, given the producer's current id and epoch (KIP-360), the same id at the
+    /// next epoch. Kafka's error code otherwise.
+    async fn init_producer_id(&self, current: Option<(i64, i16)>) -> Result<(i64, i16), i16>;
 
     /// Creates a topic (a stream) of `partitions` partitions; with `validate_only`, only
     /// checks that it could. Its id on success.

@@ -1,7 +1,7 @@
 //! Produce (ARCHITECTURE §11): each partition's record batch checked (exactly one RecordBatch
-//! v2, its CRC, lengths and counts, at most `max.message.bytes`; transactional, control and
-//! idempotent batches refused until those exist), then admitted as one entry, in request
-//! order; the answer is the commit, so acks=1 and acks=-1 both mean durable. Each partition
+//! v2, its CRC, lengths and counts, at most `max.message.bytes`; transactional and control
+//! batches refused until transactions exist; an idempotent batch's sequence is the broker's to
+//! check, with [`crate::producers`]), then admitted as one entry, in request order; the answer is the commit, so acks=1 and acks=-1 both mean durable. Each partition
 //! gets its own error.
 
 use bytes::Bytes;
@@ -113,12 +113,6 @@ async fn one(
         return Err(Refused::new(
             code::INVALID_RECORD,
             "transactional and control batches are not supported yet",
-        ));
-    }
-    if h.producer.producer_id >= 0 {
-        return Err(Refused::new(
-            code::INVALID_RECORD,
-            "idempotent producers are not supported yet",
         ));
     }
     let count = u32::try_from(h.record_count)

@@ -13,6 +13,7 @@
 //! | `members/<role>/<id>` | [`MemberRecord`](crate::records::MemberRecord): gRPC and Kafka addresses, zone, node id (under its lease); create_revision = incarnation | each role at start | commits (compare), the catalog, Kafka Metadata |
 //! | `kafka/node_ids/<member id>` | the member's Kafka node id (decimal); never changes | [`node_id`](crate::membership::node_id), create-only | the member at start |
 //! | `kafka/next_node_id` | the next node id to hand out (decimal) | `node_id` (compare-and-set) | `node_id` |
+//! | `kafka/next_producer_id` | the next Kafka producer id to hand out (decimal) | writers, a block at a time ([`producer_ids`](crate::membership::producer_ids)) | writers |
 //! | `wal/next_seq` | next unallocated WAL sequence (decimal) | writers, a block at a time | `create_log`, the cleaner |
 //! | `compaction/tasks/<log>` | the claiming compactor's id (under its lease); create_revision = the claim revision in its segment's key | a compactor (create-only) | compactors, the swap (compare) |
 //! | `wal/low_water/<writer>` | lowest WAL sequence the writer may still commit (under its lease) | its writer: created with its first block, raised by commits | the cleaner |
@@ -114,6 +115,11 @@ impl Keys {
     /// A member's Kafka node id.
     pub fn node_id(&self, member: &str) -> Vec<u8> {
         self.key(format_args!("kafka/node_ids/{member}"))
+    }
+
+    /// The next Kafka producer id to hand out.
+    pub fn next_producer_id(&self) -> Vec<u8> {
+        self.key(format_args!("kafka/next_producer_id"))
     }
 
     /// The next Kafka node id to hand out.

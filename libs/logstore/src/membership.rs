@@ -48,6 +48,41 @@ pub async fn node_id(meta: &dyn MetadataStore, cluster: &str, id: &str) -> Resul
     Err(LogError::unavailable(format!("could not take a Kafka node id for {id}: contended")))
 }
 
+/// A block of `n` Kafka producer ids, `[start, start + n)`, taken from the
+/// `kafka/next_producer_id` counter by compare-and-set (unique cluster-wide).
+pub async fn producer_ids(
+    meta: &dyn MetadataStore,
+    cluster: &str,
+    n: i64,
+) -> Result<std::ops::Range<i64>, LogError> {
+    let counter = Keys::new(cluster).next_producer_id();
+    for _ in 0..NODE_ID_ATTEMPTS {
+        let (next, rev) = match meta.get(&counter).await? {
+            Some(kv) => {
+                let v = std::str::from_utf8(&kv.value).ok().and_then(|s| s.parse::<i64>().ok());
+                let v = v.filter(|v| *v >= 0).ok_or_else(|| {
+                    LogError::Corrupt(format!(
+                        "producer id counter `{}`",
+                        String::from_utf8_lossy(&kv.value)
+                    ))
+                })?;
+                (v, kv.mod_revision)
+            }
+            None => (0, 0),
+        };
+        let end = next
+            .checked_add(n)
+            .ok_or_else(|| LogError::Internal("Kafka producer ids exhausted".to_owned()))?;
+        let txn = Txn::new()
+            .when([Compare::mod_revision(counter.clone(), CompareOp::Equal, rev)])
+            .and_then([TxnOp::put(counter.clone(), end.to_string())]);
+        if meta.txn(txn).await?.succeeded {
+            return Ok(next..end);
+        }
+    }
+    Err(LogError::unavailable("could not take Kafka producer ids: contended"))
+}
+
 fn parse_node_id(v: &[u8]) -> Result<i32, LogError> {
     std::str::from_utf8(v)
         .ok()

@@ -123,6 +123,13 @@ impl LogStorage {
         &self.core.reader
     }
 
+    /// The epoch under which this writer serves `log`'s `slot`, if it does: it changes
+    /// whenever the slot changes hands, so state kept per (log, slot) — the Kafka front end's
+    /// idempotent producers — knows when it may be stale.
+    pub fn served_epoch(&self, log: LogId, slot: &str) -> Option<i64> {
+        self.core.served_epoch(log, slot)
+    }
+
     pub fn config(&self) -> &LogStorageConfig {
         &self.core.cfg
     }

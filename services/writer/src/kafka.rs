@@ -3,13 +3,17 @@
 //! stream's log p; a partition's leader is the writer the routing function picks for the
 //! client's zone, named by its node id; brokers are the live writers that serve Kafka.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use bytes::{Bytes, BytesMut};
 use catalog::{Catalog, CatalogError, StreamInfo, StreamProps, Target};
+use kafka::producers::{Check, Producers};
 use kafka::{
     BrokerError, BrokerNode, Fetched, PartitionInfo, Produced, Refused, TopicInfo, TopicSettings,
     code,
 };
-use logstore::{LogError, LogStorage};
+use logstore::{LogError, LogId, LogStorage};
 
 /// The Kafka broker of one writer (or standalone).
 #[derive(Clone, Debug)]
@@ -17,11 +21,43 @@ pub struct WriterBroker {
     catalog: Catalog,
     cluster: String,
     storage: LogStorage,
+    /// Idempotent producers' state per (log, slot), with the served epoch it belongs to.
+    producers: Arc<Mutex<HashMap<(LogId, String), Tenure>>>,
+    /// Producer ids this writer may hand out (a block from the metadata store).
+    producer_ids: Arc<tokio::sync::Mutex<std::ops::Range<i64>>>,
 }
+
+/// A slot's idempotent producers, with the served epoch they were seen under (`None` until
+/// this writer's first commit in the slot).
+type Tenure = (Option<i64>, Producers);
+
+/// Producer ids taken from the metadata store at a time.
+const PRODUCER_ID_BLOCK: i64 = 1000;
 
 impl WriterBroker {
     pub fn new(catalog: Catalog, cluster: &str, storage: LogStorage) -> Self {
-        WriterBroker { catalog, cluster: cluster.to_owned(), storage }
+        WriterBroker {
+            catalog,
+            cluster: cluster.to_owned(),
+            storage,
+            producers: Default::default(),
+            producer_ids: Arc::new(tokio::sync::Mutex::new(0..0)),
+        }
+    }
+
+    /// Checks an idempotent batch against its producer's state for (log, slot) under the
+    /// epoch this writer serves it at now (state of another tenure is dropped first).
+    fn check(&self, log: LogId, slot: &str, h: &recordbatch::BatchHeader) -> (Option<i64>, Check) {
+        let tenure = self.storage.served_epoch(log, slot);
+        let mut map = self.producers.lock().unwrap_or_else(|e| e.into_inner());
+        let e = map.entry((log, slot.to_owned())).or_default();
+        // Unknown (None) until this writer's first commit in the slot: adopted then.
+        if e.0.is_some() && e.0 != tenure {
+            *e = (tenure, Producers::default());
+        }
+        e.0 = e.0.or(tenure);
+        let p = h.producer;
+        (tenure, e.1.check(p.producer_id, p.producer_epoch, p.base_sequence, h.last_sequence()))
     }
 
     /// The log of a topic's partition, and the owner slot a client in `zone` appends in, if
@@ -165,15 +201,65 @@ impl kafka::Broker for WriterBroker {
         record_count: u32,
     ) -> Result<kafka::Commit, Refused> {
         let (log, slot) = self.led(topic, partition, zone).await?;
+        let header = recordbatch::BatchHeader::parse(&batch)
+            .map_err(|e| Refused::new(code::CORRUPT_MESSAGE, e.to_string()))?;
+        let idempotent = header.producer.producer_id >= 0;
+        if idempotent {
+            match self.check(log, &slot, &header).1 {
+                Check::Append => {}
+                Check::Duplicate(original) => return Ok(Box::pin(original)),
+                Check::Refuse(r) => return Err(r),
+            }
+        }
         let committing = self
             .storage
             .submit_in_slot(log, &slot, record_count, batch, None)
             .await
             .map_err(refused)?;
-        Ok(Box::pin(async move {
+        let commit: kafka::Commit = Box::pin(async move {
             let h = committing.await.map_err(refused)?;
             Ok(Produced { base_offset: to_i64(h.offset)? })
-        }))
+        });
+        if !idempotent {
+            return Ok(commit);
+        }
+        let shared = kafka::producers::shared(commit);
+        let p = header.producer;
+        let mut map = self.producers.lock().unwrap_or_else(|e| e.into_inner());
+        let e = map.entry((log, slot)).or_default();
+        e.1.admitted(
+            p.producer_id,
+            p.producer_epoch,
+            p.base_sequence,
+            header.last_sequence(),
+            shared.clone(),
+        );
+        Ok(Box::pin(shared))
+    }
+
+    async fn init_producer_id(&self, current: Option<(i64, i16)>) -> Result<(i64, i16), i16> {
+        // KIP-360: the same producer at its next epoch, while epochs last.
+        if let Some((id, epoch)) = current
+            && (0..i16::MAX - 1).contains(&epoch)
+        {
+            return Ok((id, epoch + 1));
+        }
+        let mut ids = self.producer_ids.lock().await;
+        if ids.is_empty() {
+            *ids = logstore::membership::producer_ids(
+                self.storage.metadata().as_ref(),
+                &self.cluster,
+                PRODUCER_ID_BLOCK,
+            )
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "Kafka: no producer ids");
+                code::COORDINATOR_NOT_AVAILABLE
+            })?;
+        }
+        let id = ids.start;
+        ids.start += 1;
+        Ok((id, 0))
     }
 
     async fn fetch(

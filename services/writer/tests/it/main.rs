@@ -251,3 +251,61 @@ async fn hostile_read_sizes_are_capped_and_reads_by_index_are_checked() -> Resul
     s.server.await?;
     Ok(())
 }
+
+/// One idempotent record batch of producer 77 at `epoch`, sequences `seq..seq + n`.
+fn idempotent_batch(epoch: i16, seq: i32, n: usize) -> Result<Bytes> {
+    let records: Vec<recordbatch::Record> = (0..n)
+        .map(|i| recordbatch::Record {
+            offset_delta: i as u32,
+            timestamp_ms: 1_700_000_000_000,
+            value: Some(Bytes::from(format!("s{}", seq as usize + i))),
+            ..Default::default()
+        })
+        .collect();
+    let p =
+        recordbatch::ProducerFields { producer_id: 77, producer_epoch: epoch, base_sequence: seq };
+    Ok(recordbatch::encode(&records, p)?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kafka_idempotent_batches_are_appended_once_and_answered_with_their_first_offset()
+-> Result<()> {
+    use kafka::Broker;
+    let s = serve_writer().await?;
+    let cluster = s.storage.config().cluster.clone();
+    let catalog = catalog::Catalog::new(s.storage.metadata(), s.storage.reader().clone(), &cluster);
+    catalog.create("idem", 1, Default::default()).await?;
+    let broker = writer::kafka::WriterBroker::new(catalog.clone(), &cluster, s.storage.clone());
+    let produce = |epoch: i16, seq: i32, n: usize| {
+        let broker = broker.clone();
+        async move {
+            let batch = idempotent_batch(epoch, seq, n)?;
+            anyhow::Ok(match broker.produce("idem", 0, None, batch, n as u32).await {
+                Ok(commit) => commit.await.map(|p| p.base_offset).map_err(|r| r.code),
+                Err(r) => Err(r.code),
+            })
+        }
+    };
+    ensure!(produce(0, 0, 3).await? == Ok(0));
+    ensure!(produce(0, 3, 2).await? == Ok(3));
+    // A retry of either batch (its answer lost) is answered with its first offset, and not
+    // appended again; a gap is OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch is fenced.
+    ensure!(produce(0, 0, 3).await? == Ok(0));
+    ensure!(produce(0, 3, 2).await? == Ok(3));
+    ensure!(produce(0, 9, 1).await? == Err(kafka::code::OUT_OF_ORDER_SEQUENCE_NUMBER));
+    ensure!(produce(0, 5, 1).await? == Ok(5));
+    ensure!(produce(1, 4, 1).await? == Err(kafka::code::OUT_OF_ORDER_SEQUENCE_NUMBER));
+    ensure!(produce(1, 0, 1).await? == Ok(6));
+    ensure!(produce(0, 6, 1).await? == Err(kafka::code::INVALID_PRODUCER_EPOCH));
+    let log = catalog.route("idem", 0).await?;
+    let info = s.storage.info(log).await?;
+    ensure!(info.next_offset == 7 && info.entries == 4, "{info:?}");
+    // InitProducerId: a new id, then the same id at the next epoch (KIP-360).
+    let (id, epoch) = broker.init_producer_id(None).await.map_err(|c| anyhow::anyhow!("{c}"))?;
+    let (id2, _) = broker.init_producer_id(None).await.map_err(|c| anyhow::anyhow!("{c}"))?;
+    ensure!(epoch == 0 && id2 == id + 1, "{id} {epoch} {id2}");
+    ensure!(broker.init_producer_id(Some((id, 0))).await == Ok((id, 1)));
+    let _ = s.stop.send(());
+    s.server.await?;
+    Ok(())
+}
