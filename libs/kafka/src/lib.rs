@@ -159,17 +159,17 @@ pub trait Broker: Send + Sync + 'static {
         create: Option<u32>,
     ) -> Result<Vec<TopicInfo>, BrokerError>;
 
-    /// Admits one validated record batch (as sent, `record_count` records) to a partition
-    /// this broker leads for a client in `zone`: returns once it is queued behind every batch
-    /// admitted before it (the front end admits a connection's batches in request order), with
-    /// the future of its commit, which resolves once it is durable.
+    /// Admits one record batch (as sent; `header` is its header, validated by the front end)
+    /// to a partition this broker leads for a client in `zone`: returns once it is queued
+    /// behind every batch admitted before it (the front end admits a connection's batches in
+    /// request order), with the future of its commit, which resolves once it is durable.
     async fn produce(
         &self,
         topic: &str,
         partition: i32,
         zone: Option<&str>,
         batch: bytes::Bytes,
-        record_count: u32,
+        header: &recordbatch::BatchHeader,
     ) -> Result<Commit, Refused>;
 
     /// Batches of a partition this broker leads from `offset`, about `max_bytes` of them (at

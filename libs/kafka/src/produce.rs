@@ -102,7 +102,7 @@ async fn one(
     }
     let h = recordbatch::validate(&batch).map_err(|e| match e {
         BatchError::Unsupported(m) => Refused::new(code::UNSUPPORTED_FOR_MESSAGE_FORMAT, m),
-        BatchError::Corrupt(m) if m.contains("batch_length") => Refused::new(
+        BatchError::Length(m) => Refused::new(
             code::INVALID_RECORD,
             format!("exactly one record batch per partition, whole: {m}"),
         ),
@@ -115,7 +115,5 @@ async fn one(
             "transactional and control batches are not supported yet",
         ));
     }
-    let count = u32::try_from(h.record_count)
-        .map_err(|_| Refused::new(code::CORRUPT_MESSAGE, "record count"))?;
-    broker.produce(topic, partition, zone, batch, count).await
+    broker.produce(topic, partition, zone, batch, &h).await
 }

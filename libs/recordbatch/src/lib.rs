@@ -38,6 +38,10 @@ const MIN_RECORD: usize = 7;
 pub enum BatchError {
     #[error("record batch: {0}")]
     Corrupt(String),
+    /// The bytes are not exactly one batch: `batch_length` says more or less than is there
+    /// (a truncated batch, or several batches where one was expected).
+    #[error("record batch: {0}")]
+    Length(String),
     #[error("record batch: {0}")]
     Unsupported(String),
     #[error("record batch: {0}")]
@@ -182,7 +186,7 @@ pub fn validate(b: &[u8]) -> Result<BatchHeader, BatchError> {
     let h = BatchHeader::parse(b)?;
     let total = usize::try_from(h.batch_length).ok().and_then(|n| n.checked_add(12));
     if total != Some(b.len()) {
-        return Err(corrupt(format!(
+        return Err(BatchError::Length(format!(
             "batch_length {} does not match the {} bytes present",
             h.batch_length,
             b.len()

@@ -47,7 +47,7 @@ impl WriterBroker {
 
     /// Checks an idempotent batch against its producer's state for (log, slot) under the
     /// epoch this writer serves it at now (state of another tenure is dropped first).
-    fn check(&self, log: LogId, slot: &str, h: &recordbatch::BatchHeader) -> (Option<i64>, Check) {
+    fn check(&self, log: LogId, slot: &str, h: &recordbatch::BatchHeader) -> Check {
         let tenure = self.storage.served_epoch(log, slot);
         let mut map = self.producers.lock().unwrap_or_else(|e| e.into_inner());
         let e = map.entry((log, slot.to_owned())).or_default();
@@ -57,7 +57,7 @@ impl WriterBroker {
         }
         e.0 = e.0.or(tenure);
         let p = h.producer;
-        (tenure, e.1.check(p.producer_id, p.producer_epoch, p.base_sequence, h.last_sequence()))
+        e.1.check(p.producer_id, p.producer_epoch, p.base_sequence, h.last_sequence())
     }
 
     /// The log of a topic's partition, and the owner slot a client in `zone` appends in, if
@@ -198,14 +198,15 @@ impl kafka::Broker for WriterBroker {
         partition: i32,
         zone: Option<&str>,
         batch: bytes::Bytes,
-        record_count: u32,
+        header: &recordbatch::BatchHeader,
     ) -> Result<kafka::Commit, Refused> {
         let (log, slot) = self.led(topic, partition, zone).await?;
-        let header = recordbatch::BatchHeader::parse(&batch)
-            .map_err(|e| Refused::new(code::CORRUPT_MESSAGE, e.to_string()))?;
+        // validate() checked the count is last_offset_delta + 1 and at least 1.
+        let record_count = u32::try_from(header.record_count)
+            .map_err(|_| Refused::new(code::CORRUPT_MESSAGE, "record count"))?;
         let idempotent = header.producer.producer_id >= 0;
         if idempotent {
-            match self.check(log, &slot, &header).1 {
+            match self.check(log, &slot, header) {
                 Check::Append => {}
                 Check::Duplicate(original) => return Ok(Box::pin(original)),
                 Check::Refuse(r) => return Err(r),
@@ -332,31 +333,29 @@ impl kafka::Broker for WriterBroker {
         settings: TopicSettings,
         validate_only: bool,
     ) -> Result<uuid::Uuid, Refused> {
+        // The name first, then the count, as the catalog checks them.
+        catalog::validate_name(name).map_err(topic_refused)?;
+        if partitions == 0 || partitions > catalog::MAX_PARTITIONS {
+            return Err(Refused::new(code::INVALID_PARTITIONS, format!("{partitions} partitions")));
+        }
         if validate_only {
-            catalog::validate_name(name).map_err(admin_refused)?;
-            if partitions == 0 || partitions > catalog::MAX_PARTITIONS {
-                return Err(Refused::new(
-                    code::INVALID_PARTITIONS,
-                    format!("{partitions} partitions"),
-                ));
-            }
             return match self.catalog.get(name).await {
-                Ok(_) => Err(admin_refused(CatalogError::AlreadyExists(name.to_owned()))),
+                Ok(_) => Err(topic_refused(CatalogError::AlreadyExists(name.to_owned()))),
                 Err(CatalogError::NotFound(_)) => Ok(uuid::Uuid::nil()),
-                Err(e) => Err(admin_refused(e)),
+                Err(e) => Err(topic_refused(e)),
             };
         }
         let props = StreamProps {
             retention_ms: settings.retention_ms,
             retention_bytes: settings.retention_bytes,
         };
-        let s = self.catalog.create(name, partitions, props).await.map_err(admin_refused)?;
+        let s = self.catalog.create(name, partitions, props).await.map_err(topic_refused)?;
         Ok(uuid::Uuid::parse_str(&s.identity).unwrap_or_default())
     }
 
     async fn delete_topic(&self, name: &str) -> Result<uuid::Uuid, Refused> {
-        let s = self.catalog.get(name).await.map_err(admin_refused)?;
-        self.catalog.delete(name).await.map_err(admin_refused)?;
+        let s = self.catalog.get(name).await.map_err(topic_refused)?;
+        self.catalog.delete(name).await.map_err(topic_refused)?;
         Ok(uuid::Uuid::parse_str(&s.identity).unwrap_or_default())
     }
 
@@ -366,7 +365,7 @@ impl kafka::Broker for WriterBroker {
         count: u32,
         validate_only: bool,
     ) -> Result<(), Refused> {
-        let s = self.catalog.get(name).await.map_err(admin_refused)?;
+        let s = self.catalog.get(name).await.map_err(topic_refused)?;
         let have = s.partitions.len() as u32;
         // Kafka refuses a count that adds nothing as well as one that removes partitions.
         if count <= have {
@@ -379,7 +378,10 @@ impl kafka::Broker for WriterBroker {
             return Err(Refused::new(code::INVALID_PARTITIONS, format!("{count} partitions")));
         }
         if !validate_only {
-            self.catalog.add_partitions(name, count).await.map_err(admin_refused)?;
+            self.catalog
+                .add_partitions(name, count)
+                .await
+                .map_err(|e| admin_refused(e, code::INVALID_PARTITIONS))?;
         }
         Ok(())
     }
@@ -414,13 +416,18 @@ impl kafka::Broker for WriterBroker {
     }
 }
 
-/// A catalog error as Kafka's code for an admin request.
-fn admin_refused(e: CatalogError) -> Refused {
+/// [`admin_refused`] where an invalid argument is the topic's name or a setting.
+fn topic_refused(e: CatalogError) -> Refused {
+    admin_refused(e, code::INVALID_TOPIC_EXCEPTION)
+}
+
+/// A catalog error as Kafka's code for an admin request; `invalid` is what an invalid
+/// argument means for the request (a bad name or setting, or a bad partition count).
+fn admin_refused(e: CatalogError, invalid: i16) -> Refused {
     let code = match &e {
         CatalogError::NotFound(_) => code::UNKNOWN_TOPIC_OR_PARTITION,
         CatalogError::AlreadyExists(_) => code::TOPIC_ALREADY_EXISTS,
-        CatalogError::InvalidArgument(m) if m.contains("partition") => code::INVALID_PARTITIONS,
-        CatalogError::InvalidArgument(_) => code::INVALID_TOPIC_EXCEPTION,
+        CatalogError::InvalidArgument(_) => invalid,
         _ => code::UNKNOWN_SERVER_ERROR,
     };
     Refused::new(code, e.to_string())

@@ -98,8 +98,9 @@ impl Broker for FakeBroker {
         partition: i32,
         _zone: Option<&str>,
         batch: Bytes,
-        record_count: u32,
+        header: &recordbatch::BatchHeader,
     ) -> Result<kafka::Commit, Refused> {
+        let record_count = header.record_count as u32;
         if topic != "orders" || !(0..3).contains(&partition) {
             return Err(Refused::new(kafka::code::UNKNOWN_TOPIC_OR_PARTITION, "no such partition"));
         }

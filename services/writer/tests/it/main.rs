@@ -280,7 +280,8 @@ async fn kafka_idempotent_batches_are_appended_once_and_answered_with_their_firs
         let broker = broker.clone();
         async move {
             let batch = idempotent_batch(epoch, seq, n)?;
-            anyhow::Ok(match broker.produce("idem", 0, None, batch, n as u32).await {
+            let header = recordbatch::validate(&batch)?;
+            anyhow::Ok(match broker.produce("idem", 0, None, batch, &header).await {
                 Ok(commit) => commit.await.map(|p| p.base_offset).map_err(|r| r.code),
                 Err(r) => Err(r.code),
             })
