@@ -12,6 +12,8 @@
 //! servers with it. Linux ties that signal to the spawning *thread*, so every child is spawned
 //! from one long-lived spawner thread.
 //!
+//! [`kcat`] runs Debian's kcat (librdkafka 2.0.2), the oldest Kafka client Lakelog promises.
+//!
 //! A dev-dependency only; depends on no Lakelog crate but `config` (it hands out the config
 //! sections that reach its servers).
 
@@ -38,6 +40,39 @@ pub enum TestkitError {
     Failed { server: &'static str, message: String, output: String },
     #[error("{0}")]
     Io(#[from] std::io::Error),
+}
+
+/// `kcat ARGS` with `stdin`, to completion: its stdout. An error if it exits non-zero or says
+/// something `failed` (a delivery, a connection): kcat exits 0 after failed deliveries.
+pub fn kcat(args: &[&str], stdin: &str) -> Result<String, TestkitError> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("kcat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => TestkitError::NotInstalled {
+                server: "kcat",
+                hint: "Debian kcat; `make deps` installs it".to_owned(),
+            },
+            _ => TestkitError::Io(e),
+        })?;
+    if let Some(mut input) = child.stdin.take() {
+        input.write_all(stdin.as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() || stderr.contains("failed") {
+        return Err(TestkitError::Failed {
+            server: "kcat",
+            message: format!("kcat {args:?}: {}", out.status),
+            output: stderr,
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// A free TCP port on 127.0.0.1 (bound, read and released), never one this process handed

@@ -3,9 +3,7 @@
 //! are led by the writers the routing picks, and records produced through either broker land
 //! in their partitions' logs and read back through Kafka and through gRPC.
 
-use std::process::{Command, Stdio};
-
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use client::{Consumer, StartAt};
 
 use super::Cluster;
@@ -20,22 +18,6 @@ fn kafka_writer(cluster: &Cluster, id: &str) -> Result<(testkit::Service, String
     Ok((cluster.spawn("writer", id, &section, port)?, format!("127.0.0.1:{kafka}")))
 }
 
-fn kcat(args: &[&str], stdin: &str) -> Result<String> {
-    use std::io::Write;
-    let mut child = Command::new("kcat")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("kcat (Debian kcat; `make deps` installs it)")?;
-    child.stdin.take().context("stdin")?.write_all(stdin.as_bytes())?;
-    let out = child.wait_with_output()?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    ensure!(out.status.success() && !stderr.contains("failed"), "kcat {args:?}: {stderr}");
-    Ok(String::from_utf8(out.stdout)?)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_writers_are_two_kafka_brokers_leading_their_partitions() -> Result<()> {
     let cluster = Cluster::start()?;
@@ -47,7 +29,7 @@ async fn two_writers_are_two_kafka_brokers_leading_their_partitions() -> Result<
     catalog.create("events", 8, None, None).await?;
 
     // Either broker tells the whole cluster: two brokers, each partition led by one of them.
-    let listed = kcat(&["-b", &k2, "-L", "-t", "events", "-m", "10"], "")?;
+    let listed = testkit::kcat(&["-b", &k2, "-L", "-t", "events", "-m", "10"], "")?;
     ensure!(listed.contains(" 2 brokers:"), "{listed}");
     for k in [&k1, &k2] {
         ensure!(listed.contains(&format!("at {k}")), "{k} missing: {listed}");
@@ -63,11 +45,11 @@ async fn two_writers_are_two_kafka_brokers_leading_their_partitions() -> Result<
     // leader, whichever writer that is.
     for p in 0..8 {
         let lines: String = (0..10).map(|i| format!("p{p}-{i}\n")).collect();
-        kcat(&["-b", &k1, "-P", "-t", "events", "-p", &p.to_string()], &lines)?;
+        testkit::kcat(&["-b", &k1, "-P", "-t", "events", "-p", &p.to_string()], &lines)?;
     }
     // Read back through Kafka (from the other broker) and through gRPC, in offset order.
     for p in 0..8u32 {
-        let read = kcat(
+        let read = testkit::kcat(
             &[
                 "-b",
                 &k2,

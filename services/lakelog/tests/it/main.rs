@@ -561,39 +561,18 @@ fn a_running_standalone_answers_compactor_and_cleaner_status_and_cycles_on_its_o
     Ok(())
 }
 
-/// `kcat ARGS` (Debian's, librdkafka 2.0.2: the oldest Kafka client Lakelog promises).
-fn kcat(args: &[&str]) -> Result<String> {
-    kcat_with(args, "")
-}
-
-/// `kcat ARGS` with `stdin`.
-fn kcat_with(args: &[&str], stdin: &str) -> Result<String> {
-    use std::io::Write;
-    let mut child = Command::new("kcat")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("kcat (Debian kcat; `make deps` installs it)")?;
-    child.stdin.take().context("stdin")?.write_all(stdin.as_bytes())?;
-    let out = child.wait_with_output()?;
-    ensure!(out.status.success(), "kcat {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    Ok(String::from_utf8(out.stdout)?)
-}
-
 #[test]
 fn kcat_lists_brokers_and_topics_of_a_standalone_and_auto_creates_a_topic() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let s = Standalone::start(dir.path(), testkit::free_port()?)?;
     s.ok(&["stream", "create", "orders", "--partitions", "3"], "")?;
-    let listed = kcat(&["-b", &s.kafka, "-L", "-m", "10"])?;
+    let listed = testkit::kcat(&["-b", &s.kafka, "-L", "-m", "10"], "")?;
     let (host, port) = s.kafka.split_once(':').context("kafka address")?;
     ensure!(listed.contains(&format!("broker 0 at {host}:{port} (controller)")), "{listed}");
     ensure!(listed.contains("topic \"orders\" with 3 partitions"), "{listed}");
     ensure!(listed.contains("partition 2, leader 0, replicas: 0, isrs: 0"), "{listed}");
     // Metadata for a topic that does not exist creates it (Kafka's default), as a stream.
-    let fresh = kcat(&["-b", &s.kafka, "-L", "-t", "fresh", "-m", "10"])?;
+    let fresh = testkit::kcat(&["-b", &s.kafka, "-L", "-t", "fresh", "-m", "10"], "")?;
     ensure!(fresh.contains("topic \"fresh\" with 1 partitions"), "{fresh}");
     let streams = s.ok(&["stream", "list"], "")?;
     ensure!(streams.lines().any(|l| l.starts_with("fresh\t1\t")), "{streams}");
@@ -607,30 +586,22 @@ fn records_produced_by_kcat_are_consumed_by_lakelog_and_the_other_way_round() ->
     let b = s.kafka.as_str();
     // kcat produces 100 keyed lines to a topic it creates by asking for it.
     let lines: String = (0..100).map(|i| format!("key{}:value-{i}\n", i % 7)).collect();
-    kcat_with(&["-b", b, "-P", "-t", "mixed", "-K:"], &lines)?;
+    testkit::kcat(&["-b", b, "-P", "-t", "mixed", "-K:"], &lines)?;
     let consumed = s.ok(&["consume", "mixed", "--from-beginning"], "")?;
     let want: String = (0..100).map(|i| format!("0\t{i}\tkey{}\tvalue-{i}\n", i % 7)).collect();
     ensure!(consumed == want, "lakelog consume read:\n{consumed}");
     // lakelog produces 50 more; kcat reads all 150 back, in order, with their keys.
     let more: String = (100..150).map(|i| format!("key{}|value-{i}\n", i % 7)).collect();
     s.ok(&["produce", "mixed", "--key-separator", "|"], &more)?;
-    let read = kcat(&[
-        "-b",
-        b,
-        "-C",
-        "-t",
-        "mixed",
-        "-o",
-        "beginning",
-        "-e",
-        "-q",
-        "-f",
-        "%p\t%o\t%k\t%s\n",
-    ])?;
+    let read = testkit::kcat(
+        &["-b", b, "-C", "-t", "mixed", "-o", "beginning", "-e", "-q", "-f", "%p\t%o\t%k\t%s\n"],
+        "",
+    )?;
     let want: String = (0..150).map(|i| format!("0\t{i}\tkey{}\tvalue-{i}\n", i % 7)).collect();
     ensure!(read == want, "kcat read:\n{read}");
     // From 10 before the end (ListOffsets latest, then Fetch from there).
-    let tail = kcat(&["-b", b, "-C", "-t", "mixed", "-o", "-10", "-e", "-q", "-f", "%o\n"])?;
+    let tail =
+        testkit::kcat(&["-b", b, "-C", "-t", "mixed", "-o", "-10", "-e", "-q", "-f", "%o\n"], "")?;
     let offsets: Vec<u64> = tail.lines().filter_map(|l| l.parse().ok()).collect();
     ensure!(offsets == (140..150).collect::<Vec<_>>(), "{tail}");
     Ok(())
