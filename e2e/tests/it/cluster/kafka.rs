@@ -3,7 +3,7 @@
 //! are led by the writers the routing picks, and records produced through either broker land
 //! in their partitions' logs and read back through Kafka and through gRPC.
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use client::{Consumer, StartAt};
 
 use super::Cluster;
@@ -26,26 +26,37 @@ async fn two_writers_are_two_kafka_brokers_leading_their_partitions() -> Result<
     let meta = cluster.meta().await?;
     super::wait_role(&meta, &cluster.name, "writer", 2).await?;
     let catalog = client::CatalogClient::connect(&cluster.catalog_url).await?;
-    catalog.create("events", 8, None, None).await?;
-
-    // Either broker tells the whole cluster: two brokers, each partition led by one of them.
-    let listed = testkit::kcat(&["-b", &k2, "-L", "-t", "events", "-m", "10"], "")?;
-    ensure!(listed.contains(" 2 brokers:"), "{listed}");
-    for k in [&k1, &k2] {
-        ensure!(listed.contains(&format!("at {k}")), "{k} missing: {listed}");
+    // Each stream's identity (random) decides which writer leads which partition: 8
+    // partitions land on one writer once in 128 streams. Streams are made until one has
+    // partitions led by both (the first, almost always); the rest of the test uses it.
+    let mut found = None;
+    for attempt in 0..10 {
+        let name = format!("events{attempt}");
+        catalog.create(&name, 8, None, None).await?;
+        // Either broker tells the whole cluster: two brokers, each partition led by one.
+        let listed = testkit::kcat(&["-b", &k2, "-L", "-t", &name, "-m", "10"], "")?;
+        ensure!(listed.contains(" 2 brokers:"), "{listed}");
+        for k in [&k1, &k2] {
+            ensure!(listed.contains(&format!("at {k}")), "{k} missing: {listed}");
+        }
+        let leaders: std::collections::BTreeSet<&str> = listed
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("partition "))
+            .filter_map(|l| l.split("leader ").nth(1)?.split(',').next())
+            .collect();
+        ensure!(!leaders.is_empty() && leaders.len() <= 2, "{listed}");
+        if leaders.len() == 2 {
+            found = Some(name);
+            break;
+        }
     }
-    let leaders: std::collections::BTreeSet<&str> = listed
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("partition "))
-        .filter_map(|l| l.split("leader ").nth(1)?.split(',').next())
-        .collect();
-    ensure!(leaders.len() == 2, "every partition led by one writer: {listed}");
+    let events = found.context("10 streams, every one led by a single writer")?;
 
     // 10 records to each partition, through the first broker: librdkafka sends each to its
     // leader, whichever writer that is.
     for p in 0..8 {
         let lines: String = (0..10).map(|i| format!("p{p}-{i}\n")).collect();
-        testkit::kcat(&["-b", &k1, "-P", "-t", "events", "-p", &p.to_string()], &lines)?;
+        testkit::kcat(&["-b", &k1, "-P", "-t", &events, "-p", &p.to_string()], &lines)?;
     }
     // Read back through Kafka (from the other broker) and through gRPC, in offset order.
     for p in 0..8u32 {
@@ -55,7 +66,7 @@ async fn two_writers_are_two_kafka_brokers_leading_their_partitions() -> Result<
                 &k2,
                 "-C",
                 "-t",
-                "events",
+                &events,
                 "-p",
                 &p.to_string(),
                 "-o",
@@ -69,7 +80,7 @@ async fn two_writers_are_two_kafka_brokers_leading_their_partitions() -> Result<
         )?;
         let want: String = (0..10).map(|i| format!("{i} p{p}-{i}\n")).collect();
         ensure!(read == want, "partition {p} through Kafka:\n{read}");
-        let mut c = Consumer::new(cluster.client(), "events", p, StartAt::Beginning).await?;
+        let mut c = Consumer::new(cluster.client(), &events, p, StartAt::Beginning).await?;
         let records = c.poll(100, std::time::Duration::from_secs(5)).await?;
         let values: Vec<String> =
             records.iter().map(|r| String::from_utf8_lossy(&r.value).into_owned()).collect();
