@@ -9,9 +9,9 @@
 //! spurious OUT_OF_ORDER, which librdkafka treats as fatal. A batch whose commit failed leaves
 //! the window, so its retry is appended.
 //!
-//! Not built yet: checkpoints, and the replay a new owner does of the log's tail to rebuild
-//! this state before it accepts produce, so that an in-doubt batch retried across a handoff is
-//! found.
+//! A new owner rebuilds this state before it accepts produce ([`Producers::replayed`], from a
+//! checkpoint made by [`Producers::checkpoint`] and the log's batch headers after it), so an
+//! in-doubt batch retried across a handoff is found in the log.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -24,6 +24,11 @@ use crate::{Produced, Refused, code};
 pub const WINDOW: usize = 5;
 /// Producers remembered per partition; the least recently seen is forgotten beyond.
 pub const MAX_PRODUCERS: usize = 10_000;
+
+/// The first bytes of a producer state checkpoint (format version 1): then the producer count
+/// (u32), per producer its id (i64), epoch (i16), batch count (u8) and per batch its first and
+/// last sequence (i32) and base offset (i64); last a CRC-32C of all before it. Big-endian.
+const CHECKPOINT_MAGIC: &[u8; 4] = b"LKP1";
 
 /// A commit's outcome, shareable among the batch and its duplicates.
 pub type SharedCommit = Shared<BoxFuture<'static, Result<Produced, Refused>>>;
@@ -56,7 +61,22 @@ struct Seen {
 impl Seen {
     /// Its commit failed: it is not in the log, and a retry must be appended.
     fn failed(&self) -> bool {
-        matches!(self.commit.peek(), Some(Err(_)))
+        matches!(self.outcome(), Some(Err(_)))
+    }
+
+    /// Its base offset, once committed.
+    fn offset(&self) -> Option<i64> {
+        self.outcome().and_then(Result::ok)
+    }
+
+    /// The commit's outcome if it has one (polled here: a commit nobody awaited yet counts).
+    fn outcome(&self) -> Option<Result<i64, ()>> {
+        match self.commit.peek() {
+            Some(r) => Some(r.as_ref().map(|p| p.base_offset).map_err(drop)),
+            None => {
+                self.commit.clone().now_or_never().map(|r| r.map(|p| p.base_offset).map_err(drop))
+            }
+        }
     }
 }
 
@@ -125,6 +145,44 @@ impl Producers {
 
     /// Records an appended batch (after [`Check::Append`]) and its commit.
     pub fn admitted(&mut self, id: i64, epoch: i16, first: i32, last: i32, commit: SharedCommit) {
+        let w = self.window(id, epoch);
+        if epoch != w.epoch {
+            w.epoch = epoch;
+            w.batches.clear();
+        }
+        w.batches.push_back(Seen { first, last, commit });
+        while w.batches.len() > WINDOW {
+            w.batches.pop_front();
+        }
+    }
+
+    /// Learns a batch found committed in the log at `offset` (a checkpoint's, or the replay of
+    /// the log after it, in log order). One already known, or older than the newest known, or
+    /// of an older epoch, changes nothing.
+    pub fn replayed(&mut self, id: i64, epoch: i16, first: i32, last: i32, offset: i64) {
+        let w = self.window(id, epoch);
+        if epoch < w.epoch {
+            return;
+        }
+        if epoch > w.epoch {
+            w.epoch = epoch;
+            w.batches.clear();
+        }
+        let known = w.batches.iter().any(|b| b.first == first && b.last == last);
+        let older = w.batches.back().and_then(Seen::offset).is_some_and(|o| o >= offset);
+        if known || older {
+            return;
+        }
+        let commit = shared(Box::pin(async move { Ok(Produced { base_offset: offset }) }));
+        w.batches.push_back(Seen { first, last, commit });
+        while w.batches.len() > WINDOW {
+            w.batches.pop_front();
+        }
+    }
+
+    /// The window of producer `id` (made at `epoch` if new; the least recently used producer
+    /// forgotten beyond [`MAX_PRODUCERS`]), marked used.
+    fn window(&mut self, id: i64, epoch: i16) -> &mut Window {
         self.clock += 1;
         let used = self.clock;
         if !self.by_id.contains_key(&id)
@@ -138,15 +196,98 @@ impl Producers {
             batches: VecDeque::new(),
             used,
         });
-        if epoch != w.epoch {
-            w.epoch = epoch;
-            w.batches.clear();
-        }
         w.used = used;
-        w.batches.push_back(Seen { first, last, commit });
-        while w.batches.len() > WINDOW {
-            w.batches.pop_front();
+        w
+    }
+
+    /// A checkpoint of the committed batches, and the offset it is true of the log below:
+    /// `end` (the log's next offset read before this call, while this owner served the slot),
+    /// lowered so that a batch still committing — it commits after its producer's previous
+    /// batch, and at or after `floor`, the log's end when this tenure began — lies above it.
+    /// Replaying the log from there finds every batch left out.
+    pub fn checkpoint(&self, floor: u64, end: u64) -> (Vec<u8>, u64) {
+        let mut upto = end;
+        let mut out = Vec::with_capacity(16 + self.by_id.len() * 16);
+        out.extend_from_slice(CHECKPOINT_MAGIC);
+        out.extend_from_slice(&0u32.to_be_bytes());
+        let mut count = 0u32;
+        for (id, w) in &self.by_id {
+            let mut batches = Vec::with_capacity(w.batches.len());
+            let mut before = floor;
+            for b in &w.batches {
+                match (b.offset(), b.failed()) {
+                    (Some(o), _) => {
+                        batches.push((b.first, b.last, o));
+                        before = u64::try_from(o).unwrap_or(0);
+                    }
+                    (None, false) => upto = upto.min(before),
+                    (None, true) => {}
+                }
+            }
+            if batches.is_empty() {
+                continue;
+            }
+            count += 1;
+            out.extend_from_slice(&id.to_be_bytes());
+            out.extend_from_slice(&w.epoch.to_be_bytes());
+            out.push(batches.len() as u8);
+            for (first, last, offset) in batches {
+                out.extend_from_slice(&first.to_be_bytes());
+                out.extend_from_slice(&last.to_be_bytes());
+                out.extend_from_slice(&offset.to_be_bytes());
+            }
         }
+        out[CHECKPOINT_MAGIC.len()..CHECKPOINT_MAGIC.len() + 4]
+            .copy_from_slice(&count.to_be_bytes());
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_be_bytes());
+        (out, upto)
+    }
+
+    /// The state a [`checkpoint`](Self::checkpoint) holds. Counts are bounded by the bytes
+    /// present before anything is allocated.
+    pub fn restore(b: &[u8]) -> Result<Producers, String> {
+        let bad = |m: &str| Err(format!("producer state checkpoint: {m}"));
+        let head = CHECKPOINT_MAGIC.len() + 4;
+        if b.len() < head + 4 || !b.starts_with(CHECKPOINT_MAGIC) {
+            return bad("not a checkpoint");
+        }
+        let (body, crc) = b.split_at(b.len() - 4);
+        if crc32c::crc32c(body).to_be_bytes() != crc {
+            return bad("checksum mismatch");
+        }
+        let count = u32::from_be_bytes([body[4], body[5], body[6], body[7]]) as usize;
+        // A producer takes at least 11 + 16 bytes.
+        if count > MAX_PRODUCERS || count > (body.len() - head) / 27 {
+            return bad("producer count larger than the checkpoint");
+        }
+        let mut p = Producers::default();
+        let mut at = head;
+        let take = |at: &mut usize, n: usize| -> Option<&[u8]> {
+            let s = body.get(*at..*at + n)?;
+            *at += n;
+            Some(s)
+        };
+        for _ in 0..count {
+            let Some(f) = take(&mut at, 11) else { return bad("truncated") };
+            let id = i64::from_be_bytes(f[0..8].try_into().unwrap_or_default());
+            let epoch = i16::from_be_bytes([f[8], f[9]]);
+            let n = usize::from(f[10]);
+            if n == 0 || n > WINDOW {
+                return bad("batch count");
+            }
+            for _ in 0..n {
+                let Some(b) = take(&mut at, 16) else { return bad("truncated") };
+                let first = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+                let last = i32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+                let offset = i64::from_be_bytes(b[8..16].try_into().unwrap_or_default());
+                p.replayed(id, epoch, first, last, offset);
+            }
+        }
+        if at != body.len() {
+            return bad("trailing bytes");
+        }
+        Ok(p)
     }
 
     /// Producers remembered.
@@ -240,6 +381,79 @@ mod tests {
             }
             other => assert_eq!(code_of(&other), -100, "not a duplicate"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_restores_the_windows_and_stops_below_batches_still_committing() {
+        let mut p = Producers::default();
+        p.admitted(1, 2, 0, 4, done(10));
+        p.admitted(1, 2, 5, 9, done(15));
+        p.admitted(2, 0, 7, 7, done(20));
+        let (state, upto) = p.checkpoint(8, 21);
+        assert_eq!(upto, 21, "nothing committing: true of the log up to its end");
+        let mut q = Producers::restore(&state).expect("restores");
+        assert_eq!(q.len(), 2);
+        match q.check(1, 2, 5, 9) {
+            Check::Duplicate(c) => assert_eq!(c.await, Ok(Produced { base_offset: 15 })),
+            other => assert_eq!(code_of(&other), -100, "not a duplicate"),
+        }
+        assert_eq!(code_of(&q.check(1, 2, 11, 11)), code::OUT_OF_ORDER_SEQUENCE_NUMBER);
+        assert_eq!(code_of(&q.check(1, 1, 10, 10)), code::INVALID_PRODUCER_EPOCH);
+        assert_eq!(code_of(&q.check(2, 0, 8, 8)), 0);
+        // A batch still committing lowers the checkpoint to its producer's previous batch, or
+        // to the tenure's floor for a producer with none; a failed one is left out.
+        let (tx, rx) = tokio::sync::oneshot::channel::<i64>();
+        let pending =
+            shared(Box::pin(async move { Ok(Produced { base_offset: rx.await.unwrap_or(-1) }) }));
+        p.admitted(1, 2, 10, 10, pending.clone());
+        assert_eq!(p.checkpoint(8, 30).1, 15);
+        p.admitted(3, 0, 0, 0, failed());
+        let _ = p.by_id.get(&3).map(|w| w.batches[0].commit.clone()).expect("kept").await;
+        assert_eq!(p.checkpoint(8, 30).1, 15);
+        p.admitted(4, 0, 0, 0, shared(Box::pin(futures::future::pending())));
+        assert_eq!(p.checkpoint(8, 30).1, 8);
+        let _ = tx.send(25);
+        let _ = pending.await;
+        let (state, _) = p.checkpoint(8, 30);
+        let q = Producers::restore(&state).expect("restores");
+        assert_eq!(q.len(), 2, "producers with no committed batch are left out");
+    }
+
+    #[test]
+    fn replayed_batches_are_learned_once_and_in_log_order() {
+        let mut p = Producers::default();
+        p.replayed(5, 0, 0, 1, 100);
+        p.replayed(5, 0, 0, 1, 100);
+        p.replayed(5, 0, 2, 3, 110);
+        // Older than the newest known (a checkpoint replayed over): ignored.
+        p.replayed(5, 0, 9, 9, 105);
+        assert_eq!(code_of(&p.check(5, 0, 4, 4)), 0);
+        assert!(matches!(p.check(5, 0, 0, 1), Check::Duplicate(_)));
+        // A newer epoch replaces the window; an older one is ignored.
+        p.replayed(5, 1, 0, 0, 120);
+        p.replayed(5, 0, 4, 4, 130);
+        assert_eq!(code_of(&p.check(5, 1, 1, 1)), 0);
+        assert_eq!(code_of(&p.check(5, 0, 4, 4)), code::INVALID_PRODUCER_EPOCH);
+    }
+
+    #[test]
+    fn corrupt_checkpoints_are_refused_without_large_allocations() {
+        let mut p = Producers::default();
+        p.replayed(1, 0, 0, 0, 0);
+        let (good, _) = p.checkpoint(0, 1);
+        assert!(Producers::restore(&good).is_ok());
+        for cut in 0..good.len() {
+            assert!(Producers::restore(&good[..cut]).is_err(), "truncated at {cut}");
+        }
+        let mut flipped = good.clone();
+        flipped[10] ^= 1;
+        assert!(Producers::restore(&flipped).is_err());
+        // A count far beyond the bytes present, with a valid checksum.
+        let mut huge = good[..good.len() - 4].to_vec();
+        huge[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
+        let crc = crc32c::crc32c(&huge);
+        huge.extend_from_slice(&crc.to_be_bytes());
+        assert!(Producers::restore(&huge).is_err());
     }
 
     #[test]

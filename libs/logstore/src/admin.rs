@@ -68,7 +68,8 @@ async fn wal_floor_now(meta: &dyn MetadataStore, keys: &Keys) -> Result<u64, Log
     Ok(if floor == u64::MAX { 0 } else { floor })
 }
 
-/// Marks a log DELETED and removes its index, start and floor. Its id is never reused; its
+/// Marks a log DELETED and removes its index, start, floor, cursors and state checkpoint
+/// pointers. Its id is never reused; its
 /// objects are reclaimed by the cleaner.
 pub async fn delete_log(
     meta: &dyn MetadataStore,
@@ -93,6 +94,7 @@ pub async fn delete_log(
                 TxnOp::delete(KeyRange::key(keys.start(log))),
                 TxnOp::delete(KeyRange::key(keys.wal_floor(log))),
                 TxnOp::delete(KeyRange::prefix(keys.cursors_prefix(log))),
+                TxnOp::delete(KeyRange::prefix(keys.producers_prefix(log))),
             ]);
         if meta.txn(txn).await?.succeeded {
             return Ok(());

@@ -10,6 +10,7 @@
 //! | `logs/<id>/wal_floor` | lower bound on the WAL sequence of every uncompacted chunk (decimal) | `create_log`; later the compaction swap | the cleaner |
 //! | `logs/<id>/cursors/<name>/state` | [`CursorRecord`](crate::cursor): mark-delete position, properties | a cursor's `mark_delete`, `ack`, `seek` (compare-and-set) | cursors, stats |
 //! | `logs/<id>/cursors/<name>/acks/<offset>` | individually acked ranges from `<offset>` to the next chunk's key (varint pairs; ≤ 64 KiB a chunk) | the cursor's `ack` (only chunks it changed) | cursors |
+//! | `logs/<id>/producers/<slot>` | `<upto> <epoch> <object key>`: the slot's latest state checkpoint ([`slot_state`](crate::slot_state)), true of the log below `upto` | the slot's owner (compare-and-set, only forward) | the slot's next owner |
 //! | `members/<role>/<id>` | [`MemberRecord`](crate::records::MemberRecord): gRPC and Kafka addresses, zone, node id (under its lease); create_revision = incarnation | each role at start | commits (compare), the catalog, Kafka Metadata |
 //! | `kafka/node_ids/<member id>` | the member's Kafka node id (decimal); never changes | [`node_id`](crate::membership::node_id), create-only | the member at start |
 //! | `kafka/next_node_id` | the next node id to hand out (decimal) | `node_id` (compare-and-set) | `node_id` |
@@ -87,6 +88,17 @@ impl Keys {
 
     pub fn wal_floor(&self, log: LogId) -> Vec<u8> {
         self.key(format_args!("logs/{:020}/wal_floor", log.0))
+    }
+
+    /// Every per-slot state checkpoint pointer of one log: `logs/<id>/producers/`.
+    pub fn producers_prefix(&self, log: LogId) -> Vec<u8> {
+        self.key(format_args!("logs/{:020}/producers/", log.0))
+    }
+
+    /// The pointer to the latest state checkpoint of a log's slot (the Kafka front end's
+    /// idempotent producers, ARCHITECTURE §11).
+    pub fn producers(&self, log: LogId, slot: &str) -> Vec<u8> {
+        self.key(format_args!("logs/{:020}/producers/{slot}", log.0))
     }
 
     /// Every cursor of one log: `logs/<id>/cursors/`.

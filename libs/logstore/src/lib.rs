@@ -25,6 +25,7 @@ mod range_cache;
 mod reader;
 pub mod records;
 pub mod retention;
+pub mod slot_state;
 pub use routing;
 mod storage;
 mod writer;

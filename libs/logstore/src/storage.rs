@@ -130,6 +130,24 @@ impl LogStorage {
         self.core.served_epoch(log, slot)
     }
 
+    /// Serves `log`'s `slot` now rather than at its first commit: takes the slot (fencing its
+    /// previous owner's, ARCHITECTURE §3) unless this writer serves it already. Returns the
+    /// epoch, and the log's next offset read after the takeover: every entry a previous owner
+    /// committed in the slot is below it. A new owner that rebuilds per-slot state from the log
+    /// (the Kafka front end's idempotent producers) replays up to there, and appends with
+    /// `tenure` = this epoch.
+    pub async fn serve_slot(&self, log: LogId, slot: &str) -> Result<(i64, u64), LogError> {
+        if slot.is_empty() || slot.contains('/') {
+            return Err(LogError::InvalidArgument(format!(
+                "slot `{slot}` must be a zone name or `*`"
+            )));
+        }
+        if self.core.closing.load(Ordering::SeqCst) {
+            return Err(LogError::unavailable("writer is shutting down"));
+        }
+        self.core.serve_slot(log, slot).await
+    }
+
     pub fn config(&self) -> &LogStorageConfig {
         &self.core.cfg
     }
@@ -169,14 +187,16 @@ impl LogStorage {
         payload: Bytes,
         expected_offset: Option<u64>,
     ) -> Result<LogEntryHeader, LogError> {
-        self.submit_in_slot(log, slot, record_count, payload, expected_offset).await?.await
+        self.submit_in_slot(log, slot, record_count, payload, expected_offset, None).await?.await
     }
 
     /// [`append_in_slot`](Self::append_in_slot) in two steps: this returns once the entry is
     /// admitted (checked, buffer room taken, queued behind every entry admitted before it, so
     /// entries admitted one after the other commit in that order), with a future of its commit.
     /// The Kafka front end admits a connection's pipelined batches in request order this way,
-    /// and awaits their commits together.
+    /// and awaits their commits together. With `tenure`, the entry commits only while the slot
+    /// is served at that epoch ([`serve_slot`](Self::serve_slot)), else it fails `Fenced`:
+    /// state the caller keeps per tenure stays true of the log.
     pub async fn submit_in_slot(
         &self,
         log: LogId,
@@ -184,6 +204,7 @@ impl LogStorage {
         record_count: u32,
         payload: Bytes,
         expected_offset: Option<u64>,
+        tenure: Option<i64>,
     ) -> Result<Committing, LogError> {
         let cfg = &self.core.cfg;
         if slot.is_empty() || slot.contains('/') {
@@ -236,6 +257,7 @@ impl LogStorage {
             payload,
             timestamp: self.core.clock.now_ms(),
             expected_offset,
+            tenure,
             reply: tx,
             _permit: permit,
             admitted: 0,

@@ -5,6 +5,7 @@
 //! |---|---|---|---|---|
 //! | `wal/<seq:020>.wal` | one writer flush: chunks of many logs (ARCHITECTURE §3.2) | writer, create-only | writer, reader, compactor | cleaner, once `seq` is below the cutoff and the grace period has passed |
 //! | `compacted/<log:020>/<first_offset:020>-<claim_rev:020>.seg` | a contiguous offset range of one log, from the compactor claim with create_revision `claim_rev` (§5) | compactor, create-only | reader | cleaner, when no live index record references it and the claim is gone |
+//! | `state/<log:020>/<slot hex>/<epoch:020>-<upto:020>.ckpt` | a checkpoint of per-slot state (the Kafka front end's idempotent producers) covering the log below `upto`, taken under the slot's `epoch` (ARCHITECTURE §11) | the slot's owner | the slot's next owner | the owner, once its pointer names a newer one; the cleaner, when no pointer names it |
 //!
 //! Numbers are zero-padded to 20 digits (u64's width), so the lexicographic order of keys is
 //! the numeric order: a listing of `wal/` from an offset visits sequences in order.
@@ -23,6 +24,23 @@ pub fn wal_object(seq: u64) -> Path {
 pub fn parse_wal_object(path: &Path) -> Option<u64> {
     let name = path.as_ref().strip_prefix(WAL_DIR)?.strip_prefix('/')?;
     parse_padded(name.strip_suffix(".wal")?)
+}
+
+pub const STATE_DIR: &str = "state";
+
+/// A checkpoint of `slot`'s state in `log`, taken under `epoch`, covering offsets below
+/// `upto`. The slot's name is hex-encoded: zone names need not be valid key characters.
+pub fn state_object(log: u64, slot: &str, epoch: u64, upto: u64) -> Path {
+    let hex: String = slot.bytes().map(|b| format!("{b:02x}")).collect();
+    Path::from(format!("{STATE_DIR}/{log:020}/{hex}/{epoch:020}-{upto:020}.ckpt"))
+}
+
+/// The log of a checkpoint object's key, or `None` for any other key.
+pub fn parse_state_object(path: &Path) -> Option<u64> {
+    let rest = path.as_ref().strip_prefix(STATE_DIR)?.strip_prefix('/')?;
+    let (log, rest) = rest.split_once('/')?;
+    rest.ends_with(".ckpt").then_some(())?;
+    parse_padded(log)
 }
 
 /// Identifies a compacted object.
@@ -87,6 +105,14 @@ mod tests {
             prop_assert_eq!(parse_compacted_object(&p), Some(k));
             prop_assert_eq!(parse_wal_object(&p), None);
             prop_assert!(p.as_ref().starts_with(compacted_dir(log).as_ref()));
+        }
+
+        #[test]
+        fn state_key_names_its_log(log in any::<u64>(), slot in "[a-z0-9*-]{1,20}", epoch in any::<u64>(), upto in any::<u64>()) {
+            let p = state_object(log, &slot, epoch, upto);
+            prop_assert_eq!(parse_state_object(&p), Some(log));
+            prop_assert_eq!(parse_wal_object(&p), None);
+            prop_assert_eq!(parse_compacted_object(&p), None);
         }
 
         #[test]

@@ -5,9 +5,12 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use catalog::{Catalog, CatalogError, StreamInfo, StreamProps, Target};
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 use kafka::producers::{Check, Producers};
 use kafka::{
     BrokerError, BrokerNode, Fetched, PartitionInfo, Produced, Refused, TopicInfo, TopicSettings,
@@ -21,18 +24,54 @@ pub struct WriterBroker {
     catalog: Catalog,
     cluster: String,
     storage: LogStorage,
-    /// Idempotent producers' state per (log, slot), with the served epoch it belongs to.
-    producers: Arc<Mutex<HashMap<(LogId, String), Tenure>>>,
+    /// Idempotent producers' state per (log, slot) this writer serves.
+    producers: Arc<Mutex<HashMap<(LogId, String), SlotProducers>>>,
     /// Producer ids this writer may hand out (a block from the metadata store).
     producer_ids: Arc<tokio::sync::Mutex<std::ops::Range<i64>>>,
 }
 
-/// A slot's idempotent producers, with the served epoch they were seen under (`None` until
-/// this writer's first commit in the slot).
-type Tenure = (Option<i64>, Producers);
+/// A slot's idempotent producers: being rebuilt from its checkpoint and the log, or ready.
+enum SlotProducers {
+    Loading(Shared<BoxFuture<'static, Result<(), Refused>>>),
+    Ready(Tenure),
+}
+
+impl std::fmt::Debug for SlotProducers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SlotProducers::Loading(_) => write!(f, "Loading"),
+            SlotProducers::Ready(t) => write!(f, "Ready(epoch {}, {:?})", t.epoch, t.producers),
+        }
+    }
+}
+
+/// The producers of a slot under one tenure: the epoch this writer serves it at.
+struct Tenure {
+    epoch: i64,
+    /// The log's end when the tenure began: every batch admitted in it commits at or after.
+    floor: u64,
+    producers: Producers,
+    /// Idempotent batches admitted since the last checkpoint.
+    dirty: u64,
+    saved_at: Instant,
+    saved_upto: u64,
+}
 
 /// Producer ids taken from the metadata store at a time.
 const PRODUCER_ID_BLOCK: i64 = 1000;
+
+/// A slot's producer state is checkpointed after this many idempotent batches, or this long
+/// after the first one since the last checkpoint (ARCHITECTURE §11: N entries or T seconds)...
+pub const CHECKPOINT_BATCHES: u64 = 2000;
+pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(10);
+/// ...and, with no new batch, this often while the log moves on (other producers, other
+/// slots), so a next owner's replay stays short.
+pub const CHECKPOINT_IDLE: Duration = Duration::from_secs(60);
+/// How long a produce waits for its partition's producer state to be rebuilt before it is
+/// answered with a retryable error.
+const LOAD_WAIT: Duration = Duration::from_secs(10);
+/// Bytes of the log read at a time when replaying its batch headers.
+const REPLAY_PAGE_BYTES: u64 = 8 << 20;
 
 impl WriterBroker {
     pub fn new(catalog: Catalog, cluster: &str, storage: LogStorage) -> Self {
@@ -45,19 +84,213 @@ impl WriterBroker {
         }
     }
 
-    /// Checks an idempotent batch against its producer's state for (log, slot) under the
-    /// epoch this writer serves it at now (state of another tenure is dropped first).
-    fn check(&self, log: LogId, slot: &str, h: &recordbatch::BatchHeader) -> Check {
-        let tenure = self.storage.served_epoch(log, slot);
-        let mut map = self.producers.lock().unwrap_or_else(|e| e.into_inner());
-        let e = map.entry((log, slot.to_owned())).or_default();
-        // Unknown (None) until this writer's first commit in the slot: adopted then.
-        if e.0.is_some() && e.0 != tenure {
-            *e = (tenure, Producers::default());
+    /// The epoch this writer serves (log, slot) at, once its idempotent producers' state for
+    /// that tenure is ready: on the first idempotent batch of a tenure the slot is taken
+    /// (fencing its previous owner), the state rebuilt from its checkpoint and the log, and
+    /// saved, before any batch is accepted (ARCHITECTURE §11). Until then: a retryable error.
+    async fn ready(&self, log: LogId, slot: &str) -> Result<i64, Refused> {
+        let key = (log, slot.to_owned());
+        for _ in 0..3 {
+            let served = self.storage.served_epoch(log, slot);
+            let loading = {
+                let mut map = lock(&self.producers);
+                match map.get(&key) {
+                    Some(SlotProducers::Ready(t)) if Some(t.epoch) == served => return Ok(t.epoch),
+                    Some(SlotProducers::Loading(f)) => f.clone(),
+                    _ => {
+                        let f = self.clone().rebuild(log, slot.to_owned()).boxed().shared();
+                        map.insert(key.clone(), SlotProducers::Loading(f.clone()));
+                        f
+                    }
+                }
+            };
+            match tokio::time::timeout(LOAD_WAIT, loading).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(r)) => return Err(r),
+                Err(_) => break,
+            }
         }
-        e.0 = e.0.or(tenure);
-        let p = h.producer;
-        e.1.check(p.producer_id, p.producer_epoch, p.base_sequence, h.last_sequence())
+        Err(Refused::new(
+            code::NOT_LEADER_OR_FOLLOWER,
+            format!("log {log}: idempotent producer state still loading after a change of owner"),
+        ))
+    }
+
+    /// Rebuilds (log, slot)'s producers for a new tenure and installs them (or removes the
+    /// attempt, so the next batch tries again).
+    async fn rebuild(self, log: LogId, slot: String) -> Result<(), Refused> {
+        let started = Instant::now();
+        let built = self.load(log, &slot).await;
+        let mut map = lock(&self.producers);
+        match built {
+            Ok(t) => {
+                tracing::info!(
+                    log = %log, slot, epoch = t.epoch, from = t.floor,
+                    producers = t.producers.len(), took = ?started.elapsed(),
+                    "Kafka: idempotent producer state ready"
+                );
+                map.insert((log, slot), SlotProducers::Ready(t));
+                Ok(())
+            }
+            Err(r) => {
+                map.remove(&(log, slot));
+                Err(r)
+            }
+        }
+    }
+
+    async fn load(&self, log: LogId, slot: &str) -> Result<Tenure, Refused> {
+        let unavailable = |what: &str, e: LogError| {
+            tracing::warn!(log = %log, slot, error = %e, "Kafka: {what}");
+            Refused::new(code::NOT_LEADER_OR_FOLLOWER, format!("{what}: {e}"))
+        };
+        // Fence the previous owner's slot first: nothing it commits after is missed.
+        let (epoch, end) = self.storage.serve_slot(log, slot).await.map_err(refused)?;
+        let reader = self.storage.reader();
+        // No checkpoint: no tenure ever accepted an idempotent batch in this slot (each saves
+        // one before it does), so there is nothing to replay.
+        let (mut producers, from) = match logstore::slot_state::load(reader, log, slot).await {
+            Ok(None) => (Producers::default(), end),
+            Ok(Some(c)) => match Producers::restore(&c.state) {
+                Ok(p) => (p, c.upto),
+                Err(e) => {
+                    // Producers not in the replay are then accepted at any sequence.
+                    tracing::warn!(log = %log, slot, error = %e, "Kafka: checkpoint unreadable; replaying after it");
+                    (Producers::default(), c.upto)
+                }
+            },
+            Err(e) => return Err(unavailable("producer state checkpoint unreadable", e)),
+        };
+        let start = self.storage.info(log).await.map_err(refused)?.first_offset;
+        let mut at = from.max(start);
+        'replay: while at < end {
+            let entries = reader
+                .read_entries(log, at, u64::MAX, REPLAY_PAGE_BYTES)
+                .await
+                .map_err(|e| unavailable("log replay failed", e))?;
+            if entries.is_empty() {
+                break;
+            }
+            for e in entries {
+                if e.header.offset >= end {
+                    break 'replay;
+                }
+                at = e.header.end_offset();
+                let Ok(h) = recordbatch::BatchHeader::parse(&e.payload) else { continue };
+                let p = h.producer;
+                if p.producer_id >= 0 {
+                    producers.replayed(
+                        p.producer_id,
+                        p.producer_epoch,
+                        p.base_sequence,
+                        h.last_sequence(),
+                        to_i64(e.header.offset)?,
+                    );
+                }
+            }
+        }
+        // Saved before any batch is accepted: the next owner then knows to replay.
+        let (state, upto) = producers.checkpoint(end, end);
+        logstore::slot_state::save(reader, log, slot, epoch, upto, state.into())
+            .await
+            .map_err(|e| unavailable("producer state checkpoint not saved", e))?;
+        Ok(Tenure {
+            epoch,
+            floor: end,
+            producers,
+            dirty: 0,
+            saved_at: Instant::now(),
+            saved_upto: upto,
+        })
+    }
+
+    /// Checkpoints each ready slot that is due (crate doc of [`CHECKPOINT_BATCHES`]); forgets
+    /// the slots this writer no longer serves. Runs until `shutdown`, then checkpoints once
+    /// more.
+    pub async fn checkpoints(self, shutdown: role::Shutdown) {
+        let wait = shutdown.wait();
+        tokio::pin!(wait);
+        loop {
+            let stop = tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => false,
+                _ = &mut wait => true,
+            };
+            self.checkpoint_due(stop).await;
+            if stop {
+                return;
+            }
+        }
+    }
+
+    /// Checkpoints every ready slot now (as at shutdown).
+    pub async fn checkpoint_all(&self) {
+        self.checkpoint_due(true).await;
+    }
+
+    /// Checkpoints the ready slots that are due, or `all` of them.
+    async fn checkpoint_due(&self, all: bool) {
+        let due: Vec<(LogId, String, i64)> = lock(&self.producers)
+            .iter()
+            .filter_map(|(k, v)| match v {
+                SlotProducers::Ready(t) => {
+                    let age = t.saved_at.elapsed();
+                    let due = all
+                        || t.dirty >= CHECKPOINT_BATCHES
+                        || (t.dirty > 0 && age >= CHECKPOINT_INTERVAL)
+                        || age >= CHECKPOINT_IDLE;
+                    due.then(|| (k.0, k.1.clone(), t.epoch))
+                }
+                SlotProducers::Loading(_) => None,
+            })
+            .collect();
+        for (log, slot, epoch) in due {
+            if let Err(e) = self.checkpoint(log, &slot, epoch).await {
+                tracing::warn!(log = %log, slot, error = %e, "Kafka: producer state checkpoint failed");
+            }
+        }
+    }
+
+    async fn checkpoint(&self, log: LogId, slot: &str, epoch: i64) -> Result<(), LogError> {
+        let reader = self.storage.reader();
+        let key = (log, slot.to_owned());
+        let Some(end) = logstore::slot_state::end_if_served(reader, log, slot, epoch).await? else {
+            // Another owner took the slot, or the log is gone: this state is stale.
+            let mut map = lock(&self.producers);
+            if matches!(map.get(&key), Some(SlotProducers::Ready(t)) if t.epoch == epoch) {
+                map.remove(&key);
+            }
+            return Ok(());
+        };
+        let (state, upto, dirty) = {
+            let map = lock(&self.producers);
+            let Some(SlotProducers::Ready(t)) = map.get(&key) else { return Ok(()) };
+            if t.epoch != epoch {
+                return Ok(());
+            }
+            let (state, upto) = t.producers.checkpoint(t.floor, end);
+            (state, upto, t.dirty)
+        };
+        let saved = upto > self.saved_upto(&key)
+            && logstore::slot_state::save(reader, log, slot, epoch, upto, state.into()).await?;
+        let mut map = lock(&self.producers);
+        if let Some(SlotProducers::Ready(t)) = map.get_mut(&key)
+            && t.epoch == epoch
+        {
+            // Batches still committing held it back: they count until a checkpoint has them.
+            t.saved_at = Instant::now();
+            if saved {
+                t.dirty = t.dirty.saturating_sub(dirty);
+                t.saved_upto = upto;
+            }
+        }
+        Ok(())
+    }
+
+    fn saved_upto(&self, key: &(LogId, String)) -> u64 {
+        match lock(&self.producers).get(key) {
+            Some(SlotProducers::Ready(t)) => t.saved_upto,
+            _ => u64::MAX,
+        }
     }
 
     /// The log of a topic's partition, and the owner slot a client in `zone` appends in, if
@@ -204,37 +437,45 @@ impl kafka::Broker for WriterBroker {
         // validate() checked the count is last_offset_delta + 1 and at least 1.
         let record_count = u32::try_from(header.record_count)
             .map_err(|_| Refused::new(code::CORRUPT_MESSAGE, "record count"))?;
-        let idempotent = header.producer.producer_id >= 0;
-        if idempotent {
-            match self.check(log, &slot, header) {
-                Check::Append => {}
-                Check::Duplicate(original) => return Ok(Box::pin(original)),
-                Check::Refuse(r) => return Err(r),
-            }
+        let p = header.producer;
+        if p.producer_id < 0 {
+            let committing = self
+                .storage
+                .submit_in_slot(log, &slot, record_count, batch, None, None)
+                .await
+                .map_err(refused)?;
+            return Ok(commit(committing));
         }
+        let epoch = self.ready(log, &slot).await?;
+        let key = (log, slot);
+        let (first, last) = (p.base_sequence, header.last_sequence());
+        let check = match lock(&self.producers).get_mut(&key) {
+            Some(SlotProducers::Ready(t)) if t.epoch == epoch => {
+                t.producers.check(p.producer_id, p.producer_epoch, first, last)
+            }
+            _ => return Err(Refused::new(code::NOT_LEADER_OR_FOLLOWER, "partition changed owner")),
+        };
+        match check {
+            Check::Append => {}
+            Check::Duplicate(original) => return Ok(Box::pin(original)),
+            Check::Refuse(r) => return Err(r),
+        }
+        // Commits only in this tenure: the state checked belongs to it.
         let committing = self
             .storage
-            .submit_in_slot(log, &slot, record_count, batch, None)
+            .submit_in_slot(log, &key.1, record_count, batch, None, Some(epoch))
             .await
             .map_err(refused)?;
-        let commit: kafka::Commit = Box::pin(async move {
-            let h = committing.await.map_err(refused)?;
-            Ok(Produced { base_offset: to_i64(h.offset)? })
-        });
-        if !idempotent {
-            return Ok(commit);
+        let shared = kafka::producers::shared(commit(committing));
+        // Resolved whether or not anyone awaits it (a client may hang up), so the state and
+        // its checkpoints see the outcome.
+        tokio::spawn(shared.clone().map(drop));
+        if let Some(SlotProducers::Ready(t)) = lock(&self.producers).get_mut(&key)
+            && t.epoch == epoch
+        {
+            t.producers.admitted(p.producer_id, p.producer_epoch, first, last, shared.clone());
+            t.dirty += 1;
         }
-        let shared = kafka::producers::shared(commit);
-        let p = header.producer;
-        let mut map = self.producers.lock().unwrap_or_else(|e| e.into_inner());
-        let e = map.entry((log, slot)).or_default();
-        e.1.admitted(
-            p.producer_id,
-            p.producer_epoch,
-            p.base_sequence,
-            header.last_sequence(),
-            shared.clone(),
-        );
         Ok(Box::pin(shared))
     }
 
@@ -414,6 +655,18 @@ impl kafka::Broker for WriterBroker {
             }
         }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A commit as the Kafka front end awaits it.
+fn commit(committing: logstore::Committing) -> kafka::Commit {
+    Box::pin(async move {
+        let h = committing.await.map_err(refused)?;
+        Ok(Produced { base_offset: to_i64(h.offset)? })
+    })
 }
 
 /// [`admin_refused`] where an invalid argument is the topic's name or a setting.

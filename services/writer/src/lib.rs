@@ -90,6 +90,8 @@ pub async fn run_with(
             ..Default::default()
         };
         tracing::info!(addr = %k.listen, advertised = %k.advertised(), "Kafka serving");
+        let checkpoints = broker.as_ref().clone();
+        role.spawn(move |shutdown| checkpoints.checkpoints(shutdown));
         role.spawn(move |shutdown| ::kafka::serve(listener, broker, cfg, shutdown.wait()));
     }
     serve_on(role, storage, shutdown, extra).await

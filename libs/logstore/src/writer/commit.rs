@@ -68,17 +68,27 @@ pub(super) struct Plan {
     head_revision: i64,
     new_head: LogHead,
     pages: Vec<(u64, IndexPage)>,
-    /// Per entry of the chunk: its header if it commits, or the offset it failed to match.
-    outcome: Vec<Result<LogEntryHeader, u64>>,
+    /// Per entry of the chunk: its header if it commits, or why it does not.
+    outcome: Vec<Result<LogEntryHeader, Unmet>>,
     first_locator: Option<Locator>,
 }
 
-/// Builds the commit of `entries` on top of `head` (ARCHITECTURE §3.3, §3.7).
+/// An entry's condition that the head did not meet.
+pub(super) enum Unmet {
+    /// Its expected offset: the log's next offset was this one.
+    Offset(u64),
+    /// Its tenure: the slot is served at this epoch.
+    Tenure(i64),
+}
+
+/// Builds the commit of `entries` on top of `head` (ARCHITECTURE §3.3, §3.7), served at
+/// `epoch`.
 pub(super) fn plan(
     log: LogId,
     head: &LogHead,
     head_revision: i64,
     seq: u64,
+    epoch: i64,
     entries: &[(Pending, u64, u64)],
 ) -> Plan {
     let mut h = head.clone();
@@ -86,10 +96,13 @@ pub(super) fn plan(
     let mut outcome = Vec::with_capacity(entries.len());
     let mut open_run = false;
     for (p, byte_start, byte_len) in entries {
-        if let Some(expected) = p.expected_offset
-            && expected != h.next_offset
-        {
-            outcome.push(Err(h.next_offset));
+        let unmet = match (p.tenure, p.expected_offset) {
+            (Some(t), _) if t != epoch => Some(Unmet::Tenure(epoch)),
+            (_, Some(expected)) if expected != h.next_offset => Some(Unmet::Offset(h.next_offset)),
+            _ => None,
+        };
+        if let Some(unmet) = unmet {
+            outcome.push(Err(unmet));
             open_run = false;
             continue;
         }
@@ -222,7 +235,7 @@ pub(super) async fn commit_chunks(
             match blocked(c.log, &s.head, &c.slot, s.epoch, &me) {
                 Some(e) => fail(c, e, &mut failures),
                 None => {
-                    let p = plan(c.log, &s.head, s.head_revision, seq, &c.entries);
+                    let p = plan(c.log, &s.head, s.head_revision, seq, s.epoch, &c.entries);
                     plans.push((c, s, p));
                 }
             }
@@ -319,10 +332,14 @@ pub(super) fn acknowledge(c: Chunk, p: Plan) {
     for ((pending, _, _), outcome) in c.entries.into_iter().zip(p.outcome) {
         match outcome {
             Ok(h) => pending.answer(Ok(h)),
-            Err(actual) => {
+            Err(Unmet::Offset(actual)) => {
                 let expected = pending.expected_offset.unwrap_or(actual);
                 let log = pending.log;
                 pending.answer(Err(LogError::OffsetMismatch { log, expected, actual }));
+            }
+            Err(Unmet::Tenure(current)) => {
+                let (log, held) = (pending.log, pending.tenure.unwrap_or(0));
+                pending.answer(Err(LogError::Fenced { log, held, current, whole_log: false }));
             }
         }
     }

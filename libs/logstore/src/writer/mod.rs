@@ -65,6 +65,9 @@ pub(crate) struct Pending {
     pub size: u64,
     pub timestamp: i64,
     pub expected_offset: Option<u64>,
+    /// Commits only under this epoch of the slot (the tenure the caller's state belongs to);
+    /// under another, the append fails FENCED with nothing applied.
+    pub tenure: Option<i64>,
     pub reply: oneshot::Sender<Result<LogEntryHeader, LogError>>,
     pub _permit: OwnedSemaphorePermit,
     /// Its place in the order appends entered the buffer (set by [`Core::enqueue`]).
@@ -250,6 +253,25 @@ impl Core {
     /// The epoch this writer holds for a log's slot, if it serves that slot.
     pub(crate) fn served_epoch(&self, log: LogId, slot: &str) -> Option<i64> {
         lock(&self.served).get(&(log, slot.to_owned())).map(|s| s.epoch)
+    }
+
+    /// Takes `slot` of `log` unless it is served; its epoch and the log's next offset after.
+    pub(crate) async fn serve_slot(&self, log: LogId, slot: &str) -> Result<(i64, u64), LogError> {
+        let served = lock(&self.served).get(&(log, slot.to_owned())).map(|s| s.epoch);
+        if let Some(epoch) = served {
+            // Served already: every earlier owner's commit is in the head as it is now.
+            let snap = self.reader.snapshot(log).await?;
+            return Ok((epoch, snap.head.next_offset));
+        }
+        let member_revision = self.identity.lock().await.member_revision;
+        let me = self.owner(member_revision);
+        let s = slots::take_slot(self, log, slot, &me).await?;
+        let next = s.head.next_offset;
+        let epoch = s.epoch;
+        let mut served = lock(&self.served);
+        // A commit may have taken it meanwhile (the same epoch: the takeover was ours).
+        served.entry((log, slot.to_owned())).or_insert(s);
+        Ok((served.get(&(log, slot.to_owned())).map_or(epoch, |s| s.epoch), next))
     }
 
     /// Stops serving every slot of a log.

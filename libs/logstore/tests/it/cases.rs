@@ -20,6 +20,7 @@ both_envs!(
     read_limits_return_whole_entries_and_at_least_one,
     two_writers_on_one_log_get_gap_free_offsets,
     slot_takeover_fences_the_previous_writer,
+    appends_under_a_tenure_commit_only_in_it,
     fence_during_a_flush_acks_nothing_and_exposes_nothing,
     crash_between_put_and_commit_leaves_an_orphan_and_no_ack,
     object_store_faults_lose_no_acknowledged_append,
@@ -227,6 +228,46 @@ async fn slot_takeover_fences_the_previous_writer(env: Env) -> Result<()> {
     ensure!(
         all.len() == 2 && all.values().all(|(_, p)| *p != payload("a", 1)),
         "a fenced append became readable"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+    Ok(())
+}
+
+/// `serve_slot` takes a slot before any commit and names the end of the log after it; an
+/// append bound to a tenure commits only while the slot is served at that epoch.
+async fn appends_under_a_tenure_commit_only_in_it(env: Env) -> Result<()> {
+    let a = env.writer("a").await?;
+    let b = env.writer("b").await?;
+    let log = a.create_log().await?;
+    let zone = a.config().zone.clone();
+    let submit = |w: &LogStorage, tag: &'static str, tenure: i64| {
+        let (w, zone) = (w.clone(), zone.clone());
+        async move {
+            match w.submit_in_slot(log, &zone, 1, payload(tag, 0), None, Some(tenure)).await {
+                Ok(c) => c.await,
+                Err(e) => Err(e),
+            }
+        }
+    };
+    let (ea, end) = a.serve_slot(log, &zone).await?;
+    ensure!(end == 0);
+    ensure!(submit(&a, "a", ea).await?.offset == 0);
+    ensure!(a.serve_slot(log, &zone).await? == (ea, 1), "served already: same epoch, new end");
+    let (eb, end) = b.serve_slot(log, &zone).await?;
+    ensure!(eb != ea && end == 1, "{ea} {eb} {end}");
+    for (w, tag, tenure) in [(&a, "a-stale", ea), (&b, "b-stale", ea)] {
+        match submit(w, tag, tenure).await {
+            Err(LogError::Fenced { .. }) => {}
+            other => return Err(anyhow!("{tag}: append under an ended tenure: {other:?}")),
+        }
+    }
+    ensure!(submit(&b, "b", eb).await?.offset == 1);
+    let all = read_all(&a, log).await?;
+    ensure!(
+        all.values().map(|(_, p)| p.clone()).collect::<Vec<_>>()
+            == [payload("a", 0), payload("b", 0)],
+        "{all:?}"
     );
     a.shutdown().await;
     b.shutdown().await;

@@ -310,3 +310,60 @@ async fn kafka_idempotent_batches_are_appended_once_and_answered_with_their_firs
     s.server.await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kafka_idempotent_state_survives_a_change_of_owner() -> Result<()> {
+    use kafka::Broker;
+    let etcd = testkit::shared_etcd()?;
+    let cluster = testkit::unique_prefix("handoff");
+    let meta: Arc<dyn metadata::MetadataStore> =
+        Arc::new(metadata::EtcdStore::connect(&testkit::etcd_config(etcd.endpoint())).await?);
+    let s3 = testkit::shared_s3()?.s3().config(&cluster);
+    let objects = objstore::build(&config::ObjectStoreConfig::S3(s3))?;
+    let open = |id: &str| {
+        let mut cfg = LogStorageConfig::new(&cluster, id);
+        cfg.flush_interval = Duration::from_millis(5);
+        LogStorage::open(meta.clone(), objects.clone(), cfg, Arc::new(SystemClock))
+    };
+    let broker = |storage: &LogStorage| {
+        let catalog = catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &cluster);
+        (catalog.clone(), writer::kafka::WriterBroker::new(catalog, &cluster, storage.clone()))
+    };
+    let produce = |broker: writer::kafka::WriterBroker, seq: i32, n: usize| async move {
+        let batch = idempotent_batch(0, seq, n)?;
+        let header = recordbatch::validate(&batch)?;
+        anyhow::Ok(match broker.produce("moving", 0, None, batch, &header).await {
+            Ok(commit) => commit.await.map(|p| p.base_offset).map_err(|r| r.code),
+            Err(r) => Err(r.code),
+        })
+    };
+    let a = open("a").await?;
+    let (catalog, on_a) = broker(&a);
+    catalog.create("moving", 1, Default::default()).await?;
+    ensure!(produce(on_a.clone(), 0, 3).await? == Ok(0));
+    ensure!(produce(on_a.clone(), 3, 2).await? == Ok(3));
+    // Checkpointed with both; the next batch is only in the log.
+    on_a.checkpoint_all().await;
+    ensure!(produce(on_a.clone(), 5, 1).await? == Ok(5));
+    let log = catalog.route("moving", 0).await?;
+    let key = format!("/{cluster}/logs/{:020}/producers/*", log.0);
+    let pointer = meta.get(key.as_bytes()).await?.context("a checkpoint pointer")?;
+    ensure!(pointer.value.starts_with(b"5 "), "{:?}", String::from_utf8_lossy(&pointer.value));
+    // The owner goes away; the only writer left takes the partition over.
+    a.shutdown().await;
+    let b = open("b").await?;
+    let (_, on_b) = broker(&b);
+    // Retries of a checkpointed batch and of one found by the replay: their first offsets,
+    // nothing appended. The state is known: a gap is still a gap.
+    ensure!(produce(on_b.clone(), 3, 2).await? == Ok(3));
+    ensure!(produce(on_b.clone(), 5, 1).await? == Ok(5));
+    ensure!(produce(on_b.clone(), 9, 1).await? == Err(kafka::code::OUT_OF_ORDER_SEQUENCE_NUMBER));
+    ensure!(produce(on_b.clone(), 6, 2).await? == Ok(6));
+    let info = b.info(log).await?;
+    ensure!(info.next_offset == 8 && info.entries == 4, "{info:?}");
+    // The new owner saved its own checkpoint before accepting: it names the tenure's start.
+    let pointer = meta.get(key.as_bytes()).await?.context("a checkpoint pointer")?;
+    ensure!(pointer.value.starts_with(b"6 "), "{:?}", String::from_utf8_lossy(&pointer.value));
+    b.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,147 @@
+//! Checkpoints of state an owner keeps per (log, slot) — the Kafka front end's idempotent
+//! producers (ARCHITECTURE §11) — so that the slot's next owner need not replay the whole log.
+//! A checkpoint is an object holding opaque bytes, true of the log below its `upto` offset, and
+//! a pointer to it in `logs/<id>/producers/<slot>` (value: `<upto> <epoch> <object key>`). The
+//! pointer only moves forward: a checkpoint with a lower `upto` than the one named is dropped.
+//! What the bytes mean is the caller's; the log stays the source of truth, and a new owner
+//! replays it from `upto`.
+
+use bytes::Bytes;
+use metadata::{Compare, CompareOp, Txn, TxnOp};
+use objstore::Path;
+use objstore::object_store::{ObjectStoreExt, PutPayload};
+
+use crate::records::LogState;
+use crate::{LogError, LogId, LogReader};
+
+/// The largest checkpoint read back; a pointer naming a bigger object is treated as corrupt.
+pub const MAX_CHECKPOINT_BYTES: u64 = 64 << 20;
+
+/// A slot's latest checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The state covers the log below this offset.
+    pub upto: u64,
+    /// The slot's epoch it was taken under.
+    pub epoch: i64,
+    pub state: Bytes,
+}
+
+struct Pointer {
+    upto: u64,
+    epoch: i64,
+    object: String,
+    revision: i64,
+}
+
+fn parse(value: &[u8], revision: i64) -> Option<Pointer> {
+    let s = std::str::from_utf8(value).ok()?;
+    let mut parts = s.splitn(3, ' ');
+    let upto = parts.next()?.parse().ok()?;
+    let epoch = parts.next()?.parse().ok()?;
+    let object = parts.next()?.to_owned();
+    Some(Pointer { upto, epoch, object, revision })
+}
+
+async fn pointer(reader: &LogReader, log: LogId, slot: &str) -> Result<Option<Pointer>, LogError> {
+    let key = reader.keys().producers(log, slot);
+    match reader.meta().get(&key).await? {
+        None => Ok(None),
+        Some(kv) => parse(&kv.value, kv.mod_revision)
+            .map(Some)
+            .ok_or_else(|| LogError::Corrupt(format!("state pointer of log {log} slot {slot}"))),
+    }
+}
+
+/// The log's next offset if its head, read now, shows `slot` served at `epoch` (the caller's
+/// tenure); `None` if the slot changed hands or the log is gone. Read before snapshotting the
+/// state to checkpoint: every entry below it that the slot holds is this tenure's or earlier.
+pub async fn end_if_served(
+    reader: &LogReader,
+    log: LogId,
+    slot: &str,
+    epoch: i64,
+) -> Result<Option<u64>, LogError> {
+    let snap = match reader.snapshot(log).await {
+        Ok(s) => s,
+        Err(LogError::NotFound(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let served = snap.head.log_state() == LogState::Normal
+        && snap.head.slot(slot).is_some_and(|s| s.epoch == epoch);
+    Ok(served.then_some(snap.head.next_offset))
+}
+
+/// The slot's latest checkpoint, if it has one.
+pub async fn load(
+    reader: &LogReader,
+    log: LogId,
+    slot: &str,
+) -> Result<Option<Checkpoint>, LogError> {
+    let Some(p) = pointer(reader, log, slot).await? else { return Ok(None) };
+    let path = Path::from(p.object.as_str());
+    let got = reader.objects().get(&path).await?;
+    if got.meta.size > MAX_CHECKPOINT_BYTES {
+        return Err(LogError::Corrupt(format!(
+            "state checkpoint {path} is {} bytes; at most {MAX_CHECKPOINT_BYTES}",
+            got.meta.size
+        )));
+    }
+    let state = got.bytes().await?;
+    Ok(Some(Checkpoint { upto: p.upto, epoch: p.epoch, state }))
+}
+
+/// Writes a checkpoint of `slot` in `log` and points to it, unless the pointer already names
+/// one at `upto` or beyond (then nothing changes). `upto` must be at most what
+/// [`end_if_served`] answered for `epoch` before the state was snapshotted. Returns whether the pointer moved. The
+/// checkpoint it replaced is deleted; one left by a crash between the two steps is the
+/// cleaner's.
+pub async fn save(
+    reader: &LogReader,
+    log: LogId,
+    slot: &str,
+    epoch: i64,
+    upto: u64,
+    state: Bytes,
+) -> Result<bool, LogError> {
+    let old = pointer(reader, log, slot).await?;
+    if old.as_ref().is_some_and(|p| p.upto >= upto) {
+        return Ok(false);
+    }
+    let path = objstore::keys::state_object(log.0, slot, u64::try_from(epoch).unwrap_or(0), upto);
+    reader.objects().put(&path, PutPayload::from(state)).await?;
+    let key = reader.keys().producers(log, slot);
+    let compare = match &old {
+        Some(p) => Compare::mod_revision(key.clone(), CompareOp::Equal, p.revision),
+        None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+    };
+    let value = format!("{upto} {epoch} {path}");
+    let txn = Txn::new().when([compare]).and_then([TxnOp::put(key, value.into_bytes())]);
+    let moved = reader.meta().txn(txn).await?.succeeded;
+    // The loser of a race deletes its own object; the winner the one it replaced.
+    let unused = match (&old, moved) {
+        (_, false) => Some(path),
+        (Some(p), true) if p.object != path.as_ref() => Some(Path::from(p.object.as_str())),
+        _ => None,
+    };
+    if let Some(unused) = unused
+        && let Err(e) = reader.objects().delete(&unused).await
+    {
+        tracing::debug!(object = %unused, error = %e, "state checkpoint left for the cleaner");
+    }
+    Ok(moved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointers_parse_and_refuse_garbage() {
+        let p = parse(b"120 7 state/x/y.ckpt", 3).expect("parses");
+        assert_eq!((p.upto, p.epoch, p.object.as_str(), p.revision), (120, 7, "state/x/y.ckpt", 3));
+        assert!(parse(b"120 7", 3).is_none());
+        assert!(parse(b"x 7 o", 3).is_none());
+        assert!(parse(&[0xff, 0x20], 3).is_none());
+    }
+}
