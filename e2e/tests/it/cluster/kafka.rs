@@ -89,3 +89,100 @@ async fn two_writers_are_two_kafka_brokers_leading_their_partitions() -> Result<
     }
     Ok(())
 }
+
+/// The writer id whose Kafka node id leads `partition` of `topic`, as broker `bootstrap`
+/// says; `None` while no live writer leads it.
+async fn leader_of(
+    cluster: &Cluster,
+    meta: &std::sync::Arc<dyn metadata::MetadataStore>,
+    bootstrap: &str,
+    topic: &str,
+    partition: u32,
+) -> Result<Option<String>> {
+    let listed = testkit::kcat(&["-b", bootstrap, "-L", "-t", topic, "-m", "10"], "")?;
+    let Some(node) = listed
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix(&format!("partition {partition}, leader ")))
+        .find_map(|l| l.split(',').next()?.parse::<i64>().ok())
+    else {
+        return Ok(None);
+    };
+    let prefix = format!("/{}/kafka/node_ids/", cluster.name);
+    let ids = meta.range(metadata::RangeRequest::prefix(prefix.as_bytes().to_vec())).await?;
+    Ok(ids.kvs.iter().find_map(|kv| {
+        let id = std::str::from_utf8(&kv.value).ok()?.parse::<i64>().ok()?;
+        (id == node).then(|| String::from_utf8_lossy(&kv.key[prefix.len()..]).into_owned())
+    }))
+}
+
+/// Seed 002's handoff promise for Kafka clients: an idempotent confluent-kafka producer
+/// streams while its partitions' owners change under it — one SIGKILLed, another SIGSTOPped
+/// past its lease and resumed, a writer added — and never raises a fatal error; afterwards
+/// every acknowledged record is in the log exactly once, at its acked offset, and no record
+/// is in it twice (batches retried after an unknown outcome are deduplicated by sequence by
+/// the new owner, which replays the log before it accepts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idempotent_kafka_producer_survives_kills_pauses_and_a_new_writer() -> Result<()> {
+    let cluster = Cluster::start()?;
+    let mut writers = std::collections::BTreeMap::new();
+    let mut bootstrap = Vec::new();
+    for id in ["w1", "w2", "w3"] {
+        let (w, k) = kafka_writer(&cluster, id)?;
+        writers.insert(id.to_owned(), w);
+        bootstrap.push(k);
+    }
+    let meta = cluster.meta().await?;
+    super::wait_role(&meta, &cluster.name, "writer", 3).await?;
+    let catalog = client::CatalogClient::connect(&cluster.catalog_url).await?;
+    catalog.create("moving", 4, None, None).await?;
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let mut script = std::process::Command::new(format!("{root}/.tools/venv/bin/python"))
+        .arg(format!("{root}/e2e/kafka/handoff.py"))
+        .args([&bootstrap.join(","), "moving", "16"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("confluent-kafka (`make deps` installs it in .tools/venv)")?;
+    let mut stdout = std::io::BufReader::new(script.stdout.take().context("stdout")?);
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line)?;
+    ensure!(line.trim() == "started", "the producer did not start: {line}");
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+
+    // SIGKILL partition 0's owner; then SIGSTOP partition 1's owner (as the rest see it now)
+    // past its lease, and resume it; then add a writer. Leaders are asked of a broker alive.
+    let first = leader_of(&cluster, &meta, &bootstrap[0], "moving", 0)
+        .await?
+        .context("partition 0 has no leader")?;
+    writers.get_mut(&first).context("a writer")?.kill9()?;
+    let alive = |writers: &std::collections::BTreeMap<String, testkit::Service>, not: &str| {
+        ["w1", "w2", "w3"]
+            .iter()
+            .position(|w| *w != not && writers.contains_key(*w))
+            .map(|i| bootstrap[i].clone())
+    };
+    let other = alive(&writers, &first).context("a live broker")?;
+    tokio::time::sleep(super::LEASE + std::time::Duration::from_secs(1)).await;
+    let second = leader_of(&cluster, &meta, &other, "moving", 1)
+        .await?
+        .context("partition 1 has no leader")?;
+    ensure!(second != first, "the killed writer still leads partition 1");
+    let paused = writers.get(&second).context("a writer")?;
+    paused.pause()?;
+    tokio::time::sleep(super::LEASE * 2 + std::time::Duration::from_secs(1)).await;
+    paused.resume()?;
+    let (w4, _) = kafka_writer(&cluster, "w4")?;
+
+    let out = script.wait_with_output()?;
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest)?;
+    ensure!(
+        out.status.success(),
+        "killed {first}, paused {second}:\n{rest}{}\n{second} output:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        writers.get(&second).map(|w| w.output()).unwrap_or_default()
+    );
+    eprintln!("e2e: killed {first}, paused {second}, added w4: {}", rest.trim());
+    drop(w4);
+    Ok(())
+}
