@@ -6,6 +6,7 @@
 #   promtool    (Debian prometheus)         checks every role's /metrics in the e2e tests
 #   kcat        (Debian kcat, librdkafka 2.0.2)  a real Kafka client for the Kafka tests
 #   confluent-kafka, kafka-python (PyPI, in .tools/venv)  Python Kafka clients for the Kafka tests
+#   kafka-clients (Maven Central, in .tools/java)  the Java Kafka client, by e2e/kafka/java/pom.xml
 # Idempotent and quiet: prints one line per thing it installs; on failure it prints the
 # installer's output and exits non-zero. `install-deps.sh build` installs only what building
 # needs (protoc), for `make run`; `install-deps.sh deploy` also installs the deployment checkers
@@ -64,6 +65,15 @@ if ! $only_build && ! "$venv/bin/python" -c 'import confluent_kafka, kafka' >/de
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv" >"$log" 2>&1 || fail "python3 -m venv"
   "$venv/bin/pip" install -q --disable-pip-version-check 'confluent-kafka==2.16.1' \
     'kafka-python==3.0.12' >>"$log" 2>&1 || fail "pip install confluent-kafka kafka-python"
+fi
+
+java_dir="$root/.tools/java"
+if ! $only_build && ! ls "$java_dir"/kafka-clients-*.jar >/dev/null 2>&1; then
+  command -v mvn >/dev/null 2>&1 && command -v java >/dev/null 2>&1 \
+    || { echo "install-deps: the Java Kafka tests need java (17+) and mvn" >&2; exit 1; }
+  echo "install-deps: kafka-clients and its dependencies into $java_dir"
+  mvn -q -B -f "$root/e2e/kafka/java/pom.xml" dependency:copy-dependencies \
+    -DoutputDirectory="$java_dir" >"$log" 2>&1 || fail "mvn dependency:copy-dependencies"
 fi
 
 if $with_helm && ! { "$venv/bin/python" -c 'import helm_python, kubernetes_validate, yaml' \

@@ -640,3 +640,28 @@ fn python_kafka_clients_produce_100000_keyed_records_read_each_back_once_and_adm
     ensure!(!streams.contains("admin-made"), "the deleted topic is still a stream: {streams}");
     Ok(())
 }
+
+#[test]
+fn the_java_kafka_client_with_its_defaults_produces_100000_records_and_reads_each_back_once()
+-> Result<()> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let dir = tempfile::tempdir()?;
+    let s = Standalone::start(dir.path(), testkit::free_port()?)?;
+    s.ok(&["stream", "create", "jv", "--partitions", "3"], "")?;
+    // org.apache.kafka:kafka-clients 4.x as Maven Central ships it, run from its source file:
+    // idempotent, acks=all, its default partitioner; read back with its consumer.
+    let out = Command::new("java")
+        .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+        .arg("-cp")
+        .arg(format!("{root}/.tools/java/*"))
+        .arg(format!("{root}/e2e/kafka/java/JavaClients.java"))
+        .args([&s.kafka, "jv", "100000"])
+        .output()
+        .context("java and the Java Kafka client (`make deps` puts it in .tools/java)")?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.success(), "{}{stderr}", String::from_utf8_lossy(&out.stdout));
+    ensure!(!stderr.contains("ERROR"), "{stderr}");
+    let consumed = s.ok(&["consume", "jv", "--from-beginning"], "")?;
+    ensure!(consumed.lines().count() == 100_000, "{} lines", consumed.lines().count());
+    Ok(())
+}
