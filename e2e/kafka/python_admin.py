@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Kafka's admin API through a Lakelog Kafka listener, with PyPI confluent-kafka's AdminClient:
 create a topic (partitions, retention.ms), see it in Metadata, grow it, refuse what Kafka
-refuses (an existing name, compaction, fewer partitions), delete it.
+refuses (an existing name, compaction, fewer partitions), describe and alter its configs
+(max.message.bytes then holds for Produce), delete records below an offset, describe the
+cluster, delete the topic.
 
 Usage: python_admin.py BOOTSTRAP    Exits 1 with a line saying what differed.
 """
 import sys
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                   ConfigSource, NewPartitions, NewTopic, ResourceType)
 
 admin = AdminClient({"bootstrap.servers": sys.argv[1]})
 
@@ -49,8 +52,57 @@ if partitions("admin-made") != 5:
     fail(f"metadata shows {partitions('admin-made')} partitions after growing, want 5")
 if (code := result(admin.create_partitions([NewPartitions("admin-made", 2)]))) != KafkaError.INVALID_PARTITIONS:
     fail(f"shrinking answered {code}")
+
+
+def configs(name):
+    (f,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, name)]).values()
+    return f.result(timeout=30)
+
+
+c = configs("admin-made")
+if c["retention.ms"].value != "3600000" or c["retention.ms"].source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value:
+    fail(f"retention.ms described as {c['retention.ms']}")
+if c["cleanup.policy"].value != "delete" or c["max.message.bytes"].source != ConfigSource.DEFAULT_CONFIG.value:
+    fail(f"defaults described as {c}")
+alter = ConfigResource(ResourceType.TOPIC, "admin-made", incremental_configs=[
+    ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)])
+if (code := result(admin.incremental_alter_configs([alter]))) is not None:
+    fail(f"incremental alter: {code}")
+c = configs("admin-made")
+if c["max.message.bytes"].value != "2000" or c["retention.ms"].value != "3600000":
+    fail(f"after the incremental alter: {c['max.message.bytes']}, {c['retention.ms']}")
+bad = ConfigResource(ResourceType.TOPIC, "admin-made", incremental_configs=[
+    ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+if (code := result(admin.incremental_alter_configs([bad]))) != KafkaError.INVALID_CONFIG:
+    fail(f"compaction by alter answered {code}")
+
+# The topic's max.message.bytes holds for Produce; small records go through.
+delivered = []
+p = Producer({"bootstrap.servers": sys.argv[1], "linger.ms": 0})
+p.produce("admin-made", value=b"x" * 5000, partition=0, on_delivery=lambda e, m: delivered.append(e))
+p.flush(30)
+if len(delivered) != 1 or delivered[0] is None or delivered[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+    fail(f"a 5000-byte record under max.message.bytes=2000 was answered {delivered}")
+for i in range(10):
+    p.produce("admin-made", value=f"r{i}".encode(), partition=0)
+    p.flush(30)
+
+# DeleteRecords: the partition starts at 5 after.
+(f,) = admin.delete_records([TopicPartition("admin-made", 0, 5)]).values()
+if (low := f.result(timeout=30).low_watermark) != 5:
+    fail(f"delete_records answered low watermark {low}")
+consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "unused"})
+lo, hi = consumer.get_watermark_offsets(TopicPartition("admin-made", 0), timeout=10)
+consumer.close()
+if (lo, hi) != (5, 10):
+    fail(f"watermarks after delete_records: {(lo, hi)}, want (5, 10)")
+
+cluster = admin.describe_cluster().result(timeout=30)
+if not cluster.nodes or cluster.controller is None or not cluster.cluster_id:
+    fail(f"describe_cluster: {cluster}")
+
 if (code := result(admin.delete_topics(["admin-made"]))) is not None:
     fail(f"delete: {code}")
 if (code := result(admin.delete_topics(["admin-made"]))) != KafkaError.UNKNOWN_TOPIC_OR_PART:
     fail(f"deleting it again answered {code}")
-print("python_admin: create, grow, refusals and delete as Kafka answers them")
+print("python_admin: create, grow, refusals, configs, delete_records, describe_cluster and delete as Kafka answers them")

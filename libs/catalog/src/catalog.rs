@@ -30,6 +30,8 @@ pub struct Route {
     pub owner: Option<Member>,
     /// The owner slot to append in: the zone asked for while a writer of it lives, else `*`.
     pub slot: String,
+    /// The stream's properties as read for this route.
+    pub props: StreamProps,
 }
 
 /// Most partitions one stream may have.
@@ -45,6 +47,8 @@ struct StreamRecord {
     retention_ms: Option<i64>,
     #[prost(uint64, optional, tag = "4")]
     retention_bytes: Option<u64>,
+    #[prost(uint64, optional, tag = "5")]
+    max_message_bytes: Option<u64>,
 }
 
 /// A stream's properties.
@@ -54,6 +58,9 @@ pub struct StreamProps {
     pub retention_ms: Option<i64>,
     /// Keep at most this many payload bytes per partition.
     pub retention_bytes: Option<u64>,
+    /// The largest entry (a Kafka record batch) appended through the Kafka front end; the
+    /// writer's own maximum when unset (Kafka's topic `max.message.bytes`).
+    pub max_message_bytes: Option<u64>,
 }
 
 /// A stream as the catalog holds it.
@@ -149,7 +156,11 @@ impl Catalog {
             name: name.to_owned(),
             identity: r.identity,
             partitions: r.partitions.into_iter().map(LogId).collect(),
-            props: StreamProps { retention_ms: r.retention_ms, retention_bytes: r.retention_bytes },
+            props: StreamProps {
+                retention_ms: r.retention_ms,
+                retention_bytes: r.retention_bytes,
+                max_message_bytes: r.max_message_bytes,
+            },
         })
     }
 
@@ -159,6 +170,7 @@ impl Catalog {
             partitions: info.partitions.iter().map(|l| l.0).collect(),
             retention_ms: info.props.retention_ms,
             retention_bytes: info.props.retention_bytes,
+            max_message_bytes: info.props.max_message_bytes,
         }
         .encode_to_vec()
     }
@@ -181,9 +193,7 @@ impl Catalog {
     ) -> Result<StreamInfo, CatalogError> {
         validate_name(name)?;
         Self::check_partitions(partitions)?;
-        if props.retention_ms.is_some_and(|ms| ms <= 0) {
-            return Err(CatalogError::InvalidArgument("retention_ms must be positive".to_owned()));
-        }
+        Self::check_props(&props)?;
         if self.meta.get(&self.key(name)).await?.is_some() {
             return Err(CatalogError::AlreadyExists(name.to_owned()));
         }
@@ -198,6 +208,42 @@ impl Catalog {
             return Err(CatalogError::AlreadyExists(name.to_owned()));
         }
         Ok(info)
+    }
+
+    fn check_props(props: &StreamProps) -> Result<(), CatalogError> {
+        let bad = |m: &str| Err(CatalogError::InvalidArgument(m.to_owned()));
+        if props.retention_ms.is_some_and(|ms| ms <= 0) {
+            return bad("retention_ms must be positive");
+        }
+        if props.max_message_bytes == Some(0) {
+            return bad("max_message_bytes must be positive");
+        }
+        Ok(())
+    }
+
+    /// Replaces a stream's properties (compare-and-set on its record); the stream after.
+    pub async fn set_props(
+        &self,
+        name: &str,
+        props: StreamProps,
+    ) -> Result<StreamInfo, CatalogError> {
+        Self::check_props(&props)?;
+        for _ in 0..100 {
+            let (mut info, rev) = self.get_with_revision(name).await?;
+            if info.props == props {
+                return Ok(info);
+            }
+            info.props = props.clone();
+            let txn = Txn::new()
+                .when([Compare::mod_revision(self.key(name), CompareOp::Equal, rev)])
+                .and_then([TxnOp::put(self.key(name), Self::record(&info))]);
+            if self.meta.txn(txn).await?.succeeded {
+                return Ok(info);
+            }
+        }
+        Err(CatalogError::Meta(MetaError::Unavailable(format!(
+            "stream {name}: too much contention"
+        ))))
     }
 
     /// Creates the logs of partitions `first..first + n` of the stream `identity`.
@@ -333,7 +379,15 @@ impl Catalog {
             _ => "*".to_owned(),
         };
         let owner = choose_owner(&members, &info.identity, partition, zone).cloned();
-        Ok(Route { partition, log, identity: info.identity, partitions: n, owner, slot })
+        Ok(Route {
+            partition,
+            log,
+            identity: info.identity,
+            partitions: n,
+            owner,
+            slot,
+            props: info.props,
+        })
     }
 
     /// The live members of a role, sorted by id (writers as watched).

@@ -1,55 +1,24 @@
 //! CreateTopics, DeleteTopics and CreatePartitions: topics are streams, so these are the
 //! catalog's create, delete and grow. Replication does not apply (object storage keeps the
 //! data durable): any replication factor is accepted and answered as 1; manual replica
-//! assignments are refused. Of the topic configs, `retention.ms`, `retention.bytes` and
-//! `cleanup.policy=delete` are kept; `compact` and configs Lakelog has no meaning for are
-//! INVALID_CONFIG, except the replication ones, which are accepted and ignored.
+//! assignments are refused. Topic configs are checked as [`crate::configs`] says. And
+//! DeleteRecords, which moves a partition's start (a soft trim), and DescribeCluster.
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{
-    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
-    DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
+    BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
+    CreateTopicsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest,
+    DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::{Broker, KafkaConfig, Refused, TopicSettings, code};
-
-/// Configs that concern replicas: accepted, and meaningless here.
-const IGNORED: &[&str] = &["min.insync.replicas", "unclean.leader.election.enable"];
-
-/// The settings a topic's configs ask for, or why they cannot be had.
-fn settings(configs: &[(String, Option<String>)]) -> Result<TopicSettings, Refused> {
-    let bad = |m: String| Err(Refused::new(code::INVALID_CONFIG, m));
-    let mut s = TopicSettings::default();
-    for (name, value) in configs {
-        let v = value.as_deref().unwrap_or("");
-        match name.as_str() {
-            "retention.ms" => match v.parse::<i64>() {
-                Ok(-1) => s.retention_ms = None,
-                Ok(ms) if ms > 0 => s.retention_ms = Some(ms),
-                _ => return bad(format!("retention.ms `{v}`: a positive number or -1")),
-            },
-            "retention.bytes" => match v.parse::<i64>() {
-                Ok(-1) => s.retention_bytes = None,
-                Ok(b) if b > 0 => s.retention_bytes = Some(b as u64),
-                _ => return bad(format!("retention.bytes `{v}`: a positive number or -1")),
-            },
-            "cleanup.policy" if v == "delete" => {}
-            "cleanup.policy" => {
-                return bad(format!("cleanup.policy `{v}`: only delete (no key compaction yet)"));
-            }
-            n if IGNORED.contains(&n) => {}
-            n => {
-                return bad(format!(
-                    "config {n} is not supported (retention.ms, retention.bytes, cleanup.policy=delete are)"
-                ));
-            }
-        }
-    }
-    Ok(s)
-}
+use crate::{Broker, KafkaConfig, Refused, code};
 
 pub(crate) async fn create_topics(
     req: CreateTopicsRequest,
@@ -70,7 +39,7 @@ pub(crate) async fn create_topics(
             .iter()
             .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
             .collect();
-        let r = match (partitions, settings(&configs)) {
+        let r = match (partitions, crate::configs::settings(&configs, cfg)) {
             _ if !t.assignments.is_empty() => Err(Refused::new(
                 code::INVALID_REPLICA_ASSIGNMENT,
                 "replica assignments do not apply: brokers hold no replicas",
@@ -164,3 +133,80 @@ pub(crate) async fn create_partitions(
     }
     CreatePartitionsResponse::default().with_results(results)
 }
+
+pub(crate) async fn delete_records(
+    req: DeleteRecordsRequest,
+    client_id: &str,
+    broker: &dyn Broker,
+) -> DeleteRecordsResponse {
+    let zone = crate::zone_of(client_id);
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let mut partitions = Vec::with_capacity(t.partitions.len());
+        for p in t.partitions {
+            let r = match p.offset {
+                o if o < -1 => Err(Refused::new(code::OFFSET_OUT_OF_RANGE, format!("offset {o}"))),
+                o => broker.delete_records(&t.name.0, p.partition_index, zone, o).await,
+            };
+            let mut out = DeleteRecordsPartitionResult::default()
+                .with_partition_index(p.partition_index)
+                .with_low_watermark(-1);
+            match r {
+                Ok(low) => out.low_watermark = low,
+                Err(e) => out.error_code = e.code,
+            }
+            partitions.push(out);
+        }
+        topics.push(
+            DeleteRecordsTopicResult::default().with_name(t.name).with_partitions(partitions),
+        );
+    }
+    DeleteRecordsResponse::default().with_topics(topics)
+}
+
+/// DescribeCluster: the live writers as brokers. There are no controllers to describe
+/// (UNSUPPORTED_ENDPOINT_TYPE, as a broker answers), and no ACLs yet: authorized operations are
+/// not reported.
+pub(crate) async fn describe_cluster(
+    req: DescribeClusterRequest,
+    version: i16,
+    broker: &dyn Broker,
+) -> DescribeClusterResponse {
+    let mut resp = DescribeClusterResponse::default()
+        .with_cluster_id(StrBytes::from_string(broker.cluster_id()))
+        .with_cluster_authorized_operations(i32::MIN)
+        .with_controller_id(BrokerId(-1));
+    if version >= 1 {
+        resp.endpoint_type = req.endpoint_type;
+        if req.endpoint_type != BROKERS_ENDPOINT {
+            resp.error_code = UNSUPPORTED_ENDPOINT_TYPE;
+            resp.error_message = Some(StrBytes::from_static_str("only brokers are described"));
+            return resp;
+        }
+    }
+    match broker.brokers().await {
+        Ok(brokers) => {
+            resp.controller_id = BrokerId(brokers.first().map_or(-1, |b| b.node_id));
+            resp.brokers = brokers
+                .into_iter()
+                .map(|b| {
+                    DescribeClusterBroker::default()
+                        .with_broker_id(BrokerId(b.node_id))
+                        .with_host(StrBytes::from_string(b.host))
+                        .with_port(b.port)
+                        .with_rack(b.rack.map(StrBytes::from_string))
+                })
+                .collect();
+        }
+        Err(e) => {
+            resp.error_code = code::UNKNOWN_SERVER_ERROR;
+            resp.error_message = Some(StrBytes::from_string(e.0));
+        }
+    }
+    resp
+}
+
+/// DescribeCluster's endpoint types: brokers (1), controllers (2).
+const BROKERS_ENDPOINT: i8 = 1;
+/// Kafka's UNSUPPORTED_ENDPOINT_TYPE.
+const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;

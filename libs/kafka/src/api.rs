@@ -14,10 +14,11 @@ use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, CreatePartitionsRequest,
-    CreateTopicsRequest, DeleteTopicsRequest, FetchRequest, InitProducerIdRequest,
-    InitProducerIdResponse, ListOffsetsRequest, MetadataRequest, MetadataResponse, ProduceRequest,
-    ProducerId, RequestHeader, ResponseHeader, TopicName,
+    AlterConfigsRequest, ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, FetchRequest, IncrementalAlterConfigsRequest,
+    InitProducerIdRequest, InitProducerIdResponse, ListOffsetsRequest, MetadataRequest,
+    MetadataResponse, ProduceRequest, ProducerId, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -34,6 +35,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::DescribeCluster, 0, 2),
 ];
 
 /// Why a request closes its connection instead of being answered.
@@ -96,6 +102,26 @@ pub async fn admit(
             let resp = crate::admin::create_partitions(*req, broker.as_ref()).await;
             encode_response(ApiKey::CreatePartitions, version, id, &resp).map(Some)
         })),
+        Request::DescribeConfigs(req) => Ok(Box::pin(async move {
+            let resp = crate::configs::describe(*req, version, broker.as_ref(), &cfg).await;
+            encode_response(ApiKey::DescribeConfigs, version, id, &resp).map(Some)
+        })),
+        Request::AlterConfigs(req) => Ok(Box::pin(async move {
+            let resp = crate::configs::alter(*req, broker.as_ref(), &cfg).await;
+            encode_response(ApiKey::AlterConfigs, version, id, &resp).map(Some)
+        })),
+        Request::IncrementalAlterConfigs(req) => Ok(Box::pin(async move {
+            let resp = crate::configs::incremental_alter(*req, broker.as_ref(), &cfg).await;
+            encode_response(ApiKey::IncrementalAlterConfigs, version, id, &resp).map(Some)
+        })),
+        Request::DeleteRecords(req) => Ok(Box::pin(async move {
+            let resp = crate::admin::delete_records(*req, &client_id, broker.as_ref()).await;
+            encode_response(ApiKey::DeleteRecords, version, id, &resp).map(Some)
+        })),
+        Request::DescribeCluster(req) => Ok(Box::pin(async move {
+            let resp = crate::admin::describe_cluster(*req, version, broker.as_ref()).await;
+            encode_response(ApiKey::DescribeCluster, version, id, &resp).map(Some)
+        })),
         Request::Metadata(req) => Ok(Box::pin(async move {
             let resp = metadata(*req, version, &client_id, broker.as_ref(), &cfg).await;
             encode_response(ApiKey::Metadata, version, id, &resp).map(Some)
@@ -131,6 +157,11 @@ pub enum Request {
     CreateTopics(Box<CreateTopicsRequest>),
     DeleteTopics(Box<DeleteTopicsRequest>),
     CreatePartitions(Box<CreatePartitionsRequest>),
+    DescribeConfigs(Box<DescribeConfigsRequest>),
+    AlterConfigs(Box<AlterConfigsRequest>),
+    IncrementalAlterConfigs(Box<IncrementalAlterConfigsRequest>),
+    DeleteRecords(Box<DeleteRecordsRequest>),
+    DescribeCluster(Box<DescribeClusterRequest>),
     Metadata(Box<MetadataRequest>),
     Fetch(Box<FetchRequest>),
     ListOffsets(Box<ListOffsetsRequest>),
@@ -198,6 +229,21 @@ pub fn decode(frame: &Bytes) -> Result<Decoded, Close> {
         )),
         ApiKey::CreatePartitions => Request::CreatePartitions(Box::new(
             CreatePartitionsRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::DescribeConfigs => Request::DescribeConfigs(Box::new(
+            DescribeConfigsRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::AlterConfigs => Request::AlterConfigs(Box::new(
+            AlterConfigsRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::IncrementalAlterConfigs => Request::IncrementalAlterConfigs(Box::new(
+            IncrementalAlterConfigsRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::DeleteRecords => Request::DeleteRecords(Box::new(
+            DeleteRecordsRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::DescribeCluster => Request::DescribeCluster(Box::new(
+            DescribeClusterRequest::decode(&mut buf, version).map_err(malformed)?,
         )),
         _ => return Err(Close::UnknownApi(key)),
     };

@@ -21,6 +21,7 @@
 
 mod admin;
 pub mod api;
+pub mod configs;
 mod fetch;
 pub mod frame;
 mod produce;
@@ -133,11 +134,14 @@ pub struct Fetched {
     pub records: bytes::Bytes,
 }
 
-/// A topic's settings at creation (CreateTopics' configs Lakelog keeps).
+/// A topic's settings: the configs Lakelog keeps ([`configs`]); `None` is the default.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TopicSettings {
     pub retention_ms: Option<i64>,
     pub retention_bytes: Option<u64>,
+    /// The largest record batch a Produce to the topic may carry (Kafka's topic
+    /// `max.message.bytes`; the writer's maximum when unset).
+    pub max_message_bytes: Option<u64>,
 }
 
 /// What the front end needs of the role it runs in.
@@ -213,6 +217,27 @@ pub trait Broker: Send + Sync + 'static {
         count: u32,
         validate_only: bool,
     ) -> Result<(), Refused>;
+
+    /// A topic's settings (DescribeConfigs).
+    async fn topic_settings(&self, name: &str) -> Result<TopicSettings, Refused>;
+
+    /// Replaces a topic's settings; with `validate_only`, only checks the topic exists.
+    async fn set_topic_settings(
+        &self,
+        name: &str,
+        settings: TopicSettings,
+        validate_only: bool,
+    ) -> Result<(), Refused>;
+
+    /// DeleteRecords: makes the records below `offset` (-1: the high watermark) of a partition
+    /// this broker leads unreadable; the partition's start after.
+    async fn delete_records(
+        &self,
+        topic: &str,
+        partition: i32,
+        zone: Option<&str>,
+        offset: i64,
+    ) -> Result<i64, Refused>;
 
     /// ListOffsets: the offset for `timestamp` (-2: the log start, -1: the high watermark;
     /// otherwise the first entry whose timestamp is at or after it, or the high watermark),

@@ -88,8 +88,11 @@ impl pb::catalog_service_server::CatalogService for CatalogServiceImpl {
         req: Request<pb::CreateStreamRequest>,
     ) -> Result<Response<pb::CreateStreamResponse>, Status> {
         let r = req.into_inner();
-        let props =
-            StreamProps { retention_ms: r.retention_ms, retention_bytes: r.retention_bytes };
+        let props = StreamProps {
+            retention_ms: r.retention_ms,
+            retention_bytes: r.retention_bytes,
+            ..Default::default()
+        };
         let s = self.catalog.create(&r.name, r.partitions, props).await.map_err(to_status)?;
         Ok(Response::new(pb::CreateStreamResponse { stream: Some(stream(s)) }))
     }

@@ -301,6 +301,17 @@ impl WriterBroker {
         partition: i32,
         zone: Option<&str>,
     ) -> Result<(logstore::LogId, String), Refused> {
+        let (log, slot, _) = self.led_with_props(topic, partition, zone).await?;
+        Ok((log, slot))
+    }
+
+    /// [`led`](Self::led), with the stream's properties as read for the route.
+    async fn led_with_props(
+        &self,
+        topic: &str,
+        partition: i32,
+        zone: Option<&str>,
+    ) -> Result<(logstore::LogId, String, StreamProps), Refused> {
         let unknown = || {
             Refused::new(
                 code::UNKNOWN_TOPIC_OR_PARTITION,
@@ -316,7 +327,9 @@ impl WriterBroker {
             Err(e) => return Err(Refused::new(code::NOT_LEADER_OR_FOLLOWER, e.to_string())),
         };
         match &route.owner {
-            Some(o) if o.id == self.storage.config().writer_id => Ok((route.log, route.slot)),
+            Some(o) if o.id == self.storage.config().writer_id => {
+                Ok((route.log, route.slot, route.props))
+            }
             Some(o) => Err(Refused {
                 code: code::NOT_LEADER_OR_FOLLOWER,
                 message: format!("partition {partition} of {topic} is led by {}", o.id),
@@ -433,7 +446,18 @@ impl kafka::Broker for WriterBroker {
         batch: bytes::Bytes,
         header: &recordbatch::BatchHeader,
     ) -> Result<kafka::Commit, Refused> {
-        let (log, slot) = self.led(topic, partition, zone).await?;
+        let (log, slot, props) = self.led_with_props(topic, partition, zone).await?;
+        if let Some(max) = props.max_message_bytes
+            && batch.len() as u64 > max
+        {
+            return Err(Refused::new(
+                code::MESSAGE_TOO_LARGE,
+                format!(
+                    "a batch of {} bytes; topic {topic} takes at most {max} (max.message.bytes)",
+                    batch.len()
+                ),
+            ));
+        }
         // validate() checked the count is last_offset_delta + 1 and at least 1.
         let record_count = u32::try_from(header.record_count)
             .map_err(|_| Refused::new(code::CORRUPT_MESSAGE, "record count"))?;
@@ -586,10 +610,7 @@ impl kafka::Broker for WriterBroker {
                 Err(e) => Err(topic_refused(e)),
             };
         }
-        let props = StreamProps {
-            retention_ms: settings.retention_ms,
-            retention_bytes: settings.retention_bytes,
-        };
+        let props = props_of(settings);
         let s = self.catalog.create(name, partitions, props).await.map_err(topic_refused)?;
         Ok(uuid::Uuid::parse_str(&s.identity).unwrap_or_default())
     }
@@ -625,6 +646,55 @@ impl kafka::Broker for WriterBroker {
                 .map_err(|e| admin_refused(e, code::INVALID_PARTITIONS))?;
         }
         Ok(())
+    }
+
+    async fn topic_settings(&self, name: &str) -> Result<TopicSettings, Refused> {
+        let p = self.catalog.get(name).await.map_err(topic_refused)?.props;
+        Ok(TopicSettings {
+            retention_ms: p.retention_ms,
+            retention_bytes: p.retention_bytes,
+            max_message_bytes: p.max_message_bytes,
+        })
+    }
+
+    async fn set_topic_settings(
+        &self,
+        name: &str,
+        settings: TopicSettings,
+        validate_only: bool,
+    ) -> Result<(), Refused> {
+        if validate_only {
+            self.catalog.get(name).await.map_err(topic_refused)?;
+            return Ok(());
+        }
+        let props = props_of(settings);
+        self.catalog
+            .set_props(name, props)
+            .await
+            .map_err(|e| admin_refused(e, code::INVALID_CONFIG))?;
+        tracing::info!(topic = name, "Kafka: topic configs altered");
+        Ok(())
+    }
+
+    async fn delete_records(
+        &self,
+        topic: &str,
+        partition: i32,
+        zone: Option<&str>,
+        offset: i64,
+    ) -> Result<i64, Refused> {
+        let (log, _) = self.led(topic, partition, zone).await?;
+        let to = match offset {
+            -1 => self.storage.info(log).await.map_err(refused)?.next_offset,
+            o => u64::try_from(o)
+                .map_err(|_| Refused::new(code::OFFSET_OUT_OF_RANGE, format!("offset {o}")))?,
+        };
+        // A soft trim: the records below become unreadable at once; retention's hard trim and
+        // the cleaner reclaim their storage later.
+        let start = logstore::retention::soft_trim(self.storage.reader(), log, to)
+            .await
+            .map_err(refused)?;
+        to_i64(start)
     }
 
     async fn list_offset(
@@ -667,6 +737,14 @@ fn commit(committing: logstore::Committing) -> kafka::Commit {
         let h = committing.await.map_err(refused)?;
         Ok(Produced { base_offset: to_i64(h.offset)? })
     })
+}
+
+fn props_of(s: TopicSettings) -> StreamProps {
+    StreamProps {
+        retention_ms: s.retention_ms,
+        retention_bytes: s.retention_bytes,
+        max_message_bytes: s.max_message_bytes,
+    }
 }
 
 /// [`admin_refused`] where an invalid argument is the topic's name or a setting.

@@ -71,7 +71,7 @@ cases!(
 );
 
 async fn streams_are_created_listed_and_routed(e: Env) -> Result<()> {
-    let props = StreamProps { retention_ms: Some(60_000), retention_bytes: None };
+    let props = StreamProps { retention_ms: Some(60_000), ..Default::default() };
     let a = e.catalog.create("orders", 3, props.clone()).await?;
     let b = e.catalog.create("audit.log_v2", 1, StreamProps::default()).await?;
     ensure!(a.partitions.len() == 3 && b.partitions.len() == 1 && a.identity != b.identity);
@@ -111,7 +111,7 @@ async fn bad_input_gets_clear_errors(e: Env) -> Result<()> {
     is(e.catalog.route("missing", 0).await.map(|_| ()), "NotFound")?;
     is(e.catalog.add_partitions("s", 1).await.map(|_| ()), "InvalidArgument")?;
     is(e.catalog.delete("missing").await, "NotFound")?;
-    let neg = StreamProps { retention_ms: Some(-5), retention_bytes: None };
+    let neg = StreamProps { retention_ms: Some(-5), ..Default::default() };
     is(e.catalog.create("neg", 1, neg).await.map(|_| ()), "InvalidArgument")?;
     Ok(())
 }

@@ -34,6 +34,10 @@ struct FakeBroker {
     appended: Mutex<Vec<(String, i32, Bytes, u32)>>,
     /// Fetches that waited.
     waited: Mutex<u32>,
+    /// Topic settings set, by topic (a topic named `orders` exists for them).
+    settings: Mutex<std::collections::HashMap<String, kafka::TopicSettings>>,
+    /// DeleteRecords asked: topic, partition, offset.
+    deleted: Mutex<Vec<(String, i32, i64)>>,
 }
 
 #[async_trait::async_trait]
@@ -192,6 +196,45 @@ impl Broker for FakeBroker {
         _validate_only: bool,
     ) -> Result<(), Refused> {
         Ok(())
+    }
+
+    async fn topic_settings(&self, name: &str) -> Result<kafka::TopicSettings, Refused> {
+        if name != "orders" {
+            return Err(Refused::new(kafka::code::UNKNOWN_TOPIC_OR_PARTITION, "no such topic"));
+        }
+        let settings = self.settings.lock().map_err(|_| Refused::new(-1, "poisoned"))?;
+        Ok(settings.get(name).cloned().unwrap_or_default())
+    }
+
+    async fn set_topic_settings(
+        &self,
+        name: &str,
+        settings: kafka::TopicSettings,
+        validate_only: bool,
+    ) -> Result<(), Refused> {
+        self.topic_settings(name).await?;
+        if !validate_only {
+            self.settings
+                .lock()
+                .map_err(|_| Refused::new(-1, "poisoned"))?
+                .insert(name.to_owned(), settings);
+        }
+        Ok(())
+    }
+
+    async fn delete_records(
+        &self,
+        topic: &str,
+        partition: i32,
+        _zone: Option<&str>,
+        offset: i64,
+    ) -> Result<i64, Refused> {
+        self.deleted.lock().map_err(|_| Refused::new(-1, "poisoned"))?.push((
+            topic.to_owned(),
+            partition,
+            offset,
+        ));
+        Ok(if offset == -1 { 42 } else { offset })
     }
 
     async fn list_offset(
@@ -722,6 +765,146 @@ async fn admin_requests_are_answered_at_every_advertised_version() -> Result<()>
         )
         .await?;
         ensure!(r.results[0].error_code == 0, "v{v}: {r:?}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn configs_delete_records_and_describe_cluster_are_answered_at_every_version() -> Result<()> {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::{
+        AlterConfigsRequest, AlterConfigsResponse, DeleteRecordsRequest, DeleteRecordsResponse,
+        DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
+        DescribeConfigsResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+        alter_configs_request as full, incremental_alter_configs_request as inc,
+    };
+    let s = server(KafkaConfig::default()).await?;
+    let str = |v: &str| StrBytes::from_string(v.to_owned());
+    let describe = |v: i16, resource_type: i8, name: &str| {
+        let r = DescribeConfigsResource::default()
+            .with_resource_type(resource_type)
+            .with_resource_name(str(name));
+        let req = DescribeConfigsRequest::default().with_resources(vec![r]);
+        async move {
+            let r: DescribeConfigsResponse =
+                ask(s.addr, ApiKey::DescribeConfigs, v, "t", &req).await?;
+            anyhow::Ok(r.results.into_iter().next().context("one result")?)
+        }
+    };
+    for v in 1..=4 {
+        let r = describe(v, 2, "orders").await?;
+        ensure!(r.error_code == 0, "v{v}: {r:?}");
+        let names: Vec<&str> = r.configs.iter().map(|c| c.name.as_str()).collect();
+        ensure!(
+            names == ["cleanup.policy", "max.message.bytes", "retention.bytes", "retention.ms"],
+            "v{v}: {names:?}"
+        );
+        let max = &r.configs[1];
+        ensure!(max.value.as_deref() == Some("1048576") && max.config_source == 5, "{max:?}");
+        ensure!((v >= 3) == (max.config_type == 3), "v{v}: config type {}", max.config_type);
+        ensure!(describe(v, 2, "nope").await?.error_code == 3, "v{v}: an unknown topic");
+        let b = describe(v, 4, "10").await?;
+        ensure!(b.error_code == 0 && b.configs.iter().all(|c| c.read_only), "v{v}: {b:?}");
+        ensure!(describe(v, 8, "x").await?.error_code == 42, "v{v}: a broker logger");
+    }
+    for v in 0..=1 {
+        let set = |name: &str, op: i8, value: Option<&str>| {
+            inc::AlterableConfig::default()
+                .with_name(str(name))
+                .with_config_operation(op)
+                .with_value(value.map(str))
+        };
+        let alter = |resource_type: i8, configs: Vec<inc::AlterableConfig>| {
+            let r = inc::AlterConfigsResource::default()
+                .with_resource_type(resource_type)
+                .with_resource_name(str("orders"))
+                .with_configs(configs);
+            let req = IncrementalAlterConfigsRequest::default().with_resources(vec![r]);
+            async move {
+                let r: IncrementalAlterConfigsResponse =
+                    ask(s.addr, ApiKey::IncrementalAlterConfigs, v, "t", &req).await?;
+                anyhow::Ok(r.responses[0].error_code)
+            }
+        };
+        let n = 60_000 + i64::from(v);
+        ensure!(alter(2, vec![set("retention.ms", 0, Some(&n.to_string()))]).await? == 0);
+        let r = describe(4, 2, "orders").await?;
+        let ms = &r.configs[3];
+        ensure!(ms.value.as_deref() == Some(n.to_string().as_str()) && ms.config_source == 1);
+        ensure!(alter(2, vec![set("cleanup.policy", 0, Some("compact"))]).await? == 40);
+        ensure!(alter(2, vec![set("cleanup.policy", 2, Some("delete"))]).await? == 0);
+        ensure!(alter(2, vec![set("retention.ms", 1, None)]).await? == 0);
+        ensure!(describe(4, 2, "orders").await?.configs[3].config_source == 5);
+        ensure!(alter(4, vec![set("num.partitions", 0, Some("3"))]).await? == 42);
+    }
+    for v in 0..=2 {
+        // Set retention.ms, then alter with max.message.bytes alone: AlterConfigs replaces
+        // the whole set, so retention.ms is back to its default.
+        for configs in [vec![("retention.ms", "1000")], vec![("max.message.bytes", "1000")]] {
+            let r = full::AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(str("orders"))
+                .with_configs(
+                    configs
+                        .iter()
+                        .map(|(n, v)| {
+                            full::AlterableConfig::default()
+                                .with_name(str(n))
+                                .with_value(Some(str(v)))
+                        })
+                        .collect(),
+                );
+            let req = AlterConfigsRequest::default().with_resources(vec![r]);
+            let r: AlterConfigsResponse = ask(s.addr, ApiKey::AlterConfigs, v, "t", &req).await?;
+            ensure!(r.responses[0].error_code == 0, "v{v}: {r:?}");
+        }
+        let r = describe(4, 2, "orders").await?;
+        ensure!(r.configs[1].value.as_deref() == Some("1000") && r.configs[3].config_source == 5);
+    }
+    for v in 0..=2 {
+        let parts = [5, -1, -2]
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                DeleteRecordsPartition::default().with_partition_index(i as i32).with_offset(*o)
+            })
+            .collect();
+        let t = DeleteRecordsTopic::default()
+            .with_name(TopicName(str("orders")))
+            .with_partitions(parts);
+        let req = DeleteRecordsRequest::default().with_topics(vec![t]).with_timeout_ms(1000);
+        let r: DeleteRecordsResponse = ask(s.addr, ApiKey::DeleteRecords, v, "t", &req).await?;
+        let got: Vec<(i64, i16)> =
+            r.topics[0].partitions.iter().map(|p| (p.low_watermark, p.error_code)).collect();
+        ensure!(got == [(5, 0), (42, 0), (-1, 1)], "v{v}: {got:?}");
+    }
+    ensure!(s.broker.deleted.lock().map(|d| d.len()).unwrap_or(0) == 6, "-2 reached the broker");
+    for v in 0..=2 {
+        let r: DescribeClusterResponse = ask(
+            s.addr,
+            ApiKey::DescribeCluster,
+            v,
+            "t",
+            &DescribeClusterRequest::default().with_endpoint_type(1),
+        )
+        .await?;
+        let ids: Vec<i32> = r.brokers.iter().map(|b| b.broker_id.0).collect();
+        ensure!(r.error_code == 0 && ids == [10, 11] && r.controller_id.0 == 10, "v{v}: {r:?}");
+        ensure!(r.cluster_id.as_str() == "test-cluster");
+        if v >= 1 {
+            let r: DescribeClusterResponse = ask(
+                s.addr,
+                ApiKey::DescribeCluster,
+                v,
+                "t",
+                &DescribeClusterRequest::default().with_endpoint_type(2),
+            )
+            .await?;
+            ensure!(r.error_code == 115, "v{v}: controllers: {r:?}");
+        }
     }
     Ok(())
 }
