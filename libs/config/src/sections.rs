@@ -258,6 +258,9 @@ pub struct WriterSection {
     /// The writer's lease in the metadata store.
     #[serde(default = "default_lease_ttl")]
     pub lease_ttl: Duration,
+    /// Recently committed entries kept in memory, so reads of the tail need no GET.
+    #[serde(default = "default_tail_cache")]
+    pub tail_cache_size: ByteSize,
     /// The Kafka listener (ARCHITECTURE §11); none when the section is absent.
     #[serde(default)]
     pub kafka: Option<KafkaSection>,
@@ -328,6 +331,9 @@ fn default_max_entry() -> ByteSize {
 fn default_buffer() -> ByteSize {
     ByteSize(64 << 20)
 }
+fn default_tail_cache() -> ByteSize {
+    ByteSize(64 << 20)
+}
 fn default_flush_deadline() -> Duration {
     Duration(std::time::Duration::from_secs(30))
 }
@@ -348,6 +354,7 @@ impl Default for WriterSection {
             buffer_size: default_buffer(),
             flush_deadline: default_flush_deadline(),
             lease_ttl: default_lease_ttl(),
+            tail_cache_size: default_tail_cache(),
             kafka: None,
         }
     }

@@ -49,6 +49,29 @@ impl RangeCache {
         (i.hits, i.misses)
     }
 
+    /// Puts a range's bytes in (a writer's write-through of what it just committed), unless
+    /// they are there or larger than the whole cache.
+    pub fn insert(&self, object: &str, start: u64, end: u64, bytes: Bytes) {
+        let key = (object.to_owned(), start, end);
+        let mut i = self.lock();
+        self.put(&mut i, key, bytes);
+    }
+
+    fn put(&self, i: &mut Inner, key: Key, b: Bytes) {
+        if b.len() > self.capacity || i.cached.contains_key(&key) {
+            return;
+        }
+        i.bytes += b.len();
+        i.cached.insert(key.clone(), b);
+        i.order.push_back(key);
+        while i.bytes > self.capacity {
+            let Some(old) = i.order.pop_front() else { break };
+            if let Some(v) = i.cached.remove(&old) {
+                i.bytes -= v.len();
+            }
+        }
+    }
+
     /// The range's bytes: cached, fetched by a request already in flight, or fetched now.
     pub async fn get_or_fetch<E, F, Fut>(
         &self,
@@ -79,19 +102,8 @@ impl RangeCache {
         {
             i.inflight.remove(&key);
         }
-        if let Ok(b) = &r
-            && b.len() <= self.capacity
-            && !i.cached.contains_key(&key)
-        {
-            i.bytes += b.len();
-            i.cached.insert(key.clone(), b.clone());
-            i.order.push_back(key);
-            while i.bytes > self.capacity {
-                let Some(old) = i.order.pop_front() else { break };
-                if let Some(v) = i.cached.remove(&old) {
-                    i.bytes -= v.len();
-                }
-            }
+        if let Ok(b) = &r {
+            self.put(&mut i, key, b.clone());
         }
         r
     }

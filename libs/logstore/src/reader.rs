@@ -126,6 +126,13 @@ impl LogReader {
         self
     }
 
+    /// Puts a run's bytes in the byte-range cache, as a read of it would: a writer's
+    /// write-through of the runs it just committed (its tail cache, ARCHITECTURE §11).
+    pub(crate) fn cache_run(&self, log: LogId, loc: &Locator, bytes: Bytes) {
+        let path = loc.object(log);
+        self.ranges.insert(path.as_ref(), loc.byte_start, loc.byte_start + loc.byte_len, bytes);
+    }
+
     /// (hits, misses) of the byte-range cache.
     pub fn cache_counts(&self) -> (u64, u64) {
         self.ranges.counts()

@@ -41,6 +41,7 @@ pub fn storage_config(node: &config::NodeConfig) -> LogStorageConfig {
     c.buffer_bytes = usize::try_from(w.buffer_size.0).unwrap_or(usize::MAX);
     c.flush_deadline = w.flush_deadline.0;
     c.lease_ttl = w.lease_ttl.0;
+    c.tail_cache_bytes = usize::try_from(w.tail_cache_size.0).unwrap_or(usize::MAX);
     c.kafka_advertise = w.kafka.as_ref().map(|k| k.advertised()).unwrap_or_default();
     c
 }

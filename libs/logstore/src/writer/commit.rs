@@ -37,7 +37,8 @@ pub(super) async fn committer(core: Arc<Core>, mut flushes: mpsc::Receiver<Flush
         }
         if !live.is_empty() {
             let started = Instant::now();
-            for (log, e) in commit_chunks(&core, flush.seq, flush.deadline, live).await {
+            let object = std::mem::take(&mut flush.object);
+            for (log, e) in commit_chunks(&core, flush.seq, flush.deadline, live, &object).await {
                 if e.code() != crate::Code::Fenced {
                     core.poison(log, &e);
                 }
@@ -71,6 +72,8 @@ pub(super) struct Plan {
     /// Per entry of the chunk: its header if it commits, or why it does not.
     outcome: Vec<Result<LogEntryHeader, Unmet>>,
     first_locator: Option<Locator>,
+    /// The runs of entries this commit adds, each a locator.
+    runs: Vec<Locator>,
 }
 
 /// An entry's condition that the head did not meet.
@@ -145,13 +148,13 @@ pub(super) fn plan(
         outcome.push(Ok(header));
     }
     let first_locator = runs.first().cloned();
-    h.recent.extend(runs);
+    h.recent.extend(runs.iter().cloned());
     let mut pages = Vec::new();
     while h.recent.len() > RECENT_MAX {
         let page: Vec<Locator> = h.recent.drain(..RECENT_MAX).collect();
         pages.push((page[0].first_offset, IndexPage { locators: page }));
     }
-    Plan { log, head_revision, new_head: h, pages, outcome, first_locator }
+    Plan { log, head_revision, new_head: h, pages, outcome, first_locator, runs }
 }
 
 /// Why a log's chunk cannot commit under this writer now, if it cannot.
@@ -188,6 +191,7 @@ pub(super) async fn commit_chunks(
     seq: u64,
     deadline: Instant,
     mut chunks: Vec<Chunk>,
+    object: &Bytes,
 ) -> Vec<(LogId, LogError)> {
     let member_revision = core.identity.lock().await.member_revision;
     let me = core.owner(member_revision);
@@ -270,6 +274,7 @@ pub(super) async fn commit_chunks(
                             head_revision: revision,
                         };
                         lock(&core.served).insert((c.log, c.slot.clone()), served);
+                        cache_runs(core, c.log, &p, object);
                         acknowledge(c, p);
                     }
                 }
@@ -286,6 +291,7 @@ pub(super) async fn commit_chunks(
                             }
                             None => core.forget(c.log),
                         }
+                        cache_runs(core, c.log, &p, object);
                         acknowledge(c, p);
                     }
                 }
@@ -327,6 +333,17 @@ pub(super) async fn commit_chunks(
 
 pub(super) const INCARNATION_ENDED: &str =
     "writer incarnation ended (lease lost); nothing of this flush committed";
+
+/// The tail cache: a committed chunk's runs go in the reader's byte-range cache before the
+/// appends are answered, so a consumer caught up with them reads them without a GET.
+fn cache_runs(core: &Core, log: LogId, p: &Plan, object: &Bytes) {
+    for run in &p.runs {
+        let (start, end) = (run.byte_start as usize, (run.byte_start + run.byte_len) as usize);
+        if end <= object.len() {
+            core.reader.cache_run(log, run, object.slice(start..end));
+        }
+    }
+}
 
 pub(super) fn acknowledge(c: Chunk, p: Plan) {
     for ((pending, _, _), outcome) in c.entries.into_iter().zip(p.outcome) {

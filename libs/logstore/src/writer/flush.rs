@@ -50,7 +50,7 @@ pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) 
                 }
             };
         let (put_tx, put_rx) = oneshot::channel();
-        let flush = Flush { put: put_rx, ..flush };
+        let flush = Flush { put: put_rx, object: object.clone(), ..flush };
         let (entries, logs) =
             (flush.chunks.iter().map(|c| c.entries.len()).sum::<usize>(), flush.chunks.len());
         // Hand over before the PUT starts, so the committer sees flushes in sequence order.
@@ -173,7 +173,14 @@ pub(super) fn build_flush(
         Err(e) => return Err((LogError::InvalidArgument(e.to_string()), all(chunks))),
     };
     let (_, never) = oneshot::channel();
-    let flush =
-        Flush { seq, incarnation, chunks, put: never, deadline: Instant::now() + deadline, began };
+    let flush = Flush {
+        seq,
+        incarnation,
+        chunks,
+        put: never,
+        object: Bytes::new(),
+        deadline: Instant::now() + deadline,
+        began,
+    };
     Ok((flush, object))
 }

@@ -114,6 +114,8 @@ struct Flush {
     incarnation: i64,
     chunks: Vec<Chunk>,
     put: oneshot::Receiver<Result<(), LogError>>,
+    /// The WAL object's bytes, for the tail cache once its chunks commit.
+    object: Bytes,
     deadline: Instant,
     /// When the flusher took its entries from the buffer.
     began: Instant,
@@ -189,7 +191,9 @@ impl Core {
         clock: Arc<dyn Clock>,
     ) -> Result<(Arc<Core>, Vec<tokio::task::JoinHandle<()>>), LogError> {
         let keys = Keys::new(&cfg.cluster);
-        let reader = LogReader::new(meta.clone(), objects.clone(), &cfg.cluster);
+        // The tail cache: what this writer commits is cached as the reads of it would be.
+        let reader = LogReader::new(meta.clone(), objects.clone(), &cfg.cluster)
+            .with_caches(cfg.tail_cache_bytes, crate::DEFAULT_INDEX_PAGES);
         let identity = register(meta.as_ref(), &keys, &cfg).await?;
         let core = Arc::new(Core {
             space: Arc::new(Semaphore::new(cfg.buffer_bytes)),

@@ -34,6 +34,9 @@ pub struct LogStorageConfig {
     pub lease_ttl: Duration,
     /// WAL sequences allocated at a time (default 1000).
     pub seq_block: u64,
+    /// The tail cache: bytes of recently committed entries kept in memory, so reads of the
+    /// tail (a caught-up consumer) need no GET (default 64 MiB; 0 turns it off).
+    pub tail_cache_bytes: usize,
 }
 
 impl LogStorageConfig {
@@ -52,6 +55,7 @@ impl LogStorageConfig {
             flush_deadline: Duration::from_secs(30),
             lease_ttl: Duration::from_secs(10),
             seq_block: 1000,
+            tail_cache_bytes: 64 << 20,
         }
     }
 

@@ -28,6 +28,7 @@ both_envs!(
     commit_applied_before_the_lease_ended_is_acknowledged,
     stream_logs_are_served_only_by_their_owner,
     cached_reads_and_a_missing_object,
+    a_writers_reads_of_what_it_just_committed_need_no_get,
     corrupted_object_is_an_error_never_data,
     readers_never_see_the_high_watermark_go_back,
     bad_input_gets_clear_errors,
@@ -597,6 +598,36 @@ async fn cached_reads_and_a_missing_object(env: Env) -> Result<()> {
     Ok(())
 }
 
+/// The tail cache (ARCHITECTURE §11): what a writer commits is in its reader's byte-range
+/// cache before the append is answered, so reading the tail back costs no GET; with the cache
+/// off, the same reads GET.
+async fn a_writers_reads_of_what_it_just_committed_need_no_get(env: Env) -> Result<()> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (counted, counts) = objstore::counting::CountingStore::new(env.objects.clone());
+    let mut gets = Vec::new();
+    for (id, cache) in [("cached", 1 << 20), ("uncached", 0)] {
+        let mut cfg = env.config(id);
+        cfg.tail_cache_bytes = cache;
+        let w = env.writer_with(cfg, counted.clone(), env.meta.clone()).await?;
+        let log = w.create_log().await?;
+        for i in 0..10 {
+            w.append(log, 1, payload(id, i), None).await?;
+        }
+        let before = counts.gets.load(Relaxed);
+        let read = w.read_entries(log, 0, 100, u64::MAX).await?;
+        ensure!(read.len() == 10 && read[9].payload == payload(id, 9), "{id}: {read:?}");
+        gets.push(counts.gets.load(Relaxed) - before);
+        w.shutdown().await;
+    }
+    ensure!(
+        gets[0] == 0 && gets[1] > 0,
+        "GETs reading the tail: cached {}, uncached {}",
+        gets[0],
+        gets[1]
+    );
+    Ok(())
+}
+
 async fn corrupted_object_is_an_error_never_data(env: Env) -> Result<()> {
     let w = env.writer("w").await?;
     let log = w.create_log().await?;
@@ -606,11 +637,13 @@ async fn corrupted_object_is_an_error_never_data(env: Env) -> Result<()> {
     let at = (idx.byte_start + idx.byte_len - 3) as usize; // inside the payload
     bytes[at] ^= 0x20;
     env.objects.put(&idx.object, Bytes::from(bytes).into()).await?;
-    match w.read_entries(log, h.offset, 1, 1).await {
+    // A reader of the store (the writer's own tail cache still holds what it wrote).
+    let r = logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
+    match r.read_entries(log, h.offset, 1, 1).await {
         Err(LogError::Corrupt(_)) => {}
         other => return Err(anyhow!("a corrupted entry was served: {other:?}")),
     }
-    match w.read_entries_by_index(&[idx]).await {
+    match r.read_entries_by_index(&[idx]).await {
         Err(LogError::Corrupt(_)) => {}
         other => return Err(anyhow!("a corrupted entry was served by index: {other:?}")),
     }
