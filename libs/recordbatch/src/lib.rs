@@ -16,12 +16,14 @@
 //!
 //! Untrusted input: every length and count is checked against the bytes present before
 //! anything is allocated; a batch whose CRC, lengths or counts disagree is an error, never
-//! records. Compressed batches are recognised ([`Compression`]); decoding their records is
-//! not built yet (an error says so).
+//! records. Compressed batches (every codec Kafka has, [`Compression`]) are decompressed to
+//! at most [`compression::MAX_DECOMPRESSED`] bytes to be checked and read.
 //!
 //! Depends on nothing of Lakelog's.
 
 use bytes::{BufMut, Bytes, BytesMut};
+
+pub mod compression;
 
 /// Bytes of the batch header, up to and including the record count.
 pub const HEADER_LEN: usize = 61;
@@ -180,9 +182,22 @@ impl BatchHeader {
 }
 
 /// Checks a whole batch as it came off the wire: its length, magic, CRC, and record count
-/// (= last_offset_delta + 1, at least 1); for an uncompressed batch also that its records
-/// parse and fill it exactly. Returns its header.
+/// (= last_offset_delta + 1, at least 1), and that its records — decompressed, if they are
+/// compressed — parse and fill it exactly. Returns its header.
 pub fn validate(b: &[u8]) -> Result<BatchHeader, BatchError> {
+    let h = check(b)?;
+    match h.compression()? {
+        Compression::None => records_of(&h, &b[HEADER_LEN..], |_| Ok(()))?,
+        c => {
+            let body = compression::decompress(c, &b[HEADER_LEN..], compression::MAX_DECOMPRESSED)?;
+            records_of(&h, &body, |_| Ok(()))?;
+        }
+    }
+    Ok(h)
+}
+
+/// The header checks of [`validate`], without the records.
+fn check(b: &[u8]) -> Result<BatchHeader, BatchError> {
     let h = BatchHeader::parse(b)?;
     let total = usize::try_from(h.batch_length).ok().and_then(|n| n.checked_add(12));
     if total != Some(b.len()) {
@@ -201,9 +216,7 @@ pub fn validate(b: &[u8]) -> Result<BatchHeader, BatchError> {
             h.record_count, h.last_offset_delta
         )));
     }
-    if h.compression()? == Compression::None {
-        records_of(&h, &b[HEADER_LEN..], |_| Ok(()))?;
-    }
+    h.compression()?;
     Ok(h)
 }
 
@@ -227,20 +240,20 @@ pub struct Record {
     pub headers: Vec<(Bytes, Option<Bytes>)>,
 }
 
-/// Reads a batch's records (validating it first).
+/// Reads a batch's records (checking it as [`validate`] does), decompressed if they are
+/// compressed.
 pub fn decode(b: &Bytes) -> Result<(BatchHeader, Vec<Record>), BatchError> {
-    let h = validate(b)?;
-    match h.compression()? {
-        Compression::None => {}
-        c => {
-            return Err(BatchError::Unsupported(format!(
-                "{c:?}-compressed batches are not decoded yet"
-            )));
-        }
-    }
-    let body = b.slice(HEADER_LEN..);
-    // validate() walked the records: the count is what the bytes hold.
-    let mut out = Vec::with_capacity(h.record_count as usize);
+    let h = check(b)?;
+    let body = match h.compression()? {
+        Compression::None => b.slice(HEADER_LEN..),
+        c => Bytes::from(compression::decompress(
+            c,
+            &b[HEADER_LEN..],
+            compression::MAX_DECOMPRESSED,
+        )?),
+    };
+    // records_of() checks the count fits the bytes before anything is pushed.
+    let mut out = Vec::with_capacity((h.record_count as usize).min(body.len() / MIN_RECORD));
     records_of(&h, &body, |r| {
         out.push(Record {
             offset_delta: r.offset_delta,
