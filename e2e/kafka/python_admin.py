@@ -11,7 +11,8 @@ import sys
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
-                                   ConfigSource, NewPartitions, NewTopic, ResourceType)
+                                   ConfigSource, NewPartitions, NewTopic, OffsetSpec, ResourceType)
+import time
 
 admin = AdminClient({"bootstrap.servers": sys.argv[1]})
 
@@ -96,6 +97,31 @@ lo, hi = consumer.get_watermark_offsets(TopicPartition("admin-made", 0), timeout
 consumer.close()
 if (lo, hi) != (5, 10):
     fail(f"watermarks after delete_records: {(lo, hi)}, want (5, 10)")
+
+# ListOffsets by the records' own timestamps (out of order across batches), the record with
+# the largest timestamp (KIP-734), and a time after every record (no offset, as Kafka).
+t0 = int(time.time() * 1000) - 60_000
+for dt in [1000, 3000, 2000, 5000, 4000]:
+    p.produce("times", value=f"at {dt}".encode(), partition=0, timestamp=t0 + dt)
+    p.flush(30)
+
+
+def offset_for(spec):
+    (f,) = admin.list_offsets({TopicPartition("times", 0): spec}).values()
+    r = f.result(timeout=30)
+    return (r.offset, r.timestamp)
+
+
+for spec, want in [
+    (OffsetSpec.for_timestamp(t0 + 2500), (1, t0 + 3000)),
+    (OffsetSpec.for_timestamp(t0), (0, t0 + 1000)),
+    (OffsetSpec.max_timestamp(), (3, t0 + 5000)),
+    (OffsetSpec.for_timestamp(t0 + 10_000), (-1, -1)),
+    (OffsetSpec.earliest(), (0, -1)),
+    (OffsetSpec.latest(), (5, -1)),
+]:
+    if (got := offset_for(spec)) != want:
+        fail(f"list_offsets {spec}: {got}, want {want}")
 
 cluster = admin.describe_cluster().result(timeout=30)
 if not cluster.nodes or cluster.controller is None or not cluster.cluster_id:

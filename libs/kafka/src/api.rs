@@ -28,7 +28,7 @@ use crate::{Broker, KafkaConfig, TopicInfo, code, frame};
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
-    (ApiKey::ListOffsets, 1, 6),
+    (ApiKey::ListOffsets, 1, 8),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),

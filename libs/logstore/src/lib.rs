@@ -33,7 +33,7 @@ mod writer;
 pub use cursor::{CursorStart, CursorStats, LogCursor};
 pub use log::Log;
 pub use reader::{DEFAULT_INDEX_PAGES, LogReader, MAX_BY_INDEX_BYTES, MAX_BY_INDEX_ENTRIES};
-pub use storage::{Committing, LogStorage};
+pub use storage::{Committing, Conditions, LogStorage};
 pub use writer::FlushObserver;
 pub use writer::LogStorageConfig;
 
@@ -108,6 +108,8 @@ pub struct LogInfo {
     pub next_offset: u64,
     pub entries: u64,
     pub bytes: u64,
+    /// The largest entry timestamp ever committed (trimmed entries included).
+    pub max_timestamp: i64,
     /// The metadata revision this was read at.
     pub revision: i64,
 }

@@ -206,6 +206,7 @@ impl LogReader {
             next_offset: s.head.next_offset,
             entries: s.head.entry_count,
             bytes: s.head.cumulative_bytes,
+            max_timestamp: s.head.max_timestamp,
             revision: s.revision,
         })
     }

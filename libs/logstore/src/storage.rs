@@ -29,6 +29,21 @@ impl Drop for CloseGuard {
 
 /// Level 1 log storage: appends through this writer; reads, trims and the rest through the
 /// metadata store and objects directly. Cheap to clone.
+/// What an append asks beyond its payload ([`LogStorage::submit_in_slot`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Conditions {
+    /// Commit only at this offset, else `OffsetMismatch`.
+    pub expected_offset: Option<u64>,
+    /// Commit only while the slot is served at this epoch
+    /// ([`serve_slot`](LogStorage::serve_slot)), else `Fenced`: state the caller keeps per
+    /// tenure stays true of the log.
+    pub tenure: Option<i64>,
+    /// The entry's timestamp (ms); the writer's clock when unset. The Kafka front end gives
+    /// the batch's largest record timestamp, so time search and retention follow the records'
+    /// timestamps, as in Kafka.
+    pub timestamp: Option<i64>,
+}
+
 #[derive(Clone)]
 pub struct LogStorage {
     core: Arc<Core>,
@@ -148,6 +163,11 @@ impl LogStorage {
         self.core.serve_slot(log, slot).await
     }
 
+    /// The time on this writer's clock (ms since the epoch): what entries are stamped with.
+    pub fn now_ms(&self) -> i64 {
+        self.core.clock.now_ms()
+    }
+
     pub fn config(&self) -> &LogStorageConfig {
         &self.core.cfg
     }
@@ -187,25 +207,24 @@ impl LogStorage {
         payload: Bytes,
         expected_offset: Option<u64>,
     ) -> Result<LogEntryHeader, LogError> {
-        self.submit_in_slot(log, slot, record_count, payload, expected_offset, None).await?.await
+        let opts = Conditions { expected_offset, ..Default::default() };
+        self.submit_in_slot(log, slot, record_count, payload, opts).await?.await
     }
 
     /// [`append_in_slot`](Self::append_in_slot) in two steps: this returns once the entry is
     /// admitted (checked, buffer room taken, queued behind every entry admitted before it, so
     /// entries admitted one after the other commit in that order), with a future of its commit.
     /// The Kafka front end admits a connection's pipelined batches in request order this way,
-    /// and awaits their commits together. With `tenure`, the entry commits only while the slot
-    /// is served at that epoch ([`serve_slot`](Self::serve_slot)), else it fails `Fenced`:
-    /// state the caller keeps per tenure stays true of the log.
+    /// and awaits their commits together. `opts` are the entry's conditions and timestamp.
     pub async fn submit_in_slot(
         &self,
         log: LogId,
         slot: &str,
         record_count: u32,
         payload: Bytes,
-        expected_offset: Option<u64>,
-        tenure: Option<i64>,
+        opts: Conditions,
     ) -> Result<Committing, LogError> {
+        let Conditions { expected_offset, tenure, timestamp } = opts;
         let cfg = &self.core.cfg;
         if slot.is_empty() || slot.contains('/') {
             return Err(LogError::InvalidArgument(format!(
@@ -255,7 +274,7 @@ impl LogStorage {
             record_count,
             size: payload.len() as u64,
             payload,
-            timestamp: self.core.clock.now_ms(),
+            timestamp: timestamp.unwrap_or_else(|| self.core.clock.now_ms()),
             expected_offset,
             tenure,
             reply: tx,

@@ -84,6 +84,39 @@ impl WriterBroker {
         }
     }
 
+    /// The first record at or after `entry` whose timestamp is at least `t` (`exact`: equal
+    /// to it), as (offset, timestamp), reading at most [`SCAN_BYTES`] of batches; the entry's
+    /// own offset and timestamp when none of them says (batches that are not Kafka's, or a
+    /// record beyond the bound).
+    async fn record_with_timestamp(
+        &self,
+        log: LogId,
+        entry: &logstore::LogEntryHeader,
+        t: i64,
+        exact: bool,
+    ) -> Result<(i64, i64), Refused> {
+        let fallback = Ok((to_i64(entry.offset)?, entry.timestamp));
+        let entries = self
+            .storage
+            .read_entries(log, entry.offset, MAX_FETCH_RECORDS, SCAN_BYTES)
+            .await
+            .map_err(refused)?;
+        for e in entries {
+            let Ok(h) = recordbatch::BatchHeader::parse(&e.payload) else { continue };
+            if h.max_timestamp < t {
+                continue;
+            }
+            let Ok((_, records)) = recordbatch::decode(&e.payload) else { continue };
+            let hit = records
+                .iter()
+                .find(|r| if exact { r.timestamp_ms == t } else { r.timestamp_ms >= t });
+            if let Some(r) = hit {
+                return Ok((to_i64(e.header.offset + u64::from(r.offset_delta))?, r.timestamp_ms));
+            }
+        }
+        fallback
+    }
+
     /// The epoch this writer serves (log, slot) at, once its idempotent producers' state for
     /// that tenure is ready: on the first idempotent batch of a tenure the slot is taken
     /// (fencing its previous owner), the state rebuilt from its checkpoint and the log, and
@@ -465,7 +498,13 @@ impl kafka::Broker for WriterBroker {
         if p.producer_id < 0 {
             let committing = self
                 .storage
-                .submit_in_slot(log, &slot, record_count, batch, None, None)
+                .submit_in_slot(
+                    log,
+                    &slot,
+                    record_count,
+                    batch,
+                    conditions(header, self.storage.now_ms(), None)?,
+                )
                 .await
                 .map_err(refused)?;
             return Ok(commit(committing));
@@ -487,7 +526,13 @@ impl kafka::Broker for WriterBroker {
         // Commits only in this tenure: the state checked belongs to it.
         let committing = self
             .storage
-            .submit_in_slot(log, &key.1, record_count, batch, None, Some(epoch))
+            .submit_in_slot(
+                log,
+                &key.1,
+                record_count,
+                batch,
+                conditions(header, self.storage.now_ms(), Some(epoch))?,
+            )
             .await
             .map_err(refused)?;
         let shared = kafka::producers::shared(commit(committing));
@@ -706,21 +751,36 @@ impl kafka::Broker for WriterBroker {
     ) -> Result<(i64, i64), Refused> {
         let (log, _) = self.led(topic, partition, zone).await?;
         let info = self.storage.info(log).await.map_err(refused)?;
+        let reader = self.storage.reader();
         match timestamp {
-            -2 => Ok((to_i64(info.first_offset)?, -1)),
+            // -4, earliest local (KIP-405): all of the log is as near as any of it.
+            -2 | -4 => Ok((to_i64(info.first_offset)?, -1)),
             -1 => Ok((to_i64(info.next_offset)?, -1)),
-            t if t < 0 => Err(Refused::new(
-                code::INVALID_REQUEST,
-                format!("timestamp {t}: only -1, -2 or a time are supported"),
-            )),
-            t => {
-                let found = logstore::retention::find_by_timestamp(self.storage.reader(), log, t)
+            // The record with the largest timestamp (KIP-734); none in an empty log.
+            -3 if info.first_offset == info.next_offset => Ok((-1, -1)),
+            -3 => {
+                let found = logstore::retention::find_by_timestamp(reader, log, info.max_timestamp)
                     .await
                     .map_err(refused)?;
                 match found {
-                    Some(h) => Ok((to_i64(h.offset)?, h.timestamp)),
-                    // Every entry is older: Kafka answers the end (and no timestamp).
-                    None => Ok((to_i64(info.next_offset)?, -1)),
+                    Some(h) => self.record_with_timestamp(log, &h, info.max_timestamp, true).await,
+                    None => Ok((-1, -1)),
+                }
+            }
+            t if t < 0 => Err(Refused::new(
+                code::INVALID_REQUEST,
+                format!("timestamp {t}: -1, -2, -3, -4 or a time are served"),
+            )),
+            t => {
+                // The running-max index finds the first entry that may hold a record at or
+                // after `t`; its records' own timestamps say which one.
+                let found = logstore::retention::find_by_timestamp(reader, log, t)
+                    .await
+                    .map_err(refused)?;
+                match found {
+                    Some(h) => self.record_with_timestamp(log, &h, t, false).await,
+                    // No record is that recent: Kafka answers no offset.
+                    None => Ok((-1, -1)),
                 }
             }
         }
@@ -729,6 +789,34 @@ impl kafka::Broker for WriterBroker {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How far ahead of this writer's clock a batch's timestamps may be (Kafka 4's
+/// `log.message.timestamp.after.max.ms`).
+const TIMESTAMP_AFTER_MAX_MS: i64 = 3_600_000;
+/// Kafka's INVALID_TIMESTAMP.
+const INVALID_TIMESTAMP: i16 = 32;
+
+/// A batch's append conditions: its entry carries the batch's largest record timestamp
+/// (CreateTime, as Kafka's time index and retention use it), or the writer's clock when the
+/// batch has none; a batch too far ahead of `now` is INVALID_TIMESTAMP, as in Kafka.
+fn conditions(
+    h: &recordbatch::BatchHeader,
+    now: i64,
+    tenure: Option<i64>,
+) -> Result<logstore::Conditions, Refused> {
+    let ts = (h.max_timestamp >= 0 && !h.log_append_time()).then_some(h.max_timestamp);
+    if let Some(ts) = ts
+        && ts > now.saturating_add(TIMESTAMP_AFTER_MAX_MS)
+    {
+        return Err(Refused::new(
+            INVALID_TIMESTAMP,
+            format!(
+                "timestamp {ts} is more than {TIMESTAMP_AFTER_MAX_MS} ms ahead of the broker's clock"
+            ),
+        ));
+    }
+    Ok(logstore::Conditions { expected_offset: None, tenure, timestamp: ts })
 }
 
 /// A commit as the Kafka front end awaits it.
@@ -763,6 +851,9 @@ fn admin_refused(e: CatalogError, invalid: i16) -> Refused {
     };
     Refused::new(code, e.to_string())
 }
+
+/// Bytes of batches a ListOffsets by timestamp reads past the entry the index finds.
+const SCAN_BYTES: u64 = 8 << 20;
 
 /// Records one fetch reads at most (its bytes bound it first).
 const MAX_FETCH_RECORDS: u64 = 100_000;

@@ -245,7 +245,8 @@ async fn appends_under_a_tenure_commit_only_in_it(env: Env) -> Result<()> {
     let submit = |w: &LogStorage, tag: &'static str, tenure: i64| {
         let (w, zone) = (w.clone(), zone.clone());
         async move {
-            match w.submit_in_slot(log, &zone, 1, payload(tag, 0), None, Some(tenure)).await {
+            let opts = logstore::Conditions { tenure: Some(tenure), ..Default::default() };
+            match w.submit_in_slot(log, &zone, 1, payload(tag, 0), opts).await {
                 Ok(c) => c.await,
                 Err(e) => Err(e),
             }
