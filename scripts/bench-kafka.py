@@ -6,6 +6,8 @@
   consume   everything back through Kafka from the beginning: MB/s;
   tail      a consumer waiting at the high watermark, one record produced at a time: how long
             after its ack it arrives (the long poll), percentiles;
+  idle      a Fetch with max_wait_ms=500 at the end of a partition nothing is written to:
+            how long until it is answered (it should be ~500 ms: not at once, not never);
   native    `lakelog bench append` against the same standalone, same record size: MB/s;
 
 and prints the ratios. Usage: bench-kafka.py [--bin target/release/lakelog] [--seconds 10]
@@ -16,6 +18,7 @@ import argparse
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -116,6 +119,24 @@ try:
                 break
     c.close()
 
+    # idle: raw Fetch v4 requests (max_wait_ms=500, min_bytes=1) at offset 0 of an empty topic.
+    subprocess.run([args.bin, "--endpoint", endpoint, "stream", "create", "idle", "--partitions", "1"],
+                   check=True, stdout=subprocess.DEVNULL)
+    idle = []
+    with socket.create_connection(("127.0.0.1", kafka), timeout=10) as sock:
+        for corr in range(5):
+            topic = b"idle"
+            body = struct.pack(">iiiib", -1, 500, 1, 1 << 20, 0) + struct.pack(">i", 1)
+            body += struct.pack(">h", len(topic)) + topic + struct.pack(">i", 1)
+            body += struct.pack(">iqi", 0, 0, 1 << 20)
+            header = struct.pack(">hhih", 1, 4, corr, 5) + b"bench"
+            req = header + body
+            t0 = time.time()
+            sock.sendall(struct.pack(">i", len(req)) + req)
+            size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+            sock.recv(size, socket.MSG_WAITALL)
+            idle.append((time.time() - t0) * 1e3)
+
     # native gRPC, same record size, same standalone
     native = subprocess.run([args.bin, "bench", "append", "--endpoint", endpoint, "--record-size",
                              str(args.record_size), "--records-per-entry", "100", "--concurrency", "64",
@@ -134,6 +155,7 @@ report = {
     "kafka_consume_mb_per_s": round(consume_mb, 2),
     "kafka_tail_after_ack_ms": {"p50": round(pct(tail, 0.5), 1), "p99": round(pct(tail, 0.99), 1),
                                 "samples": len(tail)},
+    "kafka_idle_fetch_500ms_answered_ms": {"min": round(min(idle), 1), "max": round(max(idle), 1)},
     "native_append_mb_per_s": round(native_mb, 2),
     "kafka_over_native_produce": round(produce_mb / native_mb, 3) if native_mb else None,
 }
