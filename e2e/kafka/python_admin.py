@@ -9,7 +9,8 @@ Usage: python_admin.py BOOTSTRAP    Exits 1 with a line saying what differed.
 """
 import sys
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (Consumer, KafkaError, KafkaException, Producer, TopicCollection,
+                             TopicPartition)
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
                                    ConfigSource, NewPartitions, NewTopic, OffsetSpec, ResourceType)
 import time
@@ -127,8 +128,28 @@ cluster = admin.describe_cluster().result(timeout=30)
 if not cluster.nodes or cluster.controller is None or not cluster.cluster_id:
     fail(f"describe_cluster: {cluster}")
 
+
+
+def topic_id(name):
+    (f,) = admin.describe_topics(TopicCollection([name])).values()
+    return str(f.result(timeout=30).topic_id)
+
+
+old_id = topic_id("admin-made")
 if (code := result(admin.delete_topics(["admin-made"]))) is not None:
     fail(f"delete: {code}")
+# Made again under the same name: a new topic (a new stream identity) that sees none of the
+# old records.
+if (code := result(admin.create_topics([NewTopic("admin-made", num_partitions=1)]))) is not None:
+    fail(f"re-create: {code}")
+if topic_id("admin-made") == old_id:
+    fail("the re-created topic has the old topic id")
+consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "unused"})
+if (w := consumer.get_watermark_offsets(TopicPartition("admin-made", 0), timeout=10)) != (0, 0):
+    fail(f"the re-created topic has watermarks {w}")
+consumer.close()
+if (code := result(admin.delete_topics(["admin-made"]))) is not None:
+    fail(f"delete again: {code}")
 if (code := result(admin.delete_topics(["admin-made"]))) != KafkaError.UNKNOWN_TOPIC_OR_PART:
     fail(f"deleting it again answered {code}")
 print("python_admin: create, grow, refusals, configs, delete_records, describe_cluster and delete as Kafka answers them")

@@ -145,6 +145,9 @@ pub struct CleanReport {
     /// gone), and their bytes.
     pub segments_deleted: u64,
     pub segments_deleted_bytes: u64,
+    /// Per-slot state checkpoints deleted: older than the grace period and named by no
+    /// pointer (left by a crash between their PUT and their pointer's move, or by a deleted log).
+    pub checkpoints_deleted: u64,
     /// The revision the metadata history was compacted to this cycle, if it was.
     pub history_compacted_to: Option<i64>,
 }
@@ -272,6 +275,7 @@ impl Cleaner {
             above_cutoff: 0,
             segments_deleted: 0,
             segments_deleted_bytes: 0,
+            checkpoints_deleted: 0,
             history_compacted_to: None,
         };
         while let Some(m) = listed.try_next().await? {
@@ -293,6 +297,7 @@ impl Cleaner {
         report.deleted += n;
         report.deleted_bytes += bytes;
         self.clean_segments(&mut report, now_ms, grace_ms).await?;
+        self.clean_checkpoints(&mut report, now_ms, grace_ms).await?;
         report.history_compacted_to = self.compact_history(report.cutoff.revision).await?;
         Ok(report)
     }
@@ -322,6 +327,66 @@ impl Cleaner {
             }
         }
         self.delete_orphans(&mut old, report).await
+    }
+
+    /// Deletes per-slot state checkpoints (`state/`) older than the grace period that no
+    /// pointer names, the pointers read after the listing: a checkpoint is PUT before its
+    /// pointer moves to it, and the grace period covers that step.
+    async fn clean_checkpoints(
+        &self,
+        report: &mut CleanReport,
+        now_ms: i64,
+        grace_ms: i64,
+    ) -> Result<(), LogError> {
+        let mut listed = self.objects.list(Some(&objstore::Path::from(objstore::keys::STATE_DIR)));
+        let mut old = Vec::with_capacity(SEGMENT_CHECKS);
+        while let Some(m) = listed.try_next().await? {
+            if objstore::keys::parse_state_object(&m.location).is_none()
+                || now_ms.saturating_sub(m.last_modified.timestamp_millis()) < grace_ms
+            {
+                continue;
+            }
+            old.push(m);
+            if old.len() == SEGMENT_CHECKS {
+                report.checkpoints_deleted += self.delete_unnamed(&mut old).await?;
+            }
+        }
+        report.checkpoints_deleted += self.delete_unnamed(&mut old).await?;
+        Ok(())
+    }
+
+    /// Deletes the checkpoints of `old` (emptying it) that no pointer of their log names.
+    async fn delete_unnamed(
+        &self,
+        old: &mut Vec<objstore::object_store::ObjectMeta>,
+    ) -> Result<u64, LogError> {
+        if old.is_empty() {
+            return Ok(0);
+        }
+        let mut logs: Vec<u64> =
+            old.iter().filter_map(|m| objstore::keys::parse_state_object(&m.location)).collect();
+        logs.sort_unstable();
+        logs.dedup();
+        let reads = logs
+            .iter()
+            .map(|l| TxnOp::get(RangeRequest::prefix(self.keys.producers_prefix(LogId(*l)))));
+        let resp = self.meta.txn(Txn::new().and_then(reads)).await?;
+        let mut named = std::collections::HashSet::new();
+        for r in &resp.results {
+            if let OpResult::Get(g) = r {
+                for kv in &g.kvs {
+                    // `<upto> <epoch> <object key>`
+                    if let Some(object) =
+                        std::str::from_utf8(&kv.value).ok().and_then(|v| v.splitn(3, ' ').nth(2))
+                    {
+                        named.insert(object.to_owned());
+                    }
+                }
+            }
+        }
+        let mut unnamed: Vec<_> =
+            old.drain(..).filter(|m| !named.contains(m.location.as_ref())).collect();
+        Ok(self.delete_batch(&mut unnamed).await?.0)
     }
 
     /// Deletes the orphans among `old` (emptying it), counting them in `report`.

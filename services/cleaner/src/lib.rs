@@ -174,6 +174,7 @@ impl CleanerRole {
                     deleted = r.deleted,
                     deleted_bytes = r.deleted_bytes,
                     segments_deleted = r.segments_deleted,
+                    checkpoints_deleted = r.checkpoints_deleted,
                     young = r.young,
                     history_compacted_to = r.history_compacted_to,
                     on_demand,
@@ -186,6 +187,7 @@ impl CleanerRole {
                 out.above_cutoff = r.above_cutoff;
                 out.segments_deleted = r.segments_deleted;
                 out.segments_deleted_bytes = r.segments_deleted_bytes;
+                out.checkpoints_deleted = r.checkpoints_deleted;
                 out.history_compacted_to = r.history_compacted_to;
             }
             Err(e) => {
@@ -323,7 +325,7 @@ impl CleanerMetrics {
             let by = rise.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
             self.held_back.get_or_create(&vec![("holder".to_owned(), h.to_string())]).set(by);
         }
-        self.deleted_objects.inc_by(r.deleted + r.segments_deleted);
+        self.deleted_objects.inc_by(r.deleted + r.segments_deleted + r.checkpoints_deleted);
         self.deleted_bytes.inc_by(r.deleted_bytes + r.segments_deleted_bytes);
         self.deleted_segments.inc_by(r.segments_deleted);
     }

@@ -29,7 +29,40 @@ both_envs!(
     a_writer_that_lost_its_lease_mid_upload_leaves_no_dangling_reference,
     a_compactor_killed_at_each_step_leaves_the_data_readable_and_no_orphan_after_two_cycles,
     a_read_whose_index_pages_are_compacted_under_it_returns_every_entry_once,
+    state_checkpoints_move_forward_and_the_unnamed_ones_are_reclaimed,
 );
+
+/// Per-slot state checkpoints (the Kafka front end's producer state): a pointer only moves
+/// forward and the checkpoint it leaves is deleted; one no pointer names (a crash before the
+/// pointer moved, a deleted log) is the cleaner's once past the grace period.
+async fn state_checkpoints_move_forward_and_the_unnamed_ones_are_reclaimed(env: Env) -> Result<()> {
+    use logstore::slot_state;
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    let reader = w.reader().clone();
+    ensure!(slot_state::load(&reader, log, "*").await?.is_none());
+    ensure!(slot_state::save(&reader, log, "*", 7, 10, Bytes::from_static(b"ten")).await?);
+    ensure!(slot_state::save(&reader, log, "*", 7, 20, Bytes::from_static(b"twenty")).await?);
+    // Not backwards, not sideways.
+    ensure!(!slot_state::save(&reader, log, "*", 7, 15, Bytes::from_static(b"fifteen")).await?);
+    ensure!(!slot_state::save(&reader, log, "*", 7, 20, Bytes::from_static(b"again")).await?);
+    let c = slot_state::load(&reader, log, "*").await?.context("a checkpoint")?;
+    ensure!((c.upto, c.epoch, c.state.as_ref()) == (20, 7, b"twenty".as_slice()), "{c:?}");
+    ensure!(count(&env, "state").await? == 1, "the replaced checkpoint was not deleted");
+    // An orphan: PUT, and its pointer never moved.
+    let orphan = objstore::keys::state_object(log.0, "*", 8, 30);
+    env.objects.put(&orphan, Bytes::from_static(b"orphan").into()).await?;
+    let mut cl = cleaner(&env);
+    let r = cl.cycle().await?;
+    ensure!(r.checkpoints_deleted == 1 && count(&env, "state").await? == 1, "{r:?}");
+    ensure!(slot_state::load(&reader, log, "*").await?.is_some(), "the named one went");
+    // The log deleted: its pointers go with it, then its checkpoint.
+    w.delete_log(log).await?;
+    let r = cl.cycle().await?;
+    ensure!(r.checkpoints_deleted == 1 && count(&env, "state").await? == 0, "{r:?}");
+    w.shutdown().await;
+    Ok(())
+}
 
 fn payload(i: u64) -> Bytes {
     Bytes::from(format!("e{i}-{}", "z".repeat((i % 23) as usize)))
