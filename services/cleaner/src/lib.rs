@@ -353,6 +353,7 @@ mod tests {
             above_cutoff: 5,
             segments_deleted: 1,
             segments_deleted_bytes: 50,
+            checkpoints_deleted: 2,
             history_compacted_to: None,
         };
         c.observe(&Ok(report));
@@ -361,7 +362,7 @@ mod tests {
         for line in [
             "lakelog_cleaner_cleaner_cutoff 40",
             "lakelog_cleaner_cleaner_held_back_sequences{holder=\"log 7 (wal_floor)\"} 960",
-            "lakelog_cleaner_cleaner_deleted_objects_total 4",
+            "lakelog_cleaner_cleaner_deleted_objects_total 6",
             "lakelog_cleaner_cleaner_deleted_bytes_total 350",
             "lakelog_cleaner_cleaner_deleted_segments_total 1",
             "lakelog_cleaner_cleaner_failed_cycles_total 1",
