@@ -24,6 +24,7 @@ pub mod api;
 pub mod configs;
 mod fetch;
 pub mod frame;
+pub mod groups;
 mod produce;
 pub mod producers;
 mod server;

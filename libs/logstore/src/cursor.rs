@@ -45,6 +45,69 @@ struct CursorRecord {
     acked_before: u64,
     #[prost(btree_map = "string, int64", tag = "2")]
     properties: BTreeMap<String, i64>,
+    /// Text stored with the position (a Kafka commit's metadata string), kept by every change.
+    #[prost(btree_map = "string, string", tag = "3")]
+    labels: BTreeMap<String, String>,
+}
+
+/// A cursor's stored position as one read returns it ([`position`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Position {
+    /// Every offset below this is acknowledged: a Kafka group's committed offset.
+    pub offset: u64,
+    pub properties: BTreeMap<String, i64>,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The named cursor's stored position, or `None` if the log has no such cursor: one read.
+pub async fn position(
+    reader: &LogReader,
+    log: LogId,
+    name: &str,
+) -> Result<Option<Position>, LogError> {
+    validate_cursor_name(name)?;
+    let Some(kv) = reader.meta().get(&reader.keys().cursor_state(log, name)).await? else {
+        return Ok(None);
+    };
+    let r: CursorRecord = decode("cursor state", &kv.value)?;
+    Ok(Some(Position { offset: r.acked_before, properties: r.properties, labels: r.labels }))
+}
+
+/// Sets the named cursor's position, creating the cursor if the log has none of that name: a
+/// Kafka group's offset commit. Any offset up to the high watermark is taken (one below the
+/// log's start stands for it, as a commit of a trimmed offset does in Kafka); individually
+/// acknowledged offsets are dropped. Last writer wins: a commit replaces whatever is stored.
+pub async fn set_position(
+    reader: &LogReader,
+    log: LogId,
+    name: &str,
+    position: Position,
+) -> Result<(), LogError> {
+    validate_cursor_name(name)?;
+    let info = reader.info(log).await?;
+    if info.state == crate::records::LogState::Deleted {
+        return Err(LogError::NotFound(log));
+    }
+    if position.offset > info.next_offset {
+        return Err(LogError::OffsetOutOfRange {
+            log,
+            offset: position.offset,
+            start: info.first_offset,
+            end: info.next_offset,
+        });
+    }
+    let keys = reader.keys();
+    let record = CursorRecord {
+        acked_before: position.offset,
+        properties: position.properties,
+        labels: position.labels,
+    };
+    let txn = Txn::new().and_then([
+        TxnOp::put(keys.cursor_state(log, name), record.encode_to_vec()),
+        TxnOp::delete(KeyRange::prefix(keys.cursor_acks_prefix(log, name))),
+    ]);
+    reader.meta().txn(txn).await?;
+    Ok(())
 }
 
 /// Where a new cursor starts.
@@ -242,6 +305,7 @@ pub struct LogCursor {
     name: String,
     acked_before: u64,
     properties: BTreeMap<String, i64>,
+    labels: BTreeMap<String, String>,
     acks: AckSet,
     /// First offsets of the chunks as stored.
     chunks: BTreeSet<u64>,
@@ -283,7 +347,8 @@ impl LogCursor {
             }
         };
         let key = reader.keys().cursor_state(log, name);
-        let record = CursorRecord { acked_before: at, properties: BTreeMap::new() };
+        let record =
+            CursorRecord { acked_before: at, properties: BTreeMap::new(), labels: BTreeMap::new() };
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key, record.encode_to_vec())]);
@@ -312,6 +377,7 @@ impl LogCursor {
             name: name.to_owned(),
             acked_before: record.acked_before,
             properties: record.properties,
+            labels: record.labels,
             acks: AckSet::default(),
             chunks: BTreeSet::new(),
             dirty: Vec::new(),
@@ -505,7 +571,11 @@ impl LogCursor {
                 end: info.next_offset,
             });
         }
-        let record = CursorRecord { acked_before: offset, properties: self.properties.clone() };
+        let record = CursorRecord {
+            acked_before: offset,
+            properties: self.properties.clone(),
+            labels: self.labels.clone(),
+        };
         let keys = self.keys();
         let state = keys.cursor_state(self.log, &self.name);
         let txn = Txn::new()
@@ -611,8 +681,11 @@ impl LogCursor {
             }
         }
         let state_key = keys.cursor_state(log, &name);
-        let record =
-            CursorRecord { acked_before: self.acked_before, properties: self.properties.clone() };
+        let record = CursorRecord {
+            acked_before: self.acked_before,
+            properties: self.properties.clone(),
+            labels: self.labels.clone(),
+        };
         // Chunk puts first, in as many transactions as they need; the state last, with as many
         // deletes as fit; leftover deletes after it (stale chunks below the mark-delete
         // position are ignored when a cursor is opened).

@@ -1,0 +1,873 @@
+//! Classic consumer groups (ARCHITECTURE §11, "Groups"): the coordinator's in-memory state of
+//! each group it coordinates, with Kafka's rules (`GroupCoordinator`, `GroupMetadata`). A
+//! group is Empty, PreparingRebalance (members rejoin; JoinGroup answers wait), Completing-
+//! Rebalance (joined; waiting for the leader's SyncGroup) or Stable. A rebalance completes when
+//! every member has rejoined or its deadline passes (the members that did not are removed); a
+//! group formed from empty waits the initial delay for more members first, as Kafka's
+//! `group.initial.rebalance.delay.ms` does. Members that miss heartbeats for their session
+//! timeout are removed and the group rebalances. Membership is memory only: a new coordinator
+//! starts empty and members rejoin (committed offsets are durable, in the Broker).
+//!
+//! Time is passed in (`now`), so the rules are tested without sleeping; [`Groups::tick`] is
+//! called periodically by the server.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use crate::code;
+
+/// Kafka's group error codes.
+pub mod errors {
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    pub const NOT_COORDINATOR: i16 = 16;
+    pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+    pub const ILLEGAL_GENERATION: i16 = 22;
+    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+    pub const INVALID_GROUP_ID: i16 = 24;
+    pub const UNKNOWN_MEMBER_ID: i16 = 25;
+    pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+    pub const REBALANCE_IN_PROGRESS: i16 = 27;
+    pub const GROUP_ID_NOT_FOUND: i16 = 69;
+    pub const NON_EMPTY_GROUP: i16 = 68;
+    pub const MEMBER_ID_REQUIRED: i16 = 79;
+    pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
+    pub const FENCED_INSTANCE_ID: i16 = 82;
+}
+use errors::*;
+
+/// Kafka's `group.min.session.timeout.ms` and `group.max.session.timeout.ms`.
+pub const MIN_SESSION_TIMEOUT: Duration = Duration::from_secs(6);
+pub const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(1800);
+/// Members one group may have (Kafka's `group.max.size` is unbounded; memory here is not).
+pub const MAX_MEMBERS: usize = 1000;
+/// Groups one coordinator keeps; a join for a new group beyond is COORDINATOR_NOT_AVAILABLE.
+pub const MAX_GROUPS: usize = 10_000;
+
+/// A group's state, as DescribeGroups and ListGroups name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum State {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+}
+
+impl State {
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Empty => "Empty",
+            State::PreparingRebalance => "PreparingRebalance",
+            State::CompletingRebalance => "CompletingRebalance",
+            State::Stable => "Stable",
+        }
+    }
+}
+
+/// A JoinGroup, as the coordinator needs it.
+#[derive(Clone, Debug)]
+pub struct Join {
+    pub group: String,
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout: Duration,
+    pub rebalance_timeout: Duration,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+    /// JoinGroup v4+: a member without an id is given one and asked to join again with it
+    /// (MEMBER_ID_REQUIRED, KIP-394).
+    pub require_known_member: bool,
+}
+
+/// A JoinGroup's answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Joined {
+    pub error: i16,
+    pub generation: i32,
+    pub protocol_type: Option<String>,
+    pub protocol: Option<String>,
+    pub leader: String,
+    pub member_id: String,
+    /// For the leader: every member's id, instance id and metadata for the chosen protocol.
+    pub members: Vec<(String, Option<String>, Bytes)>,
+}
+
+impl Joined {
+    fn error(error: i16, member_id: &str) -> Joined {
+        Joined { error, generation: -1, member_id: member_id.to_owned(), ..Default::default() }
+    }
+}
+
+/// A SyncGroup's answer: error, protocol type and name, the member's assignment.
+pub type Synced = (i16, Option<String>, Option<String>, Bytes);
+
+/// A member as DescribeGroups shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DescribedMember {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+/// A group as DescribeGroups shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Described {
+    pub state: State,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub members: Vec<DescribedMember>,
+}
+
+struct Member {
+    instance_id: Option<String>,
+    client_id: String,
+    client_host: String,
+    session_timeout: Duration,
+    rebalance_timeout: Duration,
+    protocols: Vec<(String, Bytes)>,
+    assignment: Bytes,
+    last_heard: Instant,
+    /// Join order: the leader is the earliest still present.
+    order: u64,
+    /// Waiting for this rebalance's JoinGroup answer.
+    joining: Option<oneshot::Sender<Joined>>,
+    /// Waiting for the leader's SyncGroup.
+    syncing: Option<oneshot::Sender<Synced>>,
+}
+
+struct Group {
+    state: State,
+    generation: i32,
+    protocol_type: Option<String>,
+    protocol: Option<String>,
+    leader: Option<String>,
+    members: HashMap<String, Member>,
+    /// Ids handed out with MEMBER_ID_REQUIRED, not joined yet, and when.
+    pending: HashMap<String, Instant>,
+    /// Static members: instance id → member id.
+    instances: HashMap<String, String>,
+    /// When the current rebalance completes at the latest.
+    deadline: Option<Instant>,
+    /// A group formed from empty waits until then for more members.
+    not_before: Option<Instant>,
+    next_order: u64,
+}
+
+impl Group {
+    fn new() -> Group {
+        Group {
+            state: State::Empty,
+            generation: 0,
+            protocol_type: None,
+            protocol: None,
+            leader: None,
+            members: HashMap::new(),
+            pending: HashMap::new(),
+            instances: HashMap::new(),
+            deadline: None,
+            not_before: None,
+            next_order: 0,
+        }
+    }
+
+    /// Starts a rebalance (or extends nothing if one is under way): sync waiters are told to
+    /// rejoin.
+    fn prepare(&mut self, now: Instant, initial_delay: Duration) {
+        if self.state == State::PreparingRebalance {
+            return;
+        }
+        let longest = self.members.values().map(|m| m.rebalance_timeout).max();
+        let timeout = longest.unwrap_or(Duration::from_secs(60));
+        if self.state == State::Empty {
+            self.not_before = Some(now + initial_delay.min(timeout));
+        }
+        self.deadline = Some(now + timeout);
+        self.state = State::PreparingRebalance;
+        for m in self.members.values_mut() {
+            if let Some(s) = m.syncing.take() {
+                let _ = s.send((REBALANCE_IN_PROGRESS, None, None, Bytes::new()));
+            }
+        }
+    }
+
+    /// A protocol every member supports, the one most members list first among those
+    /// (Kafka's vote).
+    fn choose_protocol(&self) -> Option<String> {
+        let mut candidates: Option<Vec<&str>> = None;
+        for m in self.members.values() {
+            let names: Vec<&str> = m.protocols.iter().map(|(n, _)| n.as_str()).collect();
+            candidates = Some(match candidates {
+                None => names,
+                Some(c) => c.into_iter().filter(|n| names.contains(n)).collect(),
+            });
+        }
+        let candidates = candidates?;
+        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
+        for m in self.members.values() {
+            if let Some(first) =
+                m.protocols.iter().map(|(n, _)| n.as_str()).find(|n| candidates.contains(n))
+            {
+                *votes.entry(first).or_default() += 1;
+            }
+        }
+        votes.into_iter().max_by_key(|(_, v)| *v).map(|(n, _)| n.to_owned())
+    }
+
+    fn remove(&mut self, id: &str) {
+        if let Some(m) = self.members.remove(id) {
+            if let Some(i) = &m.instance_id {
+                self.instances.remove(i);
+            }
+            if let Some(j) = m.joining {
+                let _ = j.send(Joined::error(UNKNOWN_MEMBER_ID, id));
+            }
+            if let Some(s) = m.syncing {
+                let _ = s.send((UNKNOWN_MEMBER_ID, None, None, Bytes::new()));
+            }
+        }
+        if self.leader.as_deref() == Some(id) {
+            self.leader = None;
+        }
+    }
+
+    /// Completes the rebalance if every member rejoined (and a new group waited its initial
+    /// delay), or its deadline passed.
+    fn maybe_complete(&mut self, now: Instant) {
+        if self.state != State::PreparingRebalance {
+            return;
+        }
+        let all_joined = self.members.values().all(|m| m.joining.is_some());
+        let waited = self.not_before.is_none_or(|t| now >= t);
+        let late = self.deadline.is_some_and(|d| now >= d);
+        if !(late || (all_joined && waited)) {
+            return;
+        }
+        // Members that did not rejoin in time are out.
+        let gone: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.joining.is_none())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            self.remove(&id);
+        }
+        self.deadline = None;
+        self.not_before = None;
+        self.generation = self.generation.wrapping_add(1);
+        if self.members.is_empty() {
+            self.state = State::Empty;
+            self.protocol = None;
+            self.leader = None;
+            return;
+        }
+        self.protocol = self.choose_protocol();
+        if self.leader.as_ref().is_none_or(|l| !self.members.contains_key(l)) {
+            self.leader =
+                self.members.iter().min_by_key(|(_, m)| m.order).map(|(id, _)| id.clone());
+        }
+        self.state = State::CompletingRebalance;
+        let protocol = self.protocol.clone().unwrap_or_default();
+        let everyone: Vec<(String, Option<String>, Bytes)> = {
+            let mut v: Vec<(&String, &Member)> = self.members.iter().collect();
+            v.sort_by_key(|(_, m)| m.order);
+            v.into_iter()
+                .map(|(id, m)| {
+                    let meta = m
+                        .protocols
+                        .iter()
+                        .find(|(n, _)| *n == protocol)
+                        .map(|(_, b)| b.clone())
+                        .unwrap_or_default();
+                    (id.clone(), m.instance_id.clone(), meta)
+                })
+                .collect()
+        };
+        let leader = self.leader.clone().unwrap_or_default();
+        for (id, m) in self.members.iter_mut() {
+            m.last_heard = now;
+            m.assignment = Bytes::new();
+            if let Some(j) = m.joining.take() {
+                let _ = j.send(Joined {
+                    error: code::NONE,
+                    generation: self.generation,
+                    protocol_type: self.protocol_type.clone(),
+                    protocol: self.protocol.clone(),
+                    leader: leader.clone(),
+                    member_id: id.clone(),
+                    members: if *id == leader { everyone.clone() } else { Vec::new() },
+                });
+            }
+        }
+    }
+}
+
+/// Every group this coordinator holds.
+pub struct Groups {
+    groups: Mutex<HashMap<String, Group>>,
+    initial_delay: Duration,
+    ids: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for Groups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Groups").field("initial_delay", &self.initial_delay).finish()
+    }
+}
+
+impl Groups {
+    /// `initial_delay`: how long a group formed from empty waits for more members (Kafka's
+    /// `group.initial.rebalance.delay.ms`, 3 s).
+    pub fn new(initial_delay: Duration) -> Groups {
+        Groups { groups: Mutex::new(HashMap::new()), initial_delay, ids: Default::default() }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
+        self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn new_member_id(&self, client_id: &str) -> String {
+        let n = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{client_id}-{}-{n}", uuid::Uuid::new_v4().simple())
+    }
+
+    /// JoinGroup: resolves when the rebalance it takes part in completes.
+    pub async fn join(&self, j: Join, now: Instant) -> Joined {
+        let rx = match self.admit_join(j, now) {
+            Ok(rx) => rx,
+            Err(joined) => return *joined,
+        };
+        // The sender is dropped only when the member is replaced by a newer join of its own.
+        rx.await.unwrap_or_else(|_| Joined::error(REBALANCE_IN_PROGRESS, ""))
+    }
+
+    fn admit_join(&self, j: Join, now: Instant) -> Result<oneshot::Receiver<Joined>, Box<Joined>> {
+        let fail = |code: i16| Err(Box::new(Joined::error(code, &j.member_id)));
+        if j.group.is_empty() {
+            return fail(INVALID_GROUP_ID);
+        }
+        if j.session_timeout < MIN_SESSION_TIMEOUT || j.session_timeout > MAX_SESSION_TIMEOUT {
+            return fail(INVALID_SESSION_TIMEOUT);
+        }
+        if j.protocol_type.is_empty() || j.protocols.is_empty() {
+            return fail(INCONSISTENT_GROUP_PROTOCOL);
+        }
+        let mut groups = self.lock();
+        if !groups.contains_key(&j.group) && groups.len() >= MAX_GROUPS {
+            return fail(COORDINATOR_NOT_AVAILABLE);
+        }
+        let g = groups.entry(j.group.clone()).or_insert_with(Group::new);
+        if !g.members.is_empty() {
+            if g.protocol_type.as_deref() != Some(j.protocol_type.as_str()) {
+                return fail(INCONSISTENT_GROUP_PROTOCOL);
+            }
+            let theirs: Vec<&str> = j.protocols.iter().map(|(n, _)| n.as_str()).collect();
+            let shared = g
+                .members
+                .iter()
+                .filter(|(id, _)| **id != j.member_id)
+                .all(|(_, m)| m.protocols.iter().any(|(n, _)| theirs.contains(&n.as_str())));
+            if !shared {
+                return fail(INCONSISTENT_GROUP_PROTOCOL);
+            }
+        }
+        let mut id = j.member_id.clone();
+        if id.is_empty() {
+            match &j.instance_id {
+                // A static member coming back under a new incarnation replaces its old one.
+                Some(instance) => {
+                    id = self.new_member_id(&j.client_id);
+                    if let Some(old) = g.instances.get(instance).cloned() {
+                        g.remove(&old);
+                    }
+                }
+                None if j.require_known_member => {
+                    let id = self.new_member_id(&j.client_id);
+                    g.pending.insert(id.clone(), now);
+                    return Err(Box::new(Joined::error(MEMBER_ID_REQUIRED, &id)));
+                }
+                None => id = self.new_member_id(&j.client_id),
+            }
+        } else if !g.members.contains_key(&id) && g.pending.remove(&id).is_none() {
+            return fail(UNKNOWN_MEMBER_ID);
+        } else if let Some(instance) = &j.instance_id
+            && g.instances.get(instance).is_some_and(|known| *known != id)
+        {
+            return fail(FENCED_INSTANCE_ID);
+        }
+        if !g.members.contains_key(&id) && g.members.len() >= MAX_MEMBERS {
+            return fail(GROUP_MAX_SIZE_REACHED);
+        }
+        let (tx, rx) = oneshot::channel();
+        let order = g.next_order;
+        g.next_order += 1;
+        match g.members.get_mut(&id) {
+            Some(m) => {
+                m.protocols = j.protocols.clone();
+                m.session_timeout = j.session_timeout;
+                m.rebalance_timeout = j.rebalance_timeout;
+                m.last_heard = now;
+                m.joining = Some(tx);
+            }
+            None => {
+                g.members.insert(
+                    id.clone(),
+                    Member {
+                        instance_id: j.instance_id.clone(),
+                        client_id: j.client_id.clone(),
+                        client_host: j.client_host.clone(),
+                        session_timeout: j.session_timeout,
+                        rebalance_timeout: j.rebalance_timeout,
+                        protocols: j.protocols.clone(),
+                        assignment: Bytes::new(),
+                        last_heard: now,
+                        order,
+                        joining: Some(tx),
+                        syncing: None,
+                    },
+                );
+                if let Some(instance) = &j.instance_id {
+                    g.instances.insert(instance.clone(), id.clone());
+                }
+            }
+        }
+        if g.members.len() == 1 || g.protocol_type.is_none() {
+            g.protocol_type = Some(j.protocol_type.clone());
+        }
+        g.prepare(now, self.initial_delay);
+        g.maybe_complete(now);
+        Ok(rx)
+    }
+
+    /// SyncGroup: the leader's assignments complete the rebalance; every member's answer is
+    /// its own assignment (a follower's answer waits for the leader's SyncGroup).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn sync(
+        &self,
+        group: &str,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+        protocol_type: Option<&str>,
+        protocol: Option<&str>,
+        assignments: Vec<(String, Bytes)>,
+        now: Instant,
+    ) -> Synced {
+        let rx = {
+            let mut groups = self.lock();
+            let fail = |c: i16| (c, None, None, Bytes::new());
+            let Some(g) = groups.get_mut(group) else { return fail(UNKNOWN_MEMBER_ID) };
+            if let Some(e) = check_member(g, member_id, instance_id) {
+                return fail(e);
+            }
+            if generation != g.generation {
+                return fail(ILLEGAL_GENERATION);
+            }
+            if protocol_type.is_some_and(|t| Some(t) != g.protocol_type.as_deref())
+                || protocol.is_some_and(|p| Some(p) != g.protocol.as_deref())
+            {
+                return fail(INCONSISTENT_GROUP_PROTOCOL);
+            }
+            let (ptype, pname) = (g.protocol_type.clone(), g.protocol.clone());
+            match g.state {
+                State::Empty => return fail(UNKNOWN_MEMBER_ID),
+                State::PreparingRebalance => return fail(REBALANCE_IN_PROGRESS),
+                State::Stable => {
+                    let a = g.members.get(member_id).map(|m| m.assignment.clone());
+                    return (code::NONE, ptype, pname, a.unwrap_or_default());
+                }
+                State::CompletingRebalance => {}
+            }
+            let (tx, rx) = oneshot::channel();
+            if let Some(m) = g.members.get_mut(member_id) {
+                m.last_heard = now;
+                m.syncing = Some(tx);
+            }
+            // Only the leader's assignments count, as in Kafka.
+            if g.leader.as_deref() == Some(member_id) {
+                let mut given: HashMap<String, Bytes> = assignments.into_iter().collect();
+                for (id, m) in g.members.iter_mut() {
+                    m.assignment = given.remove(id).unwrap_or_default();
+                    if let Some(s) = m.syncing.take() {
+                        let _ = s.send((
+                            code::NONE,
+                            ptype.clone(),
+                            pname.clone(),
+                            m.assignment.clone(),
+                        ));
+                    }
+                }
+                g.state = State::Stable;
+            }
+            rx
+        };
+        rx.await.unwrap_or((REBALANCE_IN_PROGRESS, None, None, Bytes::new()))
+    }
+
+    /// Heartbeat: keeps the member's session; REBALANCE_IN_PROGRESS tells it to rejoin.
+    pub fn heartbeat(
+        &self,
+        group: &str,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+        now: Instant,
+    ) -> i16 {
+        let mut groups = self.lock();
+        let Some(g) = groups.get_mut(group) else { return UNKNOWN_MEMBER_ID };
+        if let Some(e) = check_member(g, member_id, instance_id) {
+            return e;
+        }
+        if let Some(m) = g.members.get_mut(member_id) {
+            m.last_heard = now;
+        }
+        match g.state {
+            State::Empty => UNKNOWN_MEMBER_ID,
+            State::PreparingRebalance => REBALANCE_IN_PROGRESS,
+            _ if generation != g.generation => ILLEGAL_GENERATION,
+            _ => code::NONE,
+        }
+    }
+
+    /// LeaveGroup: each member (id, instance id) leaves; the group rebalances if any did.
+    pub fn leave(
+        &self,
+        group: &str,
+        members: &[(String, Option<String>)],
+        now: Instant,
+    ) -> Vec<i16> {
+        let mut groups = self.lock();
+        let Some(g) = groups.get_mut(group) else {
+            return vec![UNKNOWN_MEMBER_ID; members.len()];
+        };
+        let mut out = Vec::with_capacity(members.len());
+        let mut left = false;
+        for (id, instance) in members {
+            // A static member may leave by instance id alone.
+            let id = match (id.is_empty(), instance) {
+                (true, Some(i)) => g.instances.get(i).cloned().unwrap_or_default(),
+                _ => id.clone(),
+            };
+            match check_member(g, &id, instance.as_deref()) {
+                Some(e) => out.push(e),
+                None => {
+                    g.remove(&id);
+                    left = true;
+                    out.push(code::NONE);
+                }
+            }
+        }
+        if left {
+            if g.members.is_empty() && g.state != State::PreparingRebalance {
+                g.state = State::Empty;
+                g.generation = g.generation.wrapping_add(1);
+                g.leader = None;
+                g.protocol = None;
+            } else {
+                g.prepare(now, Duration::ZERO);
+                g.maybe_complete(now);
+            }
+        }
+        out
+    }
+
+    /// May a member commit offsets for `group` at `generation`? Kafka's rules: a simple
+    /// consumer (generation < 0, no member) only while the group has no members.
+    pub fn check_commit(
+        &self,
+        group: &str,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> i16 {
+        let groups = self.lock();
+        let Some(g) = groups.get(group) else {
+            return if generation < 0 { code::NONE } else { ILLEGAL_GENERATION };
+        };
+        if generation < 0 && member_id.is_empty() {
+            return if g.members.is_empty() { code::NONE } else { UNKNOWN_MEMBER_ID };
+        }
+        if let Some(e) = check_member(g, member_id, instance_id) {
+            return e;
+        }
+        if generation != g.generation {
+            return ILLEGAL_GENERATION;
+        }
+        match g.state {
+            State::CompletingRebalance => REBALANCE_IN_PROGRESS,
+            _ => code::NONE,
+        }
+    }
+
+    /// Ends sessions past their timeout and rebalances past their deadline.
+    pub fn tick(&self, now: Instant) {
+        let mut groups = self.lock();
+        for (name, g) in groups.iter_mut() {
+            g.pending.retain(|_, at| {
+                now.duration_since(*at) < MAX_SESSION_TIMEOUT.min(Duration::from_secs(300))
+            });
+            let expired: Vec<String> = g
+                .members
+                .iter()
+                .filter(|(_, m)| {
+                    m.joining.is_none() && now.duration_since(m.last_heard) > m.session_timeout
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in &expired {
+                tracing::info!(group = %name, member = %id, "Kafka group: session expired");
+                g.remove(id);
+            }
+            if !expired.is_empty() {
+                if g.members.is_empty() {
+                    g.state = State::Empty;
+                    g.generation = g.generation.wrapping_add(1);
+                    g.leader = None;
+                    g.protocol = None;
+                } else {
+                    g.prepare(now, Duration::ZERO);
+                }
+            }
+            g.maybe_complete(now);
+        }
+        // Empty groups hold nothing worth keeping: their offsets are the Broker's.
+        groups.retain(|_, g| g.state != State::Empty || !g.pending.is_empty());
+    }
+
+    /// Forgets a group (this coordinator no longer owns it): its members are told to find the
+    /// new coordinator.
+    pub fn forget(&self, group: &str) {
+        if let Some(mut g) = self.lock().remove(group) {
+            let ids: Vec<String> = g.members.keys().cloned().collect();
+            for id in ids {
+                if let Some(m) = g.members.get_mut(&id) {
+                    if let Some(j) = m.joining.take() {
+                        let _ = j.send(Joined::error(NOT_COORDINATOR, &id));
+                    }
+                    if let Some(s) = m.syncing.take() {
+                        let _ = s.send((NOT_COORDINATOR, None, None, Bytes::new()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The groups held: name, protocol type, state.
+    pub fn list(&self) -> Vec<(String, String, State)> {
+        let mut v: Vec<_> = self
+            .lock()
+            .iter()
+            .map(|(n, g)| (n.clone(), g.protocol_type.clone().unwrap_or_default(), g.state))
+            .collect();
+        v.sort();
+        v
+    }
+
+    pub fn describe(&self, group: &str) -> Option<Described> {
+        let groups = self.lock();
+        let g = groups.get(group)?;
+        let protocol = g.protocol.clone().unwrap_or_default();
+        let mut members: Vec<(&String, &Member)> = g.members.iter().collect();
+        members.sort_by_key(|(_, m)| m.order);
+        Some(Described {
+            state: g.state,
+            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            protocol: protocol.clone(),
+            members: members
+                .into_iter()
+                .map(|(id, m)| DescribedMember {
+                    member_id: id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: m
+                        .protocols
+                        .iter()
+                        .find(|(n, _)| *n == protocol)
+                        .map(|(_, b)| b.clone())
+                        .unwrap_or_default(),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
+        })
+    }
+
+    /// Whether the group has members now (DeleteGroups refuses those: NON_EMPTY_GROUP).
+    pub fn has_members(&self, group: &str) -> bool {
+        self.lock().get(group).is_some_and(|g| !g.members.is_empty())
+    }
+}
+
+/// UNKNOWN_MEMBER_ID or FENCED_INSTANCE_ID for a member the group does not know as this.
+fn check_member(g: &Group, member_id: &str, instance_id: Option<&str>) -> Option<i16> {
+    if let Some(i) = instance_id
+        && let Some(known) = g.instances.get(i)
+        && known != member_id
+    {
+        return Some(FENCED_INSTANCE_ID);
+    }
+    (!g.members.contains_key(member_id)).then_some(UNKNOWN_MEMBER_ID)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn join(group: &str, member: &str, client: &str) -> Join {
+        Join {
+            group: group.to_owned(),
+            member_id: member.to_owned(),
+            instance_id: None,
+            client_id: client.to_owned(),
+            client_host: "/127.0.0.1".to_owned(),
+            session_timeout: Duration::from_secs(10),
+            rebalance_timeout: Duration::from_secs(30),
+            protocol_type: "consumer".to_owned(),
+            protocols: vec![("range".to_owned(), Bytes::from_static(b"m"))],
+            require_known_member: true,
+        }
+    }
+
+    /// Joins with MEMBER_ID_REQUIRED first, as v4+ clients do; the member's id.
+    fn member_id(g: &Groups, group: &str, client: &str, now: Instant) -> String {
+        let j = g.admit_join(join(group, "", client), now).err().map(|j| *j).unwrap_or_default();
+        assert_eq!(j.error, MEMBER_ID_REQUIRED, "{j:?}");
+        j.member_id
+    }
+
+    #[tokio::test]
+    async fn members_join_sync_and_rebalance_when_one_joins_leaves_or_goes_silent() {
+        let t0 = Instant::now();
+        let g = Groups::new(Duration::from_secs(3));
+        let a = member_id(&g, "g", "a", t0);
+        // A new group waits the initial delay for more members.
+        let ja = g.admit_join(join("g", &a, "a"), t0).expect("admitted");
+        let b = member_id(&g, "g", "b", t0);
+        let jb = g.admit_join(join("g", &b, "b"), t0 + Duration::from_secs(1)).expect("admitted");
+        g.tick(t0 + Duration::from_secs(2));
+        assert_eq!(g.describe("g").map(|d| d.state), Some(State::PreparingRebalance));
+        g.tick(t0 + Duration::from_secs(3));
+        let (ja, jb) = (ja.await.expect("answered"), jb.await.expect("answered"));
+        assert_eq!((ja.error, jb.error, ja.generation, jb.generation), (0, 0, 1, 1));
+        assert_eq!(ja.leader, a, "the first to join leads");
+        assert_eq!(ja.members.len(), 2);
+        assert!(jb.members.is_empty(), "only the leader gets the members");
+        assert_eq!(ja.protocol.as_deref(), Some("range"));
+        // A follower's SyncGroup waits for the leader's; a follower's assignments are ignored.
+        let now = t0 + Duration::from_secs(4);
+        let follower =
+            g.sync("g", 1, &b, None, None, None, vec![(a.clone(), Bytes::from_static(b"x"))], now);
+        let leader = g.sync(
+            "g",
+            1,
+            &a,
+            None,
+            Some("consumer"),
+            Some("range"),
+            vec![(a.clone(), Bytes::from_static(b"A")), (b.clone(), Bytes::from_static(b"B"))],
+            now,
+        );
+        let (f, l) = tokio::join!(follower, leader);
+        assert_eq!((f.0, f.3.as_ref()), (0, b"B".as_slice()));
+        assert_eq!((l.0, l.3.as_ref()), (0, b"A".as_slice()));
+        assert_eq!(g.describe("g").map(|d| d.state), Some(State::Stable));
+        assert_eq!(g.heartbeat("g", 1, &a, None, now), 0);
+        assert_eq!(g.heartbeat("g", 0, &a, None, now), ILLEGAL_GENERATION);
+        assert_eq!(g.heartbeat("g", 1, "stranger", None, now), UNKNOWN_MEMBER_ID);
+        assert_eq!(g.check_commit("g", 1, &a, None), 0);
+        assert_eq!(g.check_commit("g", 0, &a, None), ILLEGAL_GENERATION);
+        assert_eq!(g.check_commit("g", -1, "", None), UNKNOWN_MEMBER_ID, "the group has members");
+        // A third joins: the others are told by heartbeat and rejoin; generation 2.
+        let c = member_id(&g, "g", "c", now);
+        let jc = g.admit_join(join("g", &c, "c"), now).expect("admitted");
+        assert_eq!(g.heartbeat("g", 1, &a, None, now), REBALANCE_IN_PROGRESS);
+        let ja = g.admit_join(join("g", &a, "a"), now).expect("admitted");
+        let jb = g.admit_join(join("g", &b, "b"), now).expect("admitted");
+        let (ja, jb, jc) = (ja.await.expect("a"), jb.await.expect("b"), jc.await.expect("c"));
+        assert_eq!((ja.generation, jb.generation, jc.generation), (2, 2, 2));
+        assert_eq!((ja.leader.as_str(), ja.members.len()), (a.as_str(), 3));
+        // b goes silent past its session; a and c heartbeat; b is removed and the group
+        // rebalances without it.
+        let later = now + Duration::from_secs(11);
+        assert_eq!(g.heartbeat("g", 2, &a, None, later - Duration::from_secs(1)), 0);
+        assert_eq!(g.heartbeat("g", 2, &c, None, later - Duration::from_secs(1)), 0);
+        g.tick(later);
+        assert_eq!(g.heartbeat("g", 2, &b, None, later), UNKNOWN_MEMBER_ID);
+        assert_eq!(g.heartbeat("g", 2, &a, None, later), REBALANCE_IN_PROGRESS);
+        let ja = g.admit_join(join("g", &a, "a"), later).expect("admitted");
+        let jc = g.admit_join(join("g", &c, "c"), later).expect("admitted");
+        let (ja, jc) = (ja.await.expect("a"), jc.await.expect("c"));
+        assert_eq!((ja.generation, jc.generation, ja.members.len()), (3, 3, 2));
+        // c leaves: a alone rejoins.
+        assert_eq!(g.leave("g", &[(c.clone(), None)], later), vec![0]);
+        assert_eq!(g.leave("g", &[(c.clone(), None)], later), vec![UNKNOWN_MEMBER_ID]);
+        let ja = g.admit_join(join("g", &a, "a"), later).expect("admitted").await.expect("a");
+        assert_eq!((ja.generation, ja.members.len()), (4, 1));
+    }
+
+    #[tokio::test]
+    async fn a_member_that_does_not_rejoin_in_time_is_dropped_from_the_rebalance() {
+        let t0 = Instant::now();
+        let g = Groups::new(Duration::ZERO);
+        let a = member_id(&g, "g", "a", t0);
+        let ja = g.admit_join(join("g", &a, "a"), t0).expect("admitted").await.expect("a");
+        assert_eq!(ja.generation, 1);
+        let b = member_id(&g, "g", "b", t0);
+        let jb = g.admit_join(join("g", &b, "b"), t0).expect("admitted");
+        // a never rejoins; past the rebalance timeout (30 s) b completes alone and leads.
+        g.tick(t0 + Duration::from_secs(29));
+        g.tick(t0 + Duration::from_secs(31));
+        let jb = jb.await.expect("b");
+        assert_eq!((jb.generation, jb.leader.as_str(), jb.members.len()), (2, b.as_str(), 1));
+        assert_eq!(g.heartbeat("g", 2, &a, None, t0 + Duration::from_secs(31)), UNKNOWN_MEMBER_ID);
+    }
+
+    #[tokio::test]
+    async fn bad_joins_get_kafkas_errors() {
+        let now = Instant::now();
+        let g = Groups::new(Duration::ZERO);
+        let err = |j: Join| g.admit_join(j, now).err().map(|j| j.error);
+        assert_eq!(err(join("", "", "a")), Some(INVALID_GROUP_ID));
+        let mut short = join("g", "", "a");
+        short.session_timeout = Duration::from_secs(1);
+        assert_eq!(err(short), Some(INVALID_SESSION_TIMEOUT));
+        let mut none = join("g", "", "a");
+        none.protocols.clear();
+        assert_eq!(err(none), Some(INCONSISTENT_GROUP_PROTOCOL));
+        assert_eq!(err(join("g", "made-up", "a")), Some(UNKNOWN_MEMBER_ID));
+        // A member of another protocol type, or with no protocol in common, cannot join.
+        let a = member_id(&g, "g", "a", now);
+        let _ja = g.admit_join(join("g", &a, "a"), now).expect("admitted");
+        let mut other_type = join("g", "", "b");
+        other_type.protocol_type = "connect".to_owned();
+        assert_eq!(err(other_type), Some(INCONSISTENT_GROUP_PROTOCOL));
+        let mut other_protocol = join("g", "", "b");
+        other_protocol.protocols = vec![("roundrobin".to_owned(), Bytes::new())];
+        assert_eq!(err(other_protocol), Some(INCONSISTENT_GROUP_PROTOCOL));
+    }
+
+    #[tokio::test]
+    async fn a_static_member_coming_back_replaces_its_old_incarnation() {
+        let now = Instant::now();
+        let g = Groups::new(Duration::ZERO);
+        let mut s = join("g", "", "a");
+        s.instance_id = Some("pod-0".to_owned());
+        let first = g.admit_join(s.clone(), now).expect("admitted").await.expect("joined");
+        assert_eq!(first.error, 0, "static members need no second join");
+        let again = g.admit_join(s, now).expect("admitted").await.expect("joined");
+        assert_ne!(again.member_id, first.member_id);
+        assert_eq!(
+            g.heartbeat("g", again.generation, &first.member_id, Some("pod-0"), now),
+            FENCED_INSTANCE_ID
+        );
+        assert_eq!(g.describe("g").map(|d| d.members.len()), Some(1));
+    }
+}
