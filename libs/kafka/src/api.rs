@@ -15,10 +15,13 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{
     AlterConfigsRequest, ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId,
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
-    DescribeClusterRequest, DescribeConfigsRequest, FetchRequest, IncrementalAlterConfigsRequest,
-    InitProducerIdRequest, InitProducerIdResponse, ListOffsetsRequest, MetadataRequest,
-    MetadataResponse, ProduceRequest, ProducerId, RequestHeader, ResponseHeader, TopicName,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest,
+    DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    FetchRequest, FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
+    InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse, OffsetCommitRequest,
+    OffsetFetchRequest, ProduceRequest, ProducerId, RequestHeader, ResponseHeader,
+    SyncGroupRequest, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -40,6 +43,16 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
 ];
 
 /// Why a request closes its connection instead of being answered.
@@ -71,6 +84,7 @@ pub async fn admit(
     frame: Bytes,
     broker: Arc<dyn Broker>,
     cfg: Arc<KafkaConfig>,
+    groups: Arc<crate::groups::Groups>,
 ) -> Result<Answer, Close> {
     let (id, version, client_id, request) = match decode(&frame)? {
         Decoded::Request { correlation_id, version, client_id, request } => {
@@ -122,6 +136,49 @@ pub async fn admit(
             let resp = crate::admin::describe_cluster(*req, version, broker.as_ref()).await;
             encode_response(ApiKey::DescribeCluster, version, id, &resp).map(Some)
         })),
+        Request::FindCoordinator(req) => Ok(Box::pin(async move {
+            let resp = crate::group_api::find_coordinator(*req, version, broker.as_ref()).await;
+            encode_response(ApiKey::FindCoordinator, version, id, &resp).map(Some)
+        })),
+        Request::JoinGroup(req) => Ok(Box::pin(async move {
+            let resp =
+                crate::group_api::join_group(*req, version, &client_id, broker.as_ref(), &groups)
+                    .await;
+            encode_response(ApiKey::JoinGroup, version, id, &resp).map(Some)
+        })),
+        Request::SyncGroup(req) => Ok(Box::pin(async move {
+            let resp = crate::group_api::sync_group(*req, broker.as_ref(), &groups).await;
+            encode_response(ApiKey::SyncGroup, version, id, &resp).map(Some)
+        })),
+        Request::Heartbeat(req) => Ok(Box::pin(async move {
+            let resp = crate::group_api::heartbeat(*req, broker.as_ref(), &groups).await;
+            encode_response(ApiKey::Heartbeat, version, id, &resp).map(Some)
+        })),
+        Request::LeaveGroup(req) => Ok(Box::pin(async move {
+            let resp = crate::group_api::leave_group(*req, version, broker.as_ref(), &groups).await;
+            encode_response(ApiKey::LeaveGroup, version, id, &resp).map(Some)
+        })),
+        Request::OffsetCommit(req) => Ok(Box::pin(async move {
+            let resp = crate::group_api::offset_commit(*req, broker.as_ref(), &groups).await;
+            encode_response(ApiKey::OffsetCommit, version, id, &resp).map(Some)
+        })),
+        Request::OffsetFetch(req) => Ok(Box::pin(async move {
+            let resp =
+                crate::group_api::offset_fetch(*req, version, broker.as_ref(), &groups).await;
+            encode_response(ApiKey::OffsetFetch, version, id, &resp).map(Some)
+        })),
+        Request::ListGroups(req) => Ok(Box::pin(async move {
+            let resp = crate::group_api::list_groups(*req, &groups).await;
+            encode_response(ApiKey::ListGroups, version, id, &resp).map(Some)
+        })),
+        Request::DescribeGroups(req) => Ok(Box::pin(async move {
+            let resp = crate::group_api::describe_groups(*req, broker.as_ref(), &groups).await;
+            encode_response(ApiKey::DescribeGroups, version, id, &resp).map(Some)
+        })),
+        Request::DeleteGroups(req) => Ok(Box::pin(async move {
+            let resp = crate::group_api::delete_groups(*req, broker.as_ref(), &groups).await;
+            encode_response(ApiKey::DeleteGroups, version, id, &resp).map(Some)
+        })),
         Request::Metadata(req) => Ok(Box::pin(async move {
             let resp = metadata(*req, version, &client_id, broker.as_ref(), &cfg).await;
             encode_response(ApiKey::Metadata, version, id, &resp).map(Some)
@@ -162,6 +219,16 @@ pub enum Request {
     IncrementalAlterConfigs(Box<IncrementalAlterConfigsRequest>),
     DeleteRecords(Box<DeleteRecordsRequest>),
     DescribeCluster(Box<DescribeClusterRequest>),
+    FindCoordinator(Box<FindCoordinatorRequest>),
+    JoinGroup(Box<JoinGroupRequest>),
+    SyncGroup(Box<SyncGroupRequest>),
+    Heartbeat(Box<HeartbeatRequest>),
+    LeaveGroup(Box<LeaveGroupRequest>),
+    OffsetCommit(Box<OffsetCommitRequest>),
+    OffsetFetch(Box<OffsetFetchRequest>),
+    ListGroups(Box<ListGroupsRequest>),
+    DescribeGroups(Box<DescribeGroupsRequest>),
+    DeleteGroups(Box<DeleteGroupsRequest>),
     Metadata(Box<MetadataRequest>),
     Fetch(Box<FetchRequest>),
     ListOffsets(Box<ListOffsetsRequest>),
@@ -244,6 +311,36 @@ pub fn decode(frame: &Bytes) -> Result<Decoded, Close> {
         )),
         ApiKey::DescribeCluster => Request::DescribeCluster(Box::new(
             DescribeClusterRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::FindCoordinator => Request::FindCoordinator(Box::new(
+            FindCoordinatorRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::JoinGroup => Request::JoinGroup(Box::new(
+            JoinGroupRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::SyncGroup => Request::SyncGroup(Box::new(
+            SyncGroupRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::Heartbeat => Request::Heartbeat(Box::new(
+            HeartbeatRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::LeaveGroup => Request::LeaveGroup(Box::new(
+            LeaveGroupRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::OffsetCommit => Request::OffsetCommit(Box::new(
+            OffsetCommitRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::OffsetFetch => Request::OffsetFetch(Box::new(
+            OffsetFetchRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::ListGroups => Request::ListGroups(Box::new(
+            ListGroupsRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::DescribeGroups => Request::DescribeGroups(Box::new(
+            DescribeGroupsRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::DeleteGroups => Request::DeleteGroups(Box::new(
+            DeleteGroupsRequest::decode(&mut buf, version).map_err(malformed)?,
         )),
         _ => return Err(Close::UnknownApi(key)),
     };

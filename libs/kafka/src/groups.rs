@@ -47,6 +47,25 @@ pub const MAX_MEMBERS: usize = 1000;
 /// Groups one coordinator keeps; a join for a new group beyond is COORDINATOR_NOT_AVAILABLE.
 pub const MAX_GROUPS: usize = 10_000;
 
+/// The name of the cursor that holds `group`'s committed offset on each partition's log
+/// (ARCHITECTURE §11: committed offsets are cursors): `kafka.` then the group id, bytes outside
+/// `A-Z a-z 0-9 . -` written `_xx` (hex), so distinct groups never share a cursor. `None` for a
+/// group id too long for a cursor name (128 characters): INVALID_GROUP_ID.
+pub fn cursor_name(group: &str) -> Option<String> {
+    let mut out = String::with_capacity(6 + group.len());
+    out.push_str("kafka.");
+    for b in group.bytes() {
+        if out.len() > 128 {
+            return None;
+        }
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'-' => out.push(b as char),
+            _ => out.push_str(&format!("_{b:02x}")),
+        }
+    }
+    (!group.is_empty() && out.len() <= 128).then_some(out)
+}
+
 /// A group's state, as DescribeGroups and ListGroups name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum State {
@@ -828,6 +847,18 @@ mod tests {
         let jb = jb.await.expect("b");
         assert_eq!((jb.generation, jb.leader.as_str(), jb.members.len()), (2, b.as_str(), 1));
         assert_eq!(g.heartbeat("g", 2, &a, None, t0 + Duration::from_secs(31)), UNKNOWN_MEMBER_ID);
+    }
+
+    #[test]
+    fn cursor_names_are_distinct_and_bounded() {
+        assert_eq!(cursor_name("orders-app.v2").as_deref(), Some("kafka.orders-app.v2"));
+        assert_eq!(cursor_name("a_b").as_deref(), Some("kafka.a_5fb"));
+        assert_ne!(cursor_name("a_5fb"), cursor_name("a_b"));
+        assert_eq!(cursor_name("a b:c").as_deref(), Some("kafka.a_20b_3ac"));
+        assert_eq!(cursor_name(""), None);
+        assert_eq!(cursor_name(&"x".repeat(122)).map(|n| n.len()), Some(128));
+        assert_eq!(cursor_name(&"x".repeat(123)), None);
+        assert_eq!(cursor_name(&"x".repeat(10_000)), None);
     }
 
     #[tokio::test]

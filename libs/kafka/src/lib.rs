@@ -24,6 +24,7 @@ pub mod api;
 pub mod configs;
 mod fetch;
 pub mod frame;
+mod group_api;
 pub mod groups;
 mod produce;
 pub mod producers;
@@ -145,6 +146,28 @@ pub struct TopicSettings {
     pub max_message_bytes: Option<u64>,
 }
 
+/// A committed offset to store (OffsetCommit).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OffsetCommit {
+    pub topic: String,
+    pub partition: i32,
+    /// The next offset the group will consume.
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
+}
+
+/// A committed offset as OffsetFetch answers it: offset -1 when the group has none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommittedOffset {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
+    pub error: i16,
+}
+
 /// What the front end needs of the role it runs in.
 #[async_trait::async_trait]
 pub trait Broker: Send + Sync + 'static {
@@ -239,6 +262,27 @@ pub trait Broker: Send + Sync + 'static {
         zone: Option<&str>,
         offset: i64,
     ) -> Result<i64, Refused>;
+
+    /// This broker's node id.
+    fn node_id(&self) -> i32;
+
+    /// The broker that coordinates group `key`, if any lives: the same answer from every
+    /// broker (ARCHITECTURE §11: the owner function over live writers, on the group id).
+    async fn coordinator(&self, key: &str) -> Result<Option<BrokerNode>, BrokerError>;
+
+    /// Stores a group's committed offsets; Kafka's error code per item, in order.
+    async fn commit_offsets(&self, group: &str, offsets: Vec<OffsetCommit>) -> Vec<i16>;
+
+    /// A group's committed offsets for the partitions named (topic, partitions), or every
+    /// partition it has one for when `None`; a group-wide error code otherwise.
+    async fn committed_offsets(
+        &self,
+        group: &str,
+        partitions: Option<Vec<(String, Vec<i32>)>>,
+    ) -> Result<Vec<CommittedOffset>, i16>;
+
+    /// Deletes every committed offset of a group (DeleteGroups); how many there were.
+    async fn delete_offsets(&self, group: &str) -> Result<usize, i16>;
 
     /// ListOffsets: the offset for `timestamp` (-2: the log start, -1: the high watermark;
     /// otherwise the first entry whose timestamp is at or after it, or the high watermark),

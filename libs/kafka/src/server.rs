@@ -27,6 +27,9 @@ pub struct KafkaConfig {
     pub default_partitions: u32,
     /// The largest record batch a Produce may carry (Kafka's `max.message.bytes`).
     pub max_batch_bytes: usize,
+    /// How long a consumer group formed from empty waits for more members before its first
+    /// assignment (Kafka's `group.initial.rebalance.delay.ms`, 3 s).
+    pub initial_rebalance_delay: std::time::Duration,
 }
 
 impl Default for KafkaConfig {
@@ -37,6 +40,7 @@ impl Default for KafkaConfig {
             auto_create_topics: true,
             default_partitions: 1,
             max_batch_bytes: 1 << 20,
+            initial_rebalance_delay: std::time::Duration::from_secs(3),
         }
     }
 }
@@ -49,9 +53,19 @@ pub async fn serve(
     cfg: KafkaConfig,
     shutdown: impl Future<Output = ()>,
 ) {
+    let groups = Arc::new(crate::groups::Groups::new(cfg.initial_rebalance_delay));
     let cfg = Arc::new(cfg);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
+    // Sessions end and rebalances complete on time, whether or not requests come in.
+    let ticking = groups.clone();
+    let ticker = tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_millis(200));
+        loop {
+            every.tick().await;
+            ticking.tick(std::time::Instant::now());
+        }
+    });
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -59,8 +73,9 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
                     let (broker, cfg, stopped) = (broker.clone(), cfg.clone(), stopped.clone());
+                    let groups = groups.clone();
                     connections.spawn(async move {
-                        if let Err(e) = connection(socket, broker, cfg, stopped).await {
+                        if let Err(e) = connection(socket, broker, cfg, groups, stopped).await {
                             tracing::debug!(%peer, error = %e, "Kafka connection closed");
                         }
                     });
@@ -75,6 +90,7 @@ pub async fn serve(
     }
     let _ = stop.send(true);
     while connections.join_next().await.is_some() {}
+    ticker.abort();
 }
 
 /// A request being answered.
@@ -95,6 +111,7 @@ async fn connection(
     socket: TcpStream,
     broker: Arc<dyn Broker>,
     cfg: Arc<KafkaConfig>,
+    groups: Arc<crate::groups::Groups>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), Ended> {
     let _ = socket.set_nodelay(true);
@@ -138,7 +155,7 @@ async fn connection(
             next = frames.recv(), if reading && room => match next {
                 Some(Ok(Some(f))) => {
                     // Admitted here, one request at a time, in the connection's order.
-                    match api::admit(f, broker.clone(), cfg.clone()).await {
+                    match api::admit(f, broker.clone(), cfg.clone(), groups.clone()).await {
                         Ok(answer) => waiting.push_back(answer),
                         Err(close) => {
                             // Answered after the answers due before it: a closed connection.

@@ -13,8 +13,8 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use kafka::producers::{Check, Producers};
 use kafka::{
-    BrokerError, BrokerNode, Fetched, PartitionInfo, Produced, Refused, TopicInfo, TopicSettings,
-    code,
+    BrokerError, BrokerNode, CommittedOffset, Fetched, OffsetCommit, PartitionInfo, Produced,
+    Refused, TopicInfo, TopicSettings, code,
 };
 use logstore::{LogError, LogId, LogStorage};
 
@@ -28,6 +28,8 @@ pub struct WriterBroker {
     producers: Arc<Mutex<HashMap<(LogId, String), SlotProducers>>>,
     /// Producer ids this writer may hand out (a block from the metadata store).
     producer_ids: Arc<tokio::sync::Mutex<std::ops::Range<i64>>>,
+    /// This writer's Kafka node id (-1 until [`with_node_id`](Self::with_node_id)).
+    node_id: i32,
 }
 
 /// A slot's idempotent producers: being rebuilt from its checkpoint and the log, or ready.
@@ -81,7 +83,19 @@ impl WriterBroker {
             storage,
             producers: Default::default(),
             producer_ids: Arc::new(tokio::sync::Mutex::new(0..0)),
+            node_id: -1,
         }
+    }
+
+    /// This broker's Kafka node id (the one its member record carries).
+    pub fn with_node_id(mut self, node_id: i32) -> Self {
+        self.node_id = node_id;
+        self
+    }
+
+    /// The logs of a topic's partitions, as one read of the stream gives them.
+    async fn partition_logs(&self, topic: &str) -> Result<Vec<LogId>, CatalogError> {
+        Ok(self.catalog.get(topic).await?.partitions)
     }
 
     /// The first record at or after `entry` whose timestamp is at least `t` (`exact`: equal
@@ -742,6 +756,148 @@ impl kafka::Broker for WriterBroker {
         to_i64(start)
     }
 
+    fn node_id(&self) -> i32 {
+        self.node_id
+    }
+
+    async fn coordinator(&self, key: &str) -> Result<Option<BrokerNode>, BrokerError> {
+        // Over the writers that serve Kafka, by the group id: every writer picks the same one.
+        let writers: Vec<routing::Member> = self
+            .writers()
+            .await?
+            .into_iter()
+            .filter(|m| !m.kafka.is_empty() && m.node_id >= 0)
+            .collect();
+        let Some(owner) = routing::choose_owner(&writers, &format!("kafka-group/{key}"), 0, None)
+        else {
+            return Ok(None);
+        };
+        Ok(self.brokers().await?.into_iter().find(|b| b.node_id == owner.node_id))
+    }
+
+    async fn commit_offsets(&self, group: &str, offsets: Vec<OffsetCommit>) -> Vec<i16> {
+        let Some(name) = kafka::groups::cursor_name(group) else {
+            return vec![kafka::groups::errors::INVALID_GROUP_ID; offsets.len()];
+        };
+        let reader = self.storage.reader();
+        let mut logs: HashMap<String, Result<Vec<LogId>, i16>> = HashMap::new();
+        let mut out = Vec::with_capacity(offsets.len());
+        for o in offsets {
+            if !logs.contains_key(&o.topic) {
+                let found = self.partition_logs(&o.topic).await.map_err(|e| match e {
+                    CatalogError::NotFound(_) | CatalogError::InvalidArgument(_) => {
+                        code::UNKNOWN_TOPIC_OR_PARTITION
+                    }
+                    _ => code::UNKNOWN_SERVER_ERROR,
+                });
+                logs.insert(o.topic.clone(), found);
+            }
+            let log = match logs.get(&o.topic) {
+                Some(Ok(l)) => usize::try_from(o.partition).ok().and_then(|p| l.get(p).copied()),
+                Some(Err(e)) => {
+                    out.push(*e);
+                    continue;
+                }
+                None => None,
+            };
+            let (Some(log), Ok(offset)) = (log, u64::try_from(o.offset)) else {
+                out.push(if o.offset < 0 {
+                    code::OFFSET_OUT_OF_RANGE
+                } else {
+                    code::UNKNOWN_TOPIC_OR_PARTITION
+                });
+                continue;
+            };
+            let position = logstore::cursor::Position {
+                offset,
+                properties: [(LEADER_EPOCH.to_owned(), i64::from(o.leader_epoch))].into(),
+                labels: o.metadata.map(|m| (METADATA.to_owned(), m)).into_iter().collect(),
+            };
+            out.push(match logstore::cursor::set_position(reader, log, &name, position).await {
+                Ok(()) => code::NONE,
+                Err(e) => refused(e).code,
+            });
+        }
+        out
+    }
+
+    async fn committed_offsets(
+        &self,
+        group: &str,
+        partitions: Option<Vec<(String, Vec<i32>)>>,
+    ) -> Result<Vec<CommittedOffset>, i16> {
+        let name =
+            kafka::groups::cursor_name(group).ok_or(kafka::groups::errors::INVALID_GROUP_ID)?;
+        let reader = self.storage.reader();
+        let all = partitions.is_none();
+        let asked: Vec<(String, Vec<i32>)> = match partitions {
+            Some(p) => p,
+            None => self
+                .catalog
+                .list()
+                .await
+                .map_err(|_| code::UNKNOWN_SERVER_ERROR)?
+                .into_iter()
+                .map(|s| (s.name, (0..s.partitions.len() as i32).collect()))
+                .collect(),
+        };
+        let mut out = Vec::new();
+        for (topic, parts) in asked {
+            // A topic that does not exist has no committed offsets: -1, as Kafka answers.
+            let logs = self.partition_logs(&topic).await.unwrap_or_default();
+            for p in parts {
+                let none = CommittedOffset {
+                    topic: topic.clone(),
+                    partition: p,
+                    offset: -1,
+                    leader_epoch: -1,
+                    metadata: Some(String::new()),
+                    error: code::NONE,
+                };
+                let Some(log) = usize::try_from(p).ok().and_then(|i| logs.get(i).copied()) else {
+                    out.push(none);
+                    continue;
+                };
+                match logstore::cursor::position(reader, log, &name).await {
+                    Ok(Some(pos)) => out.push(CommittedOffset {
+                        offset: to_i64(pos.offset).unwrap_or(-1),
+                        leader_epoch: pos
+                            .properties
+                            .get(LEADER_EPOCH)
+                            .and_then(|e| i32::try_from(*e).ok())
+                            .unwrap_or(-1),
+                        metadata: Some(pos.labels.get(METADATA).cloned().unwrap_or_default()),
+                        ..none
+                    }),
+                    // Every partition asked for is answered; with none asked, only those with
+                    // an offset are.
+                    Ok(None) if !all => out.push(none),
+                    Ok(None) => {}
+                    Err(e) => out.push(CommittedOffset { error: refused(e).code, ..none }),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn delete_offsets(&self, group: &str) -> Result<usize, i16> {
+        let name =
+            kafka::groups::cursor_name(group).ok_or(kafka::groups::errors::INVALID_GROUP_ID)?;
+        let reader = self.storage.reader();
+        let streams = self.catalog.list().await.map_err(|_| code::UNKNOWN_SERVER_ERROR)?;
+        let mut deleted = 0;
+        for s in streams {
+            for log in s.partitions {
+                match logstore::LogCursor::delete(reader, log, &name).await {
+                    Ok(()) => deleted += 1,
+                    Err(LogError::CursorNotFound { .. }) | Err(LogError::NotFound(_)) => {}
+                    Err(e) => return Err(refused(e).code),
+                }
+            }
+        }
+        Ok(deleted)
+    }
+
     async fn list_offset(
         &self,
         topic: &str,
@@ -851,6 +1007,11 @@ fn admin_refused(e: CatalogError, invalid: i16) -> Refused {
     };
     Refused::new(code, e.to_string())
 }
+
+/// The cursor property holding a committed offset's leader epoch, and the label holding its
+/// metadata string.
+const LEADER_EPOCH: &str = "kafka.leader_epoch";
+const METADATA: &str = "kafka.metadata";
 
 /// Bytes of batches a ListOffsets by timestamp reads past the entry the index finds.
 const SCAN_BYTES: u64 = 8 << 20;

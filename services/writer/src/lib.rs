@@ -81,7 +81,16 @@ pub async fn run_with(
     if let Some((k, listener)) = kafka_listener {
         let catalog =
             catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
-        let broker = Arc::new(kafka::WriterBroker::new(catalog, &node.cluster, storage.clone()));
+        // Taken when the writer registered (create-only per writer id): this reads it back.
+        let node_id = logstore::membership::node_id(
+            storage.metadata().as_ref(),
+            &node.cluster,
+            &storage.config().writer_id,
+        )
+        .await?;
+        let broker = Arc::new(
+            kafka::WriterBroker::new(catalog, &node.cluster, storage.clone()).with_node_id(node_id),
+        );
         let cfg = ::kafka::KafkaConfig {
             max_frame_bytes: usize::try_from(k.max_request_size.0).unwrap_or(usize::MAX),
             // Kafka's max.message.bytes: the largest entry this writer takes.

@@ -38,6 +38,8 @@ struct FakeBroker {
     settings: Mutex<std::collections::HashMap<String, kafka::TopicSettings>>,
     /// DeleteRecords asked: topic, partition, offset.
     deleted: Mutex<Vec<(String, i32, i64)>>,
+    /// Committed offsets by (group, topic, partition).
+    offsets: Mutex<std::collections::BTreeMap<(String, String, i32), kafka::OffsetCommit>>,
 }
 
 #[async_trait::async_trait]
@@ -235,6 +237,66 @@ impl Broker for FakeBroker {
             offset,
         ));
         Ok(if offset == -1 { 42 } else { offset })
+    }
+
+    fn node_id(&self) -> i32 {
+        10
+    }
+
+    async fn coordinator(&self, _key: &str) -> Result<Option<BrokerNode>, BrokerError> {
+        Ok(self.brokers().await?.into_iter().next())
+    }
+
+    async fn commit_offsets(&self, group: &str, offsets: Vec<kafka::OffsetCommit>) -> Vec<i16> {
+        let mut stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
+        offsets
+            .into_iter()
+            .map(|o| {
+                stored.insert((group.to_owned(), o.topic.clone(), o.partition), o);
+                0
+            })
+            .collect()
+    }
+
+    async fn committed_offsets(
+        &self,
+        group: &str,
+        partitions: Option<Vec<(String, Vec<i32>)>>,
+    ) -> Result<Vec<kafka::CommittedOffset>, i16> {
+        let stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
+        let of = |o: &kafka::OffsetCommit| kafka::CommittedOffset {
+            topic: o.topic.clone(),
+            partition: o.partition,
+            offset: o.offset,
+            leader_epoch: o.leader_epoch,
+            metadata: o.metadata.clone(),
+            error: 0,
+        };
+        Ok(match partitions {
+            None => stored.iter().filter(|((g, _, _), _)| g == group).map(|(_, o)| of(o)).collect(),
+            Some(asked) => asked
+                .into_iter()
+                .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p)))
+                .map(|(t, p)| match stored.get(&(group.to_owned(), t.clone(), p)) {
+                    Some(o) => of(o),
+                    None => kafka::CommittedOffset {
+                        topic: t,
+                        partition: p,
+                        offset: -1,
+                        leader_epoch: -1,
+                        metadata: Some(String::new()),
+                        error: 0,
+                    },
+                })
+                .collect(),
+        })
+    }
+
+    async fn delete_offsets(&self, group: &str) -> Result<usize, i16> {
+        let mut stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
+        let before = stored.len();
+        stored.retain(|(g, _, _), _| g != group);
+        Ok(before - stored.len())
     }
 
     async fn list_offset(

@@ -1,0 +1,501 @@
+//! The group APIs over [`Groups`] (membership, this broker's memory) and the [`Broker`]
+//! (coordinator choice and committed offsets, durable): FindCoordinator, JoinGroup, SyncGroup,
+//! Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
+//! Every request about a group this broker does not coordinate is NOT_COORDINATOR (and what it
+//! held of the group is dropped): clients find the coordinator again and rejoin there.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{
+    BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest,
+    SyncGroupResponse, TopicName, delete_groups_response::DeletableGroupResult,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::groups::{Groups, Join, errors::*};
+use crate::{Broker, CommittedOffset, OffsetCommit, code};
+
+/// Kafka's `offset.metadata.max.bytes`.
+pub const MAX_OFFSET_METADATA: usize = 4096;
+
+fn s(v: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(v.into())
+}
+
+/// NOT_COORDINATOR (forgetting the group) unless this broker coordinates `group`.
+async fn check_coordinator(broker: &dyn Broker, groups: &Groups, group: &str) -> Option<i16> {
+    // A group id its offsets could not be stored under is refused for every request.
+    if crate::groups::cursor_name(group).is_none() {
+        return Some(INVALID_GROUP_ID);
+    }
+    match broker.coordinator(group).await {
+        Ok(Some(c)) if c.node_id == broker.node_id() => None,
+        Ok(Some(_)) => {
+            groups.forget(group);
+            Some(NOT_COORDINATOR)
+        }
+        Ok(None) | Err(_) => Some(COORDINATOR_NOT_AVAILABLE),
+    }
+}
+
+pub(crate) async fn find_coordinator(
+    req: FindCoordinatorRequest,
+    version: i16,
+    broker: &dyn Broker,
+) -> FindCoordinatorResponse {
+    let keys: Vec<String> = if version >= 4 {
+        req.coordinator_keys.iter().map(|k| k.to_string()).collect()
+    } else {
+        vec![req.key.to_string()]
+    };
+    let mut found = Vec::with_capacity(keys.len());
+    for key in keys {
+        let mut c = Coordinator::default().with_key(s(key.clone())).with_node_id(BrokerId(-1));
+        if req.key_type != 0 {
+            c.error_code = COORDINATOR_NOT_AVAILABLE;
+            c.error_message = Some(s("only group coordinators: transactions are not supported"));
+        } else if key.is_empty() {
+            c.error_code = INVALID_GROUP_ID;
+        } else {
+            match broker.coordinator(&key).await {
+                Ok(Some(b)) => {
+                    c.node_id = BrokerId(b.node_id);
+                    c.host = s(b.host);
+                    c.port = b.port;
+                }
+                Ok(None) | Err(_) => c.error_code = COORDINATOR_NOT_AVAILABLE,
+            }
+        }
+        found.push(c);
+    }
+    let mut resp = FindCoordinatorResponse::default();
+    if version >= 4 {
+        resp.coordinators = found;
+    } else if let Some(c) = found.pop() {
+        resp.error_code = c.error_code;
+        resp.error_message = c.error_message;
+        resp.node_id = c.node_id;
+        resp.host = c.host;
+        resp.port = c.port;
+    }
+    resp
+}
+
+pub(crate) async fn join_group(
+    req: JoinGroupRequest,
+    version: i16,
+    client_id: &str,
+    broker: &dyn Broker,
+    groups: &Groups,
+) -> JoinGroupResponse {
+    let group = req.group_id.0.to_string();
+    let fail = |code: i16, member: &str| {
+        JoinGroupResponse::default()
+            .with_error_code(code)
+            .with_generation_id(-1)
+            .with_member_id(s(member))
+    };
+    if let Some(e) = check_coordinator(broker, groups, &group).await {
+        return fail(e, &req.member_id);
+    }
+    let ms = |v: i32| Duration::from_millis(u64::try_from(v).unwrap_or(0));
+    let join = Join {
+        group,
+        member_id: req.member_id.to_string(),
+        instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
+        client_id: client_id.to_owned(),
+        client_host: String::new(),
+        session_timeout: ms(req.session_timeout_ms),
+        // v0 has no rebalance timeout: the session timeout stands for it, as in Kafka.
+        rebalance_timeout: ms(if version >= 1 {
+            req.rebalance_timeout_ms
+        } else {
+            req.session_timeout_ms
+        }),
+        protocol_type: req.protocol_type.to_string(),
+        protocols: req.protocols.iter().map(|p| (p.name.to_string(), p.metadata.clone())).collect(),
+        require_known_member: version >= 4,
+    };
+    let j = groups.join(join, Instant::now()).await;
+    let mut resp = JoinGroupResponse::default()
+        .with_error_code(j.error)
+        .with_generation_id(j.generation)
+        .with_protocol_name(j.protocol.map(s))
+        .with_leader(s(j.leader))
+        .with_member_id(s(j.member_id))
+        .with_members(
+            j.members
+                .into_iter()
+                .map(|(id, instance, metadata)| {
+                    JoinGroupResponseMember::default()
+                        .with_member_id(s(id))
+                        .with_group_instance_id(instance.map(s))
+                        .with_metadata(metadata)
+                })
+                .collect(),
+        );
+    if version >= 7 {
+        resp.protocol_type = j.protocol_type.map(s);
+    }
+    resp
+}
+
+pub(crate) async fn sync_group(
+    req: SyncGroupRequest,
+    broker: &dyn Broker,
+    groups: &Groups,
+) -> SyncGroupResponse {
+    let group = req.group_id.0.to_string();
+    if let Some(e) = check_coordinator(broker, groups, &group).await {
+        return SyncGroupResponse::default().with_error_code(e);
+    }
+    let assignments: Vec<(String, Bytes)> =
+        req.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect();
+    let (error, ptype, pname, assignment) = groups
+        .sync(
+            &group,
+            req.generation_id,
+            &req.member_id,
+            req.group_instance_id.as_deref(),
+            req.protocol_type.as_deref(),
+            req.protocol_name.as_deref(),
+            assignments,
+            Instant::now(),
+        )
+        .await;
+    SyncGroupResponse::default()
+        .with_error_code(error)
+        .with_protocol_type(ptype.map(s))
+        .with_protocol_name(pname.map(s))
+        .with_assignment(assignment)
+}
+
+pub(crate) async fn heartbeat(
+    req: HeartbeatRequest,
+    broker: &dyn Broker,
+    groups: &Groups,
+) -> HeartbeatResponse {
+    let group = req.group_id.0.to_string();
+    let code = match check_coordinator(broker, groups, &group).await {
+        Some(e) => e,
+        None => groups.heartbeat(
+            &group,
+            req.generation_id,
+            &req.member_id,
+            req.group_instance_id.as_deref(),
+            Instant::now(),
+        ),
+    };
+    HeartbeatResponse::default().with_error_code(code)
+}
+
+pub(crate) async fn leave_group(
+    req: LeaveGroupRequest,
+    version: i16,
+    broker: &dyn Broker,
+    groups: &Groups,
+) -> LeaveGroupResponse {
+    let group = req.group_id.0.to_string();
+    if let Some(e) = check_coordinator(broker, groups, &group).await {
+        return LeaveGroupResponse::default().with_error_code(e);
+    }
+    // v3 names members in a list (with instance ids); before, one member id.
+    let members: Vec<(String, Option<String>)> = if version >= 3 {
+        req.members
+            .iter()
+            .map(|m| (m.member_id.to_string(), m.group_instance_id.as_ref().map(|i| i.to_string())))
+            .collect()
+    } else {
+        vec![(req.member_id.to_string(), None)]
+    };
+    let codes = groups.leave(&group, &members, Instant::now());
+    if version < 3 {
+        return LeaveGroupResponse::default().with_error_code(codes.first().copied().unwrap_or(0));
+    }
+    LeaveGroupResponse::default().with_members(
+        members
+            .into_iter()
+            .zip(codes)
+            .map(|((id, instance), code)| {
+                MemberResponse::default()
+                    .with_member_id(s(id))
+                    .with_group_instance_id(instance.map(s))
+                    .with_error_code(code)
+            })
+            .collect(),
+    )
+}
+
+pub(crate) async fn offset_commit(
+    req: OffsetCommitRequest,
+    broker: &dyn Broker,
+    groups: &Groups,
+) -> OffsetCommitResponse {
+    let group = req.group_id.0.to_string();
+    let refused = match check_coordinator(broker, groups, &group).await {
+        Some(e) => Some(e),
+        None => match groups.check_commit(
+            &group,
+            req.generation_id_or_member_epoch,
+            &req.member_id,
+            req.group_instance_id.as_deref(),
+        ) {
+            code::NONE => None,
+            e => Some(e),
+        },
+    };
+    let mut items = Vec::new();
+    let mut codes: Vec<Vec<i16>> = Vec::with_capacity(req.topics.len());
+    for t in &req.topics {
+        let mut per = Vec::with_capacity(t.partitions.len());
+        for p in &t.partitions {
+            let metadata = p.committed_metadata.as_ref().map(|m| m.to_string());
+            let code = match refused {
+                Some(e) => e,
+                None if metadata.as_ref().is_some_and(|m| m.len() > MAX_OFFSET_METADATA) => {
+                    OFFSET_METADATA_TOO_LARGE
+                }
+                None => {
+                    items.push(OffsetCommit {
+                        topic: t.name.0.to_string(),
+                        partition: p.partition_index,
+                        offset: p.committed_offset,
+                        leader_epoch: p.committed_leader_epoch,
+                        metadata,
+                    });
+                    // Filled in from the broker's answer below.
+                    i16::MIN
+                }
+            };
+            per.push(code);
+        }
+        codes.push(per);
+    }
+    let mut stored = broker.commit_offsets(&group, items).await.into_iter();
+    let topics = req
+        .topics
+        .iter()
+        .zip(codes)
+        .map(|(t, per)| {
+            OffsetCommitResponseTopic::default().with_name(t.name.clone()).with_partitions(
+                t.partitions
+                    .iter()
+                    .zip(per)
+                    .map(|(p, code)| {
+                        let code = if code == i16::MIN {
+                            stored.next().unwrap_or(code::UNKNOWN_SERVER_ERROR)
+                        } else {
+                            code
+                        };
+                        OffsetCommitResponsePartition::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+/// One group's committed offsets for OffsetFetch: the partitions named (all when `None`).
+async fn fetch_one(
+    broker: &dyn Broker,
+    groups: &Groups,
+    group: &str,
+    asked: Option<Vec<(String, Vec<i32>)>>,
+) -> Result<Vec<CommittedOffset>, i16> {
+    if let Some(e) = check_coordinator(broker, groups, group).await {
+        return Err(e);
+    }
+    broker.committed_offsets(group, asked).await
+}
+
+/// Topic → its partitions' offsets, in the order met.
+fn by_topic(offsets: Vec<CommittedOffset>) -> Vec<(String, Vec<CommittedOffset>)> {
+    let mut out: Vec<(String, Vec<CommittedOffset>)> = Vec::new();
+    for o in offsets {
+        match out.iter_mut().find(|(t, _)| *t == o.topic) {
+            Some((_, v)) => v.push(o),
+            None => out.push((o.topic.clone(), vec![o])),
+        }
+    }
+    out
+}
+
+pub(crate) async fn offset_fetch(
+    req: OffsetFetchRequest,
+    version: i16,
+    broker: &dyn Broker,
+    groups: &Groups,
+) -> OffsetFetchResponse {
+    if version >= 8 {
+        let mut out = Vec::with_capacity(req.groups.len());
+        for g in req.groups {
+            let asked = g.topics.map(|ts| {
+                ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect()
+            });
+            let group = g.group_id.0.to_string();
+            let mut r = OffsetFetchResponseGroup::default().with_group_id(g.group_id);
+            match fetch_one(broker, groups, &group, asked).await {
+                Ok(offsets) => {
+                    r.topics = by_topic(offsets)
+                        .into_iter()
+                        .map(|(t, ps)| {
+                            OffsetFetchResponseTopics::default()
+                                .with_name(TopicName(s(t)))
+                                .with_partitions(
+                                    ps.into_iter()
+                                        .map(|p| {
+                                            OffsetFetchResponsePartitions::default()
+                                                .with_partition_index(p.partition)
+                                                .with_committed_offset(p.offset)
+                                                .with_committed_leader_epoch(p.leader_epoch)
+                                                .with_metadata(p.metadata.map(s))
+                                                .with_error_code(p.error)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect();
+                }
+                Err(e) => r.error_code = e,
+            }
+            out.push(r);
+        }
+        return OffsetFetchResponse::default().with_groups(out);
+    }
+    let asked = req
+        .topics
+        .map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
+    let group = req.group_id.0.to_string();
+    let mut resp = OffsetFetchResponse::default();
+    match fetch_one(broker, groups, &group, asked).await {
+        Ok(offsets) => {
+            resp.topics = by_topic(offsets)
+                .into_iter()
+                .map(|(t, ps)| {
+                    OffsetFetchResponseTopic::default().with_name(TopicName(s(t))).with_partitions(
+                        ps.into_iter()
+                            .map(|p| {
+                                OffsetFetchResponsePartition::default()
+                                    .with_partition_index(p.partition)
+                                    .with_committed_offset(p.offset)
+                                    .with_committed_leader_epoch(p.leader_epoch)
+                                    .with_metadata(p.metadata.map(s))
+                                    .with_error_code(p.error)
+                            })
+                            .collect(),
+                    )
+                })
+                .collect();
+        }
+        // v2+ have a top-level error; v1 only per partition (none to carry it: empty).
+        Err(e) => resp.error_code = e,
+    }
+    resp
+}
+
+pub(crate) async fn list_groups(req: ListGroupsRequest, groups: &Groups) -> ListGroupsResponse {
+    let listed = groups
+        .list()
+        .into_iter()
+        .filter(|(_, _, state)| {
+            req.states_filter.is_empty()
+                || req.states_filter.iter().any(|f| f.as_str() == state.name())
+        })
+        .filter(|(_, ptype, _)| {
+            req.types_filter.is_empty()
+                || req.types_filter.iter().any(|t| t.as_str() == "classic")
+                || ptype.is_empty()
+        })
+        .map(|(name, ptype, state)| {
+            ListedGroup::default()
+                .with_group_id(GroupId(s(name)))
+                .with_protocol_type(s(ptype))
+                .with_group_state(s(state.name()))
+                .with_group_type(s("classic"))
+        })
+        .collect();
+    ListGroupsResponse::default().with_groups(listed)
+}
+
+pub(crate) async fn describe_groups(
+    req: DescribeGroupsRequest,
+    broker: &dyn Broker,
+    groups: &Groups,
+) -> DescribeGroupsResponse {
+    let mut out = Vec::with_capacity(req.groups.len());
+    for g in req.groups {
+        let name = g.0.to_string();
+        let mut d = DescribedGroup::default().with_group_id(g).with_authorized_operations(i32::MIN);
+        if let Some(e) = check_coordinator(broker, groups, &name).await {
+            d.error_code = e;
+            out.push(d);
+            continue;
+        }
+        match groups.describe(&name) {
+            // A group this coordinator holds no members of is Dead, as Kafka says.
+            None => d.group_state = s("Dead"),
+            Some(x) => {
+                d.group_state = s(x.state.name());
+                d.protocol_type = s(x.protocol_type);
+                d.protocol_data = s(x.protocol);
+                d.members = x
+                    .members
+                    .into_iter()
+                    .map(|m| {
+                        DescribedGroupMember::default()
+                            .with_member_id(s(m.member_id))
+                            .with_group_instance_id(m.instance_id.map(s))
+                            .with_client_id(s(m.client_id))
+                            .with_client_host(s(m.client_host))
+                            .with_member_metadata(m.metadata)
+                            .with_member_assignment(m.assignment)
+                    })
+                    .collect();
+            }
+        }
+        out.push(d);
+    }
+    DescribeGroupsResponse::default().with_groups(out)
+}
+
+pub(crate) async fn delete_groups(
+    req: DeleteGroupsRequest,
+    broker: &dyn Broker,
+    groups: &Groups,
+) -> DeleteGroupsResponse {
+    let mut results = Vec::with_capacity(req.groups_names.len());
+    for g in req.groups_names {
+        let name = g.0.to_string();
+        let code = match check_coordinator(broker, groups, &name).await {
+            Some(e) => e,
+            None if groups.has_members(&name) => NON_EMPTY_GROUP,
+            None => match broker.delete_offsets(&name).await {
+                Ok(0) => GROUP_ID_NOT_FOUND,
+                Ok(_) => code::NONE,
+                Err(e) => e,
+            },
+        };
+        results.push(DeletableGroupResult::default().with_group_id(g).with_error_code(code));
+    }
+    DeleteGroupsResponse::default().with_results(results)
+}
