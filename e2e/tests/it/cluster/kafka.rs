@@ -354,3 +354,121 @@ async fn a_consumer_group_splits_rebalances_and_keeps_its_offsets_across_kills_a
     );
     Ok(())
 }
+
+/// The group's coordinator writer is SIGKILLed while its members consume: they find the new
+/// coordinator (the owner over the writers left), rejoin there and resume from their committed
+/// offsets — a record is consumed again only if it was consumed in the moments before the kill
+/// and not committed yet, never the group's whole history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn members_of_a_group_whose_coordinator_is_killed_rejoin_and_resume_from_their_offsets()
+-> Result<()> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let cluster = Cluster::start()?;
+    let mut writers = std::collections::BTreeMap::new();
+    let mut bootstrap = Vec::new();
+    for id in ["w1", "w2", "w3"] {
+        let (w, k) = kafka_writer(&cluster, id)?;
+        writers.insert(id.to_owned(), w);
+        bootstrap.push(k);
+    }
+    let meta = cluster.meta().await?;
+    super::wait_role(&meta, &cluster.name, "writer", 3).await?;
+    let catalog = client::CatalogClient::connect(&cluster.catalog_url).await?;
+    catalog.create("events", 6, None, None).await?;
+    let all = bootstrap.join(",");
+    let produce = |from: usize, to: usize| {
+        let lines: String = (from..to).map(|i| format!("k{i}:v{i}\n")).collect();
+        testkit::kcat(&["-b", &all, "-P", "-t", "events", "-K:"], &lines)
+    };
+    produce(0, 2000)?;
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let out = |name: &str| cluster.dir.path().join(format!("{name}.txt"));
+    let member = |name: &str| {
+        std::process::Command::new(format!("{root}/.tools/venv/bin/python"))
+            .arg(format!("{root}/e2e/kafka/group_consumer.py"))
+            .args([all.as_str(), "events", "movers"])
+            .arg(out(name))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("confluent-kafka (`make deps` installs it in .tools/venv)")
+    };
+    let consumed = || -> BTreeMap<String, usize> {
+        let mut n = BTreeMap::new();
+        for m in ["a", "b"] {
+            for (_, _, v) in member_output(&out(m)).0 {
+                *n.entry(v).or_default() += 1;
+            }
+        }
+        n
+    };
+    let mut a = member("a")?;
+    let mut b = member("b")?;
+    until(std::time::Duration::from_secs(30), "the first 2000 consumed", || {
+        consumed().len() >= 2000
+    })
+    .await?;
+    // Let the auto-commits (every 500 ms) land, then kill the coordinator.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let find = std::process::Command::new(format!("{root}/.tools/venv/bin/python"))
+        .arg("-c")
+        .arg(
+            "import sys, confluent_kafka.admin as a\n\
+             admin = a.AdminClient({'bootstrap.servers': sys.argv[1]})\n\
+             g = admin.describe_consumer_groups(['movers'])\n\
+             print(g['movers'].result(timeout=30).coordinator.id)\n",
+        )
+        .arg(&all)
+        .output()?;
+    let node: i64 = String::from_utf8_lossy(&find.stdout)
+        .trim()
+        .parse()
+        .with_context(|| format!("coordinator: {}", String::from_utf8_lossy(&find.stderr)))?;
+    let prefix = format!("/{}/kafka/node_ids/", cluster.name);
+    let ids = meta.range(metadata::RangeRequest::prefix(prefix.as_bytes().to_vec())).await?;
+    let coordinator = ids
+        .kvs
+        .iter()
+        .find(|kv| {
+            std::str::from_utf8(&kv.value).ok().and_then(|v| v.parse::<i64>().ok()) == Some(node)
+        })
+        .map(|kv| String::from_utf8_lossy(&kv.key[prefix.len()..]).into_owned())
+        .context("the coordinator's writer id")?;
+    writers.get_mut(&coordinator).context("the coordinator")?.kill9()?;
+    let left: Vec<String> = ["w1", "w2", "w3"]
+        .iter()
+        .zip(&bootstrap)
+        .filter(|(w, _)| **w != coordinator)
+        .map(|(_, k)| k.clone())
+        .collect();
+    // Produced once the killed writer's lease is gone (its partitions have new leaders).
+    super::wait_role(&meta, &cluster.name, "writer", 2).await?;
+    let lines: String = (2000..4000).map(|i| format!("k{i}:v{i}\n")).collect();
+    testkit::kcat(&["-b", &left.join(","), "-P", "-t", "events", "-K:"], &lines)?;
+    let _ = produce;
+    until(std::time::Duration::from_secs(60), "all 4000 consumed after the kill", || {
+        consumed().len() >= 4000
+    })
+    .await?;
+    let seen = consumed();
+    let twice: BTreeSet<&String> = seen.iter().filter(|(_, n)| **n > 1).map(|(v, _)| v).collect();
+    // Records of the first 2000 were committed 2 s before the kill: none is read again.
+    let early: Vec<&&String> =
+        twice.iter().filter(|v| v[1..].parse::<usize>().is_ok_and(|i| i < 2000)).collect();
+    ensure!(
+        early.is_empty(),
+        "{} committed records consumed again, e.g. {}",
+        early.len(),
+        early[0]
+    );
+    for m in ["a", "b"] {
+        std::fs::write(cluster.dir.path().join(format!("{m}.txt.stop")), "")?;
+    }
+    a.wait()?;
+    b.wait()?;
+    eprintln!(
+        "e2e: coordinator {coordinator} killed; 4000 records consumed, {} twice (none committed before the kill)",
+        twice.len()
+    );
+    Ok(())
+}
