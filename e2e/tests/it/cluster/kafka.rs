@@ -187,9 +187,11 @@ async fn an_idempotent_kafka_producer_survives_kills_pauses_and_a_new_writer() -
     Ok(())
 }
 
-/// What the group members wrote: per member, its `partition offset value` records and its
-/// last assignment.
-fn member_output(path: &std::path::Path) -> (Vec<(u32, u64, String)>, Option<Vec<u32>>) {
+/// A record a group member consumed: partition, offset, value.
+type Consumed = (u32, u64, String);
+
+/// What a group member wrote: its records and its last assignment.
+fn member_output(path: &std::path::Path) -> (Vec<Consumed>, Option<Vec<u32>>) {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut records = Vec::new();
     let mut assigned = None;
@@ -311,7 +313,7 @@ async fn a_consumer_group_splits_rebalances_and_keeps_its_offsets_across_kills_a
     c1.wait()?;
     c3.wait()?;
     let mut times: BTreeMap<String, Vec<&str>> = BTreeMap::new();
-    let outputs: Vec<(&str, Vec<(u32, u64, String)>)> =
+    let outputs: Vec<(&str, Vec<Consumed>)> =
         ["c1", "c2", "c3", "kcat"].iter().map(|m| (*m, member_output(&out(m)).0)).collect();
     for (m, records) in &outputs {
         for (_, _, v) in records {
