@@ -970,3 +970,202 @@ async fn configs_delete_records_and_describe_cluster_are_answered_at_every_versi
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn group_apis_are_answered_at_every_version_and_refuse_bad_input() -> Result<()> {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::leave_group_request::MemberIdentity;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::{
+        OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+    };
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    use kafka_protocol::messages::*;
+    let cfg =
+        KafkaConfig { initial_rebalance_delay: std::time::Duration::ZERO, ..Default::default() };
+    let s = server(cfg).await?;
+    let str = |v: &str| StrBytes::from_string(v.to_owned());
+    for v in 0..=6 {
+        let req = if v >= 4 {
+            FindCoordinatorRequest::default().with_coordinator_keys(vec![str("g")])
+        } else {
+            FindCoordinatorRequest::default().with_key(str("g"))
+        };
+        let r: FindCoordinatorResponse = ask(s.addr, ApiKey::FindCoordinator, v, "t", &req).await?;
+        let node =
+            if v >= 4 { r.coordinators.first().map(|c| c.node_id.0) } else { Some(r.node_id.0) };
+        ensure!(node == Some(10), "v{v}: {r:?}");
+    }
+    let join = |group: &str, member: &str| {
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(str(group)))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_member_id(str(member))
+            .with_protocol_type(str("consumer"))
+            .with_protocols(vec![
+                JoinGroupRequestProtocol::default()
+                    .with_name(str("range"))
+                    .with_metadata(Bytes::from_static(b"meta")),
+            ])
+    };
+    for v in 0..=9i16 {
+        let group = format!("g{v}");
+        // v4+: a member without an id is given one first (MEMBER_ID_REQUIRED).
+        let mut r: JoinGroupResponse =
+            ask(s.addr, ApiKey::JoinGroup, v, "t", &join(&group, "")).await?;
+        if v >= 4 {
+            ensure!(r.error_code == 79 && !r.member_id.is_empty(), "v{v}: {r:?}");
+            r = ask(s.addr, ApiKey::JoinGroup, v, "t", &join(&group, &r.member_id)).await?;
+        }
+        ensure!(
+            r.error_code == 0 && r.generation_id == 1 && r.leader == r.member_id,
+            "v{v}: {r:?}"
+        );
+        ensure!(r.members.len() == 1 && r.members[0].metadata.as_ref() == b"meta", "v{v}: {r:?}");
+        let me = r.member_id.clone();
+        let sv = v.min(5);
+        let sync = SyncGroupRequest::default()
+            .with_group_id(GroupId(str(&group)))
+            .with_generation_id(1)
+            .with_member_id(me.clone())
+            .with_assignments(vec![
+                SyncGroupRequestAssignment::default()
+                    .with_member_id(me.clone())
+                    .with_assignment(Bytes::from_static(b"mine")),
+            ]);
+        let r: SyncGroupResponse = ask(s.addr, ApiKey::SyncGroup, sv, "t", &sync).await?;
+        ensure!(r.error_code == 0 && r.assignment.as_ref() == b"mine", "sync v{sv}: {r:?}");
+        let hv = v.min(4);
+        let hb = |generation: i32| {
+            HeartbeatRequest::default()
+                .with_group_id(GroupId(str(&group)))
+                .with_generation_id(generation)
+                .with_member_id(me.clone())
+        };
+        let r: HeartbeatResponse = ask(s.addr, ApiKey::Heartbeat, hv, "t", &hb(1)).await?;
+        ensure!(r.error_code == 0, "heartbeat v{hv}: {r:?}");
+        let r: HeartbeatResponse = ask(s.addr, ApiKey::Heartbeat, hv, "t", &hb(7)).await?;
+        ensure!(r.error_code == 22, "a stale generation, v{hv}: {r:?}");
+        // Offsets: committed by the member at its generation, read back; a stale generation
+        // is ILLEGAL_GENERATION.
+        let cv = (v + 2).min(9);
+        let commit = |generation: i32, offset: i64| {
+            OffsetCommitRequest::default()
+                .with_group_id(GroupId(str(&group)))
+                .with_generation_id_or_member_epoch(generation)
+                .with_member_id(me.clone())
+                .with_topics(vec![
+                    OffsetCommitRequestTopic::default()
+                        .with_name(TopicName(str("orders")))
+                        .with_partitions(vec![
+                            OffsetCommitRequestPartition::default()
+                                .with_partition_index(1)
+                                .with_committed_offset(offset)
+                                .with_committed_metadata(Some(str("note"))),
+                        ]),
+                ])
+        };
+        let r: OffsetCommitResponse =
+            ask(s.addr, ApiKey::OffsetCommit, cv, "t", &commit(1, 40 + i64::from(v))).await?;
+        ensure!(r.topics[0].partitions[0].error_code == 0, "commit v{cv}: {r:?}");
+        let r: OffsetCommitResponse =
+            ask(s.addr, ApiKey::OffsetCommit, cv, "t", &commit(9, 1)).await?;
+        ensure!(r.topics[0].partitions[0].error_code == 22, "stale commit v{cv}: {r:?}");
+        let fv = (v + 1).min(9);
+        let fetch = if fv >= 8 {
+            OffsetFetchRequest::default().with_groups(vec![
+                OffsetFetchRequestGroup::default().with_group_id(GroupId(str(&group))).with_topics(
+                    Some(vec![
+                        OffsetFetchRequestTopics::default()
+                            .with_name(TopicName(str("orders")))
+                            .with_partition_indexes(vec![1, 2]),
+                    ]),
+                ),
+            ])
+        } else {
+            OffsetFetchRequest::default().with_group_id(GroupId(str(&group))).with_topics(Some(
+                vec![
+                    OffsetFetchRequestTopic::default()
+                        .with_name(TopicName(str("orders")))
+                        .with_partition_indexes(vec![1, 2]),
+                ],
+            ))
+        };
+        let r: OffsetFetchResponse = ask(s.addr, ApiKey::OffsetFetch, fv, "t", &fetch).await?;
+        let got: Vec<(i64, Option<String>)> = if fv >= 8 {
+            r.groups[0].topics[0]
+                .partitions
+                .iter()
+                .map(|p| (p.committed_offset, p.metadata.as_ref().map(|m| m.to_string())))
+                .collect()
+        } else {
+            r.topics[0]
+                .partitions
+                .iter()
+                .map(|p| (p.committed_offset, p.metadata.as_ref().map(|m| m.to_string())))
+                .collect()
+        };
+        ensure!(
+            got == [(40 + i64::from(v), Some("note".to_owned())), (-1, Some(String::new()))],
+            "fetch v{fv}: {got:?}"
+        );
+        let lv = v.min(5);
+        let leave = if lv >= 3 {
+            LeaveGroupRequest::default()
+                .with_group_id(GroupId(str(&group)))
+                .with_members(vec![MemberIdentity::default().with_member_id(me.clone())])
+        } else {
+            LeaveGroupRequest::default()
+                .with_group_id(GroupId(str(&group)))
+                .with_member_id(me.clone())
+        };
+        let r: LeaveGroupResponse = ask(s.addr, ApiKey::LeaveGroup, lv, "t", &leave).await?;
+        let code =
+            if lv >= 3 { r.members.first().map_or(-1, |m| m.error_code) } else { r.error_code };
+        ensure!(code == 0, "leave v{lv}: {r:?}");
+    }
+    // A live group is listed and described; an empty one can be deleted (its offsets go).
+    let r: JoinGroupResponse = ask(s.addr, ApiKey::JoinGroup, 3, "t", &join("live", "")).await?;
+    ensure!(r.error_code == 0, "{r:?}");
+    for v in 0..=5 {
+        let r: ListGroupsResponse =
+            ask(s.addr, ApiKey::ListGroups, v, "t", &ListGroupsRequest::default()).await?;
+        ensure!(r.groups.iter().any(|g| g.group_id.0.as_str() == "live"), "list v{v}: {r:?}");
+        let req = DescribeGroupsRequest::default()
+            .with_groups(vec![GroupId(str("live")), GroupId(str("g0"))]);
+        let r: DescribeGroupsResponse = ask(s.addr, ApiKey::DescribeGroups, v, "t", &req).await?;
+        ensure!(
+            r.groups[0].members.len() == 1 && r.groups[0].protocol_data.as_str() == "range",
+            "describe v{v}: {r:?}"
+        );
+    }
+    for v in 0..=2 {
+        let req = DeleteGroupsRequest::default()
+            .with_groups_names(vec![GroupId(str("live")), GroupId(str(&format!("g{}", v + 3)))]);
+        let r: DeleteGroupsResponse = ask(s.addr, ApiKey::DeleteGroups, v, "t", &req).await?;
+        let codes: Vec<i16> = r.results.iter().map(|g| g.error_code).collect();
+        ensure!(codes == [68, 0], "delete v{v}: a group with members, one without: {codes:?}");
+    }
+    // A group id too long to hold offsets under, and an empty one.
+    let long = "x".repeat(10_000);
+    for group in [long.as_str(), ""] {
+        let r: JoinGroupResponse = ask(s.addr, ApiKey::JoinGroup, 5, "t", &join(group, "")).await?;
+        ensure!(r.error_code == 24, "{} bytes: {r:?}", group.len());
+        let commit = OffsetCommitRequest::default()
+            .with_group_id(GroupId(str(group)))
+            .with_generation_id_or_member_epoch(-1)
+            .with_topics(vec![
+                OffsetCommitRequestTopic::default()
+                    .with_name(TopicName(str("orders")))
+                    .with_partitions(vec![
+                        OffsetCommitRequestPartition::default().with_committed_offset(1),
+                    ]),
+            ]);
+        let r: OffsetCommitResponse = ask(s.addr, ApiKey::OffsetCommit, 8, "t", &commit).await?;
+        ensure!(r.topics[0].partitions[0].error_code == 24, "{} bytes: {r:?}", group.len());
+    }
+    Ok(())
+}
