@@ -452,8 +452,16 @@ pub(crate) async fn describe_groups(
             continue;
         }
         match groups.describe(&name) {
-            // A group this coordinator holds no members of is Dead, as Kafka says.
-            None => d.group_state = s("Dead"),
+            // No members here: Empty if the group has committed offsets, else Dead, as Kafka
+            // says.
+            None => {
+                let has_offsets =
+                    broker.committed_offsets(&name, None).await.is_ok_and(|o| !o.is_empty());
+                d.group_state = s(if has_offsets { "Empty" } else { "Dead" });
+                if has_offsets {
+                    d.protocol_type = s("consumer");
+                }
+            }
             Some(x) => {
                 d.group_state = s(x.state.name());
                 d.protocol_type = s(x.protocol_type);

@@ -8,6 +8,7 @@
 //! The composition root: the only crate that may depend on service crates.
 
 mod bench;
+mod groups;
 mod maintenance;
 mod streams;
 
@@ -109,6 +110,15 @@ enum Command {
         #[command(subcommand)]
         command: CleanerCommand,
     },
+    /// Kafka consumer groups: members, committed offsets and lag; reset and delete.
+    Group {
+        /// A Kafka listener of the cluster (any writer's); the group's coordinator is found
+        /// through it.
+        #[arg(long, global = true, env = "LAKELOG_KAFKA", default_value = "127.0.0.1:9092")]
+        kafka: String,
+        #[command(subcommand)]
+        command: GroupCommand,
+    },
     /// Durable cursors on a log: mark-delete position, individual acks, backlog.
     Cursor {
         #[command(subcommand)]
@@ -181,6 +191,32 @@ enum StreamCommand {
     },
     /// Delete a stream (its logs are marked deleted).
     Delete { name: String },
+}
+
+#[derive(Subcommand, Debug)]
+enum GroupCommand {
+    /// Every group a coordinator holds members of, as `group<TAB>state<TAB>protocol type`.
+    List,
+    /// A group's state, members and their partitions, and per partition its committed offset,
+    /// the partition's end and the lag.
+    Describe { group: String },
+    /// Move an inactive group's committed offsets on one topic.
+    Reset {
+        group: String,
+        #[arg(long)]
+        topic: String,
+        /// To each partition's first offset.
+        #[arg(long, conflicts_with_all = ["to_latest", "to_offset"], required_unless_present_any = ["to_latest", "to_offset"])]
+        to_earliest: bool,
+        /// To each partition's end: only new records are consumed.
+        #[arg(long, conflicts_with = "to_offset")]
+        to_latest: bool,
+        /// To this offset on every partition (a partition's nearest end where it is outside it).
+        #[arg(long)]
+        to_offset: Option<u64>,
+    },
+    /// Delete an inactive group and its committed offsets.
+    Delete { group: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -514,6 +550,25 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             cursor_command(&c, &r, command).await
         }
+        Command::Group { kafka, command } => match command {
+            GroupCommand::List => groups::list(&kafka).await,
+            GroupCommand::Describe { group } => {
+                let catalog = client::CatalogClient::connect(&cli.endpoint).await?;
+                let logs = LogClient::connect(&cli.endpoint).await?;
+                groups::describe(&kafka, &catalog, &logs, &group).await
+            }
+            GroupCommand::Reset { group, topic, to_earliest, to_latest, to_offset } => {
+                let to = match (to_earliest, to_latest, to_offset) {
+                    (_, _, Some(o)) => groups::ResetTo::Offset(o),
+                    (_, true, _) => groups::ResetTo::Latest,
+                    _ => groups::ResetTo::Earliest,
+                };
+                let catalog = client::CatalogClient::connect(&cli.endpoint).await?;
+                let logs = LogClient::connect(&cli.endpoint).await?;
+                groups::reset(&kafka, &catalog, &logs, &group, &topic, to).await
+            }
+            GroupCommand::Delete { group } => groups::delete(&kafka, &group).await,
+        },
         Command::Stream { command } => {
             let c = client::CatalogClient::connect(&cli.endpoint).await?;
             stream_command(&c, command).await

@@ -694,3 +694,106 @@ fn the_java_kafka_client_with_its_defaults_produces_100000_records_and_reads_eac
     ensure!(consumed.lines().count() == 100_000, "{} lines", consumed.lines().count());
     Ok(())
 }
+
+/// `lakelog group`: a confluent-kafka member consumes and commits; `describe` shows it, its
+/// partitions, committed offsets and lag; `reset` is refused while it is active and moves the
+/// offsets once it left, and a new member then starts there; `delete` removes the group, and a
+/// second delete is one clear line.
+#[test]
+fn lakelog_group_lists_describes_resets_and_deletes_a_kafka_consumer_group() -> Result<()> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let dir = tempfile::tempdir()?;
+    let s = Standalone::start(dir.path(), testkit::free_port()?)?;
+    s.ok(&["stream", "create", "ev", "--partitions", "2"], "")?;
+    let lines: String = (0..40).map(|i| format!("k{i}:v{i}\n")).collect();
+    testkit::kcat(&["-b", &s.kafka, "-P", "-t", "ev", "-K:"], &lines)?;
+    let out = dir.path().join("member.txt");
+    let member = || {
+        Command::new(format!("{root}/.tools/venv/bin/python"))
+            .arg(format!("{root}/e2e/kafka/group_consumer.py"))
+            .args([s.kafka.as_str(), "ev", "app"])
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("confluent-kafka (`make deps` installs it in .tools/venv)")
+    };
+    let consumed = |path: &Path| {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .count()
+    };
+    let group = |args: &[&str]| -> Result<String> {
+        let mut all = vec!["group", "--kafka", s.kafka.as_str()];
+        all.extend_from_slice(args);
+        s.ok(&all, "")
+    };
+    let mut m = member()?;
+    let start = std::time::Instant::now();
+    while consumed(&out) < 40 {
+        ensure!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "the member consumed {}",
+            consumed(&out)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2)); // its auto-commit (500 ms)
+    ensure!(group(&["list"])?.starts_with("app\tStable\tconsumer"), "{}", group(&["list"])?);
+    let d = group(&["describe", "app"])?;
+    ensure!(
+        d.contains("state:    Stable") && d.contains("members:  1") && d.contains("ev:0,1"),
+        "{d}"
+    );
+    let ends: Vec<&str> = d.lines().filter(|l| l.starts_with("ev\t")).collect();
+    ensure!(
+        ends.len() == 2 && ends.iter().all(|l| l.ends_with("\t0")),
+        "committed at the end, lag 0:\n{d}"
+    );
+    let (code, err) = s.err(
+        &["group", "--kafka", &s.kafka, "reset", "app", "--topic", "ev", "--to-earliest"],
+        "",
+    )?;
+    ensure!(
+        code == 1 && err.starts_with("lakelog: FAILED_PRECONDITION") && err.lines().count() == 1,
+        "{err}"
+    );
+    std::fs::write(dir.path().join("member.txt.stop"), "")?;
+    m.wait()?;
+    let reset = group(&["reset", "app", "--topic", "ev", "--to-earliest"])?;
+    ensure!(reset == "ev\t0\t0\nev\t1\t0\n", "{reset}");
+    let d = group(&["describe", "app"])?;
+    ensure!(d.contains("state:    Empty") && d.contains("members:  0"), "{d}");
+    let lag: u64 = d
+        .lines()
+        .filter(|l| l.starts_with("ev\t"))
+        .filter_map(|l| l.rsplit('\t').next()?.parse::<u64>().ok())
+        .sum();
+    ensure!(lag == 40, "after the reset the lag is every record: {lag}\n{d}");
+    // A new member of the group starts at the reset offsets: all 40 again.
+    let again = dir.path().join("again.txt");
+    let mut m2 = Command::new(format!("{root}/.tools/venv/bin/python"))
+        .arg(format!("{root}/e2e/kafka/group_consumer.py"))
+        .args([s.kafka.as_str(), "ev", "app"])
+        .arg(&again)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let start = std::time::Instant::now();
+    while consumed(&again) < 40 {
+        ensure!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "the new member consumed {}",
+            consumed(&again)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    std::fs::write(dir.path().join("again.txt.stop"), "")?;
+    m2.wait()?;
+    group(&["delete", "app"])?;
+    let (code, err) = s.err(&["group", "--kafka", &s.kafka, "delete", "app"], "")?;
+    ensure!(code == 1 && err.contains("GroupIdNotFound") && err.lines().count() == 1, "{err}");
+    Ok(())
+}
