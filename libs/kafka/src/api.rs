@@ -20,8 +20,8 @@ use kafka_protocol::messages::{
     FetchRequest, FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
     InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse, OffsetCommitRequest,
-    OffsetFetchRequest, ProduceRequest, ProducerId, RequestHeader, ResponseHeader,
-    SyncGroupRequest, TopicName,
+    OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, ProducerId, RequestHeader,
+    ResponseHeader, SyncGroupRequest, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -53,6 +53,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// Why a request closes its connection instead of being answered.
@@ -175,6 +176,10 @@ pub async fn admit(
             let resp = crate::group_api::describe_groups(*req, broker.as_ref(), &groups).await;
             encode_response(ApiKey::DescribeGroups, version, id, &resp).map(Some)
         })),
+        Request::OffsetDelete(req) => Ok(Box::pin(async move {
+            let resp = crate::group_api::offset_delete(*req, broker.as_ref(), &groups).await;
+            encode_response(ApiKey::OffsetDelete, version, id, &resp).map(Some)
+        })),
         Request::DeleteGroups(req) => Ok(Box::pin(async move {
             let resp = crate::group_api::delete_groups(*req, broker.as_ref(), &groups).await;
             encode_response(ApiKey::DeleteGroups, version, id, &resp).map(Some)
@@ -229,6 +234,7 @@ pub enum Request {
     ListGroups(Box<ListGroupsRequest>),
     DescribeGroups(Box<DescribeGroupsRequest>),
     DeleteGroups(Box<DeleteGroupsRequest>),
+    OffsetDelete(Box<OffsetDeleteRequest>),
     Metadata(Box<MetadataRequest>),
     Fetch(Box<FetchRequest>),
     ListOffsets(Box<ListOffsetsRequest>),
@@ -341,6 +347,9 @@ pub fn decode(frame: &Bytes) -> Result<Decoded, Close> {
         )),
         ApiKey::DeleteGroups => Request::DeleteGroups(Box::new(
             DeleteGroupsRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::OffsetDelete => Request::OffsetDelete(Box::new(
+            OffsetDeleteRequest::decode(&mut buf, version).map_err(malformed)?,
         )),
         _ => return Err(Close::UnknownApi(key)),
     };

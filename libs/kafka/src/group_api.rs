@@ -507,3 +507,46 @@ pub(crate) async fn delete_groups(
     }
     DeleteGroupsResponse::default().with_results(results)
 }
+
+/// Kafka's GROUP_SUBSCRIBED_TO_TOPIC.
+const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
+
+/// OffsetDelete: a group's committed offsets on the partitions named, unless a member
+/// subscribes to the topic (GROUP_SUBSCRIBED_TO_TOPIC, as Kafka).
+pub(crate) async fn offset_delete(
+    req: kafka_protocol::messages::OffsetDeleteRequest,
+    broker: &dyn Broker,
+    groups: &Groups,
+) -> kafka_protocol::messages::OffsetDeleteResponse {
+    use kafka_protocol::messages::offset_delete_response::{
+        OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+    };
+    let group = req.group_id.0.to_string();
+    let mut resp = kafka_protocol::messages::OffsetDeleteResponse::default();
+    if let Some(e) = check_coordinator(broker, groups, &group).await {
+        resp.error_code = e;
+        return resp;
+    }
+    let subscribed = groups.subscribed(&group).unwrap_or_default();
+    for t in req.topics {
+        let topic = t.name.0.to_string();
+        let busy = subscribed.iter().any(|s| *s == topic || s == "*");
+        let mut partitions = Vec::with_capacity(t.partitions.len());
+        for p in t.partitions {
+            let code = if busy {
+                GROUP_SUBSCRIBED_TO_TOPIC
+            } else {
+                broker.delete_offset(&group, &topic, p.partition_index).await
+            };
+            partitions.push(
+                OffsetDeleteResponsePartition::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(code),
+            );
+        }
+        resp.topics.push(
+            OffsetDeleteResponseTopic::default().with_name(t.name).with_partitions(partitions),
+        );
+    }
+    resp
+}

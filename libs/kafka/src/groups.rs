@@ -719,6 +719,37 @@ impl Groups {
         })
     }
 
+    /// The topics the group's members subscribe to (their consumer-protocol metadata), or
+    /// `None` when it has no members. A member whose metadata does not parse counts as
+    /// subscribed to everything (`Some` with `"*"`), so nothing it may read is deleted.
+    pub fn subscribed(&self, group: &str) -> Option<Vec<String>> {
+        use kafka_protocol::protocol::Decodable;
+        let groups = self.lock();
+        let g = groups.get(group).filter(|g| !g.members.is_empty())?;
+        let mut topics = Vec::new();
+        for m in g.members.values() {
+            for (_, meta) in &m.protocols {
+                let mut b = meta.clone();
+                let parsed = (b.len() >= 2)
+                    .then(|| {
+                        let version = bytes::Buf::get_i16(&mut b).clamp(0, 3);
+                        kafka_protocol::messages::ConsumerProtocolSubscription::decode(
+                            &mut b, version,
+                        )
+                        .ok()
+                    })
+                    .flatten();
+                match parsed {
+                    Some(s) => topics.extend(s.topics.iter().map(|t| t.to_string())),
+                    None => topics.push("*".to_owned()),
+                }
+            }
+        }
+        topics.sort();
+        topics.dedup();
+        Some(topics)
+    }
+
     /// Whether the group has members now (DeleteGroups refuses those: NON_EMPTY_GROUP).
     pub fn has_members(&self, group: &str) -> bool {
         self.lock().get(group).is_some_and(|g| !g.members.is_empty())

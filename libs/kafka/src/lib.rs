@@ -284,6 +284,9 @@ pub trait Broker: Send + Sync + 'static {
     /// Deletes every committed offset of a group (DeleteGroups); how many there were.
     async fn delete_offsets(&self, group: &str) -> Result<usize, i16>;
 
+    /// Deletes a group's committed offset on one partition (OffsetDelete); Kafka's error code.
+    async fn delete_offset(&self, group: &str, topic: &str, partition: i32) -> i16;
+
     /// ListOffsets: the offset for `timestamp` (-2: the log start, -1: the high watermark;
     /// otherwise the first entry whose timestamp is at or after it, or the high watermark),
     /// and the timestamp it answers with (-1 for -2 and -1).

@@ -898,6 +898,24 @@ impl kafka::Broker for WriterBroker {
         Ok(deleted)
     }
 
+    async fn delete_offset(&self, group: &str, topic: &str, partition: i32) -> i16 {
+        let Some(name) = kafka::groups::cursor_name(group) else {
+            return kafka::groups::errors::INVALID_GROUP_ID;
+        };
+        let logs = match self.partition_logs(topic).await {
+            Ok(l) => l,
+            Err(_) => return code::UNKNOWN_TOPIC_OR_PARTITION,
+        };
+        let Some(log) = usize::try_from(partition).ok().and_then(|p| logs.get(p).copied()) else {
+            return code::UNKNOWN_TOPIC_OR_PARTITION;
+        };
+        match logstore::LogCursor::delete(self.storage.reader(), log, &name).await {
+            // No offset there: nothing to delete, as Kafka answers.
+            Ok(()) | Err(LogError::CursorNotFound { .. }) => code::NONE,
+            Err(e) => refused(e).code,
+        }
+    }
+
     async fn list_offset(
         &self,
         topic: &str,

@@ -299,6 +299,12 @@ impl Broker for FakeBroker {
         Ok(before - stored.len())
     }
 
+    async fn delete_offset(&self, group: &str, topic: &str, partition: i32) -> i16 {
+        let mut stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
+        stored.remove(&(group.to_owned(), topic.to_owned(), partition));
+        0
+    }
+
     async fn list_offset(
         &self,
         _topic: &str,
@@ -1142,6 +1148,25 @@ async fn group_apis_are_answered_at_every_version_and_refuse_bad_input() -> Resu
             "describe v{v}: {r:?}"
         );
     }
+    // OffsetDelete: refused while a member may read the topic (its metadata does not say
+    // otherwise), done for a group with no members.
+    let del = |group: &str| {
+        OffsetDeleteRequest::default().with_group_id(GroupId(str(group))).with_topics(vec![
+            offset_delete_request::OffsetDeleteRequestTopic::default()
+                .with_name(TopicName(str("orders")))
+                .with_partitions(vec![
+                    offset_delete_request::OffsetDeleteRequestPartition::default()
+                        .with_partition_index(1),
+                ]),
+        ])
+    };
+    let r: OffsetDeleteResponse = ask(s.addr, ApiKey::OffsetDelete, 0, "t", &del("live")).await?;
+    ensure!(r.topics[0].partitions[0].error_code == 86, "{r:?}");
+    let r: OffsetDeleteResponse = ask(s.addr, ApiKey::OffsetDelete, 0, "t", &del("g9")).await?;
+    ensure!(r.error_code == 0 && r.topics[0].partitions[0].error_code == 0, "{r:?}");
+    let stored =
+        s.broker.offsets.lock().map(|o| o.keys().any(|(g, _, _)| g == "g9")).unwrap_or(true);
+    ensure!(!stored, "g9's offset is still stored");
     for v in 0..=2 {
         let req = DeleteGroupsRequest::default()
             .with_groups_names(vec![GroupId(str("live")), GroupId(str(&format!("g{}", v + 3)))]);
