@@ -6,7 +6,6 @@
 
 pub use logservice::{service, status};
 
-pub mod kafka;
 pub mod metrics;
 
 use std::future::Future;
@@ -89,7 +88,8 @@ pub async fn run_with(
         )
         .await?;
         let broker = Arc::new(
-            kafka::WriterBroker::new(catalog, &node.cluster, storage.clone()).with_node_id(node_id),
+            brokers::LogBroker::writer(catalog, &node.cluster, storage.clone())
+                .with_node_id(node_id),
         );
         let cfg = ::kafka::KafkaConfig {
             max_frame_bytes: usize::try_from(k.max_request_size.0).unwrap_or(usize::MAX),

@@ -275,7 +275,7 @@ async fn kafka_idempotent_batches_are_appended_once_and_answered_with_their_firs
     let cluster = s.storage.config().cluster.clone();
     let catalog = catalog::Catalog::new(s.storage.metadata(), s.storage.reader().clone(), &cluster);
     catalog.create("idem", 1, Default::default()).await?;
-    let broker = writer::kafka::WriterBroker::new(catalog.clone(), &cluster, s.storage.clone());
+    let broker = brokers::LogBroker::writer(catalog.clone(), &cluster, s.storage.clone());
     let produce = |epoch: i16, seq: i32, n: usize| {
         let broker = broker.clone();
         async move {
@@ -327,9 +327,9 @@ async fn kafka_idempotent_state_survives_a_change_of_owner() -> Result<()> {
     };
     let broker = |storage: &LogStorage| {
         let catalog = catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &cluster);
-        (catalog.clone(), writer::kafka::WriterBroker::new(catalog, &cluster, storage.clone()))
+        (catalog.clone(), brokers::LogBroker::writer(catalog, &cluster, storage.clone()))
     };
-    let produce = |broker: writer::kafka::WriterBroker, seq: i32, n: usize| async move {
+    let produce = |broker: brokers::LogBroker, seq: i32, n: usize| async move {
         let batch = idempotent_batch(0, seq, n)?;
         let header = recordbatch::validate(&batch)?;
         anyhow::Ok(match broker.produce("moving", 0, None, batch, &header).await {

@@ -1,7 +1,12 @@
-//! The writer as a Kafka broker (ARCHITECTURE §11): what the Kafka front end asks of it,
-//! answered from the catalog and the live writers. Topics are streams; partition p is the
-//! stream's log p; a partition's leader is the writer the routing function picks for the
-//! client's zone, named by its node id; brokers are the live writers that serve Kafka.
+//! The roles' Kafka brokers (ARCHITECTURE §11): what the Kafka front end asks of a writer or
+//! a reader, answered from the catalog, the logs and the live members. Topics are streams;
+//! partition p is the stream's log p; a partition's leader is the writer the routing function
+//! picks for the client's zone, named by its node id; brokers are the live members that serve
+//! Kafka. A writer's broker takes produce (with Kafka's idempotence, carried across owner
+//! changes) for the partitions it owns; a reader's is read-only: it fetches any partition
+//! from object storage and answers produce NOT_LEADER_OR_FOLLOWER.
+//!
+//! Depends on libs only: the writer and reader roles both build theirs from here.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,14 +21,17 @@ use kafka::{
     BrokerError, BrokerNode, CommittedOffset, Fetched, OffsetCommit, PartitionInfo, Produced,
     Refused, TopicInfo, TopicSettings, code,
 };
-use logstore::{LogError, LogId, LogStorage};
+use logstore::{LogError, LogId, LogReader, LogStorage};
 
-/// The Kafka broker of one writer (or standalone).
+/// The Kafka broker of one writer (or standalone), or of one reader.
 #[derive(Clone, Debug)]
-pub struct WriterBroker {
+pub struct LogBroker {
     catalog: Catalog,
     cluster: String,
-    storage: LogStorage,
+    /// Reads of the logs (a writer's own reader, with its tail cache).
+    reader: LogReader,
+    /// A writer's log storage; `None` for a reader.
+    storage: Option<LogStorage>,
     /// Idempotent producers' state per (log, slot) this writer serves.
     producers: Arc<Mutex<HashMap<(LogId, String), SlotProducers>>>,
     /// Producer ids this writer may hand out (a block from the metadata store).
@@ -75,11 +83,28 @@ const LOAD_WAIT: Duration = Duration::from_secs(10);
 /// Bytes of the log read at a time when replaying its batch headers.
 const REPLAY_PAGE_BYTES: u64 = 8 << 20;
 
-impl WriterBroker {
-    pub fn new(catalog: Catalog, cluster: &str, storage: LogStorage) -> Self {
-        WriterBroker {
+impl LogBroker {
+    /// A writer's broker.
+    pub fn writer(catalog: Catalog, cluster: &str, storage: LogStorage) -> Self {
+        let reader = storage.reader().clone();
+        LogBroker::new(catalog, cluster, reader, Some(storage))
+    }
+
+    /// A reader's broker: read-only.
+    pub fn reader(catalog: Catalog, cluster: &str, reader: LogReader) -> Self {
+        LogBroker::new(catalog, cluster, reader, None)
+    }
+
+    fn new(
+        catalog: Catalog,
+        cluster: &str,
+        reader: LogReader,
+        storage: Option<LogStorage>,
+    ) -> Self {
+        LogBroker {
             catalog,
             cluster: cluster.to_owned(),
+            reader,
             storage,
             producers: Default::default(),
             producer_ids: Arc::new(tokio::sync::Mutex::new(0..0)),
@@ -111,7 +136,7 @@ impl WriterBroker {
     ) -> Result<(i64, i64), Refused> {
         let fallback = Ok((to_i64(entry.offset)?, entry.timestamp));
         let entries = self
-            .storage
+            .reader
             .read_entries(log, entry.offset, MAX_FETCH_RECORDS, SCAN_BYTES)
             .await
             .map_err(refused)?;
@@ -138,7 +163,7 @@ impl WriterBroker {
     async fn ready(&self, log: LogId, slot: &str) -> Result<i64, Refused> {
         let key = (log, slot.to_owned());
         for _ in 0..3 {
-            let served = self.storage.served_epoch(log, slot);
+            let served = self.store()?.served_epoch(log, slot);
             let loading = {
                 let mut map = lock(&self.producers);
                 match map.get(&key) {
@@ -192,8 +217,8 @@ impl WriterBroker {
             Refused::new(code::NOT_LEADER_OR_FOLLOWER, format!("{what}: {e}"))
         };
         // Fence the previous owner's slot first: nothing it commits after is missed.
-        let (epoch, end) = self.storage.serve_slot(log, slot).await.map_err(refused)?;
-        let reader = self.storage.reader();
+        let (epoch, end) = self.store()?.serve_slot(log, slot).await.map_err(refused)?;
+        let reader = &self.reader;
         // No checkpoint: no tenure ever accepted an idempotent batch in this slot (each saves
         // one before it does), so there is nothing to replay.
         let (mut producers, from) = match logstore::slot_state::load(reader, log, slot).await {
@@ -208,7 +233,7 @@ impl WriterBroker {
             },
             Err(e) => return Err(unavailable("producer state checkpoint unreadable", e)),
         };
-        let start = self.storage.info(log).await.map_err(refused)?.first_offset;
+        let start = self.reader.info(log).await.map_err(refused)?.first_offset;
         let mut at = from.max(start);
         'replay: while at < end {
             let entries = reader
@@ -298,7 +323,7 @@ impl WriterBroker {
     }
 
     async fn checkpoint(&self, log: LogId, slot: &str, epoch: i64) -> Result<(), LogError> {
-        let reader = self.storage.reader();
+        let reader = &self.reader;
         let key = (log, slot.to_owned());
         let Some(end) = logstore::slot_state::end_if_served(reader, log, slot, epoch).await? else {
             // Another owner took the slot, or the log is gone: this state is stale.
@@ -374,7 +399,7 @@ impl WriterBroker {
             Err(e) => return Err(Refused::new(code::NOT_LEADER_OR_FOLLOWER, e.to_string())),
         };
         match &route.owner {
-            Some(o) if o.id == self.storage.config().writer_id => {
+            Some(o) if self.storage.as_ref().is_some_and(|s| o.id == s.config().writer_id) => {
                 Ok((route.log, route.slot, route.props))
             }
             Some(o) => Err(Refused {
@@ -384,6 +409,40 @@ impl WriterBroker {
             }),
             None => Err(Refused::new(code::NOT_LEADER_OR_FOLLOWER, "no writer lives")),
         }
+    }
+
+    /// The log of a partition this broker serves reads of: a writer those it leads, a reader
+    /// any.
+    async fn readable(
+        &self,
+        topic: &str,
+        partition: i32,
+        zone: Option<&str>,
+    ) -> Result<LogId, Refused> {
+        if self.storage.is_some() {
+            return Ok(self.led(topic, partition, zone).await?.0);
+        }
+        let unknown = || {
+            Refused::new(
+                code::UNKNOWN_TOPIC_OR_PARTITION,
+                format!("topic {topic} has no partition {partition}"),
+            )
+        };
+        let p = u32::try_from(partition).map_err(|_| unknown())?;
+        match self.catalog.route(topic, p).await {
+            Ok(log) => Ok(log),
+            Err(CatalogError::NotFound(_)) | Err(CatalogError::InvalidArgument(_)) => {
+                Err(unknown())
+            }
+            Err(e) => Err(Refused::new(code::NOT_LEADER_OR_FOLLOWER, e.to_string())),
+        }
+    }
+
+    /// A writer's log storage; a reader takes no writes.
+    fn store(&self) -> Result<&LogStorage, Refused> {
+        self.storage
+            .as_ref()
+            .ok_or_else(|| Refused::new(code::NOT_LEADER_OR_FOLLOWER, "a reader takes no writes"))
     }
 
     async fn writers(&self) -> Result<Vec<routing::Member>, BrokerError> {
@@ -439,7 +498,7 @@ impl WriterBroker {
 }
 
 #[async_trait::async_trait]
-impl kafka::Broker for WriterBroker {
+impl kafka::Broker for LogBroker {
     fn cluster_id(&self) -> String {
         self.cluster.clone()
     }
@@ -511,13 +570,13 @@ impl kafka::Broker for WriterBroker {
         let p = header.producer;
         if p.producer_id < 0 {
             let committing = self
-                .storage
+                .store()?
                 .submit_in_slot(
                     log,
                     &slot,
                     record_count,
                     batch,
-                    conditions(header, self.storage.now_ms(), None)?,
+                    conditions(header, self.store()?.now_ms(), None)?,
                 )
                 .await
                 .map_err(refused)?;
@@ -539,13 +598,13 @@ impl kafka::Broker for WriterBroker {
         }
         // Commits only in this tenure: the state checked belongs to it.
         let committing = self
-            .storage
+            .store()?
             .submit_in_slot(
                 log,
                 &key.1,
                 record_count,
                 batch,
-                conditions(header, self.storage.now_ms(), Some(epoch))?,
+                conditions(header, self.store()?.now_ms(), Some(epoch))?,
             )
             .await
             .map_err(refused)?;
@@ -572,7 +631,7 @@ impl kafka::Broker for WriterBroker {
         let mut ids = self.producer_ids.lock().await;
         if ids.is_empty() {
             *ids = logstore::membership::producer_ids(
-                self.storage.metadata().as_ref(),
+                self.reader.meta().as_ref(),
                 &self.cluster,
                 PRODUCER_ID_BLOCK,
             )
@@ -595,8 +654,8 @@ impl kafka::Broker for WriterBroker {
         offset: i64,
         max_bytes: usize,
     ) -> Result<Fetched, Refused> {
-        let (log, _) = self.led(topic, partition, zone).await?;
-        let info = self.storage.info(log).await.map_err(refused)?;
+        let log = self.readable(topic, partition, zone).await?;
+        let info = self.reader.info(log).await.map_err(refused)?;
         let (hw, start) = (to_i64(info.next_offset)?, to_i64(info.first_offset)?);
         if offset < start || offset > hw {
             return Err(Refused::new(
@@ -610,7 +669,7 @@ impl kafka::Broker for WriterBroker {
             return Ok(fetched);
         }
         let entries = self
-            .storage
+            .reader
             .read_entries(log, offset as u64, MAX_FETCH_RECORDS, max_bytes as u64)
             .await
             .map_err(refused)?;
@@ -631,7 +690,7 @@ impl kafka::Broker for WriterBroker {
     }
 
     async fn wait_for(&self, targets: Vec<(String, i32, i64)>, max_wait: std::time::Duration) {
-        let reader = self.storage.reader();
+        let reader = &self.reader;
         let mut waits = Vec::with_capacity(targets.len());
         for (topic, partition, offset) in targets {
             let (Ok(p), Ok(offset)) = (u32::try_from(partition), u64::try_from(offset)) else {
@@ -744,15 +803,13 @@ impl kafka::Broker for WriterBroker {
     ) -> Result<i64, Refused> {
         let (log, _) = self.led(topic, partition, zone).await?;
         let to = match offset {
-            -1 => self.storage.info(log).await.map_err(refused)?.next_offset,
+            -1 => self.reader.info(log).await.map_err(refused)?.next_offset,
             o => u64::try_from(o)
                 .map_err(|_| Refused::new(code::OFFSET_OUT_OF_RANGE, format!("offset {o}")))?,
         };
         // A soft trim: the records below become unreadable at once; retention's hard trim and
         // the cleaner reclaim their storage later.
-        let start = logstore::retention::soft_trim(self.storage.reader(), log, to)
-            .await
-            .map_err(refused)?;
+        let start = logstore::retention::soft_trim(&self.reader, log, to).await.map_err(refused)?;
         to_i64(start)
     }
 
@@ -779,7 +836,7 @@ impl kafka::Broker for WriterBroker {
         let Some(name) = kafka::groups::cursor_name(group) else {
             return vec![kafka::groups::errors::INVALID_GROUP_ID; offsets.len()];
         };
-        let reader = self.storage.reader();
+        let reader = &self.reader;
         let mut logs: HashMap<String, Result<Vec<LogId>, i16>> = HashMap::new();
         let mut out = Vec::with_capacity(offsets.len());
         for o in offsets {
@@ -828,7 +885,7 @@ impl kafka::Broker for WriterBroker {
     ) -> Result<Vec<CommittedOffset>, i16> {
         let name =
             kafka::groups::cursor_name(group).ok_or(kafka::groups::errors::INVALID_GROUP_ID)?;
-        let reader = self.storage.reader();
+        let reader = &self.reader;
         let all = partitions.is_none();
         let asked: Vec<(String, Vec<i32>)> = match partitions {
             Some(p) => p,
@@ -883,7 +940,7 @@ impl kafka::Broker for WriterBroker {
     async fn delete_offsets(&self, group: &str) -> Result<usize, i16> {
         let name =
             kafka::groups::cursor_name(group).ok_or(kafka::groups::errors::INVALID_GROUP_ID)?;
-        let reader = self.storage.reader();
+        let reader = &self.reader;
         let streams = self.catalog.list().await.map_err(|_| code::UNKNOWN_SERVER_ERROR)?;
         let mut deleted = 0;
         for s in streams {
@@ -909,7 +966,7 @@ impl kafka::Broker for WriterBroker {
         let Some(log) = usize::try_from(partition).ok().and_then(|p| logs.get(p).copied()) else {
             return code::UNKNOWN_TOPIC_OR_PARTITION;
         };
-        match logstore::LogCursor::delete(self.storage.reader(), log, &name).await {
+        match logstore::LogCursor::delete(&self.reader, log, &name).await {
             // No offset there: nothing to delete, as Kafka answers.
             Ok(()) | Err(LogError::CursorNotFound { .. }) => code::NONE,
             Err(e) => refused(e).code,
@@ -923,9 +980,9 @@ impl kafka::Broker for WriterBroker {
         zone: Option<&str>,
         timestamp: i64,
     ) -> Result<(i64, i64), Refused> {
-        let (log, _) = self.led(topic, partition, zone).await?;
-        let info = self.storage.info(log).await.map_err(refused)?;
-        let reader = self.storage.reader();
+        let log = self.readable(topic, partition, zone).await?;
+        let info = self.reader.info(log).await.map_err(refused)?;
+        let reader = &self.reader;
         match timestamp {
             // -4, earliest local (KIP-405): all of the log is as near as any of it.
             -2 | -4 => Ok((to_i64(info.first_offset)?, -1)),
