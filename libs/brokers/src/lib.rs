@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use catalog::{Catalog, CatalogError, StreamInfo, StreamProps, Target};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -36,8 +36,10 @@ pub struct LogBroker {
     producers: Arc<Mutex<HashMap<(LogId, String), SlotProducers>>>,
     /// Producer ids this writer may hand out (a block from the metadata store).
     producer_ids: Arc<tokio::sync::Mutex<std::ops::Range<i64>>>,
-    /// This writer's Kafka node id (-1 until [`with_node_id`](Self::with_node_id)).
+    /// This broker's Kafka node id (-1 until [`with_node_id`](Self::with_node_id)).
     node_id: i32,
+    /// Record bytes answered to Fetch requests so far.
+    fetched: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A slot's idempotent producers: being rebuilt from its checkpoint and the log, or ready.
@@ -109,7 +111,13 @@ impl LogBroker {
             producers: Default::default(),
             producer_ids: Arc::new(tokio::sync::Mutex::new(0..0)),
             node_id: -1,
+            fetched: Default::default(),
         }
+    }
+
+    /// Record bytes this broker has answered Fetch requests with: a role's metric.
+    pub fn fetched_bytes(&self) -> u64 {
+        self.fetched.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// This broker's Kafka node id (the one its member record carries).
@@ -445,18 +453,56 @@ impl LogBroker {
             .ok_or_else(|| Refused::new(code::NOT_LEADER_OR_FOLLOWER, "a reader takes no writes"))
     }
 
+    /// The live readers that serve Kafka (none when they cannot be read: they are optional).
+    async fn kafka_readers(&self) -> Vec<routing::Member> {
+        match self.catalog.members("reader").await {
+            Ok(m) => m.into_iter().filter(|m| !m.kafka.is_empty() && m.node_id >= 0).collect(),
+            Err(e) => {
+                tracing::debug!(error = %e, "Kafka: readers unreadable");
+                Vec::new()
+            }
+        }
+    }
+
+    /// A reader of `rack` to send a consumer at `offset` to instead (KIP-392): only from a
+    /// writer, only for a consumer more than [`CATCH_UP_RECORDS`] behind the end, so the
+    /// writers keep the tail (their tail cache) and readers take the catch-up reads (seed 001:
+    /// batch reads do not load ingest). Partitions spread over the zone's readers.
+    async fn preferred_reader(
+        &self,
+        log: LogId,
+        partition: i32,
+        rack: &str,
+        behind: u64,
+    ) -> Option<i32> {
+        if self.storage.is_none() || behind <= CATCH_UP_RECORDS {
+            return None;
+        }
+        let readers: Vec<routing::Member> =
+            self.kafka_readers().await.into_iter().filter(|m| m.zone == rack).collect();
+        let p = u32::try_from(partition).ok()?;
+        routing::choose_owner(&readers, &format!("kafka-reads/{log}"), p, None).map(|m| m.node_id)
+    }
+
     async fn writers(&self) -> Result<Vec<routing::Member>, BrokerError> {
         self.catalog.members("writer").await.map_err(|e| BrokerError(e.to_string()))
     }
 
-    /// A stream as a topic, each partition led by its owner for `zone`.
-    fn topic(s: &StreamInfo, writers: &[routing::Member], zone: Option<&str>) -> TopicInfo {
+    /// A stream as a topic, each partition led by its owner for `zone`, with the readers
+    /// (node ids) as its other replicas.
+    fn topic(
+        s: &StreamInfo,
+        writers: &[routing::Member],
+        readers: &[i32],
+        zone: Option<&str>,
+    ) -> TopicInfo {
         let partitions = (0..s.partitions.len() as u32)
             .map(|p| PartitionInfo {
                 index: p as i32,
                 leader: routing::choose_owner(writers, &s.identity, p, zone)
                     .filter(|m| !m.kafka.is_empty() && m.node_id >= 0)
                     .map(|m| m.node_id),
+                followers: readers.to_vec(),
             })
             .collect();
         TopicInfo {
@@ -504,9 +550,9 @@ impl kafka::Broker for LogBroker {
     }
 
     async fn brokers(&self) -> Result<Vec<BrokerNode>, BrokerError> {
-        let mut out: Vec<BrokerNode> = self
-            .writers()
-            .await?
+        let mut members = self.writers().await?;
+        members.extend(self.kafka_readers().await);
+        let mut out: Vec<BrokerNode> = members
             .into_iter()
             .filter(|m| m.node_id >= 0)
             .filter_map(|m| {
@@ -530,14 +576,15 @@ impl kafka::Broker for LogBroker {
         create: Option<u32>,
     ) -> Result<Vec<TopicInfo>, BrokerError> {
         let writers = self.writers().await?;
+        let readers: Vec<i32> = self.kafka_readers().await.iter().map(|m| m.node_id).collect();
         let Some(names) = names else {
             let all = self.catalog.list().await.map_err(|e| BrokerError(e.to_string()))?;
-            return Ok(all.iter().map(|s| Self::topic(s, &writers, zone)).collect());
+            return Ok(all.iter().map(|s| Self::topic(s, &writers, &readers, zone)).collect());
         };
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             out.push(match self.named(name, create).await {
-                Ok(s) => Self::topic(&s, &writers, zone),
+                Ok(s) => Self::topic(&s, &writers, &readers, zone),
                 Err(code) => TopicInfo::failed(name, code),
             });
         }
@@ -651,6 +698,7 @@ impl kafka::Broker for LogBroker {
         topic: &str,
         partition: i32,
         zone: Option<&str>,
+        rack: Option<&str>,
         offset: i64,
         max_bytes: usize,
     ) -> Result<Fetched, Refused> {
@@ -664,9 +712,16 @@ impl kafka::Broker for LogBroker {
             ));
         }
         let mut fetched =
-            Fetched { high_watermark: hw, log_start_offset: start, records: Bytes::new() };
+            Fetched { high_watermark: hw, log_start_offset: start, ..Default::default() };
         if offset == hw {
             return Ok(fetched);
+        }
+        if let Some(rack) = rack {
+            let behind = (hw - offset) as u64;
+            if let Some(node) = self.preferred_reader(log, partition, rack, behind).await {
+                fetched.preferred_read_replica = Some(node);
+                return Ok(fetched);
+            }
         }
         let entries = self
             .reader
@@ -686,6 +741,7 @@ impl kafka::Broker for LogBroker {
                 .map_err(|e| Refused::new(code::UNKNOWN_SERVER_ERROR, e.to_string()))?;
         }
         fetched.records = out.freeze();
+        self.fetched.fetch_add(fetched.records.len() as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(fetched)
     }
 
@@ -1087,6 +1143,9 @@ fn admin_refused(e: CatalogError, invalid: i16) -> Refused {
 /// metadata string.
 const LEADER_EPOCH: &str = "kafka.leader_epoch";
 const METADATA: &str = "kafka.metadata";
+
+/// How far behind the end (records) a consumer of a rack with a reader is sent to it.
+pub const CATCH_UP_RECORDS: u64 = 10_000;
 
 /// Bytes of batches a ListOffsets by timestamp reads past the entry the index finds.
 const SCAN_BYTES: u64 = 8 << 20;

@@ -150,6 +150,10 @@ pub struct ReaderSection {
     /// Index pages (≤ 8 chunk locators each) kept in memory.
     #[serde(default = "default_index_pages")]
     pub index_cache_pages: usize,
+    /// A read-only Kafka listener (ARCHITECTURE §11): consumers of the reader's zone far
+    /// behind a partition's end are sent here by the writers (KIP-392). None when absent.
+    #[serde(default)]
+    pub kafka: Option<KafkaSection>,
 }
 
 fn default_reader_listen() -> SocketAddr {
@@ -172,6 +176,7 @@ impl Default for ReaderSection {
             lease_ttl: default_lease_ttl(),
             cache_size: default_reader_cache(),
             index_cache_pages: default_index_pages(),
+            kafka: None,
         }
     }
 }

@@ -524,7 +524,10 @@ fn topic(t: TopicInfo, version: i16) -> MetadataResponseTopic {
                 Some(id) => (code::NONE, id),
                 None => (code::LEADER_NOT_AVAILABLE, -1),
             };
-            let replicas = if leader >= 0 { vec![BrokerId(leader)] } else { Vec::new() };
+            // The leader, then the readers that serve its reads (as in sync as the leader: they
+            // read the same storage).
+            let mut replicas = if leader >= 0 { vec![BrokerId(leader)] } else { Vec::new() };
+            replicas.extend(p.followers.iter().filter(|f| **f != leader).map(|f| BrokerId(*f)));
             MetadataResponsePartition::default()
                 .with_error_code(error)
                 .with_partition_index(p.index)

@@ -32,9 +32,18 @@ pub(crate) async fn fetch(
     let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
     let read_committed = req.isolation_level == 1;
     let total_max = usize::try_from(req.max_bytes).ok().filter(|n| *n > 0).unwrap_or(usize::MAX);
-    let mut resp = read(&req, zone, broker, total_max, read_committed).await;
+    // KIP-392: the client's rack (v11+; empty when it names none).
+    let rack = Some(req.rack_id.as_str()).filter(|r| !r.is_empty()).map(str::to_owned);
+    let rack = rack.as_deref();
+    let mut resp = read(&req, zone, rack, broker, total_max, read_committed).await;
     let got: usize = bytes_of(&resp);
-    if got < min_bytes.max(1) && !wait.is_zero() {
+    // A client sent to another replica is answered at once, as Kafka does.
+    let redirected = resp
+        .responses
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .any(|p| p.preferred_read_replica.0 >= 0);
+    if got < min_bytes.max(1) && !wait.is_zero() && !redirected {
         let targets: Vec<(String, i32, i64)> = req
             .topics
             .iter()
@@ -44,7 +53,7 @@ pub(crate) async fn fetch(
             .collect();
         if !targets.is_empty() {
             broker.wait_for(targets, wait).await;
-            resp = read(&req, zone, broker, total_max, read_committed).await;
+            resp = read(&req, zone, rack, broker, total_max, read_committed).await;
         }
     }
     resp
@@ -61,6 +70,7 @@ fn bytes_of(resp: &FetchResponse) -> usize {
 async fn read(
     req: &FetchRequest,
     zone: Option<&str>,
+    rack: Option<&str>,
     broker: &dyn Broker,
     total_max: usize,
     read_committed: bool,
@@ -79,13 +89,16 @@ async fn read(
             let mut data = PartitionData::default().with_partition_index(p.partition);
             // Null for read_uncommitted, empty for read_committed, as Kafka answers.
             data.aborted_transactions = read_committed.then(Vec::new);
-            match broker.fetch(&topic, p.partition, zone, p.fetch_offset, want).await {
+            match broker.fetch(&topic, p.partition, zone, rack, p.fetch_offset, want).await {
                 Ok(f) => {
                     left = left.saturating_sub(f.records.len());
                     data.high_watermark = f.high_watermark;
                     data.last_stable_offset = f.high_watermark;
                     data.log_start_offset = f.log_start_offset;
                     data.records = Some(f.records);
+                    if let Some(node) = f.preferred_read_replica {
+                        data.preferred_read_replica = BrokerId(node);
+                    }
                 }
                 Err(r) => refuse(&mut data, r),
             }

@@ -75,6 +75,9 @@ pub struct PartitionInfo {
     pub index: i32,
     /// The leader's node id; `None` while no live broker owns it.
     pub leader: Option<i32>,
+    /// Brokers that serve reads of it besides its leader (readers): listed as replicas, so a
+    /// client takes one as its preferred read replica (KIP-392).
+    pub followers: Vec<i32>,
 }
 
 /// A topic as Metadata describes it.
@@ -134,6 +137,9 @@ pub struct Fetched {
     pub log_start_offset: i64,
     /// Concatenated record batches; empty at the high watermark.
     pub records: bytes::Bytes,
+    /// Fetch from this broker instead (KIP-392; then no records): a reader of the client's
+    /// rack, for a consumer far behind the tail.
+    pub preferred_read_replica: Option<i32>,
 }
 
 /// A topic's settings: the configs Lakelog keeps ([`configs`]); `None` is the default.
@@ -200,14 +206,15 @@ pub trait Broker: Send + Sync + 'static {
         header: &recordbatch::BatchHeader,
     ) -> Result<Commit, Refused>;
 
-    /// Batches of a partition this broker leads from `offset`, about `max_bytes` of them (at
+    /// Batches of a partition this broker serves from `offset`, about `max_bytes` of them (at
     /// least one whole batch when any is there). OFFSET_OUT_OF_RANGE outside [start, high
-    /// watermark].
+    /// watermark]. `rack` is the client's (Fetch v11+), for a preferred read replica.
     async fn fetch(
         &self,
         topic: &str,
         partition: i32,
         zone: Option<&str>,
+        rack: Option<&str>,
         offset: i64,
         max_bytes: usize,
     ) -> Result<Fetched, Refused>;

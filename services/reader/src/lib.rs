@@ -23,6 +23,10 @@ pub async fn run(
 ) -> Result<(), ReaderError> {
     let r = &node.reader;
     let mut role = Role::open("reader", Some(r.listen), node).await?;
+    let kafka_listener = match &r.kafka {
+        Some(k) => Some((k, role::bind(k.listen).await?)),
+        None => None,
+    };
     let cache = usize::try_from(r.cache_size.0).unwrap_or(usize::MAX);
     let reader = role.reader().with_caches(cache, r.index_cache_pages);
     let id = r.id.clone().unwrap_or_else(|| logstore::membership::random_id("reader"));
@@ -32,11 +36,35 @@ pub async fn run(
         address: r.advertise.clone().unwrap_or_else(|| format!("http://{}", r.listen)),
         zone: r.zone.clone(),
         lease_ttl: r.lease_ttl.0,
-        kafka: String::new(),
+        kafka: r.kafka.as_ref().map(|k| k.advertised()).unwrap_or_default(),
     })
     .await?;
+    // Read-only Kafka: fetches of any partition from object storage; produce refused.
+    let mut fetched: Option<brokers::LogBroker> = None;
+    if let Some((k, listener)) = kafka_listener {
+        let node_id =
+            logstore::membership::node_id(role.meta().as_ref(), &node.cluster, &id).await?;
+        let catalog = catalog::Catalog::new(role.meta().clone(), reader.clone(), &node.cluster);
+        let broker = brokers::LogBroker::reader(catalog, &node.cluster, reader.clone())
+            .with_node_id(node_id);
+        fetched = Some(broker.clone());
+        let cfg = kafka::KafkaConfig {
+            max_frame_bytes: usize::try_from(k.max_request_size.0).unwrap_or(usize::MAX),
+            // A reader creates no topics.
+            auto_create_topics: false,
+            ..Default::default()
+        };
+        tracing::info!(addr = %k.listen, advertised = %k.advertised(), node_id, "Kafka serving (read-only)");
+        let broker = std::sync::Arc::new(broker);
+        role.spawn(move |shutdown| kafka::serve(listener, broker, cfg, shutdown.wait()));
+    }
     let (for_hits, for_misses) = (reader.clone(), reader.clone());
     let follow = telemetry::follow_counts(vec![
+        (
+            "reader_kafka_fetch_bytes",
+            "Record bytes answered to Kafka fetches",
+            Box::new(move || fetched.as_ref().map_or(0, |b| b.fetched_bytes())),
+        ),
         ("reader_cache_hits", "Byte-range cache hits", Box::new(move || for_hits.cache_counts().0)),
         (
             "reader_cache_misses",

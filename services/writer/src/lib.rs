@@ -77,6 +77,7 @@ pub async fn run_with(
     .await?;
     storage.observe_flushes(metrics::FlushMetrics::global());
     tracing::info!(addr = %node.writer.listen, writer = %storage.config().writer_id, "writer serving");
+    let mut follow = None;
     if let Some((k, listener)) = kafka_listener {
         let catalog =
             catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
@@ -100,11 +101,21 @@ pub async fn run_with(
             ..Default::default()
         };
         tracing::info!(addr = %k.listen, advertised = %k.advertised(), "Kafka serving");
+        let counted = broker.as_ref().clone();
+        follow = Some(telemetry::follow_counts(vec![(
+            "writer_kafka_fetch_bytes",
+            "Record bytes answered to Kafka fetches",
+            Box::new(move || counted.fetched_bytes()),
+        )]));
         let checkpoints = broker.as_ref().clone();
         role.spawn(move |shutdown| checkpoints.checkpoints(shutdown));
         role.spawn(move |shutdown| ::kafka::serve(listener, broker, cfg, shutdown.wait()));
     }
-    serve_on(role, storage, shutdown, extra).await
+    let served = serve_on(role, storage, shutdown, extra).await;
+    if let Some(f) = follow {
+        f.abort();
+    }
+    served
 }
 
 /// Serves the LogService for `storage` on `listener` until `shutdown`; then shuts storage

@@ -474,3 +474,91 @@ async fn members_of_a_group_whose_coordinator_is_killed_rejoin_and_resume_from_t
     );
     Ok(())
 }
+
+/// The `*_kafka_fetch_bytes` counter a role's `/metrics` shows.
+fn fetch_bytes(metrics_port: u16) -> Result<u64> {
+    let (status, body) = super::scrape(metrics_port, "/metrics")?;
+    ensure!(status.contains("200"), "{status}");
+    body.lines()
+        .find(|l| l.contains("kafka_fetch_bytes") && !l.starts_with('#'))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .context("no kafka_fetch_bytes counter")
+}
+
+/// Readers as follower replicas (KIP-392, seed 001: catch-up reads do not load ingest): a
+/// consumer whose `client.rack` is a reader's zone, starting at offset 0 of a backlog, is sent
+/// by the partition's writer to that reader and reads every record from it; the writer answers
+/// it no record bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_catch_up_consumer_of_a_readers_rack_is_served_by_the_reader() -> Result<()> {
+    const RECORDS: usize = 30_000;
+    let cluster = Cluster::start()?;
+    let (wport, wkafka, wmetrics) =
+        (testkit::free_port()?, testkit::free_port()?, testkit::free_port()?);
+    let _w = cluster.spawn(
+        "writer",
+        "w1",
+        &format!(
+            "  metrics_listen: 127.0.0.1:{wmetrics}\nwriter:\n  listen: 127.0.0.1:{wport}\n  id: w1\n  flush_interval: 10ms\n  lease_ttl: {}s\n  kafka:\n    listen: 127.0.0.1:{wkafka}\n",
+            super::LEASE.as_secs()
+        ),
+        wport,
+    )?;
+    let (rport, rkafka, rmetrics) =
+        (testkit::free_port()?, testkit::free_port()?, testkit::free_port()?);
+    let _r = cluster.spawn(
+        "reader",
+        "r1",
+        &format!(
+            "  metrics_listen: 127.0.0.1:{rmetrics}\nreader:\n  listen: 127.0.0.1:{rport}\n  id: r1\n  zone: a\n  lease_ttl: {}s\n  kafka:\n    listen: 127.0.0.1:{rkafka}\n",
+            super::LEASE.as_secs()
+        ),
+        rport,
+    )?;
+    let meta = cluster.meta().await?;
+    super::wait_role(&meta, &cluster.name, "writer", 1).await?;
+    super::wait_role(&meta, &cluster.name, "reader", 1).await?;
+    let catalog = client::CatalogClient::connect(&cluster.catalog_url).await?;
+    catalog.create("backlog", 1, None, None).await?;
+    let bootstrap = format!("127.0.0.1:{wkafka}");
+    let lines: String = (0..RECORDS).map(|i| format!("v{i}\n")).collect();
+    testkit::kcat(&["-b", &bootstrap, "-P", "-t", "backlog"], &lines)?;
+    // Metadata lists the reader as a broker and as a replica of the partition.
+    let listed = testkit::kcat(&["-b", &bootstrap, "-L", "-t", "backlog"], "")?;
+    ensure!(
+        listed.contains(" 2 brokers:") && listed.contains(&format!("127.0.0.1:{rkafka}")),
+        "{listed}"
+    );
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let out = std::process::Command::new(format!("{root}/.tools/venv/bin/python"))
+        .arg("-c")
+        .arg(
+            "import sys, confluent_kafka as k\n\
+             c = k.Consumer({'bootstrap.servers': sys.argv[1], 'group.id': 'unused', 'client.rack': 'a', 'enable.auto.commit': False})\n\
+             c.assign([k.TopicPartition('backlog', 0, 0)])\n\
+             want, got, expect = int(sys.argv[2]), 0, 0\n\
+             while got < want:\n\
+             \x20   for m in c.consume(10000, timeout=10):\n\
+             \x20       if m.error(): sys.exit(f'consume: {m.error()}')\n\
+             \x20       if m.value().decode() != f'v{expect}': sys.exit(f'offset {m.offset()}: {m.value()} after v{expect - 1}')\n\
+             \x20       got += 1; expect += 1\n\
+             c.close()\n\
+             print(got)\n",
+        )
+        .args([bootstrap.as_str(), &RECORDS.to_string()])
+        .output()?;
+    ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The counters follow every second.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let (from_writer, from_reader) = (fetch_bytes(wmetrics)?, fetch_bytes(rmetrics)?);
+    ensure!(from_reader > (RECORDS as u64) * 5, "the reader served {from_reader} bytes");
+    ensure!(
+        from_writer * 100 < from_reader,
+        "the writer served {from_writer} bytes, the reader {from_reader}"
+    );
+    eprintln!(
+        "e2e: {RECORDS} records caught up through the reader: {from_reader} bytes from it, {from_writer} from the writer"
+    );
+    Ok(())
+}

@@ -75,6 +75,7 @@ impl Broker for FakeBroker {
                 .map(|p| PartitionInfo {
                     index: p,
                     leader: Some(if zone == Some("z") { 99 } else { 10 + p }),
+                    followers: Vec::new(),
                 })
                 .collect(),
         };
@@ -135,9 +136,18 @@ impl Broker for FakeBroker {
         topic: &str,
         partition: i32,
         _zone: Option<&str>,
+        rack: Option<&str>,
         offset: i64,
         _max_bytes: usize,
     ) -> Result<Fetched, Refused> {
+        // A client of rack `r` is sent to node 11 (KIP-392).
+        if rack == Some("r") {
+            return Ok(Fetched {
+                high_watermark: 5,
+                preferred_read_replica: Some(11),
+                ..Default::default()
+            });
+        }
         if topic != "orders" || partition != 0 {
             return Err(Refused {
                 code: kafka::code::NOT_LEADER_OR_FOLLOWER,
@@ -159,7 +169,12 @@ impl Broker for FakeBroker {
         if offset > at {
             return Err(Refused::new(kafka::code::OFFSET_OUT_OF_RANGE, "past the end"));
         }
-        Ok(Fetched { high_watermark: at, log_start_offset: 0, records: out.freeze() })
+        Ok(Fetched {
+            high_watermark: at,
+            log_start_offset: 0,
+            records: out.freeze(),
+            preferred_read_replica: None,
+        })
     }
 
     async fn wait_for(&self, _targets: Vec<(String, i32, i64)>, max_wait: std::time::Duration) {
@@ -709,6 +724,25 @@ async fn fetch_returns_whole_batches_with_offsets_and_waits_only_when_empty() ->
     let p = &r.responses[0].partitions[0];
     ensure!(p.records.as_ref().is_some_and(|b| b.is_empty()) && r.session_id == 0, "{p:?}");
     ensure!(*s.broker.waited.lock().map_err(|_| anyhow::anyhow!("poisoned"))? == 1);
+    // A client naming its rack (v11+) may be sent to a preferred read replica (KIP-392): no
+    // records, no wait.
+    let r: FetchResponse = ask(
+        s.addr,
+        ApiKey::Fetch,
+        11,
+        "t",
+        &fetch_request(0, 5000, 0).with_rack_id(StrBytes::from_static_str("r")),
+    )
+    .await?;
+    let p = &r.responses[0].partitions[0];
+    ensure!(
+        p.preferred_read_replica.0 == 11 && p.records.as_ref().is_some_and(|b| b.is_empty()),
+        "{p:?}"
+    );
+    ensure!(
+        *s.broker.waited.lock().map_err(|_| anyhow::anyhow!("poisoned"))? == 1,
+        "a redirected fetch waited"
+    );
     // Another broker's partition: NOT_LEADER_OR_FOLLOWER naming it (v12 carries the leader).
     let r: FetchResponse = ask(s.addr, ApiKey::Fetch, 12, "t", &fetch_request(0, 0, 1)).await?;
     let p = &r.responses[0].partitions[0];
