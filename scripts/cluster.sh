@@ -78,6 +78,9 @@ role_config writer writer-1 7540 9540 9092
 role_config writer writer-2 7550 9550 9093
 role_config reader reader-1 7542 9542
 role_config reader reader-2 7552 9552
+# Readers serve Kafka too (read-only; the reader section ends its file).
+printf '  kafka:\n    listen: 127.0.0.1:9094\n' >> "$dir/reader-1.yaml"
+printf '  kafka:\n    listen: 127.0.0.1:9095\n' >> "$dir/reader-2.yaml"
 role_config compactor compactor-1 7543 9543
 role_config cleaner cleaner-1 7544 9544
 start catalog "$dir/catalog-1.log" "$bin" catalog --config "$dir/catalog-1.yaml"
@@ -85,7 +88,7 @@ for w in writer-1 writer-2; do start "$w" "$dir/$w.log" "$bin" writer --config "
 for r in reader-1 reader-2; do start "$r" "$dir/$r.log" "$bin" reader --config "$dir/$r.yaml"; done
 start compactor "$dir/compactor-1.log" "$bin" compactor run --config "$dir/compactor-1.yaml"
 start cleaner "$dir/cleaner-1.log" "$bin" cleaner run --config "$dir/cleaner-1.yaml"
-for p in 7541 7540 7550 9092 9093 7542 7552 7543 7544 9543 9544; do wait_port "$p"; done
+for p in 7541 7540 7550 9092 9093 7542 7552 9094 9095 7543 7544 9543 9544; do wait_port "$p"; done
 
 cat <<OUT
 
@@ -96,6 +99,7 @@ Lakelog cluster up (state and logs in $dir):
   writers     http://127.0.0.1:7540, http://127.0.0.1:7550   metrics :9540, :9550
               Kafka 127.0.0.1:9092, 127.0.0.1:9093
   readers     http://127.0.0.1:7542, http://127.0.0.1:7552   metrics :9542, :9552
+              Kafka (read-only) 127.0.0.1:9094, 127.0.0.1:9095
   compactor   http://127.0.0.1:7543   metrics http://127.0.0.1:9543/metrics
   cleaner     http://127.0.0.1:7544   metrics http://127.0.0.1:9544/metrics
 Try:

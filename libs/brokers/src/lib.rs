@@ -550,18 +550,19 @@ impl kafka::Broker for LogBroker {
     }
 
     async fn brokers(&self) -> Result<Vec<BrokerNode>, BrokerError> {
-        let mut members = self.writers().await?;
-        members.extend(self.kafka_readers().await);
-        let mut out: Vec<BrokerNode> = members
-            .into_iter()
-            .filter(|m| m.node_id >= 0)
-            .filter_map(|m| {
+        let writers = self.writers().await?.into_iter().map(|m| (m, false));
+        let readers = self.kafka_readers().await.into_iter().map(|m| (m, true));
+        let mut out: Vec<BrokerNode> = writers
+            .chain(readers)
+            .filter(|(m, _)| m.node_id >= 0)
+            .filter_map(|(m, read_only)| {
                 let (host, port) = m.kafka.rsplit_once(':')?;
                 Some(BrokerNode {
                     node_id: m.node_id,
                     host: host.trim_matches(['[', ']']).to_owned(),
                     port: port.parse().ok()?,
                     rack: (m.zone != "*").then_some(m.zone),
+                    read_only,
                 })
             })
             .collect();

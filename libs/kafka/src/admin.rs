@@ -186,7 +186,7 @@ pub(crate) async fn describe_cluster(
     }
     match broker.brokers().await {
         Ok(brokers) => {
-            resp.controller_id = BrokerId(brokers.first().map_or(-1, |b| b.node_id));
+            resp.controller_id = BrokerId(crate::controller(&brokers));
             resp.brokers = brokers
                 .into_iter()
                 .map(|b| {

@@ -424,7 +424,7 @@ async fn metadata(
             Vec::new()
         }
     };
-    resp.controller_id = BrokerId(brokers.first().map_or(-1, |b| b.node_id));
+    resp.controller_id = BrokerId(crate::controller(&brokers));
     resp.brokers = brokers
         .into_iter()
         .map(|b| {

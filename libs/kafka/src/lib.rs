@@ -67,6 +67,13 @@ pub struct BrokerNode {
     pub port: i32,
     /// Its zone; `None` for no zone.
     pub rack: Option<String>,
+    /// A read-only broker (a reader): never named controller.
+    pub read_only: bool,
+}
+
+/// The controller Metadata and DescribeCluster name: the first broker that takes writes.
+pub(crate) fn controller(brokers: &[BrokerNode]) -> i32 {
+    brokers.iter().find(|b| !b.read_only).map_or(-1, |b| b.node_id)
 }
 
 /// A partition of a topic, and who leads it for the asking client.

@@ -524,10 +524,13 @@ async fn a_catch_up_consumer_of_a_readers_rack_is_served_by_the_reader() -> Resu
     let bootstrap = format!("127.0.0.1:{wkafka}");
     let lines: String = (0..RECORDS).map(|i| format!("v{i}\n")).collect();
     testkit::kcat(&["-b", &bootstrap, "-P", "-t", "backlog"], &lines)?;
-    // Metadata lists the reader as a broker and as a replica of the partition.
+    // Metadata lists the reader as a broker and as a replica of the partition; the writer is
+    // the controller.
     let listed = testkit::kcat(&["-b", &bootstrap, "-L", "-t", "backlog"], "")?;
     ensure!(
-        listed.contains(" 2 brokers:") && listed.contains(&format!("127.0.0.1:{rkafka}")),
+        listed.contains(" 2 brokers:")
+            && listed.contains(&format!("127.0.0.1:{rkafka}"))
+            && listed.contains(&format!("127.0.0.1:{wkafka} (controller)")),
         "{listed}"
     );
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");

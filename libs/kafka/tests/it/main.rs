@@ -50,12 +50,19 @@ impl Broker for FakeBroker {
 
     async fn brokers(&self) -> Result<Vec<BrokerNode>, BrokerError> {
         Ok(vec![
-            BrokerNode { node_id: 10, host: "127.0.0.1".into(), port: 9092, rack: None },
+            BrokerNode {
+                node_id: 10,
+                host: "127.0.0.1".into(),
+                port: 9092,
+                rack: None,
+                read_only: false,
+            },
             BrokerNode {
                 node_id: 11,
                 host: "127.0.0.2".into(),
                 port: 9093,
                 rack: Some("z".into()),
+                read_only: false,
             },
         ])
     }
