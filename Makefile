@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/venv/bin:$(PATH)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: help deps build test lint run bench bench-kafka cluster cluster-stop helm-check compose-check fuzz
+.PHONY: help deps build test lint run bench bench-kafka bench-catchup cluster cluster-stop helm-check compose-check fuzz
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
@@ -62,6 +62,11 @@ bench: ## A short benchmark (about 1.5 minutes once built): append and read, loc
 bench-kafka: deps ## Produce and consume 1 KiB records through the Kafka port (librdkafka) against the native gRPC path, release build
 	cargo build --release --bin lakelog
 	.tools/venv/bin/python scripts/bench-kafka.py --bin target/release/lakelog --seconds 10
+
+bench-catchup: deps ## Ingest with and without a catch-up consumer group reading through the readers, on a `make cluster` of release builds
+	cargo build --release --bin lakelog
+	LAKELOG_BIN=$(CURDIR)/target/release/lakelog ./scripts/cluster.sh
+	.tools/venv/bin/python scripts/bench-catchup.py --seconds 10; s=$$?; ./scripts/cluster.sh stop; exit $$s
 
 FUZZ_SECONDS ?= 600
 fuzz: ## Fuzz the Kafka request decoder for FUZZ_SECONDS (600), then the record-batch decoder for a tenth of that (nightly; installs cargo-fuzz)

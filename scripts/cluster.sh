@@ -8,7 +8,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dir="${LAKELOG_CLUSTER_DIR:-$root/.cluster}"
-bin="$root/target/debug/lakelog"
+bin="${LAKELOG_BIN:-$root/target/debug/lakelog}"
 weed="$root/.tools/venv/bin/weed"
 export LAKELOG_S3_ACCESS_KEY_ID=lakelog LAKELOG_S3_SECRET_ACCESS_KEY=lakelog-secret
 
