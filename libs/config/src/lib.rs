@@ -129,6 +129,18 @@ pub const ENV_OVERRIDES: &[EnvOverride] = &[
         doc: "the `host:port` Kafka clients are told to use (a pod's own address)",
     },
     EnvOverride {
+        var: "LAKELOG_READER_KAFKA_LISTEN",
+        key: "reader.kafka.listen",
+        list: false,
+        doc: "the reader's read-only Kafka listener (sets up `reader.kafka`)",
+    },
+    EnvOverride {
+        var: "LAKELOG_READER_KAFKA_ADVERTISE",
+        key: "reader.kafka.advertise",
+        list: false,
+        doc: "the `host:port` Kafka clients are told to use for this reader",
+    },
+    EnvOverride {
         var: "LAKELOG_WRITER_ADVERTISE",
         key: "writer.advertise",
         list: false,
