@@ -86,6 +86,7 @@ pub async fn admit(
     broker: Arc<dyn Broker>,
     cfg: Arc<KafkaConfig>,
     groups: Arc<crate::groups::Groups>,
+    client_host: Arc<str>,
 ) -> Result<Answer, Close> {
     let (id, version, client_id, request) = match decode(&frame)? {
         Decoded::Request { correlation_id, version, client_id, request } => {
@@ -142,9 +143,15 @@ pub async fn admit(
             encode_response(ApiKey::FindCoordinator, version, id, &resp).map(Some)
         })),
         Request::JoinGroup(req) => Ok(Box::pin(async move {
-            let resp =
-                crate::group_api::join_group(*req, version, &client_id, broker.as_ref(), &groups)
-                    .await;
+            let resp = crate::group_api::join_group(
+                *req,
+                version,
+                &client_id,
+                &client_host,
+                broker.as_ref(),
+                &groups,
+            )
+            .await;
             encode_response(ApiKey::JoinGroup, version, id, &resp).map(Some)
         })),
         Request::SyncGroup(req) => Ok(Box::pin(async move {

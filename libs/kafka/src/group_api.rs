@@ -102,6 +102,7 @@ pub(crate) async fn join_group(
     req: JoinGroupRequest,
     version: i16,
     client_id: &str,
+    client_host: &str,
     broker: &dyn Broker,
     groups: &Groups,
 ) -> JoinGroupResponse {
@@ -121,7 +122,7 @@ pub(crate) async fn join_group(
         member_id: req.member_id.to_string(),
         instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
         client_id: client_id.to_owned(),
-        client_host: String::new(),
+        client_host: client_host.to_owned(),
         session_timeout: ms(req.session_timeout_ms),
         // v0 has no rebalance timeout: the session timeout stands for it, as in Kafka.
         rebalance_timeout: ms(if version >= 1 {

@@ -115,6 +115,9 @@ async fn connection(
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), Ended> {
     let _ = socket.set_nodelay(true);
+    // As Kafka shows a group member's host: `/<ip>`.
+    let host: Arc<str> =
+        socket.peer_addr().map(|a| format!("/{}", a.ip())).unwrap_or_default().into();
     let (mut read, mut write) = socket.into_split();
     // Frames are read by a task of their own: a read cut off by select! would lose the bytes
     // of a frame half read. It reads one frame ahead of the requests taken.
@@ -155,7 +158,7 @@ async fn connection(
             next = frames.recv(), if reading && room => match next {
                 Some(Ok(Some(f))) => {
                     // Admitted here, one request at a time, in the connection's order.
-                    match api::admit(f, broker.clone(), cfg.clone(), groups.clone()).await {
+                    match api::admit(f, broker.clone(), cfg.clone(), groups.clone(), host.clone()).await {
                         Ok(answer) => waiting.push_back(answer),
                         Err(close) => {
                             // Answered after the answers due before it: a closed connection.

@@ -187,6 +187,31 @@ async fn an_idempotent_kafka_producer_survives_kills_pauses_and_a_new_writer() -
     Ok(())
 }
 
+/// Produces `k<i>:v<i>` for every i of `range` to `topic` with kcat.
+fn produce_keyed(bootstrap: &str, topic: &str, range: std::ops::Range<usize>) -> Result<String> {
+    let lines: String = range.map(|i| format!("k{i}:v{i}\n")).collect();
+    Ok(testkit::kcat(&["-b", bootstrap, "-P", "-t", topic, "-K:"], &lines)?)
+}
+
+/// Starts a confluent-kafka member of `group` on `topic` (e2e/kafka/group_consumer.py), which
+/// writes what it consumes to `out` and stops when `out`.stop appears.
+fn group_member(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    out: &std::path::Path,
+) -> Result<std::process::Child> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    std::process::Command::new(format!("{root}/.tools/venv/bin/python"))
+        .arg(format!("{root}/e2e/kafka/group_consumer.py"))
+        .args([bootstrap, topic, group])
+        .arg(out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("confluent-kafka (`make deps` installs it in .tools/venv)")
+}
+
 /// A record a group member consumed: partition, offset, value.
 type Consumed = (u32, u64, String);
 
@@ -242,23 +267,10 @@ async fn a_consumer_group_splits_rebalances_and_keeps_its_offsets_across_kills_a
     let catalog = client::CatalogClient::connect(&cluster.catalog_url).await?;
     catalog.create("events", 12, None, None).await?;
     let bootstrap = format!("{k1},{k2}");
-    let produce = |from: usize, to: usize| {
-        let lines: String = (from..to).map(|i| format!("k{i}:v{i}\n")).collect();
-        testkit::kcat(&["-b", &bootstrap, "-P", "-t", "events", "-K:"], &lines)
-    };
-    produce(0, 3000)?;
+    produce_keyed(&bootstrap, "events", 0..3000)?;
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let out = |name: &str| cluster.dir.path().join(format!("{name}.txt"));
-    let member = |name: &str| {
-        std::process::Command::new(format!("{root}/.tools/venv/bin/python"))
-            .arg(format!("{root}/e2e/kafka/group_consumer.py"))
-            .args([bootstrap.as_str(), "events", "readers"])
-            .arg(out(name))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .context("confluent-kafka (`make deps` installs it in .tools/venv)")
-    };
+    let member = |name: &str| group_member(&bootstrap, "events", "readers", &out(name));
     let assignment = |name: &str| member_output(&out(name)).1.unwrap_or_default();
     let mut c1 = member("c1")?;
     let mut c2 = member("c2")?;
@@ -280,7 +292,7 @@ async fn a_consumer_group_splits_rebalances_and_keeps_its_offsets_across_kills_a
     c2.kill()?;
     c2.wait()?;
     let killed = std::time::Instant::now();
-    produce(3000, 6000)?;
+    produce_keyed(&bootstrap, "events", 3000..6000)?;
     until(
         std::time::Duration::from_secs(20),
         "the others taking the killed one's partitions",
@@ -378,23 +390,10 @@ async fn members_of_a_group_whose_coordinator_is_killed_rejoin_and_resume_from_t
     let catalog = client::CatalogClient::connect(&cluster.catalog_url).await?;
     catalog.create("events", 6, None, None).await?;
     let all = bootstrap.join(",");
-    let produce = |from: usize, to: usize| {
-        let lines: String = (from..to).map(|i| format!("k{i}:v{i}\n")).collect();
-        testkit::kcat(&["-b", &all, "-P", "-t", "events", "-K:"], &lines)
-    };
-    produce(0, 2000)?;
+    produce_keyed(&all, "events", 0..2000)?;
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let out = |name: &str| cluster.dir.path().join(format!("{name}.txt"));
-    let member = |name: &str| {
-        std::process::Command::new(format!("{root}/.tools/venv/bin/python"))
-            .arg(format!("{root}/e2e/kafka/group_consumer.py"))
-            .args([all.as_str(), "events", "movers"])
-            .arg(out(name))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .context("confluent-kafka (`make deps` installs it in .tools/venv)")
-    };
+    let member = |name: &str| group_member(&all, "events", "movers", &out(name));
     let consumed = || -> BTreeMap<String, usize> {
         let mut n = BTreeMap::new();
         for m in ["a", "b"] {
@@ -445,9 +444,7 @@ async fn members_of_a_group_whose_coordinator_is_killed_rejoin_and_resume_from_t
         .collect();
     // Produced once the killed writer's lease is gone (its partitions have new leaders).
     super::wait_role(&meta, &cluster.name, "writer", 2).await?;
-    let lines: String = (2000..4000).map(|i| format!("k{i}:v{i}\n")).collect();
-    testkit::kcat(&["-b", &left.join(","), "-P", "-t", "events", "-K:"], &lines)?;
-    let _ = produce;
+    produce_keyed(&left.join(","), "events", 2000..4000)?;
     until(std::time::Duration::from_secs(60), "all 4000 consumed after the kill", || {
         consumed().len() >= 4000
     })

@@ -1188,6 +1188,7 @@ async fn group_apis_are_answered_at_every_version_and_refuse_bad_input() -> Resu
             r.groups[0].members.len() == 1 && r.groups[0].protocol_data.as_str() == "range",
             "describe v{v}: {r:?}"
         );
+        ensure!(r.groups[0].members[0].client_host.as_str() == "/127.0.0.1", "{r:?}");
     }
     // OffsetDelete: refused while a member may read the topic (its metadata does not say
     // otherwise), done for a group with no members.
