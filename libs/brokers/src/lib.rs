@@ -994,6 +994,22 @@ impl kafka::Broker for LogBroker {
         Ok(out)
     }
 
+    async fn groups_with_offsets(&self) -> Result<Vec<String>, i16> {
+        let streams = self.catalog.list().await.map_err(|_| code::UNKNOWN_SERVER_ERROR)?;
+        let mut groups = std::collections::BTreeSet::new();
+        for s in streams {
+            for log in s.partitions {
+                match logstore::LogCursor::list(&self.reader, log).await {
+                    Ok(names) => groups
+                        .extend(names.iter().filter_map(|n| kafka::groups::group_of_cursor(n))),
+                    Err(LogError::NotFound(_)) => {}
+                    Err(e) => return Err(refused(e).code),
+                }
+            }
+        }
+        Ok(groups.into_iter().collect())
+    }
+
     async fn delete_offsets(&self, group: &str) -> Result<usize, i16> {
         let name =
             kafka::groups::cursor_name(group).ok_or(kafka::groups::errors::INVALID_GROUP_ID)?;

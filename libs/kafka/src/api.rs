@@ -176,7 +176,7 @@ pub async fn admit(
             encode_response(ApiKey::OffsetFetch, version, id, &resp).map(Some)
         })),
         Request::ListGroups(req) => Ok(Box::pin(async move {
-            let resp = crate::group_api::list_groups(*req, &groups).await;
+            let resp = crate::group_api::list_groups(*req, broker.as_ref(), &groups).await;
             encode_response(ApiKey::ListGroups, version, id, &resp).map(Some)
         })),
         Request::DescribeGroups(req) => Ok(Box::pin(async move {

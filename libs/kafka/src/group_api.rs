@@ -414,9 +414,31 @@ pub(crate) async fn offset_fetch(
     resp
 }
 
-pub(crate) async fn list_groups(req: ListGroupsRequest, groups: &Groups) -> ListGroupsResponse {
-    let listed = groups
-        .list()
+pub(crate) async fn list_groups(
+    req: ListGroupsRequest,
+    broker: &dyn Broker,
+    groups: &Groups,
+) -> ListGroupsResponse {
+    let mut all = groups.list();
+    // Groups with committed offsets and no members here are Empty, if this broker is their
+    // coordinator.
+    match broker.groups_with_offsets().await {
+        Ok(names) => {
+            for name in names {
+                if all.iter().any(|(n, _, _)| *n == name) {
+                    continue;
+                }
+                if let Ok(Some(c)) = broker.coordinator(&name).await
+                    && c.node_id == broker.node_id()
+                {
+                    all.push((name, "consumer".to_owned(), crate::groups::State::Empty));
+                }
+            }
+            all.sort();
+        }
+        Err(e) => return ListGroupsResponse::default().with_error_code(e),
+    }
+    let listed = all
         .into_iter()
         .filter(|(_, _, state)| {
             req.states_filter.is_empty()

@@ -66,6 +66,30 @@ pub fn cursor_name(group: &str) -> Option<String> {
     (!group.is_empty() && out.len() <= 128).then_some(out)
 }
 
+/// The group whose committed offsets a cursor of this name holds ([`cursor_name`]'s inverse);
+/// `None` for any other cursor.
+pub fn group_of_cursor(name: &str) -> Option<String> {
+    let enc = name.strip_prefix("kafka.")?.as_bytes();
+    let mut out = Vec::with_capacity(enc.len());
+    let mut i = 0;
+    while i < enc.len() {
+        match enc[i] {
+            b'_' => {
+                let hex = std::str::from_utf8(enc.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    let group = String::from_utf8(out).ok()?;
+    // Only the one spelling cursor_name makes.
+    (cursor_name(&group).as_deref() == Some(name)).then_some(group)
+}
+
 /// A group's state, as DescribeGroups and ListGroups name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum State {
@@ -890,6 +914,12 @@ mod tests {
         assert_eq!(cursor_name(&"x".repeat(122)).map(|n| n.len()), Some(128));
         assert_eq!(cursor_name(&"x".repeat(123)), None);
         assert_eq!(cursor_name(&"x".repeat(10_000)), None);
+        for g in ["orders-app.v2", "a_b", "a b:c", "ünï"] {
+            assert_eq!(cursor_name(g).and_then(|n| group_of_cursor(&n)).as_deref(), Some(g));
+        }
+        assert_eq!(group_of_cursor("app-cursor"), None);
+        assert_eq!(group_of_cursor("kafka.a_zz"), None);
+        assert_eq!(group_of_cursor("kafka.a_2d"), None, "`-` is never escaped");
     }
 
     #[tokio::test]

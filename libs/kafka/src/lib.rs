@@ -295,6 +295,10 @@ pub trait Broker: Send + Sync + 'static {
         partitions: Option<Vec<(String, Vec<i32>)>>,
     ) -> Result<Vec<CommittedOffset>, i16>;
 
+    /// The groups that have committed offsets (ListGroups lists those without members as
+    /// Empty, as Kafka does).
+    async fn groups_with_offsets(&self) -> Result<Vec<String>, i16>;
+
     /// Deletes every committed offset of a group (DeleteGroups); how many there were.
     async fn delete_offsets(&self, group: &str) -> Result<usize, i16>;
 

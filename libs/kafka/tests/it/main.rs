@@ -314,6 +314,13 @@ impl Broker for FakeBroker {
         })
     }
 
+    async fn groups_with_offsets(&self) -> Result<Vec<String>, i16> {
+        let stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut groups: Vec<String> = stored.keys().map(|(g, _, _)| g.clone()).collect();
+        groups.dedup();
+        Ok(groups)
+    }
+
     async fn delete_offsets(&self, group: &str) -> Result<usize, i16> {
         let mut stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
         let before = stored.len();
@@ -1181,6 +1188,10 @@ async fn group_apis_are_answered_at_every_version_and_refuse_bad_input() -> Resu
         let r: ListGroupsResponse =
             ask(s.addr, ApiKey::ListGroups, v, "t", &ListGroupsRequest::default()).await?;
         ensure!(r.groups.iter().any(|g| g.group_id.0.as_str() == "live"), "list v{v}: {r:?}");
+        // A group whose members left but whose offsets stay is listed Empty.
+        let g0 = r.groups.iter().find(|g| g.group_id.0.as_str() == "g0");
+        ensure!(v < 4 || g0.is_some_and(|g| g.group_state.as_str() == "Empty"), "list v{v}: {r:?}");
+        ensure!(g0.is_some(), "list v{v}: {r:?}");
         let req = DescribeGroupsRequest::default()
             .with_groups(vec![GroupId(str("live")), GroupId(str("g0"))]);
         let r: DescribeGroupsResponse = ask(s.addr, ApiKey::DescribeGroups, v, "t", &req).await?;

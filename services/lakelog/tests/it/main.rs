@@ -762,6 +762,9 @@ fn lakelog_group_lists_describes_resets_and_deletes_a_kafka_consumer_group() -> 
     );
     std::fs::write(dir.path().join("member.txt.stop"), "")?;
     m.wait()?;
+    // No members, offsets kept: listed Empty.
+    let listed = group(&["list"])?;
+    ensure!(listed == "app\tEmpty\tconsumer\n", "{listed}");
     let reset = group(&["reset", "app", "--topic", "ev", "--to-earliest"])?;
     ensure!(reset == "ev\t0\t0\nev\t1\t0\n", "{reset}");
     let d = group(&["describe", "app"])?;
