@@ -341,16 +341,16 @@ impl LogBroker {
             }
             return Ok(());
         };
-        let (state, upto, dirty) = {
+        let (state, upto, dirty, saved_upto) = {
             let map = lock(&self.producers);
             let Some(SlotProducers::Ready(t)) = map.get(&key) else { return Ok(()) };
             if t.epoch != epoch {
                 return Ok(());
             }
             let (state, upto) = t.producers.checkpoint(t.floor, end);
-            (state, upto, t.dirty)
+            (state, upto, t.dirty, t.saved_upto)
         };
-        let saved = upto > self.saved_upto(&key)
+        let saved = upto > saved_upto
             && logstore::slot_state::save(reader, log, slot, epoch, upto, state.into()).await?;
         let mut map = lock(&self.producers);
         if let Some(SlotProducers::Ready(t)) = map.get_mut(&key)
@@ -364,13 +364,6 @@ impl LogBroker {
             }
         }
         Ok(())
-    }
-
-    fn saved_upto(&self, key: &(LogId, String)) -> u64 {
-        match lock(&self.producers).get(key) {
-            Some(SlotProducers::Ready(t)) => t.saved_upto,
-            _ => u64::MAX,
-        }
     }
 
     /// The log of a topic's partition, and the owner slot a client in `zone` appends in, if
@@ -456,7 +449,7 @@ impl LogBroker {
     /// The live readers that serve Kafka (none when they cannot be read: they are optional).
     async fn kafka_readers(&self) -> Vec<routing::Member> {
         match self.catalog.members("reader").await {
-            Ok(m) => m.into_iter().filter(|m| !m.kafka.is_empty() && m.node_id >= 0).collect(),
+            Ok(m) => m.into_iter().filter(serves_kafka).collect(),
             Err(e) => {
                 tracing::debug!(error = %e, "Kafka: readers unreadable");
                 Vec::new()
@@ -500,7 +493,7 @@ impl LogBroker {
             .map(|p| PartitionInfo {
                 index: p as i32,
                 leader: routing::choose_owner(writers, &s.identity, p, zone)
-                    .filter(|m| !m.kafka.is_empty() && m.node_id >= 0)
+                    .filter(|m| serves_kafka(m))
                     .map(|m| m.node_id),
                 followers: readers.to_vec(),
             })
@@ -550,22 +543,9 @@ impl kafka::Broker for LogBroker {
     }
 
     async fn brokers(&self) -> Result<Vec<BrokerNode>, BrokerError> {
-        let writers = self.writers().await?.into_iter().map(|m| (m, false));
-        let readers = self.kafka_readers().await.into_iter().map(|m| (m, true));
-        let mut out: Vec<BrokerNode> = writers
-            .chain(readers)
-            .filter(|(m, _)| m.node_id >= 0)
-            .filter_map(|(m, read_only)| {
-                let (host, port) = m.kafka.rsplit_once(':')?;
-                Some(BrokerNode {
-                    node_id: m.node_id,
-                    host: host.trim_matches(['[', ']']).to_owned(),
-                    port: port.parse().ok()?,
-                    rack: (m.zone != "*").then_some(m.zone),
-                    read_only,
-                })
-            })
-            .collect();
+        let writers = self.writers().await?.into_iter().filter_map(|m| node_of(m, false));
+        let readers = self.kafka_readers().await.into_iter().filter_map(|m| node_of(m, true));
+        let mut out: Vec<BrokerNode> = writers.chain(readers).collect();
         out.sort_by_key(|b| b.node_id);
         Ok(out)
     }
@@ -876,17 +856,11 @@ impl kafka::Broker for LogBroker {
 
     async fn coordinator(&self, key: &str) -> Result<Option<BrokerNode>, BrokerError> {
         // Over the writers that serve Kafka, by the group id: every writer picks the same one.
-        let writers: Vec<routing::Member> = self
-            .writers()
-            .await?
-            .into_iter()
-            .filter(|m| !m.kafka.is_empty() && m.node_id >= 0)
-            .collect();
-        let Some(owner) = routing::choose_owner(&writers, &format!("kafka-group/{key}"), 0, None)
-        else {
-            return Ok(None);
-        };
-        Ok(self.brokers().await?.into_iter().find(|b| b.node_id == owner.node_id))
+        // Every group request asks this: the watched writers only, no read of the readers.
+        let writers: Vec<routing::Member> =
+            self.writers().await?.into_iter().filter(serves_kafka).collect();
+        let owner = routing::choose_owner(&writers, &format!("kafka-group/{key}"), 0, None);
+        Ok(owner.and_then(|m| node_of(m.clone(), false)))
     }
 
     async fn commit_offsets(&self, group: &str, offsets: Vec<OffsetCommit>) -> Vec<i16> {
@@ -1089,6 +1063,26 @@ impl kafka::Broker for LogBroker {
             }
         }
     }
+}
+
+/// Whether a live member serves Kafka: it has a Kafka address and a node id.
+fn serves_kafka(m: &routing::Member) -> bool {
+    !m.kafka.is_empty() && m.node_id >= 0
+}
+
+/// A member as a Kafka broker, if it serves Kafka at an address that parses.
+fn node_of(m: routing::Member, read_only: bool) -> Option<BrokerNode> {
+    if !serves_kafka(&m) {
+        return None;
+    }
+    let (host, port) = m.kafka.rsplit_once(':')?;
+    Some(BrokerNode {
+        node_id: m.node_id,
+        host: host.trim_matches(['[', ']']).to_owned(),
+        port: port.parse().ok()?,
+        rack: (m.zone != "*").then_some(m.zone),
+        read_only,
+    })
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
