@@ -264,6 +264,14 @@ impl Group {
         votes.into_iter().max_by_key(|(_, v)| *v).map(|(n, _)| n.to_owned())
     }
 
+    /// The last member is gone: a new generation of no one.
+    fn empty(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        self.state = State::Empty;
+        self.protocol = None;
+        self.leader = None;
+    }
+
     fn remove(&mut self, id: &str) {
         if let Some(m) = self.members.remove(id) {
             if let Some(i) = &m.instance_id {
@@ -305,13 +313,11 @@ impl Group {
         }
         self.deadline = None;
         self.not_before = None;
-        self.generation = self.generation.wrapping_add(1);
         if self.members.is_empty() {
-            self.state = State::Empty;
-            self.protocol = None;
-            self.leader = None;
+            self.empty();
             return;
         }
+        self.generation = self.generation.wrapping_add(1);
         self.protocol = self.choose_protocol();
         if self.leader.as_ref().is_none_or(|l| !self.members.contains_key(l)) {
             self.leader =
@@ -610,10 +616,7 @@ impl Groups {
         }
         if left {
             if g.members.is_empty() && g.state != State::PreparingRebalance {
-                g.state = State::Empty;
-                g.generation = g.generation.wrapping_add(1);
-                g.leader = None;
-                g.protocol = None;
+                g.empty();
             } else {
                 g.prepare(now, Duration::ZERO);
                 g.maybe_complete(now);
@@ -671,10 +674,7 @@ impl Groups {
             }
             if !expired.is_empty() {
                 if g.members.is_empty() {
-                    g.state = State::Empty;
-                    g.generation = g.generation.wrapping_add(1);
-                    g.leader = None;
-                    g.protocol = None;
+                    g.empty();
                 } else {
                     g.prepare(now, Duration::ZERO);
                 }

@@ -107,12 +107,36 @@ async fn leader_of(
     else {
         return Ok(None);
     };
+    writer_of_node(cluster, meta, node).await
+}
+
+/// The member id holding Kafka node id `node` (`kafka/node_ids/` in etcd).
+async fn writer_of_node(
+    cluster: &Cluster,
+    meta: &std::sync::Arc<dyn metadata::MetadataStore>,
+    node: i64,
+) -> Result<Option<String>> {
     let prefix = format!("/{}/kafka/node_ids/", cluster.name);
     let ids = meta.range(metadata::RangeRequest::prefix(prefix.as_bytes().to_vec())).await?;
     Ok(ids.kvs.iter().find_map(|kv| {
         let id = std::str::from_utf8(&kv.value).ok()?.parse::<i64>().ok()?;
         (id == node).then(|| String::from_utf8_lossy(&kv.key[prefix.len()..]).into_owned())
     }))
+}
+
+/// Starts Kafka writers `ids`: each process by id, and their Kafka addresses in order.
+fn kafka_writers(
+    cluster: &Cluster,
+    ids: &[&str],
+) -> Result<(std::collections::BTreeMap<String, testkit::Service>, Vec<String>)> {
+    let mut writers = std::collections::BTreeMap::new();
+    let mut bootstrap = Vec::new();
+    for id in ids {
+        let (w, k) = kafka_writer(cluster, id)?;
+        writers.insert((*id).to_owned(), w);
+        bootstrap.push(k);
+    }
+    Ok((writers, bootstrap))
 }
 
 /// Seed 002's handoff promise for Kafka clients: an idempotent confluent-kafka producer
@@ -124,13 +148,7 @@ async fn leader_of(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_idempotent_kafka_producer_survives_kills_pauses_and_a_new_writer() -> Result<()> {
     let cluster = Cluster::start()?;
-    let mut writers = std::collections::BTreeMap::new();
-    let mut bootstrap = Vec::new();
-    for id in ["w1", "w2", "w3"] {
-        let (w, k) = kafka_writer(&cluster, id)?;
-        writers.insert(id.to_owned(), w);
-        bootstrap.push(k);
-    }
+    let (mut writers, bootstrap) = kafka_writers(&cluster, &["w1", "w2", "w3"])?;
     let meta = cluster.meta().await?;
     super::wait_role(&meta, &cluster.name, "writer", 3).await?;
     let catalog = client::CatalogClient::connect(&cluster.catalog_url).await?;
@@ -378,13 +396,7 @@ async fn members_of_a_group_whose_coordinator_is_killed_rejoin_and_resume_from_t
 -> Result<()> {
     use std::collections::{BTreeMap, BTreeSet};
     let cluster = Cluster::start()?;
-    let mut writers = std::collections::BTreeMap::new();
-    let mut bootstrap = Vec::new();
-    for id in ["w1", "w2", "w3"] {
-        let (w, k) = kafka_writer(&cluster, id)?;
-        writers.insert(id.to_owned(), w);
-        bootstrap.push(k);
-    }
+    let (mut writers, bootstrap) = kafka_writers(&cluster, &["w1", "w2", "w3"])?;
     let meta = cluster.meta().await?;
     super::wait_role(&meta, &cluster.name, "writer", 3).await?;
     let catalog = client::CatalogClient::connect(&cluster.catalog_url).await?;
@@ -425,16 +437,8 @@ async fn members_of_a_group_whose_coordinator_is_killed_rejoin_and_resume_from_t
         .trim()
         .parse()
         .with_context(|| format!("coordinator: {}", String::from_utf8_lossy(&find.stderr)))?;
-    let prefix = format!("/{}/kafka/node_ids/", cluster.name);
-    let ids = meta.range(metadata::RangeRequest::prefix(prefix.as_bytes().to_vec())).await?;
-    let coordinator = ids
-        .kvs
-        .iter()
-        .find(|kv| {
-            std::str::from_utf8(&kv.value).ok().and_then(|v| v.parse::<i64>().ok()) == Some(node)
-        })
-        .map(|kv| String::from_utf8_lossy(&kv.key[prefix.len()..]).into_owned())
-        .context("the coordinator's writer id")?;
+    let coordinator =
+        writer_of_node(&cluster, &meta, node).await?.context("the coordinator's writer id")?;
     writers.get_mut(&coordinator).context("the coordinator")?.kill9()?;
     let left: Vec<String> = ["w1", "w2", "w3"]
         .iter()
