@@ -291,6 +291,21 @@ pub struct KafkaSection {
     /// The largest request frame (Kafka's `socket.request.max.bytes`).
     #[serde(default = "default_max_request")]
     pub max_request_size: ByteSize,
+    /// KIP-848 consumer groups (`group.protocol=consumer`): a member silent this long is
+    /// removed and its partitions reassigned (Kafka's `group.consumer.session.timeout.ms`).
+    #[serde(default = "default_consumer_session_timeout")]
+    pub consumer_session_timeout: Duration,
+    /// KIP-848: how often members heartbeat (Kafka's `group.consumer.heartbeat.interval.ms`);
+    /// below `consumer_session_timeout`.
+    #[serde(default = "default_consumer_heartbeat_interval")]
+    pub consumer_heartbeat_interval: Duration,
+}
+
+fn default_consumer_session_timeout() -> Duration {
+    Duration(std::time::Duration::from_secs(45))
+}
+fn default_consumer_heartbeat_interval() -> Duration {
+    Duration(std::time::Duration::from_secs(5))
 }
 
 fn default_partitions() -> u32 {
@@ -309,6 +324,8 @@ impl KafkaSection {
             auto_create_topics: true,
             default_partitions: default_partitions(),
             max_request_size: default_max_request(),
+            consumer_session_timeout: default_consumer_session_timeout(),
+            consumer_heartbeat_interval: default_consumer_heartbeat_interval(),
         }
     }
 
@@ -397,6 +414,13 @@ impl Validate for WriterSection {
                 && !host_port.is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
             {
                 return Err(Invalid::new("writer.kafka.advertise", "must be host:port"));
+            }
+            let (session, beat) = (k.consumer_session_timeout.0, k.consumer_heartbeat_interval.0);
+            if beat < std::time::Duration::from_millis(100) || beat >= session {
+                return Err(Invalid::new(
+                    "writer.kafka.consumer_heartbeat_interval",
+                    "must be at least 100ms and below writer.kafka.consumer_session_timeout",
+                ));
             }
         }
         check_membership("writer", &self.id, &self.advertise, self.lease_ttl)

@@ -15,9 +15,10 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{
     AlterConfigsRequest, ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId,
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest,
-    DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
-    FetchRequest, FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
+    ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, CreatePartitionsRequest,
+    CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest,
+    FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
     InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse, OffsetCommitRequest,
     OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, ProducerId, RequestHeader,
@@ -54,6 +55,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// Why a request closes its connection instead of being answered.
@@ -167,7 +170,8 @@ pub async fn admit(
             encode_response(ApiKey::LeaveGroup, version, id, &resp).map(Some)
         })),
         Request::OffsetCommit(req) => Ok(Box::pin(async move {
-            let resp = crate::group_api::offset_commit(*req, broker.as_ref(), &groups).await;
+            let resp =
+                crate::group_api::offset_commit(*req, version, broker.as_ref(), &groups).await;
             encode_response(ApiKey::OffsetCommit, version, id, &resp).map(Some)
         })),
         Request::OffsetFetch(req) => Ok(Box::pin(async move {
@@ -190,6 +194,21 @@ pub async fn admit(
         Request::DeleteGroups(req) => Ok(Box::pin(async move {
             let resp = crate::group_api::delete_groups(*req, broker.as_ref(), &groups).await;
             encode_response(ApiKey::DeleteGroups, version, id, &resp).map(Some)
+        })),
+        Request::ConsumerGroupHeartbeat(req) => Ok(Box::pin(async move {
+            let resp = crate::consumer_api::heartbeat(
+                *req,
+                &client_id,
+                &client_host,
+                broker.as_ref(),
+                &groups,
+            )
+            .await;
+            encode_response(ApiKey::ConsumerGroupHeartbeat, version, id, &resp).map(Some)
+        })),
+        Request::ConsumerGroupDescribe(req) => Ok(Box::pin(async move {
+            let resp = crate::consumer_api::describe(*req, broker.as_ref(), &groups).await;
+            encode_response(ApiKey::ConsumerGroupDescribe, version, id, &resp).map(Some)
         })),
         Request::Metadata(req) => Ok(Box::pin(async move {
             let resp = metadata(*req, version, &client_id, broker.as_ref(), &cfg).await;
@@ -242,6 +261,8 @@ pub enum Request {
     DescribeGroups(Box<DescribeGroupsRequest>),
     DeleteGroups(Box<DeleteGroupsRequest>),
     OffsetDelete(Box<OffsetDeleteRequest>),
+    ConsumerGroupHeartbeat(Box<ConsumerGroupHeartbeatRequest>),
+    ConsumerGroupDescribe(Box<ConsumerGroupDescribeRequest>),
     Metadata(Box<MetadataRequest>),
     Fetch(Box<FetchRequest>),
     ListOffsets(Box<ListOffsetsRequest>),
@@ -357,6 +378,12 @@ pub fn decode(frame: &Bytes) -> Result<Decoded, Close> {
         )),
         ApiKey::OffsetDelete => Request::OffsetDelete(Box::new(
             OffsetDeleteRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::ConsumerGroupHeartbeat => Request::ConsumerGroupHeartbeat(Box::new(
+            ConsumerGroupHeartbeatRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::ConsumerGroupDescribe => Request::ConsumerGroupDescribe(Box::new(
+            ConsumerGroupDescribeRequest::decode(&mut buf, version).map_err(malformed)?,
         )),
         _ => return Err(Close::UnknownApi(key)),
     };

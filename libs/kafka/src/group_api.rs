@@ -35,12 +35,16 @@ use crate::{Broker, CommittedOffset, OffsetCommit, code};
 /// Kafka's `offset.metadata.max.bytes`.
 pub const MAX_OFFSET_METADATA: usize = 4096;
 
-fn s(v: impl Into<String>) -> StrBytes {
+pub(crate) fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
 }
 
 /// NOT_COORDINATOR (forgetting the group) unless this broker coordinates `group`.
-async fn check_coordinator(broker: &dyn Broker, groups: &Groups, group: &str) -> Option<i16> {
+pub(crate) async fn check_coordinator(
+    broker: &dyn Broker,
+    groups: &Groups,
+    group: &str,
+) -> Option<i16> {
     // A group id its offsets could not be stored under is refused for every request.
     if crate::groups::cursor_name(group).is_none() {
         return Some(INVALID_GROUP_ID);
@@ -246,6 +250,7 @@ pub(crate) async fn leave_group(
 
 pub(crate) async fn offset_commit(
     req: OffsetCommitRequest,
+    version: i16,
     broker: &dyn Broker,
     groups: &Groups,
 ) -> OffsetCommitResponse {
@@ -257,6 +262,7 @@ pub(crate) async fn offset_commit(
             req.generation_id_or_member_epoch,
             &req.member_id,
             req.group_instance_id.as_deref(),
+            version,
         ) {
             code::NONE => None,
             e => Some(e),
@@ -355,6 +361,13 @@ pub(crate) async fn offset_fetch(
             });
             let group = g.group_id.0.to_string();
             let mut r = OffsetFetchResponseGroup::default().with_group_id(g.group_id);
+            // v9: a consumer group's member fetches at its epoch (KIP-848).
+            let member = groups.check_offset_fetch(&group, g.member_id.as_deref(), g.member_epoch);
+            if member != code::NONE {
+                r.error_code = member;
+                out.push(r);
+                continue;
+            }
             match fetch_one(broker, groups, &group, asked).await {
                 Ok(offsets) => {
                     r.topics = by_topic(offsets)
@@ -419,42 +432,53 @@ pub(crate) async fn list_groups(
     broker: &dyn Broker,
     groups: &Groups,
 ) -> ListGroupsResponse {
-    let mut all = groups.list();
+    // (name, protocol type, state, group type)
+    let mut all: Vec<(String, String, &'static str, &'static str)> = groups
+        .list()
+        .into_iter()
+        .map(|(n, ptype, state)| (n, ptype, state.name(), "classic"))
+        .collect();
+    all.extend(
+        groups
+            .consumer_list()
+            .into_iter()
+            .map(|(n, state)| (n, "consumer".to_owned(), state.name(), "consumer")),
+    );
     // Groups with committed offsets and no members here are Empty, if this broker is their
     // coordinator.
     match broker.groups_with_offsets().await {
         Ok(names) => {
             for name in names {
-                if all.iter().any(|(n, _, _)| *n == name) {
+                if all.iter().any(|(n, ..)| *n == name) {
                     continue;
                 }
                 if let Ok(Some(c)) = broker.coordinator(&name).await
                     && c.node_id == broker.node_id()
                 {
-                    all.push((name, "consumer".to_owned(), crate::groups::State::Empty));
+                    all.push((name, "consumer".to_owned(), "Empty", "classic"));
                 }
             }
             all.sort();
         }
         Err(e) => return ListGroupsResponse::default().with_error_code(e),
     }
+    // Kafka matches both filters without regard to case.
     let listed = all
         .into_iter()
-        .filter(|(_, _, state)| {
+        .filter(|(_, _, state, _)| {
             req.states_filter.is_empty()
-                || req.states_filter.iter().any(|f| f.as_str() == state.name())
+                || req.states_filter.iter().any(|f| f.as_str().eq_ignore_ascii_case(state))
         })
-        .filter(|(_, ptype, _)| {
+        .filter(|(_, _, _, kind)| {
             req.types_filter.is_empty()
-                || req.types_filter.iter().any(|t| t.as_str() == "classic")
-                || ptype.is_empty()
+                || req.types_filter.iter().any(|t| t.as_str().eq_ignore_ascii_case(kind))
         })
-        .map(|(name, ptype, state)| {
+        .map(|(name, ptype, state, kind)| {
             ListedGroup::default()
                 .with_group_id(GroupId(s(name)))
                 .with_protocol_type(s(ptype))
-                .with_group_state(s(state.name()))
-                .with_group_type(s("classic"))
+                .with_group_state(s(state))
+                .with_group_type(s(kind))
         })
         .collect();
     ListGroupsResponse::default().with_groups(listed)
@@ -475,6 +499,8 @@ pub(crate) async fn describe_groups(
             continue;
         }
         match groups.describe(&name) {
+            // A consumer group (KIP-848) is not a classic one: Dead, as Kafka answers v0-v5.
+            None if groups.is_consumer_group(&name) => d.group_state = s("Dead"),
             // No members here: Empty if the group has committed offsets, else Dead, as Kafka
             // says.
             None => {

@@ -20,6 +20,8 @@ use tokio::sync::oneshot;
 
 use crate::code;
 
+pub mod consumer;
+
 /// Kafka's group error codes.
 pub mod errors {
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
@@ -362,7 +364,14 @@ impl Group {
 /// Every group this coordinator holds.
 pub struct Groups {
     groups: Mutex<HashMap<String, Group>>,
+    /// KIP-848 groups ([`consumer`]); locked after `groups` when both are.
+    consumer: Mutex<HashMap<String, consumer::Group>>,
     initial_delay: Duration,
+    /// KIP-848: a member silent this long is removed (Kafka's
+    /// `group.consumer.session.timeout.ms`, 45 s).
+    consumer_session_timeout: Duration,
+    /// KIP-848: how often members heartbeat (`group.consumer.heartbeat.interval.ms`, 5 s).
+    heartbeat_interval: Duration,
     ids: std::sync::atomic::AtomicU64,
 }
 
@@ -376,7 +385,21 @@ impl Groups {
     /// `initial_delay`: how long a group formed from empty waits for more members (Kafka's
     /// `group.initial.rebalance.delay.ms`, 3 s).
     pub fn new(initial_delay: Duration) -> Groups {
-        Groups { groups: Mutex::new(HashMap::new()), initial_delay, ids: Default::default() }
+        Groups {
+            groups: Mutex::new(HashMap::new()),
+            consumer: Mutex::new(HashMap::new()),
+            initial_delay,
+            consumer_session_timeout: Duration::from_secs(45),
+            heartbeat_interval: Duration::from_secs(5),
+            ids: Default::default(),
+        }
+    }
+
+    /// KIP-848 groups' session timeout and heartbeat interval (Kafka's 45 s and 5 s).
+    pub fn with_consumer_timeouts(mut self, session: Duration, heartbeat: Duration) -> Groups {
+        self.consumer_session_timeout = session;
+        self.heartbeat_interval = heartbeat;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
@@ -412,6 +435,11 @@ impl Groups {
         let mut groups = self.lock();
         if !groups.contains_key(&j.group) && groups.len() >= MAX_GROUPS {
             return fail(COORDINATOR_NOT_AVAILABLE);
+        }
+        // A consumer group (KIP-848) with members takes no classic members, as Kafka with
+        // its migration policy off.
+        if self.consumer_lock().get(&j.group).is_some_and(consumer::Group::has_members) {
+            return fail(INCONSISTENT_GROUP_PROTOCOL);
         }
         let g = groups.entry(j.group.clone()).or_insert_with(Group::new);
         if !g.members.is_empty() {
@@ -627,13 +655,18 @@ impl Groups {
 
     /// May a member commit offsets for `group` at `generation`? Kafka's rules: a simple
     /// consumer (generation < 0, no member) only while the group has no members.
+    /// A consumer group's commit is checked by member epoch instead ([`consumer`]).
     pub fn check_commit(
         &self,
         group: &str,
         generation: i32,
         member_id: &str,
         instance_id: Option<&str>,
+        version: i16,
     ) -> i16 {
+        if let Some(code) = self.consumer_check_commit(group, generation, member_id, version) {
+            return code;
+        }
         let groups = self.lock();
         let Some(g) = groups.get(group) else {
             return if generation < 0 { code::NONE } else { ILLEGAL_GENERATION };
@@ -683,11 +716,14 @@ impl Groups {
         }
         // Empty groups hold nothing worth keeping: their offsets are the Broker's.
         groups.retain(|_, g| g.state != State::Empty || !g.pending.is_empty());
+        drop(groups);
+        self.consumer_tick(now);
     }
 
     /// Forgets a group (this coordinator no longer owns it): its members are told to find the
     /// new coordinator.
     pub fn forget(&self, group: &str) {
+        self.consumer_forget(group);
         if let Some(mut g) = self.lock().remove(group) {
             let ids: Vec<String> = g.members.keys().cloned().collect();
             for id in ids {
@@ -748,6 +784,9 @@ impl Groups {
     /// subscribed to everything (`Some` with `"*"`), so nothing it may read is deleted.
     pub fn subscribed(&self, group: &str) -> Option<Vec<String>> {
         use kafka_protocol::protocol::Decodable;
+        if let Some(topics) = self.consumer_subscribed(group) {
+            return Some(topics);
+        }
         let groups = self.lock();
         let g = groups.get(group).filter(|g| !g.members.is_empty())?;
         let mut topics = Vec::new();
@@ -777,6 +816,7 @@ impl Groups {
     /// Whether the group has members now (DeleteGroups refuses those: NON_EMPTY_GROUP).
     pub fn has_members(&self, group: &str) -> bool {
         self.lock().get(group).is_some_and(|g| !g.members.is_empty())
+            || self.is_consumer_group(group)
     }
 }
 
@@ -856,9 +896,13 @@ mod tests {
         assert_eq!(g.heartbeat("g", 1, &a, None, now), 0);
         assert_eq!(g.heartbeat("g", 0, &a, None, now), ILLEGAL_GENERATION);
         assert_eq!(g.heartbeat("g", 1, "stranger", None, now), UNKNOWN_MEMBER_ID);
-        assert_eq!(g.check_commit("g", 1, &a, None), 0);
-        assert_eq!(g.check_commit("g", 0, &a, None), ILLEGAL_GENERATION);
-        assert_eq!(g.check_commit("g", -1, "", None), UNKNOWN_MEMBER_ID, "the group has members");
+        assert_eq!(g.check_commit("g", 1, &a, None, 9), 0);
+        assert_eq!(g.check_commit("g", 0, &a, None, 9), ILLEGAL_GENERATION);
+        assert_eq!(
+            g.check_commit("g", -1, "", None, 9),
+            UNKNOWN_MEMBER_ID,
+            "the group has members"
+        );
         // A third joins: the others are told by heartbeat and rejoin; generation 2.
         let c = member_id(&g, "g", "c", now);
         let jc = g.admit_join(join("g", &c, "c"), now).expect("admitted");

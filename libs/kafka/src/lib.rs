@@ -11,10 +11,9 @@
 //! reader). Topics are streams, partition p is the stream's log p, a partition's leader is the
 //! owner the routing function picks for the client's zone (`zone_id=` in `client.id`).
 //!
-//! Built so far: ApiVersions, Metadata, Produce (not idempotent yet), Fetch (with long poll)
-//! ListOffsets, CreateTopics, DeleteTopics, CreatePartitions and InitProducerId (idempotent
-//! producers, [`producers`]). Transactions, the config APIs and consumer groups are not yet;
-//! ApiVersions does not advertise them.
+//! Served: the APIs of [`api::SUPPORTED`] — produce (idempotent: [`producers`]), fetch, the
+//! admin and config APIs, and consumer groups, classic and KIP-848 ([`groups`]). Transactions
+//! are not; ApiVersions does not advertise them.
 //!
 //! Depends on the codec only; never on a Lakelog crate (the roles adapt their stores to
 //! [`Broker`]).
@@ -22,6 +21,7 @@
 mod admin;
 pub mod api;
 pub mod configs;
+mod consumer_api;
 mod fetch;
 pub mod frame;
 mod group_api;

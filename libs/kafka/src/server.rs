@@ -30,6 +30,11 @@ pub struct KafkaConfig {
     /// How long a consumer group formed from empty waits for more members before its first
     /// assignment (Kafka's `group.initial.rebalance.delay.ms`, 3 s).
     pub initial_rebalance_delay: std::time::Duration,
+    /// KIP-848 groups: a member silent this long is removed (Kafka's
+    /// `group.consumer.session.timeout.ms`, 45 s).
+    pub consumer_session_timeout: std::time::Duration,
+    /// KIP-848 groups: the heartbeat interval members are told (5 s).
+    pub consumer_heartbeat_interval: std::time::Duration,
 }
 
 impl Default for KafkaConfig {
@@ -41,6 +46,8 @@ impl Default for KafkaConfig {
             default_partitions: 1,
             max_batch_bytes: 1 << 20,
             initial_rebalance_delay: std::time::Duration::from_secs(3),
+            consumer_session_timeout: std::time::Duration::from_secs(45),
+            consumer_heartbeat_interval: std::time::Duration::from_secs(5),
         }
     }
 }
@@ -53,7 +60,10 @@ pub async fn serve(
     cfg: KafkaConfig,
     shutdown: impl Future<Output = ()>,
 ) {
-    let groups = Arc::new(crate::groups::Groups::new(cfg.initial_rebalance_delay));
+    let groups = Arc::new(
+        crate::groups::Groups::new(cfg.initial_rebalance_delay)
+            .with_consumer_timeouts(cfg.consumer_session_timeout, cfg.consumer_heartbeat_interval),
+    );
     let cfg = Arc::new(cfg);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();

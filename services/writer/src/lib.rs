@@ -98,6 +98,8 @@ pub async fn run_with(
             max_batch_bytes: storage.config().max_entry_bytes,
             auto_create_topics: k.auto_create_topics,
             default_partitions: k.default_partitions,
+            consumer_session_timeout: k.consumer_session_timeout.0,
+            consumer_heartbeat_interval: k.consumer_heartbeat_interval.0,
             ..Default::default()
         };
         tracing::info!(addr = %k.listen, advertised = %k.advertised(), "Kafka serving");

@@ -1247,3 +1247,140 @@ async fn group_apis_are_answered_at_every_version_and_refuse_bad_input() -> Resu
     }
     Ok(())
 }
+
+/// KIP-848 over the wire at both versions: a member joins (v0: the coordinator names it; v1:
+/// its own id) and gets every partition of "orders" by topic id; a second member joins, and
+/// the first is told to keep part (revoke before assign) and is fenced at a wrong epoch;
+/// ConsumerGroupDescribe shows both; commits go by member epoch (STALE_MEMBER_EPOCH at an old
+/// one, UNSUPPORTED_VERSION before OffsetCommit v9); a classic JoinGroup to the group is
+/// INCONSISTENT_GROUP_PROTOCOL, and bad heartbeats get Kafka's codes.
+#[tokio::test]
+async fn consumer_group_heartbeats_assign_revoke_and_fence_at_both_versions() -> Result<()> {
+    use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::*;
+    let s = server(KafkaConfig::default()).await?;
+    let orders = s.broker.topics.lock().map_err(|_| anyhow::anyhow!("poisoned"))?[0].1;
+    let str = |v: &str| StrBytes::from_string(v.to_owned());
+    let join = |group: &str, member: &str| {
+        ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(str(group)))
+            .with_member_id(str(member))
+            .with_member_epoch(0)
+            .with_rebalance_timeout_ms(30_000)
+            .with_subscribed_topic_names(Some(vec![TopicName(str("orders"))]))
+            .with_topic_partitions(Some(Vec::new()))
+    };
+    let beat = |group: &str, member: &str, epoch: i32, owned: &[i32]| {
+        ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(str(group)))
+            .with_member_id(str(member))
+            .with_member_epoch(epoch)
+            .with_rebalance_timeout_ms(-1)
+            .with_topic_partitions(Some(vec![
+                TopicPartitions::default().with_topic_id(orders).with_partitions(owned.to_vec()),
+            ]))
+    };
+    let partitions = |r: &ConsumerGroupHeartbeatResponse| -> Option<Vec<i32>> {
+        let a = r.assignment.as_ref()?;
+        Some(a.topic_partitions.iter().flat_map(|t| t.partitions.clone()).collect())
+    };
+    let hb = ApiKey::ConsumerGroupHeartbeat;
+    // v0: no member id; the coordinator names one.
+    let r: ConsumerGroupHeartbeatResponse = ask(s.addr, hb, 0, "t", &join("k0", "")).await?;
+    ensure!(r.error_code == 0 && r.member_id.as_ref().is_some_and(|m| !m.is_empty()), "{r:?}");
+    ensure!(r.member_epoch == 1 && r.heartbeat_interval_ms == 5000, "{r:?}");
+    // v1: the member's own id; all three partitions, by topic id.
+    let r: ConsumerGroupHeartbeatResponse = ask(s.addr, hb, 1, "t", &join("k1", "m1")).await?;
+    ensure!(r.member_id.as_deref() == Some("m1") && partitions(&r) == Some(vec![0, 1, 2]), "{r:?}");
+    ensure!(
+        r.assignment.as_ref().is_some_and(|a| a.topic_partitions[0].topic_id == orders),
+        "{r:?}"
+    );
+    let r: ConsumerGroupHeartbeatResponse = ask(s.addr, hb, 1, "t", &join("k1", "m2")).await?;
+    ensure!(r.member_epoch == 2 && partitions(&r) == Some(Vec::new()), "m2 waits: {r:?}");
+    let r: ConsumerGroupHeartbeatResponse =
+        ask(s.addr, hb, 1, "t", &beat("k1", "m1", 1, &[0, 1, 2])).await?;
+    let kept = partitions(&r).unwrap_or_default();
+    ensure!(r.member_epoch == 1 && kept.len() == 2, "m1 keeps two, at epoch 1: {r:?}");
+    let r: ConsumerGroupHeartbeatResponse =
+        ask(s.addr, hb, 1, "t", &beat("k1", "m1", 5, &kept)).await?;
+    ensure!(r.error_code == 110, "FENCED_MEMBER_EPOCH: {r:?}");
+    let r: ConsumerGroupHeartbeatResponse =
+        ask(s.addr, hb, 1, "t", &beat("k1", "m1", 1, &kept)).await?;
+    ensure!(r.error_code == 0 && r.member_epoch == 2, "revoked, epoch 2: {r:?}");
+    let r: ConsumerGroupHeartbeatResponse =
+        ask(s.addr, hb, 1, "t", &beat("k1", "m2", 2, &[])).await?;
+    let got = partitions(&r).unwrap_or_default();
+    ensure!(got.len() == 1 && !kept.contains(&got[0]), "m2 gets the released one: {r:?}");
+    // Described, by topic id and name.
+    for v in 0..=1 {
+        let r: ConsumerGroupDescribeResponse = ask(
+            s.addr,
+            ApiKey::ConsumerGroupDescribe,
+            v,
+            "t",
+            &ConsumerGroupDescribeRequest::default()
+                .with_group_ids(vec![GroupId(str("k1")), GroupId(str("nope"))]),
+        )
+        .await?;
+        let g = &r.groups[0];
+        ensure!(g.error_code == 0 && g.group_state.as_str() == "Stable", "v{v}: {r:?}");
+        ensure!(g.group_epoch == 2 && g.assignor_name.as_str() == "uniform", "v{v}: {r:?}");
+        ensure!(g.members.len() == 2, "v{v}: {r:?}");
+        let names: Vec<&str> = g
+            .members
+            .iter()
+            .flat_map(|m| m.assignment.topic_partitions.iter().map(|t| t.topic_name.0.as_str()))
+            .collect();
+        ensure!(names == ["orders", "orders"], "v{v}: {names:?}");
+        ensure!(r.groups[1].error_code == 69, "v{v}: GROUP_ID_NOT_FOUND: {r:?}");
+    }
+    // Commits by member epoch.
+    let commit = |epoch: i32| {
+        OffsetCommitRequest::default()
+            .with_group_id(GroupId(str("k1")))
+            .with_member_id(str("m2"))
+            .with_generation_id_or_member_epoch(epoch)
+            .with_topics(vec![
+                OffsetCommitRequestTopic::default()
+                    .with_name(TopicName(str("orders")))
+                    .with_partitions(vec![
+                        OffsetCommitRequestPartition::default()
+                            .with_partition_index(got[0])
+                            .with_committed_offset(3),
+                    ]),
+            ])
+    };
+    for (v, epoch, want) in [(9, 2, 0), (9, 1, 113), (8, 2, 35)] {
+        let r: OffsetCommitResponse =
+            ask(s.addr, ApiKey::OffsetCommit, v, "t", &commit(epoch)).await?;
+        ensure!(r.topics[0].partitions[0].error_code == want, "v{v} epoch {epoch}: {r:?}");
+    }
+    // Not a classic group.
+    let classic = JoinGroupRequest::default()
+        .with_group_id(GroupId(str("k1")))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_protocol_type(str("consumer"))
+        .with_protocols(vec![JoinGroupRequestProtocol::default().with_name(str("range"))]);
+    let r: JoinGroupResponse = ask(s.addr, ApiKey::JoinGroup, 3, "t", &classic).await?;
+    ensure!(r.error_code == 23, "INCONSISTENT_GROUP_PROTOCOL: {r:?}");
+    // Bad heartbeats.
+    let bad = [
+        (join("k2", "m").with_rebalance_timeout_ms(-1), 42),
+        (join("k2", "m").with_server_assignor(Some(str("sticky"))), 112),
+        (join("k2", "m").with_subscribed_topic_regex(Some(str("(orders"))), 128),
+        (beat("k2", "m", -7, &[]), 42),
+        (beat("k2", "nobody", 3, &[]), 25),
+        (join(&"x".repeat(10_000), "m"), 24),
+    ];
+    for (req, want) in bad {
+        let r: ConsumerGroupHeartbeatResponse = ask(s.addr, hb, 1, "t", &req).await?;
+        ensure!(r.error_code == want, "want {want}: {r:?}");
+    }
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! The KIP-848 APIs over [`crate::groups::consumer`]: ConsumerGroupHeartbeat and
+//! ConsumerGroupDescribe. The coordinator looks up the subscribed topics through the
+//! [`Broker`] for each heartbeat (their ids and partition counts), so a new topic or partition
+//! reaches the assignment at the next heartbeat.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::consumer_group_describe_response::{
+    self as describe_resp, DescribedGroup,
+};
+use kafka_protocol::messages::consumer_group_heartbeat_response::{
+    Assignment as WireAssignment, TopicPartitions,
+};
+use kafka_protocol::messages::{
+    ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse, TopicName,
+};
+
+use crate::group_api::{check_coordinator, s};
+use crate::groups::Groups;
+use crate::groups::consumer::{Assignment, Heartbeat, TopicView, Wanted};
+use crate::groups::errors::*;
+use crate::{Broker, code};
+
+fn wire(a: &Assignment) -> WireAssignment {
+    WireAssignment::default().with_topic_partitions(
+        a.iter()
+            .map(|(id, ps)| {
+                TopicPartitions::default()
+                    .with_topic_id(*id)
+                    .with_partitions(ps.iter().copied().collect())
+            })
+            .collect(),
+    )
+}
+
+pub(crate) async fn heartbeat(
+    req: ConsumerGroupHeartbeatRequest,
+    client_id: &str,
+    client_host: &str,
+    broker: &dyn Broker,
+    groups: &Groups,
+) -> ConsumerGroupHeartbeatResponse {
+    let fail = |code: i16, message: Option<String>| {
+        ConsumerGroupHeartbeatResponse::default()
+            .with_error_code(code)
+            .with_error_message(message.map(s))
+    };
+    let group = req.group_id.0.to_string();
+    if let Some(e) = check_coordinator(broker, groups, &group).await {
+        return fail(e, None);
+    }
+    let hb = Heartbeat {
+        group,
+        member_id: req.member_id.to_string(),
+        member_epoch: req.member_epoch,
+        instance_id: req.instance_id.map(|i| i.to_string()),
+        rack_id: req.rack_id.map(|r| r.to_string()),
+        rebalance_timeout: u64::try_from(req.rebalance_timeout_ms).ok().map(Duration::from_millis),
+        topic_names: req
+            .subscribed_topic_names
+            .map(|ts| ts.into_iter().map(|t| t.0.to_string()).collect()),
+        topic_regex: req.subscribed_topic_regex.map(|r| r.to_string()),
+        assignor: req.server_assignor.map(|a| a.to_string()),
+        owned: req.topic_partitions.map(|tps| {
+            let mut owned = Assignment::new();
+            for t in tps {
+                owned.entry(t.topic_id).or_default().extend(t.partitions);
+            }
+            owned
+        }),
+        client_id: client_id.to_owned(),
+        client_host: client_host.to_owned(),
+    };
+    if let Err((code, message)) = hb.check() {
+        return fail(code, Some(message));
+    }
+    let view = if hb.member_epoch < 0 {
+        TopicView::default()
+    } else {
+        let (names, complete) = match groups.wanted(&hb) {
+            Wanted::All => (None, true),
+            Wanted::Names(n) => (Some(n.into_iter().collect::<Vec<_>>()), false),
+        };
+        match broker.topics(names.as_deref(), None, None).await {
+            Ok(found) => TopicView {
+                topics: found
+                    .into_iter()
+                    .filter(|t| t.error == code::NONE)
+                    .map(|t| (t.name, (t.id, u32::try_from(t.partitions.len()).unwrap_or(0))))
+                    .collect(),
+                looked: names.map(|n| n.into_iter().collect()).unwrap_or_else(BTreeSet::new),
+                complete,
+            },
+            Err(e) => return fail(COORDINATOR_NOT_AVAILABLE, Some(e.0)),
+        }
+    };
+    let beat = groups.consumer_heartbeat(hb, &view, Instant::now());
+    ConsumerGroupHeartbeatResponse::default()
+        .with_error_code(beat.error)
+        .with_error_message(beat.message.map(s))
+        .with_member_id((!beat.member_id.is_empty()).then(|| s(beat.member_id)))
+        .with_member_epoch(beat.member_epoch)
+        .with_heartbeat_interval_ms(
+            i32::try_from(beat.heartbeat_interval.as_millis()).unwrap_or(i32::MAX),
+        )
+        .with_assignment(beat.assignment.as_ref().map(wire))
+}
+
+pub(crate) async fn describe(
+    req: ConsumerGroupDescribeRequest,
+    broker: &dyn Broker,
+    groups: &Groups,
+) -> ConsumerGroupDescribeResponse {
+    let mut out = Vec::with_capacity(req.group_ids.len());
+    for g in req.group_ids {
+        let name = g.0.to_string();
+        let mut d = DescribedGroup::default().with_group_id(g).with_authorized_operations(i32::MIN);
+        if let Some(e) = check_coordinator(broker, groups, &name).await {
+            d.error_code = e;
+            out.push(d);
+            continue;
+        }
+        let Some(x) = groups.consumer_describe(&name) else {
+            // A classic group, one with only committed offsets, or none: not a consumer group
+            // (clients then describe it with DescribeGroups, as with Kafka).
+            d.error_code = GROUP_ID_NOT_FOUND;
+            d.error_message = Some(s(format!("Group {name} is not a consumer group.")));
+            out.push(d);
+            continue;
+        };
+        let named = |a: &Assignment| {
+            describe_resp::Assignment::default().with_topic_partitions(
+                a.iter()
+                    .map(|(id, ps)| {
+                        describe_resp::TopicPartitions::default()
+                            .with_topic_id(*id)
+                            .with_topic_name(TopicName(s(x
+                                .topic_names
+                                .get(id)
+                                .cloned()
+                                .unwrap_or_default())))
+                            .with_partitions(ps.iter().copied().collect())
+                    })
+                    .collect(),
+            )
+        };
+        d.group_state = s(x.state.name());
+        d.group_epoch = x.epoch;
+        d.assignment_epoch = x.assignment_epoch;
+        d.assignor_name = s(x.assignor.clone());
+        d.members = x
+            .members
+            .iter()
+            .map(|m| {
+                describe_resp::Member::default()
+                    .with_member_id(s(m.member_id.clone()))
+                    .with_instance_id(m.instance_id.clone().map(s))
+                    .with_rack_id(m.rack_id.clone().map(s))
+                    .with_member_epoch(m.member_epoch)
+                    .with_client_id(s(m.client_id.clone()))
+                    .with_client_host(s(m.client_host.clone()))
+                    .with_subscribed_topic_names(
+                        m.topic_names.iter().map(|t| TopicName(s(t.clone()))).collect(),
+                    )
+                    .with_subscribed_topic_regex(m.topic_regex.clone().map(s))
+                    .with_assignment(named(&m.assignment))
+                    .with_target_assignment(named(&m.target))
+                    // v1: a member of the consumer protocol.
+                    .with_member_type(1)
+            })
+            .collect();
+        out.push(d);
+    }
+    ConsumerGroupDescribeResponse::default().with_groups(out)
+}
