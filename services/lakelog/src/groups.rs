@@ -1,123 +1,25 @@
 //! `lakelog group list|describe|reset|delete`: Kafka consumer groups, asked of the Kafka port
 //! (`--kafka`) as any Kafka admin tool would — group membership lives in the coordinator's
-//! memory — with the partitions' ends read over gRPC (`--endpoint`). A small Kafka client over
-//! the same codec the front end uses; every response length is bounded before it is read.
+//! memory — with the partitions' ends read over gRPC (`--endpoint`), through
+//! [`crate::kafka_client`].
 
 use std::collections::BTreeMap;
 
 use anyhow::{Context, bail};
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::{
-    ApiKey, ConsumerProtocolAssignment, DeleteGroupsRequest, DeleteGroupsResponse,
-    DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse,
-    GroupId, ListGroupsRequest, ListGroupsResponse, MetadataRequest, MetadataResponse,
-    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
-    RequestHeader, ResponseHeader, TopicName,
+    ApiKey, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
+    ConsumerProtocolAssignment, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, GroupId, ListGroupsRequest, ListGroupsResponse, MetadataRequest,
+    MetadataResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+    OffsetFetchResponse, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use kafka_protocol::protocol::Decodable;
 
-/// The largest response this client reads.
-const MAX_RESPONSE: usize = 64 << 20;
-
-/// One connection to a broker.
-struct Conn {
-    stream: TcpStream,
-    addr: String,
-    next: i32,
-}
-
-impl Conn {
-    async fn connect(addr: &str) -> anyhow::Result<Conn> {
-        let stream =
-            tokio::time::timeout(std::time::Duration::from_secs(10), TcpStream::connect(addr))
-                .await
-                .map_err(|_| {
-                    anyhow::anyhow!("UNAVAILABLE: no answer from the Kafka port at {addr}")
-                })?
-                .with_context(|| {
-                    format!("UNAVAILABLE: cannot reach the Kafka port at {addr} (--kafka)")
-                })?;
-        Ok(Conn { stream, addr: addr.to_owned(), next: 1 })
-    }
-
-    async fn call<Q: Encodable, R: Decodable>(
-        &mut self,
-        api: ApiKey,
-        version: i16,
-        req: &Q,
-    ) -> anyhow::Result<R> {
-        let id = self.next;
-        self.next += 1;
-        let mut b = BytesMut::new();
-        b.put_i32(0);
-        RequestHeader::default()
-            .with_request_api_key(api as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(id)
-            .with_client_id(Some(StrBytes::from_static_str("lakelog-cli")))
-            .encode(&mut b, api.request_header_version(version))?;
-        req.encode(&mut b, version)?;
-        let size = i32::try_from(b.len() - 4)?;
-        b[..4].copy_from_slice(&size.to_be_bytes());
-        let io = async {
-            self.stream.write_all(&b).await?;
-            let n = self.stream.read_i32().await?;
-            let n = usize::try_from(n)
-                .ok()
-                .filter(|n| *n <= MAX_RESPONSE)
-                .ok_or_else(|| std::io::Error::other(format!("a response claiming {n} bytes")))?;
-            let mut body = vec![0; n];
-            self.stream.read_exact(&mut body).await?;
-            Ok::<_, std::io::Error>(Bytes::from(body))
-        };
-        let mut body = tokio::time::timeout(std::time::Duration::from_secs(30), io)
-            .await
-            .map_err(|_| {
-                anyhow::anyhow!("UNAVAILABLE: {api:?} to {} not answered in 30 s", self.addr)
-            })?
-            .with_context(|| format!("UNAVAILABLE: {api:?} to {}", self.addr))?;
-        let header = ResponseHeader::decode(&mut body, api.response_header_version(version))?;
-        if header.correlation_id != id {
-            bail!(
-                "INTERNAL: {} answered correlation id {}, not {id}",
-                self.addr,
-                header.correlation_id
-            );
-        }
-        let r = R::decode(&mut body, version)?;
-        Ok(r)
-    }
-}
-
-/// A Kafka error code as a line's prefix.
-fn error_name(code: i16) -> String {
-    use kafka_protocol::error::ParseResponseErrorCode;
-    match code.err() {
-        Some(e) => format!("{e:?}"),
-        None => format!("Kafka error {code}"),
-    }
-}
-
-fn s(v: &str) -> StrBytes {
-    StrBytes::from_string(v.to_owned())
-}
-
-/// A connection to the coordinator of `group`.
-async fn coordinator(bootstrap: &str, group: &str) -> anyhow::Result<Conn> {
-    let mut c = Conn::connect(bootstrap).await?;
-    let r: FindCoordinatorResponse = c
-        .call(ApiKey::FindCoordinator, 3, &FindCoordinatorRequest::default().with_key(s(group)))
-        .await?;
-    if r.error_code != 0 {
-        bail!("{}: no coordinator for group {group}", error_name(r.error_code));
-    }
-    Conn::connect(&format!("{}:{}", r.host, r.port)).await
-}
+use crate::kafka_client::{Conn, coordinator, error_name, s};
 
 pub async fn list(bootstrap: &str) -> anyhow::Result<()> {
     let mut c = Conn::connect(bootstrap).await?;
@@ -170,11 +72,55 @@ async fn committed(c: &mut Conn, group: &str) -> anyhow::Result<BTreeMap<(String
     Ok(out)
 }
 
-/// The group's state and members, as DescribeGroups answers.
-async fn describe_raw(
-    c: &mut Conn,
-    group: &str,
-) -> anyhow::Result<kafka_protocol::messages::describe_groups_response::DescribedGroup> {
+/// A group as `describe` and `reset` see it.
+struct Group {
+    state: String,
+    /// `type/protocol` (classic) or `consumer/assignor` (KIP-848).
+    protocol: Option<String>,
+    /// Member id, client id, partitions as `topic:p,p topic:p`.
+    members: Vec<(String, String, String)>,
+}
+
+/// The group's state and members: ConsumerGroupDescribe for a KIP-848 group first, then
+/// DescribeGroups, as Kafka's admin client does.
+async fn describe_raw(c: &mut Conn, group: &str) -> anyhow::Result<Group> {
+    let r: ConsumerGroupDescribeResponse = c
+        .call(
+            ApiKey::ConsumerGroupDescribe,
+            0,
+            &ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s(group))]),
+        )
+        .await?;
+    let g = r.groups.into_iter().next().context("INTERNAL: ConsumerGroupDescribe answered none")?;
+    match g.error_code {
+        0 => {
+            let members = g
+                .members
+                .iter()
+                .map(|m| {
+                    let parts: Vec<String> = m
+                        .assignment
+                        .topic_partitions
+                        .iter()
+                        .map(|t| {
+                            let ps: Vec<String> =
+                                t.partitions.iter().map(|p| p.to_string()).collect();
+                            format!("{}:{}", t.topic_name.0, ps.join(","))
+                        })
+                        .collect();
+                    (m.member_id.to_string(), m.client_id.to_string(), parts.join(" "))
+                })
+                .collect();
+            return Ok(Group {
+                state: g.group_state.to_string(),
+                protocol: Some(format!("consumer/{}", g.assignor_name)),
+                members,
+            });
+        }
+        // Not a consumer group: a classic one, or one with committed offsets only.
+        GROUP_ID_NOT_FOUND => {}
+        code => bail!("{}: group {group}", error_name(code)),
+    }
     let r: DescribeGroupsResponse = c
         .call(
             ApiKey::DescribeGroups,
@@ -186,8 +132,22 @@ async fn describe_raw(
     if g.error_code != 0 {
         bail!("{}: group {group}", error_name(g.error_code));
     }
-    Ok(g)
+    Ok(Group {
+        state: g.group_state.to_string(),
+        protocol: (!g.protocol_type.is_empty())
+            .then(|| format!("{}/{}", g.protocol_type, g.protocol_data)),
+        members: g
+            .members
+            .iter()
+            .map(|m| {
+                (m.member_id.to_string(), m.client_id.to_string(), assignment(&m.member_assignment))
+            })
+            .collect(),
+    })
 }
+
+/// Kafka's GROUP_ID_NOT_FOUND.
+const GROUP_ID_NOT_FOUND: i16 = 69;
 
 /// A member's partitions from its consumer-protocol assignment: `topic:p,p topic:p`.
 fn assignment(bytes: &Bytes) -> String {
@@ -219,18 +179,13 @@ pub async fn describe(
     let g = describe_raw(&mut c, group).await?;
     let offsets = committed(&mut c, group).await?;
     let mut out = String::new();
-    out.push_str(&format!("group:    {group}\nstate:    {}\n", g.group_state));
-    if !g.protocol_type.is_empty() {
-        out.push_str(&format!("protocol: {}/{}\n", g.protocol_type, g.protocol_data));
+    out.push_str(&format!("group:    {group}\nstate:    {}\n", g.state));
+    if let Some(p) = &g.protocol {
+        out.push_str(&format!("protocol: {p}\n"));
     }
     out.push_str(&format!("members:  {}\n", g.members.len()));
-    for m in &g.members {
-        out.push_str(&format!(
-            "  {}  client {}  {}\n",
-            m.member_id,
-            m.client_id,
-            assignment(&m.member_assignment)
-        ));
+    for (id, client, partitions) in &g.members {
+        out.push_str(&format!("  {id}  client {client}  {partitions}\n"));
     }
     out.push_str("TOPIC\tPARTITION\tCOMMITTED\tEND\tLAG\n");
     let mut ends: BTreeMap<String, Vec<u64>> = BTreeMap::new();

@@ -12,7 +12,7 @@ use super::Cluster;
 fn kafka_writer(cluster: &Cluster, id: &str) -> Result<(testkit::Service, String)> {
     let (port, kafka) = (testkit::free_port()?, testkit::free_port()?);
     let section = format!(
-        "writer:\n  listen: 127.0.0.1:{port}\n  id: {id}\n  flush_interval: 10ms\n  lease_ttl: {}s\n  kafka:\n    listen: 127.0.0.1:{kafka}\n",
+        "writer:\n  listen: 127.0.0.1:{port}\n  id: {id}\n  flush_interval: 10ms\n  lease_ttl: {}s\n  kafka:\n    listen: 127.0.0.1:{kafka}\n    consumer_session_timeout: 6s\n    consumer_heartbeat_interval: 500ms\n",
         super::LEASE.as_secs()
     );
     Ok((cluster.spawn("writer", id, &section, port)?, format!("127.0.0.1:{kafka}")))
@@ -211,19 +211,32 @@ fn produce_keyed(bootstrap: &str, topic: &str, range: std::ops::Range<usize>) ->
     Ok(testkit::kcat(&["-b", bootstrap, "-P", "-t", topic, "-K:"], &lines)?)
 }
 
-/// Starts a confluent-kafka member of `group` on `topic` (e2e/kafka/group_consumer.py), which
-/// writes what it consumes to `out` and stops when `out`.stop appears.
+/// Starts a confluent-kafka member of `group` on `topic` (e2e/kafka/group_consumer.py) with
+/// the classic protocol, which writes what it consumes to `out` and stops when `out`.stop
+/// appears.
 fn group_member(
     bootstrap: &str,
     topic: &str,
     group: &str,
     out: &std::path::Path,
 ) -> Result<std::process::Child> {
+    protocol_member(bootstrap, topic, group, out, "classic")
+}
+
+/// [`group_member`] with `group.protocol` = `protocol` (`consumer`: KIP-848).
+fn protocol_member(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    out: &std::path::Path,
+    protocol: &str,
+) -> Result<std::process::Child> {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     std::process::Command::new(format!("{root}/.tools/venv/bin/python"))
         .arg(format!("{root}/e2e/kafka/group_consumer.py"))
         .args([bootstrap, topic, group])
         .arg(out)
+        .arg(protocol)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -403,7 +416,6 @@ async fn members_of_a_group_whose_coordinator_is_killed_rejoin_and_resume_from_t
     catalog.create("events", 6, None, None).await?;
     let all = bootstrap.join(",");
     produce_keyed(&all, "events", 0..2000)?;
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let out = |name: &str| cluster.dir.path().join(format!("{name}.txt"));
     let member = |name: &str| group_member(&all, "events", "movers", &out(name));
     let consumed = || -> BTreeMap<String, usize> {
@@ -423,29 +435,8 @@ async fn members_of_a_group_whose_coordinator_is_killed_rejoin_and_resume_from_t
     .await?;
     // Let the auto-commits (every 500 ms) land, then kill the coordinator.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    let find = std::process::Command::new(format!("{root}/.tools/venv/bin/python"))
-        .arg("-c")
-        .arg(
-            "import sys, confluent_kafka.admin as a\n\
-             admin = a.AdminClient({'bootstrap.servers': sys.argv[1]})\n\
-             g = admin.describe_consumer_groups(['movers'])\n\
-             print(g['movers'].result(timeout=30).coordinator.id)\n",
-        )
-        .arg(&all)
-        .output()?;
-    let node: i64 = String::from_utf8_lossy(&find.stdout)
-        .trim()
-        .parse()
-        .with_context(|| format!("coordinator: {}", String::from_utf8_lossy(&find.stderr)))?;
-    let coordinator =
-        writer_of_node(&cluster, &meta, node).await?.context("the coordinator's writer id")?;
-    writers.get_mut(&coordinator).context("the coordinator")?.kill9()?;
-    let left: Vec<String> = ["w1", "w2", "w3"]
-        .iter()
-        .zip(&bootstrap)
-        .filter(|(w, _)| **w != coordinator)
-        .map(|(_, k)| k.clone())
-        .collect();
+    let (coordinator, left) =
+        kill_coordinator(&cluster, &meta, &mut writers, &bootstrap, "movers").await?;
     // Produced once the killed writer's lease is gone (its partitions have new leaders).
     super::wait_role(&meta, &cluster.name, "writer", 2).await?;
     produce_keyed(&left.join(","), "events", 2000..4000)?;
@@ -474,6 +465,143 @@ async fn members_of_a_group_whose_coordinator_is_killed_rejoin_and_resume_from_t
         twice.len()
     );
     Ok(())
+}
+
+/// KIP-848 (`group.protocol=consumer`) with confluent-kafka members against three writers:
+/// the coordinator assigns; two members split 12 partitions, a third joins and gets its share
+/// (each partition revoked before it moves), one is SIGKILLed and its partitions move within
+/// the coordinator's session timeout (6 s here), then the coordinator writer is SIGKILLed and
+/// the members rejoin at the new one. Every record is consumed; records committed before the
+/// coordinator's kill are read twice only if the killed member read them first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kip848_group_assigns_on_the_coordinator_through_member_and_coordinator_kills()
+-> Result<()> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let cluster = Cluster::start()?;
+    let (mut writers, bootstrap) = kafka_writers(&cluster, &["w1", "w2", "w3"])?;
+    let meta = cluster.meta().await?;
+    super::wait_role(&meta, &cluster.name, "writer", 3).await?;
+    let catalog = client::CatalogClient::connect(&cluster.catalog_url).await?;
+    catalog.create("events", 12, None, None).await?;
+    let all = bootstrap.join(",");
+    produce_keyed(&all, "events", 0..3000)?;
+    let out = |name: &str| cluster.dir.path().join(format!("{name}.txt"));
+    let member = |name: &str| protocol_member(&all, "events", "kip848", &out(name), "consumer");
+    let assignment = |name: &str| member_output(&out(name)).1.unwrap_or_default();
+    let members = ["c1", "c2", "c3"];
+    let consumed = || -> BTreeMap<String, Vec<&str>> {
+        let mut n: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+        for m in members {
+            for (_, _, v) in member_output(&out(m)).0 {
+                n.entry(v).or_default().push(m);
+            }
+        }
+        n
+    };
+    let split = |names: &[&str]| {
+        let owned: Vec<u32> = names.iter().flat_map(|m| assignment(m)).collect();
+        let distinct: BTreeSet<u32> = owned.iter().copied().collect();
+        names.iter().all(|m| !assignment(m).is_empty()) && owned.len() == 12 && distinct.len() == 12
+    };
+    let mut c1 = member("c1")?;
+    let mut c2 = member("c2")?;
+    until(std::time::Duration::from_secs(30), "two members splitting the partitions", || {
+        split(&["c1", "c2"])
+    })
+    .await?;
+    let mut c3 = member("c3")?;
+    until(std::time::Duration::from_secs(30), "a three-way split after a third joined", || {
+        split(&members)
+    })
+    .await?;
+    c2.kill()?;
+    c2.wait()?;
+    let killed = std::time::Instant::now();
+    produce_keyed(&all, "events", 3000..6000)?;
+    until(std::time::Duration::from_secs(20), "the others taking the killed one's share", || {
+        split(&["c1", "c3"])
+    })
+    .await?;
+    let moved_after = killed.elapsed();
+    until(std::time::Duration::from_secs(60), "the first 6000 consumed", || {
+        consumed().len() >= 6000
+    })
+    .await?;
+    // Let the auto-commits (every 500 ms) land, then kill the coordinator.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let (coordinator, left) =
+        kill_coordinator(&cluster, &meta, &mut writers, &bootstrap, "kip848").await?;
+    super::wait_role(&meta, &cluster.name, "writer", 2).await?;
+    produce_keyed(&left.join(","), "events", 6000..9000)?;
+    until(
+        std::time::Duration::from_secs(90),
+        "all 9000 consumed after the coordinator's kill",
+        || consumed().len() >= 9000,
+    )
+    .await?;
+    until(
+        std::time::Duration::from_secs(30),
+        "the two members owning every partition again",
+        || split(&["c1", "c3"]),
+    )
+    .await?;
+    let seen = consumed();
+    let missing: Vec<usize> = (0..9000).filter(|i| !seen.contains_key(&format!("v{i}"))).collect();
+    ensure!(missing.is_empty(), "{} records never consumed, e.g. v{}", missing.len(), missing[0]);
+    let twice: Vec<(&String, &Vec<&str>)> = seen.iter().filter(|(_, m)| m.len() > 1).collect();
+    for (v, by) in &twice {
+        let early = v[1..].parse::<usize>().is_ok_and(|i| i < 6000);
+        ensure!(
+            !early || by.contains(&"c2"),
+            "{v}, committed before the coordinator's kill, consumed twice without the killed member: {by:?}"
+        );
+    }
+    for m in ["c1", "c3"] {
+        std::fs::write(cluster.dir.path().join(format!("{m}.txt.stop")), "")?;
+    }
+    c1.wait()?;
+    c3.wait()?;
+    eprintln!(
+        "e2e: KIP-848 group: 9000 records, {} consumed twice; partitions moved {moved_after:?} after a member's kill; coordinator {coordinator} killed",
+        twice.len()
+    );
+    Ok(())
+}
+
+/// SIGKILLs the writer coordinating `group` (as confluent-kafka's AdminClient finds it) among
+/// `writers` (w1, w2, w3 with Kafka addresses `bootstrap`): its id, and the others' addresses.
+async fn kill_coordinator(
+    cluster: &Cluster,
+    meta: &std::sync::Arc<dyn metadata::MetadataStore>,
+    writers: &mut std::collections::BTreeMap<String, testkit::Service>,
+    bootstrap: &[String],
+    group: &str,
+) -> Result<(String, Vec<String>)> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let find = std::process::Command::new(format!("{root}/.tools/venv/bin/python"))
+        .arg("-c")
+        .arg(
+            "import sys, confluent_kafka.admin as a\n\
+             admin = a.AdminClient({'bootstrap.servers': sys.argv[1]})\n\
+             g = admin.describe_consumer_groups([sys.argv[2]])\n\
+             print(g[sys.argv[2]].result(timeout=30).coordinator.id)\n",
+        )
+        .args([&bootstrap.join(","), group])
+        .output()?;
+    let node: i64 = String::from_utf8_lossy(&find.stdout)
+        .trim()
+        .parse()
+        .with_context(|| format!("coordinator: {}", String::from_utf8_lossy(&find.stderr)))?;
+    let coordinator =
+        writer_of_node(cluster, meta, node).await?.context("the coordinator's writer id")?;
+    writers.get_mut(&coordinator).context("the coordinator")?.kill9()?;
+    let left = ["w1", "w2", "w3"]
+        .iter()
+        .zip(bootstrap)
+        .filter(|(w, _)| **w != coordinator)
+        .map(|(_, k)| k.clone())
+        .collect();
+    Ok((coordinator, left))
 }
 
 /// The `*_kafka_fetch_bytes` counter a role's `/metrics` shows.
@@ -564,5 +692,26 @@ async fn a_catch_up_consumer_of_a_readers_rack_is_served_by_the_reader() -> Resu
     eprintln!(
         "e2e: {RECORDS} records caught up through the reader: {from_reader} bytes from it, {from_writer} from the writer"
     );
+    // `lakelog bench catchup` on the same processes: its KIP-848 group reads its whole backlog
+    // once, through the reader. (Its ingest ratio is a benchmark's figure, not checked here.)
+    let bench = std::process::Command::new(crate::bin())
+        .args(["--endpoint", &cluster.catalog_url, "bench", "catchup", "--kafka", &bootstrap])
+        .args(["--rack", "a", "--duration", "2s", "--backlog", "40000", "--record-size", "100"])
+        .args(["--partitions", "2", "--members", "2", "--json"])
+        .args(["--writer-metrics", &format!("127.0.0.1:{wmetrics}")])
+        .args(["--reader-metrics", &format!("127.0.0.1:{rmetrics}")])
+        .output()?;
+    let stdout = String::from_utf8_lossy(&bench.stdout);
+    ensure!(bench.status.success(), "{stdout}{}", String::from_utf8_lossy(&bench.stderr));
+    let report = stdout.lines().last().unwrap_or_default();
+    let field = |name: &str| -> Option<f64> {
+        let at = report.find(&format!("\"{name}\":"))? + name.len() + 3;
+        report[at..].split([',', '}']).next()?.parse().ok()
+    };
+    ensure!(field("catch_up_records_read") == Some(40_000.0), "{report}");
+    let (writers, readers) =
+        (field("kafka_fetch_bytes_writers"), field("kafka_fetch_bytes_readers"));
+    ensure!(readers.is_some_and(|r| r > 40_000.0 * 100.0) && writers == Some(0.0), "{report}");
+    eprintln!("e2e: bench catchup: {report}");
     Ok(())
 }

@@ -695,12 +695,51 @@ fn the_java_kafka_client_with_its_defaults_produces_100000_records_and_reads_eac
     Ok(())
 }
 
+/// The Java client's KIP-848 consumer (`group.protocol=consumer`): the coordinator assigns a
+/// 6-partition topic to one member, splits it when a second joins (revoked before it moves:
+/// the test fails if two members own a partition at once or one is fenced), gives everything
+/// to the second when the first leaves; every record is read, the committed offsets end at the
+/// partitions' ends, and a new member reads nothing again (e2e/kafka/java/JavaGroup.java).
+#[test]
+fn the_java_kafka_client_consumes_in_a_kip848_group_assigned_by_the_coordinator() -> Result<()> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let dir = tempfile::tempdir()?;
+    let s = Standalone::start(dir.path(), testkit::free_port()?)?;
+    s.ok(&["stream", "create", "jg", "--partitions", "6"], "")?;
+    let out = Command::new("java")
+        .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+        .arg("-cp")
+        .arg(format!("{root}/.tools/java/*"))
+        .arg(format!("{root}/e2e/kafka/java/JavaGroup.java"))
+        .args([&s.kafka, "jg", "20000", "jgroup"])
+        .output()
+        .context("java and the Java Kafka client (`make deps` puts it in .tools/java)")?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.success(), "{}{stderr}", String::from_utf8_lossy(&out.stdout));
+    ensure!(!stderr.contains("ERROR"), "{stderr}");
+    // The group's committed offsets are cursors: the whole backlog consumed.
+    let described = s.ok(&["group", "describe", "jgroup", "--kafka", &s.kafka], "")?;
+    eprintln!("{described}");
+    Ok(())
+}
+
 /// `lakelog group`: a confluent-kafka member consumes and commits; `describe` shows it, its
 /// partitions, committed offsets and lag; `reset` is refused while it is active and moves the
 /// offsets once it left, and a new member then starts there; `delete` removes the group, and a
 /// second delete is one clear line.
 #[test]
 fn lakelog_group_lists_describes_resets_and_deletes_a_kafka_consumer_group() -> Result<()> {
+    group_cli_round("classic")
+}
+
+/// The same with the KIP-848 protocol: `describe` shows the coordinator's assignment
+/// (ConsumerGroupDescribe), and `reset` is refused while the member is in the group.
+#[test]
+fn lakelog_group_describes_and_resets_a_kip848_consumer_group() -> Result<()> {
+    group_cli_round("consumer")
+}
+
+fn group_cli_round(protocol: &str) -> Result<()> {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let dir = tempfile::tempdir()?;
     let s = Standalone::start(dir.path(), testkit::free_port()?)?;
@@ -713,6 +752,7 @@ fn lakelog_group_lists_describes_resets_and_deletes_a_kafka_consumer_group() -> 
             .arg(format!("{root}/e2e/kafka/group_consumer.py"))
             .args([s.kafka.as_str(), "ev", "app"])
             .arg(&out)
+            .arg(protocol)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -747,6 +787,9 @@ fn lakelog_group_lists_describes_resets_and_deletes_a_kafka_consumer_group() -> 
         d.contains("state:    Stable") && d.contains("members:  1") && d.contains("ev:0,1"),
         "{d}"
     );
+    let kind =
+        if protocol == "consumer" { "protocol: consumer/uniform" } else { "protocol: consumer/" };
+    ensure!(d.contains(kind), "{d}");
     let ends: Vec<&str> = d.lines().filter(|l| l.starts_with("ev\t")).collect();
     ensure!(
         ends.len() == 2 && ends.iter().all(|l| l.ends_with("\t0")),
@@ -781,6 +824,7 @@ fn lakelog_group_lists_describes_resets_and_deletes_a_kafka_consumer_group() -> 
         .arg(format!("{root}/e2e/kafka/group_consumer.py"))
         .args([s.kafka.as_str(), "ev", "app"])
         .arg(&again)
+        .arg(protocol)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()?;
