@@ -66,7 +66,7 @@ bench-kafka: deps ## Produce and consume 1 KiB records through the Kafka port (l
 bench-catchup: deps ## Ingest with and without a catch-up consumer group reading through the readers, on a `make cluster` of release builds
 	cargo build --release --bin lakelog
 	LAKELOG_BIN=$(CURDIR)/target/release/lakelog ./scripts/cluster.sh
-	.tools/venv/bin/python scripts/bench-catchup.py --seconds 10; s=$$?; ./scripts/cluster.sh stop; exit $$s
+	target/release/lakelog --endpoint http://127.0.0.1:7541 bench catchup --kafka 127.0.0.1:9092,127.0.0.1:9093 --duration 10s; s=$$?; ./scripts/cluster.sh stop; exit $$s
 
 FUZZ_SECONDS ?= 600
 fuzz: ## Fuzz the Kafka request decoder for FUZZ_SECONDS (600), then the record-batch decoder for a tenth of that (nightly; installs cargo-fuzz)

@@ -375,13 +375,14 @@ fn counts(t: &Target) -> ((u64, u64, u64), u64) {
     }
 }
 
-struct Report {
-    rows: Vec<(String, String)>,
-    json: Vec<(String, String)>,
+/// Rows for people, and the same figures as one JSON object.
+pub(crate) struct Report {
+    pub(crate) rows: Vec<(String, String)>,
+    pub(crate) json: Vec<(String, String)>,
 }
 
 impl Report {
-    fn print(&self, json: bool) {
+    pub(crate) fn print(&self, json: bool) {
         let width = self.rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
         for (k, v) in &self.rows {
             println!("{k:<width$}  {v}");

@@ -8,7 +8,9 @@
 //! The composition root: the only crate that may depend on service crates.
 
 mod bench;
+mod catchup;
 mod groups;
+mod kafka_client;
 mod maintenance;
 mod streams;
 
@@ -271,6 +273,9 @@ enum BenchCommand {
     Append(bench::AppendArgs),
     /// Tail latency and catch-up throughput, against a raw GET baseline.
     Read(bench::ReadArgs),
+    /// Ingest alone, then while a Kafka consumer group reads a backlog through the readers
+    /// (on a running cluster, `make cluster`): the ingest ratio, seed 001's promise.
+    Catchup(catchup::CatchupArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -533,6 +538,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             bench::append(args, &cli.endpoint).await
         }
         Command::Bench { command: BenchCommand::Read(args) } => bench::read(args).await,
+        Command::Bench { command: BenchCommand::Catchup(args) } => {
+            catchup::run(args, &cli.endpoint).await
+        }
         Command::Log { command } => {
             let c = LogClient::connect(&cli.endpoint).await?;
             let follow = matches!(command, LogCommand::Read { follow: true, .. });
