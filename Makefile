@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/venv/bin:$(PATH)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: help deps build test lint run bench bench-kafka bench-catchup cluster cluster-stop helm-check compose-check fuzz
+.PHONY: help deps build test lint run bench bench-kafka bench-catchup cluster cluster-stop helm-check compose-check fuzz dst
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
@@ -67,6 +67,21 @@ bench-catchup: deps ## Ingest with and without a catch-up consumer group reading
 	cargo build --release --bin lakelog
 	LAKELOG_BIN=$(CURDIR)/target/release/lakelog ./scripts/cluster.sh
 	target/release/lakelog --endpoint http://127.0.0.1:7541 bench catchup --kafka 127.0.0.1:9092,127.0.0.1:9093 --duration 10s; s=$$?; ./scripts/cluster.sh stop; exit $$s
+
+SEEDS ?= 10000
+dst: ## The deterministic simulation over SEEDS seeds (10000) in parallel processes, summed; `make dst SEED=n` replays one seed
+	@./scripts/install-deps.sh build
+	@if [ -n "$(SEED)" ]; then \
+		SIM_SEED=$(SEED) cargo test --release -p sim --test writers replay -- --nocapture; \
+	else \
+		cargo test --release -p sim --no-run -q && \
+		n=$$(nproc); per=$$(( ($(SEEDS) + n - 1) / n )); d=$$(mktemp -d); \
+		for i in $$(seq 0 $$((n - 1))); do \
+			SIM_FROM=$$((i * per)) SIM_SEEDS=$$per cargo test --release -q -p sim --test writers writers_lose -- --nocapture > "$$d/$$i.log" 2>&1 & \
+		done; wait; s=0; \
+		for f in "$$d"/*.log; do grep -q "test result: ok" "$$f" || { cat "$$f"; s=1; }; done; \
+		grep -h "^sim writers:" "$$d"/*.log; rm -rf "$$d"; exit $$s; \
+	fi
 
 FUZZ_SECONDS ?= 600
 fuzz: ## Fuzz the Kafka request decoder for FUZZ_SECONDS (600), then the record-batch decoder for a tenth of that (nightly; installs cargo-fuzz)

@@ -2,10 +2,10 @@
 //!
 //! Owns the [`MetadataStore`] trait — a small, etcd-shaped contract: ranges, transactions with
 //! compares on value, version, create_revision and mod_revision (also over key ranges), reads
-//! at a revision, leases, watches and history compaction — and its two backends:
-//! [`EtcdStore`] for every multi-process deployment and [`EmbeddedStore`] (redb) for
-//! `lakelog standalone`. One conformance suite (`tests/it/conformance.rs`) pins both to etcd's
-//! semantics.
+//! at a revision, leases, watches and history compaction — and its backends: [`EtcdStore`]
+//! for every multi-process deployment, [`EmbeddedStore`] (redb) for `lakelog standalone`, and
+//! [`MemoryStore`] (in memory, on tokio's clock) for tests and the deterministic simulation.
+//! One conformance suite (`tests/it/conformance.rs`) pins all three to etcd's semantics.
 //!
 //! Rules: this is the only crate that imports `etcd-client`. It depends on no Lakelog crate but
 //! `config`. A write whose answer is lost is never retried here: it surfaces as
@@ -14,11 +14,13 @@
 pub mod counting;
 mod embedded;
 mod etcd;
+mod memory;
 mod store;
 mod types;
 
 pub use embedded::EmbeddedStore;
 pub use etcd::EtcdStore;
+pub use memory::MemoryStore;
 pub use store::{MetadataStore, WatchStream};
 pub use types::*;
 

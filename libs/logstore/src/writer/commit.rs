@@ -456,7 +456,7 @@ pub(super) async fn commit_group(
         // offset it proposed. The group is one transaction, so one log answers for all.
         if let Some((_, _, p)) = group.iter().find(|(_, _, p)| p.first_locator.is_some())
             && let Some(loc) = &p.first_locator
-            && committed_at(core, p.log, loc).await?
+            && resolve(core, seq, deadline, p.log, loc).await?
         {
             return Ok(GroupOutcome::CommittedEarlier { heads });
         }
@@ -467,6 +467,33 @@ pub(super) async fn commit_group(
         return Ok(GroupOutcome::IncarnationEnded);
     }
     Ok(GroupOutcome::Moved { heads })
+}
+
+/// Whether an unanswered attempt committed `loc`, read until the deadline while the reads
+/// fail retryably. Any failure to find out is an unknown outcome, never a definite one: the
+/// attempt may have applied (found by the simulation, seed 3 of the writers group: a read
+/// failing with UNAVAILABLE here failed appends definitely that had committed).
+async fn resolve(
+    core: &Core,
+    seq: u64,
+    deadline: Instant,
+    log: LogId,
+    loc: &Locator,
+) -> Result<bool, LogError> {
+    loop {
+        match committed_at(core, log, loc).await {
+            Ok(found) => return Ok(found),
+            Err(e) if e.code() == crate::Code::Unavailable && Instant::now() < deadline => {
+                tracing::warn!(seq, error = %e, "resolving an unanswered commit; reading again");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => {
+                return Err(LogError::unknown(format!(
+                    "commit of WAL object {seq}: an unanswered attempt could not be resolved: {e}"
+                )));
+            }
+        }
+    }
 }
 
 /// Whether the locator `loc` (of WAL sequence `loc.wal_seq`) is committed at its offset,

@@ -80,7 +80,16 @@ macro_rules! conformance {
     };
 }
 
+pub async fn memory_fixture(_own: bool) -> Result<Fixture> {
+    Ok(Fixture {
+        store: Arc::new(MemoryStore::new()),
+        prefix: testkit::unique_prefix("meta"),
+        _guard: Box::new(()),
+    })
+}
+
 conformance!(embedded, embedded_fixture);
+conformance!(memory, memory_fixture);
 conformance!(etcd, etcd_fixture);
 
 fn value_of(kv: &Option<KeyValue>) -> Option<String> {

@@ -1,0 +1,237 @@
+//! The operation history of a run and the checker over it (issue 17, deliverable 2). Clients
+//! record every append with its outcome — acknowledged at an offset, definitely failed, or
+//! unknown (an answer lost, a deadline passed) — every read with what it returned, and every
+//! high watermark they observed; at the end each log is read whole. [`check`] then reports
+//! what ARCHITECTURE §7 forbids:
+//!
+//! - lost write: acknowledged, not in the log at its offset;
+//! - inconsistent offsets: acknowledged at one offset, found at another, or the log's entries
+//!   not contiguous (a gap or an overlap);
+//! - duplicate: one append's records twice in the log;
+//! - aborted read: a definitely failed append visible;
+//! - phantom: an entry no client appended;
+//! - dirty read: a read during the run returned an entry the final log does not hold there;
+//! - high-watermark regression: an observer saw a log's end go back.
+//!
+//! Appends carry a unique id in their payload (8 bytes, little-endian, first), so the checker
+//! needs nothing else from the store.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How an append ended, as its client saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Acknowledged: its first record is at this offset.
+    Ok(u64),
+    /// Definitely not applied (fenced, refused, failed before anything committed).
+    Failed,
+    /// Maybe applied: the answer was lost or did not come in time.
+    Unknown,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Append {
+    pub id: u64,
+    pub log: u64,
+    pub records: u32,
+    pub outcome: Outcome,
+}
+
+/// An entry as a read returned it: its offset, record count and the id in its payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Seen {
+    pub offset: u64,
+    pub records: u32,
+    pub id: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    pub appends: Vec<Append>,
+    /// Reads during the run: log, entries returned.
+    pub reads: Vec<(u64, Vec<Seen>)>,
+    /// High watermarks in the order one observer saw them: log, next offset.
+    pub watermarks: Vec<(u64, u64)>,
+    /// Each log read whole at the end, from its first offset.
+    pub finals: BTreeMap<u64, Vec<Seen>>,
+}
+
+/// A payload carrying `id` and `pad` more bytes.
+pub fn payload(id: u64, pad: usize) -> bytes::Bytes {
+    let mut v = id.to_le_bytes().to_vec();
+    v.resize(8 + pad, 0xab);
+    bytes::Bytes::from(v)
+}
+
+/// The id a payload carries; `None` for one too short to be ours.
+pub fn id_of(payload: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(payload.get(..8)?.try_into().ok()?))
+}
+
+/// What the checker found wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Violation {
+    LostWrite { log: u64, id: u64, offset: u64 },
+    InconsistentOffset { log: u64, id: u64, acked: u64, found: u64 },
+    Gap { log: u64, expected: u64, found: u64 },
+    Duplicate { log: u64, id: u64, offsets: Vec<u64> },
+    AbortedRead { log: u64, id: u64, offset: u64 },
+    Phantom { log: u64, id: u64, offset: u64 },
+    DirtyRead { log: u64, id: u64, offset: u64 },
+    WatermarkRegression { log: u64, from: u64, to: u64 },
+}
+
+/// Every violation in `h`, in a stable order.
+pub fn check(h: &History) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let by_id: BTreeMap<u64, &Append> = h.appends.iter().map(|a| (a.id, a)).collect();
+    for (log, entries) in &h.finals {
+        let mut at: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        let mut next: Option<u64> = None;
+        for e in entries {
+            if let Some(n) = next
+                && e.offset != n
+            {
+                out.push(Violation::Gap { log: *log, expected: n, found: e.offset });
+            }
+            next = Some(e.offset + u64::from(e.records));
+            at.entry(e.id).or_default().push(e.offset);
+            match by_id.get(&e.id) {
+                None => out.push(Violation::Phantom { log: *log, id: e.id, offset: e.offset }),
+                Some(a) if a.log != *log => {
+                    out.push(Violation::Phantom { log: *log, id: e.id, offset: e.offset })
+                }
+                Some(a) if a.outcome == Outcome::Failed => {
+                    out.push(Violation::AbortedRead { log: *log, id: e.id, offset: e.offset })
+                }
+                Some(_) => {}
+            }
+        }
+        for (id, offsets) in at {
+            if offsets.len() > 1 {
+                out.push(Violation::Duplicate { log: *log, id, offsets });
+            }
+        }
+    }
+    let found: BTreeMap<(u64, u64), u64> = h
+        .finals
+        .iter()
+        .flat_map(|(log, es)| es.iter().map(move |e| ((*log, e.id), e.offset)))
+        .collect();
+    for a in &h.appends {
+        if let Outcome::Ok(acked) = a.outcome {
+            match found.get(&(a.log, a.id)) {
+                None => out.push(Violation::LostWrite { log: a.log, id: a.id, offset: acked }),
+                Some(f) if *f != acked => out.push(Violation::InconsistentOffset {
+                    log: a.log,
+                    id: a.id,
+                    acked,
+                    found: *f,
+                }),
+                Some(_) => {}
+            }
+        }
+    }
+    let held: BTreeSet<(u64, Seen)> =
+        h.finals.iter().flat_map(|(log, es)| es.iter().map(move |e| (*log, *e))).collect();
+    for (log, seen) in &h.reads {
+        for s in seen {
+            if !held.contains(&(*log, *s)) {
+                out.push(Violation::DirtyRead { log: *log, id: s.id, offset: s.offset });
+            }
+        }
+    }
+    let mut last: BTreeMap<u64, u64> = BTreeMap::new();
+    for (log, end) in &h.watermarks {
+        if let Some(prev) = last.get(log)
+            && end < prev
+        {
+            out.push(Violation::WatermarkRegression { log: *log, from: *prev, to: *end });
+        }
+        last.insert(*log, *end);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(id: u64, log: u64, offset: u64) -> Append {
+        Append { id, log, records: 1, outcome: Outcome::Ok(offset) }
+    }
+
+    fn seen(offset: u64, id: u64) -> Seen {
+        Seen { offset, records: 1, id }
+    }
+
+    fn clean() -> History {
+        History {
+            appends: vec![
+                ok(1, 7, 0),
+                ok(2, 7, 1),
+                Append { id: 3, log: 7, records: 1, outcome: Outcome::Unknown },
+                Append { id: 4, log: 7, records: 1, outcome: Outcome::Failed },
+                Append { id: 5, log: 7, records: 1, outcome: Outcome::Unknown },
+            ],
+            reads: vec![(7, vec![seen(0, 1)])],
+            watermarks: vec![(7, 1), (7, 3)],
+            finals: [(7, vec![seen(0, 1), seen(1, 2), seen(2, 3)])].into_iter().collect(),
+        }
+    }
+
+    #[test]
+    fn a_clean_history_passes_and_unknown_outcomes_may_go_either_way() {
+        assert_eq!(check(&clean()), vec![]);
+    }
+
+    #[test]
+    fn each_kind_of_violation_is_found() {
+        let mut h = clean();
+        h.finals.insert(7, vec![seen(0, 1), seen(2, 3)]);
+        assert!(check(&h).contains(&Violation::LostWrite { log: 7, id: 2, offset: 1 }));
+        assert!(check(&h).contains(&Violation::Gap { log: 7, expected: 1, found: 2 }));
+
+        let mut h = clean();
+        h.finals.insert(7, vec![seen(0, 2), seen(1, 1), seen(2, 3)]);
+        assert!(check(&h).contains(&Violation::InconsistentOffset {
+            log: 7,
+            id: 2,
+            acked: 1,
+            found: 0
+        }));
+
+        let mut h = clean();
+        if let Some(f) = h.finals.get_mut(&7) {
+            f.push(seen(3, 3));
+        }
+        assert!(check(&h).contains(&Violation::Duplicate { log: 7, id: 3, offsets: vec![2, 3] }));
+
+        let mut h = clean();
+        if let Some(f) = h.finals.get_mut(&7) {
+            f.push(seen(3, 4));
+        }
+        assert_eq!(check(&h), vec![Violation::AbortedRead { log: 7, id: 4, offset: 3 }]);
+
+        let mut h = clean();
+        if let Some(f) = h.finals.get_mut(&7) {
+            f.push(seen(3, 99));
+        }
+        assert_eq!(check(&h), vec![Violation::Phantom { log: 7, id: 99, offset: 3 }]);
+
+        let mut h = clean();
+        h.reads.push((7, vec![seen(2, 5)]));
+        assert_eq!(check(&h), vec![Violation::DirtyRead { log: 7, id: 5, offset: 2 }]);
+
+        let mut h = clean();
+        h.watermarks.push((7, 2));
+        assert_eq!(check(&h), vec![Violation::WatermarkRegression { log: 7, from: 3, to: 2 }]);
+    }
+
+    #[test]
+    fn payloads_carry_their_id() {
+        assert_eq!(id_of(&payload(42, 10)), Some(42));
+        assert_eq!(payload(1, 5).len(), 13);
+        assert_eq!(id_of(b"short"), None);
+    }
+}

@@ -1,0 +1,190 @@
+//! A [`MetadataStore`] wrapper that injects etcd's failures from the run's seed: delays (on
+//! virtual time), definite failures (UNAVAILABLE, nothing applied), timeouts that lose a write
+//! unapplied, and writes applied whose answer is lost (both OUTCOME_UNKNOWN: the caller cannot
+//! tell them apart, as with etcd). Reads and lease renewals can be delayed or fail; a watch can
+//! fail to start. Each decision is drawn from the run's generator and counted.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use metadata::*;
+
+use crate::rng::Rng;
+
+/// How often each fault is injected (probabilities per call).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MetaPlan {
+    /// A call waits up to `max_delay` first.
+    pub delay: f64,
+    pub max_delay: Duration,
+    /// A call fails with UNAVAILABLE, nothing applied.
+    pub fail: f64,
+    /// A write is not applied and its answer is OUTCOME_UNKNOWN.
+    pub lose_unapplied: f64,
+    /// A write is applied and its answer is OUTCOME_UNKNOWN.
+    pub lose_applied: f64,
+}
+
+/// Faults injected so far, by kind.
+#[derive(Debug, Default)]
+pub struct MetaCounts {
+    pub delayed: AtomicU64,
+    pub failed: AtomicU64,
+    pub lost_unapplied: AtomicU64,
+    pub lost_applied: AtomicU64,
+}
+
+impl MetaCounts {
+    pub fn total(&self) -> u64 {
+        [&self.delayed, &self.failed, &self.lost_unapplied, &self.lost_applied]
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+pub struct FaultyMeta {
+    inner: Arc<dyn MetadataStore>,
+    rng: Mutex<Rng>,
+    plan: MetaPlan,
+    on: AtomicBool,
+    pub counts: MetaCounts,
+}
+
+impl std::fmt::Debug for FaultyMeta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultyMeta").field("plan", &self.plan).finish_non_exhaustive()
+    }
+}
+
+enum Fate {
+    Pass,
+    Fail,
+    LoseUnapplied,
+    LoseApplied,
+}
+
+impl FaultyMeta {
+    /// Faults off until [`set_on`](Self::set_on).
+    pub fn new(inner: Arc<dyn MetadataStore>, plan: MetaPlan, rng: Rng) -> Arc<FaultyMeta> {
+        Arc::new(FaultyMeta {
+            inner,
+            rng: Mutex::new(rng),
+            plan,
+            on: AtomicBool::new(false),
+            counts: MetaCounts::default(),
+        })
+    }
+
+    pub fn set_on(&self, on: bool) {
+        self.on.store(on, Ordering::SeqCst);
+    }
+
+    fn draw<T>(&self, f: impl FnOnce(&mut Rng) -> T) -> T {
+        f(&mut self.rng.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The delay (maybe) and fate of one call; `write` allows the lost-answer fates.
+    async fn decide(&self, write: bool) -> Fate {
+        if !self.on.load(Ordering::SeqCst) {
+            return Fate::Pass;
+        }
+        let p = self.plan;
+        let (delay, fate) = self.draw(|r| {
+            let delay = r.chance(p.delay).then(|| {
+                let max = u64::try_from(p.max_delay.as_micros()).unwrap_or(u64::MAX).max(1);
+                Duration::from_micros(r.below(max))
+            });
+            let fate = if r.chance(p.fail) {
+                Fate::Fail
+            } else if write && r.chance(p.lose_unapplied) {
+                Fate::LoseUnapplied
+            } else if write && r.chance(p.lose_applied) {
+                Fate::LoseApplied
+            } else {
+                Fate::Pass
+            };
+            (delay, fate)
+        });
+        if let Some(d) = delay {
+            self.counts.delayed.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(d).await;
+        }
+        match &fate {
+            Fate::Fail => self.counts.failed.fetch_add(1, Ordering::Relaxed),
+            Fate::LoseUnapplied => self.counts.lost_unapplied.fetch_add(1, Ordering::Relaxed),
+            Fate::LoseApplied => self.counts.lost_applied.fetch_add(1, Ordering::Relaxed),
+            Fate::Pass => 0,
+        };
+        fate
+    }
+}
+
+fn unavailable() -> MetaError {
+    MetaError::Unavailable("injected".to_owned())
+}
+
+fn lost(op: &'static str) -> MetaError {
+    MetaError::OutcomeUnknown { op, reason: "injected: the answer was lost".to_owned() }
+}
+
+fn writes(txn: &Txn) -> bool {
+    txn.success.iter().chain(&txn.failure).any(|op| !matches!(op, TxnOp::Get(_)))
+}
+
+#[async_trait]
+impl MetadataStore for FaultyMeta {
+    async fn range(&self, req: RangeRequest) -> Result<RangeResponse, MetaError> {
+        match self.decide(false).await {
+            Fate::Pass => self.inner.range(req).await,
+            _ => Err(unavailable()),
+        }
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, MetaError> {
+        let write = writes(&txn);
+        match self.decide(write).await {
+            Fate::Pass => self.inner.txn(txn).await,
+            Fate::Fail => Err(unavailable()),
+            Fate::LoseUnapplied => Err(lost("txn")),
+            Fate::LoseApplied => {
+                let _ = self.inner.txn(txn).await;
+                Err(lost("txn"))
+            }
+        }
+    }
+
+    async fn lease_grant(&self, ttl: Duration) -> Result<LeaseId, MetaError> {
+        match self.decide(false).await {
+            Fate::Pass => self.inner.lease_grant(ttl).await,
+            _ => Err(unavailable()),
+        }
+    }
+
+    async fn lease_keep_alive(&self, lease: LeaseId) -> Result<Duration, MetaError> {
+        match self.decide(false).await {
+            Fate::Pass => self.inner.lease_keep_alive(lease).await,
+            _ => Err(unavailable()),
+        }
+    }
+
+    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), MetaError> {
+        match self.decide(false).await {
+            Fate::Pass => self.inner.lease_revoke(lease).await,
+            _ => Err(unavailable()),
+        }
+    }
+
+    async fn watch(&self, req: WatchRequest) -> Result<WatchStream, MetaError> {
+        match self.decide(false).await {
+            Fate::Pass => self.inner.watch(req).await,
+            _ => Err(unavailable()),
+        }
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<(), MetaError> {
+        self.inner.compact(revision).await
+    }
+}

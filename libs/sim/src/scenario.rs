@@ -1,0 +1,410 @@
+//! Scenario "writers": fenced leaderless writers (the real `LogStorage`) appending to shared
+//! logs while the metadata store delays, fails and loses answers, the object store fails and
+//! loses PUT answers, and writers crash (every task stopped at once, lease left to expire) and
+//! are replaced. Clients append through any live writer (so writers fence each other's slots
+//! all the time), read back, and an observer records each log's end; at the end every log is
+//! read whole and the history goes through [`crate::history::check`].
+//!
+//! Everything runs on one current-thread tokio runtime with a paused clock: time moves only
+//! when every task waits, straight to the next timer, so a run of minutes of virtual time takes
+//! milliseconds and its interleaving depends only on the seed.
+
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use logstore::{Clock, LogId, LogStorage, LogStorageConfig};
+use metadata::MetadataStore;
+use objstore::faults::{Action, FaultError, FaultyStore, Op, Trigger};
+use objstore::object_store::ObjectStore;
+
+use crate::history::{Append, History, Outcome, Seen, Violation, check, id_of, payload};
+use crate::meta_faults::{FaultyMeta, MetaPlan};
+use crate::rng::Rng;
+
+/// A scenario's size and fault rates.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Writers live at once.
+    pub writers: usize,
+    pub logs: u64,
+    pub clients: usize,
+    /// Appends per client.
+    pub appends: usize,
+    /// Writer crashes over the run (each followed by a new writer).
+    pub crashes: usize,
+    pub meta: MetaPlan,
+    /// Per PUT: fails (nothing stored).
+    pub put_fail: f64,
+    /// Per PUT: stored, answer lost.
+    pub put_lose: f64,
+    /// Per GET: fails.
+    pub get_fail: f64,
+}
+
+impl Plan {
+    /// The default mix: 3 writers, 4 logs, 6 clients of 40 appends, 3 crashes, every fault on.
+    pub fn writers() -> Plan {
+        Plan {
+            writers: 3,
+            logs: 4,
+            clients: 6,
+            appends: 40,
+            crashes: 3,
+            meta: MetaPlan {
+                delay: 0.05,
+                max_delay: Duration::from_millis(200),
+                fail: 0.02,
+                lose_unapplied: 0.01,
+                lose_applied: 0.01,
+            },
+            put_fail: 0.03,
+            put_lose: 0.02,
+            get_fail: 0.02,
+        }
+    }
+}
+
+/// What a run did and found.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub seed: u64,
+    pub violations: Vec<Violation>,
+    /// A hash of everything the run observed, in order: equal for two runs of one seed.
+    pub trace: u64,
+    pub acked: usize,
+    pub failed: usize,
+    pub unknown: usize,
+    pub crashes: usize,
+    pub meta_faults: u64,
+    /// Virtual milliseconds the run took.
+    pub virtual_ms: u64,
+    /// Set when the run could not finish (a setup step kept failing).
+    pub error: Option<String>,
+}
+
+/// Milliseconds of a fixed epoch plus tokio's (virtual) time since the run started.
+#[derive(Debug)]
+struct SimClock(tokio::time::Instant);
+
+impl Clock for SimClock {
+    fn now_ms(&self) -> i64 {
+        1_800_000_000_000 + i64::try_from(self.0.elapsed().as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// The trace: a running hash of observations.
+#[derive(Debug)]
+struct Trace(std::collections::hash_map::DefaultHasher);
+
+impl Trace {
+    fn new() -> Trace {
+        // DefaultHasher::new() has fixed keys: the same input hashes the same in every run.
+        Trace(std::collections::hash_map::DefaultHasher::new())
+    }
+    fn record(&mut self, what: impl Hash) {
+        what.hash(&mut self.0);
+    }
+}
+
+struct Shared {
+    rng: Rng,
+    writers: Vec<Option<LogStorage>>,
+    history: History,
+    trace: Trace,
+}
+
+type SharedRef = Arc<Mutex<Shared>>;
+
+fn lock(s: &SharedRef) -> std::sync::MutexGuard<'_, Shared> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn config(id: &str) -> LogStorageConfig {
+    let mut c = LogStorageConfig::new("sim", id);
+    c.flush_interval = Duration::from_millis(5);
+    c.lease_ttl = Duration::from_secs(4);
+    c.flush_deadline = Duration::from_secs(2);
+    c.append_timeout = Duration::from_secs(2);
+    c.tail_cache_bytes = 1 << 20;
+    c
+}
+
+async fn open(
+    id: &str,
+    meta: &Arc<dyn MetadataStore>,
+    objects: &Arc<dyn ObjectStore>,
+    clock: &Arc<dyn Clock>,
+) -> Result<LogStorage, String> {
+    let mut last = String::new();
+    for _ in 0..50 {
+        match LogStorage::open(meta.clone(), objects.clone(), config(id), clock.clone()).await {
+            Ok(w) => return Ok(w),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("writer {id} did not start: {last}"))
+}
+
+/// Runs the scenario for `seed` on a runtime of its own.
+pub fn run(seed: u64, plan: &Plan) -> Report {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return failed(seed, format!("runtime: {e}")),
+    };
+    rt.block_on(simulate(seed, plan.clone()))
+}
+
+fn failed(seed: u64, error: String) -> Report {
+    Report {
+        seed,
+        violations: Vec::new(),
+        trace: 0,
+        acked: 0,
+        failed: 0,
+        unknown: 0,
+        crashes: 0,
+        meta_faults: 0,
+        virtual_ms: 0,
+        error: Some(error),
+    }
+}
+
+async fn simulate(seed: u64, plan: Plan) -> Report {
+    let start = tokio::time::Instant::now();
+    let root = Rng::new(seed);
+    let store = Arc::new(metadata::MemoryStore::new());
+    let faulty_meta = FaultyMeta::new(store, plan.meta, root.fork(1));
+    let meta: Arc<dyn MetadataStore> = faulty_meta.clone();
+    let (faulty_objects, faults) =
+        FaultyStore::new(Arc::new(objstore::object_store::memory::InMemory::new()));
+    let objects: Arc<dyn ObjectStore> = faulty_objects;
+    // An object store's latency, so PUTs overlap appends.
+    faults.delay(Op::Put, Duration::from_millis(8));
+    let clock: Arc<dyn Clock> = Arc::new(SimClock(start));
+
+    let mut writers = Vec::with_capacity(plan.writers);
+    for i in 0..plan.writers {
+        match open(&format!("w{i}"), &meta, &objects, &clock).await {
+            Ok(w) => writers.push(Some(w)),
+            Err(e) => return failed(seed, e),
+        }
+    }
+    let mut logs = Vec::new();
+    for _ in 0..plan.logs {
+        let Some(Some(w)) = writers.first() else { return failed(seed, "no writer".into()) };
+        match w.create_log().await {
+            Ok(l) => logs.push(l.0),
+            Err(e) => return failed(seed, format!("create_log: {e}")),
+        }
+    }
+    let shared: SharedRef = Arc::new(Mutex::new(Shared {
+        rng: root.fork(2),
+        writers,
+        history: History::default(),
+        trace: Trace::new(),
+    }));
+
+    // Faults on.
+    faulty_meta.set_on(true);
+    let fraction = |tag: u64, p: f64| Trigger::Fraction { p, seed: root.fork(tag).next_u64() };
+    faults.add(Op::Put, fraction(3, plan.put_fail), Action::Fail(FaultError::Unavailable));
+    faults.add(Op::Put, fraction(4, plan.put_lose), Action::LoseResponse(FaultError::Unavailable));
+    faults.add(Op::Get, fraction(5, plan.get_fail), Action::Fail(FaultError::Unavailable));
+
+    let mut clients = tokio::task::JoinSet::new();
+    for c in 0..plan.clients {
+        let (shared, logs) = (shared.clone(), logs.clone());
+        let appends = plan.appends;
+        clients.spawn(async move { client(c as u64, appends, logs, shared).await });
+    }
+    let nemesis = {
+        let (shared, meta, objects, clock) =
+            (shared.clone(), meta.clone(), objects.clone(), clock.clone());
+        let (crashes, writers) = (plan.crashes, plan.writers);
+        tokio::spawn(async move { nemesis(crashes, writers, shared, meta, objects, clock).await })
+    };
+    let observer = {
+        let (shared, logs) = (shared.clone(), logs.clone());
+        tokio::spawn(async move { observe(logs, shared).await })
+    };
+    while clients.join_next().await.is_some() {}
+    let crashes = nemesis.await.unwrap_or(0);
+    observer.abort();
+
+    // Quiet: faults off, every outcome settles (a crashed writer's lease expires).
+    faulty_meta.set_on(false);
+    faults.clear();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let reader = match open("final", &meta, &objects, &clock).await {
+        Ok(w) => w,
+        Err(e) => return failed(seed, e),
+    };
+    for log in &logs {
+        match read_all(&reader, *log).await {
+            Ok(entries) => {
+                lock(&shared).history.finals.insert(*log, entries);
+            }
+            Err(e) => return failed(seed, format!("final read of log {log}: {e}")),
+        }
+    }
+    reader.abort();
+    let mut s = lock(&shared);
+    for w in s.writers.iter().flatten() {
+        w.abort();
+    }
+    let finals: Vec<(u64, Vec<Seen>)> =
+        s.history.finals.iter().map(|(l, e)| (*l, e.clone())).collect();
+    s.trace.record(&finals);
+    let count =
+        |o: fn(&Outcome) -> bool| s.history.appends.iter().filter(|a| o(&a.outcome)).count();
+    Report {
+        seed,
+        violations: check(&s.history),
+        trace: s.trace.0.finish(),
+        acked: count(|o| matches!(o, Outcome::Ok(_))),
+        failed: count(|o| *o == Outcome::Failed),
+        unknown: count(|o| *o == Outcome::Unknown),
+        crashes,
+        meta_faults: faulty_meta.counts.total(),
+        virtual_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
+        error: None,
+    }
+}
+
+/// A live writer, chosen by the run's generator.
+fn pick(shared: &SharedRef) -> Option<LogStorage> {
+    let mut s = lock(shared);
+    let live: Vec<usize> =
+        s.writers.iter().enumerate().filter(|(_, w)| w.is_some()).map(|(i, _)| i).collect();
+    let i = live.get(usize::try_from(s.rng.below(live.len() as u64)).ok()?)?;
+    s.writers[*i].clone()
+}
+
+async fn client(c: u64, appends: usize, logs: Vec<u64>, shared: SharedRef) {
+    for i in 0..appends as u64 {
+        let id = (c << 32) | i;
+        let (log, think, read_back) = {
+            let mut s = lock(&shared);
+            let log = logs[usize::try_from(s.rng.below(logs.len() as u64)).unwrap_or(0)];
+            (log, s.rng.below(20), s.rng.chance(0.2))
+        };
+        let Some(w) = pick(&shared) else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let answer = tokio::time::timeout(
+            Duration::from_secs(3),
+            w.append(LogId(log), 1, payload(id, 64), None),
+        )
+        .await;
+        let outcome = match answer {
+            Ok(Ok(h)) => Outcome::Ok(h.offset),
+            Ok(Err(e)) if e.outcome_unknown() => Outcome::Unknown,
+            Ok(Err(e)) => {
+                if std::env::var_os("SIM_DEBUG").is_some() {
+                    eprintln!("sim: append {id} to log {log} failed: {e:?}");
+                }
+                Outcome::Failed
+            }
+            Err(_) => Outcome::Unknown,
+        };
+        {
+            let mut s = lock(&shared);
+            s.history.appends.push(Append { id, log, records: 1, outcome });
+            s.trace.record(("append", id, log, outcome));
+        }
+        if read_back && let Outcome::Ok(offset) = outcome {
+            let from = offset.saturating_sub(3);
+            if let Ok(entries) = w.read_entries(LogId(log), from, 8, 1 << 20).await {
+                let seen: Vec<Seen> = entries
+                    .iter()
+                    .filter_map(|e| {
+                        Some(Seen {
+                            offset: e.header.offset,
+                            records: e.header.record_count,
+                            id: id_of(&e.payload)?,
+                        })
+                    })
+                    .collect();
+                let mut s = lock(&shared);
+                s.trace.record(("read", log, &seen));
+                s.history.reads.push((log, seen));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(think)).await;
+    }
+}
+
+/// Crashes a live writer now and then and starts a new one in its place; how many it crashed.
+async fn nemesis(
+    crashes: usize,
+    writers: usize,
+    shared: SharedRef,
+    meta: Arc<dyn MetadataStore>,
+    objects: Arc<dyn ObjectStore>,
+    clock: Arc<dyn Clock>,
+) -> usize {
+    let mut done = 0;
+    for k in 0..crashes {
+        let (wait, victim, gap) = {
+            let mut s = lock(&shared);
+            (s.rng.below(800) + 100, s.rng.below(writers as u64), s.rng.below(600))
+        };
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let slot = usize::try_from(victim).unwrap_or(0);
+        let crashed = lock(&shared).writers.get_mut(slot).and_then(Option::take);
+        if let Some(w) = crashed {
+            w.abort();
+            done += 1;
+            lock(&shared).trace.record(("crash", k, slot));
+        }
+        tokio::time::sleep(Duration::from_millis(gap)).await;
+        if let Ok(w) = open(&format!("w{}-{k}", slot), &meta, &objects, &clock).await
+            && let Some(place) = lock(&shared).writers.get_mut(slot)
+        {
+            *place = Some(w);
+        }
+    }
+    done
+}
+
+/// Records each log's end every 25 ms, as one observer sees it.
+async fn observe(logs: Vec<u64>, shared: SharedRef) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        let Some(w) = pick(&shared) else { continue };
+        for log in &logs {
+            if let Ok(info) = w.info(LogId(*log)).await {
+                let mut s = lock(&shared);
+                s.trace.record(("end", *log, info.next_offset));
+                s.history.watermarks.push((*log, info.next_offset));
+            }
+        }
+    }
+}
+
+async fn read_all(w: &LogStorage, log: u64) -> Result<Vec<Seen>, String> {
+    let info = w.info(LogId(log)).await.map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let mut at = info.first_offset;
+    while at < info.next_offset {
+        let entries =
+            w.read_entries(LogId(log), at, 1000, 16 << 20).await.map_err(|e| e.to_string())?;
+        let Some(last) = entries.last() else { break };
+        at = last.header.offset + u64::from(last.header.record_count);
+        for e in &entries {
+            out.push(Seen {
+                offset: e.header.offset,
+                records: e.header.record_count,
+                id: id_of(&e.payload).unwrap_or(u64::MAX),
+            });
+        }
+    }
+    Ok(out)
+}
