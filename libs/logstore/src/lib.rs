@@ -21,6 +21,8 @@ pub mod cursor;
 pub mod keys;
 mod log;
 pub mod membership;
+#[doc(hidden)]
+pub mod mutations;
 mod range_cache;
 mod reader;
 pub mod records;

@@ -54,6 +54,9 @@ pub struct History {
     pub watermarks: Vec<(u64, u64)>,
     /// Each log read whole at the end, from its first offset.
     pub finals: BTreeMap<u64, Vec<Seen>>,
+    /// Appends (ids) one client had in flight at once to one writer and log, in the order it
+    /// issued them: acknowledged ones must land in that order (invariant 7).
+    pub pipelined: Vec<Vec<u64>>,
 }
 
 /// A payload carrying `id` and `pad` more bytes.
@@ -79,6 +82,8 @@ pub enum Violation {
     Phantom { log: u64, id: u64, offset: u64 },
     DirtyRead { log: u64, id: u64, offset: u64 },
     WatermarkRegression { log: u64, from: u64, to: u64 },
+    /// Two appends issued in this order landed in the other.
+    Reordered { log: u64, first: u64, then: u64 },
 }
 
 /// Every violation in `h`, in a stable order.
@@ -141,6 +146,23 @@ pub fn check(h: &History) -> Vec<Violation> {
             }
         }
     }
+    for issued in &h.pipelined {
+        let acked: Vec<(u64, u64, u64)> = issued
+            .iter()
+            .filter_map(|id| {
+                let a = by_id.get(id)?;
+                match a.outcome {
+                    Outcome::Ok(o) => Some((a.id, a.log, o)),
+                    _ => None,
+                }
+            })
+            .collect();
+        for w in acked.windows(2) {
+            if w[1].2 <= w[0].2 {
+                out.push(Violation::Reordered { log: w[0].1, first: w[0].0, then: w[1].0 });
+            }
+        }
+    }
     let mut last: BTreeMap<u64, u64> = BTreeMap::new();
     for (log, end) in &h.watermarks {
         if let Some(prev) = last.get(log)
@@ -177,6 +199,7 @@ mod tests {
             reads: vec![(7, vec![seen(0, 1)])],
             watermarks: vec![(7, 1), (7, 3)],
             finals: [(7, vec![seen(0, 1), seen(1, 2), seen(2, 3)])].into_iter().collect(),
+            pipelined: vec![vec![1, 4, 2]],
         }
     }
 
@@ -222,6 +245,10 @@ mod tests {
         let mut h = clean();
         h.reads.push((7, vec![seen(2, 5)]));
         assert_eq!(check(&h), vec![Violation::DirtyRead { log: 7, id: 5, offset: 2 }]);
+
+        let mut h = clean();
+        h.pipelined.push(vec![2, 1]);
+        assert_eq!(check(&h), vec![Violation::Reordered { log: 7, first: 2, then: 1 }]);
 
         let mut h = clean();
         h.watermarks.push((7, 2));

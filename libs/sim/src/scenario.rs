@@ -13,7 +13,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use logstore::{Clock, LogId, LogStorage, LogStorageConfig};
+use logstore::{Clock, Conditions, LogId, LogStorage, LogStorageConfig};
 use metadata::MetadataStore;
 use objstore::faults::{Action, FaultError, FaultyStore, Op, Trigger};
 use objstore::object_store::ObjectStore;
@@ -286,40 +286,76 @@ fn pick(shared: &SharedRef) -> Option<LogStorage> {
     s.writers[*i].clone()
 }
 
+/// How an append's answer reads as an outcome.
+fn outcome_of(
+    answer: Result<Result<logstore::LogEntryHeader, logstore::LogError>, tokio::time::error::Elapsed>,
+    id: u64,
+    log: u64,
+) -> Outcome {
+    match answer {
+        Ok(Ok(h)) => Outcome::Ok(h.offset),
+        Ok(Err(e)) if e.outcome_unknown() => Outcome::Unknown,
+        Ok(Err(e)) => {
+            if std::env::var_os("SIM_DEBUG").is_some() {
+                eprintln!("sim: append {id} to log {log} failed: {e:?}");
+            }
+            Outcome::Failed
+        }
+        Err(_) => Outcome::Unknown,
+    }
+}
+
 async fn client(c: u64, appends: usize, logs: Vec<u64>, shared: SharedRef) {
-    for i in 0..appends as u64 {
-        let id = (c << 32) | i;
-        let (log, think, read_back) = {
+    let mut i = 0u64;
+    while i < appends as u64 {
+        // Now and then several appends in flight at once to one writer and log.
+        let (log, think, read_back, burst) = {
             let mut s = lock(&shared);
             let log = logs[usize::try_from(s.rng.below(logs.len() as u64)).unwrap_or(0)];
-            (log, s.rng.below(20), s.rng.chance(0.2))
+            let burst = if s.rng.chance(0.3) { 2 + s.rng.below(3) } else { 1 };
+            (log, s.rng.below(20), s.rng.chance(0.2), burst)
         };
         let Some(w) = pick(&shared) else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let answer = tokio::time::timeout(
-            Duration::from_secs(3),
-            w.append(LogId(log), 1, payload(id, 64), None),
-        )
-        .await;
-        let outcome = match answer {
-            Ok(Ok(h)) => Outcome::Ok(h.offset),
-            Ok(Err(e)) if e.outcome_unknown() => Outcome::Unknown,
-            Ok(Err(e)) => {
-                if std::env::var_os("SIM_DEBUG").is_some() {
-                    eprintln!("sim: append {id} to log {log} failed: {e:?}");
-                }
-                Outcome::Failed
-            }
-            Err(_) => Outcome::Unknown,
-        };
+        let ids: Vec<u64> = (i..i + burst).map(|k| (c << 32) | k).collect();
+        i += burst;
+        // Admitted one after the other (so they commit in that order), then awaited together,
+        // as the Kafka front end pipelines a connection's batches.
+        let mut calls = Vec::with_capacity(ids.len());
+        for id in &ids {
+            let id = *id;
+            let admitted = tokio::time::timeout(
+                Duration::from_secs(3),
+                w.submit_in_slot(LogId(log), "*", 1, payload(id, 64), Conditions::default()),
+            )
+            .await;
+            calls.push(async move {
+                let answer = match admitted {
+                    Ok(Ok(commit)) => tokio::time::timeout(Duration::from_secs(3), commit).await,
+                    Ok(Err(e)) => Ok(Err(e)),
+                    Err(elapsed) => Err(elapsed),
+                };
+                (id, outcome_of(answer, id, log))
+            });
+        }
+        let answers = futures::future::join_all(calls).await;
         {
             let mut s = lock(&shared);
-            s.history.appends.push(Append { id, log, records: 1, outcome });
-            s.trace.record(("append", id, log, outcome));
+            for (id, outcome) in &answers {
+                s.history.appends.push(Append { id: *id, log, records: 1, outcome: *outcome });
+                s.trace.record(("append", *id, log, *outcome));
+            }
+            if ids.len() > 1 {
+                s.history.pipelined.push(ids.clone());
+            }
         }
-        if read_back && let Outcome::Ok(offset) = outcome {
+        let acked = answers.iter().find_map(|(_, o)| match o {
+            Outcome::Ok(offset) => Some(*offset),
+            _ => None,
+        });
+        if read_back && let Some(offset) = acked {
             let from = offset.saturating_sub(3);
             if let Ok(entries) = w.read_entries(LogId(log), from, 8, 1 << 20).await {
                 let seen: Vec<Seen> = entries

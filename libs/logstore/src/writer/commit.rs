@@ -5,7 +5,19 @@
 use super::*;
 
 pub(super) async fn committer(core: Arc<Core>, mut flushes: mpsc::Receiver<Flush>) {
-    while let Some(mut flush) = flushes.recv().await {
+    let mut held: Option<Flush> = None;
+    loop {
+        let next = match held.take() {
+            Some(f) => Some(f),
+            None => flushes.recv().await,
+        };
+        let Some(mut flush) = next else { break };
+        // A deliberate bug for the simulation's mutation test: the next flush first.
+        if crate::mutations::on(&crate::mutations::COMMIT_OUT_OF_ORDER)
+            && let Ok(later) = flushes.try_recv()
+        {
+            held = Some(std::mem::replace(&mut flush, later));
+        }
         let put = (&mut flush.put)
             .await
             .unwrap_or_else(|_| Err(LogError::Internal("WAL put task vanished".to_owned())));
@@ -397,11 +409,13 @@ pub(super) async fn commit_group(
     )];
     let mut gets = vec![TxnOp::get(RangeRequest::key(member.clone()))];
     for (_, _, p) in group {
-        compares.push(Compare::mod_revision(
-            core.keys.head(p.log),
-            CompareOp::Equal,
-            p.head_revision,
-        ));
+        if !crate::mutations::on(&crate::mutations::SKIP_HEAD_COMPARE) {
+            compares.push(Compare::mod_revision(
+                core.keys.head(p.log),
+                CompareOp::Equal,
+                p.head_revision,
+            ));
+        }
         puts.push(TxnOp::put(core.keys.head(p.log), p.new_head.encode_to_vec()));
         for (first, page) in &p.pages {
             puts.push(TxnOp::put(core.keys.index_page(p.log, *first), page.encode_to_vec()));
@@ -425,7 +439,8 @@ pub(super) async fn commit_group(
                 return Ok(GroupOutcome::IncarnationEnded);
             }
             Ok(Err(e)) if !e.outcome_known() || e.is_retryable() => {
-                ambiguous |= !e.outcome_known();
+                ambiguous |= !e.outcome_known()
+                    && !crate::mutations::on(&crate::mutations::FORGET_AMBIGUITY);
                 tracing::warn!(seq, error = %e, "commit not answered; re-sending the identical transaction");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
