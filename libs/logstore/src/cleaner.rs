@@ -99,6 +99,9 @@ pub async fn read_cutoff(meta: &dyn MetadataStore, keys: &Keys) -> Result<Cutoff
         .push((Holder::NextSeq, next.kvs.first().map_or(Ok(0), |kv| seq(&kv.value, "next_seq"))?));
     let mark_prefix = keys.low_water_prefix();
     for kv in marks.kvs {
+        if crate::mutations::on(&crate::mutations::IGNORE_LOW_WATER) {
+            continue;
+        }
         let writer = String::from_utf8_lossy(&kv.key[mark_prefix.len()..]).into_owned();
         inputs.push((Holder::Writer(writer), seq(&kv.value, "a low-water mark")?));
     }

@@ -165,6 +165,7 @@ async fn follow_members(
             Err(e) => {
                 tracing::warn!(role, error = %e, "reading members failed; retrying");
                 tokio::select! {
+                    biased;
                     _ = tx.closed() => return,
                     _ = tokio::time::sleep(retry) => continue,
                 }
@@ -184,13 +185,17 @@ async fn follow_members(
             Ok(w) => w,
             Err(_) => {
                 tokio::select! {
+                    biased;
                     _ = tx.closed() => return,
                     _ = tokio::time::sleep(retry) => continue,
                 }
             }
         };
-        // Any change, or the watch ending, re-reads the whole set.
+        // Any change, or the watch ending, re-reads the whole set. Biased (here and above): a
+        // closed receiver wins over a ready event, so what runs does not depend on tokio's
+        // random branch order (the simulation replays every run exactly).
         tokio::select! {
+            biased;
             _ = tx.closed() => return,
             _ = futures::StreamExt::next(&mut events) => {}
         }

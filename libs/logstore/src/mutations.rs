@@ -15,6 +15,14 @@ pub static SKIP_HEAD_COMPARE: AtomicBool = AtomicBool::new(false);
 /// re-based on the moved head instead of resolved (§3.8).
 pub static FORGET_AMBIGUITY: AtomicBool = AtomicBool::new(false);
 
+/// Reclamation leaves out the writers' low-water marks: the cleaner's cutoff and the floors the
+/// compactor puts (§5: a flush PUT but not yet committed is referenced by no log, so only the
+/// marks keep its object). Either alone is masked by the other.
+pub static IGNORE_LOW_WATER: AtomicBool = AtomicBool::new(false);
+/// A read below the log's start (after a hard trim) is served from whatever index is still
+/// found instead of refused.
+pub static READ_BELOW_START: AtomicBool = AtomicBool::new(false);
+
 pub(crate) fn on(m: &AtomicBool) -> bool {
     m.load(Ordering::Relaxed)
 }

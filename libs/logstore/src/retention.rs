@@ -46,7 +46,12 @@ pub async fn hard_trim(reader: &LogReader, log: LogId, offset: u64) -> Result<u6
     let start = soft_trim(reader, log, offset).await?;
     let (meta, keys) = (reader.meta(), reader.keys());
     let snap = reader.snapshot(log).await?;
-    let pages = meta.range(RangeRequest::prefix(keys.index_prefix(log)).keys_only()).await?;
+    // The pages as they stood with that head (read apart, a page spilled in between ended
+    // where the head's recent runs had begun, and was deleted though it held entries above
+    // the start: found by the simulation, maintenance seed 14).
+    let pages = meta
+        .range(RangeRequest::prefix(keys.index_prefix(log)).keys_only().at_revision(snap.revision))
+        .await?;
     let firsts: Vec<u64> =
         pages.kvs.iter().filter_map(|kv| keys.parse_index_page(log, &kv.key)).collect();
     // A page ends where the next begins; the last one where the head's recent runs begin.
@@ -57,8 +62,13 @@ pub async fn hard_trim(reader: &LogReader, log: LogId, offset: u64) -> Result<u6
     if let Some(last) = doomed.last() {
         let mut end = keys.index_page(log, *last);
         end.push(0);
+        // Only if no page in the range was written since (a spill, a compaction's swap).
         let txn = Txn::new()
-            .when([Compare::mod_revision(keys.start(log), CompareOp::Equal, snap.start_revision)])
+            .when([
+                Compare::mod_revision(keys.start(log), CompareOp::Equal, snap.start_revision),
+                Compare::mod_revision(keys.index_prefix(log), CompareOp::Less, snap.revision + 1)
+                    .with_range_end(end.clone()),
+            ])
             .and_then([TxnOp::delete(KeyRange::between(keys.index_prefix(log), end))]);
         meta.txn(txn).await?;
     }

@@ -11,7 +11,12 @@
 //! - aborted read: a definitely failed append visible;
 //! - phantom: an entry no client appended;
 //! - dirty read: a read during the run returned an entry the final log does not hold there;
-//! - high-watermark regression: an observer saw a log's end go back.
+//! - stale read: a read issued after a hard trim to offset t completed returned an entry below
+//!   t;
+//! - high-watermark regression: an observer saw a log's end go back;
+//! - reordered: appends one client had in flight at once to one log landed out of order.
+//!
+//! Offsets below a log's final start (hard-trimmed) are not checked against the final log.
 //!
 //! Appends carry a unique id in their payload (8 bytes, little-endian, first), so the checker
 //! needs nothing else from the store.
@@ -45,15 +50,26 @@ pub struct Seen {
     pub id: u64,
 }
 
+/// A read during the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Read {
+    pub log: u64,
+    /// The highest hard trim of the log completed before the read was issued.
+    pub floor: u64,
+    pub seen: Vec<Seen>,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct History {
     pub appends: Vec<Append>,
-    /// Reads during the run: log, entries returned.
-    pub reads: Vec<(u64, Vec<Seen>)>,
+    /// Reads during the run.
+    pub reads: Vec<Read>,
     /// High watermarks in the order one observer saw them: log, next offset.
     pub watermarks: Vec<(u64, u64)>,
     /// Each log read whole at the end, from its first offset.
     pub finals: BTreeMap<u64, Vec<Seen>>,
+    /// Each log's first offset at the end (above it all was read into `finals`).
+    pub starts: BTreeMap<u64, u64>,
     /// Appends (ids) one client had in flight at once to one writer and log, in the order it
     /// issued them: acknowledged ones must land in that order (invariant 7).
     pub pipelined: Vec<Vec<u64>>,
@@ -74,25 +90,69 @@ pub fn id_of(payload: &[u8]) -> Option<u64> {
 /// What the checker found wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Violation {
-    LostWrite { log: u64, id: u64, offset: u64 },
-    InconsistentOffset { log: u64, id: u64, acked: u64, found: u64 },
-    Gap { log: u64, expected: u64, found: u64 },
-    Duplicate { log: u64, id: u64, offsets: Vec<u64> },
-    AbortedRead { log: u64, id: u64, offset: u64 },
-    Phantom { log: u64, id: u64, offset: u64 },
-    DirtyRead { log: u64, id: u64, offset: u64 },
-    WatermarkRegression { log: u64, from: u64, to: u64 },
+    LostWrite {
+        log: u64,
+        id: u64,
+        offset: u64,
+    },
+    InconsistentOffset {
+        log: u64,
+        id: u64,
+        acked: u64,
+        found: u64,
+    },
+    Gap {
+        log: u64,
+        expected: u64,
+        found: u64,
+    },
+    Duplicate {
+        log: u64,
+        id: u64,
+        offsets: Vec<u64>,
+    },
+    AbortedRead {
+        log: u64,
+        id: u64,
+        offset: u64,
+    },
+    Phantom {
+        log: u64,
+        id: u64,
+        offset: u64,
+    },
+    DirtyRead {
+        log: u64,
+        id: u64,
+        offset: u64,
+    },
+    StaleRead {
+        log: u64,
+        id: u64,
+        offset: u64,
+        floor: u64,
+    },
+    WatermarkRegression {
+        log: u64,
+        from: u64,
+        to: u64,
+    },
     /// Two appends issued in this order landed in the other.
-    Reordered { log: u64, first: u64, then: u64 },
+    Reordered {
+        log: u64,
+        first: u64,
+        then: u64,
+    },
 }
 
 /// Every violation in `h`, in a stable order.
 pub fn check(h: &History) -> Vec<Violation> {
     let mut out = Vec::new();
     let by_id: BTreeMap<u64, &Append> = h.appends.iter().map(|a| (a.id, a)).collect();
+    let start = |log: &u64| h.starts.get(log).copied().unwrap_or(0);
     for (log, entries) in &h.finals {
         let mut at: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-        let mut next: Option<u64> = None;
+        let mut next: Option<u64> = Some(start(log));
         for e in entries {
             if let Some(n) = next
                 && e.offset != n
@@ -124,7 +184,9 @@ pub fn check(h: &History) -> Vec<Violation> {
         .flat_map(|(log, es)| es.iter().map(move |e| ((*log, e.id), e.offset)))
         .collect();
     for a in &h.appends {
-        if let Outcome::Ok(acked) = a.outcome {
+        if let Outcome::Ok(acked) = a.outcome
+            && acked >= start(&a.log)
+        {
             match found.get(&(a.log, a.id)) {
                 None => out.push(Violation::LostWrite { log: a.log, id: a.id, offset: acked }),
                 Some(f) if *f != acked => out.push(Violation::InconsistentOffset {
@@ -139,10 +201,17 @@ pub fn check(h: &History) -> Vec<Violation> {
     }
     let held: BTreeSet<(u64, Seen)> =
         h.finals.iter().flat_map(|(log, es)| es.iter().map(move |e| (*log, *e))).collect();
-    for (log, seen) in &h.reads {
-        for s in seen {
-            if !held.contains(&(*log, *s)) {
-                out.push(Violation::DirtyRead { log: *log, id: s.id, offset: s.offset });
+    for r in &h.reads {
+        for s in &r.seen {
+            if s.offset < r.floor {
+                out.push(Violation::StaleRead {
+                    log: r.log,
+                    id: s.id,
+                    offset: s.offset,
+                    floor: r.floor,
+                });
+            } else if s.offset >= start(&r.log) && !held.contains(&(r.log, *s)) {
+                out.push(Violation::DirtyRead { log: r.log, id: s.id, offset: s.offset });
             }
         }
     }
@@ -196,10 +265,11 @@ mod tests {
                 Append { id: 4, log: 7, records: 1, outcome: Outcome::Failed },
                 Append { id: 5, log: 7, records: 1, outcome: Outcome::Unknown },
             ],
-            reads: vec![(7, vec![seen(0, 1)])],
+            reads: vec![Read { log: 7, floor: 0, seen: vec![seen(0, 1)] }],
             watermarks: vec![(7, 1), (7, 3)],
             finals: [(7, vec![seen(0, 1), seen(1, 2), seen(2, 3)])].into_iter().collect(),
             pipelined: vec![vec![1, 4, 2]],
+            starts: [(7, 0)].into_iter().collect(),
         }
     }
 
@@ -243,8 +313,12 @@ mod tests {
         assert_eq!(check(&h), vec![Violation::Phantom { log: 7, id: 99, offset: 3 }]);
 
         let mut h = clean();
-        h.reads.push((7, vec![seen(2, 5)]));
+        h.reads.push(Read { log: 7, floor: 0, seen: vec![seen(2, 5)] });
         assert_eq!(check(&h), vec![Violation::DirtyRead { log: 7, id: 5, offset: 2 }]);
+
+        let mut h = clean();
+        h.reads.push(Read { log: 7, floor: 1, seen: vec![seen(0, 1)] });
+        assert_eq!(check(&h), vec![Violation::StaleRead { log: 7, id: 1, offset: 0, floor: 1 }]);
 
         let mut h = clean();
         h.pipelined.push(vec![2, 1]);
@@ -253,6 +327,17 @@ mod tests {
         let mut h = clean();
         h.watermarks.push((7, 2));
         assert_eq!(check(&h), vec![Violation::WatermarkRegression { log: 7, from: 3, to: 2 }]);
+    }
+
+    #[test]
+    fn trimmed_offsets_are_not_held_against_the_final_log() {
+        let mut h = clean();
+        // Trimmed to 2: ids 1 and 2 are gone, legitimately; an earlier read of them is fine.
+        h.starts.insert(7, 2);
+        h.finals.insert(7, vec![seen(2, 3)]);
+        assert_eq!(check(&h), vec![]);
+        h.finals.insert(7, vec![seen(3, 3)]);
+        assert_eq!(check(&h), vec![Violation::Gap { log: 7, expected: 2, found: 3 }]);
     }
 
     #[test]

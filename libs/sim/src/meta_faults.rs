@@ -88,6 +88,9 @@ impl FaultyMeta {
 
     /// The delay (maybe) and fate of one call; `write` allows the lost-answer fates.
     async fn decide(&self, write: bool) -> Fate {
+        if std::env::var_os("SIM_TRACE").is_some() {
+            eprintln!("trace meta write={write}");
+        }
         if !self.on.load(Ordering::SeqCst) {
             return Fate::Pass;
         }

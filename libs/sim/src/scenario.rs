@@ -40,6 +40,8 @@ pub struct Plan {
     pub put_lose: f64,
     /// Per GET: fails.
     pub get_fail: f64,
+    /// A compactor, a cleaner (no grace period) and hard trims run alongside.
+    pub maintenance: bool,
 }
 
 impl Plan {
@@ -61,7 +63,14 @@ impl Plan {
             put_fail: 0.03,
             put_lose: 0.02,
             get_fail: 0.02,
+            maintenance: false,
         }
+    }
+
+    /// The writers mix with a compactor, a cleaner and hard trims running alongside, over
+    /// longer runs (so logs spill index pages and compact many times).
+    pub fn maintenance() -> Plan {
+        Plan { maintenance: true, appends: 150, ..Plan::writers() }
     }
 }
 
@@ -102,7 +111,10 @@ impl Trace {
         // DefaultHasher::new() has fixed keys: the same input hashes the same in every run.
         Trace(std::collections::hash_map::DefaultHasher::new())
     }
-    fn record(&mut self, what: impl Hash) {
+    fn record(&mut self, what: impl Hash + std::fmt::Debug) {
+        if std::env::var_os("SIM_TRACE").is_some() {
+            eprintln!("trace {:?} {what:?}", tokio::time::Instant::now());
+        }
         what.hash(&mut self.0);
     }
 }
@@ -112,6 +124,8 @@ struct Shared {
     writers: Vec<Option<LogStorage>>,
     history: History,
     trace: Trace,
+    /// The highest hard trim of each log completed so far.
+    floors: std::collections::BTreeMap<u64, u64>,
 }
 
 type SharedRef = Arc<Mutex<Shared>>;
@@ -208,6 +222,7 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
         writers,
         history: History::default(),
         trace: Trace::new(),
+        floors: Default::default(),
     }));
 
     // Faults on.
@@ -233,9 +248,21 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
         let (shared, logs) = (shared.clone(), logs.clone());
         tokio::spawn(async move { observe(logs, shared).await })
     };
+    let mut upkeep = Vec::new();
+    if plan.maintenance {
+        let (s1, s2, s3) = (shared.clone(), shared.clone(), shared.clone());
+        let (m, o, c) = (meta.clone(), objects.clone(), clock.clone());
+        let l = logs.clone();
+        upkeep.push(tokio::spawn(async move { compact(s1).await }));
+        upkeep.push(tokio::spawn(async move { clean(s2, m, o, c).await }));
+        upkeep.push(tokio::spawn(async move { trim(l, s3).await }));
+    }
     while clients.join_next().await.is_some() {}
     let crashes = nemesis.await.unwrap_or(0);
     observer.abort();
+    for t in upkeep {
+        t.abort();
+    }
 
     // Quiet: faults off, every outcome settles (a crashed writer's lease expires).
     faulty_meta.set_on(false);
@@ -247,8 +274,10 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
     };
     for log in &logs {
         match read_all(&reader, *log).await {
-            Ok(entries) => {
-                lock(&shared).history.finals.insert(*log, entries);
+            Ok((start, entries)) => {
+                let mut s = lock(&shared);
+                s.history.finals.insert(*log, entries);
+                s.history.starts.insert(*log, start);
             }
             Err(e) => return failed(seed, format!("final read of log {log}: {e}")),
         }
@@ -288,7 +317,10 @@ fn pick(shared: &SharedRef) -> Option<LogStorage> {
 
 /// How an append's answer reads as an outcome.
 fn outcome_of(
-    answer: Result<Result<logstore::LogEntryHeader, logstore::LogError>, tokio::time::error::Elapsed>,
+    answer: Result<
+        Result<logstore::LogEntryHeader, logstore::LogError>,
+        tokio::time::error::Elapsed,
+    >,
     id: u64,
     log: u64,
 ) -> Outcome {
@@ -356,7 +388,12 @@ async fn client(c: u64, appends: usize, logs: Vec<u64>, shared: SharedRef) {
             _ => None,
         });
         if read_back && let Some(offset) = acked {
-            let from = offset.saturating_sub(3);
+            // Near what it appended, or anywhere below (trimmed ranges included).
+            let from = {
+                let mut s = lock(&shared);
+                if s.rng.chance(0.5) { offset.saturating_sub(3) } else { s.rng.below(offset + 1) }
+            };
+            let floor = lock(&shared).floors.get(&log).copied().unwrap_or(0);
             if let Ok(entries) = w.read_entries(LogId(log), from, 8, 1 << 20).await {
                 let seen: Vec<Seen> = entries
                     .iter()
@@ -370,7 +407,7 @@ async fn client(c: u64, appends: usize, logs: Vec<u64>, shared: SharedRef) {
                     .collect();
                 let mut s = lock(&shared);
                 s.trace.record(("read", log, &seen));
-                s.history.reads.push((log, seen));
+                s.history.reads.push(crate::history::Read { log, floor, seen });
             }
         }
         tokio::time::sleep(Duration::from_millis(think)).await;
@@ -425,7 +462,8 @@ async fn observe(logs: Vec<u64>, shared: SharedRef) {
     }
 }
 
-async fn read_all(w: &LogStorage, log: u64) -> Result<Vec<Seen>, String> {
+/// A log's first offset and every entry from it.
+async fn read_all(w: &LogStorage, log: u64) -> Result<(u64, Vec<Seen>), String> {
     let info = w.info(LogId(log)).await.map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     let mut at = info.first_offset;
@@ -442,5 +480,64 @@ async fn read_all(w: &LogStorage, log: u64) -> Result<Vec<Seen>, String> {
             });
         }
     }
-    Ok(out)
+    Ok((info.first_offset, out))
+}
+
+/// Compaction cycles over every log now and then (2 chunks make a log eligible).
+async fn compact(shared: SharedRef) {
+    let idle = logstore::compactor::IdleLogs::default();
+    let cfg = logstore::compactor::CompactorConfig { min_chunks: 2, max_segment_bytes: 64 << 10 };
+    loop {
+        let wait = lock(&shared).rng.below(150) + 30;
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let Some(w) = pick(&shared) else { continue };
+        let report =
+            logstore::compactor::compact_all(w.reader().clone(), "c1", cfg.clone(), None, &idle)
+                .await;
+        let compacted = report.map_or(0, |r| r.compacted.len());
+        lock(&shared).trace.record(("compacted", compacted));
+    }
+}
+
+/// Cleaner cycles now and then, with no grace at all: the low-water marks and the logs'
+/// floors alone must keep every object still in use.
+async fn clean(
+    shared: SharedRef,
+    meta: Arc<dyn MetadataStore>,
+    objects: Arc<dyn ObjectStore>,
+    clock: Arc<dyn Clock>,
+) {
+    let mut cleaner = logstore::cleaner::Cleaner::new(meta, objects, "sim", clock);
+    cleaner.grace = Duration::ZERO;
+    cleaner.history = Some(Duration::from_secs(2));
+    loop {
+        let wait = lock(&shared).rng.below(150) + 30;
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let deleted = cleaner.cycle().await.map_or(-1, |r| (r.deleted + r.segments_deleted) as i64);
+        lock(&shared).trace.record(("cleaned", deleted));
+    }
+}
+
+/// Hard trims now and then: a log, to somewhere below its end as last observed.
+async fn trim(logs: Vec<u64>, shared: SharedRef) {
+    loop {
+        let (wait, log, cut) = {
+            let mut s = lock(&shared);
+            let log = logs[usize::try_from(s.rng.below(logs.len() as u64)).unwrap_or(0)];
+            (s.rng.below(600) + 300, log, s.rng.next_u64())
+        };
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let end = {
+            let s = lock(&shared);
+            s.history.watermarks.iter().rev().find(|(l, _)| *l == log).map_or(0, |(_, e)| *e)
+        };
+        let to = if end == 0 { continue } else { cut % (end / 2 + 1) };
+        let Some(w) = pick(&shared) else { continue };
+        if w.hard_trim(LogId(log), to).await.is_ok() {
+            let mut s = lock(&shared);
+            let floor = s.floors.entry(log).or_insert(0);
+            *floor = (*floor).max(to);
+            s.trace.record(("trimmed", log, to));
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! The mutation test (issue 17): each deliberate bug of `logstore::mutations`, switched on
-//! alone, must be caught by the checker within 200 seeds — a checker that would miss it fails
-//! here. A test binary of its own: the switches are process-wide.
+//! alone, must be caught within 200 seeds — by the checker, or by a run that cannot finish
+//! (a final read that finds data gone) — so a checker that would miss it fails here. A test
+//! binary of its own: the switches are process-wide.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -8,12 +9,12 @@ use logstore::mutations;
 use sim::scenario::{Plan, run};
 
 /// The first seed below 200 whose run the checker faults, with what it found.
-fn caught(m: &AtomicBool) -> Option<(u64, String)> {
+fn caught(m: &AtomicBool, plan: &Plan) -> Option<(u64, String)> {
     m.store(true, Ordering::SeqCst);
-    let plan = Plan::writers();
     let found = (0..200).find_map(|seed| {
-        let r = run(seed, &plan);
-        (!r.violations.is_empty()).then(|| (seed, format!("{:?}", r.violations.first())))
+        let r = run(seed, plan);
+        let found = r.violations.first().map(|v| format!("{v:?}")).or(r.error);
+        found.map(|f| (seed, f))
     });
     m.store(false, Ordering::SeqCst);
     found
@@ -22,17 +23,30 @@ fn caught(m: &AtomicBool) -> Option<(u64, String)> {
 #[test]
 fn every_deliberate_bug_is_caught_within_200_seeds() {
     let mut report = Vec::new();
-    for (name, m) in [
-        ("commits out of flush order", &mutations::COMMIT_OUT_OF_ORDER),
-        ("the head's revision not compared in the commit", &mutations::SKIP_HEAD_COMPARE),
-        ("an ambiguous commit re-based instead of resolved", &mutations::FORGET_AMBIGUITY),
+    let (writers, upkeep) = (Plan::writers(), Plan::maintenance());
+    for (name, m, plan) in [
+        ("commits out of flush order", &mutations::COMMIT_OUT_OF_ORDER, &writers),
+        ("the head's revision not compared in the commit", &mutations::SKIP_HEAD_COMPARE, &writers),
+        (
+            "an ambiguous commit re-based instead of resolved",
+            &mutations::FORGET_AMBIGUITY,
+            &writers,
+        ),
+        (
+            "the cleaner ignoring the writers' low-water marks",
+            &mutations::IGNORE_LOW_WATER,
+            &upkeep,
+        ),
+        ("a read below a hard trim served from the index", &mutations::READ_BELOW_START, &upkeep),
     ] {
-        let found = caught(m);
+        let found = caught(m, plan);
         assert!(found.is_some(), "{name}: not caught in 200 seeds");
         report.push(format!("{name}: seed {:?}", found));
     }
     // Switched off, the same seeds run clean (the bugs, not the harness, were caught).
-    let r = run(0, &Plan::writers());
-    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    for plan in [&writers, &upkeep] {
+        let r = run(0, plan);
+        assert!(r.violations.is_empty() && r.error.is_none(), "{r:?}");
+    }
     eprintln!("sim mutants: {}", report.join("; "));
 }

@@ -11,12 +11,13 @@ fn seeds() -> std::ops::Range<u64> {
 }
 
 /// Seeds that once broke an invariant (docs/reliability.md says what and how it was fixed).
-const REGRESSIONS: &[u64] = &[3];
+const REGRESSIONS: &[(&str, u64)] = &[("writers", 3), ("maintenance", 14)];
 
 #[test]
 fn regression_seeds_run_clean() {
-    for seed in REGRESSIONS {
-        let r = run(*seed, &Plan::writers());
+    for (group, seed) in REGRESSIONS {
+        let plan = if *group == "maintenance" { Plan::maintenance() } else { Plan::writers() };
+        let r = run(*seed, &plan);
         assert_eq!(r.error, None, "seed {seed}");
         assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
     }
@@ -24,25 +25,43 @@ fn regression_seeds_run_clean() {
 
 #[test]
 fn a_seed_run_twice_gives_the_same_trace() {
-    let plan = Plan::writers();
-    for seed in [1, 2, 3] {
-        let (a, b) = (run(seed, &plan), run(seed, &plan));
-        assert_eq!(a.error, None, "seed {seed}");
-        assert_eq!(a.trace, b.trace, "seed {seed}: {a:?}\n{b:?}");
-        assert_ne!(a.acked, 0, "seed {seed}: nothing acknowledged: {a:?}");
+    let seeds: u64 = std::env::var("SIM_DET_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
+    for plan in [Plan::writers(), Plan::maintenance()] {
+        let mut differ = Vec::new();
+        for seed in 0..seeds {
+            let (a, b) = (run(seed, &plan), run(seed, &plan));
+            assert_eq!(a.error, None, "seed {seed}");
+            assert_ne!(a.acked, 0, "seed {seed}: nothing acknowledged: {a:?}");
+            if a.trace != b.trace {
+                differ.push(seed);
+            }
+        }
+        assert!(
+            differ.is_empty(),
+            "maintenance={}: seeds {differ:?} ran differently twice",
+            plan.maintenance
+        );
+        assert_ne!(run(1, &plan).trace, run(2, &plan).trace);
     }
-    assert_ne!(run(1, &plan).trace, run(2, &plan).trace);
 }
 
 #[test]
 fn writers_lose_nothing_under_every_fault_across_seeds() {
-    let plan = Plan::writers();
+    sweep("writers", &Plan::writers());
+}
+
+#[test]
+fn compaction_cleaning_and_hard_trims_lose_nothing_across_seeds() {
+    sweep("maintenance", &Plan::maintenance());
+}
+
+fn sweep(group: &str, plan: &Plan) {
     let (mut acked, mut unknown, mut failed, mut faults, mut crashes) = (0, 0, 0, 0, 0);
     let range = seeds();
     for seed in range.clone() {
-        let r = run(seed, &plan);
-        assert_eq!(r.error, None, "seed {seed}: replay with SIM_SEED={seed}");
-        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+        let r = run(seed, plan);
+        assert_eq!(r.error, None, "{group} seed {seed}: replay with SIM_SEED={seed}");
+        assert!(r.violations.is_empty(), "{group} seed {seed}: {:?}", r.violations);
         acked += r.acked;
         unknown += r.unknown;
         failed += r.failed;
@@ -50,16 +69,21 @@ fn writers_lose_nothing_under_every_fault_across_seeds() {
         crashes += r.crashes;
     }
     eprintln!(
-        "sim writers: seeds {}..{}: {acked} acked, {failed} failed, {unknown} unknown, {faults} metadata faults, {crashes} crashes",
+        "sim {group}: seeds {}..{}: {acked} acked, {failed} failed, {unknown} unknown, {faults} metadata faults, {crashes} crashes",
         range.start, range.end
     );
 }
 
-/// Replays one seed (`SIM_SEED=n cargo test -p sim --test writers replay -- --nocapture`).
+/// Replays one seed (`SIM_SEED=n [SIM_GROUP=maintenance] cargo test -p sim --test writers
+/// replay -- --nocapture`).
 #[test]
 fn replay() {
     let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) else { return };
-    let r = run(seed, &Plan::writers());
+    let plan = match std::env::var("SIM_GROUP").as_deref() {
+        Ok("maintenance") => Plan::maintenance(),
+        _ => Plan::writers(),
+    };
+    let r = run(seed, &plan);
     eprintln!("{r:#?}");
     assert!(r.error.is_none() && r.violations.is_empty());
 }
