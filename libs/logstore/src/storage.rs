@@ -124,6 +124,12 @@ impl LogStorage {
         self.core.observer.set(observer).is_ok()
     }
 
+    /// Runs `hook` at each crash point of this writer's flushes from now on (tests: the
+    /// simulation). One hook per writer: false if one was set already.
+    pub fn set_step_hook(&self, hook: crate::writer::WriterHook) -> bool {
+        self.core.hook.set(hook).is_ok()
+    }
+
     /// WAL objects flushed (PUTs started) by this writer so far.
     pub fn flushes(&self) -> u64 {
         self.core.flushes.load(Ordering::Relaxed)

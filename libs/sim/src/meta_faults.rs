@@ -191,3 +191,83 @@ impl MetadataStore for FaultyMeta {
         self.inner.compact(revision).await
     }
 }
+
+/// One writer's own way to the metadata store, which the nemesis can pause: every call waits at
+/// the gate until the pause ends, as a stopped process's would (its lease runs out meanwhile).
+/// A transaction is sent by a task of its own, so one whose caller gave up waiting (a deadline)
+/// still applies when the pause ends — a zombie commit, which the compares must refuse.
+pub struct Gated {
+    inner: Arc<dyn MetadataStore>,
+    until: Mutex<Option<tokio::time::Instant>>,
+}
+
+impl std::fmt::Debug for Gated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gated").finish_non_exhaustive()
+    }
+}
+
+impl Gated {
+    pub fn new(inner: Arc<dyn MetadataStore>) -> Arc<Gated> {
+        Arc::new(Gated { inner, until: Mutex::new(None) })
+    }
+
+    /// Every call from now until `until` waits for it.
+    pub fn pause_until(&self, until: tokio::time::Instant) {
+        *self.until.lock().unwrap_or_else(|e| e.into_inner()) = Some(until);
+    }
+
+    async fn wait(&self) {
+        loop {
+            let until = *self.until.lock().unwrap_or_else(|e| e.into_inner());
+            match until {
+                Some(t) if tokio::time::Instant::now() < t => tokio::time::sleep_until(t).await,
+                _ => return,
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl MetadataStore for Gated {
+    async fn range(&self, req: RangeRequest) -> Result<RangeResponse, MetaError> {
+        self.wait().await;
+        self.inner.range(req).await
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, MetaError> {
+        let until = *self.until.lock().unwrap_or_else(|e| e.into_inner());
+        let inner = self.inner.clone();
+        let sent = tokio::spawn(async move {
+            if let Some(t) = until {
+                tokio::time::sleep_until(t).await;
+            }
+            inner.txn(txn).await
+        });
+        sent.await.unwrap_or_else(|e| Err(MetaError::Internal(format!("txn task: {e}"))))
+    }
+
+    async fn lease_grant(&self, ttl: Duration) -> Result<LeaseId, MetaError> {
+        self.wait().await;
+        self.inner.lease_grant(ttl).await
+    }
+
+    async fn lease_keep_alive(&self, lease: LeaseId) -> Result<Duration, MetaError> {
+        self.wait().await;
+        self.inner.lease_keep_alive(lease).await
+    }
+
+    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), MetaError> {
+        self.wait().await;
+        self.inner.lease_revoke(lease).await
+    }
+
+    async fn watch(&self, req: WatchRequest) -> Result<WatchStream, MetaError> {
+        self.wait().await;
+        self.inner.watch(req).await
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<(), MetaError> {
+        self.inner.compact(revision).await
+    }
+}

@@ -13,13 +13,13 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use logstore::{Clock, Conditions, LogId, LogStorage, LogStorageConfig};
+use logstore::{Clock, Conditions, LogId, LogStorage, LogStorageConfig, WriterStep};
 use metadata::MetadataStore;
 use objstore::faults::{Action, FaultError, FaultyStore, Op, Trigger};
 use objstore::object_store::ObjectStore;
 
 use crate::history::{Append, History, Outcome, Seen, Violation, check, id_of, payload};
-use crate::meta_faults::{FaultyMeta, MetaPlan};
+use crate::meta_faults::{FaultyMeta, Gated, MetaPlan};
 use crate::rng::Rng;
 
 /// A scenario's size and fault rates.
@@ -126,6 +126,11 @@ struct Shared {
     trace: Trace,
     /// The highest hard trim of each log completed so far.
     floors: std::collections::BTreeMap<u64, u64>,
+    /// Each writer slot's gate to the metadata store (the nemesis pauses it).
+    gates: Vec<Option<Arc<Gated>>>,
+    /// A crash point armed by the nemesis: the writer of this slot stops for good at this step
+    /// and says so.
+    armed: Option<(usize, WriterStep, tokio::sync::oneshot::Sender<()>)>,
 }
 
 type SharedRef = Arc<Mutex<Shared>>;
@@ -144,16 +149,19 @@ fn config(id: &str) -> LogStorageConfig {
     c
 }
 
+/// Starts writer `id` behind a gate of its own; the writer and its gate.
 async fn open(
     id: &str,
     meta: &Arc<dyn MetadataStore>,
     objects: &Arc<dyn ObjectStore>,
     clock: &Arc<dyn Clock>,
-) -> Result<LogStorage, String> {
+) -> Result<(LogStorage, Arc<Gated>), String> {
     let mut last = String::new();
     for _ in 0..50 {
-        match LogStorage::open(meta.clone(), objects.clone(), config(id), clock.clone()).await {
-            Ok(w) => return Ok(w),
+        let gate = Gated::new(meta.clone());
+        let through: Arc<dyn MetadataStore> = gate.clone();
+        match LogStorage::open(through, objects.clone(), config(id), clock.clone()).await {
+            Ok(w) => return Ok((w, gate)),
             Err(e) => last = e.to_string(),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -202,10 +210,13 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
     faults.delay(Op::Put, Duration::from_millis(8));
     let clock: Arc<dyn Clock> = Arc::new(SimClock(start));
 
-    let mut writers = Vec::with_capacity(plan.writers);
+    let (mut writers, mut gates) = (Vec::new(), Vec::new());
     for i in 0..plan.writers {
         match open(&format!("w{i}"), &meta, &objects, &clock).await {
-            Ok(w) => writers.push(Some(w)),
+            Ok((w, g)) => {
+                writers.push(Some(w));
+                gates.push(Some(g));
+            }
             Err(e) => return failed(seed, e),
         }
     }
@@ -223,7 +234,15 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
         history: History::default(),
         trace: Trace::new(),
         floors: Default::default(),
+        gates,
+        armed: None,
     }));
+    for slot in 0..plan.writers {
+        let w = lock(&shared).writers[slot].clone();
+        if let Some(w) = w {
+            arm_hook(&shared, slot, &w);
+        }
+    }
 
     // Faults on.
     faulty_meta.set_on(true);
@@ -252,8 +271,8 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
     if plan.maintenance {
         let (s1, s2, s3) = (shared.clone(), shared.clone(), shared.clone());
         let (m, o, c) = (meta.clone(), objects.clone(), clock.clone());
-        let l = logs.clone();
-        upkeep.push(tokio::spawn(async move { compact(s1).await }));
+        let (l, l2) = (logs.clone(), logs.clone());
+        upkeep.push(tokio::spawn(async move { compact(s1, l2).await }));
         upkeep.push(tokio::spawn(async move { clean(s2, m, o, c).await }));
         upkeep.push(tokio::spawn(async move { trim(l, s3).await }));
     }
@@ -269,7 +288,7 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
     faults.clear();
     tokio::time::sleep(Duration::from_secs(10)).await;
     let reader = match open("final", &meta, &objects, &clock).await {
-        Ok(w) => w,
+        Ok((w, _)) => w,
         Err(e) => return failed(seed, e),
     };
     for log in &logs {
@@ -414,9 +433,32 @@ async fn client(c: u64, appends: usize, logs: Vec<u64>, shared: SharedRef) {
     }
 }
 
-/// Crashes a live writer now and then and starts a new one in its place; how many it crashed.
+/// Installs the crash-point hook on the writer of `slot`: when the nemesis armed that slot and
+/// step, the writer stops there for good and the nemesis is told.
+fn arm_hook(shared: &SharedRef, slot: usize, w: &LogStorage) {
+    let shared = shared.clone();
+    w.set_step_hook(Arc::new(move |step| {
+        let fire = {
+            let mut s = lock(&shared);
+            match &s.armed {
+                Some((at, armed_step, _)) if *at == slot && *armed_step == step => s.armed.take(),
+                _ => None,
+            }
+        };
+        Box::pin(async move {
+            if let Some((_, _, told)) = fire {
+                let _ = told.send(());
+                futures::future::pending::<()>().await;
+            }
+        })
+    }));
+}
+
+/// Now and then, one of: a writer crashed at once, crashed at a crash point (its WAL object
+/// stored but not committed, or committed but not answered), or paused past its lease and
+/// resumed; a crashed writer is replaced by a new one. How many rounds it ran.
 async fn nemesis(
-    crashes: usize,
+    rounds: usize,
     writers: usize,
     shared: SharedRef,
     meta: Arc<dyn MetadataStore>,
@@ -424,13 +466,33 @@ async fn nemesis(
     clock: Arc<dyn Clock>,
 ) -> usize {
     let mut done = 0;
-    for k in 0..crashes {
-        let (wait, victim, gap) = {
+    for k in 0..rounds {
+        let (wait, victim, gap, action, pause) = {
             let mut s = lock(&shared);
-            (s.rng.below(800) + 100, s.rng.below(writers as u64), s.rng.below(600))
+            let r = &mut s.rng;
+            (r.below(800) + 100, r.below(writers as u64), r.below(600), r.below(4), r.below(3000))
         };
         tokio::time::sleep(Duration::from_millis(wait)).await;
         let slot = usize::try_from(victim).unwrap_or(0);
+        if action == 3 {
+            // Paused past its 4 s lease, then running on (its calls resume; a commit it had
+            // sent applies late, unless refused).
+            let gate = lock(&shared).gates.get(slot).cloned().flatten();
+            if let Some(g) = gate {
+                g.pause_until(tokio::time::Instant::now() + Duration::from_millis(5000 + pause));
+                lock(&shared).trace.record(("pause", k, slot));
+                done += 1;
+            }
+            continue;
+        }
+        if action > 0 {
+            let step = if action == 1 { WriterStep::Written } else { WriterStep::Committed };
+            let (told, fired) = tokio::sync::oneshot::channel();
+            lock(&shared).armed = Some((slot, step, told));
+            let hit = tokio::time::timeout(Duration::from_secs(2), fired).await.is_ok();
+            lock(&shared).armed = None;
+            lock(&shared).trace.record(("crash point", k, slot, action, hit));
+        }
         let crashed = lock(&shared).writers.get_mut(slot).and_then(Option::take);
         if let Some(w) = crashed {
             w.abort();
@@ -438,10 +500,15 @@ async fn nemesis(
             lock(&shared).trace.record(("crash", k, slot));
         }
         tokio::time::sleep(Duration::from_millis(gap)).await;
-        if let Ok(w) = open(&format!("w{}-{k}", slot), &meta, &objects, &clock).await
-            && let Some(place) = lock(&shared).writers.get_mut(slot)
-        {
-            *place = Some(w);
+        if let Ok((w, g)) = open(&format!("w{}-{k}", slot), &meta, &objects, &clock).await {
+            arm_hook(&shared, slot, &w);
+            let mut s = lock(&shared);
+            if let Some(place) = s.writers.get_mut(slot) {
+                *place = Some(w);
+            }
+            if let Some(place) = s.gates.get_mut(slot) {
+                *place = Some(g);
+            }
         }
     }
     done
@@ -483,14 +550,46 @@ async fn read_all(w: &LogStorage, log: u64) -> Result<(u64, Vec<Seen>), String> 
     Ok((info.first_offset, out))
 }
 
-/// Compaction cycles over every log now and then (2 chunks make a log eligible).
-async fn compact(shared: SharedRef) {
-    let idle = logstore::compactor::IdleLogs::default();
-    let cfg = logstore::compactor::CompactorConfig { min_chunks: 2, max_segment_bytes: 64 << 10 };
+/// Compaction cycles over every log now and then (2 chunks make a log eligible); one round in
+/// five, instead, a compactor that crashes at one of its steps (claimed, segment written, index
+/// swapped) on one log, its claim left to expire with its lease.
+async fn compact(shared: SharedRef, logs: Vec<u64>) {
+    use logstore::compactor::{Compactor, CompactorConfig, IdleLogs, Step};
+    let idle = IdleLogs::default();
+    let cfg = CompactorConfig { min_chunks: 2, max_segment_bytes: 64 << 10 };
+    let mut crashed = 0u64;
     loop {
-        let wait = lock(&shared).rng.below(150) + 30;
+        let (wait, crash, log, at) = {
+            let mut s = lock(&shared);
+            let log = logs[usize::try_from(s.rng.below(logs.len() as u64)).unwrap_or(0)];
+            (s.rng.below(150) + 30, s.rng.chance(0.2), log, s.rng.below(3))
+        };
         tokio::time::sleep(Duration::from_millis(wait)).await;
         let Some(w) = pick(&shared) else { continue };
+        if crash {
+            let reader = w.reader().clone();
+            let Ok(lease) = reader.meta().lease_grant(Duration::from_secs(4)).await else {
+                continue;
+            };
+            crashed += 1;
+            let c = Compactor::new(reader, &format!("crashing-{crashed}"), lease, cfg.clone());
+            let step = [Step::Claimed, Step::Written, Step::Swapped][at as usize];
+            let hook: logstore::compactor::StepHook = Arc::new(move |s| {
+                Box::pin(async move {
+                    if s == step {
+                        futures::future::pending::<()>().await;
+                    }
+                })
+            });
+            // The crash: the compaction stops at its step and is dropped there.
+            let ended = tokio::time::timeout(
+                Duration::from_secs(1),
+                c.compact_log_with(LogId(log), Some(hook)),
+            )
+            .await;
+            lock(&shared).trace.record(("compactor crash", log, at, ended.is_err()));
+            continue;
+        }
         let report =
             logstore::compactor::compact_all(w.reader().clone(), "c1", cfg.clone(), None, &idle)
                 .await;
@@ -513,8 +612,11 @@ async fn clean(
     loop {
         let wait = lock(&shared).rng.below(150) + 30;
         tokio::time::sleep(Duration::from_millis(wait)).await;
-        let deleted = cleaner.cycle().await.map_or(-1, |r| (r.deleted + r.segments_deleted) as i64);
-        lock(&shared).trace.record(("cleaned", deleted));
+        let (deleted, cutoff) = cleaner
+            .cycle()
+            .await
+            .map_or((-1, 0), |r| ((r.deleted + r.segments_deleted) as i64, r.cutoff.cutoff));
+        lock(&shared).trace.record(("cleaned", deleted, cutoff));
     }
 }
 

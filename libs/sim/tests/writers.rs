@@ -11,7 +11,7 @@ fn seeds() -> std::ops::Range<u64> {
 }
 
 /// Seeds that once broke an invariant (docs/reliability.md says what and how it was fixed).
-const REGRESSIONS: &[(&str, u64)] = &[("writers", 3), ("maintenance", 14)];
+const REGRESSIONS: &[(&str, u64)] = &[("writers", 3), ("maintenance", 14), ("maintenance", 3813)];
 
 #[test]
 fn regression_seeds_run_clean() {

@@ -48,6 +48,9 @@ pub(super) async fn committer(core: Arc<Core>, mut flushes: mpsc::Receiver<Flush
             }
         }
         if !live.is_empty() {
+            if let Some(h) = core.hook.get() {
+                h(WriterStep::Written).await;
+            }
             let started = Instant::now();
             let object = std::mem::take(&mut flush.object);
             for (log, e) in commit_chunks(&core, flush.seq, flush.deadline, live, &object).await {
@@ -279,6 +282,9 @@ pub(super) async fn commit_chunks(
         for group in groups {
             match commit_group(core, seq, deadline, member_revision, &group).await {
                 Ok(GroupOutcome::Committed { revision }) => {
+                    if let Some(h) = core.hook.get() {
+                        h(WriterStep::Committed).await;
+                    }
                     for (c, s, p) in group {
                         let served = Served {
                             epoch: s.epoch,

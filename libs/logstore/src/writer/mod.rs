@@ -133,6 +133,20 @@ pub trait FlushObserver: Send + Sync {
     fn committed(&self, elapsed: Duration, acked: Duration);
 }
 
+/// The steps of a flush where a test hook may pause or crash the writer (the simulation's
+/// crash points).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriterStep {
+    /// The WAL object is stored; its commit is next.
+    Written,
+    /// A commit transaction applied; its appends are answered next.
+    Committed,
+}
+
+/// A test hook run at each [`WriterStep`] (pause there, or never return to crash there).
+pub type WriterHook =
+    Arc<dyn Fn(WriterStep) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
 /// The slot of appends made without a zone hint, or routed past their zone (ARCHITECTURE §3).
 pub const ANY_SLOT: &str = "*";
 
@@ -177,6 +191,8 @@ pub(crate) struct Core {
     pub flushes: AtomicU64,
     pub closing: AtomicBool,
     pub observer: std::sync::OnceLock<Arc<dyn FlushObserver>>,
+    /// Crash points for tests; unset in every role.
+    pub hook: std::sync::OnceLock<WriterHook>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -215,6 +231,7 @@ impl Core {
             flushes: AtomicU64::new(0),
             closing: AtomicBool::new(false),
             observer: std::sync::OnceLock::new(),
+            hook: std::sync::OnceLock::new(),
             cfg,
         });
         let (tx, rx) = mpsc::channel(64);
