@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/venv/bin:$(PATH)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: help deps build test lint run bench bench-kafka bench-catchup cluster cluster-stop helm-check compose-check fuzz dst
+.PHONY: help deps build test lint run bench bench-kafka bench-catchup cluster cluster-stop helm-check compose-check fuzz dst soak
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
@@ -82,6 +82,13 @@ dst: ## The deterministic simulation over SEEDS seeds (10000) in parallel proces
 		for f in "$$d"/*.log; do grep -q "test result: ok" "$$f" || { cat "$$f"; s=1; }; done; \
 		grep -ho "sim [a-z]*: .*" "$$d"/*.log; rm -rf "$$d"; exit $$s; \
 	fi
+
+SOAK_SECONDS ?= 600
+NEMESIS_SEED ?= 1
+soak: deps ## The seeded nemesis over real processes (writers, compactor, cleaner, etcd) for SOAK_SECONDS (600), NEMESIS_SEED (1), history checked
+	cargo build --bin lakelog
+	NEMESIS_SECONDS=$(SOAK_SECONDS) NEMESIS_SEED=$(NEMESIS_SEED) LAKELOG_BIN=$(CURDIR)/target/debug/lakelog \
+		cargo test -p e2e a_seeded_nemesis -- --nocapture
 
 FUZZ_SECONDS ?= 600
 fuzz: ## Fuzz the Kafka request decoder for FUZZ_SECONDS (600), then the record-batch decoder for a tenth of that (nightly; installs cargo-fuzz)

@@ -15,6 +15,7 @@ use metadata::MetadataStore;
 
 mod idle;
 mod kafka;
+mod nemesis;
 mod rolling;
 mod traces;
 
@@ -32,7 +33,12 @@ struct Cluster {
 
 impl Cluster {
     fn start() -> Result<Cluster> {
-        let etcd = testkit::shared_etcd()?.endpoint().to_owned();
+        Cluster::start_on(testkit::shared_etcd()?.endpoint())
+    }
+
+    /// A cluster (and its catalog) on the etcd at `etcd`.
+    fn start_on(etcd: &str) -> Result<Cluster> {
+        let etcd = etcd.to_owned();
         let s3 = testkit::shared_s3()?.s3().clone();
         let dir = tempfile::tempdir()?;
         let name = testkit::unique_prefix("e2e");
