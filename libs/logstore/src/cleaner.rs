@@ -227,6 +227,16 @@ pub async fn survey(
     Ok(s)
 }
 
+/// A test hook of the cleaner's ([`Cleaner::after_cutoff`]).
+#[derive(Clone)]
+pub struct Hook(pub Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>);
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("cleaner::Hook")
+    }
+}
+
 /// The cleaner: [`Cleaner::cycle`] once per interval. Keeps the revisions it saw, to compact
 /// the metadata history to the newest one at least `history` old.
 #[derive(Debug)]
@@ -239,6 +249,9 @@ pub struct Cleaner {
     pub grace: Duration,
     /// Metadata history kept (etcd hygiene); `None` never compacts it.
     pub history: Option<Duration>,
+    /// A test hook run between the cutoff read and the first delete (the simulation pauses or
+    /// crashes the cleaner there); `None` in every role.
+    pub after_cutoff: Option<Hook>,
     seen: VecDeque<(Instant, i64)>,
 }
 
@@ -256,6 +269,7 @@ impl Cleaner {
             clock,
             grace: Duration::from_secs(600),
             history: Some(Duration::from_secs(600)),
+            after_cutoff: None,
             seen: VecDeque::new(),
         }
     }
@@ -266,6 +280,9 @@ impl Cleaner {
     /// batch however many objects the store holds.
     pub async fn cycle(&mut self) -> Result<CleanReport, LogError> {
         let cutoff = read_cutoff(self.meta.as_ref(), &self.keys).await?;
+        if let Some(h) = &self.after_cutoff {
+            (h.0)().await;
+        }
         let now_ms = self.clock.now_ms();
         let grace_ms = i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX);
         let mut listed = self.objects.list(Some(&objstore::Path::from(objstore::keys::WAL_DIR)));

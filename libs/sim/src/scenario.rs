@@ -599,7 +599,8 @@ async fn compact(shared: SharedRef, logs: Vec<u64>) {
 }
 
 /// Cleaner cycles now and then, with no grace at all: the low-water marks and the logs'
-/// floors alone must keep every object still in use.
+/// floors alone must keep every object still in use; some cycles stall between their cutoff
+/// read and their deletes.
 async fn clean(
     shared: SharedRef,
     meta: Arc<dyn MetadataStore>,
@@ -608,6 +609,23 @@ async fn clean(
 ) {
     let mut cleaner = logstore::cleaner::Cleaner::new(meta, objects, "sim", clock);
     cleaner.grace = Duration::ZERO;
+    // One cycle in five pauses 0.5–3 s between its cutoff read and its deletes (a stopped
+    // cleaner resuming with an old cutoff).
+    let stall = {
+        let shared = shared.clone();
+        logstore::cleaner::Hook(Arc::new(move || {
+            let pause = {
+                let mut s = lock(&shared);
+                s.rng.chance(0.2).then(|| 500 + s.rng.below(2500))
+            };
+            Box::pin(async move {
+                if let Some(ms) = pause {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+            })
+        }))
+    };
+    cleaner.after_cutoff = Some(stall);
     cleaner.history = Some(Duration::from_secs(2));
     loop {
         let wait = lock(&shared).rng.below(150) + 30;
