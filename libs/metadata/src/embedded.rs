@@ -18,20 +18,19 @@
 //! its full TTL again, as etcd does after a leader change. All writes, and watch registration,
 //! run under one mutex, so watchers receive events in revision order with no gap.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use prost::Message;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::store::{MetadataStore, WatchStream};
 use crate::types::*;
+use crate::watchers::{self, Watcher};
 
 const META: TableDefinition<'_, &str, i64> = TableDefinition::new("meta");
 const KV: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("kv");
@@ -47,7 +46,6 @@ const NEXT_LEASE: &str = "next_lease";
 /// How often expired leases are looked for.
 const LEASE_TICK: Duration = Duration::from_millis(100);
 /// Watch batches a slow watcher may have queued before it is cut off (bounded memory).
-const WATCH_QUEUE: usize = 4096;
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct Record {
@@ -104,19 +102,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A poisoned lock means a panic elsewhere; the data it guards is still consistent
     // because every mutation commits through redb first.
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-struct Watcher {
-    range: KeyRange,
-    tx: mpsc::Sender<Vec<WatchEvent>>,
-    lagged: Arc<AtomicBool>,
-}
-
-/// A new watcher: the past events to replay, then its live queue.
-struct Registration {
-    past: VecDeque<Vec<WatchEvent>>,
-    rx: mpsc::Receiver<Vec<WatchEvent>>,
-    lagged: Arc<AtomicBool>,
 }
 
 struct Lease {
@@ -416,8 +401,8 @@ impl Inner {
         Ok(())
     }
 
-    /// Registers a watcher; returns the past events to replay first.
-    fn watch(&self, req: &WatchRequest) -> Result<Registration, MetaError> {
+    /// Registers a watcher; its stream replays the past events first.
+    fn watch(&self, req: &WatchRequest) -> Result<WatchStream, MetaError> {
         let mut watchers = lock(&self.watchers);
         let rtx = self.db.begin_read().map_err(internal)?;
         let meta = rtx.open_table(META).map_err(internal)?;
@@ -429,7 +414,7 @@ impl Inner {
                 compact_revision: compacted,
             });
         }
-        let mut past = VecDeque::new();
+        let mut past = Vec::new();
         if req.start_revision != 0 && req.start_revision <= current {
             let events = rtx.open_table(EVENTS).map_err(internal)?;
             for entry in events.range(req.start_revision..=current).map_err(internal)? {
@@ -437,14 +422,13 @@ impl Inner {
                 let batch: EventBatch = decode(batch.value())?;
                 let matching = to_watch_events(&batch.events, &req.range);
                 if !matching.is_empty() {
-                    past.push_back(matching);
+                    past.push(matching);
                 }
             }
         }
-        let (tx, rx) = mpsc::channel(WATCH_QUEUE);
-        let lagged = Arc::new(AtomicBool::new(false));
-        watchers.push(Watcher { range: req.range.clone(), tx, lagged: lagged.clone() });
-        Ok(Registration { past, rx, lagged })
+        let (watcher, stream) = watchers::watch(req.range.clone(), past);
+        watchers.push(watcher);
+        Ok(stream)
     }
 
     fn compact(&self, revision: Revision) -> Result<(), MetaError> {
@@ -685,24 +669,10 @@ fn to_watch_events(events: &[EventRecord], range: &KeyRange) -> Vec<WatchEvent> 
         .collect()
 }
 
-/// Sends one revision's events to every watcher of a matching range. A watcher whose queue is
-/// full is cut off (its stream ends with an error saying so) rather than buffering without
-/// bound; a watcher whose stream was dropped is forgotten.
+/// Sends one revision's events to the watchers ([`watchers::publish`]).
 fn publish(watchers: &mut Vec<Watcher>, events: &[EventRecord]) {
-    watchers.retain(|w| {
-        let batch = to_watch_events(events, &w.range);
-        if batch.is_empty() {
-            return !w.tx.is_closed();
-        }
-        match w.tx.try_send(batch) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                w.lagged.store(true, Ordering::SeqCst);
-                false
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
-        }
-    });
+    let all = KeyRange { key: vec![0], range_end: Some(vec![0]) };
+    watchers::publish(watchers, &to_watch_events(events, &all));
 }
 
 #[async_trait]
@@ -731,25 +701,7 @@ impl MetadataStore for EmbeddedStore {
 
     async fn watch(&self, req: WatchRequest) -> Result<WatchStream, MetaError> {
         req.range.validate()?;
-        let Registration { past, rx, lagged } = self.blocking(move |i| i.watch(&req)).await?;
-        let past = futures::stream::iter(past.into_iter().map(Ok));
-        let live = futures::stream::unfold(Some(rx), move |state| {
-            let lagged = lagged.clone();
-            async move {
-                let mut rx = state?;
-                match rx.recv().await {
-                    Some(batch) => Some((Ok(batch), Some(rx))),
-                    None if lagged.load(Ordering::SeqCst) => Some((
-                        Err(MetaError::Unavailable(
-                            "watch fell behind and was cut off; watch again from the last revision seen".to_owned(),
-                        )),
-                        None,
-                    )),
-                    None => Some((Err(MetaError::Unavailable("metadata store closed".to_owned())), None)),
-                }
-            }
-        });
-        Ok(Box::pin(futures::StreamExt::chain(past, live)))
+        self.blocking(move |i| i.watch(&req)).await
     }
 
     async fn compact(&self, revision: Revision) -> Result<(), MetaError> {

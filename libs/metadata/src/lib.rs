@@ -17,6 +17,7 @@ mod etcd;
 mod memory;
 mod store;
 mod types;
+mod watchers;
 
 pub use embedded::EmbeddedStore;
 pub use etcd::EtcdStore;

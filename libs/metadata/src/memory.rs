@@ -7,32 +7,23 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::store::{MetadataStore, WatchStream};
 use crate::types::*;
+use crate::watchers::{self, Watcher};
 
 /// How often expired leases are looked for.
 const LEASE_TICK: Duration = Duration::from_millis(100);
-/// Watch batches a slow watcher may have queued before it is cut off (bounded memory).
-const WATCH_QUEUE: usize = 4096;
 
 struct Lease {
     ttl: Duration,
     deadline: Instant,
     keys: BTreeSet<Vec<u8>>,
-}
-
-struct Watcher {
-    range: KeyRange,
-    tx: mpsc::Sender<Vec<WatchEvent>>,
-    lagged: Arc<AtomicBool>,
 }
 
 struct State {
@@ -230,21 +221,7 @@ impl State {
     /// Records a write revision's events and hands them to the watchers.
     fn commit(&mut self, rev: Revision, events: Vec<WatchEvent>) {
         self.revision = rev;
-        self.watchers.retain(|w| {
-            let batch: Vec<WatchEvent> =
-                events.iter().filter(|e| w.range.contains(&e.kv.key)).cloned().collect();
-            if batch.is_empty() {
-                return !w.tx.is_closed();
-            }
-            match w.tx.try_send(batch) {
-                Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    w.lagged.store(true, Ordering::SeqCst);
-                    false
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-            }
-        });
+        watchers::publish(&mut self.watchers, &events);
         self.events.insert(rev, events);
     }
 
@@ -396,28 +373,9 @@ impl MetadataStore for MemoryStore {
         } else {
             Vec::new()
         };
-        let (tx, rx) = mpsc::channel(WATCH_QUEUE);
-        let lagged = Arc::new(AtomicBool::new(false));
-        s.watchers.push(Watcher { range: req.range.clone(), tx, lagged: lagged.clone() });
-        drop(s);
-        let live = futures::stream::unfold(Some(rx), move |state| {
-            let lagged = lagged.clone();
-            async move {
-                let mut rx = state?;
-                match rx.recv().await {
-                    Some(batch) => Some((Ok(batch), Some(rx))),
-                    None if lagged.load(Ordering::SeqCst) => Some((
-                        Err(MetaError::Unavailable(
-                            "watch fell behind and was cut off; watch again from the last revision seen".to_owned(),
-                        )),
-                        None,
-                    )),
-                    None => Some((Err(MetaError::Unavailable("metadata store closed".to_owned())), None)),
-                }
-            }
-        });
-        let past = futures::stream::iter(past.into_iter().map(Ok));
-        Ok(Box::pin(futures::StreamExt::chain(past, live)))
+        let (watcher, stream) = watchers::watch(req.range.clone(), past);
+        s.watchers.push(watcher);
+        Ok(stream)
     }
 
     async fn compact(&self, revision: Revision) -> Result<(), MetaError> {
