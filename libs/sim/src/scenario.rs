@@ -414,16 +414,7 @@ async fn client(c: u64, appends: usize, logs: Vec<u64>, shared: SharedRef) {
             };
             let floor = lock(&shared).floors.get(&log).copied().unwrap_or(0);
             if let Ok(entries) = w.read_entries(LogId(log), from, 8, 1 << 20).await {
-                let seen: Vec<Seen> = entries
-                    .iter()
-                    .filter_map(|e| {
-                        Some(Seen {
-                            offset: e.header.offset,
-                            records: e.header.record_count,
-                            id: id_of(&e.payload)?,
-                        })
-                    })
-                    .collect();
+                let seen: Vec<Seen> = entries.iter().map(seen).collect();
                 let mut s = lock(&shared);
                 s.trace.record(("read", log, &seen));
                 s.history.reads.push(crate::history::Read { log, floor, seen });
@@ -539,15 +530,19 @@ async fn read_all(w: &LogStorage, log: u64) -> Result<(u64, Vec<Seen>), String> 
             w.read_entries(LogId(log), at, 1000, 16 << 20).await.map_err(|e| e.to_string())?;
         let Some(last) = entries.last() else { break };
         at = last.header.offset + u64::from(last.header.record_count);
-        for e in &entries {
-            out.push(Seen {
-                offset: e.header.offset,
-                records: e.header.record_count,
-                id: id_of(&e.payload).unwrap_or(u64::MAX),
-            });
-        }
+        out.extend(entries.iter().map(seen));
     }
     Ok((info.first_offset, out))
+}
+
+/// An entry as the history records it; a payload without our id reads as id `u64::MAX`, which
+/// no client appended (so the checker reports it).
+fn seen(e: &logstore::LogEntry) -> Seen {
+    Seen {
+        offset: e.header.offset,
+        records: e.header.record_count,
+        id: id_of(&e.payload).unwrap_or(u64::MAX),
+    }
 }
 
 /// Compaction cycles over every log now and then (2 chunks make a log eligible); one round in

@@ -266,6 +266,21 @@ fn member_output(path: &std::path::Path) -> (Vec<Consumed>, Option<Vec<u32>>) {
     (records, assigned)
 }
 
+/// Who consumed each record, by value: the members of `names` (outputs `<name>.txt` in `dir`)
+/// whose output holds it, once for each time it does.
+fn consumers_of<'a>(
+    dir: &std::path::Path,
+    names: &[&'a str],
+) -> std::collections::BTreeMap<String, Vec<&'a str>> {
+    let mut by: std::collections::BTreeMap<String, Vec<&'a str>> = Default::default();
+    for m in names {
+        for (_, _, v) in member_output(&dir.join(format!("{m}.txt"))).0 {
+            by.entry(v).or_default().push(m);
+        }
+    }
+    by
+}
+
 /// Waits up to `limit` for `done`, checking every 200 ms.
 async fn until(
     limit: std::time::Duration,
@@ -289,7 +304,7 @@ async fn until(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_consumer_group_splits_rebalances_and_keeps_its_offsets_across_kills_and_restarts()
 -> Result<()> {
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::BTreeSet;
     let cluster = Cluster::start()?;
     let (mut w1, k1) = kafka_writer(&cluster, "w1")?;
     let (mut w2, k2) = kafka_writer(&cluster, "w2")?;
@@ -355,21 +370,14 @@ async fn a_consumer_group_splits_rebalances_and_keeps_its_offsets_across_kills_a
     }
     c1.wait()?;
     c3.wait()?;
-    let mut times: BTreeMap<String, Vec<&str>> = BTreeMap::new();
-    let outputs: Vec<(&str, Vec<Consumed>)> =
-        ["c1", "c2", "c3", "kcat"].iter().map(|m| (*m, member_output(&out(m)).0)).collect();
-    for (m, records) in &outputs {
-        for (_, _, v) in records {
-            times.entry(v.clone()).or_default().push(m);
-        }
-    }
+    let times = consumers_of(cluster.dir.path(), &["c1", "c2", "c3", "kcat"]);
     let missing: Vec<usize> = (0..6000).filter(|i| !times.contains_key(&format!("v{i}"))).collect();
     ensure!(missing.is_empty(), "{} records never consumed, e.g. v{}", missing.len(), missing[0]);
     let twice: Vec<(&String, &Vec<&str>)> = times.iter().filter(|(_, m)| m.len() > 1).collect();
     for (v, by) in &twice {
         ensure!(by.contains(&"c2"), "{v} consumed twice without the killed member: {by:?}");
     }
-    let kcat_read = outputs.iter().find(|(m, _)| *m == "kcat").map_or(0, |(_, r)| r.len());
+    let kcat_read = member_output(&out("kcat")).0.len();
     // Every writer restarts; the group's committed offsets are still the topic's end.
     w1.terminate(std::time::Duration::from_secs(30))?;
     w2.terminate(std::time::Duration::from_secs(30))?;
@@ -407,7 +415,7 @@ async fn a_consumer_group_splits_rebalances_and_keeps_its_offsets_across_kills_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn members_of_a_group_whose_coordinator_is_killed_rejoin_and_resume_from_their_offsets()
 -> Result<()> {
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::BTreeSet;
     let cluster = Cluster::start()?;
     let (mut writers, bootstrap) = kafka_writers(&cluster, &["w1", "w2", "w3"])?;
     let meta = cluster.meta().await?;
@@ -418,15 +426,7 @@ async fn members_of_a_group_whose_coordinator_is_killed_rejoin_and_resume_from_t
     produce_keyed(&all, "events", 0..2000)?;
     let out = |name: &str| cluster.dir.path().join(format!("{name}.txt"));
     let member = |name: &str| group_member(&all, "events", "movers", &out(name));
-    let consumed = || -> BTreeMap<String, usize> {
-        let mut n = BTreeMap::new();
-        for m in ["a", "b"] {
-            for (_, _, v) in member_output(&out(m)).0 {
-                *n.entry(v).or_default() += 1;
-            }
-        }
-        n
-    };
+    let consumed = || consumers_of(cluster.dir.path(), &["a", "b"]);
     let mut a = member("a")?;
     let mut b = member("b")?;
     until(std::time::Duration::from_secs(30), "the first 2000 consumed", || {
@@ -445,7 +445,8 @@ async fn members_of_a_group_whose_coordinator_is_killed_rejoin_and_resume_from_t
     })
     .await?;
     let seen = consumed();
-    let twice: BTreeSet<&String> = seen.iter().filter(|(_, n)| **n > 1).map(|(v, _)| v).collect();
+    let twice: BTreeSet<&String> =
+        seen.iter().filter(|(_, by)| by.len() > 1).map(|(v, _)| v).collect();
     // Records of the first 2000 were committed 2 s before the kill: none is read again.
     let early: Vec<&&String> =
         twice.iter().filter(|v| v[1..].parse::<usize>().is_ok_and(|i| i < 2000)).collect();
@@ -476,7 +477,7 @@ async fn members_of_a_group_whose_coordinator_is_killed_rejoin_and_resume_from_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_kip848_group_assigns_on_the_coordinator_through_member_and_coordinator_kills()
 -> Result<()> {
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::BTreeSet;
     let cluster = Cluster::start()?;
     let (mut writers, bootstrap) = kafka_writers(&cluster, &["w1", "w2", "w3"])?;
     let meta = cluster.meta().await?;
@@ -489,15 +490,7 @@ async fn a_kip848_group_assigns_on_the_coordinator_through_member_and_coordinato
     let member = |name: &str| protocol_member(&all, "events", "kip848", &out(name), "consumer");
     let assignment = |name: &str| member_output(&out(name)).1.unwrap_or_default();
     let members = ["c1", "c2", "c3"];
-    let consumed = || -> BTreeMap<String, Vec<&str>> {
-        let mut n: BTreeMap<String, Vec<&str>> = BTreeMap::new();
-        for m in members {
-            for (_, _, v) in member_output(&out(m)).0 {
-                n.entry(v).or_default().push(m);
-            }
-        }
-        n
-    };
+    let consumed = || consumers_of(cluster.dir.path(), &members);
     let split = |names: &[&str]| {
         let owned: Vec<u32> = names.iter().flat_map(|m| assignment(m)).collect();
         let distinct: BTreeSet<u32> = owned.iter().copied().collect();
