@@ -8,9 +8,12 @@
 //!
 //! Depends on libs only: the writer and reader roles both build theirs from here.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Tokio's clock (the std one outside tests): virtual under the simulation's paused runtime.
+use tokio::time::Instant;
 
 use bytes::BytesMut;
 use catalog::{Catalog, CatalogError, StreamInfo, StreamProps, Target};
@@ -33,7 +36,7 @@ pub struct LogBroker {
     /// A writer's log storage; `None` for a reader.
     storage: Option<LogStorage>,
     /// Idempotent producers' state per (log, slot) this writer serves.
-    producers: Arc<Mutex<HashMap<(LogId, String), SlotProducers>>>,
+    producers: Arc<Mutex<BTreeMap<(LogId, String), SlotProducers>>>,
     /// Producer ids this writer may hand out (a block from the metadata store).
     producer_ids: Arc<tokio::sync::Mutex<std::ops::Range<i64>>>,
     /// This broker's Kafka node id (-1 until [`with_node_id`](Self::with_node_id)).
@@ -242,6 +245,10 @@ impl LogBroker {
             Err(e) => return Err(unavailable("producer state checkpoint unreadable", e)),
         };
         let start = self.reader.info(log).await.map_err(refused)?.first_offset;
+        if start > from {
+            // Trimmed past the state's offset: batches between were never replayed.
+            producers.mark_behind();
+        }
         let mut at = from.max(start);
         'replay: while at < end {
             let entries = reader
@@ -364,6 +371,35 @@ impl LogBroker {
             }
         }
         Ok(())
+    }
+
+    /// `refusal` (a sequence or epoch error, fatal to most clients) if the state that gave it
+    /// is current: the head, read now, shows the slot still served at `epoch`. A writer learns
+    /// that another took its slot only when it next commits, so a stale tenure's state can be
+    /// behind the log; then the state is dropped and the answer is NOT_LEADER_OR_FOLLOWER
+    /// (retryable): the retry rebuilds it from the log.
+    async fn confirm_refusal(
+        &self,
+        log: LogId,
+        slot: &str,
+        epoch: i64,
+        refusal: Refused,
+    ) -> Refused {
+        match logstore::slot_state::end_if_served(&self.reader, log, slot, epoch).await {
+            Ok(Some(_)) => refusal,
+            Ok(None) => {
+                let key = (log, slot.to_owned());
+                let mut map = lock(&self.producers);
+                if matches!(map.get(&key), Some(SlotProducers::Ready(t)) if t.epoch == epoch) {
+                    map.remove(&key);
+                }
+                Refused::new(
+                    code::NOT_LEADER_OR_FOLLOWER,
+                    format!("log {log}: slot {slot} changed owner; producer state is rebuilt"),
+                )
+            }
+            Err(e) => refused(e),
+        }
     }
 
     /// The log of a topic's partition, and the owner slot a client in `zone` appends in, if
@@ -622,7 +658,7 @@ impl kafka::Broker for LogBroker {
         match check {
             Check::Append => {}
             Check::Duplicate(original) => return Ok(Box::pin(original)),
-            Check::Refuse(r) => return Err(r),
+            Check::Refuse(r) => return Err(self.confirm_refusal(log, &key.1, epoch, r).await),
         }
         // Commits only in this tenure: the state checked belongs to it.
         let committing = self

@@ -191,13 +191,24 @@ impl Catalog {
         partitions: u32,
         props: StreamProps,
     ) -> Result<StreamInfo, CatalogError> {
+        self.create_with_identity(name, partitions, props, uuid::Uuid::new_v4().to_string()).await
+    }
+
+    /// [`create`](Self::create) with the identity given (it seeds owner selection: the
+    /// simulation gives one from its seed, so owners are chosen alike in every run).
+    pub async fn create_with_identity(
+        &self,
+        name: &str,
+        partitions: u32,
+        props: StreamProps,
+        identity: String,
+    ) -> Result<StreamInfo, CatalogError> {
         validate_name(name)?;
         Self::check_partitions(partitions)?;
         Self::check_props(&props)?;
         if self.meta.get(&self.key(name)).await?.is_some() {
             return Err(CatalogError::AlreadyExists(name.to_owned()));
         }
-        let identity = uuid::Uuid::new_v4().to_string();
         let logs = self.create_logs(&identity, 0, partitions).await?;
         let info = StreamInfo { name: name.to_owned(), identity, partitions: logs.clone(), props };
         let txn = Txn::new()

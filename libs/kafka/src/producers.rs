@@ -6,14 +6,15 @@
 //! answered when it commits); the next in sequence is appended; a gap is
 //! OUT_OF_ORDER_SEQUENCE_NUMBER; a new epoch starts at sequence 0. A producer with no state
 //! here (new, or this owner just took the partition over) is accepted at any sequence: never a
-//! spurious OUT_OF_ORDER, which librdkafka treats as fatal. A batch whose commit failed leaves
-//! the window, so its retry is appended.
+//! spurious OUT_OF_ORDER, which librdkafka treats as fatal. A batch whose commit failed
+//! definitely leaves the window, so its retry is appended; one whose outcome is unknown stays
+//! (its retry answered the same) until a new tenure's replay of the log finds out.
 //!
 //! A new owner rebuilds this state before it accepts produce ([`Producers::replayed`], from a
 //! checkpoint made by [`Producers::checkpoint`] and the log's batch headers after it), so an
 //! in-doubt batch retried across a handoff is found in the log.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -26,9 +27,12 @@ pub const WINDOW: usize = 5;
 pub const MAX_PRODUCERS: usize = 10_000;
 
 /// The first bytes of a producer state checkpoint (format version 1): then the producer count
-/// (u32), per producer its id (i64), epoch (i16), batch count (u8) and per batch its first and
-/// last sequence (i32) and base offset (i64); last a CRC-32C of all before it. Big-endian.
+/// (u32), per producer its id (i64), epoch (i16), batch count (u8, its top bit [`BEHIND`]) and
+/// per batch its first and last sequence (i32) and base offset (i64); last a CRC-32C of all
+/// before it. Big-endian.
 const CHECKPOINT_MAGIC: &[u8; 4] = b"LKP1";
+/// The batch count's top bit: the producer may be behind the log ([`Producers::mark_behind`]).
+const BEHIND: u8 = 0x80;
 
 /// A commit's outcome, shareable among the batch and its duplicates.
 pub type SharedCommit = Shared<BoxFuture<'static, Result<Produced, Refused>>>;
@@ -59,9 +63,12 @@ struct Seen {
 }
 
 impl Seen {
-    /// Its commit failed: it is not in the log, and a retry must be appended.
+    /// Its commit failed definitely: it is not in the log, and a retry must be appended. One
+    /// answered REQUEST_TIMED_OUT (the answer was lost) is in doubt, not failed: it may be in
+    /// the log, so its retry is answered the same until a new tenure's replay finds out (an
+    /// unknown outcome ends the writer's incarnation, so the tenure ends too).
     fn failed(&self) -> bool {
-        matches!(self.outcome(), Some(Err(_)))
+        matches!(self.outcome(), Some(Err(c)) if c != code::REQUEST_TIMED_OUT)
     }
 
     /// Its base offset, once committed.
@@ -69,13 +76,14 @@ impl Seen {
         self.outcome().and_then(Result::ok)
     }
 
-    /// The commit's outcome if it has one (polled here: a commit nobody awaited yet counts).
-    fn outcome(&self) -> Option<Result<i64, ()>> {
+    /// The commit's outcome if it has one, a failure as its error code (polled here: a commit
+    /// nobody awaited yet counts).
+    fn outcome(&self) -> Option<Result<i64, i16>> {
+        let of =
+            |r: &Result<Produced, Refused>| r.as_ref().map(|p| p.base_offset).map_err(|e| e.code);
         match self.commit.peek() {
-            Some(r) => Some(r.as_ref().map(|p| p.base_offset).map_err(drop)),
-            None => {
-                self.commit.clone().now_or_never().map(|r| r.map(|p| p.base_offset).map_err(drop))
-            }
+            Some(r) => Some(of(r)),
+            None => self.commit.clone().now_or_never().map(|r| of(&r)),
         }
     }
 }
@@ -84,12 +92,17 @@ struct Window {
     epoch: i16,
     batches: VecDeque<Seen>,
     used: u64,
+    /// The log may hold later batches of this producer than the window (they were trimmed
+    /// away before a replay could read them): a forward gap is then accepted, not refused,
+    /// until a batch of it is seen again.
+    behind: bool,
 }
 
 /// The producers of one partition under one owner tenure.
 #[derive(Default)]
 pub struct Producers {
-    by_id: HashMap<i64, Window>,
+    /// Ordered, so a checkpoint's bytes depend only on the state.
+    by_id: BTreeMap<i64, Window>,
     clock: u64,
 }
 
@@ -132,6 +145,7 @@ impl Producers {
         match w.batches.back() {
             None => Check::Append,
             Some(b) if first == next(b.last) => Check::Append,
+            Some(b) if w.behind && first > b.last => Check::Append,
             Some(b) => Check::Refuse(Refused::new(
                 code::OUT_OF_ORDER_SEQUENCE_NUMBER,
                 format!(
@@ -150,6 +164,7 @@ impl Producers {
             w.epoch = epoch;
             w.batches.clear();
         }
+        w.behind = false;
         w.batches.push_back(Seen { first, last, commit });
         while w.batches.len() > WINDOW {
             w.batches.pop_front();
@@ -173,6 +188,7 @@ impl Producers {
         if known || older {
             return;
         }
+        w.behind = false;
         let commit = shared(Box::pin(async move { Ok(Produced { base_offset: offset }) }));
         w.batches.push_back(Seen { first, last, commit });
         while w.batches.len() > WINDOW {
@@ -195,15 +211,28 @@ impl Producers {
             epoch,
             batches: VecDeque::new(),
             used,
+            behind: false,
         });
         w.used = used;
         w
     }
 
+    /// Marks every producer known as possibly behind the log: the log's start passed the
+    /// offset the state is true of (a trim), so batches between were never replayed. Kafka
+    /// keeps producer state when records are deleted; here a producer's next batch after a
+    /// gap is then accepted (never a spurious OUT_OF_ORDER), and exact duplicates of the
+    /// batches still known are still caught.
+    pub fn mark_behind(&mut self) {
+        for w in self.by_id.values_mut() {
+            w.behind = true;
+        }
+    }
+
     /// A checkpoint of the committed batches, and the offset it is true of the log below:
     /// `end` (the log's next offset read before this call, while this owner served the slot),
-    /// lowered so that a batch still committing — it commits after its producer's previous
-    /// batch, and at or after `floor`, the log's end when this tenure began — lies above it.
+    /// lowered so that a batch still committing or in doubt — it commits after its producer's
+    /// previous batch, and at or after `floor`, the log's end when this tenure began — lies
+    /// above it.
     /// Replaying the log from there finds every batch left out.
     pub fn checkpoint(&self, floor: u64, end: u64) -> (Vec<u8>, u64) {
         let mut upto = end;
@@ -220,6 +249,8 @@ impl Producers {
                         batches.push((b.first, b.last, o));
                         before = u64::try_from(o).unwrap_or(0);
                     }
+                    // Still committing, or in doubt: it may land (or have landed) above its
+                    // producer's previous batch, so the replay must cover from there.
                     (None, false) => upto = upto.min(before),
                     (None, true) => {}
                 }
@@ -230,7 +261,7 @@ impl Producers {
             count += 1;
             out.extend_from_slice(&id.to_be_bytes());
             out.extend_from_slice(&w.epoch.to_be_bytes());
-            out.push(batches.len() as u8);
+            out.push(batches.len() as u8 | if w.behind { BEHIND } else { 0 });
             for (first, last, offset) in batches {
                 out.extend_from_slice(&first.to_be_bytes());
                 out.extend_from_slice(&last.to_be_bytes());
@@ -272,7 +303,7 @@ impl Producers {
             let Some(f) = take(&mut at, 11) else { return bad("truncated") };
             let id = i64::from_be_bytes(f[0..8].try_into().unwrap_or_default());
             let epoch = i16::from_be_bytes([f[8], f[9]]);
-            let n = usize::from(f[10]);
+            let n = usize::from(f[10] & !BEHIND);
             if n == 0 || n > WINDOW {
                 return bad("batch count");
             }
@@ -282,6 +313,11 @@ impl Producers {
                 let last = i32::from_be_bytes([b[4], b[5], b[6], b[7]]);
                 let offset = i64::from_be_bytes(b[8..16].try_into().unwrap_or_default());
                 p.replayed(id, epoch, first, last, offset);
+            }
+            if f[10] & BEHIND != 0
+                && let Some(w) = p.by_id.get_mut(&id)
+            {
+                w.behind = true;
             }
         }
         if at != body.len() {
@@ -365,6 +401,46 @@ mod tests {
         p.admitted(3, 0, 5, 9, f);
         // The retry of the failed batch is in sequence again, not a duplicate of a failure.
         assert_eq!(code_of(&p.check(3, 0, 5, 9)), 0);
+    }
+
+    #[tokio::test]
+    async fn a_batch_in_doubt_is_never_appended_twice_and_holds_the_checkpoint_back() {
+        let mut p = Producers::default();
+        p.admitted(3, 0, 0, 4, done(10));
+        let lost = shared(Box::pin(async {
+            Err(Refused::new(code::REQUEST_TIMED_OUT, "the commit's answer was lost"))
+        }));
+        let _ = lost.clone().await;
+        p.admitted(3, 0, 5, 9, lost);
+        // Its retry gets the same unknown answer, not a second append.
+        match p.check(3, 0, 5, 9) {
+            Check::Duplicate(d) => {
+                assert_eq!(d.await.map_err(|r| r.code), Err(code::REQUEST_TIMED_OUT))
+            }
+            other => assert_eq!(code_of(&other), -100, "not a duplicate"),
+        }
+        // A checkpoint stops below it: it may be in the log above offset 10.
+        assert_eq!(p.checkpoint(0, 30).1, 10);
+    }
+
+    #[tokio::test]
+    async fn a_producer_behind_a_trimmed_log_may_skip_ahead_until_seen_again() {
+        let mut p = Producers::default();
+        p.admitted(5, 0, 0, 0, done(1));
+        p.mark_behind();
+        let (state, _) = p.checkpoint(0, 2);
+        let mut q = Producers::restore(&state).expect("restores");
+        // Its batches 1..=6 were trimmed away unread: 7 is accepted, an exact duplicate still
+        // caught, and once a batch of it is known again, gaps are refused again.
+        assert!(matches!(q.check(5, 0, 0, 0), Check::Duplicate(_)));
+        assert_eq!(code_of(&q.check(5, 0, 7, 7)), 0);
+        q.admitted(5, 0, 7, 7, done(9));
+        assert_eq!(code_of(&q.check(5, 0, 9, 9)), code::OUT_OF_ORDER_SEQUENCE_NUMBER);
+        // Without the mark, the gap is refused.
+        assert_eq!(code_of(&p.check(5, 0, 7, 7)), 0, "marked before the checkpoint");
+        let mut r = Producers::default();
+        r.admitted(5, 0, 0, 0, done(1));
+        assert_eq!(code_of(&r.check(5, 0, 7, 7)), code::OUT_OF_ORDER_SEQUENCE_NUMBER);
     }
 
     #[tokio::test]

@@ -54,6 +54,13 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, RoleError> {
 pub struct Shutdown(watch::Receiver<bool>);
 
 impl Shutdown {
+    /// A shutdown of work run outside a role (the simulation's): set when the sender sends
+    /// `true` or is dropped.
+    pub fn channel() -> (watch::Sender<bool>, Shutdown) {
+        let (tx, rx) = watch::channel(false);
+        (tx, Shutdown(rx))
+    }
+
     /// Resolves once the role drains (at once if it already does).
     pub async fn wait(mut self) {
         // The sender gone means the role is gone: as good as a shutdown.

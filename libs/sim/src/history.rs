@@ -14,7 +14,12 @@
 //! - stale read: a read issued after a hard trim to offset t completed returned an entry below
 //!   t;
 //! - high-watermark regression: an observer saw a log's end go back;
-//! - reordered: appends one client had in flight at once to one log landed out of order.
+//! - reordered: appends one client had in flight at once to one log landed out of order;
+//! - for idempotent (Kafka) producers, whose retries carry the append's id again: a batch
+//!   answered twice with different offsets, and a retry refused with a sequence error
+//!   (OUT_OF_ORDER_SEQUENCE_NUMBER and the like: fatal to librdkafka, so never spurious);
+//! - unreadable: the final read could not read an entry the log's index names (a dangling
+//!   reference: its object gone).
 //!
 //! Offsets below a log's final start (hard-trimmed) are not checked against the final log.
 //!
@@ -73,6 +78,12 @@ pub struct History {
     /// Appends (ids) one client had in flight at once to one writer and log, in the order it
     /// issued them: acknowledged ones must land in that order (invariant 7).
     pub pipelined: Vec<Vec<u64>>,
+    /// Every answer an idempotent producer got for a batch (id, base offset), retries included.
+    pub answers: Vec<(u64, u64)>,
+    /// Sequence errors idempotent producers were answered with (id, Kafka error code).
+    pub refusals: Vec<(u64, i16)>,
+    /// The final read of a log failed here (log, offset it read from, the error).
+    pub unreadable: Vec<(u64, u64, String)>,
 }
 
 /// A payload carrying `id` and `pad` more bytes.
@@ -143,6 +154,21 @@ pub enum Violation {
         first: u64,
         then: u64,
     },
+    /// An idempotent producer's batch answered with different offsets.
+    AnsweredTwice {
+        id: u64,
+        offsets: Vec<u64>,
+    },
+    /// An idempotent producer's batch refused with a sequence error.
+    SequenceRefused {
+        id: u64,
+        code: i16,
+    },
+    Unreadable {
+        log: u64,
+        offset: u64,
+        error: String,
+    },
 }
 
 /// Every violation in `h`, in a stable order.
@@ -153,9 +179,13 @@ pub fn check(h: &History) -> Vec<Violation> {
     for (log, entries) in &h.finals {
         let mut at: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
         let mut next: Option<u64> = Some(start(log));
-        for e in entries {
+        for (i, e) in entries.iter().enumerate() {
+            // A trim inside an entry leaves that entry readable whole: the first may begin
+            // below the start if it covers it.
+            let covers = |n: u64| i == 0 && e.offset < n && e.offset + u64::from(e.records) > n;
             if let Some(n) = next
                 && e.offset != n
+                && !covers(n)
             {
                 out.push(Violation::Gap { log: *log, expected: n, found: e.offset });
             }
@@ -232,6 +262,21 @@ pub fn check(h: &History) -> Vec<Violation> {
             }
         }
     }
+    let mut answered: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
+    for (id, offset) in &h.answers {
+        answered.entry(*id).or_default().insert(*offset);
+    }
+    for (id, offsets) in answered {
+        if offsets.len() > 1 {
+            out.push(Violation::AnsweredTwice { id, offsets: offsets.into_iter().collect() });
+        }
+    }
+    for (id, code) in &h.refusals {
+        out.push(Violation::SequenceRefused { id: *id, code: *code });
+    }
+    for (log, offset, error) in &h.unreadable {
+        out.push(Violation::Unreadable { log: *log, offset: *offset, error: error.clone() });
+    }
     let mut last: BTreeMap<u64, u64> = BTreeMap::new();
     for (log, end) in &h.watermarks {
         if let Some(prev) = last.get(log)
@@ -270,6 +315,9 @@ mod tests {
             finals: [(7, vec![seen(0, 1), seen(1, 2), seen(2, 3)])].into_iter().collect(),
             pipelined: vec![vec![1, 4, 2]],
             starts: [(7, 0)].into_iter().collect(),
+            answers: vec![(1, 0), (1, 0), (2, 1)],
+            refusals: vec![],
+            unreadable: vec![],
         }
     }
 
@@ -327,6 +375,21 @@ mod tests {
         let mut h = clean();
         h.watermarks.push((7, 2));
         assert_eq!(check(&h), vec![Violation::WatermarkRegression { log: 7, from: 3, to: 2 }]);
+
+        let mut h = clean();
+        h.answers.push((2, 5));
+        assert_eq!(check(&h), vec![Violation::AnsweredTwice { id: 2, offsets: vec![1, 5] }]);
+
+        let mut h = clean();
+        h.refusals.push((2, 45));
+        assert_eq!(check(&h), vec![Violation::SequenceRefused { id: 2, code: 45 }]);
+
+        let mut h = clean();
+        h.unreadable.push((7, 1, "not found".into()));
+        assert_eq!(
+            check(&h),
+            vec![Violation::Unreadable { log: 7, offset: 1, error: "not found".into() }]
+        );
     }
 
     #[test]

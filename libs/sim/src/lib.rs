@@ -16,6 +16,7 @@
 //! equal across two runs of each of 20 seeds per group in `cargo test` (`SIM_DET_SEEDS` more).
 
 pub mod history;
+pub mod kafka;
 pub mod meta_faults;
 pub mod rng;
 pub mod scenario;

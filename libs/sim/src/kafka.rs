@@ -1,0 +1,171 @@
+//! Kafka idempotent producers for the simulation's Kafka plan: each behaves as a Kafka client
+//! with `enable.idempotence` and one batch in flight per partition — a producer id from
+//! InitProducerId, per partition a sequence, each batch retried with the same sequence on any
+//! retryable answer or a lost one (to the leader a refusal names, else any live broker) until
+//! answered or its delivery timeout passes; then, as KIP-360 has it, the producer bumps its
+//! epoch and starts its sequences over. It calls the writers' brokers directly (the wire is the
+//! Kafka crate's, tested on its own), so what is tested is the idempotence: the state per (log,
+//! slot), carried across owner changes by checkpoints and log replay.
+//!
+//! Each batch carries its id in every record's value; the history records one append per batch
+//! (acknowledged if any attempt was answered), every answer, and every sequence error.
+
+use std::time::Duration;
+
+use kafka::code;
+use recordbatch::{ProducerFields, Record};
+
+use crate::history::{Append, Outcome, id_of, payload};
+use crate::scenario::{SharedRef, lock};
+
+/// The topic the Kafka plan produces to.
+pub const TOPIC: &str = "sim";
+
+/// How long a batch is retried before the producer gives it up (Kafka's `delivery.timeout.ms`,
+/// scaled to the simulation's deadlines).
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long one attempt waits for its answer (`request.timeout.ms`).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// Kafka's other sequence errors (the front end answers neither today; a client treats both
+/// as fatal or bumps its epoch, so either would be a violation too).
+const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
+const UNKNOWN_PRODUCER_ID: i16 = 59;
+
+/// The id a Kafka entry carries: its batch's first record's value's.
+pub(crate) fn id_in(batch: &bytes::Bytes) -> Option<u64> {
+    let (_, records) = recordbatch::decode(batch).ok()?;
+    id_of(records.first()?.value.as_ref()?)
+}
+
+/// A live broker: the one of node `node` if it lives, else one chosen by the run's generator.
+fn broker(shared: &SharedRef, node: Option<i32>) -> Option<std::sync::Arc<brokers::LogBroker>> {
+    let mut s = lock(shared);
+    if let Some(n) = node
+        && let Some(b) = s.brokers.iter().flatten().find(|b| b.node == n)
+    {
+        return Some(b.broker.clone());
+    }
+    let live: Vec<usize> =
+        s.brokers.iter().enumerate().filter(|(_, b)| b.is_some()).map(|(i, _)| i).collect();
+    let i = *live.get(usize::try_from(s.rng.below(live.len() as u64)).ok()?)?;
+    s.brokers[i].as_ref().map(|b| b.broker.clone())
+}
+
+/// InitProducerId at any live broker until it answers: a new producer, or (given the current
+/// one) the same at its next epoch. `None` if no broker answered for a minute.
+async fn init(shared: &SharedRef, current: Option<(i64, i16)>) -> Option<(i64, i16)> {
+    use kafka::Broker as _;
+    for _ in 0..600 {
+        if let Some(b) = broker(shared, None)
+            && let Ok(Ok(p)) =
+                tokio::time::timeout(REQUEST_TIMEOUT, b.init_producer_id(current)).await
+        {
+            return Some(p);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// Producer `c` sends `batches` batches to the topic's partitions (`logs`, in order) as a
+/// client in `zone`.
+pub(crate) async fn producer(
+    c: u64,
+    batches: usize,
+    logs: Vec<u64>,
+    zone: Option<String>,
+    shared: SharedRef,
+) {
+    use kafka::Broker as _;
+    let Some(mut me) = init(&shared, None).await else { return };
+    let mut seqs = vec![0i32; logs.len()];
+    // Per partition, the batches in the order sent: one in flight at a time, so those
+    // answered must land in that order.
+    let mut sent: Vec<Vec<u64>> = vec![Vec::new(); logs.len()];
+    for b in 0..batches as u64 {
+        let (partition, count, think) = {
+            let mut s = lock(&shared);
+            let r = &mut s.rng;
+            (r.below(logs.len() as u64) as usize, 1 + r.below(3) as u32, r.below(20))
+        };
+        let id = (c << 32) | b;
+        let records: Vec<Record> = (0..count)
+            .map(|k| Record {
+                offset_delta: k,
+                timestamp_ms: 0,
+                value: Some(payload(id, 16)),
+                ..Default::default()
+            })
+            .collect();
+        let fields = ProducerFields {
+            producer_id: me.0,
+            producer_epoch: me.1,
+            base_sequence: seqs[partition],
+        };
+        let Ok(batch) = recordbatch::encode(&records, fields) else { return };
+        let Ok(header) = recordbatch::validate(&batch) else { return };
+        let log = logs[partition];
+        let deadline = tokio::time::Instant::now() + DELIVERY_TIMEOUT;
+        let (mut leader, mut answered, mut fatal) = (None, None, false);
+        while tokio::time::Instant::now() < deadline {
+            let Some(to) = broker(&shared, leader) else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            };
+            let attempt = async {
+                let committing =
+                    to.produce(TOPIC, partition as i32, zone.as_deref(), batch.clone(), &header);
+                committing.await?.await
+            };
+            match tokio::time::timeout(REQUEST_TIMEOUT, attempt).await {
+                Ok(Ok(done)) => {
+                    let offset = u64::try_from(done.base_offset).unwrap_or(u64::MAX);
+                    let mut s = lock(&shared);
+                    s.history.answers.push((id, offset));
+                    s.trace.record(("answered", id, offset));
+                    answered = Some(offset);
+                    break;
+                }
+                Ok(Err(refused)) => match refused.code {
+                    code::OUT_OF_ORDER_SEQUENCE_NUMBER
+                    | code::INVALID_PRODUCER_EPOCH
+                    | DUPLICATE_SEQUENCE_NUMBER
+                    | UNKNOWN_PRODUCER_ID => {
+                        if std::env::var_os("SIM_DEBUG").is_some() {
+                            eprintln!("sim: batch {id} refused: {refused:?}");
+                        }
+                        let mut s = lock(&shared);
+                        s.history.refusals.push((id, refused.code));
+                        s.trace.record(("refused", id, refused.code));
+                        fatal = true;
+                        break;
+                    }
+                    _ => leader = refused.leader,
+                },
+                Err(_) => leader = None,
+            }
+            let backoff = lock(&shared).rng.below(80) + 20;
+            tokio::time::sleep(Duration::from_millis(backoff)).await;
+        }
+        {
+            let mut s = lock(&shared);
+            let outcome = answered.map_or(Outcome::Unknown, Outcome::Ok);
+            s.history.appends.push(Append { id, log, records: count, outcome });
+            s.trace.record(("batch", id, log, outcome));
+        }
+        sent[partition].push(id);
+        if answered.is_some() && !fatal {
+            seqs[partition] = seqs[partition].wrapping_add(count as i32) & i32::MAX;
+        } else {
+            // Given up (or refused): the next epoch, every sequence from 0 (KIP-360).
+            let Some(next) = init(&shared, Some(me)).await else { return };
+            me = next;
+            seqs.iter_mut().for_each(|s| *s = 0);
+        }
+        tokio::time::sleep(Duration::from_millis(think)).await;
+    }
+    let mut s = lock(&shared);
+    for ids in sent.into_iter().filter(|ids| ids.len() > 1) {
+        s.history.pipelined.push(ids);
+    }
+}
