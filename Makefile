@@ -69,10 +69,10 @@ bench-catchup: deps ## Ingest with and without a catch-up consumer group reading
 	target/release/lakelog --endpoint http://127.0.0.1:7541 bench catchup --kafka 127.0.0.1:9092,127.0.0.1:9093 --duration 10s; s=$$?; ./scripts/cluster.sh stop; exit $$s
 
 SEEDS ?= 10000
-dst: ## The deterministic simulation over SEEDS seeds (10000) in parallel processes, summed; `make dst SEED=n` replays one seed
+dst: ## The deterministic simulation over SEEDS seeds (10000) of every group in parallel processes; `make dst SEED=n [GROUP=kafka]` replays one seed
 	@./scripts/install-deps.sh build
 	@if [ -n "$(SEED)" ]; then \
-		SIM_SEED=$(SEED) cargo test --release -p sim --test writers replay -- --nocapture; \
+		SIM_SEED=$(SEED) SIM_GROUP=$(GROUP) cargo test --release -p sim --test writers replay -- --nocapture; \
 	else \
 		cargo test --release -p sim --no-run -q && \
 		n=$$(nproc); per=$$(( ($(SEEDS) + n - 1) / n )); d=$$(mktemp -d); \
@@ -80,7 +80,7 @@ dst: ## The deterministic simulation over SEEDS seeds (10000) in parallel proces
 			SIM_FROM=$$((i * per)) SIM_SEEDS=$$per cargo test --release -q -p sim --test writers lose_nothing -- --nocapture > "$$d/$$i.log" 2>&1 & \
 		done; wait; s=0; \
 		for f in "$$d"/*.log; do grep -q "test result: ok" "$$f" || { cat "$$f"; s=1; }; done; \
-		grep -ho "sim [a-z]*: .*" "$$d"/*.log; rm -rf "$$d"; exit $$s; \
+		grep -ho "sim [a-z-]*: .*" "$$d"/*.log; rm -rf "$$d"; exit $$s; \
 	fi
 
 SOAK_SECONDS ?= 600

@@ -65,6 +65,8 @@ struct Tenure {
     epoch: i64,
     /// The log's end when the tenure began: every batch admitted in it commits at or after.
     floor: u64,
+    /// The state has seen every producer's batches below this offset, in any slot.
+    caught_up: u64,
     producers: Producers,
     /// Idempotent batches admitted since the last checkpoint.
     dirty: u64,
@@ -87,6 +89,8 @@ pub const CHECKPOINT_IDLE: Duration = Duration::from_secs(60);
 const LOAD_WAIT: Duration = Duration::from_secs(10);
 /// Bytes of the log read at a time when replaying its batch headers.
 const REPLAY_PAGE_BYTES: u64 = 8 << 20;
+/// Bytes of the log read at most to look for a producer's batches before refusing a gap.
+const CATCH_UP_BYTES: u64 = 64 << 20;
 
 impl LogBroker {
     /// A writer's broker.
@@ -284,6 +288,7 @@ impl LogBroker {
         Ok(Tenure {
             epoch,
             floor: end,
+            caught_up: end,
             producers,
             dirty: 0,
             saved_at: Instant::now(),
@@ -368,6 +373,89 @@ impl LogBroker {
             if saved {
                 t.dirty = t.dirty.saturating_sub(dirty);
                 t.saved_upto = upto;
+            }
+        }
+        Ok(())
+    }
+
+    /// Learns batches committed in `log` in any owner slot that this tenure of (log, slot)
+    /// has not seen, up to the log's end now, reading at most [`CATCH_UP_BYTES`]: with `only`,
+    /// that producer's after the newest of its batches known (from the tenure's start if
+    /// none); else every producer's after where the tenure last caught up. A producer moves
+    /// between slots when its zone's writers go or come, and each slot's state sees only its
+    /// own commits after its tenure began. What could not be read (trimmed, or past the bound)
+    /// marks the producers behind (a forward gap accepted) rather than refused on a guess.
+    async fn catch_up(
+        &self,
+        log: LogId,
+        slot: &str,
+        epoch: i64,
+        only: Option<i64>,
+    ) -> Result<(), Refused> {
+        let key = (log, slot.to_owned());
+        let from = match lock(&self.producers).get(&key) {
+            Some(SlotProducers::Ready(t)) if t.epoch == epoch => match only {
+                Some(id) => t
+                    .producers
+                    .last_offset(id)
+                    .and_then(|o| u64::try_from(o).ok())
+                    .map_or(t.floor, |o| o + 1),
+                None => t.caught_up,
+            },
+            _ => return Ok(()),
+        };
+        let info = self.reader.info(log).await.map_err(refused)?;
+        let (mut at, end) = (from.max(info.first_offset), info.next_offset);
+        if at >= end {
+            return Ok(());
+        }
+        let (mut found, mut read) = (Vec::new(), 0u64);
+        while at < end && read < CATCH_UP_BYTES {
+            let entries = self
+                .reader
+                .read_entries(log, at, u64::MAX, REPLAY_PAGE_BYTES)
+                .await
+                .map_err(refused)?;
+            if entries.is_empty() {
+                break;
+            }
+            for e in entries {
+                if e.header.offset >= end {
+                    break;
+                }
+                at = e.header.end_offset();
+                read += e.payload.len() as u64;
+                let Ok(h) = recordbatch::BatchHeader::parse(&e.payload) else { continue };
+                let p = h.producer;
+                if p.producer_id >= 0 && only.is_none_or(|id| id == p.producer_id) {
+                    let offset = to_i64(e.header.offset)?;
+                    found.push((
+                        p.producer_id,
+                        p.producer_epoch,
+                        p.base_sequence,
+                        h.last_sequence(),
+                        offset,
+                    ));
+                }
+            }
+        }
+        if let Some(SlotProducers::Ready(t)) = lock(&self.producers).get_mut(&key)
+            && t.epoch == epoch
+        {
+            for (id, producer_epoch, first, last, offset) in found {
+                t.producers.replayed(id, producer_epoch, first, last, offset);
+            }
+            // Trimmed past where it looked, or read only part: they may still be behind.
+            let missed = at < end || info.first_offset > from;
+            match only {
+                Some(id) if missed => t.producers.mark_behind_one(id),
+                Some(_) => {}
+                None => {
+                    if missed {
+                        t.producers.mark_behind();
+                    }
+                    t.caught_up = t.caught_up.max(end);
+                }
             }
         }
         Ok(())
@@ -649,11 +737,32 @@ impl kafka::Broker for LogBroker {
         let epoch = self.ready(log, &slot).await?;
         let key = (log, slot);
         let (first, last) = (p.base_sequence, header.last_sequence());
-        let check = match lock(&self.producers).get_mut(&key) {
-            Some(SlotProducers::Ready(t)) if t.epoch == epoch => {
-                t.producers.check(p.producer_id, p.producer_epoch, first, last)
+        let check =
+            |producers: &Mutex<BTreeMap<(LogId, String), SlotProducers>>| match lock(producers)
+                .get_mut(&key)
+            {
+                Some(SlotProducers::Ready(t)) if t.epoch == epoch => {
+                    Ok(t.producers.check(p.producer_id, p.producer_epoch, first, last))
+                }
+                _ => Err(Refused::new(code::NOT_LEADER_OR_FOLLOWER, "partition changed owner")),
+            };
+        // A producer's first batch in this tenure: it may come from another owner slot (its
+        // zone's writers went or came) with batches in the log this state never saw, one of
+        // them perhaps this very batch, sent there with its answer lost.
+        let first_here = match lock(&self.producers).get(&key) {
+            Some(SlotProducers::Ready(t)) => !t.producers.admitted_here(p.producer_id),
+            _ => false,
+        };
+        if first_here {
+            self.catch_up(log, &key.1, epoch, None).await?;
+        }
+        let check = match check(&self.producers)? {
+            // A gap: it may have been elsewhere since; look in the log before calling it real.
+            Check::Refuse(r) if r.code == code::OUT_OF_ORDER_SEQUENCE_NUMBER => {
+                self.catch_up(log, &key.1, epoch, Some(p.producer_id)).await?;
+                check(&self.producers)?
             }
-            _ => return Err(Refused::new(code::NOT_LEADER_OR_FOLLOWER, "partition changed owner")),
+            c => c,
         };
         match check {
             Check::Append => {}

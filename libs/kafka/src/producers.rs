@@ -96,6 +96,8 @@ struct Window {
     /// away before a replay could read them): a forward gap is then accepted, not refused,
     /// until a batch of it is seen again.
     behind: bool,
+    /// A batch of it was admitted under this state (its owner tenure), not only learned.
+    admitted_here: bool,
 }
 
 /// The producers of one partition under one owner tenure.
@@ -165,6 +167,7 @@ impl Producers {
             w.batches.clear();
         }
         w.behind = false;
+        w.admitted_here = true;
         w.batches.push_back(Seen { first, last, commit });
         while w.batches.len() > WINDOW {
             w.batches.pop_front();
@@ -212,9 +215,29 @@ impl Producers {
             batches: VecDeque::new(),
             used,
             behind: false,
+            admitted_here: false,
         });
         w.used = used;
         w
+    }
+
+    /// Whether a batch of producer `id` was admitted under this state: if not, the producer may
+    /// come from another owner slot, with batches there this state never saw.
+    pub fn admitted_here(&self, id: i64) -> bool {
+        self.by_id.get(&id).is_some_and(|w| w.admitted_here)
+    }
+
+    /// The base offset of producer `id`'s newest committed batch known here.
+    pub fn last_offset(&self, id: i64) -> Option<i64> {
+        self.by_id.get(&id)?.batches.iter().rev().find_map(Seen::offset)
+    }
+
+    /// Marks producer `id` (if known) as possibly behind the log, as
+    /// [`mark_behind`](Self::mark_behind) does every producer.
+    pub fn mark_behind_one(&mut self, id: i64) {
+        if let Some(w) = self.by_id.get_mut(&id) {
+            w.behind = true;
+        }
     }
 
     /// Marks every producer known as possibly behind the log: the log's start passed the

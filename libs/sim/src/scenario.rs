@@ -100,10 +100,8 @@ impl Plan {
         }
     }
 
-    /// The Kafka plan with producers in zones. Not in the sweep: it finds a defect still open
-    /// (docs/reliability.md, "Open"): a producer that moves between owner slots — to `*` while
-    /// its zone has no writer, and back — is checked against the new slot's state, which
-    /// never saw its batches in the other slot.
+    /// The Kafka plan with producers in zones too (a third each: none, zone a, zone b): they
+    /// use their zone's owner slot, fall back to `*` while it has no writer, and move back.
     pub fn kafka_zones() -> Plan {
         Plan { producer_zones: true, ..Plan::kafka() }
     }

@@ -37,7 +37,7 @@ fn regression_seeds_run_clean() {
 #[test]
 fn a_seed_run_twice_gives_the_same_trace() {
     let seeds: u64 = std::env::var("SIM_DET_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
-    for group in ["writers", "maintenance", "kafka"] {
+    for group in ["writers", "maintenance", "kafka", "kafka-zones"] {
         let plan = plan(group);
         let mut differ = Vec::new();
         for seed in 0..seeds {
@@ -64,8 +64,13 @@ fn compaction_cleaning_and_hard_trims_lose_nothing_across_seeds() {
 }
 
 #[test]
-fn kafka_idempotent_producers_lose_and_duplicate_nothing_across_owner_changes_across_seeds() {
+fn kafka_producers_across_owner_changes_lose_nothing_and_duplicate_nothing() {
     sweep("kafka", &Plan::kafka());
+}
+
+#[test]
+fn kafka_producers_in_zones_moving_between_owner_slots_lose_nothing_and_duplicate_nothing() {
+    sweep("kafka-zones", &Plan::kafka_zones());
 }
 
 fn sweep(group: &str, plan: &Plan) {
@@ -94,21 +99,12 @@ fn sweep(group: &str, plan: &Plan) {
     );
 }
 
-/// Replays one seed (`SIM_SEED=n [SIM_GROUP=maintenance|kafka] cargo test -p sim --test
-/// writers replay -- --nocapture`).
+/// Replays one seed (`SIM_SEED=n [SIM_GROUP=maintenance|kafka|kafka-zones] cargo test -p sim
+/// --test writers replay -- --nocapture`).
 #[test]
 fn replay() {
     let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) else { return };
     let r = run(seed, &plan(&std::env::var("SIM_GROUP").unwrap_or_default()));
     eprintln!("{r:#?}");
     assert!(r.error.is_none() && r.violations.is_empty());
-}
-
-/// The open defect the Kafka plan with producers in zones finds (docs/reliability.md, "Open"):
-/// run by hand, `SIM_SEEDS=n cargo test --release -p sim --test writers kafka_zones -- --ignored
-/// --nocapture`; it fails while the defect stands.
-#[test]
-#[ignore = "finds an open defect: idempotent producers moving between owner slots"]
-fn kafka_producers_in_zones_moving_between_slots() {
-    sweep("kafka-zones", &Plan::kafka_zones());
 }
