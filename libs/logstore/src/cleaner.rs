@@ -9,7 +9,10 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Tokio's clock (std's outside tests): virtual under the simulation's paused runtime.
+use tokio::time::Instant;
 
 use futures::{StreamExt, TryStreamExt};
 use metadata::{MetaError, MetadataStore, OpResult, RangeRequest, Txn, TxnOp};

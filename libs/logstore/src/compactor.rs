@@ -283,9 +283,12 @@ impl Compactor {
 
         // [a, b): whole pages from the first at or above `start`, every chunk eligible.
         let (mut chosen, mut bytes) = (Vec::new(), 0u64);
-        for (i, (first, _, page)) in listed.iter().enumerate() {
-            // Below the start, or compacted already (segments are not merged again yet).
-            if *first < start || (chosen.is_empty() && page.locators.iter().all(|l| !l.in_wal())) {
+        for (i, (_, _, page)) in listed.iter().enumerate() {
+            // Wholly below the start, or compacted already (segments are not merged again yet).
+            // A page a trim cut through is compacted whole: its chunks above the start hold the
+            // floor, and skipping it held the cleaner's cutoff there for good.
+            let below = page.locators.iter().all(|l| l.end_offset() <= start);
+            if below || (chosen.is_empty() && page.locators.iter().all(|l| !l.in_wal())) {
                 continue;
             }
             let page_eligible = page.locators.iter().all(eligible);
@@ -295,8 +298,13 @@ impl Compactor {
             bytes += page.locators.iter().map(|l| l.payload_bytes).sum::<u64>();
             chosen.push(i);
         }
-        let chunks: Vec<&Locator> =
-            chosen.iter().flat_map(|i| listed[*i].2.locators.iter()).collect();
+        // Chunks wholly below the start (in a page a trim cut through) are left out: their
+        // objects may be reclaimed already.
+        let chunks: Vec<&Locator> = chosen
+            .iter()
+            .flat_map(|i| listed[*i].2.locators.iter())
+            .filter(|l| l.end_offset() > start)
+            .collect();
         // An idle log is compacted however few its chunks: nothing else ever would be.
         let threshold = if idle { 1 } else { self.cfg.min_chunks.max(1) };
         if chunks.len() < threshold {
@@ -330,7 +338,8 @@ impl Compactor {
             return Ok(Pass::Done(Err(Skipped::TooFew { eligible: 0 })));
         };
         let (a, b) = (first.first_offset, last.end_offset());
-        let a_kv = listed[chosen[0]].1;
+        // The first page's key: `a` unless a trim cut through that page (then below `a`).
+        let (page_a, a_kv) = (listed[chosen[0]].0, listed[chosen[0]].1);
 
         // The segment: the chunks' entries, in order, as one chunk of one log.
         let mut builder = wal::ObjectBuilder::with_capacity(
@@ -385,23 +394,30 @@ impl Compactor {
             .map(|l| l.wal_seq);
         let floor = left.fold(min_mark, u64::min);
 
+        let index_page_a = keys.index_page(log, page_a);
         let index_a = keys.index_page(log, a);
         let mut after_a = index_a.clone();
         after_a.push(0);
         let index_b = keys.index_page(log, b);
+        let mut ops = Vec::with_capacity(4);
+        if page_a < a {
+            // The page a trim cut through goes; the segment's page is keyed at its first
+            // offset, as every page is.
+            ops.push(TxnOp::delete(KeyRange::between(index_page_a.clone(), index_a.clone())));
+        }
+        ops.extend([
+            TxnOp::put(index_a, IndexPage { locators: vec![locator] }.encode_to_vec()),
+            TxnOp::delete(KeyRange::between(after_a, index_b.clone())),
+            TxnOp::put(keys.wal_floor(log), floor.to_string()),
+        ]);
         let swap = Txn::new()
             .when([
                 Compare::create_revision(keys.compaction_task(log), CompareOp::Equal, claim_rev),
                 Compare::mod_revision(keys.start(log), CompareOp::Equal, start_kv.mod_revision),
-                Compare::mod_revision(index_a.clone(), CompareOp::Equal, a_kv.mod_revision),
-                Compare::mod_revision(index_a.clone(), CompareOp::Less, r + 1)
-                    .with_range_end(index_b.clone()),
+                Compare::mod_revision(index_page_a.clone(), CompareOp::Equal, a_kv.mod_revision),
+                Compare::mod_revision(index_page_a, CompareOp::Less, r + 1).with_range_end(index_b),
             ])
-            .and_then([
-                TxnOp::put(index_a, IndexPage { locators: vec![locator] }.encode_to_vec()),
-                TxnOp::delete(KeyRange::between(after_a, index_b)),
-                TxnOp::put(keys.wal_floor(log), floor.to_string()),
-            ]);
+            .and_then(ops);
         if !self.meta.txn(swap).await?.succeeded {
             return Ok(Pass::Done(Err(Skipped::Raced { orphan: path.to_string() })));
         }
@@ -479,9 +495,12 @@ pub async fn compact_all(
     };
     let lease = meta.lease_grant(CYCLE_LEASE).await?;
     let keep_alive_failures = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    // Stopped when the cycle ends or is dropped half way (a cancelled on-demand cycle): a
+    // keep-alive outliving its cycle would hold the claims, and so the logs' floors and the
+    // cleaner's cutoff, for as long as the process lives.
     let keep = {
         let (meta, failures) = (meta.clone(), keep_alive_failures.clone());
-        tokio::spawn(async move {
+        AbortOnDrop(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(CYCLE_LEASE / 3).await;
                 match meta.lease_keep_alive(lease).await {
@@ -494,7 +513,7 @@ pub async fn compact_all(
                     }
                 }
             }
-        })
+        }))
     };
     let compactor = Compactor::new(reader, id, lease, cfg).with_idle(idle.clone());
     let mut report = CycleReport::default();
@@ -509,10 +528,19 @@ pub async fn compact_all(
             }
         }
     }
-    keep.abort();
+    drop(keep);
     report.keep_alive_failures = keep_alive_failures.load(std::sync::atomic::Ordering::Relaxed);
     let _ = meta.lease_revoke(lease).await;
     Ok(report)
+}
+
+/// A task aborted when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Keys one page of the live-log listing reads (keys only, every page at one revision).

@@ -19,7 +19,9 @@
 //!   answered twice with different offsets, and a retry refused with a sequence error
 //!   (OUT_OF_ORDER_SEQUENCE_NUMBER and the like: fatal to librdkafka, so never spurious);
 //! - unreadable: the final read could not read an entry the log's index names (a dangling
-//!   reference: its object gone).
+//!   reference: its object gone);
+//! - orphans left: WAL objects still stored after, at the end, every chunk was compacted and
+//!   the cleaner ran with no grace (an object nothing references that is never reclaimed).
 //!
 //! Offsets below a log's final start (hard-trimmed) are not checked against the final log.
 //!
@@ -84,6 +86,8 @@ pub struct History {
     pub refusals: Vec<(u64, i16)>,
     /// The final read of a log failed here (log, offset it read from, the error).
     pub unreadable: Vec<(u64, u64, String)>,
+    /// WAL objects left after everything was compacted and cleaned at the end (none may be).
+    pub orphans: u64,
 }
 
 /// A payload carrying `id` and `pad` more bytes.
@@ -169,6 +173,32 @@ pub enum Violation {
         offset: u64,
         error: String,
     },
+    /// WAL objects no index references that the cleaner never reclaimed.
+    OrphansLeft {
+        objects: u64,
+    },
+}
+
+impl Violation {
+    /// The appends (ids) it names.
+    pub fn names(&self) -> Vec<u64> {
+        use Violation::*;
+        match self {
+            LostWrite { id, .. }
+            | InconsistentOffset { id, .. }
+            | Duplicate { id, .. }
+            | AbortedRead { id, .. }
+            | Phantom { id, .. }
+            | DirtyRead { id, .. }
+            | StaleRead { id, .. }
+            | AnsweredTwice { id, .. }
+            | SequenceRefused { id, .. } => vec![*id],
+            Reordered { first, then, .. } => vec![*first, *then],
+            Gap { .. } | WatermarkRegression { .. } | Unreadable { .. } | OrphansLeft { .. } => {
+                Vec::new()
+            }
+        }
+    }
 }
 
 /// Every violation in `h`, in a stable order.
@@ -277,6 +307,9 @@ pub fn check(h: &History) -> Vec<Violation> {
     for (log, offset, error) in &h.unreadable {
         out.push(Violation::Unreadable { log: *log, offset: *offset, error: error.clone() });
     }
+    if h.orphans > 0 {
+        out.push(Violation::OrphansLeft { objects: h.orphans });
+    }
     let mut last: BTreeMap<u64, u64> = BTreeMap::new();
     for (log, end) in &h.watermarks {
         if let Some(prev) = last.get(log)
@@ -318,6 +351,7 @@ mod tests {
             answers: vec![(1, 0), (1, 0), (2, 1)],
             refusals: vec![],
             unreadable: vec![],
+            orphans: 0,
         }
     }
 
@@ -383,6 +417,10 @@ mod tests {
         let mut h = clean();
         h.refusals.push((2, 45));
         assert_eq!(check(&h), vec![Violation::SequenceRefused { id: 2, code: 45 }]);
+
+        let mut h = clean();
+        h.orphans = 2;
+        assert_eq!(check(&h), vec![Violation::OrphansLeft { objects: 2 }]);
 
         let mut h = clean();
         h.unreadable.push((7, 1, "not found".into()));

@@ -2,7 +2,9 @@
 //! virtual time), definite failures (UNAVAILABLE, nothing applied), timeouts that lose a write
 //! unapplied, and writes applied whose answer is lost (both OUTCOME_UNKNOWN: the caller cannot
 //! tell them apart, as with etcd). Reads and lease renewals can be delayed or fail; a watch can
-//! fail to start. Each decision is drawn from the run's generator and counted.
+//! fail to start, and its events arrive late (each batch held up to `max_delay`, in order, as
+//! a slow etcd member's watch delivers them). Each decision is drawn from the run's generator
+//! and counted.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,6 +33,8 @@ pub struct MetaPlan {
 #[derive(Debug, Default)]
 pub struct MetaCounts {
     pub delayed: AtomicU64,
+    /// Watch event batches delivered late.
+    pub watch_delayed: AtomicU64,
     pub failed: AtomicU64,
     pub lost_unapplied: AtomicU64,
     pub lost_applied: AtomicU64,
@@ -38,7 +42,7 @@ pub struct MetaCounts {
 
 impl MetaCounts {
     pub fn total(&self) -> u64 {
-        [&self.delayed, &self.failed, &self.lost_unapplied, &self.lost_applied]
+        [&self.delayed, &self.watch_delayed, &self.failed, &self.lost_unapplied, &self.lost_applied]
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
             .sum()
@@ -47,10 +51,10 @@ impl MetaCounts {
 
 pub struct FaultyMeta {
     inner: Arc<dyn MetadataStore>,
-    rng: Mutex<Rng>,
+    rng: Arc<Mutex<Rng>>,
     plan: MetaPlan,
-    on: AtomicBool,
-    pub counts: MetaCounts,
+    on: Arc<AtomicBool>,
+    pub counts: Arc<MetaCounts>,
 }
 
 impl std::fmt::Debug for FaultyMeta {
@@ -71,10 +75,10 @@ impl FaultyMeta {
     pub fn new(inner: Arc<dyn MetadataStore>, plan: MetaPlan, rng: Rng) -> Arc<FaultyMeta> {
         Arc::new(FaultyMeta {
             inner,
-            rng: Mutex::new(rng),
+            rng: Arc::new(Mutex::new(rng)),
             plan,
-            on: AtomicBool::new(false),
-            counts: MetaCounts::default(),
+            on: Arc::new(AtomicBool::new(false)),
+            counts: Arc::default(),
         })
     }
 
@@ -181,10 +185,31 @@ impl MetadataStore for FaultyMeta {
     }
 
     async fn watch(&self, req: WatchRequest) -> Result<WatchStream, MetaError> {
-        match self.decide(false).await {
-            Fate::Pass => self.inner.watch(req).await,
-            _ => Err(unavailable()),
-        }
+        let stream = match self.decide(false).await {
+            Fate::Pass => self.inner.watch(req).await?,
+            _ => return Err(unavailable()),
+        };
+        // Each batch of events may be held a while, in order (one at a time).
+        let (rng, on, counts, p) =
+            (self.rng.clone(), self.on.clone(), self.counts.clone(), self.plan);
+        let late = futures::StreamExt::then(stream, move |item| {
+            let hold = on.load(Ordering::SeqCst).then(|| {
+                let mut r = rng.lock().unwrap_or_else(|e| e.into_inner());
+                r.chance(p.delay).then(|| {
+                    let max = u64::try_from(p.max_delay.as_micros()).unwrap_or(u64::MAX).max(1);
+                    Duration::from_micros(r.below(max))
+                })
+            });
+            let counts = counts.clone();
+            async move {
+                if let Some(Some(d)) = hold {
+                    counts.watch_delayed.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(d).await;
+                }
+                item
+            }
+        });
+        Ok(Box::pin(late))
     }
 
     async fn compact(&self, revision: Revision) -> Result<(), MetaError> {

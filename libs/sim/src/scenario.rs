@@ -40,6 +40,9 @@ pub struct Plan {
     pub put_lose: f64,
     /// Per GET: fails.
     pub get_fail: f64,
+    /// Per GET: sent 400 ms late (so the object may be compacted away and deleted by then: a
+    /// slow read across a delete).
+    pub get_slow: f64,
     /// A compactor, a cleaner (no grace period) and hard trims run alongside.
     pub maintenance: bool,
     /// Writer `i` is in zone `zones[i % len]` (none: every writer in `*`).
@@ -72,6 +75,7 @@ impl Plan {
             put_fail: 0.03,
             put_lose: 0.02,
             get_fail: 0.02,
+            get_slow: 0.05,
             maintenance: false,
             zones: Vec::new(),
             kafka: false,
@@ -131,32 +135,93 @@ pub struct Report {
     pub virtual_ms: u64,
     /// Set when the run could not finish (a setup step kept failing).
     pub error: Option<String>,
+    /// With violations: the trace cut down to what bears on them ([`Trace::minimal`]).
+    pub minimal_trace: Vec<String>,
 }
 
-/// Milliseconds of a fixed epoch plus tokio's (virtual) time since the run started.
+/// Milliseconds of a fixed epoch plus tokio's (virtual) time since the run started. The epoch
+/// (2096) lies after any real time the in-memory object store stamps objects with, so an object
+/// is never younger than zero to the cleaner.
 #[derive(Debug)]
 pub(crate) struct SimClock(tokio::time::Instant);
 
 impl Clock for SimClock {
     fn now_ms(&self) -> i64 {
-        1_800_000_000_000 + i64::try_from(self.0.elapsed().as_millis()).unwrap_or(i64::MAX)
+        4_000_000_000_000 + i64::try_from(self.0.elapsed().as_millis()).unwrap_or(i64::MAX)
     }
 }
 
-/// The trace: a running hash of observations.
+/// The trace: a running hash of observations, and the observations themselves (virtual ms
+/// since the start, and how they print), for the minimal trace of a failing run.
 #[derive(Debug)]
-pub(crate) struct Trace(std::collections::hash_map::DefaultHasher);
+pub(crate) struct Trace {
+    hash: std::collections::hash_map::DefaultHasher,
+    start: tokio::time::Instant,
+    events: Vec<(u64, String)>,
+}
+
+/// Whether trace event `t` is about append `id`: an append, batch, answer or refusal event of
+/// it, or a read that returned it.
+pub fn names(t: &str, id: u64) -> bool {
+    ["append", "batch", "answered", "refused"]
+        .iter()
+        .any(|k| t.starts_with(&format!("(\"{k}\", {id},")))
+        || t.contains(&format!("id: {id} "))
+}
+
+/// Trace events of faults and maintenance: kept in a minimal trace near the events it keeps.
+const CONTEXT: &[&str] =
+    &["(\"pause\"", "(\"crash", "(\"compactor crash\"", "(\"trimmed\"", "(\"cleaned\""];
 
 impl Trace {
     fn new() -> Trace {
         // DefaultHasher::new() has fixed keys: the same input hashes the same in every run.
-        Trace(std::collections::hash_map::DefaultHasher::new())
-    }
-    pub(crate) fn record(&mut self, what: impl Hash + std::fmt::Debug) {
-        if std::env::var_os("SIM_TRACE").is_some() {
-            eprintln!("trace {:?} {what:?}", tokio::time::Instant::now());
+        Trace {
+            hash: std::collections::hash_map::DefaultHasher::new(),
+            start: tokio::time::Instant::now(),
+            events: Vec::new(),
         }
-        what.hash(&mut self.0);
+    }
+
+    pub(crate) fn record(&mut self, what: impl Hash + std::fmt::Debug) {
+        let at = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let text = format!("{what:?}");
+        if std::env::var_os("SIM_TRACE").is_some() {
+            eprintln!("trace {at} ms {text}");
+        }
+        what.hash(&mut self.hash);
+        self.events.push((at, text));
+    }
+
+    /// The events that name an append the first violation names (an append's, a batch's, an
+    /// answer's or refusal's id, or a read that returned it), and the faults and maintenance
+    /// (crashes, pauses, trims, cleaner cycles) from 5 s before the first of them to the last:
+    /// what a reader needs to follow the failure.
+    fn minimal(&self, violations: &[Violation]) -> Vec<String> {
+        let named: std::collections::BTreeSet<u64> =
+            violations.iter().take(1).flat_map(Violation::names).collect();
+        let hits = |t: &str| named.iter().any(|id| names(t, *id));
+        let kept: Vec<usize> =
+            self.events.iter().enumerate().filter(|(_, (_, t))| hits(t)).map(|(i, _)| i).collect();
+        let (Some(first), Some(last)) = (kept.first(), kept.last()) else {
+            return self
+                .events
+                .iter()
+                .filter(|(_, t)| CONTEXT.iter().any(|c| t.starts_with(c)))
+                .map(|(at, t)| format!("{at} ms {t}"))
+                .collect();
+        };
+        let from = self.events[*first].0.saturating_sub(5000);
+        let to = self.events[*last].0;
+        self.events
+            .iter()
+            .enumerate()
+            .filter(|(i, (at, t))| {
+                kept.binary_search(i).is_ok()
+                    || (*at >= from && *at <= to && CONTEXT.iter().any(|c| t.starts_with(c)))
+            })
+            .map(|(_, (at, t))| format!("{at} ms {t}"))
+            .collect()
     }
 }
 
@@ -274,6 +339,7 @@ fn failed(seed: u64, error: String) -> Report {
         meta_faults: 0,
         virtual_ms: 0,
         error: Some(error),
+        minimal_trace: Vec::new(),
     }
 }
 
@@ -347,6 +413,7 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
     faults.add(Op::Put, fraction(3, plan.put_fail), Action::Fail(FaultError::Unavailable));
     faults.add(Op::Put, fraction(4, plan.put_lose), Action::LoseResponse(FaultError::Unavailable));
     faults.add(Op::Get, fraction(5, plan.get_fail), Action::Fail(FaultError::Unavailable));
+    faults.add(Op::Get, fraction(7, plan.get_slow), Action::Delay(Duration::from_millis(400)));
 
     let mut clients = tokio::task::JoinSet::new();
     for c in 0..plan.clients {
@@ -407,23 +474,38 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
             s.history.unreadable.push((*log, at, e));
         }
     }
+    {
+        let s = lock(&shared);
+        for w in s.writers.iter().flatten() {
+            w.abort();
+        }
+        for b in s.brokers.iter().flatten() {
+            b.task.abort();
+        }
+    }
+    let orphans = orphans(&reader, &meta, &objects, &clock).await;
     reader.abort();
     let mut s = lock(&shared);
-    for w in s.writers.iter().flatten() {
-        w.abort();
-    }
-    for b in s.brokers.iter().flatten() {
-        b.task.abort();
+    match orphans {
+        Ok(0) => {}
+        Ok(n) => s.history.orphans = n,
+        Err(e) => return failed(seed, format!("orphan check: {e}")),
     }
     let finals: Vec<(u64, Vec<Seen>)> =
         s.history.finals.iter().map(|(l, e)| (*l, e.clone())).collect();
-    s.trace.record(&finals);
+    finals.hash(&mut s.trace.hash);
+    let violations = check(&s.history);
     let count =
         |o: fn(&Outcome) -> bool| s.history.appends.iter().filter(|a| o(&a.outcome)).count();
     Report {
         seed,
-        violations: check(&s.history),
-        trace: s.trace.0.finish(),
+        trace: s.trace.hash.finish(),
+        minimal_trace: if violations.is_empty() {
+            Vec::new()
+        } else {
+            s.trace.minimal(&violations)
+        },
+        violations,
         acked: count(|o| matches!(o, Outcome::Ok(_))),
         failed: count(|o| *o == Outcome::Failed),
         unknown: count(|o| *o == Outcome::Unknown),
@@ -432,6 +514,58 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
         virtual_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
         error: None,
     }
+}
+
+/// WAL objects never reclaimed: with every writer stopped but `last` (their leases, and an
+/// interrupted compactor cycle's 30 s claim lease, left to expire), every chunk compacted (two compactor cycles: an idle log's recent chunks spill on
+/// the second) and one cleaner cycle with no grace, every WAL object is below the cutoff and
+/// referenced by no index, so none may be left.
+async fn orphans(
+    last: &LogStorage,
+    meta: &Arc<dyn MetadataStore>,
+    objects: &Arc<dyn ObjectStore>,
+    clock: &Arc<dyn Clock>,
+) -> Result<u64, String> {
+    use logstore::compactor::{CompactorConfig, IdleLogs, compact_all};
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let idle = IdleLogs::default();
+    let cfg = CompactorConfig { min_chunks: 1, max_segment_bytes: 64 << 10 };
+    // Until two cycles in a row find nothing to do (a log is idle, and its recent chunks
+    // spilled, once its head stayed put a whole cycle).
+    let mut quiet = 0;
+    for _ in 0..8 {
+        let r = compact_all(last.reader().clone(), "final", cfg.clone(), None, &idle)
+            .await
+            .map_err(|e| e.to_string())?;
+        if std::env::var_os("SIM_DEBUG").is_some() {
+            let (done, skipped, failed) = (r.compacted.len(), &r.skipped, &r.failed);
+            eprintln!(
+                "sim: final compaction: {done} compacted, skipped {skipped:?}, failed {failed:?}"
+            );
+        }
+        quiet = if r.compacted.is_empty() && r.failed.is_empty() { quiet + 1 } else { 0 };
+        if quiet == 2 {
+            break;
+        }
+    }
+    let mut cleaner =
+        logstore::cleaner::Cleaner::new(meta.clone(), objects.clone(), "sim", clock.clone());
+    cleaner.grace = Duration::ZERO;
+    let cycle = cleaner.cycle().await.map_err(|e| e.to_string())?;
+    let left = logstore::cleaner::survey(
+        objects.as_ref(),
+        cycle.cutoff.cutoff,
+        Duration::ZERO,
+        clock.now_ms(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    if std::env::var_os("SIM_DEBUG").is_some()
+        && left.kept.objects + left.young.objects + left.reclaimable.objects > 0
+    {
+        eprintln!("sim: left after cleaning: {left:?}, cutoff {:?}", cycle.cutoff);
+    }
+    Ok(left.kept.objects + left.young.objects + left.reclaimable.objects)
 }
 
 /// A live writer, chosen by the run's generator.

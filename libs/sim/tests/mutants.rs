@@ -13,7 +13,29 @@ fn caught(m: &AtomicBool, plan: &Plan) -> Option<(u64, String)> {
     m.store(true, Ordering::SeqCst);
     let found = (0..200).find_map(|seed| {
         let r = run(seed, plan);
-        let found = r.violations.first().map(|v| format!("{v:?}")).or(r.error);
+        if let Some(v) = r.violations.first() {
+            // The failure comes with a minimal trace naming what it found.
+            assert!(!r.minimal_trace.is_empty(), "seed {seed}: {v:?} without a trace");
+            for id in v.names() {
+                let named = r.minimal_trace.iter().any(|t| {
+                    let event = t.split_once(" ms ").map_or(t.as_str(), |(_, e)| e);
+                    sim::scenario::names(event, id)
+                });
+                assert!(
+                    named,
+                    "seed {seed}: the trace of {v:?} misses {id}: {:?}",
+                    r.minimal_trace
+                );
+            }
+        }
+        if std::env::var_os("SIM_SHOW_TRACE").is_some() && !r.minimal_trace.is_empty() {
+            eprintln!("seed {seed}: {:?}\n  {}", r.violations, r.minimal_trace.join("\n  "));
+        }
+        let found = r
+            .violations
+            .first()
+            .map(|v| format!("{v:?}, a minimal trace of {} events", r.minimal_trace.len()))
+            .or(r.error);
         found.map(|f| (seed, f))
     });
     m.store(false, Ordering::SeqCst);

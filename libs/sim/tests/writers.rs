@@ -81,6 +81,9 @@ fn sweep(group: &str, plan: &Plan) {
         let r = run(seed, plan);
         if r.error.is_some() || !r.violations.is_empty() {
             eprintln!("sim {group} seed {seed} FAILED: {:?} {:?}", r.error, r.violations);
+            if bad.is_empty() {
+                eprintln!("minimal trace of seed {seed}:\n  {}", r.minimal_trace.join("\n  "));
+            }
             bad.push(seed);
         }
         acked += r.acked;
@@ -106,5 +109,8 @@ fn replay() {
     let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) else { return };
     let r = run(seed, &plan(&std::env::var("SIM_GROUP").unwrap_or_default()));
     eprintln!("{r:#?}");
+    if !r.minimal_trace.is_empty() {
+        eprintln!("minimal trace:\n  {}", r.minimal_trace.join("\n  "));
+    }
     assert!(r.error.is_none() && r.violations.is_empty());
 }
