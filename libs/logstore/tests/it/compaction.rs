@@ -30,7 +30,38 @@ both_envs!(
     a_compactor_killed_at_each_step_leaves_the_data_readable_and_no_orphan_after_two_cycles,
     a_read_whose_index_pages_are_compacted_under_it_returns_every_entry_once,
     state_checkpoints_move_forward_and_the_unnamed_ones_are_reclaimed,
+    a_page_a_trim_cut_through_is_compacted_and_its_wal_reclaimed,
 );
+
+/// A hard trim inside an index page: the page's chunks above the start are compacted (once
+/// skipped as "below the start", they held the log's floor, and the cluster's cutoff, for
+/// good), without its chunks below the start, whose objects the cleaner may have taken.
+async fn a_page_a_trim_cut_through_is_compacted_and_its_wal_reclaimed(env: Env) -> Result<()> {
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    fill(&w, log, 40).await?;
+    w.hard_trim(log, 5).await?;
+    // The chunks wholly below the start are the cleaner's at once.
+    cleaner(&env).cycle().await?;
+    let before = all(&w, log).await?;
+    ensure!(before.keys().next() == Some(&5), "start: {:?}", before.keys().next());
+    let (c, _) = compactor(&env, "c1").await?;
+    let done = c.compact_log(log).await?.map_err(|s| anyhow!("skipped: {s:?}"))?;
+    ensure!(done.first_offset == 5, "{done:?}");
+    ensure!(all(&w, log).await? == before, "entries changed through the compaction");
+    let idx = w.read_index_range(log, 5, 1).await?;
+    ensure!(idx[0].object.as_ref().starts_with("compacted/"), "{:?}", idx[0].object);
+    let wal = count(&env, "wal").await?;
+    let r = cleaner(&env).cycle().await?;
+    ensure!(r.deleted as usize >= done.chunks && count(&env, "wal").await? < wal, "{r:?}");
+    let fresh = logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
+    let got = fresh.read_entries(log, 5, 1000, u64::MAX).await?;
+    ensure!(
+        got.len() == 35 && got.iter().all(|e| before.get(&e.header.offset) == Some(&e.payload))
+    );
+    w.shutdown().await;
+    Ok(())
+}
 
 /// Per-slot state checkpoints (the Kafka front end's producer state): a pointer only moves
 /// forward and the checkpoint it leaves is deleted; one no pointer names (a crash before the
