@@ -9,6 +9,11 @@
 //!
 //! Each batch carries its id in every record's value; the history records one append per batch
 //! (acknowledged if any attempt was answered), every answer, and every sequence error.
+//!
+//! Consumers fetch the partitions meanwhile, from the reader role's broker (caches of its own,
+//! restarted cold by the nemesis) or a writer's; every batch a fetch returns is recorded as a
+//! read, so a fetch that serves what the log does not hold, or what a completed trim removed,
+//! is caught.
 
 use std::time::Duration;
 
@@ -167,5 +172,65 @@ pub(crate) async fn producer(
     let mut s = lock(&shared);
     for ids in sent.into_iter().filter(|ids| ids.len() > 1) {
         s.history.pipelined.push(ids);
+    }
+}
+
+/// The batches in a Fetch answer's records, as the history records entries.
+fn batches(records: &bytes::Bytes) -> Vec<crate::history::Seen> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while at < records.len() {
+        let rest = records.slice(at..);
+        let Ok(h) = recordbatch::BatchHeader::parse(&rest) else { break };
+        let Some(len) = usize::try_from(h.batch_length).ok().map(|l| l + 12) else { break };
+        if len > rest.len() {
+            break;
+        }
+        let batch = rest.slice(..len);
+        out.push(crate::history::Seen {
+            offset: u64::try_from(h.base_offset).unwrap_or(u64::MAX),
+            records: u32::try_from(h.record_count).unwrap_or(0),
+            id: id_in(&batch).unwrap_or(u64::MAX),
+        });
+        at += len;
+    }
+    out
+}
+
+/// Consumer `c` fetches a partition now and then — from its start, near the end last seen, or
+/// anywhere below — at the reader's broker or a writer's, until stopped; each answer's batches
+/// go into the history as a read.
+pub(crate) async fn consumer(c: u64, logs: Vec<u64>, shared: SharedRef) {
+    use kafka::Broker as _;
+    let mut ends = vec![0u64; logs.len()];
+    loop {
+        let (partition, from, at_reader, think) = {
+            let mut s = lock(&shared);
+            let r = &mut s.rng;
+            let p = r.below(logs.len() as u64) as usize;
+            let from = match r.below(3) {
+                0 => 0,
+                1 => ends[p].saturating_sub(4),
+                _ => r.below(ends[p] + 1),
+            };
+            (p, from, r.chance(0.5), r.below(40) + 10)
+        };
+        tokio::time::sleep(Duration::from_millis(think)).await;
+        let to = if at_reader { lock(&shared).reader.clone() } else { broker(&shared, None) };
+        let Some(to) = to else { continue };
+        let log = logs[partition];
+        let floor = lock(&shared).floors.get(&log).copied().unwrap_or(0);
+        let Ok(offset) = i64::try_from(from) else { continue };
+        let fetched = tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            to.fetch(TOPIC, partition as i32, None, None, offset, 64 << 10),
+        )
+        .await;
+        let Ok(Ok(f)) = fetched else { continue };
+        ends[partition] = u64::try_from(f.high_watermark).unwrap_or(0);
+        let seen = batches(&f.records);
+        let mut s = lock(&shared);
+        s.trace.record(("fetched", c, log, offset, &seen));
+        s.history.reads.push(crate::history::Read { log, floor, seen });
     }
 }

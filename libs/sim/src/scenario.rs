@@ -130,6 +130,9 @@ pub struct Report {
     pub failed: usize,
     pub unknown: usize,
     pub crashes: usize,
+    /// Reads during the run (read-backs, Kafka fetches) and the entries they returned.
+    pub reads: usize,
+    pub read_entries: usize,
     pub meta_faults: u64,
     /// Virtual milliseconds the run took.
     pub virtual_ms: u64,
@@ -237,10 +240,13 @@ pub(crate) struct Shared {
     writers: Vec<Option<LogStorage>>,
     /// Each writer slot's Kafka broker (Kafka plans).
     pub(crate) brokers: Vec<Option<Broker>>,
+    /// The reader role's read-only Kafka broker (Kafka plans): caches of its own, rebuilt
+    /// cold when the nemesis restarts it.
+    pub(crate) reader: Option<Arc<brokers::LogBroker>>,
     pub(crate) history: History,
     pub(crate) trace: Trace,
     /// The highest hard trim of each log completed so far.
-    floors: std::collections::BTreeMap<u64, u64>,
+    pub(crate) floors: std::collections::BTreeMap<u64, u64>,
     /// Each writer slot's gate to the metadata store (the nemesis pauses it).
     gates: Vec<Option<Arc<Gated>>>,
     /// A crash point armed by the nemesis: the writer of this slot stops for good at this step
@@ -267,6 +273,18 @@ fn config(id: &str, zone: &str, kafka: bool) -> LogStorageConfig {
     c.append_timeout = Duration::from_secs(2);
     c.tail_cache_bytes = 1 << 20;
     c
+}
+
+/// A reader role's Kafka broker: read-only, over a reader with caches of its own (1 MiB of
+/// object ranges, 64 index pages) and the catalog.
+fn reader_broker(
+    meta: &Arc<dyn MetadataStore>,
+    objects: &Arc<dyn ObjectStore>,
+) -> Arc<brokers::LogBroker> {
+    let reader =
+        logstore::LogReader::new(meta.clone(), objects.clone(), "sim").with_caches(1 << 20, 64);
+    let catalog = catalog::Catalog::new(meta.clone(), reader.clone(), "sim");
+    Arc::new(brokers::LogBroker::reader(catalog, "sim", reader))
 }
 
 /// A started writer: its storage, its gate to the metadata store, its broker (Kafka plans).
@@ -336,6 +354,8 @@ fn failed(seed: u64, error: String) -> Report {
         failed: 0,
         unknown: 0,
         crashes: 0,
+        reads: 0,
+        read_entries: 0,
         meta_faults: 0,
         virtual_ms: 0,
         error: Some(error),
@@ -390,10 +410,12 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
             }
         }
     }
+    let reader_node = plan.kafka.then(|| reader_broker(&meta, &objects));
     let shared: SharedRef = Arc::new(Mutex::new(Shared {
         rng: root.fork(2),
         writers,
         brokers,
+        reader: reader_node,
         history: History::default(),
         trace: Trace::new(),
         floors: Default::default(),
@@ -450,9 +472,20 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
         upkeep.push(tokio::spawn(async move { clean(s2, m, o, c).await }));
         upkeep.push(tokio::spawn(async move { trim(l, s3).await }));
     }
+    let mut consumers = Vec::new();
+    if plan.kafka {
+        for c in 0..2u64 {
+            let (shared, logs) = (shared.clone(), logs.clone());
+            consumers
+                .push(tokio::spawn(async move { crate::kafka::consumer(c, logs, shared).await }));
+        }
+    }
     while clients.join_next().await.is_some() {}
     let crashes = nemesis.await.unwrap_or(0);
     observer.abort();
+    for t in consumers {
+        t.abort();
+    }
     for t in upkeep {
         t.abort();
     }
@@ -510,6 +543,8 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
         failed: count(|o| *o == Outcome::Failed),
         unknown: count(|o| *o == Outcome::Unknown),
         crashes,
+        reads: s.history.reads.len(),
+        read_entries: s.history.reads.iter().map(|r| r.seen.len()).sum(),
         meta_faults: faulty_meta.counts.total(),
         virtual_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
         error: None,
@@ -704,10 +739,26 @@ async fn nemesis(
         let (wait, victim, gap, action, pause) = {
             let mut s = lock(&shared);
             let r = &mut s.rng;
-            (r.below(800) + 100, r.below(writers as u64), r.below(600), r.below(4), r.below(3000))
+            let kinds = if plan.kafka { 5 } else { 4 };
+            (
+                r.below(800) + 100,
+                r.below(writers as u64),
+                r.below(600),
+                r.below(kinds),
+                r.below(3000),
+            )
         };
         tokio::time::sleep(Duration::from_millis(wait)).await;
         let slot = usize::try_from(victim).unwrap_or(0);
+        if action == 4 {
+            // The reader role restarted: a new one, caches cold.
+            let fresh = reader_broker(&meta, &objects);
+            let mut s = lock(&shared);
+            s.reader = Some(fresh);
+            s.trace.record(("reader restarted", k));
+            done += 1;
+            continue;
+        }
         if action == 3 {
             // Paused past its 4 s lease, then running on (its calls resume; a commit it had
             // sent applies late, unless refused).
