@@ -38,8 +38,12 @@ impl Cluster {
 
     /// A cluster (and its catalog) on the etcd at `etcd`.
     fn start_on(etcd: &str) -> Result<Cluster> {
+        Cluster::start_on_stores(etcd, testkit::shared_s3()?.s3().clone())
+    }
+
+    /// A cluster on an etcd and a SeaweedFS of the caller's (which it may pause or restart).
+    fn start_on_stores(etcd: &str, s3: testkit::S3Endpoint) -> Result<Cluster> {
         let etcd = etcd.to_owned();
-        let s3 = testkit::shared_s3()?.s3().clone();
         let dir = tempfile::tempdir()?;
         let name = testkit::unique_prefix("e2e");
         let port = testkit::free_port()?;
@@ -388,11 +392,16 @@ impl Cluster {
     /// Starts `lakelog reader` with id `id`; returns it with its address.
     fn reader(&self, id: &str) -> Result<(testkit::Service, String)> {
         let port = testkit::free_port()?;
+        Ok((self.reader_on(id, port)?, format!("http://127.0.0.1:{port}")))
+    }
+
+    /// Starts `lakelog reader` on a given port (to restart one where it was).
+    fn reader_on(&self, id: &str, port: u16) -> Result<testkit::Service> {
         let section = format!(
             "reader:\n  listen: 127.0.0.1:{port}\n  id: {id}\n  lease_ttl: {}s\n  cache_size: 8MiB\n",
             LEASE.as_secs()
         );
-        Ok((self.spawn("reader", id, &section, port)?, format!("http://127.0.0.1:{port}")))
+        self.spawn("reader", id, &section, port)
     }
 
     /// Starts `lakelog writer` on a given port (to restart one where it was).

@@ -100,6 +100,20 @@ struct Window {
     admitted_here: bool,
 }
 
+impl Window {
+    /// Adds a batch in sequence order and keeps the newest [`WINDOW`]. In order, not at the
+    /// back: a batch admitted late (its writer paused between the check and the admission) can
+    /// come after later batches of its producer learned from the log, and the newest sequence
+    /// is what the next batch must follow.
+    fn insert(&mut self, b: Seen) {
+        let at = self.batches.iter().position(|x| x.first > b.first).unwrap_or(self.batches.len());
+        self.batches.insert(at, b);
+        while self.batches.len() > WINDOW {
+            self.batches.pop_front();
+        }
+    }
+}
+
 /// The producers of one partition under one owner tenure.
 #[derive(Default)]
 pub struct Producers {
@@ -168,10 +182,7 @@ impl Producers {
         }
         w.behind = false;
         w.admitted_here = true;
-        w.batches.push_back(Seen { first, last, commit });
-        while w.batches.len() > WINDOW {
-            w.batches.pop_front();
-        }
+        w.insert(Seen { first, last, commit });
     }
 
     /// Learns a batch found committed in the log at `offset` (a checkpoint's, or the replay of
@@ -193,10 +204,7 @@ impl Producers {
         }
         w.behind = false;
         let commit = shared(Box::pin(async move { Ok(Produced { base_offset: offset }) }));
-        w.batches.push_back(Seen { first, last, commit });
-        while w.batches.len() > WINDOW {
-            w.batches.pop_front();
-        }
+        w.insert(Seen { first, last, commit });
     }
 
     /// The window of producer `id` (made at `epoch` if new; the least recently used producer
@@ -464,6 +472,19 @@ mod tests {
         let mut r = Producers::default();
         r.admitted(5, 0, 0, 0, done(1));
         assert_eq!(code_of(&r.check(5, 0, 7, 7)), code::OUT_OF_ORDER_SEQUENCE_NUMBER);
+    }
+
+    #[tokio::test]
+    async fn a_batch_admitted_after_later_ones_were_replayed_keeps_the_window_in_sequence() {
+        let mut p = Producers::default();
+        p.admitted(0, 0, 11, 11, done(25));
+        // Learned from the log while the writer was paused...
+        p.replayed(0, 0, 14, 16, 39);
+        p.replayed(0, 0, 17, 17, 42);
+        // ...then the admission it was paused in returns.
+        p.admitted(0, 0, 12, 13, done(26));
+        assert_eq!(code_of(&p.check(0, 0, 18, 18)), 0, "18 follows 17");
+        assert!(matches!(p.check(0, 0, 12, 13), Check::Duplicate(_)));
     }
 
     #[tokio::test]

@@ -346,11 +346,30 @@ fn data_dir(kind: &str) -> Result<tempfile::TempDir, TestkitError> {
     server_dir(kind, &tmp)
 }
 
+/// How a server was started, to start it again the same way (same ports, same data).
+#[derive(Debug, Clone)]
+struct Spec {
+    bin: PathBuf,
+    args: Vec<String>,
+    envs: Vec<(String, String)>,
+    cwd: PathBuf,
+}
+
+impl Spec {
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.bin);
+        cmd.current_dir(&self.cwd).args(&self.args).envs(self.envs.iter().cloned());
+        cmd
+    }
+}
+
 /// A single-member etcd on free loopback ports, with its own data dir.
 #[derive(Debug)]
 pub struct Etcd {
     proc: Proc,
     endpoint: String,
+    spec: Spec,
+    starts: u32,
     dir: tempfile::TempDir,
 }
 
@@ -366,21 +385,42 @@ impl Etcd {
         let (client, peer) = (free_port()?, free_port()?);
         let client_url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
-        let mut cmd = Command::new(bin);
-        cmd.arg("--name=testkit")
-            .arg(format!("--data-dir={}", dir.path().join("data").display()))
-            .arg(format!("--listen-client-urls={client_url}"))
-            .arg(format!("--advertise-client-urls={client_url}"))
-            .arg(format!("--listen-peer-urls={peer_url}"))
-            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster=testkit={peer_url}"))
-            .arg("--log-level=warn");
-        let mut proc = Proc::spawn("etcd", cmd, dir.path().join("etcd.log"))?;
-        let addr = format!("127.0.0.1:{client}");
+        let spec = Spec {
+            bin,
+            args: vec![
+                "--name=testkit".to_owned(),
+                format!("--data-dir={}", dir.path().join("data").display()),
+                format!("--listen-client-urls={client_url}"),
+                format!("--advertise-client-urls={client_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=testkit={peer_url}"),
+                "--log-level=warn".to_owned(),
+            ],
+            envs: Vec::new(),
+            cwd: dir.path().to_owned(),
+        };
+        let proc = Self::run(&spec, dir.path(), &client_url, 1)?;
+        Ok(Etcd { proc, endpoint: client_url, spec, starts: 1, dir })
+    }
+
+    fn run(spec: &Spec, dir: &Path, url: &str, n: u32) -> Result<Proc, TestkitError> {
+        let mut proc = Proc::spawn("etcd", spec.command(), dir.join(format!("etcd-{n}.log")))?;
+        let addr = url.trim_start_matches("http://").to_owned();
         proc.wait_ready(Duration::from_secs(20), || {
             http_status(&addr, "GET", "/health", b"") == Some(200)
         })?;
-        Ok(Etcd { proc, endpoint: client_url, dir })
+        Ok(proc)
+    }
+
+    /// SIGKILLs etcd and starts it again on the same ports and data dir (a crash and a
+    /// restart: what it had committed to its WAL is there again).
+    pub fn kill_and_restart(&mut self) -> Result<(), TestkitError> {
+        let _ = self.proc.child.kill();
+        let _ = self.proc.child.wait();
+        self.starts += 1;
+        self.proc = Self::run(&self.spec, self.dir.path(), &self.endpoint, self.starts)?;
+        Ok(())
     }
 
     /// `http://127.0.0.1:<port>`.
@@ -424,6 +464,9 @@ pub struct S3Endpoint {
 pub struct SeaweedS3 {
     proc: Proc,
     s3: S3Endpoint,
+    spec: Spec,
+    filer: String,
+    starts: u32,
     dir: tempfile::TempDir,
 }
 
@@ -463,18 +506,24 @@ impl SeaweedS3 {
             access_key_id: "lakelog-test-key".to_owned(),
             secret_access_key: "lakelog-test-secret".to_owned(),
         };
-        let mut cmd = Command::new(bin);
-        cmd.current_dir(dir.path())
-            .arg("mini")
-            .arg(format!("-dir={}", data.display()))
-            .arg("-ip=127.0.0.1")
-            .arg("-ip.bind=127.0.0.1")
-            .arg(format!("-bucket={}", s3.bucket))
-            .arg("-webdav=false")
-            .arg("-admin.ui=false")
+        let mut spec = Spec {
+            bin,
+            args: vec![
+                "mini".to_owned(),
+                format!("-dir={}", data.display()),
+                "-ip=127.0.0.1".to_owned(),
+                "-ip.bind=127.0.0.1".to_owned(),
+                format!("-bucket={}", s3.bucket),
+                "-webdav=false".to_owned(),
+                "-admin.ui=false".to_owned(),
+            ],
             // With these set, weed creates that identity and enforces SigV4 on every request.
-            .env("AWS_ACCESS_KEY_ID", &s3.access_key_id)
-            .env("AWS_SECRET_ACCESS_KEY", &s3.secret_access_key);
+            envs: vec![
+                ("AWS_ACCESS_KEY_ID".to_owned(), s3.access_key_id.clone()),
+                ("AWS_SECRET_ACCESS_KEY".to_owned(), s3.secret_access_key.clone()),
+            ],
+            cwd: dir.path().to_owned(),
+        };
         // Every listener gets a free port: the defaults are fixed, and the default gRPC ports
         // (http + 10000) overflow for ports from the ephemeral range.
         let (mut s3_port, mut filer_port) = (0, 0);
@@ -498,39 +547,72 @@ impl SeaweedS3 {
                 "filer.port" => filer_port = port,
                 _ => {}
             }
-            cmd.arg(format!("-{flag}={port}"));
+            spec.args.push(format!("-{flag}={port}"));
         }
-        let mut proc = Proc::spawn("seaweedfs", cmd, dir.path().join("weed.log"))?;
         let addr = format!("127.0.0.1:{s3_port}");
+        let filer = format!("127.0.0.1:{filer_port}");
+        let proc = Self::run(&spec, dir.path(), &s3, &addr, &filer, 1)?;
+        let s3 = S3Endpoint { endpoint: format!("http://{addr}"), ..s3 };
+        Ok(SeaweedS3 { proc, s3, spec, filer, starts: 1, dir })
+    }
+
+    fn run(
+        spec: &Spec,
+        dir: &Path,
+        s3: &S3Endpoint,
+        addr: &str,
+        filer: &str,
+        n: u32,
+    ) -> Result<Proc, TestkitError> {
+        let mut proc = Proc::spawn("seaweedfs", spec.command(), dir.join(format!("weed-{n}.log")))?;
         let bucket_path = format!("/{}", s3.bucket);
         // Unauthenticated requests get 403 once the S3 gateway and its IAM are up; then the
         // bucket must exist (403, not 404, for it too). The caller's first signed request is the
         // real check.
         proc.wait_ready(Duration::from_secs(60), || {
-            http_status(&addr, "GET", &bucket_path, b"") == Some(403)
+            http_status(addr, "GET", &bucket_path, b"") == Some(403)
         })?;
         // A write must land too. On a disk it finds nearly full, weed starts and answers reads,
         // but has no writable volume, and every write waits for one (an S3 PUT never answers).
-        let filer = format!("127.0.0.1:{filer_port}");
         proc.wait_ready(Duration::from_secs(30), || {
-            http_status(&filer, "PUT", "/testkit/ready", b"ready") == Some(201)
+            http_status(filer, "PUT", "/testkit/ready", b"ready") == Some(201)
         })
         .map_err(|e| match e {
             TestkitError::Failed { server, message, output } => {
-                let free = sys::available_bytes(dir.path())
+                let free = sys::available_bytes(dir)
                     .map_or_else(|e| e.to_string(), |n| format!("{} MiB", n >> 20));
                 let message = format!(
                     "{message}: a write through its filer did not land (free space at {}: \
                      {free}; SeaweedFS takes no writes on a nearly full disk: free some, or set \
                      TMPDIR to a file system with room)",
-                    dir.path().display()
+                    dir.display()
                 );
                 TestkitError::Failed { server, message, output }
             }
             e => e,
         })?;
-        let s3 = S3Endpoint { endpoint: format!("http://{addr}"), ..s3 };
-        Ok(SeaweedS3 { proc, s3, dir })
+        Ok(proc)
+    }
+
+    /// SIGSTOP: requests hang, as with a stalled or partitioned object store.
+    pub fn pause(&self) -> Result<(), TestkitError> {
+        sys::stop(&self.proc.child)
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) -> Result<(), TestkitError> {
+        sys::signal(&self.proc.child, sys::Signal::Cont)
+    }
+
+    /// SIGKILLs the server and starts it again on the same ports and data dir.
+    pub fn kill_and_restart(&mut self) -> Result<(), TestkitError> {
+        let _ = self.proc.child.kill();
+        let _ = self.proc.child.wait();
+        self.starts += 1;
+        let addr = self.s3.endpoint.trim_start_matches("http://").to_owned();
+        self.proc =
+            Self::run(&self.spec, self.dir.path(), &self.s3, &addr, &self.filer, self.starts)?;
+        Ok(())
     }
 
     pub fn s3(&self) -> &S3Endpoint {

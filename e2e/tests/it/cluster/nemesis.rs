@@ -1,12 +1,14 @@
 //! The simulation's checker over real processes (issue 17, deliverable 4): three `lakelog
-//! writer`s, a compactor and a cleaner on an etcd of the test's own and SeaweedFS, while
-//! clients append to shared logs through any writer (so the writers fence each other's slots)
-//! and a nemesis, on a seeded schedule, SIGKILLs and restarts writers, SIGSTOPs one past its
-//! lease and resumes it, SIGKILLs and restarts the compactor and the cleaner, and SIGSTOPs etcd
-//! for a few seconds. Every append's outcome (acknowledged at an offset, definitely failed, or
-//! unknown) goes into a `sim::history::History` with each log read whole at the end, and
+//! writer`s, a reader, a compactor and a cleaner on an etcd and a SeaweedFS of the test's own,
+//! while clients append to shared logs through any writer (so the writers fence each other's
+//! slots), two consumers read them back through the reader, and a nemesis, on a seeded
+//! schedule, SIGKILLs and restarts writers, SIGSTOPs one past its lease and resumes it,
+//! SIGKILLs and restarts the reader, the compactor and the cleaner, SIGSTOPs etcd or SeaweedFS
+//! for a few seconds, and SIGKILLs and restarts etcd or SeaweedFS (same ports, same data).
+//! Every append's outcome (acknowledged at an offset, definitely failed, or unknown) and every
+//! read go into a `sim::history::History` with each log read whole at the end, and
 //! `sim::history::check` must find nothing: no acknowledged record lost or moved, none twice,
-//! no definitely failed one visible, no gap.
+//! no definitely failed one visible, no gap, no read of what the log does not hold.
 //!
 //! `make test` runs it for 20 s; `make soak` for 10 minutes (`NEMESIS_SECONDS`, `NEMESIS_SEED`).
 
@@ -38,8 +40,12 @@ impl Slot {
 async fn a_seeded_nemesis_over_real_processes_loses_duplicates_and_reorders_nothing() -> Result<()>
 {
     let (seconds, seed) = (env_u64("NEMESIS_SECONDS", 20), env_u64("NEMESIS_SEED", 1));
-    let etcd = testkit::Etcd::start()?;
-    let cluster = Cluster::start_on(etcd.endpoint())?;
+    let mut etcd = testkit::Etcd::start()?;
+    let mut s3 = testkit::SeaweedS3::start()?;
+    let cluster = Cluster::start_on_stores(etcd.endpoint(), s3.s3().clone())?;
+    let reader_port = testkit::free_port()?;
+    let mut reader_proc = Some(cluster.reader_on("r-1", reader_port)?);
+    let reader_url = format!("http://127.0.0.1:{reader_port}");
     let mut slots = Vec::new();
     for i in 0..3 {
         let port = testkit::free_port()?;
@@ -101,13 +107,59 @@ async fn a_seeded_nemesis_over_real_processes_loses_duplicates_and_reorders_noth
         });
     }
 
+    // Consumers, through the reader: each read's entries are checked against the final log.
+    for c in 0..2u64 {
+        let (url, logs, history) = (reader_url.clone(), logs.clone(), history.clone());
+        let mut rng = root.fork(200 + c);
+        clients.spawn(async move {
+            let mut ends = vec![0u64; logs.len()];
+            while Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20 + rng.below(80))).await;
+                // Reconnected each time: the reader restarts under it.
+                let Ok(Ok(r)) =
+                    tokio::time::timeout(Duration::from_secs(2), client::LogClient::connect(&url))
+                        .await
+                else {
+                    continue;
+                };
+                let i = usize::try_from(rng.below(logs.len() as u64)).unwrap_or(0);
+                let from = if rng.chance(0.5) {
+                    ends[i].saturating_sub(8)
+                } else {
+                    rng.below(ends[i] + 1)
+                };
+                let read = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    r.read_entries(logs[i], from, 16, 0),
+                )
+                .await;
+                let Ok(Ok(resp)) = read else { continue };
+                ends[i] = ends[i].max(resp.next_offset);
+                let seen: Vec<Seen> = payloads(&resp.entries)
+                    .iter()
+                    .map(|(offset, p)| Seen {
+                        offset: *offset,
+                        records: 1,
+                        id: id_of(p).unwrap_or(u64::MAX),
+                    })
+                    .collect();
+                history.lock().unwrap_or_else(|e| e.into_inner()).reads.push(sim::history::Read {
+                    log: logs[i],
+                    floor: 0,
+                    seen,
+                });
+            }
+            Ok::<_, anyhow::Error>(())
+        });
+    }
+
     // The nemesis, on the seed's schedule.
     let mut rng = root.fork(1);
     let mut actions: BTreeMap<&str, u32> = BTreeMap::new();
     while Instant::now() + Duration::from_secs(4) < deadline {
         tokio::time::sleep(Duration::from_millis(1000 + rng.below(2000))).await;
         let slot = usize::try_from(rng.below(slots.len() as u64)).unwrap_or(0);
-        match rng.below(5) {
+        match rng.below(9) {
             0 => {
                 let s = &mut slots[slot];
                 if let Some(mut p) = s.proc.take() {
@@ -141,11 +193,32 @@ async fn a_seeded_nemesis_over_real_processes_loses_duplicates_and_reorders_noth
                     Some(cluster.background(&["cleaner", "run"], "cleaner-n", maintenance)?);
                 *actions.entry("cleaner SIGKILLed and restarted").or_default() += 1;
             }
-            _ => {
+            4 => {
                 etcd.pause()?;
                 tokio::time::sleep(Duration::from_millis(500 + rng.below(2500))).await;
                 etcd.resume()?;
                 *actions.entry("etcd SIGSTOPped").or_default() += 1;
+            }
+            5 => {
+                etcd.kill_and_restart()?;
+                *actions.entry("etcd SIGKILLed and restarted").or_default() += 1;
+            }
+            6 => {
+                s3.pause()?;
+                tokio::time::sleep(Duration::from_millis(500 + rng.below(2500))).await;
+                s3.resume()?;
+                *actions.entry("SeaweedFS SIGSTOPped").or_default() += 1;
+            }
+            7 => {
+                s3.kill_and_restart()?;
+                *actions.entry("SeaweedFS SIGKILLed and restarted").or_default() += 1;
+            }
+            _ => {
+                if let Some(mut p) = reader_proc.take() {
+                    p.kill9()?;
+                }
+                reader_proc = Some(cluster.reader_on("r-n", reader_port)?);
+                *actions.entry("reader SIGKILLed and restarted").or_default() += 1;
             }
         }
     }
@@ -173,6 +246,8 @@ async fn a_seeded_nemesis_over_real_processes_loses_duplicates_and_reorders_noth
     }
     let violations = check(&h);
     let count = |o: fn(&Outcome) -> bool| h.appends.iter().filter(|a| o(&a.outcome)).count();
+    let (reads, read_entries) =
+        (h.reads.len(), h.reads.iter().map(|r| r.seen.len()).sum::<usize>());
     let (acked, failed, unknown) = (
         count(|o| matches!(o, Outcome::Ok(_))),
         count(|o| *o == Outcome::Failed),
@@ -186,8 +261,8 @@ async fn a_seeded_nemesis_over_real_processes_loses_duplicates_and_reorders_noth
     );
     ensure!(acked > 0, "nothing acknowledged in {seconds} s");
     eprintln!(
-        "e2e nemesis: seed {seed}, {seconds} s: {acked} appends acknowledged, {failed} failed, {unknown} unknown, 0 violations; {actions:?}"
+        "e2e nemesis: seed {seed}, {seconds} s: {acked} appends acknowledged, {failed} failed, {unknown} unknown, {reads} reads of {read_entries} entries, 0 violations; {actions:?}"
     );
-    drop((compactor, cleaner));
+    drop((compactor, cleaner, reader_proc));
     Ok(())
 }
