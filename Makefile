@@ -85,7 +85,7 @@ dst: ## The deterministic simulation over SEEDS seeds (10000) of every group in 
 
 SOAK_SECONDS ?= 600
 NEMESIS_SEED ?= 1
-soak: deps ## The seeded nemesis over real processes (writers, compactor, cleaner, etcd) for SOAK_SECONDS (600), NEMESIS_SEED (1), history checked
+soak: deps ## The seeded nemesis over real processes (writers, reader, compactor, cleaner, etcd, SeaweedFS) for SOAK_SECONDS (600), NEMESIS_SEED (1), history checked
 	cargo build --bin lakelog
 	NEMESIS_SECONDS=$(SOAK_SECONDS) NEMESIS_SEED=$(NEMESIS_SEED) LAKELOG_BIN=$(CURDIR)/target/debug/lakelog \
 		cargo test -p e2e a_seeded_nemesis -- --nocapture

@@ -856,6 +856,11 @@ impl kafka::Broker for LogBroker {
             .map_err(refused)?;
         let mut out = BytesMut::with_capacity(entries.iter().map(|e| e.payload.len()).sum());
         for e in entries {
+            // Nothing at or past the high watermark this answer names (entries committed
+            // since it was read), as Kafka answers: a client's lag is never negative.
+            if to_i64(e.header.offset)? >= hw {
+                break;
+            }
             // Entries that are not Kafka batches (written in Lakelog's first record format)
             // are left out: a Kafka client could not read them.
             if recordbatch::BatchHeader::parse(&e.payload).is_err() {

@@ -20,6 +20,11 @@
 //!   (OUT_OF_ORDER_SEQUENCE_NUMBER and the like: fatal to librdkafka, so never spurious);
 //! - unreadable: the final read could not read an entry the log's index names (a dangling
 //!   reference: its object gone);
+//! - data past the high watermark: a read returned an entry at or past a high watermark read
+//!   with its answer or after it (an entry served before it committed);
+//! - zombie commits: a writer paused past its lease sent a head write (a commit, a takeover)
+//!   before or during the pause, and it succeeded after (the incarnation's compares must
+//!   refuse it);
 //! - orphans left: WAL objects still stored after, at the end, every chunk was compacted and
 //!   the cleaner ran with no grace (an object nothing references that is never reclaimed).
 //!
@@ -64,6 +69,9 @@ pub struct Read {
     /// The highest hard trim of the log completed before the read was issued.
     pub floor: u64,
     pub seen: Vec<Seen>,
+    /// A high watermark read with the answer (a Kafka fetch's) or after it: every entry the
+    /// read returned must lie below it (one at or past it was served before it committed).
+    pub high: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -88,6 +96,9 @@ pub struct History {
     pub unreadable: Vec<(u64, u64, String)>,
     /// WAL objects left after everything was compacted and cleaned at the end (none may be).
     pub orphans: u64,
+    /// Head writes (commits, takeovers) a writer sent before or during a pause that outlived
+    /// its lease and that then succeeded: zombie commits under an old incarnation.
+    pub zombies: u64,
 }
 
 /// A payload carrying `id` and `pad` more bytes.
@@ -177,6 +188,17 @@ pub enum Violation {
     OrphansLeft {
         objects: u64,
     },
+    /// A read returned an entry at or past the high watermark read with or after it.
+    PastHighWatermark {
+        log: u64,
+        id: u64,
+        offset: u64,
+        high: u64,
+    },
+    /// Head writes of a writer paused past its lease that succeeded after the pause.
+    ZombieCommits {
+        count: u64,
+    },
 }
 
 impl Violation {
@@ -192,11 +214,14 @@ impl Violation {
             | DirtyRead { id, .. }
             | StaleRead { id, .. }
             | AnsweredTwice { id, .. }
-            | SequenceRefused { id, .. } => vec![*id],
+            | SequenceRefused { id, .. }
+            | PastHighWatermark { id, .. } => vec![*id],
             Reordered { first, then, .. } => vec![*first, *then],
-            Gap { .. } | WatermarkRegression { .. } | Unreadable { .. } | OrphansLeft { .. } => {
-                Vec::new()
-            }
+            Gap { .. }
+            | WatermarkRegression { .. }
+            | Unreadable { .. }
+            | OrphansLeft { .. }
+            | ZombieCommits { .. } => Vec::new(),
         }
     }
 }
@@ -262,6 +287,16 @@ pub fn check(h: &History) -> Vec<Violation> {
     let held: BTreeSet<(u64, Seen)> =
         h.finals.iter().flat_map(|(log, es)| es.iter().map(move |e| (*log, *e))).collect();
     for r in &h.reads {
+        if let Some(high) = r.high {
+            for s in r.seen.iter().filter(|s| s.offset >= high) {
+                out.push(Violation::PastHighWatermark {
+                    log: r.log,
+                    id: s.id,
+                    offset: s.offset,
+                    high,
+                });
+            }
+        }
         for s in &r.seen {
             // Wholly below the trim (a batch that covers the trim point may be served whole).
             if s.offset + u64::from(s.records) <= r.floor {
@@ -311,6 +346,9 @@ pub fn check(h: &History) -> Vec<Violation> {
     if h.orphans > 0 {
         out.push(Violation::OrphansLeft { objects: h.orphans });
     }
+    if h.zombies > 0 {
+        out.push(Violation::ZombieCommits { count: h.zombies });
+    }
     let mut last: BTreeMap<u64, u64> = BTreeMap::new();
     for (log, end) in &h.watermarks {
         if let Some(prev) = last.get(log)
@@ -344,7 +382,7 @@ mod tests {
                 Append { id: 4, log: 7, records: 1, outcome: Outcome::Failed },
                 Append { id: 5, log: 7, records: 1, outcome: Outcome::Unknown },
             ],
-            reads: vec![Read { log: 7, floor: 0, seen: vec![seen(0, 1)] }],
+            reads: vec![Read { log: 7, floor: 0, seen: vec![seen(0, 1)], high: Some(1) }],
             watermarks: vec![(7, 1), (7, 3)],
             finals: [(7, vec![seen(0, 1), seen(1, 2), seen(2, 3)])].into_iter().collect(),
             pipelined: vec![vec![1, 4, 2]],
@@ -353,6 +391,7 @@ mod tests {
             refusals: vec![],
             unreadable: vec![],
             orphans: 0,
+            zombies: 0,
         }
     }
 
@@ -396,11 +435,11 @@ mod tests {
         assert_eq!(check(&h), vec![Violation::Phantom { log: 7, id: 99, offset: 3 }]);
 
         let mut h = clean();
-        h.reads.push(Read { log: 7, floor: 0, seen: vec![seen(2, 5)] });
+        h.reads.push(Read { log: 7, floor: 0, seen: vec![seen(2, 5)], high: None });
         assert_eq!(check(&h), vec![Violation::DirtyRead { log: 7, id: 5, offset: 2 }]);
 
         let mut h = clean();
-        h.reads.push(Read { log: 7, floor: 1, seen: vec![seen(0, 1)] });
+        h.reads.push(Read { log: 7, floor: 1, seen: vec![seen(0, 1)], high: None });
         assert_eq!(check(&h), vec![Violation::StaleRead { log: 7, id: 1, offset: 0, floor: 1 }]);
 
         let mut h = clean();
@@ -418,6 +457,17 @@ mod tests {
         let mut h = clean();
         h.refusals.push((2, 45));
         assert_eq!(check(&h), vec![Violation::SequenceRefused { id: 2, code: 45 }]);
+
+        let mut h = clean();
+        h.reads.push(Read { log: 7, floor: 0, seen: vec![seen(1, 2)], high: Some(1) });
+        assert_eq!(
+            check(&h),
+            vec![Violation::PastHighWatermark { log: 7, id: 2, offset: 1, high: 1 }]
+        );
+
+        let mut h = clean();
+        h.zombies = 1;
+        assert_eq!(check(&h), vec![Violation::ZombieCommits { count: 1 }]);
 
         let mut h = clean();
         h.orphans = 2;

@@ -231,6 +231,7 @@ pub(crate) async fn consumer(c: u64, logs: Vec<u64>, shared: SharedRef) {
         let seen = batches(&f.records);
         let mut s = lock(&shared);
         s.trace.record(("fetched", c, log, offset, &seen));
-        s.history.reads.push(crate::history::Read { log, floor, seen });
+        let high = u64::try_from(f.high_watermark).ok();
+        s.history.reads.push(crate::history::Read { log, floor, seen, high });
     }
 }

@@ -224,6 +224,9 @@ impl MetadataStore for FaultyMeta {
 pub struct Gated {
     inner: Arc<dyn MetadataStore>,
     until: Mutex<Option<tokio::time::Instant>>,
+    /// Head writes held by a pause that succeeded once it ended: zombie commits (counted
+    /// across the run's gates).
+    zombies: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Gated {
@@ -233,8 +236,8 @@ impl std::fmt::Debug for Gated {
 }
 
 impl Gated {
-    pub fn new(inner: Arc<dyn MetadataStore>) -> Arc<Gated> {
-        Arc::new(Gated { inner, until: Mutex::new(None) })
+    pub fn new(inner: Arc<dyn MetadataStore>, zombies: Arc<AtomicU64>) -> Arc<Gated> {
+        Arc::new(Gated { inner, until: Mutex::new(None), zombies })
     }
 
     /// Every call from now until `until` waits for it.
@@ -262,12 +265,22 @@ impl MetadataStore for Gated {
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, MetaError> {
         let until = *self.until.lock().unwrap_or_else(|e| e.into_inner());
-        let inner = self.inner.clone();
+        let held = until.is_some_and(|t| t > tokio::time::Instant::now());
+        let writes_head = txn
+            .success
+            .iter()
+            .any(|op| matches!(op, TxnOp::Put { key, .. } if key.ends_with(b"/head")));
+        let (inner, zombies) = (self.inner.clone(), self.zombies.clone());
         let sent = tokio::spawn(async move {
             if let Some(t) = until {
                 tokio::time::sleep_until(t).await;
             }
-            inner.txn(txn).await
+            let r = inner.txn(txn).await;
+            // Every pause outlives the writer's lease: a head write it held must be refused.
+            if held && writes_head && r.as_ref().is_ok_and(|r| r.succeeded) {
+                zombies.fetch_add(1, Ordering::Relaxed);
+            }
+            r
         });
         sent.await.unwrap_or_else(|e| Err(MetaError::Internal(format!("txn task: {e}"))))
     }

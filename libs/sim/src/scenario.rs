@@ -290,18 +290,21 @@ fn reader_broker(
 /// A started writer: its storage, its gate to the metadata store, its broker (Kafka plans).
 type Opened = (LogStorage, Arc<Gated>, Option<Broker>);
 
+/// The stores a writer starts on, and the run's count of zombie commits its gate adds to.
+#[derive(Clone)]
+struct Stores {
+    meta: Arc<dyn MetadataStore>,
+    objects: Arc<dyn ObjectStore>,
+    clock: Arc<dyn Clock>,
+    zombies: Arc<std::sync::atomic::AtomicU64>,
+}
+
 /// Starts writer `id` in `zone` behind a gate of its own, with a Kafka broker if `kafka`.
-async fn open(
-    id: &str,
-    zone: &str,
-    kafka: bool,
-    meta: &Arc<dyn MetadataStore>,
-    objects: &Arc<dyn ObjectStore>,
-    clock: &Arc<dyn Clock>,
-) -> Result<Opened, String> {
+async fn open(id: &str, zone: &str, kafka: bool, stores: &Stores) -> Result<Opened, String> {
+    let Stores { meta, objects, clock, zombies } = stores;
     let mut last = String::new();
     for _ in 0..50 {
-        let gate = Gated::new(meta.clone());
+        let gate = Gated::new(meta.clone(), zombies.clone());
         let through: Arc<dyn MetadataStore> = gate.clone();
         let cfg = config(id, zone, kafka);
         match LogStorage::open(through.clone(), objects.clone(), cfg, clock.clone()).await {
@@ -375,10 +378,16 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
     // An object store's latency, so PUTs overlap appends.
     faults.delay(Op::Put, Duration::from_millis(8));
     let clock: Arc<dyn Clock> = Arc::new(SimClock(start));
+    let stores = Stores {
+        meta: meta.clone(),
+        objects: objects.clone(),
+        clock: clock.clone(),
+        zombies: Arc::default(),
+    };
 
     let (mut writers, mut gates, mut brokers) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..plan.writers {
-        match open(&format!("w{i}"), &plan.zone(i), plan.kafka, &meta, &objects, &clock).await {
+        match open(&format!("w{i}"), &plan.zone(i), plan.kafka, &stores).await {
             Ok((w, g, b)) => {
                 writers.push(Some(w));
                 gates.push(Some(g));
@@ -454,10 +463,9 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
         }
     }
     let nemesis = {
-        let (shared, meta, objects, clock) =
-            (shared.clone(), meta.clone(), objects.clone(), clock.clone());
+        let (shared, stores) = (shared.clone(), stores.clone());
         let plan = plan.clone();
-        tokio::spawn(async move { nemesis(&plan, shared, meta, objects, clock).await })
+        tokio::spawn(async move { nemesis(&plan, shared, stores).await })
     };
     let observer = {
         let (shared, logs) = (shared.clone(), logs.clone());
@@ -494,7 +502,7 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
     faulty_meta.set_on(false);
     faults.clear();
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let reader = match open("final", "*", false, &meta, &objects, &clock).await {
+    let reader = match open("final", "*", false, &stores).await {
         Ok((w, _, _)) => w,
         Err(e) => return failed(seed, e),
     };
@@ -519,6 +527,7 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
     let orphans = orphans(&reader, &meta, &objects, &clock).await;
     reader.abort();
     let mut s = lock(&shared);
+    s.history.zombies = stores.zombies.load(std::sync::atomic::Ordering::Relaxed);
     match orphans {
         Ok(0) => {}
         Ok(n) => s.history.orphans = n,
@@ -693,9 +702,11 @@ async fn client(c: u64, appends: usize, logs: Vec<u64>, shared: SharedRef) {
             let floor = lock(&shared).floors.get(&log).copied().unwrap_or(0);
             if let Ok(entries) = w.read_entries(LogId(log), from, 8, 1 << 20).await {
                 let seen: Vec<Seen> = entries.iter().map(|e| seen(e, false)).collect();
+                // The end after the read: everything the read returned is below it.
+                let high = w.info(LogId(log)).await.ok().map(|i| i.next_offset);
                 let mut s = lock(&shared);
                 s.trace.record(("read", log, &seen));
-                s.history.reads.push(crate::history::Read { log, floor, seen });
+                s.history.reads.push(crate::history::Read { log, floor, seen, high });
             }
         }
         tokio::time::sleep(Duration::from_millis(think)).await;
@@ -726,13 +737,8 @@ fn arm_hook(shared: &SharedRef, slot: usize, w: &LogStorage) {
 /// Now and then, one of: a writer crashed at once, crashed at a crash point (its WAL object
 /// stored but not committed, or committed but not answered), or paused past its lease and
 /// resumed; a crashed writer is replaced by a new one. How many rounds it ran.
-async fn nemesis(
-    plan: &Plan,
-    shared: SharedRef,
-    meta: Arc<dyn MetadataStore>,
-    objects: Arc<dyn ObjectStore>,
-    clock: Arc<dyn Clock>,
-) -> usize {
+async fn nemesis(plan: &Plan, shared: SharedRef, stores: Stores) -> usize {
+    let (meta, objects) = (&stores.meta, &stores.objects);
     let (rounds, writers) = (plan.crashes, plan.writers);
     let mut done = 0;
     for k in 0..rounds {
@@ -752,7 +758,7 @@ async fn nemesis(
         let slot = usize::try_from(victim).unwrap_or(0);
         if action == 4 {
             // The reader role restarted: a new one, caches cold.
-            let fresh = reader_broker(&meta, &objects);
+            let fresh = reader_broker(meta, objects);
             let mut s = lock(&shared);
             s.reader = Some(fresh);
             s.trace.record(("reader restarted", k));
@@ -793,9 +799,7 @@ async fn nemesis(
         }
         tokio::time::sleep(Duration::from_millis(gap)).await;
         let id = format!("w{}-{k}", slot);
-        if let Ok((w, g, b)) =
-            open(&id, &plan.zone(slot), plan.kafka, &meta, &objects, &clock).await
-        {
+        if let Ok((w, g, b)) = open(&id, &plan.zone(slot), plan.kafka, &stores).await {
             arm_hook(&shared, slot, &w);
             let mut s = lock(&shared);
             if let Some(place) = s.writers.get_mut(slot) {

@@ -134,6 +134,8 @@ async fn a_seeded_nemesis_over_real_processes_loses_duplicates_and_reorders_noth
                 )
                 .await;
                 let Ok(Ok(resp)) = read else { continue };
+                // The end after the read: everything the read returned is below it.
+                let high = r.info(logs[i]).await.ok().map(|info| info.next_offset);
                 ends[i] = ends[i].max(resp.next_offset);
                 let seen: Vec<Seen> = payloads(&resp.entries)
                     .iter()
@@ -147,6 +149,7 @@ async fn a_seeded_nemesis_over_real_processes_loses_duplicates_and_reorders_noth
                     log: logs[i],
                     floor: 0,
                     seen,
+                    high,
                 });
             }
             Ok::<_, anyhow::Error>(())
