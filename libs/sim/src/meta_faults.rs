@@ -217,6 +217,10 @@ impl MetadataStore for FaultyMeta {
     }
 }
 
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
 /// One writer's own way to the metadata store, which the nemesis can pause: every call waits at
 /// the gate until the pause ends, as a stopped process's would (its lease runs out meanwhile).
 /// A transaction is sent by a task of its own, so one whose caller gave up waiting (a deadline)
@@ -224,9 +228,17 @@ impl MetadataStore for FaultyMeta {
 pub struct Gated {
     inner: Arc<dyn MetadataStore>,
     until: Mutex<Option<tokio::time::Instant>>,
-    /// Head writes held by a pause that succeeded once it ended: zombie commits (counted
-    /// across the run's gates).
-    zombies: Arc<AtomicU64>,
+    /// Incarnation head writes held by a pause, and those that succeeded once it ended:
+    /// zombie commits (counted across the run's gates).
+    zombies: Arc<Zombies>,
+}
+
+/// Incarnation head writes (commits, slot takeovers) the gates held through a pause past the
+/// writer's lease, and how many of them succeeded after it (none may).
+#[derive(Debug, Default)]
+pub struct Zombies {
+    pub held: AtomicU64,
+    pub landed: AtomicU64,
 }
 
 impl std::fmt::Debug for Gated {
@@ -236,7 +248,7 @@ impl std::fmt::Debug for Gated {
 }
 
 impl Gated {
-    pub fn new(inner: Arc<dyn MetadataStore>, zombies: Arc<AtomicU64>) -> Arc<Gated> {
+    pub fn new(inner: Arc<dyn MetadataStore>, zombies: Arc<Zombies>) -> Arc<Gated> {
         Arc::new(Gated { inner, until: Mutex::new(None), zombies })
     }
 
@@ -266,10 +278,14 @@ impl MetadataStore for Gated {
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, MetaError> {
         let until = *self.until.lock().unwrap_or_else(|e| e.into_inner());
         let held = until.is_some_and(|t| t > tokio::time::Instant::now());
+        // An incarnation's head write (a commit, a slot takeover): it compares the writer's
+        // member key. (A compactor's spill through this writer's reader writes the head too,
+        // under its own claim: not the incarnation's.)
         let writes_head = txn
             .success
             .iter()
-            .any(|op| matches!(op, TxnOp::Put { key, .. } if key.ends_with(b"/head")));
+            .any(|op| matches!(op, TxnOp::Put { key, .. } if key.ends_with(b"/head")))
+            && txn.compares.iter().any(|c| contains(&c.range.key, b"/members/writer/"));
         let (inner, zombies) = (self.inner.clone(), self.zombies.clone());
         let sent = tokio::spawn(async move {
             if let Some(t) = until {
@@ -277,8 +293,11 @@ impl MetadataStore for Gated {
             }
             let r = inner.txn(txn).await;
             // Every pause outlives the writer's lease: a head write it held must be refused.
-            if held && writes_head && r.as_ref().is_ok_and(|r| r.succeeded) {
-                zombies.fetch_add(1, Ordering::Relaxed);
+            if held && writes_head {
+                zombies.held.fetch_add(1, Ordering::Relaxed);
+                if r.as_ref().is_ok_and(|r| r.succeeded) {
+                    zombies.landed.fetch_add(1, Ordering::Relaxed);
+                }
             }
             r
         });

@@ -130,6 +130,8 @@ pub struct Report {
     pub failed: usize,
     pub unknown: usize,
     pub crashes: usize,
+    /// Incarnation head writes held through a pause past the lease (each had to be refused).
+    pub zombie_attempts: u64,
     /// Reads during the run (read-backs, Kafka fetches) and the entries they returned.
     pub reads: usize,
     pub read_entries: usize,
@@ -296,7 +298,7 @@ struct Stores {
     meta: Arc<dyn MetadataStore>,
     objects: Arc<dyn ObjectStore>,
     clock: Arc<dyn Clock>,
-    zombies: Arc<std::sync::atomic::AtomicU64>,
+    zombies: Arc<crate::meta_faults::Zombies>,
 }
 
 /// Starts writer `id` in `zone` behind a gate of its own, with a Kafka broker if `kafka`.
@@ -357,6 +359,7 @@ fn failed(seed: u64, error: String) -> Report {
         failed: 0,
         unknown: 0,
         crashes: 0,
+        zombie_attempts: 0,
         reads: 0,
         read_entries: 0,
         meta_faults: 0,
@@ -527,7 +530,7 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
     let orphans = orphans(&reader, &meta, &objects, &clock).await;
     reader.abort();
     let mut s = lock(&shared);
-    s.history.zombies = stores.zombies.load(std::sync::atomic::Ordering::Relaxed);
+    s.history.zombies = stores.zombies.landed.load(std::sync::atomic::Ordering::Relaxed);
     match orphans {
         Ok(0) => {}
         Ok(n) => s.history.orphans = n,
@@ -552,6 +555,7 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
         failed: count(|o| *o == Outcome::Failed),
         unknown: count(|o| *o == Outcome::Unknown),
         crashes,
+        zombie_attempts: stores.zombies.held.load(std::sync::atomic::Ordering::Relaxed),
         reads: s.history.reads.len(),
         read_entries: s.history.reads.iter().map(|r| r.seen.len()).sum(),
         meta_faults: faulty_meta.counts.total(),

@@ -75,7 +75,7 @@ fn kafka_producers_in_zones_moving_between_owner_slots_lose_nothing_and_duplicat
 
 fn sweep(group: &str, plan: &Plan) {
     let (mut acked, mut unknown, mut failed, mut faults, mut crashes) = (0, 0, 0, 0, 0);
-    let (mut reads, mut read_entries) = (0, 0);
+    let (mut reads, mut read_entries, mut zombies) = (0, 0, 0);
     let range = seeds();
     let mut bad = Vec::new();
     for seed in range.clone() {
@@ -94,9 +94,10 @@ fn sweep(group: &str, plan: &Plan) {
         crashes += r.crashes;
         reads += r.reads;
         read_entries += r.read_entries;
+        zombies += r.zombie_attempts;
     }
     eprintln!(
-        "sim {group}: seeds {}..{}: {acked} acked, {failed} failed, {unknown} unknown, {reads} reads of {read_entries} entries, {faults} metadata faults, {crashes} nemesis rounds",
+        "sim {group}: seeds {}..{}: {acked} acked, {failed} failed, {unknown} unknown, {reads} reads of {read_entries} entries, {zombies} zombie commits refused, {faults} metadata faults, {crashes} nemesis rounds",
         range.start, range.end
     );
     assert!(
