@@ -542,7 +542,7 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
     let violations = check(&s.history);
     let count =
         |o: fn(&Outcome) -> bool| s.history.appends.iter().filter(|a| o(&a.outcome)).count();
-    Report {
+    let report = Report {
         seed,
         trace: s.trace.hash.finish(),
         minimal_trace: if violations.is_empty() {
@@ -561,7 +561,17 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
         meta_faults: faulty_meta.counts.total(),
         virtual_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
         error: None,
-    }
+    };
+    // The writers' crash-point hooks hold `shared`, and `shared` holds the writers: a cycle.
+    // Broken here, or every run's state (history, trace) would outlive it — gigabytes over a
+    // `make dst` process's thousands of runs.
+    s.writers.clear();
+    s.brokers.clear();
+    s.gates.clear();
+    s.reader = None;
+    s.history = History::default();
+    s.trace.events = Vec::new();
+    report
 }
 
 /// WAL objects never reclaimed: with every writer stopped but `last` (their leases, and an
