@@ -50,9 +50,8 @@ fn broker(shared: &SharedRef, node: Option<i32>) -> Option<std::sync::Arc<broker
     {
         return Some(b.broker.clone());
     }
-    let live: Vec<usize> =
-        s.brokers.iter().enumerate().filter(|(_, b)| b.is_some()).map(|(i, _)| i).collect();
-    let i = *live.get(usize::try_from(s.rng.below(live.len() as u64)).ok()?)?;
+    let s = &mut *s;
+    let i = crate::scenario::pick_live(&mut s.rng, &s.brokers)?;
     s.brokers[i].as_ref().map(|b| b.broker.clone())
 }
 

@@ -626,13 +626,19 @@ async fn orphans(
     Ok(left.kept.objects + left.young.objects + left.reclaimable.objects)
 }
 
+/// The index of a filled place in `slots`, chosen by `rng`.
+pub(crate) fn pick_live<T>(rng: &mut Rng, slots: &[Option<T>]) -> Option<usize> {
+    let live: Vec<usize> =
+        slots.iter().enumerate().filter(|(_, w)| w.is_some()).map(|(i, _)| i).collect();
+    live.get(usize::try_from(rng.below(live.len() as u64)).ok()?).copied()
+}
+
 /// A live writer, chosen by the run's generator.
 fn pick(shared: &SharedRef) -> Option<LogStorage> {
     let mut s = lock(shared);
-    let live: Vec<usize> =
-        s.writers.iter().enumerate().filter(|(_, w)| w.is_some()).map(|(i, _)| i).collect();
-    let i = live.get(usize::try_from(s.rng.below(live.len() as u64)).ok()?)?;
-    s.writers[*i].clone()
+    let s = &mut *s;
+    let i = pick_live(&mut s.rng, &s.writers)?;
+    s.writers[i].clone()
 }
 
 /// How an append's answer reads as an outcome.

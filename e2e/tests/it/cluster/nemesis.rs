@@ -23,6 +23,15 @@ fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// Entries (offset, payload) as the history records them: one record each, the id in the
+/// payload (`u64::MAX`, which no client appended, when there is none).
+fn seen_of(entries: &[(u64, Bytes)]) -> Vec<Seen> {
+    entries
+        .iter()
+        .map(|(offset, p)| Seen { offset: *offset, records: 1, id: id_of(p).unwrap_or(u64::MAX) })
+        .collect()
+}
+
 /// A writer slot: its port (kept across restarts), the process, how often it was started.
 struct Slot {
     port: u16,
@@ -137,14 +146,7 @@ async fn a_seeded_nemesis_over_real_processes_loses_duplicates_and_reorders_noth
                 // The end after the read: everything the read returned is below it.
                 let high = r.info(logs[i]).await.ok().map(|info| info.next_offset);
                 ends[i] = ends[i].max(resp.next_offset);
-                let seen: Vec<Seen> = payloads(&resp.entries)
-                    .iter()
-                    .map(|(offset, p)| Seen {
-                        offset: *offset,
-                        records: 1,
-                        id: id_of(p).unwrap_or(u64::MAX),
-                    })
-                    .collect();
+                let seen = seen_of(&payloads(&resp.entries));
                 history.lock().unwrap_or_else(|e| e.into_inner()).reads.push(sim::history::Read {
                     log: logs[i],
                     floor: 0,
@@ -236,14 +238,7 @@ async fn a_seeded_nemesis_over_real_processes_loses_duplicates_and_reorders_noth
     for log in &logs {
         let info = reader.info(*log).await?;
         let entries = read_to(&reader, *log, info.next_offset).await?;
-        let seen: Vec<Seen> = entries
-            .iter()
-            .map(|(offset, p)| Seen {
-                offset: *offset,
-                records: 1,
-                id: id_of(p).unwrap_or(u64::MAX),
-            })
-            .collect();
+        let seen = seen_of(&entries);
         h.starts.insert(*log, info.first_offset);
         h.finals.insert(*log, seen);
     }
