@@ -234,20 +234,34 @@ impl LogBroker {
         // Fence the previous owner's slot first: nothing it commits after is missed.
         let (epoch, end) = self.store()?.serve_slot(log, slot).await.map_err(refused)?;
         let reader = &self.reader;
-        // No checkpoint: no tenure ever accepted an idempotent batch in this slot (each saves
-        // one before it does), so there is nothing to replay.
-        let (mut producers, from) = match logstore::slot_state::load(reader, log, slot).await {
-            Ok(None) => (Producers::default(), end),
-            Ok(Some(c)) => match Producers::restore(&c.state) {
-                Ok(p) => (p, c.upto),
+        // A producer moves between the log's slots as its zone's writers go and come, so the
+        // state starts from every slot's checkpoint, and the replay from the lowest of them. A
+        // slot with none never accepted an idempotent batch (each tenure saves one before it
+        // does): with none at all there is nothing to replay.
+        let mut producers = Producers::default();
+        let mut from = end;
+        let mut others = Vec::new();
+        let slots = logstore::slot_state::slots(reader, log)
+            .await
+            .map_err(|e| unavailable("producer state checkpoints not listed", e))?;
+        for s in slots {
+            let c = match logstore::slot_state::load(reader, log, &s).await {
+                Ok(Some(c)) => c,
+                Ok(None) => continue,
+                Err(e) => return Err(unavailable("producer state checkpoint unreadable", e)),
+            };
+            match Producers::restore(&c.state) {
+                Ok(p) => producers.merge(p),
+                // Its producers not in the replay are then accepted at any sequence.
                 Err(e) => {
-                    // Producers not in the replay are then accepted at any sequence.
-                    tracing::warn!(log = %log, slot, error = %e, "Kafka: checkpoint unreadable; replaying after it");
-                    (Producers::default(), c.upto)
+                    tracing::warn!(log = %log, slot = s, error = %e, "Kafka: checkpoint unreadable; replaying after it")
                 }
-            },
-            Err(e) => return Err(unavailable("producer state checkpoint unreadable", e)),
-        };
+            }
+            from = from.min(c.upto);
+            if s != slot && c.upto < end {
+                others.push((s, c.revision));
+            }
+        }
         let start = self.reader.info(log).await.map_err(refused)?.first_offset;
         if start > from {
             // Trimmed past the state's offset: batches between were never replayed.
@@ -282,9 +296,11 @@ impl LogBroker {
         }
         // Saved before any batch is accepted: the next owner then knows to replay.
         let (state, upto) = producers.checkpoint(end, end);
-        logstore::slot_state::save(reader, log, slot, epoch, upto, state.into())
+        let state = bytes::Bytes::from(state);
+        logstore::slot_state::save(reader, log, slot, epoch, upto, state.clone())
             .await
             .map_err(|e| unavailable("producer state checkpoint not saved", e))?;
+        self.refresh_ownerless(log, others, upto, state).await;
         Ok(Tenure {
             epoch,
             floor: end,
@@ -294,6 +310,38 @@ impl LogBroker {
             saved_at: Instant::now(),
             saved_upto: upto,
         })
+    }
+
+    /// Moves forward the checkpoints of the log's other slots (`slots`: name and pointer
+    /// revision read) whose owner is gone, to `state`: true of the whole log below `upto`
+    /// ([`logstore::slot_state::refresh`]). Best effort: one left behind only makes the next
+    /// replay longer.
+    async fn refresh_ownerless(
+        &self,
+        log: LogId,
+        slots: Vec<(String, i64)>,
+        upto: u64,
+        state: bytes::Bytes,
+    ) {
+        for (slot, revision) in slots {
+            match logstore::slot_state::refresh(
+                &self.reader,
+                log,
+                &slot,
+                revision,
+                upto,
+                state.clone(),
+            )
+            .await
+            {
+                Ok(moved) => {
+                    tracing::debug!(log = %log, slot, upto, moved, "Kafka: checkpoint of an ownerless slot")
+                }
+                Err(e) => {
+                    tracing::debug!(log = %log, slot, error = %e, "Kafka: checkpoint of an ownerless slot not refreshed")
+                }
+            }
+        }
     }
 
     /// Checkpoints each ready slot that is due (crate doc of [`CHECKPOINT_BATCHES`]); forgets

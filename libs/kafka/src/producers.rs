@@ -207,6 +207,40 @@ impl Producers {
         w.insert(Seen { first, last, commit });
     }
 
+    /// Adds what another slot's state knows (a checkpoint restored): per producer the newer
+    /// epoch's committed batches, the newest [`WINDOW`] of both in sequence order, behind if
+    /// either is. A producer moves between a partition's owner slots, so each slot's state
+    /// may hold batches of it the others never saw.
+    pub fn merge(&mut self, other: Producers) {
+        for (id, mut theirs) in other.by_id {
+            theirs.batches.retain(|b| b.offset().is_some());
+            if theirs.batches.is_empty() {
+                continue;
+            }
+            let Some(ours) = self.by_id.get(&id).map(|w| w.epoch) else {
+                let w = self.window(id, theirs.epoch);
+                w.batches = std::mem::take(&mut theirs.batches);
+                w.behind = theirs.behind;
+                continue;
+            };
+            if theirs.epoch < ours {
+                continue;
+            }
+            let w = self.window(id, theirs.epoch);
+            if theirs.epoch > w.epoch {
+                w.epoch = theirs.epoch;
+                w.batches.clear();
+                w.behind = false;
+            }
+            w.behind |= theirs.behind;
+            for b in theirs.batches {
+                if !w.batches.iter().any(|x| x.first == b.first && x.last == b.last) {
+                    w.insert(b);
+                }
+            }
+        }
+    }
+
     /// The window of producer `id` (made at `epoch` if new; the least recently used producer
     /// forgotten beyond [`MAX_PRODUCERS`]), marked used.
     fn window(&mut self, id: i64, epoch: i16) -> &mut Window {
@@ -485,6 +519,46 @@ mod tests {
         p.admitted(0, 0, 12, 13, done(26));
         assert_eq!(code_of(&p.check(0, 0, 18, 18)), 0, "18 follows 17");
         assert!(matches!(p.check(0, 0, 12, 13), Check::Duplicate(_)));
+    }
+
+    #[tokio::test]
+    async fn states_of_two_slots_merge_per_producer() {
+        // Producer 1 wrote in slot a, then moved to slot b; producer 2 only in a; producer 3
+        // is at a newer epoch in b than in a.
+        let mut a = Producers::default();
+        a.admitted(1, 0, 0, 0, done(10));
+        a.admitted(1, 0, 1, 1, done(11));
+        a.admitted(2, 0, 5, 5, done(12));
+        a.admitted(3, 0, 9, 9, done(13));
+        let mut b = Producers::default();
+        b.admitted(1, 0, 2, 2, done(20));
+        b.admitted(3, 1, 0, 0, done(21));
+        b.admitted(4, 0, 0, 0, failed());
+        let restore = |p: &Producers| {
+            let (state, _) = p.checkpoint(0, 30);
+            Producers::restore(&state).expect("restores")
+        };
+        let mut m = restore(&a);
+        m.merge(restore(&b));
+        // Both slots' batches of producer 1 are known, in sequence.
+        for (first, offset) in [(0, 10), (1, 11), (2, 20)] {
+            match m.check(1, 0, first, first) {
+                Check::Duplicate(c) => assert_eq!(c.await, Ok(Produced { base_offset: offset })),
+                other => assert_eq!(code_of(&other), -100, "sequence {first} not a duplicate"),
+            }
+        }
+        assert_eq!(code_of(&m.check(1, 0, 3, 3)), 0, "3 follows 2");
+        assert_eq!(code_of(&m.check(1, 0, 4, 4)), code::OUT_OF_ORDER_SEQUENCE_NUMBER);
+        assert!(matches!(m.check(2, 0, 5, 5), Check::Duplicate(_)));
+        // The newer epoch wins, whichever side it came from.
+        assert_eq!(code_of(&m.check(3, 0, 10, 10)), code::INVALID_PRODUCER_EPOCH);
+        assert!(matches!(m.check(3, 1, 0, 0), Check::Duplicate(_)));
+        let mut n = restore(&b);
+        n.merge(restore(&a));
+        assert_eq!(code_of(&n.check(3, 0, 10, 10)), code::INVALID_PRODUCER_EPOCH);
+        assert_eq!(code_of(&n.check(1, 0, 3, 3)), 0, "the merge is the same either way");
+        // A failed batch is in neither.
+        assert_eq!(n.len(), 3);
     }
 
     #[tokio::test]

@@ -24,6 +24,8 @@ pub struct Checkpoint {
     pub upto: u64,
     /// The slot's epoch it was taken under.
     pub epoch: i64,
+    /// The pointer's mod revision when read (see [`refresh`]).
+    pub revision: i64,
     pub state: Bytes,
 }
 
@@ -72,23 +74,45 @@ pub async fn end_if_served(
     Ok(served.then_some(snap.head.next_offset))
 }
 
-/// The slot's latest checkpoint, if it has one.
+/// The slot's latest checkpoint, if it has one. A checkpoint replaced (and deleted) between
+/// reading its pointer and its object is looked for again under the new pointer.
 pub async fn load(
     reader: &LogReader,
     log: LogId,
     slot: &str,
 ) -> Result<Option<Checkpoint>, LogError> {
-    let Some(p) = pointer(reader, log, slot).await? else { return Ok(None) };
-    let path = Path::from(p.object.as_str());
-    let got = reader.objects().get(&path).await?;
-    if got.meta.size > MAX_CHECKPOINT_BYTES {
-        return Err(LogError::Corrupt(format!(
-            "state checkpoint {path} is {} bytes; at most {MAX_CHECKPOINT_BYTES}",
-            got.meta.size
-        )));
+    let mut tries = 0;
+    loop {
+        let Some(p) = pointer(reader, log, slot).await? else { return Ok(None) };
+        let path = Path::from(p.object.as_str());
+        let got = match reader.objects().get(&path).await {
+            Err(objstore::object_store::Error::NotFound { .. }) if tries < 3 => {
+                tries += 1;
+                continue;
+            }
+            got => got?,
+        };
+        if got.meta.size > MAX_CHECKPOINT_BYTES {
+            return Err(LogError::Corrupt(format!(
+                "state checkpoint {path} is {} bytes; at most {MAX_CHECKPOINT_BYTES}",
+                got.meta.size
+            )));
+        }
+        let state = got.bytes().await?;
+        return Ok(Some(Checkpoint { upto: p.upto, epoch: p.epoch, revision: p.revision, state }));
     }
-    let state = got.bytes().await?;
-    Ok(Some(Checkpoint { upto: p.upto, epoch: p.epoch, state }))
+}
+
+/// The slots of `log` that have a checkpoint, in name order.
+pub async fn slots(reader: &LogReader, log: LogId) -> Result<Vec<String>, LogError> {
+    let prefix = reader.keys().producers_prefix(log);
+    let got = reader.meta().range(metadata::RangeRequest::prefix(prefix.clone())).await?;
+    Ok(got
+        .kvs
+        .iter()
+        .filter_map(|kv| kv.key.strip_prefix(prefix.as_slice()))
+        .filter_map(|s| std::str::from_utf8(s).ok().map(str::to_owned))
+        .collect())
 }
 
 /// Writes a checkpoint of `slot` in `log` and points to it, unless the pointer already names
@@ -108,19 +132,71 @@ pub async fn save(
     if old.as_ref().is_some_and(|p| p.upto >= upto) {
         return Ok(false);
     }
+    let key = reader.keys().producers(log, slot);
+    let compare = match &old {
+        Some(p) => Compare::mod_revision(key, CompareOp::Equal, p.revision),
+        None => Compare::create_revision(key, CompareOp::Equal, 0),
+    };
+    put(reader, log, slot, epoch, upto, state, old, vec![compare]).await
+}
+
+/// Moves the checkpoint of another owner's `slot` forward to `upto`, with `state` true of the
+/// whole log below it (every slot's checkpoint merged and the log replayed after them), if
+/// the pointer is still the one read at `revision` and the slot's owner the head names (its
+/// writer id and incarnation) is gone: its commits are then refused, and a next owner moves
+/// the pointer before it accepts a batch. A slot whose zone has no writer would otherwise
+/// hold its pointer back for good, and every new tenure of any slot of the log would replay
+/// the log from there. Returns whether the pointer moved.
+pub async fn refresh(
+    reader: &LogReader,
+    log: LogId,
+    slot: &str,
+    revision: i64,
+    upto: u64,
+    state: Bytes,
+) -> Result<bool, LogError> {
+    let Some(old) = pointer(reader, log, slot).await? else { return Ok(false) };
+    if old.revision != revision || old.upto >= upto {
+        return Ok(false);
+    }
+    let key = reader.keys().producers(log, slot);
+    let mut compares = vec![Compare::mod_revision(key, CompareOp::Equal, revision)];
+    let snap = reader.snapshot(log).await?;
+    if let Some(o) = snap.head.slot(slot).and_then(|s| s.owner.as_ref()) {
+        let member = reader.keys().member("writer", &o.writer_id);
+        compares.push(Compare::create_revision(member, CompareOp::NotEqual, o.member_revision));
+    }
+    let epoch = old.epoch;
+    put(reader, log, slot, epoch, upto, state, Some(old), compares).await
+}
+
+/// Writes the checkpoint object and moves the pointer to it if `compares` hold.
+#[allow(clippy::too_many_arguments)]
+async fn put(
+    reader: &LogReader,
+    log: LogId,
+    slot: &str,
+    epoch: i64,
+    upto: u64,
+    state: Bytes,
+    old: Option<Pointer>,
+    compares: Vec<Compare>,
+) -> Result<bool, LogError> {
     let path = objstore::keys::state_object(log.0, slot, u64::try_from(epoch).unwrap_or(0), upto);
     reader.objects().put(&path, PutPayload::from(state)).await?;
     let key = reader.keys().producers(log, slot);
-    let compare = match &old {
-        Some(p) => Compare::mod_revision(key.clone(), CompareOp::Equal, p.revision),
-        None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
-    };
     let value = format!("{upto} {epoch} {path}");
-    let txn = Txn::new().when([compare]).and_then([TxnOp::put(key, value.into_bytes())]);
+    let txn = Txn::new().when(compares).and_then([TxnOp::put(key, value.into_bytes())]);
     let moved = reader.meta().txn(txn).await?.succeeded;
-    // The loser of a race deletes its own object; the winner the one it replaced.
+    // The loser of a race deletes its own object, unless the winner wrote the same one (the
+    // same slot, epoch and offset); the winner deletes the one it replaced.
     let unused = match (&old, moved) {
-        (_, false) => Some(path),
+        (_, false) => match pointer(reader, log, slot).await {
+            Ok(Some(p)) if p.object == path.as_ref() => None,
+            Ok(_) => Some(path),
+            // Not known: left for the cleaner, which keeps what a pointer names.
+            Err(_) => None,
+        },
         (Some(p), true) if p.object != path.as_ref() => Some(Path::from(p.object.as_str())),
         _ => None,
     };

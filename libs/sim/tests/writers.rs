@@ -22,8 +22,15 @@ fn plan(group: &str) -> Plan {
 }
 
 /// Seeds that once broke an invariant (docs/reliability.md says what and how it was fixed).
-const REGRESSIONS: &[(&str, u64)] =
-    &[("writers", 3), ("maintenance", 14), ("maintenance", 3813), ("kafka", 65), ("kafka", 97)];
+const REGRESSIONS: &[(&str, u64)] = &[
+    ("writers", 3),
+    ("maintenance", 14),
+    ("maintenance", 3813),
+    ("kafka", 65),
+    ("kafka", 97),
+    ("kafka-zones", 6266),
+    ("kafka-zones", 8748),
+];
 
 #[test]
 fn regression_seeds_run_clean() {

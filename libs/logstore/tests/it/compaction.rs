@@ -30,6 +30,7 @@ both_envs!(
     a_compactor_killed_at_each_step_leaves_the_data_readable_and_no_orphan_after_two_cycles,
     a_read_whose_index_pages_are_compacted_under_it_returns_every_entry_once,
     state_checkpoints_move_forward_and_the_unnamed_ones_are_reclaimed,
+    a_slots_checkpoint_is_refreshed_by_another_only_once_its_owner_is_gone,
     a_page_a_trim_cut_through_is_compacted_and_its_wal_reclaimed,
 );
 
@@ -92,6 +93,39 @@ async fn state_checkpoints_move_forward_and_the_unnamed_ones_are_reclaimed(env: 
     let r = cl.cycle().await?;
     ensure!(r.checkpoints_deleted == 1 && count(&env, "state").await? == 0, "{r:?}");
     w.shutdown().await;
+    Ok(())
+}
+
+/// Another slot's checkpoint moves forward under a refresh only if the pointer is the one read
+/// and the slot's owner (the head names it) is gone; every slot with one is listed.
+async fn a_slots_checkpoint_is_refreshed_by_another_only_once_its_owner_is_gone(
+    env: Env,
+) -> Result<()> {
+    use logstore::slot_state;
+    let owner = env.writer("owner").await?;
+    let other = env.writer("other").await?;
+    let log = owner.create_log().await?;
+    let reader = other.reader().clone();
+    let (epoch, _) = owner.serve_slot(log, "b").await?;
+    ensure!(slot_state::save(&reader, log, "b", epoch, 10, Bytes::from_static(b"ten")).await?);
+    ensure!(slot_state::save(&reader, log, "*", 3, 12, Bytes::from_static(b"any")).await?);
+    ensure!(slot_state::slots(&reader, log).await? == ["*", "b"]);
+    let c = slot_state::load(&reader, log, "b").await?.context("a checkpoint")?;
+    let refresh = |revision: i64, upto: u64| {
+        let reader = reader.clone();
+        async move {
+            slot_state::refresh(&reader, log, "b", revision, upto, Bytes::from_static(b"all")).await
+        }
+    };
+    ensure!(!refresh(c.revision, 20).await?, "refreshed while its owner lives");
+    owner.shutdown().await;
+    ensure!(!refresh(c.revision - 1, 20).await?, "refreshed over a pointer not read");
+    ensure!(!refresh(c.revision, 10).await?, "refreshed backwards");
+    ensure!(refresh(c.revision, 20).await?);
+    let c = slot_state::load(&reader, log, "b").await?.context("a checkpoint")?;
+    ensure!((c.upto, c.epoch, c.state.as_ref()) == (20, epoch, b"all".as_slice()), "{c:?}");
+    ensure!(count(&env, "state").await? == 2, "the replaced checkpoint was not deleted");
+    other.shutdown().await;
     Ok(())
 }
 

@@ -367,3 +367,72 @@ async fn kafka_idempotent_state_survives_a_change_of_owner() -> Result<()> {
     b.shutdown().await;
     Ok(())
 }
+
+/// A producer in zone b appends through zone b's writer; that writer goes, and the producer's
+/// retry of a batch whose answer it lost goes to the `*` slot's owner in zone a. The `*`
+/// slot's first tenure starts from every slot's checkpoint, so the retry is answered with the
+/// batch's first offset, not appended again; and zone b's checkpoint, whose owner is gone, is
+/// moved forward so that it does not hold every later replay back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kafka_idempotent_state_follows_a_producer_from_its_zone_slot_to_any() -> Result<()> {
+    use kafka::Broker;
+    let etcd = testkit::shared_etcd()?;
+    let cluster = testkit::unique_prefix("zones");
+    let meta: Arc<dyn metadata::MetadataStore> =
+        Arc::new(metadata::EtcdStore::connect(&testkit::etcd_config(etcd.endpoint())).await?);
+    let s3 = testkit::shared_s3()?.s3().config(&cluster);
+    let objects = objstore::build(&config::ObjectStoreConfig::S3(s3))?;
+    let open = |id: &str, zone: &str| {
+        let mut cfg = LogStorageConfig::new(&cluster, id);
+        cfg.zone = zone.to_owned();
+        cfg.flush_interval = Duration::from_millis(5);
+        LogStorage::open(meta.clone(), objects.clone(), cfg, Arc::new(SystemClock))
+    };
+    let broker = |storage: &LogStorage| {
+        let catalog = catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &cluster);
+        (catalog.clone(), brokers::LogBroker::writer(catalog, &cluster, storage.clone()))
+    };
+    // Until the broker leads the partition for zone b (member views settle).
+    let produce = |broker: brokers::LogBroker, seq: i32, n: usize| async move {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let batch = idempotent_batch(0, seq, n)?;
+            let header = recordbatch::validate(&batch)?;
+            let got = match broker.produce("zoned", 0, Some("b"), batch, &header).await {
+                Ok(commit) => commit.await.map(|p| p.base_offset).map_err(|r| r.code),
+                Err(r) => Err(r.code),
+            };
+            if got != Err(kafka::code::NOT_LEADER_OR_FOLLOWER) || Instant::now() > deadline {
+                return anyhow::Ok(got);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let a = open("wa", "a").await?;
+    let b = open("wb", "b").await?;
+    let (catalog, on_a) = broker(&a);
+    let (_, on_b) = broker(&b);
+    catalog.create("zoned", 1, Default::default()).await?;
+    ensure!(produce(on_b.clone(), 0, 3).await? == Ok(0));
+    ensure!(produce(on_b.clone(), 3, 2).await? == Ok(3));
+    on_b.checkpoint_all().await;
+    let log = catalog.route("zoned", 0).await?;
+    let key = |slot: &str| format!("/{cluster}/logs/{:020}/producers/{slot}", log.0);
+    let pointer = meta.get(key("b").as_bytes()).await?.context("zone b's checkpoint")?;
+    ensure!(pointer.value.starts_with(b"5 "), "{:?}", String::from_utf8_lossy(&pointer.value));
+    ensure!(meta.get(key("*").as_bytes()).await?.is_none(), "no tenure of `*` yet");
+    // The log moves on in zone a (not a Kafka batch): zone b's checkpoint is now behind.
+    a.append(log, 1, Bytes::from_static(b"plain"), None).await?;
+    // Zone b has no writer left: the producer falls back to `*`, led by zone a's writer.
+    b.shutdown().await;
+    ensure!(produce(on_a.clone(), 3, 2).await? == Ok(3), "the retry was appended again");
+    ensure!(produce(on_a.clone(), 9, 1).await? == Err(kafka::code::OUT_OF_ORDER_SEQUENCE_NUMBER));
+    ensure!(produce(on_a.clone(), 5, 1).await? == Ok(6));
+    let info = a.info(log).await?;
+    ensure!(info.next_offset == 7 && info.entries == 4, "{info:?}");
+    // Zone b's owner is gone: its checkpoint now names where `*`'s tenure began.
+    let pointer = meta.get(key("b").as_bytes()).await?.context("zone b's checkpoint")?;
+    ensure!(pointer.value.starts_with(b"6 "), "{:?}", String::from_utf8_lossy(&pointer.value));
+    a.shutdown().await;
+    Ok(())
+}
