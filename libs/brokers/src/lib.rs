@@ -245,21 +245,29 @@ impl LogBroker {
             .await
             .map_err(|e| unavailable("producer state checkpoints not listed", e))?;
         for s in slots {
+            if s != slot {
+                others.push(s.clone());
+            }
+            // A checkpoint lost or unreadable: the log is the source of truth, replayed whole.
+            let lost = |e: &dyn std::fmt::Display| {
+                tracing::warn!(log = %log, slot = s, error = %e, "Kafka: producer state checkpoint lost; replaying the log from its start");
+                0
+            };
             let c = match logstore::slot_state::load(reader, log, &s).await {
                 Ok(Some(c)) => c,
                 Ok(None) => continue,
+                Err(e @ LogError::Corrupt(_)) => {
+                    from = lost(&e);
+                    continue;
+                }
                 Err(e) => return Err(unavailable("producer state checkpoint unreadable", e)),
             };
             match Producers::restore(&c.state) {
-                Ok(p) => producers.merge(p),
-                // Its producers not in the replay are then accepted at any sequence.
-                Err(e) => {
-                    tracing::warn!(log = %log, slot = s, error = %e, "Kafka: checkpoint unreadable; replaying after it")
+                Ok(p) => {
+                    producers.merge(p);
+                    from = from.min(c.upto);
                 }
-            }
-            from = from.min(c.upto);
-            if s != slot && c.upto < end {
-                others.push((s, c.revision));
+                Err(e) => from = lost(&e),
             }
         }
         let start = self.reader.info(log).await.map_err(refused)?.first_offset;
@@ -312,27 +320,18 @@ impl LogBroker {
         })
     }
 
-    /// Moves forward the checkpoints of the log's other slots (`slots`: name and pointer
-    /// revision read) whose owner is gone, to `state`: true of the whole log below `upto`
-    /// ([`logstore::slot_state::refresh`]). Best effort: one left behind only makes the next
-    /// replay longer.
+    /// Moves forward the checkpoints of the log's other `slots` whose owner is gone, to
+    /// `state`: true of the whole log below `upto` ([`logstore::slot_state::refresh`]). Best
+    /// effort: one left behind only makes the next replay longer.
     async fn refresh_ownerless(
         &self,
         log: LogId,
-        slots: Vec<(String, i64)>,
+        slots: Vec<String>,
         upto: u64,
         state: bytes::Bytes,
     ) {
-        for (slot, revision) in slots {
-            match logstore::slot_state::refresh(
-                &self.reader,
-                log,
-                &slot,
-                revision,
-                upto,
-                state.clone(),
-            )
-            .await
+        for slot in slots {
+            match logstore::slot_state::refresh(&self.reader, log, &slot, upto, state.clone()).await
             {
                 Ok(moved) => {
                     tracing::debug!(log = %log, slot, upto, moved, "Kafka: checkpoint of an ownerless slot")

@@ -24,8 +24,6 @@ pub struct Checkpoint {
     pub upto: u64,
     /// The slot's epoch it was taken under.
     pub epoch: i64,
-    /// The pointer's mod revision when read (see [`refresh`]).
-    pub revision: i64,
     pub state: Bytes,
 }
 
@@ -75,7 +73,8 @@ pub async fn end_if_served(
 }
 
 /// The slot's latest checkpoint, if it has one. A checkpoint replaced (and deleted) between
-/// reading its pointer and its object is looked for again under the new pointer.
+/// reading its pointer and its object is looked for again under the new pointer; one still
+/// missing, or too big, is `Corrupt`.
 pub async fn load(
     reader: &LogReader,
     log: LogId,
@@ -90,6 +89,11 @@ pub async fn load(
                 tries += 1;
                 continue;
             }
+            Err(objstore::object_store::Error::NotFound { .. }) => {
+                return Err(LogError::Corrupt(format!(
+                    "state checkpoint {path}, named by log {log} slot {slot}, is missing"
+                )));
+            }
             got => got?,
         };
         if got.meta.size > MAX_CHECKPOINT_BYTES {
@@ -99,7 +103,7 @@ pub async fn load(
             )));
         }
         let state = got.bytes().await?;
-        return Ok(Some(Checkpoint { upto: p.upto, epoch: p.epoch, revision: p.revision, state }));
+        return Ok(Some(Checkpoint { upto: p.upto, epoch: p.epoch, state }));
     }
 }
 
@@ -141,24 +145,25 @@ pub async fn save(
 }
 
 /// Moves the checkpoint of another owner's `slot` forward to `upto`, with `state` true of the
-/// whole log below it (every slot's checkpoint merged and the log replayed after them), if
-/// the pointer is still the one read at `revision` and the slot's owner the head names (its
-/// writer id and incarnation) is gone: its commits are then refused, and a next owner moves
-/// the pointer before it accepts a batch. A slot whose zone has no writer would otherwise
-/// hold its pointer back for good, and every new tenure of any slot of the log would replay
-/// the log from there. Returns whether the pointer moved.
+/// whole log below it (every slot's checkpoint merged and the log replayed after the lowest),
+/// if its pointer is below `upto` and unchanged between this read and the write, and the
+/// slot's owner the head names (its writer id and incarnation) is gone: its commits are then
+/// refused, and a next owner moves the pointer before it accepts a batch. A slot whose zone
+/// has no writer would otherwise hold its pointer back for good (or name a checkpoint lost),
+/// and every new tenure of any slot of the log would replay the log from there. Returns
+/// whether the pointer moved.
 pub async fn refresh(
     reader: &LogReader,
     log: LogId,
     slot: &str,
-    revision: i64,
     upto: u64,
     state: Bytes,
 ) -> Result<bool, LogError> {
     let Some(old) = pointer(reader, log, slot).await? else { return Ok(false) };
-    if old.revision != revision || old.upto >= upto {
+    if old.upto >= upto {
         return Ok(false);
     }
+    let revision = old.revision;
     let key = reader.keys().producers(log, slot);
     let mut compares = vec![Compare::mod_revision(key, CompareOp::Equal, revision)];
     let snap = reader.snapshot(log).await?;

@@ -375,7 +375,19 @@ async fn kafka_idempotent_state_survives_a_change_of_owner() -> Result<()> {
 /// moved forward so that it does not hold every later replay back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kafka_idempotent_state_follows_a_producer_from_its_zone_slot_to_any() -> Result<()> {
+    follow_a_producer_between_slots(false).await
+}
+
+/// The same with zone b's checkpoint object lost (a pointer naming nothing): the new tenure
+/// replays the log from its start rather than refusing produce for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kafka_idempotent_state_is_rebuilt_from_the_log_when_a_checkpoint_is_lost() -> Result<()> {
+    follow_a_producer_between_slots(true).await
+}
+
+async fn follow_a_producer_between_slots(lose_checkpoint: bool) -> Result<()> {
     use kafka::Broker;
+    use objstore::object_store::ObjectStoreExt;
     let etcd = testkit::shared_etcd()?;
     let cluster = testkit::unique_prefix("zones");
     let meta: Arc<dyn metadata::MetadataStore> =
@@ -421,11 +433,17 @@ async fn kafka_idempotent_state_follows_a_producer_from_its_zone_slot_to_any() -
     let pointer = meta.get(key("b").as_bytes()).await?.context("zone b's checkpoint")?;
     ensure!(pointer.value.starts_with(b"5 "), "{:?}", String::from_utf8_lossy(&pointer.value));
     ensure!(meta.get(key("*").as_bytes()).await?.is_none(), "no tenure of `*` yet");
+    if lose_checkpoint {
+        let value = String::from_utf8(pointer.value.clone())?;
+        let object = value.splitn(3, ' ').nth(2).context("a pointer names an object")?;
+        objects.delete(&objstore::Path::from(object)).await?;
+    }
     // The log moves on in zone a (not a Kafka batch): zone b's checkpoint is now behind.
     a.append(log, 1, Bytes::from_static(b"plain"), None).await?;
     // Zone b has no writer left: the producer falls back to `*`, led by zone a's writer.
     b.shutdown().await;
-    ensure!(produce(on_a.clone(), 3, 2).await? == Ok(3), "the retry was appended again");
+    let retry = produce(on_a.clone(), 3, 2).await?;
+    ensure!(retry == Ok(3), "the retry, answered {retry:?}, was not found in the log");
     ensure!(produce(on_a.clone(), 9, 1).await? == Err(kafka::code::OUT_OF_ORDER_SEQUENCE_NUMBER));
     ensure!(produce(on_a.clone(), 5, 1).await? == Ok(6));
     let info = a.info(log).await?;
