@@ -51,13 +51,15 @@ cluster: deps ## Start etcd, SeaweedFS and every role as local processes (2 writ
 cluster-stop: ## Stop what `make cluster` started
 	./scripts/cluster.sh stop
 
-bench: ## A short benchmark (about 1.5 minutes once built): append and read, local directory, release build
+bench: ## A short benchmark (about 2 minutes once built): saturating append, read, and 10 MiB/s to one log with standalone's eager flushes; local directory, release build
 	@./scripts/install-deps.sh build
 	cargo build --release --bin lakelog
 	@d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
 	./target/release/lakelog bench append --data-dir "$$d/append" --logs 100 --concurrency 8192 \
 		--record-size 1000 --records-per-entry 10 --flush-interval 50ms --duration 15s --baseline && \
-	./target/release/lakelog bench read --data-dir "$$d/read" --flush-interval 50ms --duration 10s --backlog 64MiB
+	./target/release/lakelog bench read --data-dir "$$d/read" --flush-interval 50ms --duration 10s --backlog 64MiB && \
+	./target/release/lakelog bench append --data-dir "$$d/light" --logs 1 --concurrency 256 \
+		--record-size 1000 --records-per-entry 10 --min-flush-interval 5ms --rate 10MiB --duration 10s
 
 bench-kafka: deps ## Produce and consume 1 KiB records through the Kafka port (librdkafka) against the native gRPC path, release build
 	cargo build --release --bin lakelog

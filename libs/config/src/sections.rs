@@ -251,6 +251,11 @@ pub struct WriterSection {
     /// ...or when this many bytes are buffered.
     #[serde(default = "default_flush_bytes")]
     pub flush_bytes: ByteSize,
+    /// The eager flush policy: flush as soon as an append waits and this long has passed since
+    /// the previous flush began (PUTs per second at most one per this interval; at most
+    /// `flush_interval`). Unset: flush at `flush_interval` age; `standalone` defaults to 5ms.
+    #[serde(default)]
+    pub min_flush_interval: Option<Duration>,
     /// Largest payload of one append.
     #[serde(default = "default_max_entry")]
     pub max_entry_size: ByteSize,
@@ -372,6 +377,7 @@ impl Default for WriterSection {
             zone: default_zone(),
             flush_interval: default_flush_interval(),
             flush_bytes: default_flush_bytes(),
+            min_flush_interval: None,
             max_entry_size: default_max_entry(),
             buffer_size: default_buffer(),
             flush_deadline: default_flush_deadline(),
@@ -386,6 +392,14 @@ impl Validate for WriterSection {
     fn validate(&self) -> Result<(), Invalid> {
         if self.flush_interval.0 < std::time::Duration::from_millis(1) {
             return Err(Invalid::new("writer.flush_interval", "must be at least 1ms"));
+        }
+        if let Some(min) = self.min_flush_interval
+            && (min.0 < std::time::Duration::from_millis(1) || min.0 > self.flush_interval.0)
+        {
+            return Err(Invalid::new(
+                "writer.min_flush_interval",
+                "must be at least 1ms and at most writer.flush_interval",
+            ));
         }
         if self.max_entry_size.0 == 0 || self.max_entry_size.0 > self.buffer_size.0 {
             return Err(Invalid::new(

@@ -296,5 +296,21 @@ fn a_standalone_config_takes_the_writer_maintenance_and_telemetry_sections()
         |_| None,
     ));
     assert!(err.contains("maintenance.interval"), "{err}");
+    // The eager policy: unset unless given, and never slower than the flush interval.
+    assert_eq!(empty.writer.min_flush_interval, None);
+    let eager: StandaloneConfig =
+        from_yaml("standalone.yaml", "writer:\n  min_flush_interval: 2ms\n", |_| None)?;
+    assert_eq!(
+        eager.writer.min_flush_interval.map(|d| d.0),
+        Some(std::time::Duration::from_millis(2))
+    );
+    for bad in ["300ms", "0ms"] {
+        let err = err_of(from_yaml::<StandaloneConfig, _>(
+            "standalone.yaml",
+            &format!("writer:\n  min_flush_interval: {bad}\n"),
+            |_| None,
+        ));
+        assert!(err.contains("writer.min_flush_interval"), "{bad}: {err}");
+    }
     Ok(())
 }

@@ -40,6 +40,15 @@ pub struct AppendArgs {
     /// The in-process writer's flush interval.
     #[arg(long, default_value = "250ms")]
     flush_interval: config::Duration,
+    /// The in-process writer's eager flush policy: flush once an append waits and this long
+    /// has passed since the previous flush began (`writer.min_flush_interval`).
+    #[arg(long)]
+    min_flush_interval: Option<config::Duration>,
+    /// Append at this many payload bytes a second (open loop: each append's latency counts
+    /// from when it was due, so a stall is not hidden), `--concurrency` at most in flight;
+    /// unset: as fast as acknowledgements come back.
+    #[arg(long)]
+    rate: Option<config::ByteSize>,
     /// Run this long (default 10s unless --bytes is given).
     #[arg(long)]
     duration: Option<config::Duration>,
@@ -142,6 +151,11 @@ async fn open_target(args: &AppendArgs, endpoint: &str) -> anyhow::Result<Target
                 "INVALID_ARGUMENT: --baseline needs the stores in process: give --data-dir or --config"
             );
         }
+        if args.min_flush_interval.is_some() {
+            bail!(
+                "INVALID_ARGUMENT: --min-flush-interval sets an in-process writer: give --data-dir or --config (a remote writer's is its writer.min_flush_interval)"
+            );
+        }
         return Ok(Target::Remote(LogClient::connect(endpoint).await?));
     };
     let (meta, txns) = CountingMeta::new(metadata::open(&node.metadata).await?);
@@ -149,6 +163,7 @@ async fn open_target(args: &AppendArgs, endpoint: &str) -> anyhow::Result<Target
     let (objects, puts) = CountingStore::new(raw_objects.clone());
     let mut cfg = writer::storage_config(&node);
     cfg.flush_interval = args.flush_interval.0;
+    cfg.min_flush_interval = args.min_flush_interval.map(|d| d.0);
     let meta: Arc<dyn MetadataStore> = meta;
     let storage = LogStorage::open(meta.clone(), objects, cfg, Arc::new(SystemClock)).await?;
     Ok(Target::Local { storage, objects: raw_objects, meta, puts, txns })
@@ -198,11 +213,19 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
     let entries = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
+    // Open loop: append n is due `n × entry / rate` after the start.
+    let pace = match args.rate {
+        Some(r) if r.0 == 0 => bail!("INVALID_ARGUMENT: --rate must be above 0"),
+        Some(r) => Some(Duration::from_secs_f64(entry_bytes as f64 / r.0 as f64)),
+        None => None,
+    };
+    let tickets = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for t in 0..args.concurrency {
         let (target, logs, payload, stop) =
             (target.clone(), logs.clone(), payload.clone(), stop.clone());
         let (appended, entries, errors) = (appended.clone(), entries.clone(), errors.clone());
+        let tickets = tickets.clone();
         let records = args.records_per_entry;
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
@@ -210,7 +233,18 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
             while !stop.load(Ordering::Relaxed) {
                 let log = logs[(i % logs.len() as u64) as usize];
                 i += 1;
-                let t0 = Instant::now();
+                let t0 = match pace {
+                    Some(p) => {
+                        let n = tickets.fetch_add(1, Ordering::Relaxed);
+                        let due = start + p.mul_f64(n as f64);
+                        tokio::time::sleep_until(due.into()).await;
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        due
+                    }
+                    None => Instant::now(),
+                };
                 match target.append(log, records, payload.clone()).await {
                     Ok(()) => {
                         lat.push(t0.elapsed().as_micros() as u64);
@@ -286,6 +320,15 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
                 "flush_interval_ms".into(),
                 format!("{:.1}", args.flush_interval.0.as_secs_f64() * 1e3),
             ),
+            (
+                "min_flush_interval_ms".into(),
+                args.min_flush_interval
+                    .map_or("null".to_owned(), |d| format!("{:.1}", d.0.as_secs_f64() * 1e3)),
+            ),
+            (
+                "rate_mb_per_s".into(),
+                args.rate.map_or("null".to_owned(), |r| format!("{:.3}", r.0 as f64 / 1e6)),
+            ),
             ("duration_s".into(), format!("{elapsed:.2}")),
         ],
     };
@@ -298,6 +341,7 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
         ("flushes".into(), opt(flushes as f64)),
         ("metadata_txns".into(), opt(meta_txns as f64)),
         ("puts_per_gib".into(), opt(per_gib(puts))),
+        ("puts_per_s".into(), opt(puts as f64 / elapsed)),
         ("metadata_txns_per_gib".into(), opt(per_gib(meta_txns))),
         ("rss_peak_mb".into(), rss_peak_mb().map_or("null".to_owned(), |m| format!("{m:.1}"))),
     ]);
@@ -308,6 +352,7 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
             ("metadata write txns".into(), meta_txns.to_string()),
             ("txns per flush".into(), format!("{:.2}", meta_txns as f64 / flushes.max(1) as f64)),
             ("PUTs per GiB".into(), format!("{:.0}", per_gib(puts))),
+            ("PUTs/s".into(), format!("{:.1}", puts as f64 / elapsed)),
         ]);
     }
     report
@@ -611,6 +656,8 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
         records_per_entry: 1,
         concurrency: 1,
         flush_interval: args.flush_interval,
+        min_flush_interval: None,
+        rate: None,
         duration: None,
         bytes: None,
         baseline: false,

@@ -608,6 +608,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// `standalone`'s default `writer.min_flush_interval`: light loads are acknowledged in about
+/// one file write and one metadata commit; at most 200 WAL objects a second (one per
+/// `flush_interval`, if that is shorter).
+const STANDALONE_MIN_FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(5);
+
 async fn standalone(
     data_dir: PathBuf,
     listen: SocketAddr,
@@ -625,7 +630,14 @@ async fn standalone(
     }
     let node = config::NodeConfig {
         telemetry,
-        writer: config::WriterSection { listen, ..tuned.writer },
+        writer: config::WriterSection {
+            listen,
+            // A local directory: a PUT is cheap, so flush eagerly by default.
+            min_flush_interval: tuned.writer.min_flush_interval.or(Some(config::Duration(
+                STANDALONE_MIN_FLUSH_INTERVAL.min(tuned.writer.flush_interval.0),
+            ))),
+            ..tuned.writer
+        },
         maintenance: tuned.maintenance,
         ..data_dir_node(&data_dir)
     };

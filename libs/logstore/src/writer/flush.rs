@@ -5,13 +5,15 @@
 use super::*;
 
 pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) {
+    // When the previous flush began (and its PUT with it).
+    let mut last: Option<Instant> = None;
     loop {
         // Read under the buffer's lock with `closing`: an append enqueued after this saw
         // `closing` too and was refused, so stopping on an empty buffer strands nothing.
         let (due, closing, bytes) = {
             let b = lock(&core.buffer);
             (
-                b.since.map(|s| s + core.cfg.flush_interval),
+                b.since.map(|s| due_at(&core.cfg, s, last)),
                 core.closing.load(Ordering::SeqCst),
                 b.bytes,
             )
@@ -33,6 +35,7 @@ pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) 
             continue;
         }
         let began = Instant::now();
+        last = Some(began);
         let (seq, incarnation) = match core.next_seq().await {
             Ok(s) => s,
             Err(e) => {
@@ -80,6 +83,17 @@ pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) 
             }
             let _ = put_tx.send(r);
         });
+    }
+}
+
+/// When a buffer whose oldest append arrived at `since` is due: `flush_interval` after it, or
+/// under the eager policy as soon as `min_flush_interval` has passed since the `last` flush
+/// began (at once if none did), whichever is first.
+fn due_at(cfg: &LogStorageConfig, since: Instant, last: Option<Instant>) -> Instant {
+    let latest = since + cfg.flush_interval;
+    match cfg.min_flush_interval {
+        None => latest,
+        Some(min) => latest.min(last.map_or(since, |l| (l + min).max(since))),
     }
 }
 

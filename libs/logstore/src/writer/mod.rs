@@ -2,7 +2,8 @@
 //! commit (metadata transactions that assign offsets) → acknowledge.
 //!
 //! Three tasks share one [`Core`]:
-//! - the flusher takes the buffer when it is `flush_interval` old or `flush_bytes` big, stamps
+//! - the flusher takes the buffer when it is `flush_interval` old or `flush_bytes` big (or, under
+//!   the eager policy, `min_flush_interval` after the previous flush began), stamps
 //!   it with the next WAL sequence, hands it to the committer *in sequence order*, and starts
 //!   its PUT (PUTs of several flushes overlap);
 //! - the committer resolves flushes strictly in sequence order, so one log's chunks commit in

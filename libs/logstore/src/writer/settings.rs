@@ -22,6 +22,12 @@ pub struct LogStorageConfig {
     pub flush_interval: Duration,
     /// ...or when this many payload bytes are buffered (default 8 MiB).
     pub flush_bytes: usize,
+    /// The eager policy, when set: a flush happens as soon as an append waits and this long
+    /// has passed since the previous flush began (its PUT started then), so a light load is
+    /// acknowledged after about one PUT and one commit, and PUTs per second stay at most one
+    /// per this interval; `flush_interval` and `flush_bytes` still bound a flush's wait and
+    /// size. `None` (the default): flushes wait for `flush_interval` or `flush_bytes`.
+    pub min_flush_interval: Option<Duration>,
     /// The largest payload one append may carry (default 4 MiB).
     pub max_entry_bytes: usize,
     /// Payload bytes buffered or in flight at most; appends wait for room (default 64 MiB).
@@ -49,6 +55,7 @@ impl LogStorageConfig {
             kafka_advertise: String::new(),
             flush_interval: Duration::from_millis(250),
             flush_bytes: 8 << 20,
+            min_flush_interval: None,
             max_entry_bytes: 4 << 20,
             buffer_bytes: 64 << 20,
             append_timeout: Duration::from_secs(5),
@@ -69,6 +76,14 @@ impl LogStorageConfig {
         }
         if self.flush_interval < Duration::from_millis(1) {
             return bad(format!("flush_interval {:?} is below 1 ms", self.flush_interval));
+        }
+        if let Some(min) = self.min_flush_interval
+            && (min.is_zero() || min > self.flush_interval)
+        {
+            return bad(format!(
+                "min_flush_interval {min:?} must be above 0 and at most flush_interval {:?}",
+                self.flush_interval
+            ));
         }
         if self.max_entry_bytes == 0 || self.max_entry_bytes > self.buffer_bytes {
             return bad(format!(

@@ -33,3 +33,4 @@ mod cutoff;
 mod env;
 mod failures;
 mod faulty_meta;
+mod flush_policy;
