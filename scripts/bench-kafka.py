@@ -11,7 +11,7 @@
   native    `lakelog bench append` against the same standalone, same record size: MB/s;
 
 and prints the ratios. Usage: bench-kafka.py [--bin target/release/lakelog] [--seconds 10]
-[--record-size 1024] [--flush-interval 50ms]. Starts its own standalone on free ports in a
+[--record-size 1024] [--flush-interval 50ms] [--min-flush-interval 5ms]. Starts its own standalone on free ports in a
 temporary directory. Exit 1 on any delivery error.
 """
 import argparse
@@ -31,6 +31,8 @@ ap.add_argument("--bin", default="target/release/lakelog")
 ap.add_argument("--seconds", type=float, default=10)
 ap.add_argument("--record-size", type=int, default=1024)
 ap.add_argument("--flush-interval", default="50ms")
+ap.add_argument("--min-flush-interval", default=None,
+                help="writer.min_flush_interval (the eager policy); default: standalone's")
 args = ap.parse_args()
 
 
@@ -50,6 +52,8 @@ data = tempfile.mkdtemp(prefix="bench-kafka-")
 cfg = os.path.join(data, "standalone.yaml")
 with open(cfg, "w") as f:
     f.write(f"writer:\n  flush_interval: {args.flush_interval}\n")
+    if args.min_flush_interval:
+        f.write(f"  min_flush_interval: {args.min_flush_interval}\n")
 standalone = subprocess.Popen(
     [args.bin, "standalone", "--data-dir", os.path.join(data, "d"), "--listen", f"127.0.0.1:{grpc}",
      "--kafka-listen", f"127.0.0.1:{kafka}", "--config", cfg],
@@ -150,6 +154,7 @@ finally:
 report = {
     "record_size": args.record_size,
     "flush_interval": args.flush_interval,
+    "min_flush_interval": args.min_flush_interval or "standalone default",
     "kafka_produce_mb_per_s": round(produce_mb, 2),
     "kafka_produce_ack_ms": {"p50": round(pct(acks, 0.5), 1), "p99": round(pct(acks, 0.99), 1)},
     "kafka_consume_mb_per_s": round(consume_mb, 2),
