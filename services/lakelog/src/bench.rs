@@ -171,6 +171,13 @@ async fn open_target(args: &AppendArgs, endpoint: &str) -> anyhow::Result<Target
 
 /// Runs `lakelog bench append`.
 pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
+    let entry_bytes = args.record_size.0 as usize * args.records_per_entry as usize;
+    // Open loop: append n is due `n × entry / rate` after the start.
+    let pace = match args.rate {
+        Some(r) if r.0 == 0 => bail!("INVALID_ARGUMENT: --rate must be above 0"),
+        Some(r) => Some(Duration::from_secs_f64(entry_bytes as f64 / r.0 as f64)),
+        None => None,
+    };
     let target = Arc::new(open_target(&args, endpoint).await?);
     let mut logs = Vec::with_capacity(args.logs as usize);
     let started = Instant::now();
@@ -198,7 +205,6 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
     for w in warmers {
         w.await??;
     }
-    let entry_bytes = args.record_size.0 as usize * args.records_per_entry as usize;
     let payload = Bytes::from(vec![0x5a; entry_bytes]);
     let duration = args.duration.map(|d| d.0).unwrap_or(if args.bytes.is_some() {
         Duration::MAX
@@ -213,12 +219,8 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
     let entries = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
-    // Open loop: append n is due `n × entry / rate` after the start.
-    let pace = match args.rate {
-        Some(r) if r.0 == 0 => bail!("INVALID_ARGUMENT: --rate must be above 0"),
-        Some(r) => Some(Duration::from_secs_f64(entry_bytes as f64 / r.0 as f64)),
-        None => None,
-    };
+    // No append is due after the run ends (a task holding a later ticket would keep it going).
+    let end = start.checked_add(duration);
     let tickets = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for t in 0..args.concurrency {
@@ -237,6 +239,9 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
                     Some(p) => {
                         let n = tickets.fetch_add(1, Ordering::Relaxed);
                         let due = start + p.mul_f64(n as f64);
+                        if end.is_some_and(|e| due >= e) {
+                            break;
+                        }
                         tokio::time::sleep_until(due.into()).await;
                         if stop.load(Ordering::Relaxed) {
                             break;
