@@ -245,29 +245,28 @@ impl LogBroker {
             .await
             .map_err(|e| unavailable("producer state checkpoints not listed", e))?;
         for s in slots {
-            if s != slot {
-                others.push(s.clone());
-            }
-            // A checkpoint lost or unreadable: the log is the source of truth, replayed whole.
-            let lost = |e: &dyn std::fmt::Display| {
-                tracing::warn!(log = %log, slot = s, error = %e, "Kafka: producer state checkpoint lost; replaying the log from its start");
-                0
-            };
-            let c = match logstore::slot_state::load(reader, log, &s).await {
-                Ok(Some(c)) => c,
+            // What this slot's checkpoint is true below, if one could be used: one lost or
+            // unreadable means the log, the source of truth, is replayed whole.
+            let upto = match logstore::slot_state::load(reader, log, &s).await {
                 Ok(None) => continue,
-                Err(e @ LogError::Corrupt(_)) => {
-                    from = lost(&e);
-                    continue;
-                }
+                Ok(Some(c)) => match Producers::restore(&c.state) {
+                    Ok(p) => {
+                        producers.merge(p);
+                        Ok(c.upto)
+                    }
+                    Err(e) => Err(e),
+                },
+                Err(e @ LogError::Corrupt(_)) => Err(e.to_string()),
                 Err(e) => return Err(unavailable("producer state checkpoint unreadable", e)),
             };
-            match Producers::restore(&c.state) {
-                Ok(p) => {
-                    producers.merge(p);
-                    from = from.min(c.upto);
-                }
-                Err(e) => from = lost(&e),
+            let upto = upto.unwrap_or_else(|e| {
+                tracing::warn!(log = %log, slot = s, error = %e, "Kafka: producer state checkpoint lost; replaying the log from its start");
+                0
+            });
+            from = from.min(upto);
+            // Moved forward below if its owner is gone.
+            if s != slot {
+                others.push(s);
             }
         }
         let start = self.reader.info(log).await.map_err(refused)?.first_offset;
