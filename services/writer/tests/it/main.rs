@@ -311,24 +311,46 @@ async fn kafka_idempotent_batches_are_appended_once_and_answered_with_their_firs
     Ok(())
 }
 
+/// A cluster of its own on the shared etcd and S3 server, for writers that come and go.
+struct Stores {
+    cluster: String,
+    meta: Arc<dyn metadata::MetadataStore>,
+    objects: Arc<dyn objstore::object_store::ObjectStore>,
+}
+
+impl Stores {
+    async fn new(prefix: &str) -> Result<Stores> {
+        let etcd = testkit::shared_etcd()?;
+        let cluster = testkit::unique_prefix(prefix);
+        let meta =
+            Arc::new(metadata::EtcdStore::connect(&testkit::etcd_config(etcd.endpoint())).await?);
+        let s3 = testkit::shared_s3()?.s3().config(&cluster);
+        let objects = objstore::build(&config::ObjectStoreConfig::S3(s3))?;
+        Ok(Stores { cluster, meta, objects })
+    }
+
+    /// Writer `id` in `zone`, flushing every 5 ms.
+    async fn writer(&self, id: &str, zone: &str) -> Result<LogStorage> {
+        let mut cfg = LogStorageConfig::new(&self.cluster, id);
+        cfg.zone = zone.to_owned();
+        cfg.flush_interval = Duration::from_millis(5);
+        Ok(LogStorage::open(self.meta.clone(), self.objects.clone(), cfg, Arc::new(SystemClock))
+            .await?)
+    }
+
+    /// The catalog and the Kafka broker of a writer.
+    fn broker(&self, storage: &LogStorage) -> (catalog::Catalog, brokers::LogBroker) {
+        let catalog =
+            catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &self.cluster);
+        (catalog.clone(), brokers::LogBroker::writer(catalog, &self.cluster, storage.clone()))
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kafka_idempotent_state_survives_a_change_of_owner() -> Result<()> {
     use kafka::Broker;
-    let etcd = testkit::shared_etcd()?;
-    let cluster = testkit::unique_prefix("handoff");
-    let meta: Arc<dyn metadata::MetadataStore> =
-        Arc::new(metadata::EtcdStore::connect(&testkit::etcd_config(etcd.endpoint())).await?);
-    let s3 = testkit::shared_s3()?.s3().config(&cluster);
-    let objects = objstore::build(&config::ObjectStoreConfig::S3(s3))?;
-    let open = |id: &str| {
-        let mut cfg = LogStorageConfig::new(&cluster, id);
-        cfg.flush_interval = Duration::from_millis(5);
-        LogStorage::open(meta.clone(), objects.clone(), cfg, Arc::new(SystemClock))
-    };
-    let broker = |storage: &LogStorage| {
-        let catalog = catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &cluster);
-        (catalog.clone(), brokers::LogBroker::writer(catalog, &cluster, storage.clone()))
-    };
+    let stores = Stores::new("handoff").await?;
+    let (cluster, meta) = (&stores.cluster, &stores.meta);
     let produce = |broker: brokers::LogBroker, seq: i32, n: usize| async move {
         let batch = idempotent_batch(0, seq, n)?;
         let header = recordbatch::validate(&batch)?;
@@ -337,8 +359,8 @@ async fn kafka_idempotent_state_survives_a_change_of_owner() -> Result<()> {
             Err(r) => Err(r.code),
         })
     };
-    let a = open("a").await?;
-    let (catalog, on_a) = broker(&a);
+    let a = stores.writer("a", "*").await?;
+    let (catalog, on_a) = stores.broker(&a);
     catalog.create("moving", 1, Default::default()).await?;
     ensure!(produce(on_a.clone(), 0, 3).await? == Ok(0));
     ensure!(produce(on_a.clone(), 3, 2).await? == Ok(3));
@@ -351,8 +373,8 @@ async fn kafka_idempotent_state_survives_a_change_of_owner() -> Result<()> {
     ensure!(pointer.value.starts_with(b"5 "), "{:?}", String::from_utf8_lossy(&pointer.value));
     // The owner goes away; the only writer left takes the partition over.
     a.shutdown().await;
-    let b = open("b").await?;
-    let (_, on_b) = broker(&b);
+    let b = stores.writer("b", "*").await?;
+    let (_, on_b) = stores.broker(&b);
     // Retries of a checkpointed batch and of one found by the replay: their first offsets,
     // nothing appended. The state is known: a gap is still a gap.
     ensure!(produce(on_b.clone(), 3, 2).await? == Ok(3));
@@ -388,22 +410,8 @@ async fn kafka_idempotent_state_is_rebuilt_from_the_log_when_a_checkpoint_is_los
 async fn follow_a_producer_between_slots(lose_checkpoint: bool) -> Result<()> {
     use kafka::Broker;
     use objstore::object_store::ObjectStoreExt;
-    let etcd = testkit::shared_etcd()?;
-    let cluster = testkit::unique_prefix("zones");
-    let meta: Arc<dyn metadata::MetadataStore> =
-        Arc::new(metadata::EtcdStore::connect(&testkit::etcd_config(etcd.endpoint())).await?);
-    let s3 = testkit::shared_s3()?.s3().config(&cluster);
-    let objects = objstore::build(&config::ObjectStoreConfig::S3(s3))?;
-    let open = |id: &str, zone: &str| {
-        let mut cfg = LogStorageConfig::new(&cluster, id);
-        cfg.zone = zone.to_owned();
-        cfg.flush_interval = Duration::from_millis(5);
-        LogStorage::open(meta.clone(), objects.clone(), cfg, Arc::new(SystemClock))
-    };
-    let broker = |storage: &LogStorage| {
-        let catalog = catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &cluster);
-        (catalog.clone(), brokers::LogBroker::writer(catalog, &cluster, storage.clone()))
-    };
+    let stores = Stores::new("zones").await?;
+    let (cluster, meta, objects) = (&stores.cluster, &stores.meta, &stores.objects);
     // Until the broker leads the partition for zone b (member views settle).
     let produce = |broker: brokers::LogBroker, seq: i32, n: usize| async move {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -420,10 +428,10 @@ async fn follow_a_producer_between_slots(lose_checkpoint: bool) -> Result<()> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
-    let a = open("wa", "a").await?;
-    let b = open("wb", "b").await?;
-    let (catalog, on_a) = broker(&a);
-    let (_, on_b) = broker(&b);
+    let a = stores.writer("wa", "a").await?;
+    let b = stores.writer("wb", "b").await?;
+    let (catalog, on_a) = stores.broker(&a);
+    let (_, on_b) = stores.broker(&b);
     catalog.create("zoned", 1, Default::default()).await?;
     ensure!(produce(on_b.clone(), 0, 3).await? == Ok(0));
     ensure!(produce(on_b.clone(), 3, 2).await? == Ok(3));
