@@ -1310,7 +1310,7 @@ fn conditions(
             ),
         ));
     }
-    Ok(logstore::Conditions { expected_offset: None, tenure, timestamp: ts })
+    Ok(logstore::Conditions { tenure, timestamp: ts, ..Default::default() })
 }
 
 /// A commit as the Kafka front end awaits it.

@@ -36,7 +36,7 @@ pub use cursor::{CursorStart, CursorStats, LogCursor};
 pub use log::Log;
 pub use reader::{DEFAULT_INDEX_PAGES, LogReader, MAX_BY_INDEX_BYTES, MAX_BY_INDEX_ENTRIES};
 pub use storage::{Committing, Conditions, LogStorage};
-pub use writer::LogStorageConfig;
+pub use writer::{Chain, LogStorageConfig};
 pub use writer::{FlushObserver, WriterHook, WriterStep};
 
 /// Chunk locators a log head keeps before spilling them to an index page.

@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 
 use crate::reader::{LogReader, Snapshot};
 use crate::records::{LogHead, LogState};
-use crate::writer::{Core, LogStorageConfig, Pending};
+use crate::writer::{Chain, Core, LogStorageConfig, Pending};
 use crate::{
     Clock, EntryIndex, LogEntry, LogEntryHeader, LogError, LogId, LogInfo, LogOffset, decode,
 };
@@ -22,7 +22,7 @@ struct CloseGuard(Arc<Core>);
 
 impl Drop for CloseGuard {
     fn drop(&mut self) {
-        self.0.closing.store(true, Ordering::SeqCst);
+        self.0.close();
         self.0.wake();
     }
 }
@@ -30,7 +30,7 @@ impl Drop for CloseGuard {
 /// Level 1 log storage: appends through this writer; reads, trims and the rest through the
 /// metadata store and objects directly. Cheap to clone.
 /// What an append asks beyond its payload ([`LogStorage::submit_in_slot`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Conditions {
     /// Commit only at this offset, else `OffsetMismatch`.
     pub expected_offset: Option<u64>,
@@ -42,6 +42,11 @@ pub struct Conditions {
     /// the batch's largest record timestamp, so time search and retention follow the records'
     /// timestamps, as in Kafka.
     pub timestamp: Option<i64>,
+    /// The pipeline the append belongs to: it commits only if none of the chain's earlier
+    /// appends failed, else it fails `Unavailable` with nothing applied. A chain that already
+    /// failed refuses the append at once; an append refused at admission or failed breaks
+    /// its chain for every append after it.
+    pub chain: Option<Arc<Chain>>,
 }
 
 #[derive(Clone)]
@@ -87,7 +92,7 @@ impl LogStorage {
     /// owned move to live writers. Reads keep being served. A later call (or one after
     /// [`abort`](Self::abort)) returns at once.
     pub async fn drain(&self) {
-        self.core.closing.store(true, Ordering::SeqCst);
+        self.core.close();
         self.core.wake();
         let tasks: Vec<_> =
             std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
@@ -112,7 +117,7 @@ impl LogStorage {
     /// Stops every task at once, as a crash would: buffered and in-flight appends are never
     /// answered, nothing more is committed, the lease is left to expire. For tests.
     pub fn abort(&self) {
-        self.core.closing.store(true, Ordering::SeqCst);
+        self.core.close();
         for t in self.tasks.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
             t.abort();
         }
@@ -178,6 +183,12 @@ impl LogStorage {
         &self.core.cfg
     }
 
+    /// Resolves once this writer began to close (drain, shutdown): from then on appends are
+    /// refused. Long-lived calls (append streams) end on it.
+    pub fn closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.core.closed()
+    }
+
     /// This writer's current incarnation (its member key's create_revision).
     pub async fn incarnation(&self) -> i64 {
         self.core.identity.lock().await.member_revision
@@ -230,7 +241,27 @@ impl LogStorage {
         payload: Bytes,
         opts: Conditions,
     ) -> Result<Committing, LogError> {
-        let Conditions { expected_offset, tenure, timestamp } = opts;
+        let chain = opts.chain.clone();
+        let admitted = self.admit(log, slot, record_count, payload, opts).await;
+        if let (Err(e), Some(chain)) = (&admitted, chain) {
+            // Refused: the chain's appends admitted so far go on, later ones fail.
+            chain.fail_after(self.core.admitted(), log, e);
+        }
+        admitted
+    }
+
+    async fn admit(
+        &self,
+        log: LogId,
+        slot: &str,
+        record_count: u32,
+        payload: Bytes,
+        opts: Conditions,
+    ) -> Result<Committing, LogError> {
+        let Conditions { expected_offset, tenure, timestamp, chain } = opts;
+        if let Some(e) = chain.as_ref().and_then(|c| c.broken()) {
+            return Err(e);
+        }
         let cfg = &self.core.cfg;
         if slot.is_empty() || slot.contains('/') {
             return Err(LogError::InvalidArgument(format!(
@@ -286,6 +317,7 @@ impl LogStorage {
             reply: tx,
             _permit: permit,
             admitted: 0,
+            chain,
         });
         Ok(Committing(rx))
     }

@@ -124,6 +124,10 @@ pub(super) fn plan(
             open_run = false;
             continue;
         }
+        // A run is contiguous in the object: an entry culled before the commit ends it too.
+        if open_run && runs.last().is_some_and(|r| r.byte_start + r.byte_len != *byte_start) {
+            open_run = false;
+        }
         let size = p.size;
         let header = LogEntryHeader {
             offset: h.next_offset,

@@ -17,7 +17,10 @@
 //! Order on failure (invariant 7, §3.4): every append gets an admission number as it enters
 //! the buffer. When one of a log's appends fails definitely, every append of that log admitted
 //! before the failure fails with it, wherever it is (buffered, stamped, uploading), so a
-//! pipelining client's later appends never commit ahead of the one it will retry.
+//! pipelining client's later appends never commit ahead of the one it will retry. Appends
+//! admitted after the failure, before the client heard of it, are held back by their
+//! [`Chain`]: a pipeline's appends share one, and once one of them fails, none of the chain's
+//! later appends commits.
 
 mod commit;
 mod flush;
@@ -73,12 +76,61 @@ pub(crate) struct Pending {
     pub _permit: OwnedSemaphorePermit,
     /// Its place in the order appends entered the buffer (set by [`Core::enqueue`]).
     pub admitted: u64,
+    /// The pipeline it belongs to, if any: it commits only while no earlier append of the
+    /// chain failed.
+    pub chain: Option<Arc<Chain>>,
 }
 
 impl Pending {
     fn answer(self, r: Result<LogEntryHeader, LogError>) {
+        if let (Err(e), Some(chain)) = (&r, &self.chain) {
+            chain.fail_after(self.admitted, self.log, e);
+        }
         // The caller may have given up waiting; the outcome stands either way.
         let _ = self.reply.send(r);
+    }
+}
+
+/// One pipelining client's appends to one log, which must commit in their order or not at
+/// all: once one fails, every later one fails too, with nothing applied, so the client can
+/// send them again in order after the one that failed. Admission order and per-log commits in
+/// flush order (invariant 7) keep the successes in order; the chain covers appends admitted
+/// after a failure but before the client heard of it, which poisoning does not.
+#[derive(Debug, Default)]
+pub struct Chain(Mutex<Option<(u64, LogError)>>);
+
+impl Chain {
+    /// Why the chain's later appends fail, once one of its appends failed: retryable, and
+    /// never "outcome unknown" (they are refused before their commit).
+    pub fn broken(&self) -> Option<LogError> {
+        lock(&self.0).as_ref().map(|(_, e)| e.clone())
+    }
+
+    /// Marks the chain failed from its start by `e` of an append to `log`: every append of it
+    /// not committed yet fails, and so does every later one.
+    pub fn fail(&self, log: LogId, e: &LogError) {
+        self.fail_after(0, log, e);
+    }
+
+    /// Marks the chain failed by `e` of an append to `log`: those of its appends admitted
+    /// after number `admitted` (the failed one's, or the last admitted when one is refused at
+    /// admission) fail, and so does every later one.
+    pub(crate) fn fail_after(&self, admitted: u64, log: LogId, e: &LogError) {
+        let mut failed = lock(&self.0);
+        match failed.as_mut() {
+            Some((at, _)) => *at = (*at).min(admitted),
+            None => {
+                let why = format!(
+                    "not appended: an earlier append to log {log} in this pipeline failed ({e})"
+                );
+                *failed = Some((admitted, LogError::unavailable(why)));
+            }
+        }
+    }
+
+    /// Whether the append admitted as number `admitted` must fail, and why.
+    fn dooms(&self, admitted: u64) -> Option<LogError> {
+        lock(&self.0).as_ref().filter(|(at, _)| admitted > *at).map(|(_, e)| e.clone())
     }
 }
 
@@ -191,6 +243,8 @@ pub(crate) struct Core {
     /// WAL objects the flusher has handed to the object store.
     pub flushes: AtomicU64,
     pub closing: AtomicBool,
+    /// `closing`, to wait on: true once the writer began to close.
+    closed: tokio::sync::watch::Sender<bool>,
     pub observer: std::sync::OnceLock<Arc<dyn FlushObserver>>,
     /// Crash points for tests; unset in every role.
     pub hook: std::sync::OnceLock<WriterHook>,
@@ -231,6 +285,7 @@ impl Core {
             members: Mutex::new(None),
             flushes: AtomicU64::new(0),
             closing: AtomicBool::new(false),
+            closed: tokio::sync::watch::Sender::new(false),
             observer: std::sync::OnceLock::new(),
             hook: std::sync::OnceLock::new(),
             cfg,
@@ -266,6 +321,26 @@ impl Core {
         if was_empty || full {
             self.wake.notify_one();
         }
+    }
+
+    /// Begins to close: appends are refused from now on, and waiters of [`Core::closed`] are
+    /// woken.
+    pub(crate) fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        self.closed.send_replace(true);
+    }
+
+    /// Resolves once the writer began to close (at once if it has).
+    pub(crate) fn closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut closed = self.closed.subscribe();
+        async move {
+            let _ = closed.wait_for(|c| *c).await;
+        }
+    }
+
+    /// How many appends were admitted so far: the admission number of the last.
+    pub(crate) fn admitted(&self) -> u64 {
+        self.admitted.load(Ordering::SeqCst)
     }
 
     pub(crate) fn wake(&self) {
@@ -399,6 +474,8 @@ impl Core {
 
     /// Fails what `poison` doomed of a chunk; the rest of the chunk (appends admitted after
     /// the failure) stays. `None` when nothing is left.
+    /// Appends whose chain broke fail too: a chain's earlier appends were resolved before
+    /// (flushes are resolved in admission order), so its failure is known by now.
     fn cull(&self, mut c: Chunk) -> Option<Chunk> {
         let doom = lock(&self.poisoned).get(&c.log).cloned();
         if let Some((upto, e)) = doom {
@@ -406,6 +483,16 @@ impl Core {
                 c.entries.into_iter().partition(|(p, _, _)| p.admitted <= upto);
             for (p, _, _) in dead {
                 p.answer(Err(e.clone()));
+            }
+            c.entries = live;
+        }
+        if c.entries.iter().any(|(p, _, _)| p.chain.is_some()) {
+            let mut live = Vec::with_capacity(c.entries.len());
+            for (p, start, len) in std::mem::take(&mut c.entries) {
+                match p.chain.as_ref().and_then(|chain| chain.dooms(p.admitted)) {
+                    Some(e) => p.answer(Err(e)),
+                    None => live.push((p, start, len)),
+                }
             }
             c.entries = live;
         }

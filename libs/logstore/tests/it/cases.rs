@@ -33,6 +33,7 @@ both_envs!(
     readers_never_see_the_high_watermark_go_back,
     bad_input_gets_clear_errors,
     conditional_append_commits_only_at_the_expected_offset,
+    a_failed_append_fails_its_chains_later_appends_and_nothing_else,
     index_pages_spill_and_hard_trim_removes_them,
     scans_walk_many_index_pages_in_few_metadata_reads,
     acknowledged_appends_survive_a_writer_restart,
@@ -756,6 +757,57 @@ async fn conditional_append_commits_only_at_the_expected_offset(env: Env) -> Res
         all.values().all(|(_, p)| *p != payload("c", 3)),
         "the mismatched entry became readable"
     );
+    w.shutdown().await;
+    Ok(())
+}
+
+/// A pipeline's appends (one chain) commit in their order or not at all past the first that
+/// fails: an append whose chain broke after it was admitted fails with nothing applied, the
+/// appends around it in its flush commit with their own bytes, and a broken chain refuses
+/// further appends at once. A failed commit breaks its chain.
+async fn a_failed_append_fails_its_chains_later_appends_and_nothing_else(env: Env) -> Result<()> {
+    let (faulty, faults) = FaultyStore::new(env.objects.clone());
+    let mut cfg = env.config("w");
+    // Long enough that the appends below are admitted into one flush.
+    cfg.flush_interval = Duration::from_millis(300);
+    let w = env.writer_with(cfg, faulty, env.meta.clone()).await?;
+    let log = w.create_log().await?;
+    let slot = w.config().zone.clone();
+    let first = w.append(log, 1, payload("k", 0), None).await?;
+    let chain = Arc::new(logstore::Chain::default());
+    let chained = || logstore::Conditions { chain: Some(chain.clone()), ..Default::default() };
+    let before = w.submit_in_slot(log, &slot, 1, payload("k", 1), Default::default()).await?;
+    let doomed = w.submit_in_slot(log, &slot, 1, payload("k", 2), chained()).await?;
+    // An earlier append of the chain fails after this one was admitted.
+    chain.fail(log, &LogError::Unavailable { message: "test".into(), outcome_unknown: true });
+    let after = w.submit_in_slot(log, &slot, 2, payload("k", 3), Default::default()).await?;
+    match w.submit_in_slot(log, &slot, 1, payload("k", 4), chained()).await {
+        Err(e) if e.code() == Code::Unavailable && !e.outcome_unknown() => {}
+        other => return Err(anyhow!("a broken chain admitted an append: {other:?}")),
+    }
+    let (before, doomed, after) = (before.await?, doomed.await, after.await?);
+    match doomed {
+        Err(e) if e.code() == Code::Unavailable && !e.outcome_unknown() => {}
+        other => return Err(anyhow!("an append of a broken chain answered {other:?}")),
+    }
+    ensure!(before.offset == first.offset + 1 && after.offset == before.offset + 1);
+    let all = read_all(&w, log).await?;
+    check_gap_free(&all, 0, w.info(log).await?.next_offset)?;
+    ensure!(all.get(&before.offset).map(|(_, p)| p) == Some(&payload("k", 1)));
+    ensure!(
+        all.get(&after.offset).map(|(h, p)| (h.record_count, p)) == Some((2, &payload("k", 3))),
+        "the append after the culled one reads back other bytes"
+    );
+    ensure!(all.values().all(|(_, p)| *p != payload("k", 2)), "the culled append is readable");
+
+    // A commit that fails breaks its chain: the chain's next append is refused.
+    let chain = Arc::new(logstore::Chain::default());
+    let chained = || logstore::Conditions { chain: Some(chain.clone()), ..Default::default() };
+    faults.fail_nth(Op::Put, 1, objstore::faults::FaultError::Unavailable);
+    let failed = w.submit_in_slot(log, &slot, 1, payload("k", 5), chained()).await?.await;
+    ensure!(failed.is_err(), "the PUT failure was not answered: {failed:?}");
+    ensure!(chain.broken().is_some(), "a failed append left its chain whole");
+    ensure!(w.submit_in_slot(log, &slot, 1, payload("k", 6), chained()).await.is_err());
     w.shutdown().await;
     Ok(())
 }
