@@ -93,7 +93,7 @@ fn open_cursors() -> OpenCursors {
     std::sync::Arc::new(quick_cache::sync::Cache::new(OPEN_CURSORS_MAX))
 }
 
-fn header(h: LogEntryHeader) -> pb::EntryHeader {
+pub(crate) fn header(h: LogEntryHeader) -> pb::EntryHeader {
     pb::EntryHeader {
         offset: h.offset,
         record_count: h.record_count,
@@ -147,6 +147,16 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         }
         .map_err(to_status)?;
         Ok(Response::new(pb::AppendResponse { header: Some(header(h)) }))
+    }
+
+    type AppendStreamStream = crate::pipeline::Answers;
+
+    async fn append_stream(
+        &self,
+        req: Request<tonic::Streaming<pb::AppendRequest>>,
+    ) -> Result<Response<Self::AppendStreamStream>, Status> {
+        let s = self.writable("AppendStream")?.clone();
+        Ok(Response::new(crate::pipeline::serve(s, req.into_inner())))
     }
 
     async fn read_entries(

@@ -56,6 +56,24 @@ pub fn to_status(e: LogError) -> tonic::Status {
     status
 }
 
+/// What [`to_status`] says of an append's failure, as an AppendStream answer carries it.
+pub fn append_error(e: &LogError) -> proto::log::v1::AppendError {
+    let mut a = proto::log::v1::AppendError {
+        code: e.code().as_str().to_owned(),
+        message: e.to_string(),
+        outcome_unknown: e.outcome_unknown(),
+        ..Default::default()
+    };
+    if let LogError::Fenced { whole_log, .. } = e {
+        a.fenced = if *whole_log { "log" } else { "slot" }.to_owned();
+    }
+    if let LogError::NotOwner { owner, owner_id, .. } = e {
+        a.owner.clone_from(owner);
+        a.owner_id.clone_from(owner_id);
+    }
+    a
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

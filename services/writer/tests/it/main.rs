@@ -82,6 +82,89 @@ async fn grpc_append_read_and_errors_over_etcd_and_s3() -> Result<()> {
     Ok(())
 }
 
+fn req(log: u64, records: u32, payload: &str) -> client::AppendRequest {
+    client::AppendRequest {
+        log_id: log,
+        record_count: records,
+        payload: Bytes::from(payload.to_owned()),
+        ..Default::default()
+    }
+}
+
+/// AppendStream: a pipeline's appends are answered in the order sent and commit in it; once
+/// one to a log fails, the stream's later appends to that log fail with nothing applied (other
+/// logs go on); conditional appends are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn append_stream_commits_in_order_and_fails_a_logs_rest_after_a_failure() -> Result<()> {
+    let (c, stop, server) = start_writer().await?;
+    let (a, b) = (c.create_log().await?, c.create_log().await?);
+    let mut pipe = c.append_stream(64).await?;
+    for i in 0..40u32 {
+        ensure!(pipe.send(req(if i % 2 == 0 { a } else { b }, 1 + i % 3, &format!("e{i}"))).await);
+    }
+    let mut next = [0u64, 0u64];
+    for i in 0..40u32 {
+        let h = pipe.answer().await?.map_err(|(e, _)| e)?;
+        let at = &mut next[(i % 2) as usize];
+        ensure!(h.offset == *at, "append {i} answered at {}, expected {at}", h.offset);
+        *at += u64::from(1 + i % 3);
+    }
+    let read = c.read_entries(a, 0, 0, 0).await?;
+    let payloads: Vec<Bytes> = read.entries.iter().map(|e| e.payload.clone()).collect();
+    let sent: Vec<Bytes> = (0..40).step_by(2).map(|i| Bytes::from(format!("e{i}"))).collect();
+    ensure!(payloads == sent, "log {a} holds {payloads:?}");
+
+    // A refused append to `a`: the stream's later appends to `a` fail, `b`'s commit.
+    let (a_end, b_end) = (next[0], next[1]);
+    ensure!(pipe.send(req(a, 1, "kept")).await);
+    ensure!(pipe.send(req(a, 0, "refused")).await);
+    for i in 0..3 {
+        ensure!(pipe.send(req(a, 1, &format!("after-{i}"))).await);
+    }
+    ensure!(pipe.send(req(b, 1, "other log")).await);
+    ensure!(
+        pipe.send(client::AppendRequest { expected_offset: Some(b_end + 1), ..req(b, 1, "c") })
+            .await
+    );
+    ensure!(pipe.answer().await?.map_err(|(e, _)| e)?.offset == a_end);
+    let refused = pipe.answer().await?.err().context("zero records admitted")?.0;
+    ensure!(refused.code == "INVALID_ARGUMENT", "{refused}");
+    for i in 0..3 {
+        let e = pipe.answer().await?.err().with_context(|| format!("after-{i} committed"))?.0;
+        ensure!(e.code == "UNAVAILABLE" && e.is_retryable(), "after-{i}: {e}");
+    }
+    ensure!(pipe.answer().await?.map_err(|(e, _)| e)?.offset == b_end);
+    let conditional = pipe.answer().await?.err().context("a conditional append taken")?.0;
+    ensure!(conditional.code == "INVALID_ARGUMENT", "{conditional}");
+    ensure!(c.last_offset(a).await?.map(|h| h.offset) == Some(a_end), "log {a} moved on");
+
+    // A fenced log: the first append says so, the rest of the stream's fail with it or
+    // retryably (in its flush or after it), and nothing is applied.
+    c.fence(b).await?;
+    let mut pipe = c.append_stream(8).await?;
+    for i in 0..3 {
+        ensure!(pipe.send(req(b, 1, &format!("fenced-{i}"))).await);
+    }
+    let fenced = pipe.answer().await?.err().context("a fenced log took an append")?.0;
+    ensure!(fenced.code == "FENCED" && fenced.log_fenced && !fenced.is_retryable(), "{fenced}");
+    for _ in 0..2 {
+        let e = pipe.answer().await?.err().context("an append after a fence committed")?.0;
+        ensure!(matches!(e.code.as_str(), "FENCED" | "UNAVAILABLE") && !e.outcome_unknown, "{e}");
+    }
+    ensure!(c.last_offset(b).await?.map(|h| h.offset) == Some(b_end), "log {b} moved on");
+
+    // A writer that shuts down ends the streams clients hold open (it would wait for them
+    // otherwise), saying that nothing unanswered was admitted.
+    let _ = stop.send(());
+    let ended = tokio::time::timeout(Duration::from_secs(30), pipe.answer())
+        .await
+        .context("an open stream held the shutdown up")?;
+    let e = ended.err().context("an answer with nothing sent")?;
+    ensure!(e.code == "UNAVAILABLE" && e.is_retryable(), "the stream ended with {e}");
+    tokio::time::timeout(Duration::from_secs(30), server).await.context("shutdown hung")??;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn long_poll_returns_when_a_commit_lands() -> Result<()> {
     let (c, stop, server) = start_writer().await?;
