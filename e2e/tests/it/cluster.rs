@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
 use client::batch::Record;
 use client::{ClientConfig, ClientError, Consumer, Producer, ProducerConfig, RecordAck, StartAt};
@@ -188,7 +188,8 @@ async fn send(p: &Producer, value: String, key: String) -> Result<Waiter> {
 }
 
 /// Every acknowledged record is in the log exactly once, at its acknowledged offset, in its
-/// key's partition; a record of unknown outcome at most once; nothing else is there.
+/// key's partition, and a producer's in the order it sent them; a record of unknown outcome at
+/// most once; nothing else is there.
 fn check_exactly_once(
     o: &Outcomes,
     log: &HashMap<String, Vec<(u32, u64, String)>>,
@@ -208,6 +209,27 @@ fn check_exactly_once(
         );
         let want = logstore::routing::partition_for_key(key.as_bytes(), partitions);
         ensure!(ack.partition == want, "key {key} went to partition {} not {want}", ack.partition);
+    }
+    // One producer's acknowledged records in one partition are in the order it sent them
+    // (values `<producer><i>`), though it keeps several batches in flight and retries them
+    // across handoffs.
+    let mut by_partition: BTreeMap<(&str, u32), Vec<(u64, u64)>> = BTreeMap::new();
+    for (value, (_, ack)) in &o.acked {
+        let producer = value.trim_end_matches(|c: char| c.is_ascii_digit());
+        let sent: u64 = value[producer.len()..].parse()?;
+        by_partition.entry((producer, ack.partition)).or_default().push((sent, ack.offset));
+    }
+    for ((producer, partition), mut acks) in by_partition {
+        acks.sort_unstable();
+        if let Some(w) = acks.windows(2).find(|w| w[0].1 >= w[1].1) {
+            bail!(
+                "partition {partition}: {producer}{} was sent before {producer}{} but is at offset {} ≥ {}",
+                w[0].0,
+                w[1].0,
+                w[0].1,
+                w[1].1
+            );
+        }
     }
     for value in o.unknown.keys() {
         let n = log.get(value).map_or(0, Vec::len);

@@ -39,7 +39,7 @@ mod router;
 pub use codes::Code;
 pub use consumer::{ConsumedRecord, Consumer, StartAt};
 pub use maintenance::{CleanerClient, CompactorClient};
-pub use producer::{Producer, ProducerConfig, RecordAck};
+pub use producer::{Delivery, Producer, ProducerConfig, RecordAck};
 pub use proto::maintenance::v1 as maintenance_pb;
 pub use readers::ReaderPool;
 pub use router::{ClientConfig, Route};
@@ -51,7 +51,8 @@ use tonic::transport::Channel;
 
 pub use cpb::Stream;
 pub use pb::{
-    Entry, EntryHeader, GetCursorStatsResponse as CursorStats, GetLogInfoResponse as LogInfo,
+    AppendRequest, Entry, EntryHeader, GetCursorStatsResponse as CursorStats,
+    GetLogInfoResponse as LogInfo,
 };
 
 /// A failed call: the server's `lakelog-code` (or a transport failure as UNAVAILABLE) and
@@ -125,6 +126,57 @@ impl ClientError {
             e.outcome_unknown = true;
         }
         e
+    }
+}
+
+/// An open AppendStream ([`LogClient::append_stream`]).
+#[derive(Debug)]
+pub struct AppendPipe {
+    requests: tokio::sync::mpsc::Sender<pb::AppendRequest>,
+    answers: tonic::Streaming<pb::AppendStreamResponse>,
+}
+
+/// One AppendStream answer: the entry's header, or why it was not acknowledged with the owner
+/// a NOT_OWNER answer named.
+pub type PipeAnswer = Result<EntryHeader, (ClientError, Option<(String, String)>)>;
+
+impl AppendPipe {
+    /// Sends one append; `false` if the stream is gone (the request was not sent).
+    pub async fn send(&self, req: pb::AppendRequest) -> bool {
+        self.requests.send(req).await.is_ok()
+    }
+
+    /// The next answer, in the order the appends were sent. `Err` when the stream ended
+    /// before it: with `outcome_unknown`, every append sent and not answered may have
+    /// committed; without (the writer ended it, closing), none of them was admitted.
+    pub async fn answer(&mut self) -> Result<PipeAnswer, ClientError> {
+        let lost = |why: String| ClientError {
+            code: Code::Unavailable,
+            message: why,
+            outcome_unknown: true,
+            log_fenced: false,
+        };
+        let a = match self.answers.message().await {
+            Ok(Some(a)) => a,
+            Ok(None) => return Err(lost("append stream ended before every answer".into())),
+            Err(s) => return Err(ClientError::of_append(s)),
+        };
+        Ok(match (a.header, a.error) {
+            (Some(h), None) => Ok(h),
+            (_, Some(e)) => {
+                let owner = (!e.owner.is_empty()).then(|| (e.owner_id.clone(), e.owner.clone()));
+                Err((
+                    ClientError {
+                        code: Code::parse(&e.code).unwrap_or(Code::Internal),
+                        message: e.message,
+                        outcome_unknown: e.outcome_unknown,
+                        log_fenced: e.fenced == "log",
+                    },
+                    owner,
+                ))
+            }
+            (None, None) => Err((lost("append answered without a header".into()), None)),
+        })
     }
 }
 
@@ -335,6 +387,15 @@ impl LogClient {
             slot: slot.to_owned(),
         };
         self.send_append(req).await
+    }
+
+    /// Opens an AppendStream: appends sent on it are admitted in the order sent and answered
+    /// in that order (log.proto). `depth` requests may wait to be sent at most.
+    pub async fn append_stream(&self, depth: usize) -> Result<AppendPipe, ClientError> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(depth.max(1));
+        let requests = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+        let answers = self.inner.clone().append_stream(requests).await?.into_inner();
+        Ok(AppendPipe { requests: tx, answers })
     }
 
     async fn send_append(

@@ -1,16 +1,19 @@
 //! The producer: records to a stream's partitions, batched per partition by linger and size,
 //! each batch one entry appended at the partition's owning writer.
 //!
-//! Order: each partition has one task and at most one batch in flight, so a partition's
-//! records commit in the order they were sent. Retries: NOT_OWNER (to the owner it names),
-//! FENCED out of a slot (a handoff) and UNAVAILABLE (re-routed through the catalog, with
-//! backoff, until `retry_timeout`) — all answers that say nothing was applied. A log an
-//! operator fenced fails at once: it stays fenced until activated. An append whose outcome is
-//! unknown (connection lost after sending, no answer within the request timeout, or a writer
-//! saying so) is never retried: it may have committed, and a retry could write it twice. Its
-//! records fail with `outcome_unknown` set; the caller decides.
+//! Order: each partition has one task, which keeps up to `max_in_flight` batches in flight on
+//! one AppendStream to the owner; the writer admits and commits them in the order sent, and
+//! once one fails it fails every later one of the stream with nothing applied, so the task
+//! sends the failed ones again in order and a partition's records commit in the order they
+//! were sent. Retries: NOT_OWNER (to the owner it names), FENCED out of a slot (a handoff) and
+//! UNAVAILABLE (re-routed through the catalog, with backoff, until `retry_timeout`) — all
+//! answers that say nothing was applied. A log an operator fenced fails at once: it stays
+//! fenced until activated. An append whose outcome is unknown (stream lost after sending, no
+//! answer within the request timeout, or a writer saying so) is never retried: it may have
+//! committed, and a retry could write it twice. Its records fail with `outcome_unknown` set;
+//! the caller decides.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,14 +33,17 @@ pub struct ProducerConfig {
     pub linger: Duration,
     /// A batch is sent once its records' values and keys reach this many bytes (default
     /// 3 MiB: below the writers' default max entry size of 4 MiB with room for the batch
-    /// encoding). With one batch in flight per partition, a partition's throughput is about
-    /// this much per writer flush.
+    /// encoding). A partition moves at most `max_in_flight` batches per writer flush.
     pub batch_bytes: usize,
     /// Records queued per partition before `send` waits (default 10,000).
     pub queue_records: usize,
     /// How long a batch is retried on retryable answers before it fails (default 60 s: longer
     /// than a dead writer's lease, after which the catalog routes around it).
     pub retry_timeout: Duration,
+    /// Batches of one partition sent and not yet answered, at most (default 5, as Kafka's
+    /// idempotent producer). They go on one AppendStream, which commits them in order; 1
+    /// waits for each batch's answer before sending the next.
+    pub max_in_flight: usize,
 }
 
 impl Default for ProducerConfig {
@@ -47,6 +53,7 @@ impl Default for ProducerConfig {
             batch_bytes: 3 << 20,
             queue_records: 10_000,
             retry_timeout: Duration::from_secs(60),
+            max_in_flight: 5,
         }
     }
 }
@@ -109,10 +116,10 @@ impl Producer {
         stream: &str,
         cfg: ProducerConfig,
     ) -> Result<Self, ClientError> {
-        if cfg.batch_bytes == 0 || cfg.queue_records == 0 {
+        if cfg.batch_bytes == 0 || cfg.queue_records == 0 || cfg.max_in_flight == 0 {
             return Err(ClientError::new(
                 crate::Code::InvalidArgument,
-                "batch_bytes and queue_records must be at least 1",
+                "batch_bytes, queue_records and max_in_flight must be at least 1",
             ));
         }
         let router = Router::connect(client).await?;
@@ -201,8 +208,30 @@ fn record_bytes(r: &Record) -> usize {
     r.value.len() + r.key.as_ref().map_or(0, Bytes::len) + headers + 19
 }
 
-async fn partition_task(inner: Arc<Inner>, partition: u32, mut rx: mpsc::Receiver<Item>) {
-    let mut route: Option<Route> = None;
+/// One batch, encoded: one entry.
+struct Batch {
+    payload: Bytes,
+    replies: Vec<Reply>,
+    /// Retried until then, at most.
+    give_up: Instant,
+}
+
+impl Batch {
+    fn fail(self, e: &ClientError) {
+        for r in self.replies {
+            let _ = r.send(Err(e.clone()));
+        }
+    }
+}
+
+async fn partition_task(inner: Arc<Inner>, partition: u32, rx: mpsc::Receiver<Item>) {
+    // The batcher hands over one batch at a time: records queue in `rx`, not as batches.
+    let (tx, batches) = mpsc::channel(1);
+    tokio::join!(batcher(&inner, rx, tx), sender(&inner, partition, batches));
+}
+
+/// Groups a partition's records into batches by `linger` and `batch_bytes`, in order.
+async fn batcher(inner: &Inner, mut rx: mpsc::Receiver<Item>, out: mpsc::Sender<Batch>) {
     let mut carry: Option<Item> = None;
     loop {
         let first = match carry.take() {
@@ -229,82 +258,228 @@ async fn partition_task(inner: Arc<Inner>, partition: u32, mut rx: mpsc::Receive
                 Ok(None) | Err(_) => break,
             }
         }
-        send_batch(&inner, partition, &mut route, items).await;
+        let (records, replies): (Vec<Record>, Vec<Reply>) =
+            items.into_iter().map(|i| (i.record, i.reply)).unzip();
+        let payload = match batch::encode(&records) {
+            Ok(p) => p,
+            Err(e) => {
+                let e = ClientError::new(crate::Code::InvalidArgument, e.to_string());
+                Batch { payload: Bytes::new(), replies, give_up: Instant::now() }.fail(&e);
+                continue;
+            }
+        };
+        drop(records);
+        let give_up = Instant::now() + inner.cfg.retry_timeout;
+        if out.send(Batch { payload, replies, give_up }).await.is_err() {
+            return;
+        }
     }
 }
 
-/// Appends one batch as one entry, retrying as the module doc says; answers every record.
-async fn send_batch(inner: &Inner, partition: u32, route: &mut Option<Route>, items: Vec<Item>) {
-    let (records, replies): (Vec<Record>, Vec<Reply>) =
-        items.into_iter().map(|i| (i.record, i.reply)).unzip();
-    let fail = |replies: Vec<Reply>, e: ClientError| {
-        for r in replies {
-            let _ = r.send(Err(e.clone()));
-        }
-    };
-    let payload = match batch::encode(&records) {
-        Ok(p) => p,
-        Err(e) => {
-            return fail(replies, ClientError::new(crate::Code::InvalidArgument, e.to_string()));
-        }
-    };
-    drop(records);
-    let n = u32::try_from(replies.len()).unwrap_or(u32::MAX);
-    let give_up = Instant::now() + inner.cfg.retry_timeout;
-    let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
+/// An open AppendStream to the partition's owner.
+struct Pipe {
+    pipe: crate::AppendPipe,
+    route: Route,
+    /// An answer failed: the writer fails every later append of the stream, so nothing more
+    /// is sent on it; once its answers are in, the failed batches go again on a new one.
+    broken: bool,
+}
+
+/// Sends a partition's batches in order, up to `max_in_flight` at once on one AppendStream,
+/// retrying as the module doc says; answers every record.
+async fn sender(inner: &Inner, partition: u32, mut batches: mpsc::Receiver<Batch>) {
+    let max = inner.cfg.max_in_flight;
     let timeout = inner.router.cfg.request_timeout;
+    let mut route: Option<Route> = None;
+    let mut pipe: Option<Pipe> = None;
+    // Sent and not answered, oldest first, each with when it was sent.
+    let mut in_flight: VecDeque<(Batch, Instant)> = VecDeque::new();
+    // To send, in order, before any batch still to come from the batcher: batches to retry.
+    let mut queue: VecDeque<Batch> = VecDeque::new();
+    // Answered with a retryable failure on a broken stream, oldest first.
+    let mut retry: Vec<Batch> = Vec::new();
+    let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
+    let mut open = true;
     loop {
-        let attempt = async {
-            let r = match route.clone() {
-                Some(r) => r,
-                None => inner.router.route(&inner.stream, partition).await?,
+        // Send while there is room and a stream that takes more.
+        while in_flight.len() < max && pipe.as_ref().is_none_or(|p| !p.broken) {
+            let next = match queue.pop_front() {
+                Some(b) => b,
+                None if !open => break,
+                None => match batches.try_recv() {
+                    Ok(b) => b,
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => {
+                        open = false;
+                        break;
+                    }
+                },
             };
-            *route = Some(r.clone());
-            let writer = inner.router.writer(&r.owner_address).await?;
-            let call = writer.append_in_slot(r.log_id, &r.slot, n, payload.clone());
-            match tokio::time::timeout(timeout, call).await {
-                Ok(Ok(h)) => Ok((h, r.owner_id)),
-                Ok(Err((e, owner))) => {
-                    // Go straight to a named owner; else ask the catalog again.
-                    *route = match owner {
-                        Some((id, address)) if e.code == "NOT_OWNER" && !address.is_empty() => {
-                            Some(Route { owner_id: id, owner_address: address, ..r })
-                        }
-                        _ => None,
-                    };
-                    Err(e)
+            if pipe.is_none() {
+                match open_pipe(inner, partition, &mut route, max).await {
+                    Ok(p) => pipe = Some(p),
+                    // Nothing was sent.
+                    Err(e) if e.is_retryable() && Instant::now() < next.give_up => {
+                        tracing::debug!(stream = %inner.stream, partition, error = %e, "append retried");
+                        queue.push_front(next);
+                        backoff.wait().await;
+                        continue;
+                    }
+                    Err(e) => {
+                        next.fail(&e);
+                        continue;
+                    }
                 }
-                Err(_) => Err(ClientError {
-                    code: crate::Code::Unavailable,
-                    message: format!("append to {}: no answer within {timeout:?}", r.owner_address),
-                    outcome_unknown: true,
-                    log_fenced: false,
-                }),
             }
-        };
-        match attempt.await {
-            Ok((h, writer)) => {
-                for (i, reply) in replies.into_iter().enumerate() {
-                    let ack = RecordAck {
-                        partition,
-                        offset: h.offset + i as u64,
-                        writer: writer.clone(),
-                    };
-                    let _ = reply.send(Ok(ack));
+            let Some(p) = pipe.as_ref() else { continue };
+            let req = crate::AppendRequest {
+                log_id: p.route.log_id,
+                record_count: u32::try_from(next.replies.len()).unwrap_or(u32::MAX),
+                payload: next.payload.clone(),
+                expected_offset: None,
+                slot: p.route.slot.clone(),
+            };
+            if p.pipe.send(req).await {
+                in_flight.push_back((next, Instant::now()));
+            } else {
+                // The stream is gone: this batch was not sent; what was is in doubt.
+                queue.push_front(next);
+                lose(&mut in_flight, &mut pipe, &mut route, "append stream closed");
+            }
+        }
+        let Some(p) = pipe.as_mut().filter(|_| !in_flight.is_empty()) else {
+            // Every answer of a broken stream is in: a new stream for what goes next.
+            pipe.take_if(|p| p.broken);
+            if !retry.is_empty() {
+                // The failed batches go again, first, in their order.
+                for b in retry.drain(..).rev() {
+                    queue.push_front(b);
                 }
+                backoff.wait().await;
+                continue;
+            }
+            if !queue.is_empty() {
+                continue;
+            }
+            if !open {
                 return;
             }
-            Err(e) if e.is_retryable() && Instant::now() < give_up => {
-                if e.code != "NOT_OWNER" {
-                    *route = None;
+            match batches.recv().await {
+                Some(b) => queue.push_back(b),
+                None => open = false,
+            }
+            continue;
+        };
+        // Wait for the oldest answer, or for a batch to send while there is room.
+        let deadline = in_flight.front().map_or_else(Instant::now, |(_, sent)| *sent + timeout);
+        let room = open && !p.broken && in_flight.len() < max && queue.is_empty();
+        tokio::select! {
+            biased;
+            answer = tokio::time::timeout_at(deadline, p.pipe.answer()) => match answer {
+                Ok(Ok(a)) => {
+                    let Some((b, _)) = in_flight.pop_front() else { continue };
+                    match a {
+                        Ok(h) => {
+                            let writer = p.route.owner_id.clone();
+                            for (i, reply) in b.replies.into_iter().enumerate() {
+                                let ack = RecordAck {
+                                    partition,
+                                    offset: h.offset + i as u64,
+                                    writer: writer.clone(),
+                                };
+                                let _ = reply.send(Ok(ack));
+                            }
+                            backoff = Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
+                        }
+                        Err((e, owner)) => {
+                            if !p.broken {
+                                // The first failure: it says where to go next.
+                                p.broken = true;
+                                route = match owner {
+                                    Some((id, address)) if e.code == "NOT_OWNER" && !address.is_empty() => {
+                                        Some(Route { owner_id: id, owner_address: address, ..p.route.clone() })
+                                    }
+                                    _ => None,
+                                };
+                            }
+                            if e.is_retryable() && Instant::now() < b.give_up {
+                                tracing::debug!(stream = %inner.stream, partition, error = %e, "append retried");
+                                retry.push(b);
+                            } else {
+                                b.fail(&e);
+                            }
+                        }
+                    }
                 }
-                tracing::debug!(stream = %inner.stream, partition, error = %e, "append retried");
-                backoff.wait().await;
-            }
-            Err(e) => {
-                *route = None;
-                return fail(replies, e);
-            }
+                // The writer ended the stream (closing): what it did not answer it did not
+                // admit, so it goes again, in order, wherever the partition is served now.
+                Ok(Err(e)) if e.is_retryable() => {
+                    pipe = None;
+                    route = None;
+                    for (b, _) in in_flight.drain(..) {
+                        if Instant::now() < b.give_up {
+                            retry.push(b);
+                        } else {
+                            b.fail(&e);
+                        }
+                    }
+                }
+                Ok(Err(e)) => lose(&mut in_flight, &mut pipe, &mut route, &e.message),
+                Err(_) => {
+                    let why = format!("no answer within {timeout:?}");
+                    lose(&mut in_flight, &mut pipe, &mut route, &why);
+                }
+            },
+            b = batches.recv(), if room => match b {
+                Some(b) => queue.push_back(b),
+                None => open = false,
+            },
         }
+    }
+}
+
+/// Opens an AppendStream at the partition's owner (as routed, or asked of the catalog).
+async fn open_pipe(
+    inner: &Inner,
+    partition: u32,
+    route: &mut Option<Route>,
+    depth: usize,
+) -> Result<Pipe, ClientError> {
+    let r = match route.clone() {
+        Some(r) => r,
+        None => inner.router.route(&inner.stream, partition).await?,
+    };
+    *route = Some(r.clone());
+    let opened = async {
+        let writer = inner.router.writer(&r.owner_address).await?;
+        writer.append_stream(depth).await
+    };
+    match opened.await {
+        Ok(pipe) => Ok(Pipe { pipe, route: r, broken: false }),
+        Err(e) => {
+            *route = None;
+            Err(e)
+        }
+    }
+}
+
+/// The stream broke or went silent: every batch in flight may have committed, so each fails
+/// with `outcome_unknown` (never retried: a retry could write it twice).
+fn lose(
+    in_flight: &mut VecDeque<(Batch, Instant)>,
+    pipe: &mut Option<Pipe>,
+    route: &mut Option<Route>,
+    why: &str,
+) {
+    let address = pipe.take().map(|p| p.route.owner_address).unwrap_or_default();
+    *route = None;
+    let e = ClientError {
+        code: crate::Code::Unavailable,
+        message: format!("append to {address}: {why}"),
+        outcome_unknown: true,
+        log_fenced: false,
+    };
+    for (b, _) in in_flight.drain(..) {
+        b.fail(&e);
     }
 }
