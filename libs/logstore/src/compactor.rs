@@ -23,6 +23,7 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
 use metadata::{
     Compare, CompareOp, KeyRange, LeaseId, MetadataStore, OpResult, RangeRequest, Txn, TxnOp,
 };
@@ -348,13 +349,27 @@ impl Compactor {
         );
         builder.begin_chunk(log.0);
         let (mut records, mut entries) = (0u64, 0u32);
-        for loc in &chunks {
-            for e in self.reader.run_entries(log, loc).await? {
+        // One ranged GET per chunk, several at once and taken in order: a log written in many
+        // small flushes has thousands of chunks, and one GET at a time made a cycle take
+        // minutes. The segment's size bounds what they hold together.
+        // Each fetch owns what it reads with (a future borrowing the chunk list is not Send
+        // for every lifetime the role's task needs).
+        let fetches: Vec<_> = chunks
+            .iter()
+            .map(|loc| {
+                let (reader, loc) = (self.reader.clone(), Locator::clone(loc));
+                async move { reader.run_entries(log, &loc).await }
+            })
+            .collect();
+        let mut runs = futures::stream::iter(fetches).buffered(RUN_FETCHES);
+        while let Some(run) = runs.next().await {
+            for e in run? {
                 builder.push_entry(e.header.record_count, e.header.timestamp, &e.payload)?;
                 records += u64::from(e.header.record_count);
                 entries += 1;
             }
         }
+        drop(runs);
         let (object, metas) = builder.finish()?;
         let meta = metas.first().ok_or_else(|| LogError::Internal("empty segment".to_owned()))?;
         if records != b - a {
@@ -469,6 +484,9 @@ impl IdleLogs {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).retain(|l, _| live.contains(l));
     }
 }
+
+/// Chunks a compaction fetches at once.
+const RUN_FETCHES: usize = 16;
 
 /// The claims' lease of one cycle (kept alive while the cycle runs).
 const CYCLE_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
