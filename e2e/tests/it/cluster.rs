@@ -213,21 +213,24 @@ fn check_exactly_once(
     // One producer's acknowledged records in one partition are in the order it sent them
     // (values `<producer><i>`), though it keeps several batches in flight and retries them
     // across handoffs.
-    let mut by_partition: BTreeMap<(&str, u32), Vec<(u64, u64)>> = BTreeMap::new();
+    let mut by_partition: BTreeMap<(&str, u32), Vec<(u64, u64, &str)>> = BTreeMap::new();
     for (value, (_, ack)) in &o.acked {
         let producer = value.trim_end_matches(|c: char| c.is_ascii_digit());
         let sent: u64 = value[producer.len()..].parse()?;
-        by_partition.entry((producer, ack.partition)).or_default().push((sent, ack.offset));
+        let at = (sent, ack.offset, ack.writer.as_str());
+        by_partition.entry((producer, ack.partition)).or_default().push(at);
     }
     for ((producer, partition), mut acks) in by_partition {
         acks.sort_unstable();
         if let Some(w) = acks.windows(2).find(|w| w[0].1 >= w[1].1) {
             bail!(
-                "partition {partition}: {producer}{} was sent before {producer}{} but is at offset {} ≥ {}",
+                "partition {partition}: {producer}{} was sent before {producer}{} but is at offset {} ≥ {} (acknowledged by {} and {})",
                 w[0].0,
                 w[1].0,
                 w[0].1,
-                w[1].1
+                w[1].1,
+                w[0].2,
+                w[1].2
             );
         }
     }

@@ -301,8 +301,13 @@ async fn sender(inner: &Inner, partition: u32, mut batches: mpsc::Receiver<Batch
     let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
     let mut open = true;
     loop {
-        // Send while there is room and a stream that takes more.
-        while in_flight.len() < max && pipe.as_ref().is_none_or(|p| !p.broken) {
+        // Send while there is room and a stream that takes more, and nothing waits to be sent
+        // again (it goes first, once every answer of its stream is in).
+        loop {
+            let takes_more = pipe.as_ref().is_none_or(|p| !p.broken);
+            if in_flight.len() >= max || !retry.is_empty() || !takes_more {
+                break;
+            }
             let next = match queue.pop_front() {
                 Some(b) => b,
                 None if !open => break,
