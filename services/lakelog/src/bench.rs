@@ -120,7 +120,7 @@ impl Percentiles {
         Percentiles { p50: at(0.5), p90: at(0.9), p99: at(0.99), p999: at(0.999), max: at(1.0) }
     }
 
-    fn json(&self) -> String {
+    pub(crate) fn json(&self) -> String {
         format!(
             "{{\"p50\":{:.3},\"p90\":{:.3},\"p99\":{:.3},\"p999\":{:.3},\"max\":{:.3}}}",
             self.p50, self.p90, self.p99, self.p999, self.max

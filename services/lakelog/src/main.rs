@@ -8,6 +8,7 @@
 //! The composition root: the only crate that may depend on service crates.
 
 mod bench;
+mod bench_produce;
 mod catchup;
 mod groups;
 mod kafka_client;
@@ -273,6 +274,8 @@ enum BenchCommand {
     Append(bench::AppendArgs),
     /// Tail latency and catch-up throughput, against a raw GET baseline.
     Read(bench::ReadArgs),
+    /// Records through the SDK producer to a stream at `--endpoint`: MB/s and ack latency.
+    Produce(bench_produce::ProduceArgs),
     /// Ingest alone, then while a Kafka consumer group reads a backlog through the readers
     /// (on a running cluster, `make cluster`): the ingest ratio, seed 001's promise.
     Catchup(catchup::CatchupArgs),
@@ -538,6 +541,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             bench::append(args, &cli.endpoint).await
         }
         Command::Bench { command: BenchCommand::Read(args) } => bench::read(args).await,
+        Command::Bench { command: BenchCommand::Produce(args) } => {
+            bench_produce::run(args, &cli.endpoint).await
+        }
         Command::Bench { command: BenchCommand::Catchup(args) } => {
             catchup::run(args, &cli.endpoint).await
         }
