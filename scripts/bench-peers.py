@@ -1,0 +1,329 @@
+#!/usr/bin/env python3
+"""Lakelog's Kafka port side by side with Apache Kafka, in one run on this machine.
+
+Servers, one at a time, each on fresh data and free loopback ports:
+  kafka-fsync   Apache Kafka (KRaft, one node, broker + controller) with
+                log.flush.interval.messages=1: every append fsynced before the ack, the
+                durability Lakelog gives;
+  kafka         the same with Kafka's defaults: acknowledged from the page cache (a crash of
+                the machine can lose acknowledged records; one replica here);
+  lakelog       `lakelog standalone` with its defaults (local directory, every WAL object
+                fsynced and committed before the ack; eager 5 ms flushes), its compaction
+                held off during the run.
+
+Workloads against each, 1 KiB records, acks=all: Kafka's own ProducerPerformance (Java client
+defaults otherwise) and librdkafka (confluent-kafka, linger 5 ms), to 1 and to 8 partitions,
+saturating and at a fixed 10 MiB/s (librdkafka's latency counts from when each record was due,
+so a stall is not hidden; ProducerPerformance reports its own, JVM warm-up included); then every
+record of the saturating librdkafka run on 8 partitions consumed back (librdkafka). Per run: MB/s, ack p50/p99, the server's CPU seconds per
+GB produced (utime + stime from /proc) and the bytes its data directory grew by per GB.
+
+Usage: bench-peers.py --bin target/release/lakelog --kafka-jars .tools/kafka [--seconds 10]
+[--only kafka,lakelog] [--json FILE]. Prints a Markdown table; exit 1 on any delivery error.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import confluent_kafka
+from confluent_kafka.admin import AdminClient, NewTopic
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--bin", default="target/release/lakelog")
+ap.add_argument("--kafka-jars", default=".tools/kafka")
+ap.add_argument("--seconds", type=float, default=10)
+ap.add_argument("--record-size", type=int, default=1024)
+ap.add_argument("--rate-mib", type=float, default=10)
+ap.add_argument("--only", default="kafka-fsync,kafka,lakelog")
+ap.add_argument("--json", default=None, help="also write every row as JSON lines here")
+args = ap.parse_args()
+
+RECORD = args.record_size
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+JAVA_CP = os.path.join(os.path.abspath(args.kafka_jars), "*")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * p))] if xs else float("nan")
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def du(path):
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+def wait_port(port, proc, what, seconds=60):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"bench-peers: {what} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    sys.exit(f"bench-peers: {what} did not listen on {port} within {seconds} s")
+
+
+class Server:
+    def __init__(self, name, proc, bootstrap, data, durability):
+        self.name, self.proc, self.bootstrap, self.data = name, proc, bootstrap, data
+        self.durability = durability
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_kafka(name, tmp, fsync):
+    port, cport = free_port(), free_port()
+    data = os.path.join(tmp, "kafka-data")
+    props = os.path.join(tmp, "server.properties")
+    with open(props, "w") as f:
+        f.write(f"""process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{cport}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs={data}
+num.partitions=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+""")
+        if fsync:
+            f.write("log.flush.interval.messages=1\n")
+    java = ["java", "-Xms1g", "-Xmx1g", "-XX:+UseG1GC", "-cp", JAVA_CP]
+    subprocess.run(java + ["kafka.tools.StorageTool", "format", "-t", str(uuid.uuid4()).replace("-", "")[:22],
+                           "-c", props], check=True, stdout=subprocess.DEVNULL)
+    log = open(os.path.join(tmp, "kafka.log"), "w")
+    proc = subprocess.Popen(java + ["kafka.Kafka", props], stdout=log, stderr=subprocess.STDOUT)
+    wait_port(port, proc, name)
+    durability = ("fsync before ack (log.flush.interval.messages=1), one replica" if fsync
+                  else "page cache at ack (Kafka's default flush), one replica")
+    return Server(name, proc, f"127.0.0.1:{port}", data, durability)
+
+
+def start_lakelog(tmp):
+    grpc, kafka = free_port(), free_port()
+    data = os.path.join(tmp, "lakelog-data")
+    # Compaction once an hour, not every minute: it would rewrite earlier runs' data during
+    # later ones and count against them. What it costs is not in this table.
+    cfg = os.path.join(tmp, "standalone.yaml")
+    with open(cfg, "w") as f:
+        f.write("maintenance:\n  interval: 1h\n")
+    proc = subprocess.Popen(
+        [args.bin, "standalone", "--data-dir", data, "--listen", f"127.0.0.1:{grpc}",
+         "--kafka-listen", f"127.0.0.1:{kafka}", "--config", cfg],
+        stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "lakelog.log"), "w"),
+        env={**os.environ, "LAKELOG_LOG_LEVEL": "warn"})
+    wait_port(kafka, proc, "lakelog standalone")
+    return Server("lakelog", proc, f"127.0.0.1:{kafka}", data,
+                  "WAL object fsynced and committed before ack (local directory)")
+
+
+def create_topic(bootstrap, topic, partitions):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fs = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    for f in fs.values():
+        f.result(30)
+    # Metadata can lag the create by a moment on either server.
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        md = admin.list_topics(topic, timeout=5)
+        t = md.topics.get(topic)
+        if t is not None and t.error is None and len(t.partitions) == partitions:
+            return
+        time.sleep(0.2)
+    sys.exit(f"bench-peers: topic {topic} not ready")
+
+
+def librdkafka_produce(bootstrap, topic, partitions, rate):
+    """Produces for --seconds (as fast as acks allow, or `rate` bytes/s); (records, s, acks ms)."""
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                                  "batch.size": 1 << 20, "queue.buffering.max.kbytes": 1 << 20,
+                                  "enable.idempotence": True})
+    value = b"x" * RECORD
+    # Warm up (metadata, connections, the producer id): one record per partition, not counted.
+    for part in range(partitions):
+        p.produce(topic, value=value, partition=part)
+    if p.flush(30) != 0:
+        sys.exit(f"bench-peers: warm-up records to {topic} not delivered")
+    acks, errors = [], []
+
+    def delivered(err, _msg, t0):
+        if err:
+            errors.append(err)
+        else:
+            acks.append((time.time() - t0) * 1e3)
+
+    start = time.time()
+    sent = 0
+    while time.time() - start < args.seconds:
+        if rate:
+            due = start + sent * RECORD / rate
+            now = time.time()
+            if due > now:
+                p.poll(min(due - now, 0.005))
+                continue
+        for _ in range(1 if rate else 1000):
+            t0 = time.time() if not rate else start + sent * RECORD / rate
+            try:
+                p.produce(topic, value=value, partition=sent % partitions,
+                          on_delivery=lambda e, m, t0=t0: delivered(e, m, t0))
+                sent += 1
+            except BufferError:
+                p.poll(0.01)
+        p.poll(0)
+    p.flush(120)
+    elapsed = time.time() - start
+    if errors:
+        sys.exit(f"bench-peers: {len(errors)} delivery errors, the first: {errors[0]}")
+    return len(acks), elapsed, acks
+
+
+PERF = re.compile(r"(\d+) records sent, [\d.]+ records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
+                  r"([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th")
+
+
+def perf_run(bootstrap, topic, n, per_s):
+    """One ProducerPerformance run of n records: (records, MB/s, ack p50 ms, ack p99 ms)."""
+    out = subprocess.run(["java", "-Xmx1g", "-cp", JAVA_CP, "org.apache.kafka.tools.ProducerPerformance",
+                          "--topic", topic, "--num-records", str(n), "--record-size", str(RECORD),
+                          "--throughput", str(per_s), "--producer-props", f"bootstrap.servers={bootstrap}",
+                          "acks=all"], capture_output=True, text=True, timeout=900)
+    lines = [m for m in PERF.finditer(out.stdout)]
+    if out.returncode != 0 or not lines:
+        sys.exit(f"bench-peers: ProducerPerformance failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    m = lines[-1]
+    return int(m.group(1)), float(m.group(2)) * 1024 * 1024 / 1e6, float(m.group(5)), float(m.group(7))
+
+
+def java_produce(bootstrap, topic, rate):
+    """Kafka's ProducerPerformance, sized to about --seconds: it stops at a record count, so a
+    saturating run is sized by a short probe run's rate first (the probe is not reported)."""
+    if rate:
+        per_s = int(rate / RECORD)
+        records, mb_s, p50, p99 = perf_run(bootstrap, topic, int(per_s * args.seconds), per_s)
+        return records, mb_s, p50, p99, records
+    probe, probe_mb_s, _, _ = perf_run(bootstrap, topic, 20_000, -1)
+    n = max(20_000, int(probe_mb_s * 1e6 * args.seconds / RECORD))
+    records, mb_s, p50, p99 = perf_run(bootstrap, topic, n, -1)
+    # The server's CPU and bytes count the probe's records too.
+    return records, mb_s, p50, p99, records + probe
+
+
+def consume_all(bootstrap, topic, partitions, expected):
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
+                                  "enable.auto.commit": False, "fetch.max.bytes": 64 << 20,
+                                  "auto.offset.reset": "earliest"})
+    c.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+              for p in range(partitions)])
+    got, start = 0, time.time()
+    while got < expected and time.time() - start < 300:
+        for m in c.consume(10000, timeout=0.2):
+            if not m.error():
+                got += 1
+    elapsed = time.time() - start
+    c.close()
+    return got, elapsed
+
+
+rows = []
+tmp_root = tempfile.mkdtemp(prefix="bench-peers-")
+try:
+    for name in args.only.split(","):
+        tmp = os.path.join(tmp_root, name)
+        os.makedirs(tmp)
+        if name == "lakelog":
+            server = start_lakelog(tmp)
+        elif name in ("kafka", "kafka-fsync"):
+            server = start_kafka(name, tmp, fsync=name == "kafka-fsync")
+        else:
+            sys.exit(f"bench-peers: unknown server {name}")
+        try:
+            for client in ("java", "librdkafka"):
+                for partitions in (1, 8):
+                    for rate in (None, args.rate_mib * 1024 * 1024):
+                        topic = f"{client}-{partitions}-{'sat' if rate is None else 'fixed'}"
+                        create_topic(server.bootstrap, topic, partitions)
+                        cpu0, disk0 = cpu_seconds(server.proc.pid), du(server.data)
+                        if client == "java":
+                            records, mb_s, p50, p99, stored = java_produce(server.bootstrap, topic, rate)
+                        else:
+                            records, elapsed, acks = librdkafka_produce(server.bootstrap, topic, partitions, rate)
+                            mb_s, p50, p99 = records * RECORD / elapsed / 1e6, pct(acks, 0.5), pct(acks, 0.99)
+                            stored = records + partitions  # and the warm-up records
+                        # What the server still does for these records (flushes, commits) counts too.
+                        time.sleep(1)
+                        gb = stored * RECORD / 1e9
+                        row = {"server": name, "client": client, "partitions": partitions,
+                               "load": "saturating" if rate is None else f"{args.rate_mib:g} MiB/s",
+                               "records": records, "mb_per_s": round(mb_s, 1), "ack_p50_ms": round(p50, 1),
+                               "ack_p99_ms": round(p99, 1),
+                               "cpu_s_per_gb": round((cpu_seconds(server.proc.pid) - cpu0) / gb, 2),
+                               "disk_bytes_per_gb": round((du(server.data) - disk0) / gb / 1e9, 3),
+                               "durability": server.durability}
+                        if client == "librdkafka" and partitions == 8 and rate is None:
+                            got, secs = consume_all(server.bootstrap, topic, partitions, records)
+                            if got < records:
+                                sys.exit(f"bench-peers: {name}: consumed {got} of {records} records")
+                            row["consume_mb_per_s"] = round(got * RECORD / secs / 1e6, 1)
+                        print(json.dumps(row), file=sys.stderr, flush=True)
+                        rows.append(row)
+        finally:
+            server.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+finally:
+    shutil.rmtree(tmp_root, ignore_errors=True)
+
+if args.json:
+    with open(args.json, "a") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+print("| server | client | partitions | load | MB/s | ack p50 ms | ack p99 ms | server CPU s/GB | "
+      "disk GB/GB | consume MB/s | durability at ack |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for r in rows:
+    print(f"| {r['server']} | {r['client']} | {r['partitions']} | {r['load']} | {r['mb_per_s']} | "
+          f"{r['ack_p50_ms']} | {r['ack_p99_ms']} | {r['cpu_s_per_gb']} | {r['disk_bytes_per_gb']} | "
+          f"{r.get('consume_mb_per_s', '')} | {r['durability']} |")
