@@ -291,7 +291,6 @@ fn cli_streams_are_created_grown_listed_and_deleted() -> Result<()> {
     Ok(())
 }
 
-#[test]
 /// `bench produce`: what it reports acknowledged is in the stream, each partition gap-free;
 /// bad sizes are one clear line.
 #[test]
