@@ -39,24 +39,24 @@ pub fn to_status(e: LogError) -> tonic::Status {
         LogError::Corrupt(_) => tonic::Code::DataLoss,
         _ => grpc_code(code),
     };
-    let mut status = status(grpc, code, e.to_string(), e.outcome_unknown());
-    if let LogError::Fenced { whole_log, .. } = &e {
-        let what = if *whole_log { "log" } else { "slot" };
-        status.metadata_mut().insert("lakelog-fenced", MetadataValue::from_static(what));
-    }
-    if let LogError::NotOwner { owner, owner_id, .. } = &e {
-        // Addresses and ids are ASCII; anything else is left out rather than mangled.
-        if let Ok(v) = MetadataValue::try_from(owner.as_str()) {
-            status.metadata_mut().insert("lakelog-owner", v);
+    let a = append_error(&e);
+    let mut status = status(grpc, code, a.message, a.outcome_unknown);
+    // Fenced kinds, addresses and ids are ASCII; anything else is left out rather than mangled.
+    let mut insert = |key: &'static str, value: &str| {
+        if !value.is_empty()
+            && let Ok(v) = MetadataValue::try_from(value)
+        {
+            status.metadata_mut().insert(key, v);
         }
-        if let Ok(v) = MetadataValue::try_from(owner_id.as_str()) {
-            status.metadata_mut().insert("lakelog-owner-id", v);
-        }
-    }
+    };
+    insert("lakelog-fenced", &a.fenced);
+    insert("lakelog-owner", &a.owner);
+    insert("lakelog-owner-id", &a.owner_id);
     status
 }
 
-/// What [`to_status`] says of an append's failure, as an AppendStream answer carries it.
+/// What an append's failure says, as an AppendStream answer carries it (and [`to_status`]
+/// puts into a status).
 pub fn append_error(e: &LogError) -> proto::log::v1::AppendError {
     let mut a = proto::log::v1::AppendError {
         code: e.code().as_str().to_owned(),
