@@ -54,7 +54,7 @@ cluster-stop: ## Stop what `make cluster` started
 bench: ## A short benchmark (about 2.5 minutes once built): saturating append, read, 10 MiB/s to one log with standalone's eager flushes, and one partition through the SDK producer (5 and 1 batches in flight) on a standalone; local directory, release build
 	@./scripts/install-deps.sh build
 	cargo build --release --bin lakelog
-	@set -e; d=$$(mktemp -d); pid=; trap 'if [ -n "$$pid" ]; then kill $$pid; wait $$pid; fi 2>/dev/null; rm -rf "$$d"' EXIT; \
+	@set -e; d=$$(mktemp -d); pid=; trap 's=$$?; if [ -n "$$pid" ]; then kill $$pid; wait $$pid || true; fi 2>/dev/null; rm -rf "$$d"; exit $$s' EXIT; \
 	./target/release/lakelog bench append --data-dir "$$d/append" --logs 100 --concurrency 8192 \
 		--record-size 1000 --records-per-entry 10 --flush-interval 50ms --duration 15s --baseline; \
 	./target/release/lakelog bench read --data-dir "$$d/read" --flush-interval 50ms --duration 10s --backlog 64MiB; \
