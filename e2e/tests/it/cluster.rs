@@ -213,7 +213,9 @@ fn check_exactly_once(
     // One producer's acknowledged records in one partition are in the order it sent them
     // (values `<producer><i>`), though it keeps several batches in flight and retries them
     // across handoffs.
-    let mut by_partition: BTreeMap<(&str, u32), Vec<(u64, u64, &str)>> = BTreeMap::new();
+    // Per (producer, partition): each acknowledged record's number, offset and writer.
+    type Acked<'a> = Vec<(u64, u64, &'a str)>;
+    let mut by_partition: BTreeMap<(&str, u32), Acked<'_>> = BTreeMap::new();
     for (value, (_, ack)) in &o.acked {
         let producer = value.trim_end_matches(|c: char| c.is_ascii_digit());
         let sent: u64 = value[producer.len()..].parse()?;
