@@ -58,6 +58,7 @@ bench: ## A short benchmark (about 2.5 minutes once built): saturating append, r
 	./target/release/lakelog bench append --data-dir "$$d/append" --logs 100 --concurrency 8192 \
 		--record-size 1000 --records-per-entry 10 --flush-interval 50ms --duration 15s --baseline; \
 	./target/release/lakelog bench read --data-dir "$$d/read" --flush-interval 50ms --duration 10s --backlog 64MiB; \
+	rm -rf "$$d/append" "$$d/read"; sync; \
 	./target/release/lakelog bench append --data-dir "$$d/light" --logs 1 --concurrency 256 \
 		--record-size 1000 --records-per-entry 10 --min-flush-interval 5ms --rate 10MiB --duration 10s; \
 	port=$$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
