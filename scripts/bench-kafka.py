@@ -26,6 +26,8 @@ import time
 
 import confluent_kafka
 
+from benchlib import free_port, pct
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--bin", default="target/release/lakelog")
 ap.add_argument("--seconds", type=float, default=10)
@@ -34,17 +36,6 @@ ap.add_argument("--flush-interval", default="50ms")
 ap.add_argument("--min-flush-interval", default=None,
                 help="writer.min_flush_interval (the eager policy); default: standalone's")
 args = ap.parse_args()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * p))] if xs else float("nan")
 
 
 grpc, kafka = free_port(), free_port()

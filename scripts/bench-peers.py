@@ -35,6 +35,8 @@ import time
 import uuid
 
 import confluent_kafka
+
+from benchlib import free_port, pct
 from confluent_kafka.admin import AdminClient, NewTopic
 
 ap = argparse.ArgumentParser()
@@ -50,17 +52,6 @@ args = ap.parse_args()
 RECORD = args.record_size
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 JAVA_CP = os.path.join(os.path.abspath(args.kafka_jars), "*")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * p))] if xs else float("nan")
 
 
 def cpu_seconds(pid):
