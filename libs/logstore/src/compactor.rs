@@ -351,9 +351,9 @@ impl Compactor {
         let (mut records, mut entries) = (0u64, 0u32);
         // One ranged GET per chunk, several at once and taken in order: a log written in many
         // small flushes has thousands of chunks, and one GET at a time made a cycle take
-        // minutes. The segment's size bounds what they hold together.
-        // Each fetch owns what it reads with (a future borrowing the chunk list is not Send
-        // for every lifetime the role's task needs).
+        // minutes. The segment's size bounds what they hold together. Each fetch owns what it
+        // reads with (a future borrowing the chunk list is not Send for every lifetime the
+        // role's task needs).
         let fetches: Vec<_> = chunks
             .iter()
             .map(|loc| {
@@ -369,7 +369,6 @@ impl Compactor {
                 entries += 1;
             }
         }
-        drop(runs);
         let (object, metas) = builder.finish()?;
         let meta = metas.first().ok_or_else(|| LogError::Internal("empty segment".to_owned()))?;
         if records != b - a {

@@ -478,18 +478,15 @@ impl Core {
     /// (flushes are resolved in admission order), so its failure is known by now.
     fn cull(&self, mut c: Chunk) -> Option<Chunk> {
         let doom = lock(&self.poisoned).get(&c.log).cloned();
-        if let Some((upto, e)) = doom {
-            let (dead, live): (Vec<_>, Vec<_>) =
-                c.entries.into_iter().partition(|(p, _, _)| p.admitted <= upto);
-            for (p, _, _) in dead {
-                p.answer(Err(e.clone()));
-            }
-            c.entries = live;
-        }
-        if c.entries.iter().any(|(p, _, _)| p.chain.is_some()) {
+        if doom.is_some() || c.entries.iter().any(|(p, _, _)| p.chain.is_some()) {
+            // In order: a poisoned append's failure breaks its chain for the ones after it.
             let mut live = Vec::with_capacity(c.entries.len());
             for (p, start, len) in std::mem::take(&mut c.entries) {
-                match p.chain.as_ref().and_then(|chain| chain.dooms(p.admitted)) {
+                let why = match &doom {
+                    Some((upto, e)) if p.admitted <= *upto => Some(e.clone()),
+                    _ => p.chain.as_ref().and_then(|chain| chain.dooms(p.admitted)),
+                };
+                match why {
                     Some(e) => p.answer(Err(e)),
                     None => live.push((p, start, len)),
                 }
