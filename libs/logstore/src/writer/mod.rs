@@ -307,6 +307,8 @@ impl Core {
         let mut b = lock(&self.buffer);
         if self.closing.load(Ordering::SeqCst) {
             drop(b);
+            // Refused after everything admitted so far: only its chain's later appends fail.
+            p.admitted = self.admitted.load(Ordering::SeqCst);
             p.answer(Err(LogError::unavailable("writer is shutting down")));
             return;
         }
