@@ -68,9 +68,11 @@ pub struct MaintenanceSection {
     /// needs before it is compacted.
     #[serde(default = "default_min_chunks")]
     pub min_chunks: usize,
-    /// Payload bytes one compacted segment takes at most.
-    #[serde(default = "default_max_segment")]
-    pub max_segment_size: ByteSize,
+    /// Payload bytes a compacted segment is built up to: WAL chunks are compacted, and small
+    /// segments merged, into segments of about this size (at most this plus one piece).
+    /// `max_segment_size`, its earlier name, is read too.
+    #[serde(default = "default_target_segment", alias = "max_segment_size")]
+    pub target_segment_size: ByteSize,
     /// Objects below the cleaner's cutoff younger than this are kept (readers may hold them).
     #[serde(default = "default_grace")]
     pub grace: Duration,
@@ -90,8 +92,8 @@ fn default_maintenance_interval() -> Duration {
 fn default_min_chunks() -> usize {
     16
 }
-fn default_max_segment() -> ByteSize {
-    ByteSize(256 << 20)
+fn default_target_segment() -> ByteSize {
+    ByteSize(64 << 20)
 }
 fn default_grace() -> Duration {
     Duration(std::time::Duration::from_secs(600))
@@ -102,7 +104,7 @@ impl Default for MaintenanceSection {
         MaintenanceSection {
             interval: default_maintenance_interval(),
             min_chunks: default_min_chunks(),
-            max_segment_size: default_max_segment(),
+            target_segment_size: default_target_segment(),
             grace: default_grace(),
             metadata_history: default_grace(),
             listen: None,
@@ -118,8 +120,8 @@ impl Validate for MaintenanceSection {
         if self.min_chunks == 0 {
             return Err(Invalid::new("maintenance.min_chunks", "must be at least 1"));
         }
-        if self.max_segment_size.0 < (1 << 20) {
-            return Err(Invalid::new("maintenance.max_segment_size", "must be at least 1MiB"));
+        if self.target_segment_size.0 < (1 << 20) {
+            return Err(Invalid::new("maintenance.target_segment_size", "must be at least 1MiB"));
         }
         Ok(())
     }

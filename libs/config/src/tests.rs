@@ -228,6 +228,19 @@ fn a_bad_maintenance_section_is_named() {
     let yaml = GOOD.to_owned() + "maintenance:\n  interval: 100ms\n";
     let err = err_of(from_yaml::<NodeConfig, _>("c.yaml", &yaml, |_| None));
     assert!(err.starts_with("c.yaml: maintenance.interval:"), "{err}");
+    let yaml = GOOD.to_owned() + "maintenance:\n  target_segment_size: 64KiB\n";
+    let err = err_of(from_yaml::<NodeConfig, _>("c.yaml", &yaml, |_| None));
+    assert!(err.starts_with("c.yaml: maintenance.target_segment_size:"), "{err}");
+}
+
+#[test]
+fn the_segment_size_defaults_to_64_mib_and_its_earlier_name_is_read() -> Result<(), ConfigError> {
+    let c: NodeConfig = from_yaml("c.yaml", GOOD, |_| None)?;
+    assert_eq!(c.maintenance.target_segment_size.0, 64 << 20);
+    let yaml = GOOD.to_owned() + "maintenance:\n  max_segment_size: 8MiB\n";
+    let c: NodeConfig = from_yaml("c.yaml", &yaml, |_| None)?;
+    assert_eq!(c.maintenance.target_segment_size.0, 8 << 20);
+    Ok(())
 }
 
 #[test]

@@ -1,13 +1,15 @@
-//! The compactor (ARCHITECTURE §5): rewrites a log's run of WAL chunks as one compacted segment
-//! and swaps the index in ONE constant-size transaction, so readers see the old chunks or the
-//! new segment, never neither. Claims each log under its lease so no log is compacted by two
+//! The compactor (ARCHITECTURE §5): rewrites a log's run of WAL chunks, and small segments
+//! earlier rewrites made, as one compacted segment of about `target_segment_bytes`, and swaps
+//! the index in ONE constant-size transaction, so readers see the old pieces or the new
+//! segment, never neither. Claims each log under its lease so no log is compacted by two
 //! at once; a crash or pause at any step leaves at worst an orphan segment, which the swap's
 //! compares keep out of the index.
 //!
 //! The steps: claim `compaction/tasks/<log>` (create-only, under the lease; its create_revision
 //! is the claim revision); read at one revision R the head, `start`, `wal/next_seq`, every
-//! low-water mark and the index pages; pick whole pages `[a, b)` from the first WAL (not yet compacted) page at or above
-//! `start`, every chunk in a WAL object below every live writer's low-water mark; read them;
+//! low-water mark and the index pages; pick whole pages `[a, b)` ([`choose`]): WAL pages whose
+//! every chunk is in a WAL object below every live writer's low-water mark, and segments
+//! smaller than the target, from the oldest at or above `start` until the target; read them;
 //! PUT `compacted/<log>/<a>-<claim>.seg` create-only; swap (compares: the claim, `start` and
 //! `index/<a>` unchanged since R, no key of `index/[a, b)` modified after R; operations: put
 //! `index/<a>` = the compacted locator, delete-range `index/(a, b)`, put `wal_floor` = the
@@ -35,20 +37,101 @@ use crate::reader::LogReader;
 use crate::records::{IndexPage, Locator, LogHead, LogState};
 use crate::{LogError, LogId, decode};
 
-/// When a log is worth compacting, and how much one segment takes.
+/// When a log is worth compacting, and how large its segments grow.
 #[derive(Clone, Debug)]
 pub struct CompactorConfig {
     /// Eligible WAL chunks (spilled to index pages, below every writer's low-water mark) a log
-    /// needs before it is compacted.
+    /// needs before they are compacted on their own.
     pub min_chunks: usize,
-    /// Payload bytes one segment takes at most (whole index pages; at least one page).
-    pub max_segment_bytes: u64,
+    /// Payload bytes a segment is built up to: a rewrite takes whole pieces (index pages of WAL
+    /// chunks, segments smaller than this) until it holds this much, so a segment ends below
+    /// this plus one piece. Segments this large are never rewritten.
+    pub target_segment_bytes: u64,
 }
 
 impl Default for CompactorConfig {
     fn default() -> Self {
-        CompactorConfig { min_chunks: 16, max_segment_bytes: 256 << 20 }
+        CompactorConfig { min_chunks: 16, target_segment_bytes: 64 << 20 }
     }
+}
+
+/// A segment is rewritten only into one at least this many times its size: each rewrite
+/// multiplies the segment a byte lives in by this much, so a byte is rewritten at most
+/// log_4(target / first segment) times (3 from 1 MiB to 64 MiB).
+pub const MERGE_GROWTH: u64 = 4;
+
+/// [`MERGE_GROWTH`] on an idle log, whose small tail nothing else would merge: at least twice
+/// (any merge at all made a log written in bursts, idle between them, rewrite its tail segment
+/// on every burst: 30–125 rewrites of each byte in a model of it, 3–4 with this).
+pub const IDLE_MERGE_GROWTH: u64 = 2;
+
+/// Rewrites one claim does at most before letting the cycle go on to the next log.
+pub const MAX_REWRITES_PER_CLAIM: usize = 64;
+
+/// One index page from the compactor's point of view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Payload bytes of what a rewrite would take from it (chunks wholly below the start left out).
+    pub bytes: u64,
+    /// WAL chunks it holds that a rewrite would take (0 for a segment).
+    pub wal_chunks: usize,
+    /// A compacted segment (a rewrite of it is a merge).
+    pub segment: bool,
+    /// A rewrite may take it: every chunk eligible, or a segment smaller than the target that
+    /// starts at or above the log's start.
+    pub open: bool,
+}
+
+/// The pieces `[i, j)` the next rewrite takes, if any: the first window, scanning from the
+/// oldest open piece, that is worth its cost. A window takes consecutive open pieces until it
+/// holds `target` bytes. WAL chunks alone are worth compacting once there are `threshold` of
+/// them (`threshold`); a window with a segment in it only when the result is at least
+/// [`MERGE_GROWTH`] times its largest segment ([`IDLE_MERGE_GROWTH`] on an `idle` log).
+pub fn choose(
+    pieces: &[Piece],
+    target: u64,
+    threshold: usize,
+    idle: bool,
+) -> Option<(usize, usize)> {
+    for i in 0..pieces.len() {
+        if !pieces[i].open {
+            continue;
+        }
+        let (mut j, mut bytes, mut chunks, mut largest, mut segments) = (i, 0u64, 0usize, 0u64, 0);
+        // The WAL pages before the window's first segment: (end, chunks).
+        let mut wal_prefix = None;
+        while j < pieces.len() && pieces[j].open && (j == i || bytes < target) {
+            let p = pieces[j];
+            if p.segment && wal_prefix.is_none() {
+                wal_prefix = Some((j, chunks));
+            }
+            bytes += p.bytes;
+            chunks += p.wal_chunks;
+            if p.segment {
+                segments += 1;
+                largest = largest.max(p.bytes);
+            }
+            j += 1;
+        }
+        let growth = if idle { IDLE_MERGE_GROWTH } else { MERGE_GROWTH };
+        let worth = if segments == 0 {
+            chunks >= threshold.max(1)
+        } else {
+            bytes >= largest.saturating_mul(growth)
+        };
+        if worth {
+            return Some((i, j));
+        }
+        // WAL pages followed by a segment too large to merge them into (a page compacted after
+        // the ones behind it, which then waited for a writer's low-water mark): on their own.
+        if let Some((end, wal)) = wal_prefix
+            && end > i
+            && wal >= threshold.max(1)
+        {
+            return Some((i, end));
+        }
+    }
+    None
 }
 
 /// What one compaction did.
@@ -60,6 +143,8 @@ pub struct Compaction {
     pub end_offset: u64,
     /// WAL chunks replaced.
     pub chunks: usize,
+    /// Segments merged into it (0: WAL chunks only).
+    pub segments: usize,
     /// Bytes of the segment written.
     pub bytes: u64,
     pub object: String,
@@ -132,7 +217,8 @@ impl Compactor {
         self
     }
 
-    /// Claims `log`, compacts what is eligible, releases the claim.
+    /// Claims `log`, makes the first rewrite worth doing (WAL chunks compacted, or segments
+    /// merged), releases the claim.
     pub async fn compact_log(&self, log: LogId) -> Result<Result<Compaction, Skipped>, LogError> {
         self.compact_log_with(log, None).await
     }
@@ -143,6 +229,27 @@ impl Compactor {
         log: LogId,
         hook: Option<StepHook>,
     ) -> Result<Result<Compaction, Skipped>, LogError> {
+        let done = self.claim_and_rewrite(log, hook, 1).await?;
+        Ok(done.map(|mut d| d.remove(0)))
+    }
+
+    /// Claims `log` and makes every rewrite worth doing, up to [`MAX_REWRITES_PER_CLAIM`], one
+    /// after the other under the claim (compacting WAL chunks, then merging the segments that
+    /// made), then releases it.
+    pub async fn compact_log_fully(
+        &self,
+        log: LogId,
+    ) -> Result<Result<Vec<Compaction>, Skipped>, LogError> {
+        self.claim_and_rewrite(log, None, MAX_REWRITES_PER_CLAIM).await
+    }
+
+    /// Claims `log`, makes up to `max` rewrites (at least one, or says why not), releases.
+    async fn claim_and_rewrite(
+        &self,
+        log: LogId,
+        hook: Option<StepHook>,
+        max: usize,
+    ) -> Result<Result<Vec<Compaction>, Skipped>, LogError> {
         let claim = self.keys.compaction_task(log);
         let resp = self
             .meta
@@ -159,7 +266,7 @@ impl Compactor {
         if let Some(h) = &hook {
             h(Step::Claimed).await;
         }
-        let done = self.compact_claimed(log, claim_rev, hook.clone()).await;
+        let done = self.compact_claimed(log, claim_rev, hook.clone(), max.max(1)).await;
         if let (Ok(Ok(_)), Some(h)) = (&done, &hook) {
             h(Step::Swapped).await;
         }
@@ -178,26 +285,42 @@ impl Compactor {
         log: LogId,
         claim_rev: i64,
         hook: Option<StepHook>,
-    ) -> Result<Result<Compaction, Skipped>, LogError> {
-        // An idle log's head is spilled first; the pass after that sees the spilled page.
-        match self.compact_pass(log, claim_rev, hook.clone(), false).await? {
-            Pass::Done(done) => Ok(done),
-            Pass::Spilled => match self.compact_pass(log, claim_rev, hook, true).await? {
-                Pass::Done(done) => Ok(done),
-                Pass::Spilled => Err(LogError::Internal(
-                    "a log's head was spilled twice under one claim".to_owned(),
-                )),
-            },
+        max: usize,
+    ) -> Result<Result<Vec<Compaction>, Skipped>, LogError> {
+        // Whether the log is idle is decided at the first look: this claim's own swaps and
+        // spill move nothing a writer does.
+        let (mut idle, mut spilled, mut done) = (None, false, Vec::new());
+        loop {
+            match self.compact_pass(log, claim_rev, hook.clone(), &mut idle, spilled).await? {
+                // An idle log's head is spilled first; the pass after that sees the spilled page.
+                Pass::Spilled if spilled => {
+                    return Err(LogError::Internal(
+                        "a log's head was spilled twice under one claim".to_owned(),
+                    ));
+                }
+                Pass::Spilled => spilled = true,
+                Pass::Done(Ok(c)) => {
+                    done.push(c);
+                    if done.len() >= max {
+                        return Ok(Ok(done));
+                    }
+                }
+                Pass::Done(Err(skipped)) if done.is_empty() => return Ok(Err(skipped)),
+                // Something was rewritten; what stopped the next one is the next cycle's.
+                Pass::Done(Err(_)) => return Ok(Ok(done)),
+            }
         }
     }
 
     /// One read of the log at one revision, and what it allows: the head spilled (an idle log,
-    /// unless `spilled` says this claim did so already), a floor raise, or a compaction.
+    /// unless `spilled` says this claim did so already), a floor raise, or a rewrite. `idle`
+    /// is what the claim's first pass decided (set here on the first).
     async fn compact_pass(
         &self,
         log: LogId,
         claim_rev: i64,
         hook: Option<StepHook>,
+        idle: &mut Option<bool>,
         spilled: bool,
     ) -> Result<Pass, LogError> {
         let keys = &self.keys;
@@ -226,7 +349,9 @@ impl Compactor {
         let Some(head_kv) = head.kvs.first() else { return Err(LogError::NotFound(log)) };
         let head: LogHead = decode("log head", &head_kv.value)?;
         // Idle: the head is where this compactor saw it a cycle ago (or it was just spilled).
-        let idle = self.idle.observe(log, head_kv.mod_revision) || spilled;
+        // Every pass records the head it saw, so a spilled head counts as unmoved next cycle.
+        let seen = self.idle.observe(log, head_kv.mod_revision);
+        let idle = *idle.get_or_insert(seen) || spilled;
         let Some(start_kv) = start.kvs.first() else {
             return Ok(Pass::Done(Err(Skipped::Deleted)));
         };
@@ -282,33 +407,33 @@ impl Compactor {
         // Chunks wholly below the start are trimmed: no floor counts them.
         let live = |l: &&Locator| l.in_wal() && l.end_offset() > start;
 
-        // [a, b): whole pages from the first at or above `start`, every chunk eligible.
-        let (mut chosen, mut bytes) = (Vec::new(), 0u64);
-        for (i, (_, _, page)) in listed.iter().enumerate() {
-            // Wholly below the start, or compacted already (segments are not merged again yet).
-            // A page a trim cut through is compacted whole: its chunks above the start hold the
-            // floor, and skipping it held the cleaner's cutoff there for good.
-            let below = page.locators.iter().all(|l| l.end_offset() <= start);
-            if below || (chosen.is_empty() && page.locators.iter().all(|l| !l.in_wal())) {
-                continue;
-            }
-            let page_eligible = page.locators.iter().all(eligible);
-            if !page_eligible || (!chosen.is_empty() && bytes >= self.cfg.max_segment_bytes) {
-                break;
-            }
-            bytes += page.locators.iter().map(|l| l.payload_bytes).sum::<u64>();
-            chosen.push(i);
-        }
-        // Chunks wholly below the start (in a page a trim cut through) are left out: their
-        // objects may be reclaimed already.
-        let chunks: Vec<&Locator> = chosen
+        // Each page as a piece a rewrite may take: every chunk of a WAL page eligible (a page a
+        // trim cut through is taken whole but for its chunks wholly below the start, whose
+        // objects may be reclaimed already; skipping it held the cleaner's cutoff for good), or
+        // a segment below the target wholly at or above the start.
+        let target = self.cfg.target_segment_bytes.max(1);
+        let pieces: Vec<Piece> = listed
             .iter()
-            .flat_map(|i| listed[*i].2.locators.iter())
-            .filter(|l| l.end_offset() > start)
+            .map(|(_, _, page)| {
+                let above = || page.locators.iter().filter(|l| l.end_offset() > start);
+                let below = above().next().is_none();
+                let segment = page.locators.iter().any(|l| !l.in_wal());
+                let bytes = above().map(|l| l.payload_bytes).sum();
+                let open = !below
+                    && if segment {
+                        page.locators.len() == 1
+                            && page.locators[0].first_offset >= start
+                            && bytes < target
+                    } else {
+                        page.locators.iter().all(eligible)
+                    };
+                let wal_chunks = if segment { 0 } else { above().count() };
+                Piece { bytes, wal_chunks, segment, open }
+            })
             .collect();
         // An idle log is compacted however few its chunks: nothing else ever would be.
         let threshold = if idle { 1 } else { self.cfg.min_chunks.max(1) };
-        if chunks.len() < threshold {
+        let Some((from, to)) = choose(&pieces, target, threshold, idle) else {
             // Nothing to rewrite, but an idle log's floor may hold the cleaner's cutoff back:
             // recompute it at R (a lower bound ever after, ARCHITECTURE §5) and raise it,
             // unless the floor changed since (a swap's is newer).
@@ -333,8 +458,15 @@ impl Compactor {
                     .and_then([TxnOp::put(keys.wal_floor(log), floor.to_string())]);
                 self.meta.txn(raise).await?;
             }
-            return Ok(Pass::Done(Err(Skipped::TooFew { eligible: chunks.len() })));
-        }
+            let eligible = pieces.iter().filter(|p| p.open).map(|p| p.wal_chunks).sum();
+            return Ok(Pass::Done(Err(Skipped::TooFew { eligible })));
+        };
+        let chosen: Vec<usize> = (from..to).collect();
+        let chunks: Vec<&Locator> = chosen
+            .iter()
+            .flat_map(|i| listed[*i].2.locators.iter())
+            .filter(|l| l.end_offset() > start)
+            .collect();
         let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
             return Ok(Pass::Done(Err(Skipped::TooFew { eligible: 0 })));
         };
@@ -342,7 +474,8 @@ impl Compactor {
         // The first page's key: `a` unless a trim cut through that page (then below `a`).
         let (page_a, a_kv) = (listed[chosen[0]].0, listed[chosen[0]].1);
 
-        // The segment: the chunks' entries, in order, as one chunk of one log.
+        // The segment: the entries of the chunks and segments taken, in order, as one chunk of
+        // one log.
         let mut builder = wal::ObjectBuilder::with_capacity(
             wal::ObjectKind::Segment,
             chunks.iter().map(|l| l.byte_len as usize).sum(),
@@ -439,7 +572,8 @@ impl Compactor {
             log,
             first_offset: a,
             end_offset: b,
-            chunks: chunks.len(),
+            chunks: chunks.iter().filter(|l| l.in_wal()).count(),
+            segments: chunks.iter().filter(|l| !l.in_wal()).count(),
             bytes: size,
             object: path.to_string(),
             wal_floor: floor,
@@ -535,8 +669,8 @@ pub async fn compact_all(
     let compactor = Compactor::new(reader, id, lease, cfg).with_idle(idle.clone());
     let mut report = CycleReport::default();
     for log in logs {
-        match compactor.compact_log(log).await {
-            Ok(Ok(c)) => report.compacted.push(c),
+        match compactor.compact_log_fully(log).await {
+            Ok(Ok(c)) => report.compacted.extend(c),
             Ok(Err(s)) => report.skipped.push((log, s)),
             Err(LogError::NotFound(_)) => report.skipped.push((log, Skipped::Deleted)),
             Err(e) => {
@@ -608,5 +742,62 @@ async fn live_logs(meta: &dyn MetadataStore, keys: &Keys) -> Result<Vec<LogId>, 
             }
             _ => return Ok(logs),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wal(bytes: u64, chunks: usize) -> Piece {
+        Piece { bytes, wal_chunks: chunks, segment: false, open: true }
+    }
+    fn seg(bytes: u64) -> Piece {
+        Piece { bytes, wal_chunks: 0, segment: true, open: bytes < 64 }
+    }
+
+    #[test]
+    fn wal_chunks_wait_for_the_threshold_unless_the_log_is_idle() {
+        let pieces = [wal(4, 8), wal(4, 7)];
+        assert_eq!(choose(&pieces, 64, 16, false), None);
+        assert_eq!(choose(&pieces, 64, 15, false), Some((0, 2)));
+        assert_eq!(choose(&pieces[..1], 64, 16, true), None, "idle passes threshold 1 itself");
+        assert_eq!(choose(&pieces[..1], 64, 1, true), Some((0, 1)));
+    }
+
+    #[test]
+    fn a_window_takes_pieces_until_the_target_and_stops_at_a_closed_one() {
+        let pieces = [wal(30, 8), wal(30, 8), wal(30, 8), wal(30, 8)];
+        assert_eq!(choose(&pieces, 64, 1, false), Some((0, 3)), "stops once it holds 64");
+        let mut closed = pieces;
+        closed[1].open = false;
+        assert_eq!(choose(&closed, 64, 1, false), Some((0, 1)));
+        assert_eq!(choose(&closed, 64, 9, false), Some((2, 4)), "the first window is too small");
+    }
+
+    #[test]
+    fn a_segment_is_rewritten_only_into_one_four_times_its_size() {
+        // 8 + 16 < 4 × 8: the WAL is compacted alone.
+        assert_eq!(choose(&[seg(8), wal(16, 16)], 64, 16, false), Some((1, 2)));
+        assert_eq!(choose(&[seg(8), wal(24, 16)], 64, 16, false), Some((0, 2)));
+        // Small segments merge among themselves; a full one is never taken.
+        let pieces = [seg(64), seg(20), seg(2), seg(2), seg(2), seg(2)];
+        assert_eq!(choose(&pieces, 64, 16, false), Some((2, 6)));
+        assert_eq!(choose(&pieces[..5], 64, 16, false), None, "three of 2 make 6 < 4 × 2");
+    }
+
+    #[test]
+    fn an_idle_logs_tail_merges_into_twice_its_largest() {
+        let tail = [seg(30), seg(20), seg(10), seg(1)];
+        assert_eq!(choose(&tail, 64, 1, false), None);
+        assert_eq!(choose(&tail, 64, 1, true), Some((0, 4)));
+        assert_eq!(choose(&[seg(40), seg(1)], 64, 1, true), None, "41 < 2 × 40");
+    }
+
+    #[test]
+    fn wal_pages_before_a_segment_too_large_to_take_them_are_compacted_alone() {
+        let pieces = [seg(10), wal(1, 3), seg(20)];
+        assert_eq!(choose(&pieces, 64, 1, true), Some((1, 2)));
+        assert_eq!(choose(&pieces, 64, 4, false), None, "3 chunks < 4");
     }
 }

@@ -43,6 +43,11 @@ impl RangeCache {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The bytes it holds at most.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// (hits, misses) so far.
     pub fn counts(&self) -> (u64, u64) {
         let i = self.lock();

@@ -25,6 +25,46 @@ pub const MAX_BY_INDEX_BYTES: u64 = 16 << 20;
 /// Runs fetched at once by one read.
 const PARALLEL_FETCHES: usize = 16;
 
+/// Blocks of one large segment fetched at once by one read (its read-ahead).
+const PARALLEL_BLOCKS: usize = 4;
+
+/// Bytes of the footers of large segments kept at least (the entry tables block reads need).
+const MIN_FOOTER_CACHE: u64 = 8 << 20;
+
+/// What part of a run a read needs: the entries from `from` on, until `max_records` records,
+/// `max_bytes` payload bytes or `max_entries` entries (in whole blocks of a large segment, so
+/// a little more).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Want {
+    from: u64,
+    max_records: u64,
+    max_bytes: u64,
+    max_entries: usize,
+}
+
+impl Want {
+    /// The whole run, fetched with one GET however large (the compactor's input, searches).
+    const ALL: Want =
+        Want { from: 0, max_records: u64::MAX, max_bytes: u64::MAX, max_entries: usize::MAX };
+}
+
+/// Footers of large segments by object path, weighed by their entry tables.
+type FooterCache = quick_cache::sync::Cache<String, Arc<wal::ChunkMeta>, FooterWeight>;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct FooterWeight;
+
+impl quick_cache::Weighter<String, Arc<wal::ChunkMeta>> for FooterWeight {
+    fn weight(&self, key: &String, val: &Arc<wal::ChunkMeta>) -> u64 {
+        (key.len() + 64 + val.entries.len() * std::mem::size_of::<wal::EntryMeta>()) as u64
+    }
+}
+
+fn footer_cache(range_bytes: usize) -> Arc<FooterCache> {
+    let bytes = (range_bytes as u64 / 8).max(MIN_FOOTER_CACHE);
+    Arc::new(FooterCache::with_weighter(64, bytes, FooterWeight))
+}
+
 /// Index pages a scan lists with one metadata read.
 const PAGES_PER_READ: i64 = 16;
 /// Listings of one index window a read makes while compactions keep swapping its pages.
@@ -97,6 +137,7 @@ pub struct LogReader {
     keys: Keys,
     pages: Arc<PageCache>,
     ranges: RangeCache,
+    footers: Arc<FooterCache>,
 }
 
 impl std::fmt::Debug for LogReader {
@@ -114,6 +155,7 @@ impl LogReader {
             keys: Keys::new(cluster),
             pages: Arc::new(PageCache::new(DEFAULT_INDEX_PAGES)),
             ranges: RangeCache::new(0),
+            footers: footer_cache(0),
         }
     }
 
@@ -122,6 +164,7 @@ impl LogReader {
     pub fn with_caches(mut self, range_bytes: usize, index_pages: usize) -> Self {
         self.ranges = RangeCache::new(range_bytes);
         self.pages = Arc::new(PageCache::new(index_pages.max(1)));
+        self.footers = footer_cache(range_bytes);
         self
     }
 
@@ -306,14 +349,16 @@ impl LogReader {
         &self,
         log: LogId,
         loc: Locator,
+        want: Want,
     ) -> Result<Vec<Located>, LogError> {
-        match self.fetch_run(log, &loc).await {
+        match self.fetch_run(log, &loc, want).await {
             Err(Missing::Object(path)) => {
                 let fresh = self.snapshot(log).await?;
                 fresh.check_readable()?;
                 match self.find_locator(&fresh, loc.first_offset, false).await? {
                     Some(l) if l != loc => {
-                        let entries = self.fetch_run(log, &l).await.map_err(LogError::from)?;
+                        let entries =
+                            self.fetch_run(log, &l, want).await.map_err(LogError::from)?;
                         let (lo, hi) = (loc.first_offset, loc.end_offset());
                         Ok(entries
                             .into_iter()
@@ -335,8 +380,18 @@ impl LogReader {
         }
     }
 
-    /// Fetches and checks one run's entries (through the byte-range cache).
-    async fn fetch_run(&self, log: LogId, loc: &Locator) -> Result<Vec<Located>, Missing> {
+    /// Fetches and checks one run's entries (through the byte-range cache): the whole run with
+    /// one GET, unless it is a segment too large to cache beside others (over half the cache),
+    /// of which only the blocks `want` needs are fetched ([`Self::fetch_blocks`]).
+    async fn fetch_run(
+        &self,
+        log: LogId,
+        loc: &Locator,
+        want: Want,
+    ) -> Result<Vec<Located>, Missing> {
+        if want != Want::ALL && !loc.in_wal() && loc.byte_len > self.ranges.capacity() as u64 / 2 {
+            return self.fetch_blocks(log, loc, want).await;
+        }
         let path = loc.object(log);
         let (start, end) = (loc.byte_start, loc.byte_start + loc.byte_len);
         let bytes = self
@@ -386,6 +441,161 @@ impl LogReader {
                 }
             })
             .collect())
+    }
+
+    /// The bytes of blocks a large segment is read in: a sixteenth of the cache, 1–8 MiB.
+    fn block_bytes(&self) -> u64 {
+        (self.ranges.capacity() as u64 / 16).clamp(1 << 20, 8 << 20)
+    }
+
+    /// The entry table of the large segment `loc` names: from its footer, fetched with one
+    /// ranged GET (its length follows from the entry count) and cached.
+    async fn segment_footer(
+        &self,
+        log: LogId,
+        loc: &Locator,
+    ) -> Result<Arc<wal::ChunkMeta>, Missing> {
+        let path = loc.object(log);
+        if let Some(m) = self.footers.get(path.as_ref()) {
+            return Ok(m);
+        }
+        let corrupt = |what: String| Missing::Other(LogError::Corrupt(format!("{path}: {what}")));
+        let footer_len = wal::single_chunk_footer_len(loc.entry_count);
+        let at = loc.byte_start + loc.byte_len;
+        let bytes = match self
+            .objects
+            .get_range(&path, at..at + footer_len + wal::TRAILER_LEN as u64)
+            .await
+        {
+            Ok(b) => b,
+            Err(objstore::object_store::Error::NotFound { .. }) => {
+                return Err(Missing::Object(path.to_string()));
+            }
+            Err(e) => return Err(Missing::Other(e.into())),
+        };
+        let split = usize::try_from(footer_len).map_err(|_| corrupt("footer size".to_owned()))?;
+        if bytes.len() != split + wal::TRAILER_LEN {
+            return Err(corrupt(format!("footer read {} bytes, not {}", bytes.len(), split + 16)));
+        }
+        let (len, crc) = wal::decode_trailer(&bytes[split..], wal::ObjectKind::Segment)
+            .map_err(|e| Missing::Other(e.into()))?;
+        if u64::from(len) != footer_len {
+            return Err(corrupt(format!("footer of {len} bytes where {footer_len} were expected")));
+        }
+        let metas =
+            wal::decode_footer(&bytes[..split], crc, at).map_err(|e| Missing::Other(e.into()))?;
+        let meta = match <[wal::ChunkMeta; 1]>::try_from(metas) {
+            Ok([m])
+                if m.log == log.0
+                    && m.byte_start == loc.byte_start
+                    && m.byte_len == loc.byte_len
+                    && m.record_count == loc.record_count =>
+            {
+                Arc::new(m)
+            }
+            _ => return Err(corrupt("its footer disagrees with the index".to_owned())),
+        };
+        self.footers.insert(path.to_string(), meta.clone());
+        Ok(meta)
+    }
+
+    /// The entries of a large segment `want` needs, in whole blocks (entries grouped by which
+    /// [`Self::block_bytes`]-sized stretch of the segment they start in, so every read of a
+    /// block asks for the same byte range and shares its cache entry), a few blocks at once.
+    async fn fetch_blocks(
+        &self,
+        log: LogId,
+        loc: &Locator,
+        want: Want,
+    ) -> Result<Vec<Located>, Missing> {
+        use futures::{StreamExt, TryStreamExt};
+        let meta = self.segment_footer(log, loc).await?;
+        let table = &meta.entries;
+        let block = self.block_bytes();
+        let of = |i: usize| u64::from(table[i].byte_offset) / block;
+        let rel = want.from.saturating_sub(loc.first_offset);
+        // The entry holding `from`, then whole blocks until the read has what it wants.
+        let mut lo =
+            table.partition_point(|e| e.rel_record_offset + u64::from(e.record_count) <= rel);
+        let (mut blocks, mut payload, mut entries, mut records) = (Vec::new(), 0u64, 0usize, 0u64);
+        while lo < table.len()
+            && payload < want.max_bytes
+            && entries < want.max_entries
+            && records < want.max_records
+        {
+            let k = of(lo);
+            let first = table.partition_point(|e| u64::from(e.byte_offset) / block < k);
+            let hi = table.partition_point(|e| u64::from(e.byte_offset) / block <= k);
+            let end = table.get(hi).map_or(loc.byte_len, |e| u64::from(e.byte_offset));
+            let bytes = end - u64::from(table[first].byte_offset);
+            payload += bytes - (wal::ENTRY_HEADER_LEN * (hi - first)) as u64;
+            entries += hi - first;
+            let last = &table[hi - 1];
+            records += last.rel_record_offset + u64::from(last.record_count)
+                - table[first].rel_record_offset;
+            blocks.push((first, hi));
+            lo = hi;
+        }
+        let path = loc.object(log);
+        let fetches = blocks.into_iter().map(|(first, hi)| {
+            let path = path.clone();
+            let start = loc.byte_start + u64::from(table[first].byte_offset);
+            let end =
+                loc.byte_start + table.get(hi).map_or(loc.byte_len, |e| u64::from(e.byte_offset));
+            async move {
+                let bytes = self
+                    .ranges
+                    .get_or_fetch(path.as_ref(), start, end, || async {
+                        match self.objects.get_range(&path, start..end).await {
+                            Ok(b) => Ok(b),
+                            Err(objstore::object_store::Error::NotFound { .. }) => {
+                                Err(Missing::Object(path.to_string()))
+                            }
+                            Err(e) => Err(Missing::Other(e.into())),
+                        }
+                    })
+                    .await?;
+                Ok::<_, Missing>((first, hi, start, bytes))
+            }
+        });
+        let fetched: Vec<_> =
+            futures::stream::iter(fetches).buffered(PARALLEL_BLOCKS).try_collect().await?;
+        let mut out = Vec::with_capacity(entries);
+        for (first, hi, start, bytes) in fetched {
+            let decoded = wal::decode_entries(&bytes).map_err(|e| Missing::Other(e.into()))?;
+            if decoded.len() != hi - first {
+                return Err(Missing::Other(LogError::Corrupt(format!(
+                    "{path} at {start}: {} entries where its footer says {}",
+                    decoded.len(),
+                    hi - first
+                ))));
+            }
+            for (i, e) in (first..hi).zip(decoded) {
+                let m = &table[i];
+                if e.record_count != m.record_count || e.timestamp != m.timestamp {
+                    return Err(Missing::Other(LogError::Corrupt(format!(
+                        "{path} at {start}: an entry disagrees with its footer"
+                    ))));
+                }
+                // Payload bytes before it: its position less the headers of those before it.
+                let before = u64::from(m.byte_offset) - (wal::ENTRY_HEADER_LEN * i) as u64;
+                let size = e.payload.len() as u64;
+                out.push(Located {
+                    header: LogEntryHeader {
+                        offset: loc.first_offset + m.rel_record_offset,
+                        record_count: e.record_count,
+                        timestamp: e.timestamp,
+                        entry_size: size,
+                        cumulative_size: loc.cumulative_before + before + size,
+                    },
+                    object: path.clone(),
+                    payload: e.payload,
+                    byte_start: start + e.byte_offset as u64,
+                    byte_len: e.size as u64,
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// Whole entries from the one holding `start`, up to `max_records` records and `max_bytes`
@@ -489,11 +699,13 @@ impl LogReader {
             }
         }
         use futures::{StreamExt, TryStreamExt};
-        let runs: Vec<Vec<Located>> =
-            futures::stream::iter(plan.into_iter().map(|loc| self.fetch_run_resolving(log, loc)))
-                .buffered(PARALLEL_FETCHES)
-                .try_collect()
-                .await?;
+        let want = Want { from: start, max_records, max_bytes, max_entries };
+        let runs: Vec<Vec<Located>> = futures::stream::iter(
+            plan.into_iter().map(|loc| self.fetch_run_resolving(log, loc, want)),
+        )
+        .buffered(PARALLEL_FETCHES)
+        .try_collect()
+        .await?;
         let (mut out, mut records, mut bytes) = (Vec::new(), 0u64, 0u64);
         // A run listed after a compaction may be a segment that also holds entries planned
         // from the WAL before it: each entry is returned once, in offset order.
@@ -740,7 +952,8 @@ impl LogReader {
             return Ok(None);
         }
         let loc = self.locator_at(&snap, snap.start).await?;
-        let entries = self.fetch_run_resolving(snap.log, loc).await?;
+        let want = Want { from: snap.start, max_records: 1, max_bytes: 1, max_entries: 1 };
+        let entries = self.fetch_run_resolving(snap.log, loc, want).await?;
         Ok(entries.into_iter().find(|e| e.header.end_offset() > snap.start).map(|e| e.header))
     }
 
@@ -804,7 +1017,7 @@ impl LogReader {
         loc: &Locator,
     ) -> Result<Vec<LogEntry>, LogError> {
         Ok(self
-            .fetch_run(log, loc)
+            .fetch_run(log, loc, Want::ALL)
             .await
             .map_err(LogError::from)?
             .into_iter()
@@ -819,7 +1032,7 @@ impl LogReader {
         loc: &Locator,
     ) -> Result<Vec<LogEntryHeader>, LogError> {
         Ok(self
-            .fetch_run(log, loc)
+            .fetch_run(log, loc, Want::ALL)
             .await
             .map_err(LogError::from)?
             .into_iter()

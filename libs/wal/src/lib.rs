@@ -295,6 +295,12 @@ pub fn decode_entries(chunk: &Bytes) -> Result<Vec<Entry>, FormatError> {
     Ok(out)
 }
 
+/// Bytes of the footer of an object of one chunk of `entries` entries (a compacted segment),
+/// without the trailer: what a reader fetches to find entries inside a large segment.
+pub fn single_chunk_footer_len(entries: u32) -> u64 {
+    6 + CHUNK_META_FIXED as u64 + ENTRY_META_LEN as u64 * u64::from(entries)
+}
+
 /// Reads the trailer (the last [`TRAILER_LEN`] bytes): the footer's length and checksum.
 pub fn decode_trailer(trailer: &[u8], kind: ObjectKind) -> Result<(u32, u32), FormatError> {
     if trailer.len() != TRAILER_LEN {

@@ -130,3 +130,17 @@ fn zero_record_entry_is_corrupt() -> Result<(), FormatError> {
     assert!(decode_object(&obj, ObjectKind::Wal).is_err());
     Ok(())
 }
+
+#[test]
+fn a_segments_footer_length_follows_from_its_entry_count() {
+    for n in [1u32, 2, 1000] {
+        let mut b = ObjectBuilder::new(ObjectKind::Segment);
+        b.begin_chunk(9);
+        for i in 0..n {
+            b.push_entry(1, i64::from(i), &[7u8; 3]).expect("entry");
+        }
+        let (object, metas) = b.finish().expect("segment");
+        let data = metas[0].byte_len;
+        assert_eq!(object.len() as u64, data + single_chunk_footer_len(n) + TRAILER_LEN as u64);
+    }
+}

@@ -118,7 +118,7 @@ impl Compactor {
         }
         let cfg = logstore::compactor::CompactorConfig {
             min_chunks: min_chunks.unwrap_or(s.settings.min_chunks),
-            max_segment_bytes: s.settings.max_segment_size.0,
+            target_segment_bytes: s.settings.target_segment_size.0,
         };
         let logs = s.catalog.logs().clone();
         let r = logstore::compactor::compact_all(logs, &s.id, cfg, log, &s.idle).await;
@@ -218,6 +218,7 @@ fn fill(out: &mut pb::CompactionCycle, r: CycleReport) {
             bytes: c.bytes,
             object: c.object,
             wal_floor: c.wal_floor,
+            segments: c.segments as u64,
         })
         .collect();
     out.skipped = r
@@ -282,6 +283,7 @@ pub struct CompactorMetrics {
     cycles: Counter,
     cycle_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     compacted: Counter,
+    merged: Counter,
     segment_bytes: Counter,
     skipped: Family<Labels, Counter>,
     trimmed: Counter,
@@ -301,8 +303,13 @@ impl CompactorMetrics {
         );
         m.register(
             "compactor_logs_compacted",
-            "Logs compacted (one segment each)",
+            "Segments written (a log's WAL chunks compacted, or its small segments merged)",
             c.compacted.clone(),
+        );
+        m.register(
+            "compactor_segments_merged",
+            "Segments rewritten into larger ones (rewrites of bytes already compacted)",
+            c.merged.clone(),
         );
         m.register(
             "compactor_segment_bytes",
@@ -344,6 +351,7 @@ impl CompactorMetrics {
             self.failed_logs.inc_by(r.failed.len() as u64);
         }
         self.compacted.inc_by(r.compacted.len() as u64);
+        self.merged.inc_by(r.compacted.iter().map(|c| c.segments as u64).sum());
         self.segment_bytes.inc_by(r.compacted.iter().map(|c| c.bytes).sum());
         for (_, why) in &r.skipped {
             let (reason, _) = reason(why);

@@ -151,8 +151,12 @@ fn print_compaction(c: &pb::CompactionCycle) {
         );
     }
     for c in &c.compacted {
+        let merged = match c.segments {
+            0 => String::new(),
+            n => format!(" and {n} segments"),
+        };
         println!(
-            "log {}: offsets [{}, {}) from {} WAL chunks -> {} ({} bytes); wal_floor {}",
+            "log {}: offsets [{}, {}) from {} WAL chunks{merged} -> {} ({} bytes); wal_floor {}",
             c.log_id, c.first_offset, c.end_offset, c.chunks, c.object, c.bytes, c.wal_floor
         );
     }
@@ -169,9 +173,10 @@ fn print_compaction(c: &pb::CompactionCycle) {
         println!("cycle failed: {}", c.error);
     }
     let bytes: u64 = c.compacted.iter().map(|c| c.bytes).sum();
+    let logs: std::collections::BTreeSet<u64> = c.compacted.iter().map(|c| c.log_id).collect();
     println!(
         "compacted {} logs: {} segments, {bytes} bytes written in {}",
-        c.compacted.len(),
+        logs.len(),
         c.compacted.len(),
         ms(c.took_ms)
     );

@@ -32,7 +32,102 @@ both_envs!(
     state_checkpoints_move_forward_and_the_unnamed_ones_are_reclaimed,
     a_slots_checkpoint_is_refreshed_by_another_only_once_its_owner_is_gone,
     a_page_a_trim_cut_through_is_compacted_and_its_wal_reclaimed,
+    an_old_range_of_many_small_flushes_is_merged_and_reads_back_in_one_get_per_segment,
 );
+
+/// Issue 18's merge check, scaled down (1 MiB target instead of 64 MiB, 1,000 flushes instead
+/// of 10,000; `docs/performance.md` has the full-size run): a log written one entry per flush
+/// while compaction cycles run every 25 flushes (so compaction makes many small segments),
+/// then left idle, ends in segments of about the target; a fresh reader whose cache holds two
+/// of them reads the range back with at most bytes / target + 2 GETs, and a reader with no
+/// cache (which reads large segments in blocks, through their footers) reads the same entries
+/// from any offset.
+async fn an_old_range_of_many_small_flushes_is_merged_and_reads_back_in_one_get_per_segment(
+    env: Env,
+) -> Result<()> {
+    use logstore::compactor::{IdleLogs, compact_all};
+    const TARGET: u64 = 1 << 20;
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    let cfg = CompactorConfig { min_chunks: 8, target_segment_bytes: TARGET };
+    let idle = IdleLogs::default();
+    let reader = || logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
+    let (mut merged, mut cycles) = (0usize, 0);
+    let big = |i: u64| Bytes::from(format!("{i:08}").repeat(512)); // 4 KiB
+    for i in 0..1000u64 {
+        w.append(log, 1, big(i), None).await?;
+        if i % 25 == 24 {
+            let r = compact_all(reader(), "c", cfg.clone(), Some(log), &idle).await?;
+            ensure!(r.failed.is_empty(), "{r:?}");
+            merged += r.compacted.iter().map(|c| c.segments).sum::<usize>();
+            cycles += 1;
+        }
+    }
+    // Old now: its writer gone (so its low-water mark holds no chunk back) and the log idle,
+    // the next cycles spill the head and merge the tail.
+    w.shutdown().await;
+    for _ in 0..3 {
+        let r = compact_all(reader(), "c", cfg.clone(), None, &idle).await?;
+        ensure!(r.failed.is_empty(), "{r:?}");
+        merged += r.compacted.iter().map(|c| c.segments).sum::<usize>();
+    }
+    ensure!(merged > 0, "{cycles} cycles merged no segment");
+    let r = reader().with_caches(64 << 20, 64);
+    let mut before = BTreeMap::new();
+    while (before.len() as u64) < 1000 {
+        let got = r.read_entries(log, before.len() as u64, 1000, u64::MAX).await?;
+        ensure!(!got.is_empty(), "nothing at {}", before.len());
+        before.extend(got.into_iter().map(|e| (e.header.offset, e.payload)));
+    }
+    ensure!(before.len() == 1000 && before.iter().all(|(o, p)| *p == big(*o)), "entries changed");
+    let locs = r.read_index_range(log, 0, 10_000).await?;
+    let mut objects: Vec<&str> = locs.iter().map(|e| e.object.as_ref()).collect();
+    objects.dedup();
+    ensure!(objects.iter().all(|o| o.starts_with("compacted/")), "left in the WAL: {objects:?}");
+
+    // Read back through a fresh reader whose cache holds two segments, counting GETs.
+    let (counted, faults) = objstore::faults::FaultyStore::new(env.objects.clone());
+    let fresh = logstore::LogReader::new(env.meta.clone(), counted.clone(), &env.cluster)
+        .with_caches(4 * TARGET as usize, 64);
+    let (mut at, mut got) = (0u64, 0usize);
+    while at < 1000 {
+        let read = fresh.read_entries(log, at, 1000, 256 << 10).await?;
+        for e in &read {
+            ensure!(before.get(&e.header.offset) == Some(&e.payload), "offset {}", e.header.offset);
+        }
+        got += read.len();
+        at = read.last().context("empty read")?.header.end_offset();
+    }
+    let bytes: u64 = before.values().map(|p| p.len() as u64).sum();
+    let gets = faults.calls(objstore::faults::Op::Get);
+    let bound = bytes / TARGET + 2;
+    eprintln!(
+        "{gets} GETs, {} segments, {bytes} bytes, {merged} merged in {cycles} cycles",
+        objects.len()
+    );
+    ensure!(
+        got == 1000 && gets <= bound,
+        "{gets} GETs for {bytes} bytes in {} segments (bound {bound})",
+        objects.len()
+    );
+
+    // No cache: large segments are read in blocks found through their footers.
+    let blocks = logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
+    for from in (0..1000).step_by(37) {
+        let read = blocks.read_entries(log, from, 50, 64 << 10).await?;
+        let want = r.read_entries(log, from, 50, 64 << 10).await?;
+        ensure!(!read.is_empty(), "nothing from {from}");
+        ensure!(
+            read.iter()
+                .map(|e| (e.header, &e.payload))
+                .eq(want.iter().map(|e| (e.header, &e.payload))),
+            "reads from {from} differ: {:?} vs {:?}",
+            read.first().map(|e| e.header),
+            want.first().map(|e| e.header)
+        );
+    }
+    Ok(())
+}
 
 /// A hard trim inside an index page: the page's chunks above the start are compacted (once
 /// skipped as "below the start", they held the log's floor, and the cluster's cutoff, for
