@@ -73,6 +73,11 @@ pub struct MaintenanceSection {
     /// `max_segment_size`, its earlier name, is read too.
     #[serde(default = "default_target_segment", alias = "max_segment_size")]
     pub target_segment_size: ByteSize,
+    /// A log with no append for this long has its small segments merged whatever their sizes
+    /// (before that, a segment is rewritten only into one at least twice its size, or a full
+    /// one, so a log written in rare bursts does not rewrite its tail on every burst).
+    #[serde(default = "default_settle_after")]
+    pub settle_after: Duration,
     /// Objects below the cleaner's cutoff younger than this are kept (readers may hold them).
     #[serde(default = "default_grace")]
     pub grace: Duration,
@@ -95,6 +100,9 @@ fn default_min_chunks() -> usize {
 fn default_target_segment() -> ByteSize {
     ByteSize(64 << 20)
 }
+fn default_settle_after() -> Duration {
+    Duration(std::time::Duration::from_secs(3600))
+}
 fn default_grace() -> Duration {
     Duration(std::time::Duration::from_secs(600))
 }
@@ -105,6 +113,7 @@ impl Default for MaintenanceSection {
             interval: default_maintenance_interval(),
             min_chunks: default_min_chunks(),
             target_segment_size: default_target_segment(),
+            settle_after: default_settle_after(),
             grace: default_grace(),
             metadata_history: default_grace(),
             listen: None,

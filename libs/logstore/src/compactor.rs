@@ -47,22 +47,47 @@ pub struct CompactorConfig {
     /// chunks, segments smaller than this) until it holds this much, so a segment ends below
     /// this plus one piece. Segments this large are never rewritten.
     pub target_segment_bytes: u64,
+    /// A log whose head has not moved for this long is settled: its small segments are merged
+    /// whatever their sizes, so its old range ends in segments of the target size and at most
+    /// one smaller. (Sooner would rewrite the tail of a log written in rare bursts on every
+    /// burst.)
+    pub settle_after: std::time::Duration,
 }
 
 impl Default for CompactorConfig {
     fn default() -> Self {
-        CompactorConfig { min_chunks: 16, target_segment_bytes: 64 << 20 }
+        CompactorConfig {
+            min_chunks: 16,
+            target_segment_bytes: 64 << 20,
+            settle_after: DEFAULT_SETTLE_AFTER,
+        }
     }
 }
 
-/// A segment is rewritten only into one at least this many times its size: each rewrite
-/// multiplies the segment a byte lives in by this much, so a byte is rewritten at most
-/// log_4(target / first segment) times (3 from 1 MiB to 64 MiB).
+/// [`CompactorConfig::settle_after`] by default.
+pub const DEFAULT_SETTLE_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// How long a log has gone without appends, as the compactor sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Activity {
+    /// Its head moved since the last look (or this is the first).
+    Active,
+    /// Its head has not moved for a whole cycle: nothing else would compact its last chunks.
+    Idle,
+    /// Its head has not moved for [`CompactorConfig::settle_after`].
+    Settled,
+}
+
+/// A segment is rewritten only into one at least this many times its size, or into one of the
+/// target size (which is never rewritten again): each rewrite multiplies the segment a byte
+/// lives in by this much or makes it full, so a byte is rewritten at most
+/// log_4(target / first segment) + 1 times (4 from 1 MiB to 64 MiB).
 pub const MERGE_GROWTH: u64 = 4;
 
-/// [`MERGE_GROWTH`] on an idle log, whose small tail nothing else would merge: at least twice
-/// (any merge at all made a log written in bursts, idle between them, rewrite its tail segment
-/// on every burst: 30–125 rewrites of each byte in a model of it, 3–4 with this).
+/// [`MERGE_GROWTH`] on an idle log: at least twice (any merge at all made a log written in
+/// bursts, idle between them, rewrite its tail segment on every burst: 30–125 rewrites of each
+/// byte in a model of it, 3–4 with this). A settled log's small segments merge whatever their
+/// sizes.
 pub const IDLE_MERGE_GROWTH: u64 = 2;
 
 /// Rewrites one claim does at most before letting the cycle go on to the next log.
@@ -86,12 +111,13 @@ pub struct Piece {
 /// oldest open piece, that is worth its cost. A window takes consecutive open pieces until it
 /// holds `target` bytes. WAL chunks alone are worth compacting once there are `threshold` of
 /// them (`threshold`); a window with a segment in it only when the result is at least
-/// [`MERGE_GROWTH`] times its largest segment ([`IDLE_MERGE_GROWTH`] on an `idle` log).
+/// [`MERGE_GROWTH`] times its largest segment ([`IDLE_MERGE_GROWTH`] on an idle log), or of
+/// the target size, or, on a settled log, when it joins two pieces or more.
 pub fn choose(
     pieces: &[Piece],
     target: u64,
     threshold: usize,
-    idle: bool,
+    activity: Activity,
 ) -> Option<(usize, usize)> {
     for i in 0..pieces.len() {
         if !pieces[i].open {
@@ -113,11 +139,13 @@ pub fn choose(
             }
             j += 1;
         }
-        let growth = if idle { IDLE_MERGE_GROWTH } else { MERGE_GROWTH };
+        let growth = if activity == Activity::Active { MERGE_GROWTH } else { IDLE_MERGE_GROWTH };
         let worth = if segments == 0 {
             chunks >= threshold.max(1)
+        } else if activity == Activity::Settled {
+            j - i >= 2
         } else {
-            bytes >= largest.saturating_mul(growth)
+            bytes >= largest.saturating_mul(growth) || bytes >= target
         };
         if worth {
             return Some((i, j));
@@ -289,9 +317,9 @@ impl Compactor {
     ) -> Result<Result<Vec<Compaction>, Skipped>, LogError> {
         // Whether the log is idle is decided at the first look: this claim's own swaps and
         // spill move nothing a writer does.
-        let (mut idle, mut spilled, mut done) = (None, false, Vec::new());
+        let (mut activity, mut spilled, mut done) = (None, false, Vec::new());
         loop {
-            match self.compact_pass(log, claim_rev, hook.clone(), &mut idle, spilled).await? {
+            match self.compact_pass(log, claim_rev, hook.clone(), &mut activity, spilled).await? {
                 // An idle log's head is spilled first; the pass after that sees the spilled page.
                 Pass::Spilled if spilled => {
                     return Err(LogError::Internal(
@@ -313,14 +341,14 @@ impl Compactor {
     }
 
     /// One read of the log at one revision, and what it allows: the head spilled (an idle log,
-    /// unless `spilled` says this claim did so already), a floor raise, or a rewrite. `idle`
-    /// is what the claim's first pass decided (set here on the first).
+    /// unless `spilled` says this claim did so already), a floor raise, or a rewrite.
+    /// `activity` is what the claim's first pass saw (set here on the first).
     async fn compact_pass(
         &self,
         log: LogId,
         claim_rev: i64,
         hook: Option<StepHook>,
-        idle: &mut Option<bool>,
+        activity: &mut Option<Activity>,
         spilled: bool,
     ) -> Result<Pass, LogError> {
         let keys = &self.keys;
@@ -350,8 +378,10 @@ impl Compactor {
         let head: LogHead = decode("log head", &head_kv.value)?;
         // Idle: the head is where this compactor saw it a cycle ago (or it was just spilled).
         // Every pass records the head it saw, so a spilled head counts as unmoved next cycle.
-        let seen = self.idle.observe(log, head_kv.mod_revision);
-        let idle = *idle.get_or_insert(seen) || spilled;
+        let seen = self.idle.observe(log, head_kv.mod_revision, self.cfg.settle_after);
+        let activity = *activity.get_or_insert(seen);
+        let activity = if spilled { activity.max(Activity::Idle) } else { activity };
+        let idle = activity >= Activity::Idle;
         let Some(start_kv) = start.kvs.first() else {
             return Ok(Pass::Done(Err(Skipped::Deleted)));
         };
@@ -433,7 +463,7 @@ impl Compactor {
             .collect();
         // An idle log is compacted however few its chunks: nothing else ever would be.
         let threshold = if idle { 1 } else { self.cfg.min_chunks.max(1) };
-        let Some((from, to)) = choose(&pieces, target, threshold, idle) else {
+        let Some((from, to)) = choose(&pieces, target, threshold, activity) else {
             // Nothing to rewrite, but an idle log's floor may hold the cleaner's cutoff back:
             // recompute it at R (a lower bound ever after, ARCHITECTURE §5) and raise it,
             // unless the floor changed since (a swap's is newer).
@@ -599,16 +629,38 @@ pub struct CycleReport {
     pub keep_alive_failures: u64,
 }
 
-/// The heads a compactor saw in its last cycle, kept from one cycle to the next: a log whose
-/// head has not moved for a whole cycle is idle. Cheap to clone (shared).
+/// The heads a compactor saw in its last cycle, and since when, kept from one cycle to the
+/// next: a log whose head has not moved for a whole cycle is idle, for `settle_after` settled.
+/// Cheap to clone (shared).
 #[derive(Clone, Debug, Default)]
-pub struct IdleLogs(Arc<std::sync::Mutex<std::collections::HashMap<LogId, i64>>>);
+pub struct IdleLogs(
+    Arc<std::sync::Mutex<std::collections::HashMap<LogId, (i64, tokio::time::Instant)>>>,
+);
 
 impl IdleLogs {
-    /// Records `log`'s head at `head_revision`; true if it was there at the last look.
-    fn observe(&self, log: LogId, head_revision: i64) -> bool {
+    /// Records `log`'s head at `head_revision` (and when it was first seen there); how long it
+    /// has been there, if it was there at the last look.
+    fn observe(
+        &self,
+        log: LogId,
+        head_revision: i64,
+        settle_after: std::time::Duration,
+    ) -> Activity {
+        let now = tokio::time::Instant::now();
         let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        seen.insert(log, head_revision) == Some(head_revision)
+        match seen.get(&log) {
+            Some((rev, since)) if *rev == head_revision => {
+                if now.duration_since(*since) >= settle_after {
+                    Activity::Settled
+                } else {
+                    Activity::Idle
+                }
+            }
+            _ => {
+                seen.insert(log, (head_revision, now));
+                Activity::Active
+            }
+        }
     }
 
     /// Forgets logs not in `live` (deleted ones), so the map stays as large as the log set.
@@ -755,49 +807,77 @@ mod tests {
     fn seg(bytes: u64) -> Piece {
         Piece { bytes, wal_chunks: 0, segment: true, open: bytes < 64 }
     }
+    const ACTIVE: Activity = Activity::Active;
+    const IDLE: Activity = Activity::Idle;
 
     #[test]
     fn wal_chunks_wait_for_the_threshold_unless_the_log_is_idle() {
         let pieces = [wal(4, 8), wal(4, 7)];
-        assert_eq!(choose(&pieces, 64, 16, false), None);
-        assert_eq!(choose(&pieces, 64, 15, false), Some((0, 2)));
-        assert_eq!(choose(&pieces[..1], 64, 16, true), None, "idle passes threshold 1 itself");
-        assert_eq!(choose(&pieces[..1], 64, 1, true), Some((0, 1)));
+        assert_eq!(choose(&pieces, 64, 16, ACTIVE), None);
+        assert_eq!(choose(&pieces, 64, 15, ACTIVE), Some((0, 2)));
+        assert_eq!(choose(&pieces[..1], 64, 16, IDLE), None, "idle passes threshold 1 itself");
+        assert_eq!(choose(&pieces[..1], 64, 1, IDLE), Some((0, 1)));
     }
 
     #[test]
     fn a_window_takes_pieces_until_the_target_and_stops_at_a_closed_one() {
         let pieces = [wal(30, 8), wal(30, 8), wal(30, 8), wal(30, 8)];
-        assert_eq!(choose(&pieces, 64, 1, false), Some((0, 3)), "stops once it holds 64");
+        assert_eq!(choose(&pieces, 64, 1, ACTIVE), Some((0, 3)), "stops once it holds 64");
         let mut closed = pieces;
         closed[1].open = false;
-        assert_eq!(choose(&closed, 64, 1, false), Some((0, 1)));
-        assert_eq!(choose(&closed, 64, 9, false), Some((2, 4)), "the first window is too small");
+        assert_eq!(choose(&closed, 64, 1, ACTIVE), Some((0, 1)));
+        assert_eq!(choose(&closed, 64, 9, ACTIVE), Some((2, 4)), "the first window is too small");
     }
 
     #[test]
     fn a_segment_is_rewritten_only_into_one_four_times_its_size() {
         // 8 + 16 < 4 × 8: the WAL is compacted alone.
-        assert_eq!(choose(&[seg(8), wal(16, 16)], 64, 16, false), Some((1, 2)));
-        assert_eq!(choose(&[seg(8), wal(24, 16)], 64, 16, false), Some((0, 2)));
+        assert_eq!(choose(&[seg(8), wal(16, 16)], 64, 16, ACTIVE), Some((1, 2)));
+        assert_eq!(choose(&[seg(8), wal(24, 16)], 64, 16, ACTIVE), Some((0, 2)));
         // Small segments merge among themselves; a full one is never taken.
         let pieces = [seg(64), seg(20), seg(2), seg(2), seg(2), seg(2)];
-        assert_eq!(choose(&pieces, 64, 16, false), Some((2, 6)));
-        assert_eq!(choose(&pieces[..5], 64, 16, false), None, "three of 2 make 6 < 4 × 2");
+        assert_eq!(choose(&pieces, 64, 16, ACTIVE), Some((2, 6)));
+        assert_eq!(choose(&pieces[..5], 64, 16, ACTIVE), None, "three of 2 make 6 < 4 × 2");
+        // Segments over a quarter of the target merge once they make a full one.
+        let quarters = [seg(20), seg(20), seg(20), seg(20)];
+        assert_eq!(choose(&quarters[..3], 64, 16, ACTIVE), None);
+        assert_eq!(choose(&quarters, 64, 16, ACTIVE), Some((0, 4)));
     }
 
     #[test]
     fn an_idle_logs_tail_merges_into_twice_its_largest() {
         let tail = [seg(30), seg(20), seg(10), seg(1)];
-        assert_eq!(choose(&tail, 64, 1, false), None);
-        assert_eq!(choose(&tail, 64, 1, true), Some((0, 4)));
-        assert_eq!(choose(&[seg(40), seg(1)], 64, 1, true), None, "41 < 2 × 40");
+        assert_eq!(choose(&tail, 64, 1, ACTIVE), None);
+        assert_eq!(choose(&tail, 64, 1, IDLE), Some((0, 4)));
+        assert_eq!(choose(&[seg(40), seg(1)], 64, 1, IDLE), None, "41 < 2 × 40");
+    }
+
+    #[test]
+    fn a_settled_logs_small_segments_merge_whatever_their_sizes() {
+        let tail = [seg(40), seg(20), seg(1)];
+        assert_eq!(choose(&tail, 64, 1, IDLE), None);
+        assert_eq!(choose(&tail, 64, 1, Activity::Settled), Some((0, 3)));
+        let long = [seg(40), seg(20), seg(10), seg(1)];
+        assert_eq!(choose(&long, 64, 1, Activity::Settled), Some((0, 3)), "up to the target");
+        assert_eq!(choose(&tail[2..], 64, 1, Activity::Settled), None, "one piece is left be");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_log_is_idle_after_one_unmoved_look_and_settled_after_settle_after() {
+        let (idle, log, settle) =
+            (IdleLogs::default(), LogId(1), std::time::Duration::from_secs(60));
+        assert_eq!(idle.observe(log, 5, settle), Activity::Active);
+        assert_eq!(idle.observe(log, 5, settle), Activity::Idle);
+        tokio::time::advance(settle).await;
+        assert_eq!(idle.observe(log, 5, settle), Activity::Settled);
+        assert_eq!(idle.observe(log, 6, settle), Activity::Active, "it moved");
+        assert_eq!(idle.observe(log, 6, settle), Activity::Idle, "settling starts again");
     }
 
     #[test]
     fn wal_pages_before_a_segment_too_large_to_take_them_are_compacted_alone() {
         let pieces = [seg(10), wal(1, 3), seg(20)];
-        assert_eq!(choose(&pieces, 64, 1, true), Some((1, 2)));
-        assert_eq!(choose(&pieces, 64, 4, false), None, "3 chunks < 4");
+        assert_eq!(choose(&pieces, 64, 1, IDLE), Some((1, 2)));
+        assert_eq!(choose(&pieces, 64, 4, ACTIVE), None, "3 chunks < 4");
     }
 }

@@ -406,41 +406,55 @@ impl LogReader {
                 }
             })
             .await?;
-        let entries = wal::decode_entries(&bytes).map_err(|e| Missing::Other(e.into()))?;
-        let records: u64 = entries.iter().map(|e| u64::from(e.record_count)).sum();
-        if entries.len() != loc.entry_count as usize || records != loc.record_count {
+        // The entries' headers, walked without checksums; only the entries `want` takes are
+        // checksummed and returned (a read of a few entries of a cached 64 MiB segment
+        // checksummed all of it, on every read).
+        let layout = wal::entry_layout(&bytes).map_err(|e| Missing::Other(e.into()))?;
+        let records: u64 = layout.iter().map(|(_, h)| u64::from(h.record_count)).sum();
+        if layout.len() != loc.entry_count as usize || records != loc.record_count {
             return Err(Missing::Other(LogError::Corrupt(format!(
                 "{path} at {}: {} entries of {records} records where the index says {} of {}",
                 loc.byte_start,
-                entries.len(),
+                layout.len(),
                 loc.entry_count,
                 loc.record_count
             ))));
         }
-        let mut offset = loc.first_offset;
-        let mut cumulative = loc.cumulative_before;
-        Ok(entries
-            .into_iter()
-            .map(|e| {
-                let size = e.payload.len() as u64;
-                cumulative += size;
-                let header = LogEntryHeader {
-                    offset,
-                    record_count: e.record_count,
-                    timestamp: e.timestamp,
-                    entry_size: size,
-                    cumulative_size: cumulative,
-                };
-                offset += u64::from(e.record_count);
-                Located {
-                    header,
-                    object: path.clone(),
-                    payload: e.payload,
-                    byte_start: loc.byte_start + e.byte_offset as u64,
-                    byte_len: e.size as u64,
-                }
-            })
-            .collect())
+        let (mut offset, mut cumulative) = (loc.first_offset, loc.cumulative_before);
+        let (mut out, mut taken_records, mut taken_bytes) = (Vec::new(), 0u64, 0u64);
+        for (at, h) in layout {
+            let size = u64::from(h.payload_len);
+            let header = LogEntryHeader {
+                offset,
+                record_count: h.record_count,
+                timestamp: h.timestamp,
+                entry_size: size,
+                cumulative_size: cumulative + size,
+            };
+            offset += u64::from(h.record_count);
+            cumulative += size;
+            if header.end_offset() <= want.from {
+                continue;
+            }
+            if taken_records >= want.max_records
+                || taken_bytes >= want.max_bytes
+                || out.len() >= want.max_entries
+            {
+                break;
+            }
+            let len = wal::ENTRY_HEADER_LEN + h.payload_len as usize;
+            wal::decode_entry(&bytes[at..at + len]).map_err(|e| Missing::Other(e.into()))?;
+            taken_records += u64::from(h.record_count);
+            taken_bytes += size;
+            out.push(Located {
+                header,
+                object: path.clone(),
+                payload: bytes.slice(at + wal::ENTRY_HEADER_LEN..at + len),
+                byte_start: loc.byte_start + at as u64,
+                byte_len: len as u64,
+            });
+        }
+        Ok(out)
     }
 
     /// The bytes of blocks a large segment is read in: a sixteenth of the cache, 1–8 MiB.

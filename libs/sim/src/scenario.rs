@@ -587,7 +587,11 @@ async fn orphans(
     use logstore::compactor::{CompactorConfig, IdleLogs, compact_all};
     tokio::time::sleep(Duration::from_secs(31)).await;
     let idle = IdleLogs::default();
-    let cfg = CompactorConfig { min_chunks: 1, target_segment_bytes: 64 << 10 };
+    let cfg = CompactorConfig {
+        min_chunks: 1,
+        target_segment_bytes: 64 << 10,
+        settle_after: Duration::ZERO,
+    };
     // Until two cycles in a row find nothing to do (a log is idle, and its recent chunks
     // spilled, once its head stayed put a whole cycle).
     let mut quiet = 0;
@@ -890,7 +894,11 @@ pub(crate) fn seen(e: &logstore::LogEntry, kafka: bool) -> Seen {
 async fn compact(shared: SharedRef, logs: Vec<u64>) {
     use logstore::compactor::{Compactor, CompactorConfig, IdleLogs, Step};
     let idle = IdleLogs::default();
-    let cfg = CompactorConfig { min_chunks: 2, target_segment_bytes: 64 << 10 };
+    let cfg = CompactorConfig {
+        min_chunks: 2,
+        target_segment_bytes: 64 << 10,
+        settle_after: Duration::ZERO,
+    };
     let mut crashed = 0u64;
     loop {
         let (wait, crash, log, at) = {

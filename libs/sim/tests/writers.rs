@@ -26,6 +26,7 @@ const REGRESSIONS: &[(&str, u64)] = &[
     ("writers", 3),
     ("maintenance", 14),
     ("maintenance", 3813),
+    ("kafka", 35),
     ("kafka", 65),
     ("kafka", 97),
     ("kafka-zones", 6266),

@@ -295,6 +295,28 @@ pub fn decode_entries(chunk: &Bytes) -> Result<Vec<Entry>, FormatError> {
     Ok(out)
 }
 
+/// Where each entry of a chunk starts and what its header says, checking that the entries
+/// tile the chunk exactly but not their payloads' checksums ([`decode_entry`] checks those):
+/// for finding a few entries in a large run without checksumming all of it.
+pub fn entry_layout(chunk: &[u8]) -> Result<Vec<(usize, EntryHeader)>, FormatError> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while at < chunk.len() {
+        let mut c = Cursor { b: &chunk[at..], at: 0 };
+        let payload_len = c.u32()?;
+        let record_count = c.u32()?;
+        let timestamp = c.i64()?;
+        c.u32()?;
+        c.take(payload_len as usize)?;
+        if record_count == 0 {
+            return Err(corrupt("entry with zero records"));
+        }
+        out.push((at, EntryHeader { payload_len, record_count, timestamp }));
+        at += ENTRY_HEADER_LEN + payload_len as usize;
+    }
+    Ok(out)
+}
+
 /// Bytes of the footer of an object of one chunk of `entries` entries (a compacted segment),
 /// without the trailer: what a reader fetches to find entries inside a large segment.
 pub fn single_chunk_footer_len(entries: u32) -> u64 {

@@ -144,3 +144,25 @@ fn a_segments_footer_length_follows_from_its_entry_count() {
         assert_eq!(object.len() as u64, data + single_chunk_footer_len(n) + TRAILER_LEN as u64);
     }
 }
+
+#[test]
+fn an_entry_layout_agrees_with_the_decoded_entries_and_refuses_a_truncation() {
+    let mut b = ObjectBuilder::new(ObjectKind::Wal);
+    b.begin_chunk(1);
+    for i in 0..5u32 {
+        b.push_entry(i + 1, i64::from(i), &vec![9u8; i as usize * 7]).expect("entry");
+    }
+    let (object, metas) = b.finish().expect("object");
+    let chunk = object.slice(0..metas[0].byte_len as usize);
+    let layout = entry_layout(&chunk).expect("layout");
+    let decoded = decode_entries(&chunk).expect("entries");
+    assert_eq!(layout.len(), decoded.len());
+    for ((at, h), e) in layout.iter().zip(&decoded) {
+        assert_eq!(
+            (*at, h.record_count, h.timestamp),
+            (e.byte_offset, e.record_count, e.timestamp)
+        );
+        assert_eq!(h.payload_len as usize, e.payload.len());
+    }
+    assert!(entry_layout(&chunk[..chunk.len() - 1]).is_err());
+}

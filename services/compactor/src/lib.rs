@@ -119,6 +119,7 @@ impl Compactor {
         let cfg = logstore::compactor::CompactorConfig {
             min_chunks: min_chunks.unwrap_or(s.settings.min_chunks),
             target_segment_bytes: s.settings.target_segment_size.0,
+            settle_after: s.settings.settle_after.0,
         };
         let logs = s.catalog.logs().clone();
         let r = logstore::compactor::compact_all(logs, &s.id, cfg, log, &s.idle).await;

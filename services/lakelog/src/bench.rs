@@ -169,6 +169,38 @@ async fn open_target(args: &AppendArgs, endpoint: &str) -> anyhow::Result<Target
     Ok(Target::Local { storage, objects: raw_objects, meta, puts, txns })
 }
 
+/// An in-process writer on a local directory or a config's stores (what `bench read` and
+/// `bench compact` run on): the writer, the raw object store (no counting), the metadata store,
+/// and the writer's object-store counts.
+pub(crate) async fn open_local(
+    data_dir: Option<PathBuf>,
+    config: Option<PathBuf>,
+    flush_interval: config::Duration,
+    min_flush_interval: Option<config::Duration>,
+) -> anyhow::Result<(LogStorage, Arc<dyn ObjectStore>, Arc<dyn MetadataStore>, Arc<Counts>)> {
+    let append_args = AppendArgs {
+        data_dir,
+        config,
+        logs: 1,
+        record_size: config::ByteSize(1000),
+        records_per_entry: 1,
+        concurrency: 1,
+        flush_interval,
+        min_flush_interval,
+        rate: None,
+        duration: None,
+        bytes: None,
+        baseline: false,
+        json: false,
+    };
+    match open_target(&append_args, "").await? {
+        Target::Local { storage, objects, meta, puts, .. } => Ok((storage, objects, meta, puts)),
+        Target::Remote(_) => {
+            bail!("INVALID_ARGUMENT: this bench runs in process: give --data-dir or --config")
+        }
+    }
+}
+
 /// Runs `lakelog bench append`.
 pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
     let entry_bytes = args.record_size.0 as usize * args.records_per_entry as usize;

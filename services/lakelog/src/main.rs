@@ -8,6 +8,7 @@
 //! The composition root: the only crate that may depend on service crates.
 
 mod bench;
+mod bench_compact;
 mod bench_produce;
 mod catchup;
 mod groups;
@@ -276,6 +277,9 @@ enum BenchCommand {
     Read(bench::ReadArgs),
     /// Records through the SDK producer to a stream at `--endpoint`: MB/s and ack latency.
     Produce(bench_produce::ProduceArgs),
+    /// One log written in many small flushes while compaction runs, then read back: segments
+    /// left, rewrites, and GETs against bytes / target_segment_size + 2.
+    Compact(bench_compact::CompactArgs),
     /// Ingest alone, then while a Kafka consumer group reads a backlog through the readers
     /// (on a running cluster, `make cluster`): the ingest ratio, seed 001's promise.
     Catchup(catchup::CatchupArgs),
@@ -541,6 +545,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             bench::append(args, &cli.endpoint).await
         }
         Command::Bench { command: BenchCommand::Read(args) } => bench::read(args).await,
+        Command::Bench { command: BenchCommand::Compact(args) } => bench_compact::run(args).await,
         Command::Bench { command: BenchCommand::Produce(args) } => {
             bench_produce::run(args, &cli.endpoint).await
         }

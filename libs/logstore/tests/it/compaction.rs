@@ -49,7 +49,12 @@ async fn an_old_range_of_many_small_flushes_is_merged_and_reads_back_in_one_get_
     const TARGET: u64 = 1 << 20;
     let w = env.writer("w").await?;
     let log = w.create_log().await?;
-    let cfg = CompactorConfig { min_chunks: 8, target_segment_bytes: TARGET };
+    // Settled at the second look: this range is old as soon as it is written.
+    let cfg = CompactorConfig {
+        min_chunks: 8,
+        target_segment_bytes: TARGET,
+        settle_after: Duration::ZERO,
+    };
     let idle = IdleLogs::default();
     let reader = || logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
     let (mut merged, mut cycles) = (0usize, 0);
