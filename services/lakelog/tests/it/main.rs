@@ -321,6 +321,42 @@ fn bench_produce_reports_what_it_acknowledged_and_refuses_empty_records() -> Res
     Ok(())
 }
 
+/// `bench compact` at a small scale: the segments it leaves are merged (the check it makes
+/// itself, GETs within bytes / target + 2, holds), and a bad target is refused.
+#[test]
+fn bench_compact_merges_small_segments_and_reads_back_within_its_get_bound() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("d");
+    let out = lakelog(&[
+        "bench",
+        "compact",
+        "--data-dir",
+        data.to_str().context("a path")?,
+        "--flushes",
+        "400",
+        "--compact-every",
+        "40",
+        "--entry-size",
+        "8KiB",
+        "--target-segment-size",
+        "1MiB",
+        "--json",
+    ])?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    ensure!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let json = text.lines().last().unwrap_or_default();
+    let field = |k: &str| -> Option<u64> {
+        let at = json.find(&format!("\"{k}\":"))? + k.len() + 3;
+        json[at..].split([',', '}']).next()?.parse().ok()
+    };
+    let (gets, bound) = (field("gets").unwrap_or(u64::MAX), field("get_bound").unwrap_or(0));
+    ensure!(gets <= bound && field("segments_merged").unwrap_or(0) > 0, "{json}");
+    ensure!(field("bytes") == Some(400 * 8192), "{json}");
+    let bad = lakelog(&["bench", "compact", "--data-dir", "x", "--target-segment-size", "lots"])?;
+    ensure!(!bad.status.success(), "a bad size was taken");
+    Ok(())
+}
+
 #[test]
 fn cli_produce_routes_keys_to_partitions_and_consume_prints_them() -> Result<()> {
     let dir = tempfile::tempdir()?;
