@@ -173,13 +173,20 @@ async fn expire_leases(inner: Weak<Inner>) {
     }
 }
 
+/// The embedded store's page cache.
+pub const EMBEDDED_CACHE_BYTES: usize = 16 << 20;
+
 impl Inner {
     fn open(path: PathBuf) -> Result<Inner, MetaError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| MetaError::Internal(format!("create {}: {e}", dir.display())))?;
         }
-        let db = Database::create(&path)
+        // redb caches up to 1 GiB by default; the embedded store's data (heads, index pages,
+        // cursors of one standalone) is small, and the cache was most of standalone's memory.
+        let db = redb::Builder::new()
+            .set_cache_size(EMBEDDED_CACHE_BYTES)
+            .create(&path)
             .map_err(|e| MetaError::Internal(format!("open {}: {e}", path.display())))?;
         let wtx = db.begin_write().map_err(internal)?;
         let mut leases = HashMap::new();
