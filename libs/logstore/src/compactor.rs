@@ -268,7 +268,16 @@ impl Compactor {
         &self,
         log: LogId,
     ) -> Result<Result<Vec<Compaction>, Skipped>, LogError> {
-        self.claim_and_rewrite(log, None, MAX_REWRITES_PER_CLAIM).await
+        self.compact_log_fully_with(log, None).await
+    }
+
+    /// [`Self::compact_log_fully`] with a hook run at each [`Step`] of each rewrite.
+    pub async fn compact_log_fully_with(
+        &self,
+        log: LogId,
+        hook: Option<StepHook>,
+    ) -> Result<Result<Vec<Compaction>, Skipped>, LogError> {
+        self.claim_and_rewrite(log, hook, MAX_REWRITES_PER_CLAIM).await
     }
 
     /// Claims `log`, makes up to `max` rewrites (at least one, or says why not), releases.
@@ -442,6 +451,7 @@ impl Compactor {
         // objects may be reclaimed already; skipping it held the cleaner's cutoff for good), or
         // a segment below the target wholly at or above the start.
         let target = self.cfg.target_segment_bytes.max(1);
+        let claim = u64::try_from(claim_rev).unwrap_or(0);
         let pieces: Vec<Piece> = listed
             .iter()
             .map(|(_, _, page)| {
@@ -449,10 +459,13 @@ impl Compactor {
                 let below = above().next().is_none();
                 let segment = page.locators.iter().any(|l| !l.in_wal());
                 let bytes = above().map(|l| l.payload_bytes).sum();
+                // A segment this claim wrote is not taken again under it: its object's key
+                // (first offset and claim) would be the new one's too.
                 let open = !below
                     && if segment {
                         page.locators.len() == 1
                             && page.locators[0].first_offset >= start
+                            && page.locators[0].compacted_claim != claim
                             && bytes < target
                     } else {
                         page.locators.iter().all(eligible)
