@@ -17,6 +17,9 @@ pub struct MetaCounts {
     pub write_txns: AtomicU64,
     /// Read-only transactions and ranges.
     pub reads: AtomicU64,
+    /// Puts of a log's head (`…/head`) by transactions that succeeded: log commits, the unit of
+    /// the commit budget (ARCHITECTURE §4).
+    pub log_commits: AtomicU64,
 }
 
 /// Counts every request that reaches the inner store.
@@ -44,7 +47,16 @@ impl MetadataStore for CountingMeta {
         let writes = txn.success.iter().chain(&txn.failure).any(|op| !matches!(op, TxnOp::Get(_)));
         let c = if writes { &self.counts.write_txns } else { &self.counts.reads };
         c.fetch_add(1, Ordering::Relaxed);
-        self.inner.txn(txn).await
+        let heads = txn
+            .success
+            .iter()
+            .filter(|op| matches!(op, TxnOp::Put { key, .. } if key.ends_with(b"/head")))
+            .count() as u64;
+        let resp = self.inner.txn(txn).await?;
+        if resp.succeeded && heads > 0 {
+            self.counts.log_commits.fetch_add(heads, Ordering::Relaxed);
+        }
+        Ok(resp)
     }
 
     async fn lease_grant(&self, ttl: Duration) -> Result<LeaseId, MetaError> {
@@ -65,5 +77,31 @@ impl MetadataStore for CountingMeta {
 
     async fn compact(&self, revision: Revision) -> Result<(), MetaError> {
         self.inner.compact(revision).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryStore;
+
+    #[tokio::test]
+    async fn log_commits_count_the_head_puts_of_transactions_that_succeeded()
+    -> Result<(), MetaError> {
+        let (store, counts) = CountingMeta::new(Arc::new(MemoryStore::new()));
+        let commit = |n: i64| {
+            Txn::new()
+                .when([Compare::mod_revision(b"c/logs/1/head".to_vec(), CompareOp::Equal, n)])
+                .and_then([
+                    TxnOp::put(b"c/logs/1/head".to_vec(), b"h".to_vec()),
+                    TxnOp::put(b"c/logs/2/head".to_vec(), b"h".to_vec()),
+                    TxnOp::put(b"c/logs/1/index/0".to_vec(), b"p".to_vec()),
+                ])
+        };
+        assert!(store.txn(commit(0)).await?.succeeded);
+        assert!(!store.txn(commit(0)).await?.succeeded, "the head moved");
+        assert_eq!(counts.log_commits.load(Ordering::Relaxed), 2);
+        assert_eq!(counts.write_txns.load(Ordering::Relaxed), 2);
+        Ok(())
     }
 }

@@ -330,7 +330,8 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
     let puts = puts1.0.saturating_sub(puts0.0);
     let put_bytes = puts1.1.saturating_sub(puts0.1);
     let flushes = puts1.2.saturating_sub(puts0.2);
-    let meta_txns = txns1.saturating_sub(txns0);
+    let meta_txns = txns1.0.saturating_sub(txns0.0);
+    let log_commits = txns1.1.saturating_sub(txns0.1);
 
     let mut report = Report {
         rows: vec![
@@ -377,6 +378,8 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
         ("put_bytes".into(), opt(put_bytes as f64)),
         ("flushes".into(), opt(flushes as f64)),
         ("metadata_txns".into(), opt(meta_txns as f64)),
+        ("log_commits".into(), opt(log_commits as f64)),
+        ("log_commits_per_s".into(), opt(log_commits as f64 / elapsed)),
         ("puts_per_gib".into(), opt(per_gib(puts))),
         ("puts_per_s".into(), opt(puts as f64 / elapsed)),
         ("metadata_txns_per_gib".into(), opt(per_gib(meta_txns))),
@@ -388,6 +391,11 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
             ("mean flush bytes".into(), format!("{:.0}", put_bytes as f64 / puts.max(1) as f64)),
             ("metadata write txns".into(), meta_txns.to_string()),
             ("txns per flush".into(), format!("{:.2}", meta_txns as f64 / flushes.max(1) as f64)),
+            ("log commits/s".into(), format!("{:.0}", log_commits as f64 / elapsed)),
+            (
+                "log commits per flush".into(),
+                format!("{:.1}", log_commits as f64 / flushes.max(1) as f64),
+            ),
             ("PUTs per GiB".into(), format!("{:.0}", per_gib(puts))),
             ("PUTs/s".into(), format!("{:.1}", puts as f64 / elapsed)),
         ]);
@@ -446,14 +454,14 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// ((PUTs, PUT bytes, flushes), metadata write transactions) so far.
-fn counts(t: &Target) -> ((u64, u64, u64), u64) {
+/// ((PUTs, PUT bytes, flushes), (metadata write transactions, log commits)) so far.
+fn counts(t: &Target) -> ((u64, u64, u64), (u64, u64)) {
     match t {
         Target::Local { storage, puts, txns, .. } => (
             (puts.get(&puts.puts), puts.get(&puts.put_bytes), storage.flushes()),
-            txns.write_txns.load(Ordering::Relaxed),
+            (txns.write_txns.load(Ordering::Relaxed), txns.log_commits.load(Ordering::Relaxed)),
         ),
-        Target::Remote(_) => ((0, 0, 0), 0),
+        Target::Remote(_) => ((0, 0, 0), (0, 0)),
     }
 }
 
