@@ -550,6 +550,24 @@ impl LogReader {
             blocks.push((first, hi));
             lo = hi;
         }
+        // Read-ahead: the block after these goes into the cache in the background, so a read
+        // going on from here finds it there. Only where the cache has room for it.
+        if lo < table.len() {
+            let hi = table.partition_point(|e| u64::from(e.byte_offset) / block <= of(lo));
+            let start = loc.byte_start + u64::from(table[lo].byte_offset);
+            let end =
+                loc.byte_start + table.get(hi).map_or(loc.byte_len, |e| u64::from(e.byte_offset));
+            if end - start <= self.ranges.capacity() as u64 / 4 {
+                let (ranges, objects, path) =
+                    (self.ranges.clone(), self.objects.clone(), loc.object(log));
+                tokio::spawn(async move {
+                    let fetch = || async {
+                        objects.get_range(&path, start..end).await.map_err(|e| e.to_string())
+                    };
+                    let _ = ranges.get_or_fetch(path.as_ref(), start, end, fetch).await;
+                });
+            }
+        }
         let path = loc.object(log);
         let fetches = blocks.into_iter().map(|(first, hi)| {
             let path = path.clone();
