@@ -208,6 +208,12 @@ pub async fn run(args: CompactArgs) -> anyhow::Result<()> {
             args.flushes, rewrites.cycles, rewrites.segments_written, rewrites.segments_merged,
         );
     }
-    ensure!(gets <= bound, "{gets} GETs read the range back, over the bound of {bound}");
+    // The bound holds for a reader whose cache keeps a whole segment (over half of it: a
+    // larger segment is read in blocks, a GET each).
+    if args.reader_cache.0 / 2 > target + target / 8 {
+        ensure!(gets <= bound, "{gets} GETs read the range back, over the bound of {bound}");
+    } else {
+        println!("(the reader's cache holds no whole segment: it read them in blocks; no bound)");
+    }
     Ok(())
 }
