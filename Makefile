@@ -51,15 +51,14 @@ cluster: deps ## Start etcd, SeaweedFS and every role as local processes (2 writ
 cluster-stop: ## Stop what `make cluster` started
 	./scripts/cluster.sh stop
 
-bench: ## A short benchmark (about 3 minutes once built): saturating append, read, 10,000 small flushes compacted, merged and read back, 10 MiB/s to one log with standalone's eager flushes, and one partition through the SDK producer (5 and 1 batches in flight) on a standalone; local directory, release build
+bench: ## A short benchmark (about 3 minutes once built): saturating append, read, 10 MiB/s to one log with standalone's eager flushes, one partition through the SDK producer (5 and 1 batches in flight) on a standalone, and 10,000 small flushes compacted, merged and read back (last, so its writes do not stall the light row); local directory, release build
 	@./scripts/install-deps.sh build
 	cargo build --release --bin lakelog
 	@set -e; d=$$(mktemp -d); pid=; trap 's=$$?; if [ -n "$$pid" ]; then kill $$pid; wait $$pid || true; fi 2>/dev/null; rm -rf "$$d"; exit $$s' EXIT; \
 	./target/release/lakelog bench append --data-dir "$$d/append" --logs 100 --concurrency 8192 \
 		--record-size 1000 --records-per-entry 10 --flush-interval 50ms --duration 15s --baseline; \
 	./target/release/lakelog bench read --data-dir "$$d/read" --flush-interval 50ms --duration 10s --backlog 64MiB; \
-	./target/release/lakelog bench compact --data-dir "$$d/compact"; \
-	rm -rf "$$d/append" "$$d/read" "$$d/compact"; sync; \
+	rm -rf "$$d/append" "$$d/read"; sync; \
 	./target/release/lakelog bench append --data-dir "$$d/light" --logs 1 --concurrency 256 \
 		--record-size 1000 --records-per-entry 10 --min-flush-interval 5ms --rate 10MiB --duration 10s; \
 	port=$$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
@@ -67,7 +66,8 @@ bench: ## A short benchmark (about 3 minutes once built): saturating append, rea
 		--kafka-listen off >"$$d/standalone.log" 2>&1 & pid=$$!; \
 	for _ in $$(seq 100); do ./target/release/lakelog --endpoint http://127.0.0.1:$$port stream list >/dev/null 2>&1 && break; sleep 0.1; done; \
 	./target/release/lakelog --endpoint http://127.0.0.1:$$port bench produce --stream one --duration 10s; \
-	./target/release/lakelog --endpoint http://127.0.0.1:$$port bench produce --stream one-at-a-time --in-flight 1 --duration 10s
+	./target/release/lakelog --endpoint http://127.0.0.1:$$port bench produce --stream one-at-a-time --in-flight 1 --duration 10s; \
+	./target/release/lakelog bench compact --data-dir "$$d/compact"
 
 bench-kafka: deps ## Produce and consume 1 KiB records through the Kafka port (librdkafka) against the native gRPC path, release build
 	cargo build --release --bin lakelog
