@@ -1,6 +1,7 @@
 //! Reads of committed data: straight from the metadata store's index and the objects it
 //! points at. Needs no writer identity, so read-only readers use it alone.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -394,18 +395,7 @@ impl LogReader {
         }
         let path = loc.object(log);
         let (start, end) = (loc.byte_start, loc.byte_start + loc.byte_len);
-        let bytes = self
-            .ranges
-            .get_or_fetch(path.as_ref(), start, end, || async {
-                match self.objects.get_range(&path, start..end).await {
-                    Ok(b) => Ok(b),
-                    Err(objstore::object_store::Error::NotFound { .. }) => {
-                        Err(Missing::Object(path.to_string()))
-                    }
-                    Err(e) => Err(Missing::Other(e.into())),
-                }
-            })
-            .await?;
+        let bytes = self.get_cached(&path, start, end).await?;
         // The entries' headers, walked without checksums; only the entries `want` takes are
         // checksummed and returned (a read of a few entries of a cached 64 MiB segment
         // checksummed all of it, on every read).
@@ -457,6 +447,29 @@ impl LogReader {
         Ok(out)
     }
 
+    /// A ranged GET of `path`; a missing object is [`Missing::Object`] (its run is resolved again).
+    async fn get_range(&self, path: &objstore::Path, range: Range<u64>) -> Result<Bytes, Missing> {
+        match self.objects.get_range(path, range).await {
+            Ok(b) => Ok(b),
+            Err(objstore::object_store::Error::NotFound { .. }) => {
+                Err(Missing::Object(path.to_string()))
+            }
+            Err(e) => Err(Missing::Other(e.into())),
+        }
+    }
+
+    /// [`Self::get_range`] through the byte-range cache (concurrent asks share one GET).
+    async fn get_cached(
+        &self,
+        path: &objstore::Path,
+        start: u64,
+        end: u64,
+    ) -> Result<Bytes, Missing> {
+        self.ranges
+            .get_or_fetch(path.as_ref(), start, end, || self.get_range(path, start..end))
+            .await
+    }
+
     /// The bytes of blocks a large segment is read in: a sixteenth of the cache, 1–8 MiB.
     fn block_bytes(&self) -> u64 {
         (self.ranges.capacity() as u64 / 16).clamp(1 << 20, 8 << 20)
@@ -476,17 +489,7 @@ impl LogReader {
         let corrupt = |what: String| Missing::Other(LogError::Corrupt(format!("{path}: {what}")));
         let footer_len = wal::single_chunk_footer_len(loc.entry_count);
         let at = loc.byte_start + loc.byte_len;
-        let bytes = match self
-            .objects
-            .get_range(&path, at..at + footer_len + wal::TRAILER_LEN as u64)
-            .await
-        {
-            Ok(b) => b,
-            Err(objstore::object_store::Error::NotFound { .. }) => {
-                return Err(Missing::Object(path.to_string()));
-            }
-            Err(e) => return Err(Missing::Other(e.into())),
-        };
+        let bytes = self.get_range(&path, at..at + footer_len + wal::TRAILER_LEN as u64).await?;
         let split = usize::try_from(footer_len).map_err(|_| corrupt("footer size".to_owned()))?;
         if bytes.len() != split + wal::TRAILER_LEN {
             return Err(corrupt(format!("footer read {} bytes, not {}", bytes.len(), split + 16)));
@@ -526,7 +529,14 @@ impl LogReader {
         let meta = self.segment_footer(log, loc).await?;
         let table = &meta.entries;
         let block = self.block_bytes();
-        let of = |i: usize| u64::from(table[i].byte_offset) / block;
+        // Where entry `i` starts in the chunk (its end for `i` past the last).
+        let at = |i: usize| table.get(i).map_or(loc.byte_len, |e| u64::from(e.byte_offset));
+        // The entries `[first, hi)` of the block entry `i` is in.
+        let block_of = |i: usize| {
+            let k = at(i) / block;
+            let first = table.partition_point(|e| u64::from(e.byte_offset) / block < k);
+            (first, table.partition_point(|e| u64::from(e.byte_offset) / block <= k))
+        };
         let rel = want.from.saturating_sub(loc.first_offset);
         // The entry holding `from`, then whole blocks until the read has what it wants.
         let mut lo =
@@ -537,12 +547,8 @@ impl LogReader {
             && entries < want.max_entries
             && records < want.max_records
         {
-            let k = of(lo);
-            let first = table.partition_point(|e| u64::from(e.byte_offset) / block < k);
-            let hi = table.partition_point(|e| u64::from(e.byte_offset) / block <= k);
-            let end = table.get(hi).map_or(loc.byte_len, |e| u64::from(e.byte_offset));
-            let bytes = end - u64::from(table[first].byte_offset);
-            payload += bytes - (wal::ENTRY_HEADER_LEN * (hi - first)) as u64;
+            let (first, hi) = block_of(lo);
+            payload += at(hi) - at(first) - (wal::ENTRY_HEADER_LEN * (hi - first)) as u64;
             entries += hi - first;
             let last = &table[hi - 1];
             records += last.rel_record_offset + u64::from(last.record_count)
@@ -550,46 +556,27 @@ impl LogReader {
             blocks.push((first, hi));
             lo = hi;
         }
+        let path = loc.object(log);
         // Read-ahead: the block after these goes into the cache in the background, so a read
         // going on from here finds it there. Only where the cache has room for it.
         if lo < table.len() {
-            let hi = table.partition_point(|e| u64::from(e.byte_offset) / block <= of(lo));
-            let start = loc.byte_start + u64::from(table[lo].byte_offset);
-            let end =
-                loc.byte_start + table.get(hi).map_or(loc.byte_len, |e| u64::from(e.byte_offset));
+            let (first, hi) = block_of(lo);
+            let (start, end) = (loc.byte_start + at(first), loc.byte_start + at(hi));
             if end - start <= self.ranges.capacity() as u64 / 4 {
-                let (ranges, objects, path) =
-                    (self.ranges.clone(), self.objects.clone(), loc.object(log));
+                let (reader, path) = (self.clone(), path.clone());
                 tokio::spawn(async move {
-                    let fetch = || async {
-                        objects.get_range(&path, start..end).await.map_err(|e| e.to_string())
-                    };
-                    let _ = ranges.get_or_fetch(path.as_ref(), start, end, fetch).await;
+                    let _ = reader.get_cached(&path, start, end).await;
                 });
             }
         }
-        let path = loc.object(log);
-        let fetches = blocks.into_iter().map(|(first, hi)| {
-            let path = path.clone();
-            let start = loc.byte_start + u64::from(table[first].byte_offset);
-            let end =
-                loc.byte_start + table.get(hi).map_or(loc.byte_len, |e| u64::from(e.byte_offset));
-            async move {
-                let bytes = self
-                    .ranges
-                    .get_or_fetch(path.as_ref(), start, end, || async {
-                        match self.objects.get_range(&path, start..end).await {
-                            Ok(b) => Ok(b),
-                            Err(objstore::object_store::Error::NotFound { .. }) => {
-                                Err(Missing::Object(path.to_string()))
-                            }
-                            Err(e) => Err(Missing::Other(e.into())),
-                        }
-                    })
-                    .await?;
-                Ok::<_, Missing>((first, hi, start, bytes))
-            }
-        });
+        let fetches =
+            blocks.into_iter().map(|(first, hi)| {
+                let (start, end) = (loc.byte_start + at(first), loc.byte_start + at(hi));
+                let path = &path;
+                async move {
+                    Ok::<_, Missing>((first, hi, start, self.get_cached(path, start, end).await?))
+                }
+            });
         let fetched: Vec<_> =
             futures::stream::iter(fetches).buffered(PARALLEL_BLOCKS).try_collect().await?;
         let mut out = Vec::with_capacity(entries);
