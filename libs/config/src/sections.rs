@@ -267,6 +267,12 @@ pub struct WriterSection {
     /// `flush_interval`). Unset: flush at `flush_interval` age; `standalone` defaults to 5ms.
     #[serde(default)]
     pub min_flush_interval: Option<Duration>,
+    /// The commit budget: commit rounds start at most once per this, so a log commits at most
+    /// once per it; flushes stored meanwhile commit together. Unset: the flush cadence
+    /// (`min_flush_interval` when set, else `flush_interval`), at least 5ms. The writer
+    /// lengthens it while the metadata store's commit p99 exceeds `flush_interval`.
+    #[serde(default)]
+    pub commit_interval: Option<Duration>,
     /// Largest payload of one append.
     #[serde(default = "default_max_entry")]
     pub max_entry_size: ByteSize,
@@ -389,6 +395,7 @@ impl Default for WriterSection {
             flush_interval: default_flush_interval(),
             flush_bytes: default_flush_bytes(),
             min_flush_interval: None,
+            commit_interval: None,
             max_entry_size: default_max_entry(),
             buffer_size: default_buffer(),
             flush_deadline: default_flush_deadline(),
@@ -410,6 +417,14 @@ impl Validate for WriterSection {
             return Err(Invalid::new(
                 "writer.min_flush_interval",
                 "must be at least 1ms and at most writer.flush_interval",
+            ));
+        }
+        if let Some(c) = self.commit_interval
+            && (c.0 < std::time::Duration::from_millis(5) || c.0 > self.flush_deadline.0 / 8)
+        {
+            return Err(Invalid::new(
+                "writer.commit_interval",
+                "must be at least 5ms and at most an eighth of writer.flush_deadline",
             ));
         }
         if self.max_entry_size.0 == 0 || self.max_entry_size.0 > self.buffer_size.0 {

@@ -325,5 +325,22 @@ fn a_standalone_config_takes_the_writer_maintenance_and_telemetry_sections()
         ));
         assert!(err.contains("writer.min_flush_interval"), "{bad}: {err}");
     }
+    // The commit budget: unset (the flush cadence) unless given; 5ms up to an eighth of the
+    // flush deadline.
+    assert_eq!(empty.writer.commit_interval, None);
+    let paced: StandaloneConfig =
+        from_yaml("standalone.yaml", "writer:\n  commit_interval: 20ms\n", |_| None)?;
+    assert_eq!(
+        paced.writer.commit_interval.map(|d| d.0),
+        Some(std::time::Duration::from_millis(20))
+    );
+    for bad in ["4ms", "10s"] {
+        let err = err_of(from_yaml::<StandaloneConfig, _>(
+            "standalone.yaml",
+            &format!("writer:\n  commit_interval: {bad}\n"),
+            |_| None,
+        ));
+        assert!(err.contains("writer.commit_interval"), "{bad}: {err}");
+    }
     Ok(())
 }

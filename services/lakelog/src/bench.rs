@@ -44,6 +44,10 @@ pub struct AppendArgs {
     /// has passed since the previous flush began (`writer.min_flush_interval`).
     #[arg(long)]
     min_flush_interval: Option<config::Duration>,
+    /// The in-process writer's commit budget (`writer.commit_interval`; unset: the flush
+    /// cadence).
+    #[arg(long)]
+    commit_interval: Option<config::Duration>,
     /// Append at this many payload bytes a second (open loop: each append's latency counts
     /// from when it was due, so a stall is not hidden), `--concurrency` at most in flight;
     /// unset: as fast as acknowledgements come back.
@@ -151,9 +155,9 @@ async fn open_target(args: &AppendArgs, endpoint: &str) -> anyhow::Result<Target
                 "INVALID_ARGUMENT: --baseline needs the stores in process: give --data-dir or --config"
             );
         }
-        if args.min_flush_interval.is_some() {
+        if args.min_flush_interval.is_some() || args.commit_interval.is_some() {
             bail!(
-                "INVALID_ARGUMENT: --min-flush-interval sets an in-process writer: give --data-dir or --config (a remote writer's is its writer.min_flush_interval)"
+                "INVALID_ARGUMENT: --min-flush-interval and --commit-interval set an in-process writer: give --data-dir or --config (a remote writer's are its writer.min_flush_interval and writer.commit_interval)"
             );
         }
         return Ok(Target::Remote(LogClient::connect(endpoint).await?));
@@ -164,6 +168,9 @@ async fn open_target(args: &AppendArgs, endpoint: &str) -> anyhow::Result<Target
     let mut cfg = writer::storage_config(&node);
     cfg.flush_interval = args.flush_interval.0;
     cfg.min_flush_interval = args.min_flush_interval.map(|d| d.0);
+    if let Some(c) = args.commit_interval {
+        cfg.commit_interval = Some(c.0);
+    }
     let meta: Arc<dyn MetadataStore> = meta;
     let storage = LogStorage::open(meta.clone(), objects, cfg, Arc::new(SystemClock)).await?;
     Ok(Target::Local { storage, objects: raw_objects, meta, puts, txns })
@@ -187,6 +194,7 @@ pub(crate) async fn open_local(
         concurrency: 1,
         flush_interval,
         min_flush_interval,
+        commit_interval: None,
         rate: None,
         duration: None,
         bytes: None,
@@ -361,6 +369,11 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
             (
                 "min_flush_interval_ms".into(),
                 args.min_flush_interval
+                    .map_or("null".to_owned(), |d| format!("{:.1}", d.0.as_secs_f64() * 1e3)),
+            ),
+            (
+                "commit_interval_ms".into(),
+                args.commit_interval
                     .map_or("null".to_owned(), |d| format!("{:.1}", d.0.as_secs_f64() * 1e3)),
             ),
             (
@@ -702,6 +715,7 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
         concurrency: 1,
         flush_interval: args.flush_interval,
         min_flush_interval: None,
+        commit_interval: None,
         rate: None,
         duration: None,
         bytes: None,

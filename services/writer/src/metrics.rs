@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
+use std::sync::atomic::AtomicU64;
+
 use telemetry::prometheus_client::metrics::counter::Counter;
+use telemetry::prometheus_client::metrics::gauge::Gauge;
 use telemetry::prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 /// Histograms fed by log storage's [`logstore::FlushObserver`].
@@ -17,6 +20,7 @@ pub struct FlushMetrics {
     put_failures: Counter,
     commit: Histogram,
     acked: Histogram,
+    commit_interval: Gauge<f64, AtomicU64>,
 }
 
 fn seconds() -> Histogram {
@@ -49,6 +53,7 @@ impl FlushMetrics {
             put_failures: Default::default(),
             commit: seconds(),
             acked: seconds(),
+            commit_interval: Gauge::default(),
         };
         m.register(
             "writer_flushes",
@@ -69,6 +74,12 @@ impl FlushMetrics {
             "writer_flush_seconds",
             "From a flush taking its entries to their appends being answered",
             f.acked.clone(),
+        );
+        m.register(
+            "writer_commit_interval_seconds",
+            "The commit budget: commit rounds start at most once per this (lengthened while \
+             the metadata store's commit p99 exceeds the flush interval)",
+            f.commit_interval.clone(),
         );
         f
     }
@@ -92,5 +103,9 @@ impl logstore::FlushObserver for FlushMetrics {
     fn committed(&self, elapsed: Duration, acked: Duration) {
         self.commit.observe(elapsed.as_secs_f64());
         self.acked.observe(acked.as_secs_f64());
+    }
+
+    fn commit_interval(&self, interval: Duration) {
+        self.commit_interval.set(interval.as_secs_f64());
     }
 }

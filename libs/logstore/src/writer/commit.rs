@@ -4,62 +4,105 @@
 
 use super::*;
 
+/// Flushes one commit round takes at most.
+const MAX_ROUND_FLUSHES: usize = 64;
+
 pub(super) async fn committer(core: Arc<Core>, mut flushes: mpsc::Receiver<Flush>) {
+    // A flush received but left for the next round.
     let mut held: Option<Flush> = None;
+    let mut budget = CommitBudget::new(&core.cfg);
+    // Whether the observer has heard the interval (it may be set after the writer started).
+    let mut reported = false;
     loop {
         let next = match held.take() {
             Some(f) => Some(f),
             None => flushes.recv().await,
         };
-        let Some(mut flush) = next else { break };
+        let Some(mut first) = next else { break };
         // A deliberate bug for the simulation's mutation test: the next flush first.
         if crate::mutations::on(&crate::mutations::COMMIT_OUT_OF_ORDER)
             && let Ok(later) = flushes.try_recv()
         {
-            held = Some(std::mem::replace(&mut flush, later));
+            held = Some(std::mem::replace(&mut first, later));
         }
-        let put = (&mut flush.put)
-            .await
-            .unwrap_or_else(|_| Err(LogError::Internal("WAL put task vanished".to_owned())));
+        // Its answer is read again below, with the rest of the round.
+        let _ = first.stored().await;
+        // The commit budget: rounds start at most once per interval; flushes stored meanwhile
+        // join the round.
+        budget.pace().await;
+        let mut round = vec![first];
+        while round.len() < MAX_ROUND_FLUSHES {
+            let mut f = match held.take() {
+                Some(f) => f,
+                None => match flushes.try_recv() {
+                    Ok(f) => f,
+                    Err(_) => break,
+                },
+            };
+            if !f.is_stored() || !joins(&round, &f) {
+                held = Some(f);
+                break;
+            }
+            round.push(f);
+        }
         let current = core.identity.lock().await.member_revision;
-        let verdict = match put {
-            Err(e) => Some(e),
-            Ok(()) if core.is_lost(flush.incarnation) || flush.incarnation != current => {
-                Some(LogError::unavailable(INCARNATION_ENDED))
-            }
-            Ok(()) => None,
-        };
-        let chunks = std::mem::take(&mut flush.chunks);
-        let oldest = chunks
-            .iter()
-            .flat_map(|c| c.entries.iter().map(|(p, _, _)| p.admitted))
-            .min()
-            .unwrap_or(u64::MAX);
-        core.unpoison_before(oldest);
+        // Resolved in sequence order: a failed flush poisons its logs before a later flush's
+        // chunks of them are culled (ARCHITECTURE §3.4).
         let mut live = Vec::new();
-        for c in chunks {
-            match &verdict {
-                Some(e) => {
-                    // Every later append of the log admitted so far fails with it.
-                    core.poison(c.log, e);
-                    fail_chunk(c, e);
+        let mut objects = HashMap::new();
+        for flush in &mut round {
+            let verdict = match flush.stored().await {
+                Err(e) => Some(e),
+                Ok(()) if core.is_lost(flush.incarnation) || flush.incarnation != current => {
+                    Some(LogError::unavailable(INCARNATION_ENDED))
                 }
-                None => live.extend(core.cull(c)),
+                Ok(()) => None,
+            };
+            let chunks = std::mem::take(&mut flush.chunks);
+            let oldest = chunks
+                .iter()
+                .flat_map(|c| c.entries.iter().map(|(p, _, _)| p.admitted))
+                .min()
+                .unwrap_or(u64::MAX);
+            core.unpoison_before(oldest);
+            for c in chunks {
+                match &verdict {
+                    Some(e) => {
+                        // Every later append of the log admitted so far fails with it.
+                        core.poison(c.log, e);
+                        fail_chunk(c, e);
+                    }
+                    None => live.extend(core.cull(c)),
+                }
             }
+            objects.insert(flush.seq, std::mem::take(&mut flush.object));
         }
         if !live.is_empty() {
             if let Some(h) = core.hook.get() {
                 h(WriterStep::Written).await;
             }
             let started = Instant::now();
-            let object = std::mem::take(&mut flush.object);
-            for (log, e) in commit_chunks(&core, flush.seq, flush.deadline, live, &object).await {
+            // The round's lowest sequence is the low-water mark its transactions put; its
+            // earliest deadline bounds them all.
+            let seq = round.iter().map(|f| f.seq).min().unwrap_or(0);
+            let deadline = round.iter().map(|f| f.deadline).min().unwrap_or_else(Instant::now);
+            for (log, e) in commit_chunks(&core, seq, deadline, live, &objects).await {
                 if e.code() != crate::Code::Fenced {
                     core.poison(log, &e);
                 }
             }
+            let took = started.elapsed();
+            let changed = budget.record(took);
+            if (changed || !reported)
+                && let Some(o) = core.observer.get()
+            {
+                o.commit_interval(budget.interval);
+                reported = true;
+            }
             if let Some(o) = core.observer.get() {
-                o.committed(started.elapsed(), flush.began.elapsed());
+                for f in &round {
+                    o.committed(took, f.began.elapsed());
+                }
             }
         }
         // An incarnation that ended (lease lost, or a commit left without a definite answer)
@@ -68,7 +111,84 @@ pub(super) async fn committer(core: Arc<Core>, mut flushes: mpsc::Receiver<Flush
         if core.is_lost(current) {
             reincarnate(&core).await;
         }
-        core.resolved();
+        for _ in &round {
+            core.resolved();
+        }
+    }
+}
+
+/// Whether flush `f` may join a round: none of its logs is in the round under another slot
+/// (one transaction puts a log's head once).
+fn joins(round: &[Flush], f: &Flush) -> bool {
+    let mut slots: HashMap<LogId, &str> = HashMap::new();
+    for c in round.iter().flat_map(|r| r.chunks.iter()) {
+        slots.insert(c.log, &c.slot);
+    }
+    f.chunks.iter().all(|c| slots.get(&c.log).is_none_or(|s| *s == c.slot))
+}
+
+/// The commit budget (ARCHITECTURE §4): commit rounds start at most once per `interval`. It
+/// starts at the configured interval; the commit times are judged every few rounds (ten, or
+/// two once a second of them went by): when their p99 exceeds `flush_interval` the round rate
+/// halves (the interval doubles, up to an eighth of the flush deadline, so flushes wait for
+/// the budget well before they fail), otherwise it grows by an eighth of the configured rate
+/// until it is back at it (AIMD).
+pub(super) struct CommitBudget {
+    base: Duration,
+    max: Duration,
+    limit: Duration,
+    pub interval: Duration,
+    judged: Vec<Duration>,
+    since: Option<Instant>,
+    last_start: Option<Instant>,
+}
+
+/// Rounds judged at a time...
+const BUDGET_ROUNDS: usize = 10;
+/// ...or at least two, once this many configured intervals went by.
+const BUDGET_SPAN: u32 = 10;
+
+impl CommitBudget {
+    pub(super) fn new(cfg: &LogStorageConfig) -> Self {
+        let base = cfg.commit_interval();
+        CommitBudget {
+            base,
+            max: (cfg.flush_deadline / 8).max(base),
+            limit: cfg.flush_interval,
+            interval: base,
+            judged: Vec::with_capacity(BUDGET_ROUNDS),
+            since: None,
+            last_start: None,
+        }
+    }
+
+    /// Waits until the next round may start, and marks it started.
+    async fn pace(&mut self) {
+        if let Some(last) = self.last_start {
+            tokio::time::sleep_until(last + self.interval).await;
+        }
+        self.last_start = Some(Instant::now());
+    }
+
+    /// Records a round's commit time; true when the interval changed.
+    pub(super) fn record(&mut self, took: Duration) -> bool {
+        let since = *self.since.get_or_insert_with(Instant::now);
+        self.judged.push(took);
+        let n = self.judged.len();
+        if n < BUDGET_ROUNDS && (n < 2 || since.elapsed() < self.base * BUDGET_SPAN) {
+            return false;
+        }
+        self.judged.sort_unstable();
+        let p99 = self.judged[(n * 99).div_ceil(100) - 1];
+        self.judged.clear();
+        self.since = None;
+        let before = self.interval;
+        let rate = 1.0 / self.interval.as_secs_f64();
+        let base_rate = 1.0 / self.base.as_secs_f64();
+        let rate =
+            if p99 > self.limit { rate / 2.0 } else { (rate + base_rate / 8.0).min(base_rate) };
+        self.interval = Duration::from_secs_f64(1.0 / rate).clamp(self.base, self.max);
+        self.interval != before
     }
 }
 
@@ -99,21 +219,28 @@ pub(super) enum Unmet {
     Tenure(i64),
 }
 
-/// Builds the commit of `entries` on top of `head` (ARCHITECTURE §3.3, §3.7), served at
-/// `epoch`.
+/// Builds the commit of a log's `parts` (its chunks of one or more flushes, in flush order) on
+/// top of `head` (ARCHITECTURE §3.3, §3.4, §3.7), served at `epoch`.
 pub(super) fn plan(
     log: LogId,
     head: &LogHead,
     head_revision: i64,
-    seq: u64,
     epoch: i64,
-    entries: &[(Pending, u64, u64)],
+    parts: &[Chunk],
 ) -> Plan {
     let mut h = head.clone();
     let mut runs: Vec<Locator> = Vec::new();
-    let mut outcome = Vec::with_capacity(entries.len());
+    let mut outcome = Vec::with_capacity(parts.iter().map(|c| c.entries.len()).sum());
     let mut open_run = false;
-    for (p, byte_start, byte_len) in entries {
+    let entries = parts.iter().flat_map(|c| {
+        let mut first = true;
+        c.entries.iter().map(move |e| (c.seq, std::mem::take(&mut first), e))
+    });
+    for (seq, first_of_part, (p, byte_start, byte_len)) in entries {
+        // A run lies in one object.
+        if first_of_part {
+            open_run = false;
+        }
         let unmet = match (p.tenure, p.expected_offset) {
             (Some(t), _) if t != epoch => Some(Unmet::Tenure(epoch)),
             (_, Some(expected)) if expected != h.next_offset => Some(Unmet::Offset(h.next_offset)),
@@ -203,48 +330,69 @@ pub(super) fn blocked(
     }
 }
 
-/// Commits one flush's chunks, each log in its own order; returns the logs whose chunk failed
-/// definitely for a reason other than a fence.
+/// A log's chunks in a commit round, in flush order (one slot: [`joins`]).
+type Parts = Vec<Chunk>;
+
+/// Commits a round's chunks (of one or more flushes, in flush order), each log's in one
+/// transaction; `seq` is the round's lowest WAL sequence, and `objects` holds each flush's
+/// object by sequence, for the tail cache. Returns the logs whose chunks failed definitely for
+/// a reason other than a fence.
 pub(super) async fn commit_chunks(
     core: &Arc<Core>,
     seq: u64,
     deadline: Instant,
-    mut chunks: Vec<Chunk>,
-    object: &Bytes,
+    chunks: Vec<Chunk>,
+    objects: &HashMap<u64, Bytes>,
 ) -> Vec<(LogId, LogError)> {
     let member_revision = core.identity.lock().await.member_revision;
     let me = core.owner(member_revision);
     let mut failures = Vec::new();
-    let fail = |c: Chunk, e: LogError, failures: &mut Vec<(LogId, LogError)>| {
+    let fail = |parts: Parts, e: LogError, failures: &mut Vec<(LogId, LogError)>| {
+        let Some(c) = parts.first() else { return };
         match e.code() {
             crate::Code::NotFound => core.forget(c.log),
             crate::Code::Fenced | crate::Code::NotOwner => core.forget_slot(c.log, &c.slot),
             _ => {}
         }
         failures.push((c.log, e.clone()));
-        fail_chunk(c, &e);
+        for c in parts {
+            fail_chunk(c, &e);
+        }
     };
+    // Each log's chunks together, logs in the order they first appear.
+    let mut by_log: Vec<Parts> = Vec::new();
+    let mut index: HashMap<LogId, usize> = HashMap::new();
+    for c in chunks {
+        match index.get(&c.log) {
+            Some(&i) => by_log[i].push(c),
+            None => {
+                index.insert(c.log, by_log.len());
+                by_log.push(vec![c]);
+            }
+        }
+    }
     // Serve each log: take its slot on first use.
     let mut ready = Vec::new();
-    for c in chunks.drain(..) {
-        let served = lock(&core.served).get(&(c.log, c.slot.clone())).cloned();
+    for parts in by_log {
+        let (log, slot) = (parts[0].log, parts[0].slot.clone());
+        let served = lock(&core.served).get(&(log, slot.clone())).cloned();
         match served {
-            Some(s) => ready.push((c, s)),
-            None => match take_slot(core, c.log, &c.slot, &me).await {
+            Some(s) => ready.push((parts, s)),
+            None => match take_slot(core, log, &slot, &me).await {
                 Ok(s) => {
-                    lock(&core.served).insert((c.log, c.slot.clone()), s.clone());
-                    ready.push((c, s));
+                    lock(&core.served).insert((log, slot), s.clone());
+                    ready.push((parts, s));
                 }
-                Err(e) => fail(c, e, &mut failures),
+                Err(e) => fail(parts, e, &mut failures),
             },
         }
     }
     let mut pending = ready;
     while !pending.is_empty() {
         if Instant::now() >= deadline {
-            for (c, _) in pending {
+            for (parts, _) in pending {
                 fail(
-                    c,
+                    parts,
                     LogError::unavailable("flush deadline passed before its commit"),
                     &mut failures,
                 );
@@ -254,18 +402,19 @@ pub(super) async fn commit_chunks(
         }
         // Check fences, then plan on the heads as last seen.
         let mut plans = Vec::new();
-        for (c, s) in pending.drain(..) {
-            match blocked(c.log, &s.head, &c.slot, s.epoch, &me) {
-                Some(e) => fail(c, e, &mut failures),
+        for (parts, s) in pending.drain(..) {
+            let (log, slot) = (parts[0].log, parts[0].slot.clone());
+            match blocked(log, &s.head, &slot, s.epoch, &me) {
+                Some(e) => fail(parts, e, &mut failures),
                 None => {
-                    let p = plan(c.log, &s.head, s.head_revision, seq, s.epoch, &c.entries);
-                    plans.push((c, s, p));
+                    let p = plan(log, &s.head, s.head_revision, s.epoch, &parts);
+                    plans.push((parts, s, p));
                 }
             }
         }
         // Group logs into transactions within etcd's limits: one compare per log plus the
         // member compare; the head, its spilled pages and the low-water mark as puts.
-        let mut groups: Vec<Vec<(Chunk, Served, Plan)>> = Vec::new();
+        let mut groups: Vec<Vec<(Parts, Served, Plan)>> = Vec::new();
         let (mut compares, mut puts) = (0, 0);
         for item in plans {
             let need = 1 + item.2.pages.len();
@@ -283,57 +432,61 @@ pub(super) async fn commit_chunks(
                 g.push(item);
             }
         }
-        for group in groups {
-            match commit_group(core, seq, deadline, member_revision, &group).await {
+        // The groups hold distinct logs: their transactions go out together.
+        let outcomes = futures::future::join_all(
+            groups.iter().map(|g| commit_group(core, seq, deadline, member_revision, g)),
+        )
+        .await;
+        for (group, outcome) in groups.into_iter().zip(outcomes) {
+            match outcome {
                 Ok(GroupOutcome::Committed { revision }) => {
                     if let Some(h) = core.hook.get() {
                         h(WriterStep::Committed).await;
                     }
-                    for (c, s, p) in group {
+                    for (parts, s, p) in group {
                         let served = Served {
                             epoch: s.epoch,
                             head: p.new_head.clone(),
                             head_revision: revision,
                         };
-                        lock(&core.served).insert((c.log, c.slot.clone()), served);
-                        cache_runs(core, c.log, &p, object);
-                        acknowledge(c, p);
+                        lock(&core.served).insert((p.log, parts[0].slot.clone()), served);
+                        cache_runs(core, &p, objects);
+                        acknowledge(parts, p);
                     }
                 }
                 Ok(GroupOutcome::CommittedEarlier { heads }) => {
-                    for (c, s, p) in group {
-                        match heads.get(&c.log) {
+                    for (parts, s, p) in group {
+                        match heads.get(&p.log) {
                             Some((head, rev)) => {
                                 let served = Served {
                                     epoch: s.epoch,
                                     head: head.clone(),
                                     head_revision: *rev,
                                 };
-                                lock(&core.served).insert((c.log, c.slot.clone()), served);
+                                lock(&core.served).insert((p.log, parts[0].slot.clone()), served);
                             }
-                            None => core.forget(c.log),
+                            None => core.forget(p.log),
                         }
-                        cache_runs(core, c.log, &p, object);
-                        acknowledge(c, p);
+                        cache_runs(core, &p, objects);
+                        acknowledge(parts, p);
                     }
                 }
                 Ok(GroupOutcome::Moved { heads }) => {
                     // Nothing committed: re-base on the heads as they are now, and try again.
-                    for (c, s, _) in group {
-                        let Some((head, rev)) = heads.get(&c.log) else {
-                            let log = c.log;
-                            fail(c, LogError::NotFound(log), &mut failures);
+                    for (parts, s, p) in group {
+                        let Some((head, rev)) = heads.get(&p.log) else {
+                            fail(parts, LogError::NotFound(p.log), &mut failures);
                             continue;
                         };
                         let s = Served { epoch: s.epoch, head: head.clone(), head_revision: *rev };
-                        lock(&core.served).insert((c.log, c.slot.clone()), s.clone());
-                        pending.push((c, s));
+                        lock(&core.served).insert((p.log, parts[0].slot.clone()), s.clone());
+                        pending.push((parts, s));
                     }
                 }
                 Ok(GroupOutcome::IncarnationEnded) => {
                     core.lose(member_revision);
-                    for (c, _, _) in group {
-                        fail(c, LogError::unavailable(INCARNATION_ENDED), &mut failures);
+                    for (parts, _, _) in group {
+                        fail(parts, LogError::unavailable(INCARNATION_ENDED), &mut failures);
                     }
                 }
                 Err(e) => {
@@ -343,8 +496,8 @@ pub(super) async fn commit_chunks(
                     if e.outcome_unknown() {
                         core.lose(member_revision);
                     }
-                    for (c, _, _) in group {
-                        fail(c, e.clone(), &mut failures);
+                    for (parts, _, _) in group {
+                        fail(parts, e.clone(), &mut failures);
                     }
                 }
             }
@@ -358,17 +511,19 @@ pub(super) const INCARNATION_ENDED: &str =
 
 /// The tail cache: a committed chunk's runs go in the reader's byte-range cache before the
 /// appends are answered, so a consumer caught up with them reads them without a GET.
-fn cache_runs(core: &Core, log: LogId, p: &Plan, object: &Bytes) {
+fn cache_runs(core: &Core, p: &Plan, objects: &HashMap<u64, Bytes>) {
     for run in &p.runs {
+        let Some(object) = objects.get(&run.wal_seq) else { continue };
         let (start, end) = (run.byte_start as usize, (run.byte_start + run.byte_len) as usize);
         if end <= object.len() {
-            core.reader.cache_run(log, run, object.slice(start..end));
+            core.reader.cache_run(p.log, run, object.slice(start..end));
         }
     }
 }
 
-pub(super) fn acknowledge(c: Chunk, p: Plan) {
-    for ((pending, _, _), outcome) in c.entries.into_iter().zip(p.outcome) {
+pub(super) fn acknowledge(parts: Parts, p: Plan) {
+    let entries = parts.into_iter().flat_map(|c| c.entries);
+    for ((pending, _, _), outcome) in entries.zip(p.outcome) {
         match outcome {
             Ok(h) => pending.answer(Ok(h)),
             Err(Unmet::Offset(actual)) => {
@@ -406,7 +561,7 @@ pub(super) async fn commit_group(
     seq: u64,
     deadline: Instant,
     member_revision: i64,
-    group: &[(Chunk, Served, Plan)],
+    group: &[(Parts, Served, Plan)],
 ) -> Result<GroupOutcome, LogError> {
     let member = core.keys.member("writer", &core.cfg.writer_id);
     let lease = core.identity.lock().await.lease;

@@ -174,7 +174,7 @@ pub(super) fn build_flush(
                 }
             }
         }
-        chunks.push(Chunk { log, slot, entries: staged });
+        chunks.push(Chunk { log, slot, seq, entries: staged });
     }
     let all = |chunks: Vec<Chunk>| {
         chunks.into_iter().flat_map(|c| c.entries.into_iter().map(|(p, _, _)| p)).collect()
@@ -192,6 +192,7 @@ pub(super) fn build_flush(
         incarnation,
         chunks,
         put: never,
+        stored: None,
         object: Bytes::new(),
         deadline: Instant::now() + deadline,
         began,

@@ -158,6 +158,8 @@ pub(crate) struct Identity {
 struct Chunk {
     log: LogId,
     slot: String,
+    /// The WAL sequence of the flush (and object) it belongs to.
+    seq: u64,
     /// Entries in append order, each with its byte range in the WAL object.
     entries: Vec<(Pending, u64, u64)>,
 }
@@ -167,11 +169,40 @@ struct Flush {
     incarnation: i64,
     chunks: Vec<Chunk>,
     put: oneshot::Receiver<Result<(), LogError>>,
+    /// The PUT's answer, once received.
+    stored: Option<Result<(), LogError>>,
     /// The WAL object's bytes, for the tail cache once its chunks commit.
     object: Bytes,
     deadline: Instant,
     /// When the flusher took its entries from the buffer.
     began: Instant,
+}
+
+impl Flush {
+    /// The PUT's answer, waiting for it.
+    async fn stored(&mut self) -> Result<(), LogError> {
+        if self.stored.is_none() {
+            let r = (&mut self.put)
+                .await
+                .unwrap_or_else(|_| Err(LogError::Internal("WAL put task vanished".to_owned())));
+            self.stored = Some(r);
+        }
+        self.stored.clone().unwrap_or(Ok(()))
+    }
+
+    /// Whether the PUT has answered, without waiting.
+    fn is_stored(&mut self) -> bool {
+        if self.stored.is_none() {
+            match self.put.try_recv() {
+                Ok(r) => self.stored = Some(r),
+                Err(oneshot::error::TryRecvError::Empty) => return false,
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    self.stored = Some(Err(LogError::Internal("WAL put task vanished".to_owned())));
+                }
+            }
+        }
+        true
+    }
 }
 
 /// What a writer reports of each flush, for metrics (telemetry lives above log storage; a role
@@ -184,6 +215,11 @@ pub trait FlushObserver: Send + Sync {
     /// Its commit (the metadata transactions of its chunks) took `elapsed`; `acked` is how long
     /// after the flush began its appends were answered.
     fn committed(&self, elapsed: Duration, acked: Duration);
+    /// The commit budget's interval changed to `interval` (ARCHITECTURE §4): commit rounds
+    /// start at most once per it.
+    fn commit_interval(&self, interval: Duration) {
+        let _ = interval;
+    }
 }
 
 /// The steps of a flush where a test hook may pause or crash the writer (the simulation's

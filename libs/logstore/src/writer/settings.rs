@@ -4,6 +4,9 @@ use std::time::Duration;
 
 use crate::LogError;
 
+/// The shortest commit interval (ARCHITECTURE §4).
+pub const MIN_COMMIT_INTERVAL: Duration = Duration::from_millis(5);
+
 /// Settings of one log-storage writer. `new` gives the documented defaults.
 #[derive(Clone, Debug)]
 pub struct LogStorageConfig {
@@ -28,6 +31,13 @@ pub struct LogStorageConfig {
     /// per this interval; `flush_interval` and `flush_bytes` still bound a flush's wait and
     /// size. `None` (the default): flushes wait for `flush_interval` or `flush_bytes`.
     pub min_flush_interval: Option<Duration>,
+    /// The commit budget (ARCHITECTURE §4): commit rounds start at most once per this, so a
+    /// log commits at most once per it; flushes stored meanwhile commit together, each log's
+    /// chunks in one transaction. `None` (the default): the flush cadence, `min_flush_interval`
+    /// under the eager policy and `flush_interval` otherwise. At least 5 ms either way
+    /// ([`MIN_COMMIT_INTERVAL`]). While the metadata store's commit p99 exceeds
+    /// `flush_interval`, the writer lengthens it (AIMD) before flushes reach their deadline.
+    pub commit_interval: Option<Duration>,
     /// The largest payload one append may carry (default 4 MiB).
     pub max_entry_bytes: usize,
     /// Payload bytes buffered or in flight at most; appends wait for room (default 64 MiB).
@@ -56,6 +66,7 @@ impl LogStorageConfig {
             flush_interval: Duration::from_millis(250),
             flush_bytes: 8 << 20,
             min_flush_interval: None,
+            commit_interval: None,
             max_entry_bytes: 4 << 20,
             buffer_bytes: 64 << 20,
             append_timeout: Duration::from_secs(5),
@@ -64,6 +75,14 @@ impl LogStorageConfig {
             seq_block: 1000,
             tail_cache_bytes: 64 << 20,
         }
+    }
+
+    /// The commit budget's base interval: `commit_interval`, or the flush cadence, and at
+    /// least [`MIN_COMMIT_INTERVAL`].
+    pub fn commit_interval(&self) -> Duration {
+        self.commit_interval
+            .unwrap_or(self.min_flush_interval.unwrap_or(self.flush_interval))
+            .max(MIN_COMMIT_INTERVAL)
     }
 
     pub(crate) fn validate(&self) -> Result<(), LogError> {
@@ -83,6 +102,15 @@ impl LogStorageConfig {
             return bad(format!(
                 "min_flush_interval {min:?} must be above 0 and at most flush_interval {:?}",
                 self.flush_interval
+            ));
+        }
+        if let Some(c) = self.commit_interval
+            && (c < MIN_COMMIT_INTERVAL || c > self.flush_deadline / 8)
+        {
+            return bad(format!(
+                "commit_interval {c:?} must be at least {MIN_COMMIT_INTERVAL:?} and at most an \
+                 eighth of flush_deadline {:?}",
+                self.flush_deadline
             ));
         }
         if self.max_entry_bytes == 0 || self.max_entry_bytes > self.buffer_bytes {

@@ -36,6 +36,8 @@ pub struct FaultyMeta {
     /// before the answer is returned: a concurrent client's step in the window between a
     /// caller's read and its write.
     pub after_read: Mutex<Option<(Vec<u8>, GetHook)>>,
+    /// Every write txn waits this many milliseconds first (an overloaded store).
+    pub slow_writes_ms: AtomicU64,
     writes: AtomicU64,
     pub injected: AtomicU64,
 }
@@ -58,6 +60,7 @@ impl FaultyMeta {
             apply_late: Mutex::new(None),
             fail_put: Mutex::new(None),
             after_read: Mutex::new(None),
+            slow_writes_ms: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             injected: AtomicU64::new(0),
         })
@@ -93,6 +96,10 @@ impl MetadataStore for FaultyMeta {
                 h().await;
             }
             return r;
+        }
+        let slow = self.slow_writes_ms.load(Ordering::SeqCst);
+        if slow > 0 {
+            tokio::time::sleep(Duration::from_millis(slow)).await;
         }
         if self.hang_writes.load(Ordering::SeqCst) {
             self.hung.fetch_add(1, Ordering::SeqCst);

@@ -4,11 +4,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+
 use anyhow::{Result, ensure};
 use bytes::Bytes;
-use logstore::{LogStorage, LogStorageConfig, SystemClock};
+use logstore::{FlushObserver, LogStorage, LogStorageConfig, SystemClock};
+use metadata::MetadataStore;
+use metadata::counting::CountingMeta;
 use objstore::object_store::memory::InMemory;
 use tokio::time::Instant;
+
+use crate::faulty_meta::FaultyMeta;
 
 async fn writer(min_flush_interval: Option<Duration>) -> Result<LogStorage> {
     let mut cfg = LogStorageConfig::new(testkit::unique_prefix("flush"), "w");
@@ -71,6 +78,109 @@ async fn an_interval_writer_waits_for_the_flush_interval() -> Result<()> {
     b?;
     ensure!(t0.elapsed() >= Duration::from_secs(1), "acknowledged after {:?}", t0.elapsed());
     ensure!(w.flushes() - flushes0 == 1, "{} flushes", w.flushes() - flushes0);
+    w.shutdown().await;
+    Ok(())
+}
+
+/// Appends `n` entries to `log`, one every `every`, each from its own task (so they are
+/// admitted in their order); the slowest acknowledgement.
+async fn steady(w: &LogStorage, log: logstore::LogId, n: u64, every: Duration) -> Result<Duration> {
+    let t0 = Instant::now();
+    let mut acks = Vec::new();
+    for i in 0..n {
+        let w = w.clone();
+        let due = t0 + every * u32::try_from(i)?;
+        acks.push(tokio::spawn(async move {
+            tokio::time::sleep_until(due).await;
+            w.append(log, 1, Bytes::from(format!("e{i}")), None).await?;
+            anyhow::Ok(due.elapsed())
+        }));
+    }
+    let mut slowest = Duration::ZERO;
+    for a in acks {
+        slowest = slowest.max(a.await??);
+    }
+    Ok(slowest)
+}
+
+/// The commit budget (ARCHITECTURE §4): with flushes every 5 ms and a 50 ms commit interval,
+/// a log commits at most once per 50 ms; the flushes stored meanwhile commit together, in
+/// order, and no append waits much more than one interval.
+#[tokio::test(start_paused = true)]
+async fn stored_flushes_commit_together_at_most_once_per_commit_interval() -> Result<()> {
+    let interval = Duration::from_millis(50);
+    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("budget"), "w");
+    cfg.flush_interval = Duration::from_secs(1);
+    cfg.min_flush_interval = Some(Duration::from_millis(5));
+    cfg.commit_interval = Some(interval);
+    let (meta, counts) = CountingMeta::new(Arc::new(metadata::MemoryStore::new()));
+    let w = LogStorage::open(meta, Arc::new(InMemory::new()), cfg, Arc::new(SystemClock)).await?;
+    let log = w.create_log().await?;
+    w.append(log, 1, Bytes::from_static(b"first"), None).await?;
+    let (flushes0, commits0, t0) =
+        (w.flushes(), counts.log_commits.load(Ordering::SeqCst), Instant::now());
+    let slowest = steady(&w, log, 400, Duration::from_millis(5)).await?;
+    let took = t0.elapsed();
+    let flushes = w.flushes() - flushes0;
+    let commits = counts.log_commits.load(Ordering::SeqCst) - commits0;
+    let bound = (took.as_millis() / interval.as_millis()) as u64 + 1;
+    ensure!(
+        commits <= bound,
+        "{commits} commits of one log in {took:?}: over one per {interval:?}"
+    );
+    ensure!(flushes >= 4 * commits, "{flushes} flushes for {commits} commits: none merged");
+    ensure!(slowest <= interval + Duration::from_millis(15), "an append waited {slowest:?}");
+    // Merged flushes keep the log's order: entry k is the k-th append.
+    let entries = w.read_entries(log, 1, 1000, u64::MAX).await?;
+    ensure!(entries.len() == 400, "{} entries read back", entries.len());
+    for (k, e) in entries.iter().enumerate() {
+        ensure!(e.header.offset == k as u64 + 1 && e.payload == format!("e{k}").as_bytes());
+    }
+    w.shutdown().await;
+    Ok(())
+}
+
+#[derive(Default)]
+struct Intervals(Mutex<Vec<Duration>>);
+
+impl FlushObserver for Intervals {
+    fn flushed(&self, _: usize, _: usize, _: usize) {}
+    fn put(&self, _: Duration, _: bool) {}
+    fn committed(&self, _: Duration, _: Duration) {}
+    fn commit_interval(&self, interval: Duration) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(interval);
+    }
+}
+
+/// While the metadata store's commits take longer than the flush interval, the writer
+/// lengthens its commit interval rather than failing appends; once they are quick again it
+/// comes back to the configured one.
+#[tokio::test(start_paused = true)]
+async fn a_slow_metadata_store_lengthens_the_commit_interval_and_a_quick_one_shortens_it()
+-> Result<()> {
+    let flush = Duration::from_millis(100);
+    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("aimd"), "w");
+    cfg.flush_interval = flush;
+    let meta = FaultyMeta::new(Arc::new(metadata::MemoryStore::new()));
+    let store: Arc<dyn MetadataStore> = meta.clone();
+    let w = LogStorage::open(store, Arc::new(InMemory::new()), cfg, Arc::new(SystemClock)).await?;
+    let seen = Arc::new(Intervals::default());
+    ensure!(w.observe_flushes(seen.clone()));
+    let log = w.create_log().await?;
+    w.append(log, 1, Bytes::from_static(b"first"), None).await?;
+    let longest = || seen.0.lock().unwrap_or_else(|e| e.into_inner()).iter().max().copied();
+    let last = || seen.0.lock().unwrap_or_else(|e| e.into_inner()).last().copied();
+    ensure!(last() == Some(flush), "starts at the flush interval: {:?}", last());
+    // Commits take 300 ms, three flush intervals: 20 s of appends, 20 ms apart.
+    meta.slow_writes_ms.store(300, Ordering::SeqCst);
+    steady(&w, log, 1000, Duration::from_millis(20)).await?;
+    let longest_slow = longest().unwrap_or_default();
+    ensure!(longest_slow >= 4 * flush, "the interval grew to {longest_slow:?} only");
+    // Quick again: back to the configured interval.
+    meta.slow_writes_ms.store(0, Ordering::SeqCst);
+    steady(&w, log, 3000, Duration::from_millis(20)).await?;
+    ensure!(last() == Some(flush), "after quick commits the interval is {:?}", last());
+    ensure!(w.info(log).await?.next_offset == 4001, "every append committed");
     w.shutdown().await;
     Ok(())
 }
