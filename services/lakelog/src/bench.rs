@@ -75,8 +75,32 @@ enum Target {
         meta: Arc<dyn MetadataStore>,
         puts: Arc<Counts>,
         txns: Arc<MetaCounts>,
+        commits: Arc<Commits>,
     },
     Remote(LogClient),
+}
+
+/// What the in-process writer reported of its commits: each flush's commit round time, and
+/// the commit budget's interval (the longest it reached).
+#[derive(Default)]
+struct Commits {
+    round_us: std::sync::Mutex<Vec<u64>>,
+    longest_interval: std::sync::Mutex<Duration>,
+}
+
+impl logstore::FlushObserver for Commits {
+    fn flushed(&self, _: usize, _: usize, _: usize) {}
+    fn put(&self, _: Duration, _: bool) {}
+    fn committed(&self, elapsed: Duration, _: Duration) {
+        if let Ok(mut v) = self.round_us.lock() {
+            v.push(elapsed.as_micros() as u64);
+        }
+    }
+    fn commit_interval(&self, interval: Duration) {
+        if let Ok(mut l) = self.longest_interval.lock() {
+            *l = (*l).max(interval);
+        }
+    }
 }
 
 impl Target {
@@ -173,7 +197,9 @@ async fn open_target(args: &AppendArgs, endpoint: &str) -> anyhow::Result<Target
     }
     let meta: Arc<dyn MetadataStore> = meta;
     let storage = LogStorage::open(meta.clone(), objects, cfg, Arc::new(SystemClock)).await?;
-    Ok(Target::Local { storage, objects: raw_objects, meta, puts, txns })
+    let commits = Arc::new(Commits::default());
+    storage.observe_flushes(commits.clone());
+    Ok(Target::Local { storage, objects: raw_objects, meta, puts, txns, commits })
 }
 
 /// An in-process writer on a local directory or a config's stores (what `bench read` and
@@ -413,6 +439,22 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
             ("PUTs/s".into(), format!("{:.1}", puts as f64 / elapsed)),
         ]);
     }
+    if let Target::Local { commits, .. } = &*target {
+        let mut rounds = commits.round_us.lock().map(|v| v.clone()).unwrap_or_default();
+        let round = Percentiles::of(&mut rounds);
+        let longest = commits.longest_interval.lock().map(|d| *d).unwrap_or_default();
+        report.rows.extend([
+            (
+                "commit round ms p50/p99 (per flush)".into(),
+                format!("{:.1} / {:.1}", round.p50, round.p99),
+            ),
+            ("commit interval ms, longest".into(), format!("{:.1}", longest.as_secs_f64() * 1e3)),
+        ]);
+        report.json.extend([
+            ("commit_round_ms".into(), round.json()),
+            ("commit_interval_longest_ms".into(), format!("{:.1}", longest.as_secs_f64() * 1e3)),
+        ]);
+    }
     report
         .rows
         .push(("RSS peak MiB".into(), rss_peak_mb().map_or("?".into(), |m| format!("{m:.1}"))));
@@ -609,37 +651,58 @@ pub struct ReadArgs {
     /// Offset stripes each catch-up reads at once (a batch reader's parallelism).
     #[arg(long, default_value = "4", value_parser = clap::value_parser!(u64).range(1..=256))]
     stripes: u64,
+    /// The object store server's process (e.g. SeaweedFS on this machine): its CPU per GB
+    /// served is measured in each read phase too, next to this process's.
+    #[arg(long)]
+    store_pid: Option<u32>,
     /// Print one JSON object on the last stdout line.
     #[arg(long)]
     json: bool,
 }
 
-/// A read phase's throughput and this process's CPU time per GB read.
+/// A read phase's throughput, this process's CPU time per GB read, and the object store
+/// server's (when its process is given).
 #[derive(Clone, Copy, Debug)]
 struct Rate {
     mb_s: f64,
     /// `None` where /proc/self/stat is not there to read.
     cpu_s_per_gb: Option<f64>,
+    store_cpu_s_per_gb: Option<f64>,
 }
 
 impl Rate {
     /// Runs a read returning the bytes it read, and measures it.
-    async fn of(read: impl Future<Output = anyhow::Result<u64>>) -> anyhow::Result<Rate> {
-        let (cpu0, start) = (process_cpu_seconds(), Instant::now());
+    async fn of(
+        store_pid: Option<u32>,
+        read: impl Future<Output = anyhow::Result<u64>>,
+    ) -> anyhow::Result<Rate> {
+        let store0 = store_pid.and_then(|p| process_cpu_seconds(&format!("/proc/{p}/stat")));
+        let (cpu0, start) = (process_cpu_seconds("/proc/self/stat"), Instant::now());
         let bytes = read.await? as f64;
         let secs = start.elapsed().as_secs_f64().max(1e-9);
-        let cpu = process_cpu_seconds().zip(cpu0).map(|(b, a)| b - a);
+        let cpu = process_cpu_seconds("/proc/self/stat").zip(cpu0).map(|(b, a)| b - a);
+        let store = store_pid
+            .and_then(|p| process_cpu_seconds(&format!("/proc/{p}/stat")))
+            .zip(store0)
+            .map(|(b, a)| b - a);
+        let per_gb = |c: f64| c / (bytes / 1e9).max(1e-9);
         Ok(Rate {
             mb_s: bytes / secs / 1e6,
-            cpu_s_per_gb: cpu.map(|c| c / (bytes / 1e9).max(1e-9)),
+            cpu_s_per_gb: cpu.map(per_gb),
+            store_cpu_s_per_gb: store.map(per_gb),
         })
     }
 
     fn row(&self) -> String {
-        match self.cpu_s_per_gb {
-            Some(c) => format!("{:.2}  ({c:.2} CPU s/GB in this process)", self.mb_s),
-            None => format!("{:.2}", self.mb_s),
+        let mut row = format!("{:.2}", self.mb_s);
+        if let Some(c) = self.cpu_s_per_gb {
+            row += &format!("  ({c:.2} CPU s/GB in this process");
+            if let Some(s) = self.store_cpu_s_per_gb {
+                row += &format!(", {s:.2} in the object store's");
+            }
+            row += ")";
         }
+        row
     }
 }
 
@@ -648,9 +711,10 @@ fn json_opt(v: Option<f64>) -> String {
     v.map_or_else(|| "null".to_owned(), |v| format!("{v:.3}"))
 }
 
-/// User + system CPU seconds of this process so far (Linux), at the usual 100 ticks a second.
-fn process_cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+/// User + system CPU seconds so far of the process whose `/proc/…/stat` this is (Linux), at the
+/// usual 100 ticks a second.
+fn process_cpu_seconds(stat: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(stat).ok()?;
     // The fields after the parenthesised command name; utime and stime are its 12th and 13th.
     let rest = stat.rsplit_once(')')?.1;
     let mut f = rest.split_whitespace().skip(11);
@@ -811,9 +875,9 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
     let hw = storage.info(backlog_log).await?.next_offset;
     // The raw GET baseline runs before the reads and after them (an object store may cache
     // what was read); the better of the two is the baseline.
-    let get_before = Rate::of(raw_get(&objects)).await?;
+    let get_before = Rate::of(args.store_pid, raw_get(&objects)).await?;
     let stripes = args.stripes;
-    let catch_up = Rate::of({
+    let catch_up = Rate::of(args.store_pid, {
         let storage = storage.clone();
         read_striped(hw, stripes, move |at, max| {
             let storage = storage.clone();
@@ -838,18 +902,21 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
         let _ = stop_rx.await;
     }));
     let via = LogClient::connect(&format!("http://{addr}")).await?;
-    let via_reader = Rate::of(read_striped(hw, stripes, move |at, max| {
-        let via = via.clone();
-        async move {
-            let resp = via.read_entries(backlog_log.0, at, max, 0).await?;
-            Ok((resp.entries.iter().map(|e| e.payload.len() as u64).sum(), resp.next_offset))
-        }
-    }))
+    let via_reader = Rate::of(
+        args.store_pid,
+        read_striped(hw, stripes, move |at, max| {
+            let via = via.clone();
+            async move {
+                let resp = via.read_entries(backlog_log.0, at, max, 0).await?;
+                Ok((resp.entries.iter().map(|e| e.payload.len() as u64).sum(), resp.next_offset))
+            }
+        }),
+    )
     .await?;
     let _ = stop_tx.send(());
     server.await??;
 
-    let get_after = Rate::of(raw_get(&objects)).await?;
+    let get_after = Rate::of(args.store_pid, raw_get(&objects)).await?;
     let get_mb_s = get_before.mb_s.max(get_after.mb_s);
     storage.shutdown().await;
 
@@ -874,7 +941,15 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
                 "ratio catch-up via reader / raw GET".into(),
                 format!("{:.2}", via_reader.mb_s / get_mb_s.max(1e-9)),
             ),
-        ],
+        ]
+        .into_iter()
+        .chain(via_reader.cpu_s_per_gb.zip(via_reader.store_cpu_s_per_gb).map(|(r, s)| {
+            (
+                "ratio CPU/GB via reader: this process / object store".into(),
+                format!("{:.2}", r / s.max(1e-9)),
+            )
+        }))
+        .collect(),
         json: vec![
             ("tail_ms".into(), tail_ms.json()),
             ("catch_up_mb_per_s".into(), format!("{:.3}", catch_up.mb_s)),
@@ -885,6 +960,8 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
             ("cpu_s_per_gb_catch_up".into(), json_opt(catch_up.cpu_s_per_gb)),
             ("cpu_s_per_gb_via_reader".into(), json_opt(via_reader.cpu_s_per_gb)),
             ("cpu_s_per_gb_raw_get".into(), json_opt(get_before.cpu_s_per_gb)),
+            ("store_cpu_s_per_gb_via_reader".into(), json_opt(via_reader.store_cpu_s_per_gb)),
+            ("store_cpu_s_per_gb_raw_get".into(), json_opt(get_before.store_cpu_s_per_gb)),
             ("stripes".into(), stripes.to_string()),
             ("backlog_in_flight".into(), args.backlog_in_flight.to_string()),
             (

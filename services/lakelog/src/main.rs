@@ -344,7 +344,31 @@ enum LogCommand {
 /// Threads of the runtime's blocking pool (file and embedded-store I/O) at most.
 const BLOCKING_THREADS: usize = 16;
 
+/// mimalloc's options (`mi_option_e` in its `mimalloc.h`, the same numbers in its v2 and v3).
+const MI_OPTION_ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Freed memory goes back to the OS at once rather than after mimalloc's default 10 ms (and
+/// arenas reserved from now on are committed as they are used): a writer frees megabyte-sized
+/// flush buffers at a high rate, and kept them (docs/performance.md, "Memory under overload").
+/// An operator's `MIMALLOC_*` environment still wins, as it is read at start.
+fn return_freed_memory() {
+    for (option, name) in [
+        (MI_OPTION_PURGE_DELAY, "MIMALLOC_PURGE_DELAY"),
+        (MI_OPTION_ARENA_EAGER_COMMIT, "MIMALLOC_ARENA_EAGER_COMMIT"),
+    ] {
+        if std::env::var_os(name).is_none() {
+            #[allow(unsafe_code)]
+            // SAFETY: mi_option_set only stores the value in mimalloc's option table.
+            unsafe {
+                libmimalloc_sys::mi_option_set(option, 0)
+            };
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    return_freed_memory();
     let cli = Cli::parse();
     // Local-directory object stores and the embedded metadata store do their I/O on the
     // blocking pool. Its default of up to 512 threads, each coming and going, left one allocator

@@ -86,13 +86,14 @@ pub(super) async fn committer(core: Arc<Core>, mut flushes: mpsc::Receiver<Flush
             // earliest deadline bounds them all.
             let seq = round.iter().map(|f| f.seq).min().unwrap_or(0);
             let deadline = round.iter().map(|f| f.deadline).min().unwrap_or_else(Instant::now);
-            for (log, e) in commit_chunks(&core, seq, deadline, live, &objects).await {
+            let (failures, latencies) = commit_chunks(&core, seq, deadline, live, &objects).await;
+            for (log, e) in failures {
                 if e.code() != crate::Code::Fenced {
                     core.poison(log, &e);
                 }
             }
             let took = started.elapsed();
-            let changed = budget.record(took);
+            let changed = budget.record(&latencies);
             if (changed || !reported)
                 && let Some(o) = core.observer.get()
             {
@@ -128,8 +129,9 @@ fn joins(round: &[Flush], f: &Flush) -> bool {
 }
 
 /// The commit budget (ARCHITECTURE §4): commit rounds start at most once per `interval`. It
-/// starts at the configured interval; the commit times are judged every few rounds (ten, or
-/// two once a second of them went by): when their p99 exceeds `flush_interval` the round rate
+/// starts at the configured interval; the store's commit times (each transaction's, so not
+/// the size of a round) are judged every few rounds (ten, or two once ten configured
+/// intervals went by): when their p99 exceeds `flush_interval` the round rate
 /// halves (the interval doubles, up to an eighth of the flush deadline, so flushes wait for
 /// the budget well before they fail), otherwise it grows by an eighth of the configured rate
 /// until it is back at it (AIMD).
@@ -139,6 +141,7 @@ pub(super) struct CommitBudget {
     limit: Duration,
     pub interval: Duration,
     judged: Vec<Duration>,
+    rounds: usize,
     since: Option<Instant>,
     last_start: Option<Instant>,
 }
@@ -156,7 +159,8 @@ impl CommitBudget {
             max: (cfg.flush_deadline / 8).max(base),
             limit: cfg.flush_interval,
             interval: base,
-            judged: Vec::with_capacity(BUDGET_ROUNDS),
+            judged: Vec::new(),
+            rounds: 0,
             since: None,
             last_start: None,
         }
@@ -170,17 +174,22 @@ impl CommitBudget {
         self.last_start = Some(Instant::now());
     }
 
-    /// Records a round's commit time; true when the interval changed.
-    pub(super) fn record(&mut self, took: Duration) -> bool {
+    /// Records the commit times of a round's transactions; true when the interval changed.
+    pub(super) fn record(&mut self, txns: &[Duration]) -> bool {
+        if txns.is_empty() {
+            return false;
+        }
         let since = *self.since.get_or_insert_with(Instant::now);
-        self.judged.push(took);
-        let n = self.judged.len();
-        if n < BUDGET_ROUNDS && (n < 2 || since.elapsed() < self.base * BUDGET_SPAN) {
+        self.judged.extend_from_slice(txns);
+        self.rounds += 1;
+        let (rounds, n) = (self.rounds, self.judged.len());
+        if rounds < BUDGET_ROUNDS && (rounds < 2 || since.elapsed() < self.base * BUDGET_SPAN) {
             return false;
         }
         self.judged.sort_unstable();
         let p99 = self.judged[(n * 99).div_ceil(100) - 1];
         self.judged.clear();
+        self.rounds = 0;
         self.since = None;
         let before = self.interval;
         let rate = 1.0 / self.interval.as_secs_f64();
@@ -336,17 +345,18 @@ type Parts = Vec<Chunk>;
 /// Commits a round's chunks (of one or more flushes, in flush order), each log's in one
 /// transaction; `seq` is the round's lowest WAL sequence, and `objects` holds each flush's
 /// object by sequence, for the tail cache. Returns the logs whose chunks failed definitely for
-/// a reason other than a fence.
+/// a reason other than a fence, and how long each transaction took.
 pub(super) async fn commit_chunks(
     core: &Arc<Core>,
     seq: u64,
     deadline: Instant,
     chunks: Vec<Chunk>,
     objects: &HashMap<u64, Bytes>,
-) -> Vec<(LogId, LogError)> {
+) -> (Vec<(LogId, LogError)>, Vec<Duration>) {
     let member_revision = core.identity.lock().await.member_revision;
     let me = core.owner(member_revision);
     let mut failures = Vec::new();
+    let mut latencies = Vec::new();
     let fail = |parts: Parts, e: LogError, failures: &mut Vec<(LogId, LogError)>| {
         let Some(c) = parts.first() else { return };
         match e.code() {
@@ -432,12 +442,13 @@ pub(super) async fn commit_chunks(
                 g.push(item);
             }
         }
-        // The groups hold distinct logs: their transactions go out together.
-        let outcomes = futures::future::join_all(
-            groups.iter().map(|g| commit_group(core, seq, deadline, member_revision, g)),
-        )
-        .await;
-        for (group, outcome) in groups.into_iter().zip(outcomes) {
+        // One transaction at a time, each timed for the commit budget: sent together, they
+        // queued behind each other in a store that applies one at a time (the embedded one),
+        // which the budget then read as a slow store.
+        for group in groups {
+            let sent = Instant::now();
+            let outcome = commit_group(core, seq, deadline, member_revision, &group).await;
+            latencies.push(sent.elapsed());
             match outcome {
                 Ok(GroupOutcome::Committed { revision }) => {
                     if let Some(h) = core.hook.get() {
@@ -503,7 +514,7 @@ pub(super) async fn commit_chunks(
             }
         }
     }
-    failures
+    (failures, latencies)
 }
 
 pub(super) const INCARNATION_ENDED: &str =
