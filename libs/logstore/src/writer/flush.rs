@@ -108,18 +108,30 @@ pub(super) fn fail_unstamped(core: &Core, entries: Vec<Pending>, e: &LogError) {
     }
 }
 
-/// Takes the buffer for one flush. A flush holds one chunk per log, so when one log has
-/// appends in two slots (this writer owns both), the later slot's appends wait for the next
-/// flush, in their order.
+/// Takes the buffer for one flush: at most `flush_bytes` of it (at least one entry), so a
+/// flusher that ran late does not make one oversized object while the buffer's other flushes
+/// wait. A flush holds one chunk per log, so when one log has appends in two slots (this
+/// writer owns both), the later slot's appends wait for the next flush, in their order.
 pub(super) fn take_buffer(core: &Core) -> Buffer {
     let mut b = lock(&core.buffer);
     let mut taken = std::mem::take(&mut *b);
     let mut slot_of: HashMap<LogId, String> = HashMap::new();
-    let (now, later): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut taken.entries)
-        .into_iter()
-        .partition(|p| *slot_of.entry(p.log).or_insert_with(|| p.slot.clone()) == p.slot);
+    // Once one entry does not fit, no later one is taken (a log's appends keep their order).
+    let (mut bytes, mut full) = (0usize, false);
+    let (now, mut later): (Vec<Pending>, Vec<Pending>) =
+        std::mem::take(&mut taken.entries).into_iter().partition(|p| {
+            full = full || (bytes > 0 && bytes + p.payload.len() > core.cfg.flush_bytes);
+            let fits = !full;
+            let same_slot = *slot_of.entry(p.log).or_insert_with(|| p.slot.clone()) == p.slot;
+            if fits && same_slot {
+                bytes += p.payload.len();
+            }
+            fits && same_slot
+        });
     if !later.is_empty() {
-        // Back into the (just emptied) buffer, already due: the next flush takes them.
+        // Back into the (just emptied) buffer, in admission order and already due: the next
+        // flush takes them.
+        later.sort_by_key(|p| p.admitted);
         let later_bytes: usize = later.iter().map(|p| p.payload.len()).sum();
         taken.bytes -= later_bytes;
         *b = Buffer { entries: later, bytes: later_bytes, since: taken.since };

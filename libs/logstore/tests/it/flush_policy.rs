@@ -184,3 +184,36 @@ async fn a_slow_metadata_store_lengthens_the_commit_interval_and_a_quick_one_sho
     w.shutdown().await;
     Ok(())
 }
+
+/// A flush takes at most `flush_bytes` of the buffer (at least one entry): appends that
+/// piled up while the flusher was busy go out as several objects, in their order.
+#[tokio::test(start_paused = true)]
+async fn a_flush_takes_at_most_flush_bytes() -> Result<()> {
+    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("cap"), "w");
+    cfg.flush_interval = Duration::from_millis(100);
+    cfg.flush_bytes = 1000;
+    let meta = Arc::new(metadata::MemoryStore::new());
+    let w = LogStorage::open(meta, Arc::new(InMemory::new()), cfg, Arc::new(SystemClock)).await?;
+    let log = w.create_log().await?;
+    let flushes0 = w.flushes();
+    // Ten appends of 300 bytes at once: 3,000 bytes, at most three to an object.
+    let appends: Vec<_> = (0..10u8)
+        .map(|i| {
+            let w = w.clone();
+            tokio::spawn(async move { w.append(log, 1, Bytes::from(vec![i; 300]), None).await })
+        })
+        .collect();
+    for a in appends {
+        a.await??;
+    }
+    let flushes = w.flushes() - flushes0;
+    ensure!(flushes >= 4, "3,000 bytes in {flushes} flushes of at most 1,000");
+    let entries = w.read_entries(log, 0, 100, u64::MAX).await?;
+    ensure!(entries.len() == 10, "{} entries read back", entries.len());
+    let mut seen: Vec<u8> = entries.iter().map(|e| e.payload[0]).collect();
+    let in_order = seen.windows(2).all(|w| w[0] < w[1]);
+    seen.sort_unstable();
+    ensure!(seen == (0..10).collect::<Vec<u8>>() && in_order, "read back {seen:?}");
+    w.shutdown().await;
+    Ok(())
+}
