@@ -285,7 +285,9 @@ pub struct WriterSection {
     /// The writer's lease in the metadata store.
     #[serde(default = "default_lease_ttl")]
     pub lease_ttl: Duration,
-    /// Recently committed entries kept in memory, so reads of the tail need no GET.
+    /// Recently committed entries kept in memory, so reads of the tail need no GET. Inside
+    /// `buffer_size`: the cache uses room appends do not hold and gives it back when they need
+    /// it (under overload it is empty, and tail reads GET).
     #[serde(default = "default_tail_cache")]
     pub tail_cache_size: ByteSize,
     /// The Kafka listener (ARCHITECTURE §11); none when the section is absent.

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore};
 
 type Key = (String, u64, u64);
 
@@ -18,6 +18,23 @@ struct Inner {
     inflight: HashMap<Key, Arc<OnceCell<Bytes>>>,
     hits: u64,
     misses: u64,
+    /// With a budget: one permit per cached byte.
+    held: Option<OwnedSemaphorePermit>,
+}
+
+impl Inner {
+    /// Drops the oldest entry (its permits go back to the budget); its size.
+    fn evict_oldest(&mut self) -> Option<usize> {
+        let old = self.order.pop_front()?;
+        let len = self.cached.remove(&old).map_or(0, |v| v.len());
+        self.bytes -= len;
+        if len > 0
+            && let Some(h) = self.held.as_mut()
+        {
+            drop(h.split(len));
+        }
+        Some(len)
+    }
 }
 
 /// Byte ranges of objects, at most `capacity` bytes (oldest evicted first). Cheap to clone.
@@ -25,6 +42,9 @@ struct Inner {
 pub struct RangeCache {
     capacity: usize,
     inner: Arc<Mutex<Inner>>,
+    /// Memory shared with others (a writer's append buffer): a byte is cached only with a
+    /// permit taken from it, and [`RangeCache::shrink`] gives permits back.
+    budget: Option<Arc<Semaphore>>,
 }
 
 impl std::fmt::Debug for RangeCache {
@@ -36,7 +56,30 @@ impl std::fmt::Debug for RangeCache {
 impl RangeCache {
     /// A cache of `capacity` bytes; 0 keeps nothing but still coalesces concurrent GETs.
     pub fn new(capacity: usize) -> Self {
-        RangeCache { capacity, inner: Default::default() }
+        RangeCache { capacity, inner: Default::default(), budget: None }
+    }
+
+    /// Caches only within `budget`'s free permits, one per byte: what others hold or wait for
+    /// is never taken, so the cache uses room they do not need.
+    pub fn with_budget(mut self, budget: Arc<Semaphore>) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Drops the oldest entries until `bytes` were given back (or the cache is empty).
+    pub fn shrink(&self, bytes: usize) {
+        let mut i = self.lock();
+        let mut freed = 0;
+        while freed < bytes
+            && let Some(len) = i.evict_oldest()
+        {
+            freed += len;
+        }
+    }
+
+    /// Bytes cached now.
+    pub fn len_bytes(&self) -> usize {
+        self.lock().bytes
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -66,15 +109,19 @@ impl RangeCache {
         if b.len() > self.capacity || i.cached.contains_key(&key) {
             return;
         }
+        while i.bytes + b.len() > self.capacity && i.evict_oldest().is_some() {}
+        if let Some(budget) = &self.budget {
+            let Ok(n) = u32::try_from(b.len()) else { return };
+            // No free room (appends hold it or wait for it): not cached.
+            let Ok(p) = budget.clone().try_acquire_many_owned(n) else { return };
+            match i.held.as_mut() {
+                Some(h) => h.merge(p),
+                None => i.held = Some(p),
+            }
+        }
         i.bytes += b.len();
         i.cached.insert(key.clone(), b);
         i.order.push_back(key);
-        while i.bytes > self.capacity {
-            let Some(old) = i.order.pop_front() else { break };
-            if let Some(v) = i.cached.remove(&old) {
-                i.bytes -= v.len();
-            }
-        }
     }
 
     /// The range's bytes: cached, fetched by a request already in flight, or fetched now.
@@ -117,6 +164,30 @@ impl RangeCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_budgeted_cache_takes_only_free_room_and_gives_it_back() {
+        let budget = Arc::new(Semaphore::new(100));
+        let cache = RangeCache::new(1000).with_budget(budget.clone());
+        cache.insert("a", 0, 60, Bytes::from(vec![0; 60]));
+        assert_eq!((cache.len_bytes(), budget.available_permits()), (60, 40));
+        // 50 bytes do not fit in the 40 left: not cached, nothing taken.
+        cache.insert("b", 0, 50, Bytes::from(vec![0; 50]));
+        assert_eq!((cache.len_bytes(), budget.available_permits()), (60, 40));
+        cache.insert("c", 0, 30, Bytes::from(vec![0; 30]));
+        assert_eq!((cache.len_bytes(), budget.available_permits()), (90, 10));
+        // Shrinking drops the oldest first and returns its permits.
+        cache.shrink(1);
+        assert_eq!((cache.len_bytes(), budget.available_permits()), (30, 70));
+        // Evicted for capacity, an entry's permits go back too.
+        let small = RangeCache::new(40).with_budget(budget.clone());
+        small.insert("d", 0, 30, Bytes::from(vec![0; 30]));
+        small.insert("e", 0, 30, Bytes::from(vec![0; 30]));
+        assert_eq!((small.len_bytes(), budget.available_permits()), (30, 40));
+        drop(small);
+        drop(cache);
+        assert_eq!(budget.available_permits(), 100);
+    }
     use crate::LogError;
     use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -169,11 +169,28 @@ impl LogReader {
         self
     }
 
+    /// Keeps the byte-range cache within `budget`'s free permits (a writer's append buffer):
+    /// it caches in room appends do not hold, and gives it back when they need it.
+    pub(crate) fn with_cache_budget(mut self, budget: Arc<tokio::sync::Semaphore>) -> Self {
+        self.ranges = self.ranges.with_budget(budget);
+        self
+    }
+
+    /// Gives at least `bytes` of the byte-range cache back to its budget (or all of it).
+    pub(crate) fn shrink_cache(&self, bytes: usize) {
+        self.ranges.shrink(bytes);
+    }
+
     /// Puts a run's bytes in the byte-range cache, as a read of it would: a writer's
     /// write-through of the runs it just committed (its tail cache, ARCHITECTURE §11).
     pub(crate) fn cache_run(&self, log: LogId, loc: &Locator, bytes: Bytes) {
         let path = loc.object(log);
         self.ranges.insert(path.as_ref(), loc.byte_start, loc.byte_start + loc.byte_len, bytes);
+    }
+
+    /// Bytes in the byte-range cache now.
+    pub fn cache_bytes(&self) -> usize {
+        self.ranges.len_bytes()
     }
 
     /// (hits, misses) of the byte-range cache.

@@ -293,6 +293,10 @@ impl LogStorage {
             }
         }
         let permits = u32::try_from(payload.len().max(1)).unwrap_or(u32::MAX);
+        // The tail cache lives in the buffer's room appends do not hold: it gives way first.
+        if self.core.space.available_permits() < permits as usize {
+            self.core.reader.shrink_cache(permits as usize);
+        }
         let acquire = self.core.space.clone().acquire_many_owned(permits);
         let permit = match tokio::time::timeout(cfg.append_timeout, acquire).await {
             Ok(Ok(p)) => p,

@@ -299,11 +299,14 @@ impl Core {
     ) -> Result<(Arc<Core>, Vec<tokio::task::JoinHandle<()>>), LogError> {
         let keys = Keys::new(&cfg.cluster);
         // The tail cache: what this writer commits is cached as the reads of it would be.
+        // It shares the append buffer's budget: it caches in room appends do not hold.
+        let space = Arc::new(Semaphore::new(cfg.buffer_bytes));
         let reader = LogReader::new(meta.clone(), objects.clone(), &cfg.cluster)
-            .with_caches(cfg.tail_cache_bytes, crate::DEFAULT_INDEX_PAGES);
+            .with_caches(cfg.tail_cache_bytes, crate::DEFAULT_INDEX_PAGES)
+            .with_cache_budget(space.clone());
         let identity = register(meta.as_ref(), &keys, &cfg).await?;
         let core = Arc::new(Core {
-            space: Arc::new(Semaphore::new(cfg.buffer_bytes)),
+            space,
             meta,
             objects,
             keys,

@@ -51,7 +51,8 @@ pub struct LogStorageConfig {
     /// WAL sequences allocated at a time (default 1000).
     pub seq_block: u64,
     /// The tail cache: bytes of recently committed entries kept in memory, so reads of the
-    /// tail (a caught-up consumer) need no GET (default 64 MiB; 0 turns it off).
+    /// tail (a caught-up consumer) need no GET (default 64 MiB; 0 turns it off). It lives in
+    /// `buffer_bytes`' room that appends do not hold, and gives it back when they need it.
     pub tail_cache_bytes: usize,
 }
 

@@ -217,3 +217,32 @@ async fn a_flush_takes_at_most_flush_bytes() -> Result<()> {
     w.shutdown().await;
     Ok(())
 }
+
+/// The tail cache lives inside the append buffer's budget: it caches in room appends do not
+/// hold, and an append that needs the room gets it at once rather than waiting for
+/// `append_timeout` (ARCHITECTURE §11's tail cache, issue 18's memory bound).
+#[tokio::test(start_paused = true)]
+async fn the_tail_cache_gives_its_room_back_to_appends() -> Result<()> {
+    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("tail"), "w");
+    cfg.flush_interval = Duration::from_millis(10);
+    cfg.buffer_bytes = 64 << 10;
+    cfg.max_entry_bytes = 32 << 10;
+    cfg.tail_cache_bytes = 64 << 10;
+    cfg.append_timeout = Duration::from_secs(1);
+    let meta = Arc::new(metadata::MemoryStore::new());
+    let w = LogStorage::open(meta, Arc::new(InMemory::new()), cfg, Arc::new(SystemClock)).await?;
+    let log = w.create_log().await?;
+    for i in 0..6u8 {
+        w.append(log, 1, Bytes::from(vec![i; 10 << 10]), None).await?;
+    }
+    let cached = w.reader().cache_bytes();
+    ensure!(cached >= 50 << 10, "the tail cache holds {cached} bytes after 60 KiB committed");
+    let t0 = Instant::now();
+    w.append(log, 1, Bytes::from(vec![9; 32 << 10]), None).await?;
+    ensure!(t0.elapsed() < Duration::from_millis(500), "the append waited {:?}", t0.elapsed());
+    let cached = w.reader().cache_bytes();
+    ensure!(cached <= 64 << 10, "cache {cached} bytes beside a 64 KiB buffer");
+    ensure!(w.info(log).await?.next_offset == 7);
+    w.shutdown().await;
+    Ok(())
+}
