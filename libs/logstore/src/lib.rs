@@ -34,7 +34,9 @@ mod writer;
 
 pub use cursor::{CursorStart, CursorStats, LogCursor};
 pub use log::Log;
-pub use reader::{DEFAULT_INDEX_PAGES, LogReader, MAX_BY_INDEX_BYTES, MAX_BY_INDEX_ENTRIES};
+pub use reader::{
+    DEFAULT_INDEX_PAGES, LogReader, MAX_BY_INDEX_BYTES, MAX_BY_INDEX_ENTRIES, StoredRun,
+};
 pub use storage::{Committing, Conditions, LogStorage};
 pub use writer::{Chain, LogStorageConfig};
 pub use writer::{FlushObserver, WriterHook, WriterStep};

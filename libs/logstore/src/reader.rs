@@ -128,6 +128,20 @@ struct Located {
     payload: Bytes,
     byte_start: u64,
     byte_len: u64,
+    /// The fetched bytes it was read from (a run or a block) and where it starts in them: its
+    /// stored framing is `fetched[at..at + byte_len]`.
+    fetched: Bytes,
+    at: usize,
+}
+
+/// Consecutive entries of a log as stored (ARCHITECTURE §5b): framed as in a WAL object, each
+/// with its checksum, for a client to split and check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredRun {
+    pub first_offset: u64,
+    /// The log's payload bytes before the first entry.
+    pub cumulative_before: u64,
+    pub data: Bytes,
 }
 
 /// Reads committed entries. Cheap to clone.
@@ -459,6 +473,8 @@ impl LogReader {
                 payload: bytes.slice(at + wal::ENTRY_HEADER_LEN..at + len),
                 byte_start: loc.byte_start + at as u64,
                 byte_len: len as u64,
+                fetched: bytes.clone(),
+                at,
             });
         }
         Ok(out)
@@ -628,6 +644,8 @@ impl LogReader {
                     payload: e.payload,
                     byte_start: start + e.byte_offset as u64,
                     byte_len: e.size as u64,
+                    fetched: bytes.clone(),
+                    at: e.byte_offset,
                 });
             }
         }
@@ -649,6 +667,49 @@ impl LogReader {
             .into_iter()
             .map(|l| LogEntry { header: l.header, payload: l.payload })
             .collect())
+    }
+
+    /// [`Self::read_entries`]' entries as stored: each run of them that lies back to back in
+    /// what was fetched is one slice of it, not copied.
+    pub async fn read_stored(
+        &self,
+        log: LogId,
+        start: u64,
+        max_records: u64,
+        max_bytes: u64,
+    ) -> Result<Vec<StoredRun>, LogError> {
+        let mut runs: Vec<StoredRun> = Vec::new();
+        // The run being grown: its fetched bytes and range in them.
+        let mut open: Option<(Bytes, usize, usize)> = None;
+        for l in self.scan(log, start, max_records, max_bytes, usize::MAX).await? {
+            let len = l.byte_len as usize;
+            let before = l.header.cumulative_size - l.header.entry_size;
+            match open.as_mut() {
+                Some((fetched, _, end))
+                    if fetched.as_ptr() == l.fetched.as_ptr()
+                        && fetched.len() == l.fetched.len()
+                        && *end == l.at =>
+                {
+                    *end += len;
+                }
+                _ => {
+                    if let (Some((fetched, from, end)), Some(run)) = (open.take(), runs.last_mut())
+                    {
+                        run.data = fetched.slice(from..end);
+                    }
+                    runs.push(StoredRun {
+                        first_offset: l.header.offset,
+                        cumulative_before: before,
+                        data: Bytes::new(),
+                    });
+                    open = Some((l.fetched, l.at, l.at + len));
+                }
+            }
+        }
+        if let (Some((fetched, from, end)), Some(run)) = (open, runs.last_mut()) {
+            run.data = fetched.slice(from..end);
+        }
+        Ok(runs)
     }
 
     /// Where each entry from the one holding `start` lives, at most `max_entries` of them.

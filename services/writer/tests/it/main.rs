@@ -217,6 +217,7 @@ async fn hostile_read_sizes_are_capped_and_reads_by_index_are_checked() -> Resul
             max_records: u64::MAX,
             max_bytes: u64::MAX,
             max_wait_ms: 0,
+            stored: false,
         })
         .await?
         .into_inner();
@@ -226,6 +227,25 @@ async fn hostile_read_sizes_are_capped_and_reads_by_index_are_checked() -> Resul
         "a read asking for u64::MAX bytes returned {bytes} bytes in {} entries",
         read.entries.len()
     );
+    // The same read as stored runs: the same entries, split and checked by the client.
+    let stored = raw
+        .read_entries(pb::ReadEntriesRequest {
+            log_id: big.0,
+            start_offset: 0,
+            max_records: u64::MAX,
+            max_bytes: u64::MAX,
+            max_wait_ms: 0,
+            stored: true,
+        })
+        .await?
+        .into_inner();
+    ensure!(stored.entries.is_empty() && !stored.runs.is_empty(), "no runs in a stored read");
+    ensure!(stored.next_offset == read.next_offset, "next offsets differ");
+    let mut split = Vec::new();
+    for run in stored.runs {
+        split.extend(client::split_stored(big.0, run)?);
+    }
+    ensure!(split == read.entries, "stored runs split into other entries than the read's");
 
     // ReadIndexRange asking for u32::MAX entries of a log holding more than the cap.
     let many = w.create_log().await?;
