@@ -651,7 +651,7 @@ mod stored_tests {
         let got: Vec<_> = entries
             .iter()
             .map(|e| {
-                let h = e.header.clone().unwrap_or_default();
+                let h = e.header.unwrap_or_default();
                 (h.offset, h.record_count, h.timestamp_ms, h.cumulative_size, e.payload.clone())
             })
             .collect();
