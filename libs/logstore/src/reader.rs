@@ -41,12 +41,19 @@ struct Want {
     max_records: u64,
     max_bytes: u64,
     max_entries: usize,
+    /// Checksum the entries taken (off where the client checks them: stored reads).
+    verify: bool,
 }
 
 impl Want {
     /// The whole run, fetched with one GET however large (the compactor's input, searches).
-    const ALL: Want =
-        Want { from: 0, max_records: u64::MAX, max_bytes: u64::MAX, max_entries: usize::MAX };
+    const ALL: Want = Want {
+        from: 0,
+        max_records: u64::MAX,
+        max_bytes: u64::MAX,
+        max_entries: usize::MAX,
+        verify: true,
+    };
 }
 
 /// Footers of large segments by object path, weighed by their entry tables.
@@ -464,7 +471,9 @@ impl LogReader {
                 break;
             }
             let len = wal::ENTRY_HEADER_LEN + h.payload_len as usize;
-            wal::decode_entry(&bytes[at..at + len]).map_err(|e| Missing::Other(e.into()))?;
+            if want.verify {
+                wal::decode_entry(&bytes[at..at + len]).map_err(|e| Missing::Other(e.into()))?;
+            }
             taken_records += u64::from(h.record_count);
             taken_bytes += size;
             out.push(Located {
@@ -662,7 +671,7 @@ impl LogReader {
         max_bytes: u64,
     ) -> Result<Vec<LogEntry>, LogError> {
         Ok(self
-            .scan(log, start, max_records, max_bytes, usize::MAX)
+            .scan(log, start, max_records, max_bytes, usize::MAX, true)
             .await?
             .into_iter()
             .map(|l| LogEntry { header: l.header, payload: l.payload })
@@ -670,7 +679,8 @@ impl LogReader {
     }
 
     /// [`Self::read_entries`]' entries as stored: each run of them that lies back to back in
-    /// what was fetched is one slice of it, not copied.
+    /// what was fetched is one slice of it, not copied. Entries of whole runs are not
+    /// checksummed here: the caller checks them (the SDK does, splitting the runs).
     pub async fn read_stored(
         &self,
         log: LogId,
@@ -681,7 +691,8 @@ impl LogReader {
         let mut runs: Vec<StoredRun> = Vec::new();
         // The run being grown: its fetched bytes and range in them.
         let mut open: Option<(Bytes, usize, usize)> = None;
-        for l in self.scan(log, start, max_records, max_bytes, usize::MAX).await? {
+        // The client checks every entry's checksum (split_stored): not checked here too.
+        for l in self.scan(log, start, max_records, max_bytes, usize::MAX, false).await? {
             let len = l.byte_len as usize;
             let before = l.header.cumulative_size - l.header.entry_size;
             match open.as_mut() {
@@ -723,7 +734,7 @@ impl LogReader {
             return Err(LogError::InvalidArgument("max_entries must be at least 1".to_owned()));
         }
         Ok(self
-            .scan(log, start, u64::MAX, u64::MAX, max_entries)
+            .scan(log, start, u64::MAX, u64::MAX, max_entries, true)
             .await?
             .into_iter()
             .map(|l| EntryIndex {
@@ -736,6 +747,8 @@ impl LogReader {
             .collect())
     }
 
+    /// Entries from the one holding `start` within the limits; `verify`: checksum each one
+    /// taken from a whole run (entries read in blocks are always checked).
     async fn scan(
         &self,
         log: LogId,
@@ -743,6 +756,7 @@ impl LogReader {
         max_records: u64,
         max_bytes: u64,
         max_entries: usize,
+        verify: bool,
     ) -> Result<Vec<Located>, LogError> {
         if max_records == 0 {
             return Err(LogError::InvalidArgument("max_records must be at least 1".to_owned()));
@@ -796,7 +810,7 @@ impl LogReader {
             }
         }
         use futures::{StreamExt, TryStreamExt};
-        let want = Want { from: start, max_records, max_bytes, max_entries };
+        let want = Want { from: start, max_records, max_bytes, max_entries, verify };
         let runs: Vec<Vec<Located>> = futures::stream::iter(
             plan.into_iter().map(|loc| self.fetch_run_resolving(log, loc, want)),
         )
@@ -1012,8 +1026,9 @@ impl LogReader {
     /// object was found gone: the same offset and header, wherever it lives now.
     async fn re_resolve(&self, idx: &EntryIndex) -> Result<LogEntry, LogError> {
         let h = idx.header;
-        let found =
-            self.scan(idx.log, h.offset, u64::from(h.record_count.max(1)), u64::MAX, 1).await?;
+        let found = self
+            .scan(idx.log, h.offset, u64::from(h.record_count.max(1)), u64::MAX, 1, true)
+            .await?;
         match found.into_iter().next() {
             Some(e) if e.header == h => Ok(LogEntry { header: e.header, payload: e.payload }),
             _ => Err(LogError::InvalidArgument(format!(
@@ -1049,7 +1064,8 @@ impl LogReader {
             return Ok(None);
         }
         let loc = self.locator_at(&snap, snap.start).await?;
-        let want = Want { from: snap.start, max_records: 1, max_bytes: 1, max_entries: 1 };
+        let want =
+            Want { from: snap.start, max_records: 1, max_bytes: 1, max_entries: 1, verify: true };
         let entries = self.fetch_run_resolving(snap.log, loc, want).await?;
         Ok(entries.into_iter().find(|e| e.header.end_offset() > snap.start).map(|e| e.header))
     }
