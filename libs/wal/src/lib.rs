@@ -45,7 +45,8 @@ pub enum ObjectKind {
 }
 
 impl ObjectKind {
-    fn magic(self) -> [u8; 8] {
+    /// The last 8 bytes of an object of this kind.
+    pub fn magic(self) -> [u8; 8] {
         match self {
             ObjectKind::Wal => WAL_MAGIC,
             ObjectKind::Segment => SEGMENT_MAGIC,

@@ -100,15 +100,23 @@ async fn cas_counter_ends_with_exactly_n_increments(f: &Fixture) -> Result<()> {
     const TASKS: usize = 16;
     const EACH: usize = 4;
     let key = f.key("counter");
+    // Every task reads the counter before any writes it, so all but one lose their first race
+    // whatever the scheduler does (a store that answers at once let tasks run one after another).
+    let start = Arc::new(tokio::sync::Barrier::new(TASKS));
     let mut handles = Vec::new();
     for _ in 0..TASKS {
         let store = f.store.clone();
         let key = key.clone();
+        let start = start.clone();
         handles.push(tokio::spawn(async move {
             let mut retries = 0u32;
+            let mut first = true;
             for _ in 0..EACH {
                 loop {
                     let cur = store.get(&key).await?;
+                    if std::mem::take(&mut first) {
+                        start.wait().await;
+                    }
                     let (n, cmp) = match &cur {
                         None => (0u64, Compare::create_revision(key.clone(), CompareOp::Equal, 0)),
                         Some(kv) => (
