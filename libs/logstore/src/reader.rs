@@ -146,6 +146,8 @@ struct Located {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredRun {
     pub first_offset: u64,
+    /// The offset after its last entry.
+    pub end_offset: u64,
     /// The log's payload bytes before the first entry.
     pub cumulative_before: u64,
     pub data: Bytes,
@@ -688,39 +690,32 @@ impl LogReader {
         max_records: u64,
         max_bytes: u64,
     ) -> Result<Vec<StoredRun>, LogError> {
-        let mut runs: Vec<StoredRun> = Vec::new();
-        // The run being grown: its fetched bytes and range in them.
-        let mut open: Option<(Bytes, usize, usize)> = None;
+        // Each run with the bytes it was fetched in and its range in them.
+        let mut runs: Vec<(StoredRun, Bytes, Range<usize>)> = Vec::new();
         // The client checks every entry's checksum (split_stored): not checked here too.
         for l in self.scan(log, start, max_records, max_bytes, usize::MAX, false).await? {
-            let len = l.byte_len as usize;
-            let before = l.header.cumulative_size - l.header.entry_size;
-            match open.as_mut() {
-                Some((fetched, _, end))
-                    if fetched.as_ptr() == l.fetched.as_ptr()
-                        && fetched.len() == l.fetched.len()
-                        && *end == l.at =>
-                {
-                    *end += len;
-                }
-                _ => {
-                    if let (Some((fetched, from, end)), Some(run)) = (open.take(), runs.last_mut())
-                    {
-                        run.data = fetched.slice(from..end);
-                    }
-                    runs.push(StoredRun {
-                        first_offset: l.header.offset,
-                        cumulative_before: before,
-                        data: Bytes::new(),
-                    });
-                    open = Some((l.fetched, l.at, l.at + len));
-                }
+            let end = l.at + l.byte_len as usize;
+            if let Some((run, fetched, range)) = runs.last_mut()
+                && fetched.as_ptr() == l.fetched.as_ptr()
+                && fetched.len() == l.fetched.len()
+                && range.end == l.at
+            {
+                range.end = end;
+                run.end_offset = l.header.end_offset();
+                continue;
             }
+            let run = StoredRun {
+                first_offset: l.header.offset,
+                end_offset: l.header.end_offset(),
+                cumulative_before: l.header.cumulative_size - l.header.entry_size,
+                data: Bytes::new(),
+            };
+            runs.push((run, l.fetched, l.at..end));
         }
-        if let (Some((fetched, from, end)), Some(run)) = (open, runs.last_mut()) {
-            run.data = fetched.slice(from..end);
-        }
-        Ok(runs)
+        Ok(runs
+            .into_iter()
+            .map(|(run, fetched, range)| StoredRun { data: fetched.slice(range), ..run })
+            .collect())
     }
 
     /// Where each entry from the one holding `start` lives, at most `max_entries` of them.

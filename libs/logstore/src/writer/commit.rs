@@ -94,13 +94,11 @@ pub(super) async fn committer(core: Arc<Core>, mut flushes: mpsc::Receiver<Flush
             }
             let took = started.elapsed();
             let changed = budget.record(&latencies);
-            if (changed || !reported)
-                && let Some(o) = core.observer.get()
-            {
-                o.commit_interval(budget.interval);
-                reported = true;
-            }
             if let Some(o) = core.observer.get() {
+                if changed || !reported {
+                    o.commit_interval(budget.interval);
+                    reported = true;
+                }
                 for f in &round {
                     o.committed(took, f.began.elapsed());
                 }
@@ -369,21 +367,9 @@ pub(super) async fn commit_chunks(
             fail_chunk(c, &e);
         }
     };
-    // Each log's chunks together, logs in the order they first appear.
-    let mut by_log: Vec<Parts> = Vec::new();
-    let mut index: HashMap<LogId, usize> = HashMap::new();
-    for c in chunks {
-        match index.get(&c.log) {
-            Some(&i) => by_log[i].push(c),
-            None => {
-                index.insert(c.log, by_log.len());
-                by_log.push(vec![c]);
-            }
-        }
-    }
-    // Serve each log: take its slot on first use.
+    // Serve each log (its chunks together): take its slot on first use.
     let mut ready = Vec::new();
-    for parts in by_log {
+    for parts in group_by_log(chunks, |c| c.log) {
         let (log, slot) = (parts[0].log, parts[0].slot.clone());
         let served = lock(&core.served).get(&(log, slot.clone())).cloned();
         match served {

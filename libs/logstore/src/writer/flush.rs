@@ -118,7 +118,7 @@ pub(super) fn take_buffer(core: &Core) -> Buffer {
     let mut slot_of: HashMap<LogId, String> = HashMap::new();
     // Once one entry does not fit, no later one is taken (a log's appends keep their order).
     let (mut bytes, mut full) = (0usize, false);
-    let (now, mut later): (Vec<Pending>, Vec<Pending>) =
+    let (now, later): (Vec<Pending>, Vec<Pending>) =
         std::mem::take(&mut taken.entries).into_iter().partition(|p| {
             full = full || (bytes > 0 && bytes + p.payload.len() > core.cfg.flush_bytes);
             let fits = !full;
@@ -129,9 +129,8 @@ pub(super) fn take_buffer(core: &Core) -> Buffer {
             fits && same_slot
         });
     if !later.is_empty() {
-        // Back into the (just emptied) buffer, in admission order and already due: the next
-        // flush takes them.
-        later.sort_by_key(|p| p.admitted);
+        // Back into the (just emptied) buffer, in admission order (the partition keeps it) and
+        // already due: the next flush takes them.
         let later_bytes: usize = later.iter().map(|p| p.payload.len()).sum();
         taken.bytes -= later_bytes;
         *b = Buffer { entries: later, bytes: later_bytes, since: taken.since };
@@ -151,26 +150,17 @@ pub(super) fn build_flush(
     began: Instant,
     deadline: Duration,
 ) -> Result<(Flush, Bytes), BuildFailure> {
-    let mut by_log: Vec<(LogId, Vec<Pending>)> = Vec::new();
     // One slot per log per flush (take_buffer).
-    let mut index: HashMap<LogId, usize> = HashMap::new();
-    for p in entries {
-        let i = *index.entry(p.log).or_insert_with(|| {
-            by_log.push((p.log, Vec::new()));
-            by_log.len() - 1
-        });
-        by_log[i].1.push(p);
-    }
-    let n_entries: usize = by_log.iter().map(|(_, ps)| ps.len()).sum();
-    let payloads: usize =
-        by_log.iter().flat_map(|(_, ps)| ps.iter().map(|p| p.payload.len())).sum();
+    let by_log = group_by_log(entries, |p| p.log);
+    let n_entries: usize = by_log.iter().map(Vec::len).sum();
+    let payloads: usize = by_log.iter().flatten().map(|p| p.payload.len()).sum();
     // Entries, their headers, and the footer (about 52 bytes a chunk and 24 an entry).
     let size = payloads + n_entries * (wal::ENTRY_HEADER_LEN + 24) + by_log.len() * 52 + 64;
     let mut b = wal::ObjectBuilder::with_capacity(wal::ObjectKind::Wal, size);
     let mut chunks = Vec::with_capacity(by_log.len());
     let mut failed: Option<LogError> = None;
-    for (log, ps) in by_log {
-        let slot = ps.first().map(|p| p.slot.clone()).unwrap_or_default();
+    for ps in by_log {
+        let (log, slot) = (ps[0].log, ps[0].slot.clone());
         b.begin_chunk(log.0);
         let mut staged = Vec::with_capacity(ps.len());
         for p in ps {

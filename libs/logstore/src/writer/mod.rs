@@ -178,14 +178,16 @@ struct Flush {
     began: Instant,
 }
 
+/// A flush's PUT task ended without answering.
+fn put_vanished() -> LogError {
+    LogError::Internal("WAL put task vanished".to_owned())
+}
+
 impl Flush {
     /// The PUT's answer, waiting for it.
     async fn stored(&mut self) -> Result<(), LogError> {
         if self.stored.is_none() {
-            let r = (&mut self.put)
-                .await
-                .unwrap_or_else(|_| Err(LogError::Internal("WAL put task vanished".to_owned())));
-            self.stored = Some(r);
+            self.stored = Some((&mut self.put).await.unwrap_or_else(|_| Err(put_vanished())));
         }
         self.stored.clone().unwrap_or(Ok(()))
     }
@@ -197,7 +199,7 @@ impl Flush {
                 Ok(r) => self.stored = Some(r),
                 Err(oneshot::error::TryRecvError::Empty) => return false,
                 Err(oneshot::error::TryRecvError::Closed) => {
-                    self.stored = Some(Err(LogError::Internal("WAL put task vanished".to_owned())));
+                    self.stored = Some(Err(put_vanished()))
                 }
             }
         }
@@ -284,6 +286,21 @@ pub(crate) struct Core {
     pub observer: std::sync::OnceLock<Arc<dyn FlushObserver>>,
     /// Crash points for tests; unset in every role.
     pub hook: std::sync::OnceLock<WriterHook>,
+}
+
+/// `items` grouped by log: logs in the order their first item came, each group in its items'
+/// order.
+fn group_by_log<T>(items: impl IntoIterator<Item = T>, log: impl Fn(&T) -> LogId) -> Vec<Vec<T>> {
+    let mut groups: Vec<Vec<T>> = Vec::new();
+    let mut index: HashMap<LogId, usize> = HashMap::new();
+    for item in items {
+        let i = *index.entry(log(&item)).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[i].push(item);
+    }
+    groups
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

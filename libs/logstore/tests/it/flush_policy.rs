@@ -17,12 +17,20 @@ use tokio::time::Instant;
 
 use crate::faulty_meta::FaultyMeta;
 
+/// A writer on `meta` and an in-memory object store.
+async fn open(cfg: LogStorageConfig, meta: Arc<dyn MetadataStore>) -> Result<LogStorage> {
+    Ok(LogStorage::open(meta, Arc::new(InMemory::new()), cfg, Arc::new(SystemClock)).await?)
+}
+
+fn memory() -> Arc<dyn MetadataStore> {
+    Arc::new(metadata::MemoryStore::new())
+}
+
 async fn writer(min_flush_interval: Option<Duration>) -> Result<LogStorage> {
     let mut cfg = LogStorageConfig::new(testkit::unique_prefix("flush"), "w");
     cfg.flush_interval = Duration::from_secs(1);
     cfg.min_flush_interval = min_flush_interval;
-    let meta = Arc::new(metadata::MemoryStore::new());
-    Ok(LogStorage::open(meta, Arc::new(InMemory::new()), cfg, Arc::new(SystemClock)).await?)
+    open(cfg, memory()).await
 }
 
 /// Eager: an append to an idle writer is flushed at once, not after `flush_interval`; under a
@@ -113,8 +121,8 @@ async fn stored_flushes_commit_together_at_most_once_per_commit_interval() -> Re
     cfg.flush_interval = Duration::from_secs(1);
     cfg.min_flush_interval = Some(Duration::from_millis(5));
     cfg.commit_interval = Some(interval);
-    let (meta, counts) = CountingMeta::new(Arc::new(metadata::MemoryStore::new()));
-    let w = LogStorage::open(meta, Arc::new(InMemory::new()), cfg, Arc::new(SystemClock)).await?;
+    let (meta, counts) = CountingMeta::new(memory());
+    let w = open(cfg, meta).await?;
     let log = w.create_log().await?;
     w.append(log, 1, Bytes::from_static(b"first"), None).await?;
     let (flushes0, commits0, t0) =
@@ -161,9 +169,8 @@ async fn a_slow_metadata_store_lengthens_the_commit_interval_and_a_quick_one_sho
     let flush = Duration::from_millis(100);
     let mut cfg = LogStorageConfig::new(testkit::unique_prefix("aimd"), "w");
     cfg.flush_interval = flush;
-    let meta = FaultyMeta::new(Arc::new(metadata::MemoryStore::new()));
-    let store: Arc<dyn MetadataStore> = meta.clone();
-    let w = LogStorage::open(store, Arc::new(InMemory::new()), cfg, Arc::new(SystemClock)).await?;
+    let meta = FaultyMeta::new(memory());
+    let w = open(cfg, meta.clone()).await?;
     let seen = Arc::new(Intervals::default());
     ensure!(w.observe_flushes(seen.clone()));
     let log = w.create_log().await?;
@@ -192,8 +199,7 @@ async fn a_flush_takes_at_most_flush_bytes() -> Result<()> {
     let mut cfg = LogStorageConfig::new(testkit::unique_prefix("cap"), "w");
     cfg.flush_interval = Duration::from_millis(100);
     cfg.flush_bytes = 1000;
-    let meta = Arc::new(metadata::MemoryStore::new());
-    let w = LogStorage::open(meta, Arc::new(InMemory::new()), cfg, Arc::new(SystemClock)).await?;
+    let w = open(cfg, memory()).await?;
     let log = w.create_log().await?;
     let flushes0 = w.flushes();
     // Ten appends of 300 bytes at once: 3,000 bytes, at most three to an object.
@@ -229,8 +235,7 @@ async fn the_tail_cache_gives_its_room_back_to_appends() -> Result<()> {
     cfg.max_entry_bytes = 32 << 10;
     cfg.tail_cache_bytes = 64 << 10;
     cfg.append_timeout = Duration::from_secs(1);
-    let meta = Arc::new(metadata::MemoryStore::new());
-    let w = LogStorage::open(meta, Arc::new(InMemory::new()), cfg, Arc::new(SystemClock)).await?;
+    let w = open(cfg, memory()).await?;
     let log = w.create_log().await?;
     for i in 0..6u8 {
         w.append(log, 1, Bytes::from(vec![i; 10 << 10]), None).await?;

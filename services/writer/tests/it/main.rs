@@ -210,17 +210,15 @@ async fn hostile_read_sizes_are_capped_and_reads_by_index_are_checked() -> Resul
     for i in 0..24u8 {
         w.append(big, 1, Bytes::from(vec![i; 1 << 20]), None).await?;
     }
-    let read = raw
-        .read_entries(pb::ReadEntriesRequest {
-            log_id: big.0,
-            start_offset: 0,
-            max_records: u64::MAX,
-            max_bytes: u64::MAX,
-            max_wait_ms: 0,
-            stored: false,
-        })
-        .await?
-        .into_inner();
+    let everything = |stored| pb::ReadEntriesRequest {
+        log_id: big.0,
+        start_offset: 0,
+        max_records: u64::MAX,
+        max_bytes: u64::MAX,
+        max_wait_ms: 0,
+        stored,
+    };
+    let read = raw.read_entries(everything(false)).await?.into_inner();
     let bytes: usize = read.entries.iter().map(|e| e.payload.len()).sum();
     ensure!(
         !read.entries.is_empty() && bytes as u64 <= logservice::service::MAX_READ_BYTES + (1 << 20),
@@ -228,17 +226,7 @@ async fn hostile_read_sizes_are_capped_and_reads_by_index_are_checked() -> Resul
         read.entries.len()
     );
     // The same read as stored runs: the same entries, split and checked by the client.
-    let stored = raw
-        .read_entries(pb::ReadEntriesRequest {
-            log_id: big.0,
-            start_offset: 0,
-            max_records: u64::MAX,
-            max_bytes: u64::MAX,
-            max_wait_ms: 0,
-            stored: true,
-        })
-        .await?
-        .into_inner();
+    let stored = raw.read_entries(everything(true)).await?.into_inner();
     ensure!(stored.entries.is_empty() && !stored.runs.is_empty(), "no runs in a stored read");
     ensure!(stored.next_offset == read.next_offset, "next offsets differ");
     let mut split = Vec::new();
