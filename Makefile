@@ -51,16 +51,16 @@ cluster: deps ## Start etcd, SeaweedFS and every role as local processes (2 writ
 cluster-stop: ## Stop what `make cluster` started
 	./scripts/cluster.sh stop
 
-bench: ## A short benchmark (about 3 minutes once built): saturating append, read, 10 MiB/s to one log with standalone's eager flushes, one partition through the SDK producer (5 and 1 batches in flight) on a standalone, and 10,000 small flushes compacted, merged and read back (last, so its writes do not stall the light row); local directory, release build
+bench: ## A short benchmark (about 3 minutes once built): 10 MiB/s to one log with standalone's eager flushes (first, before other rows' writes can stall its fsyncs), saturating append, read, one partition through the SDK producer (5 and 1 batches in flight) on a standalone, and 10,000 small flushes compacted, merged and read back; local directory, release build
 	@./scripts/install-deps.sh build
 	cargo build --release --bin lakelog
 	@set -e; d=$$(mktemp -d); pid=; trap 's=$$?; if [ -n "$$pid" ]; then kill $$pid; wait $$pid || true; fi 2>/dev/null; rm -rf "$$d"; exit $$s' EXIT; \
+	./target/release/lakelog bench append --data-dir "$$d/light" --logs 1 --concurrency 256 \
+		--record-size 1000 --records-per-entry 10 --min-flush-interval 5ms --rate 10MiB --duration 10s; \
 	./target/release/lakelog bench append --data-dir "$$d/append" --logs 100 --concurrency 8192 \
 		--record-size 1000 --records-per-entry 10 --flush-interval 50ms --duration 15s --baseline; \
 	./target/release/lakelog bench read --data-dir "$$d/read" --flush-interval 50ms --duration 10s --backlog 64MiB; \
-	rm -rf "$$d/append" "$$d/read"; sync; \
-	./target/release/lakelog bench append --data-dir "$$d/light" --logs 1 --concurrency 256 \
-		--record-size 1000 --records-per-entry 10 --min-flush-interval 5ms --rate 10MiB --duration 10s; \
+	rm -rf "$$d/append" "$$d/read"; \
 	port=$$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
 	LAKELOG_LOG_LEVEL=warn ./target/release/lakelog standalone --data-dir "$$d/sdk" --listen 127.0.0.1:$$port \
 		--kafka-listen off >"$$d/standalone.log" 2>&1 & pid=$$!; \
