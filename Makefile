@@ -51,7 +51,7 @@ cluster: deps ## Start etcd, SeaweedFS and every role as local processes (2 writ
 cluster-stop: ## Stop what `make cluster` started
 	./scripts/cluster.sh stop
 
-bench: ## A short benchmark (about 3 minutes once built): 10 MiB/s to one log with standalone's eager flushes (first, before other rows' writes can stall its fsyncs), saturating append, read, one partition through the SDK producer (5 and 1 batches in flight) on a standalone, and 10,000 small flushes compacted, merged and read back; local directory, release build
+bench: ## A short benchmark (about 4 minutes once built): 10 MiB/s to one log with standalone's eager flushes (first, before other rows' writes can stall its fsyncs), saturating append, read, one partition through the SDK producer (5 and 1 batches in flight) on a standalone, and 10,000 small flushes compacted, merged and read back; local directory, release build
 	@./scripts/install-deps.sh build
 	cargo build --release --bin lakelog
 	@set -e; d=$$(mktemp -d); pid=; trap 's=$$?; if [ -n "$$pid" ]; then kill $$pid; wait $$pid || true; fi 2>/dev/null; rm -rf "$$d"; exit $$s' EXIT; \

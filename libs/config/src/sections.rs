@@ -276,7 +276,8 @@ pub struct WriterSection {
     /// Largest payload of one append.
     #[serde(default = "default_max_entry")]
     pub max_entry_size: ByteSize,
-    /// Bytes buffered or in flight at most; appends wait, then fail RESOURCE_EXHAUSTED.
+    /// Bytes buffered or being written (until their PUT succeeds), plus 256 bytes per append
+    /// waiting for its commit, at most; appends wait, then fail RESOURCE_EXHAUSTED.
     #[serde(default = "default_buffer")]
     pub buffer_size: ByteSize,
     /// Deadline of one flush's PUT and commit.

@@ -292,7 +292,8 @@ impl LogStorage {
                 self.core.check_owner_cached(log, route, slot)?;
             }
         }
-        let permits = u32::try_from(payload.len().max(1)).unwrap_or(u32::MAX);
+        let room = payload.len().saturating_add(crate::writer::ENTRY_BOOKKEEPING);
+        let permits = u32::try_from(room.min(cfg.buffer_bytes)).unwrap_or(u32::MAX);
         // The tail cache lives in the buffer's room appends do not hold: it gives way first.
         if self.core.space.available_permits() < permits as usize {
             self.core.reader.shrink_cache(permits as usize);
@@ -319,7 +320,7 @@ impl LogStorage {
             expected_offset,
             tenure,
             reply: tx,
-            _permit: permit,
+            room: permit,
             admitted: 0,
             chain,
         });

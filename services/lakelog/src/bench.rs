@@ -59,7 +59,12 @@ pub struct AppendArgs {
     /// Stop after appending this many payload bytes.
     #[arg(long)]
     bytes: Option<config::ByteSize>,
-    /// Also measure raw PUTs of the flush size and raw metadata transactions on the same stores.
+    /// The object store server's process (e.g. SeaweedFS on this machine): its CPU per GB
+    /// written is measured in the appends and in the baseline's PUTs, next to this process's.
+    #[arg(long)]
+    store_pid: Option<u32>,
+    /// Also measure raw PUTs of the flush size (before and after the appends) and raw metadata
+    /// transactions on the same stores.
     #[arg(long)]
     baseline: bool,
     /// Print one JSON object on the last stdout line.
@@ -225,6 +230,7 @@ pub(crate) async fn open_local(
         duration: None,
         bytes: None,
         baseline: false,
+        store_pid: None,
         json: false,
     };
     match open_target(&append_args, "").await? {
@@ -245,6 +251,26 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
         None => None,
     };
     let target = Arc::new(open_target(&args, endpoint).await?);
+    let duration = args.duration.map(|d| d.0).unwrap_or(if args.bytes.is_some() {
+        Duration::MAX
+    } else {
+        Duration::from_secs(10)
+    });
+    let payload = Bytes::from(vec![0x5a; entry_bytes]);
+    // Raw PUTs before the appends as well as after: the mean of the two is the baseline, so a
+    // store that drifts during the run (a disk's writeback, a server's compactions, neighbours
+    // on a shared machine) weighs on both sides alike.
+    let before = match (&*target, args.baseline) {
+        (Target::Local { storage, objects, .. }, true) => {
+            let cfg = storage.config();
+            let (flush, buffer) = (cfg.flush_bytes as u64, cfg.buffer_bytes as u64);
+            let in_flight = (buffer / flush.max(1)).clamp(1, 16);
+            let run_for = duration.min(Duration::from_secs(60));
+            let body = wal_like_object(&payload, args.records_per_entry, args.logs, flush)?;
+            Some(put_baseline(objects.as_ref(), body, in_flight, run_for, args.store_pid).await?)
+        }
+        _ => None,
+    };
     let mut logs = Vec::with_capacity(args.logs as usize);
     let started = Instant::now();
     for i in 0..args.logs {
@@ -271,12 +297,6 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
     for w in warmers {
         w.await??;
     }
-    let payload = Bytes::from(vec![0x5a; entry_bytes]);
-    let duration = args.duration.map(|d| d.0).unwrap_or(if args.bytes.is_some() {
-        Duration::MAX
-    } else {
-        Duration::from_secs(10)
-    });
     let byte_goal = args.bytes.map_or(u64::MAX, |b| b.0);
     let (puts0, txns0) = counts(&target);
 
@@ -284,6 +304,7 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
     let appended = Arc::new(AtomicU64::new(0));
     let entries = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
+    let cpu0 = (process_cpu_seconds("/proc/self/stat"), store_cpu_seconds(args.store_pid));
     let start = Instant::now();
     // No append is due after the run ends (a task holding a later ticket would keep it going).
     let end = start.checked_add(duration);
@@ -355,6 +376,7 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
         lat.extend(t.await?);
     }
     let elapsed = start.elapsed().as_secs_f64();
+    let cpu1 = (process_cpu_seconds("/proc/self/stat"), store_cpu_seconds(args.store_pid));
     let (puts1, txns1) = counts(&target);
     let ack = Percentiles::of(&mut lat);
     let bytes = appended.load(Ordering::Relaxed);
@@ -458,20 +480,51 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
     report
         .rows
         .push(("RSS peak MiB".into(), rss_peak_mb().map_or("?".into(), |m| format!("{m:.1}"))));
+    let per_gb = |a: Option<f64>, b: Option<f64>| {
+        b.zip(a).map(|(b, a)| (b - a) / (bytes as f64 / 1e9).max(1e-9))
+    };
+    let (cpu_gb, store_gb) = (per_gb(cpu0.0, cpu1.0), per_gb(cpu0.1, cpu1.1));
+    if let Some(c) = cpu_gb {
+        let mut row = format!("{c:.2} in this process");
+        if let Some(s) = store_gb {
+            row += &format!(", {s:.2} in the object store's");
+        }
+        report.rows.push(("appends: CPU s per GB".into(), row));
+        report.json.push(("cpu_s_per_gb".into(), json_opt(cpu_gb)));
+        report.json.push(("store_cpu_s_per_gb".into(), json_opt(store_gb)));
+    }
 
     let target = Arc::try_unwrap(target)
         .map_err(|_| anyhow::anyhow!("bench tasks still hold the writer"))?;
     if let Target::Local { storage, objects, meta, .. } = target {
         let buffer_bytes = storage.config().buffer_bytes as u64;
         storage.shutdown().await;
-        if args.baseline {
+        if let Some(before) = before {
             let flush = (put_bytes / puts.max(1)).max(1);
             // As many PUTs in flight as the writer can have: its buffer holds that many flushes.
             let in_flight = (buffer_bytes / flush).clamp(1, 16);
-            let b = baseline(objects.as_ref(), meta.as_ref(), flush, in_flight).await?;
-            let put_mb_s = b.put_mb_s;
+            // PUTs for as long as the appends ran: a local disk's writeback and a server's
+            // compactions show only in a sustained run, so a short burst would flatter the store.
+            let put_for = Duration::from_secs_f64(elapsed);
+            let body = wal_like_object(&payload, args.records_per_entry, args.logs, flush)?;
+            let after =
+                put_baseline(objects.as_ref(), body, in_flight, put_for, args.store_pid).await?;
+            let b = baseline(meta.as_ref(), before, after).await?;
+            let put_mb_s = (b.put_mb_s_before + b.put_mb_s_after) / 2.0;
             report.rows.extend([
                 ("baseline PUT MB/s (flush-size objects)".into(), format!("{put_mb_s:.2}")),
+                (
+                    "baseline PUT MB/s before / after the appends".into(),
+                    format!("{:.2} / {:.2}", b.put_mb_s_before, b.put_mb_s_after),
+                ),
+                (
+                    "baseline PUTs: object store's CPU s per GB before / after".into(),
+                    format!(
+                        "{} / {}",
+                        b.store_cpu_s_per_gb.0.map_or("?".into(), |c| format!("{c:.2}")),
+                        b.store_cpu_s_per_gb.1.map_or("?".into(), |c| format!("{c:.2}"))
+                    ),
+                ),
                 (
                     "baseline PUT ms p50/p99".into(),
                     format!("{:.1} / {:.1}", b.put_ms.p50, b.put_ms.p99),
@@ -494,6 +547,10 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
             ]);
             report.json.extend([
                 ("baseline_put_mb_per_s".into(), format!("{put_mb_s:.3}")),
+                ("baseline_put_mb_per_s_before".into(), format!("{:.3}", b.put_mb_s_before)),
+                ("baseline_put_mb_per_s_after".into(), format!("{:.3}", b.put_mb_s_after)),
+                ("baseline_store_cpu_s_per_gb_before".into(), json_opt(b.store_cpu_s_per_gb.0)),
+                ("baseline_store_cpu_s_per_gb_after".into(), json_opt(b.store_cpu_s_per_gb.1)),
                 (
                     "baseline_put_ms".into(),
                     format!("{{\"p50\":{:.3},\"p99\":{:.3}}}", b.put_ms.p50, b.put_ms.p99),
@@ -540,22 +597,32 @@ impl Report {
 }
 
 struct Baseline {
-    put_mb_s: f64,
+    put_mb_s_before: f64,
+    put_mb_s_after: f64,
+    /// The object store server's CPU per GB PUT, before and after, when its process is given.
+    store_cpu_s_per_gb: (Option<f64>, Option<f64>),
     put_ms: Percentiles,
     txn_per_s: f64,
     txn_ms: Percentiles,
 }
 
-/// Raw PUTs of `object_bytes` objects with `concurrency` in flight, then raw single-key
-/// metadata transactions from 8 tasks, for a few seconds each, on the same stores.
-async fn baseline(
+/// Raw PUTs: MB/s, each PUT's latency, and the object store server's CPU per GB.
+struct PutRun {
+    mb_s: f64,
+    latencies_us: Vec<u64>,
+    store_cpu_s_per_gb: Option<f64>,
+}
+
+/// Raw PUTs of `body` with `concurrency` in flight for `run_for`.
+async fn put_baseline(
     objects: &dyn ObjectStore,
-    meta: &dyn MetadataStore,
-    object_bytes: u64,
+    body: Bytes,
     concurrency: u64,
-) -> anyhow::Result<Baseline> {
-    let run_for = Duration::from_secs(3);
-    let body = Bytes::from(vec![0xa5; object_bytes as usize]);
+    run_for: Duration,
+    store_pid: Option<u32>,
+) -> anyhow::Result<PutRun> {
+    let store0 = store_cpu_seconds(store_pid);
+    let object_bytes = body.len() as u64;
     let n = AtomicU64::new(0);
     let start = Instant::now();
     let worker = |t: u64| {
@@ -568,7 +635,8 @@ async fn baseline(
                 let p = objstore::Path::from(format!("bench/baseline/{t}-{i}"));
                 i += 1;
                 let t0 = Instant::now();
-                objects.put(&p, body.clone().into()).await?;
+                // Create-only, as the writer PUTs its WAL objects.
+                objstore::put_create_only(objects, &p, body.clone()).await?;
                 lat.push(t0.elapsed().as_micros() as u64);
                 n.fetch_add(1, Ordering::Relaxed);
             }
@@ -584,8 +652,53 @@ async fn baseline(
             let _ = objects.delete(&objstore::Path::from(format!("bench/baseline/{t}-{i}"))).await;
         }
     }
-    let put_mb_s = n.load(Ordering::Relaxed) as f64 * object_bytes as f64 / elapsed / 1e6;
+    let store = store_cpu_seconds(store_pid).zip(store0).map(|(b, a)| b - a);
+    let bytes = n.load(Ordering::Relaxed) as f64 * object_bytes as f64;
+    Ok(PutRun {
+        mb_s: bytes / elapsed / 1e6,
+        latencies_us: put_lat,
+        store_cpu_s_per_gb: store.map(|c| c / (bytes / 1e9).max(1e-9)),
+    })
+}
 
+/// A WAL object of about `bytes`, laid out as the writer lays out a flush of the bench's
+/// appends (`payload` as each entry, spread over `logs` chunks): the baseline PUTs the bytes the
+/// writer PUTs. What they hold matters: SeaweedFS spent 6.5 CPU s per GB storing a repeated
+/// byte, 8.2 storing the writer's objects and 10.5 storing random bytes (docs/performance.md).
+fn wal_like_object(payload: &[u8], records: u32, logs: u64, bytes: u64) -> anyhow::Result<Bytes> {
+    let per_entry = (payload.len() + wal::ENTRY_HEADER_LEN) as u64;
+    let entries = (bytes / per_entry.max(1)).max(1);
+    let per_log = entries.div_ceil(logs.max(1));
+    let mut b = wal::ObjectBuilder::with_capacity(wal::ObjectKind::Wal, bytes as usize + 4096);
+    let mut pushed = 0;
+    for log in 0.. {
+        if pushed == entries {
+            break;
+        }
+        b.begin_chunk(log);
+        for _ in 0..per_log.min(entries - pushed) {
+            b.push_entry(records, 1_700_000_000_000, payload)?;
+            pushed += 1;
+        }
+    }
+    Ok(b.finish()?.0)
+}
+
+/// The CPU seconds so far of the object store server's process, when given.
+fn store_cpu_seconds(pid: Option<u32>) -> Option<f64> {
+    pid.and_then(|p| process_cpu_seconds(&format!("/proc/{p}/stat")))
+}
+
+/// The baseline: raw PUTs measured before and after the appends, then raw single-key metadata
+/// transactions from 8 tasks for 3 s.
+async fn baseline(
+    meta: &dyn MetadataStore,
+    before: PutRun,
+    after: PutRun,
+) -> anyhow::Result<Baseline> {
+    let mut put_lat = after.latencies_us;
+    put_lat.extend(before.latencies_us);
+    let run_for = Duration::from_secs(3);
     let start = Instant::now();
     let txn_worker = |t: u64| async move {
         let mut lat = Vec::new();
@@ -603,7 +716,9 @@ async fn baseline(
     let txn_per_s = txn_lat.len() as f64 / elapsed;
     meta.delete(metadata::KeyRange::prefix(&b"/lakelog-bench/"[..])).await?;
     Ok(Baseline {
-        put_mb_s,
+        put_mb_s_before: before.mb_s,
+        put_mb_s_after: after.mb_s,
+        store_cpu_s_per_gb: (before.store_cpu_s_per_gb, after.store_cpu_s_per_gb),
         put_ms: Percentiles::of(&mut put_lat),
         txn_per_s,
         txn_ms: Percentiles::of(&mut txn_lat),
@@ -784,6 +899,7 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
         duration: None,
         bytes: None,
         baseline: false,
+        store_pid: None,
         json: false,
     };
     let target = open_target(&append_args, "").await?;

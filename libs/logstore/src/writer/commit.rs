@@ -75,7 +75,9 @@ pub(super) async fn committer(core: Arc<Core>, mut flushes: mpsc::Receiver<Flush
                     None => live.extend(core.cull(c)),
                 }
             }
-            objects.insert(flush.seq, std::mem::take(&mut flush.object));
+            if let Some(kept) = flush.kept.take() {
+                objects.insert(flush.seq, kept);
+            }
         }
         if !live.is_empty() {
             if let Some(h) = core.hook.get() {
@@ -349,7 +351,7 @@ pub(super) async fn commit_chunks(
     seq: u64,
     deadline: Instant,
     chunks: Vec<Chunk>,
-    objects: &HashMap<u64, Bytes>,
+    objects: &HashMap<u64, Kept>,
 ) -> (Vec<(LogId, LogError)>, Vec<Duration>) {
     let member_revision = core.identity.lock().await.member_revision;
     let me = core.owner(member_revision);
@@ -508,9 +510,9 @@ pub(super) const INCARNATION_ENDED: &str =
 
 /// The tail cache: a committed chunk's runs go in the reader's byte-range cache before the
 /// appends are answered, so a consumer caught up with them reads them without a GET.
-fn cache_runs(core: &Core, p: &Plan, objects: &HashMap<u64, Bytes>) {
+fn cache_runs(core: &Core, p: &Plan, objects: &HashMap<u64, Kept>) {
     for run in &p.runs {
-        let Some(object) = objects.get(&run.wal_seq) else { continue };
+        let Some(Kept { object, .. }) = objects.get(&run.wal_seq) else { continue };
         let (start, end) = (run.byte_start as usize, (run.byte_start + run.byte_len) as usize);
         if end <= object.len() {
             core.reader.cache_run(p.log, run, object.slice(start..end));

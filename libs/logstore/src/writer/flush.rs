@@ -43,7 +43,7 @@ pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) 
                 continue;
             }
         };
-        let (flush, object) =
+        let (flush, object, room) =
             match build_flush(seq, incarnation, taken.entries, began, core.cfg.flush_deadline) {
                 Ok(f) => f,
                 Err((e, entries)) => {
@@ -53,7 +53,7 @@ pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) 
                 }
             };
         let (put_tx, put_rx) = oneshot::channel();
-        let flush = Flush { put: put_rx, object: object.clone(), ..flush };
+        let flush = Flush { put: put_rx, ..flush };
         let (entries, logs) =
             (flush.chunks.iter().map(|c| c.entries.len()).sum::<usize>(), flush.chunks.len());
         // Hand over before the PUT starts, so the committer sees flushes in sequence order.
@@ -67,12 +67,13 @@ pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) 
         }
         let objects = core.objects.clone();
         let deadline = core.cfg.flush_deadline;
+        let space = core.space.clone();
         tokio::spawn(async move {
             let path = objstore::keys::wal_object(seq);
-            let put = objstore::put_create_only(objects.as_ref(), &path, object);
+            let put = objstore::put_create_only(objects.as_ref(), &path, object.clone());
             let started = Instant::now();
             let r = match tokio::time::timeout(deadline, put).await {
-                Ok(Ok(_)) => Ok(()),
+                Ok(Ok(_)) => Ok(keep(&space, object, room)),
                 Ok(Err(e)) => Err(LogError::unavailable(format!("WAL object {path}: {e}"))),
                 Err(_) => Err(LogError::unavailable(format!(
                     "WAL object {path}: no answer within {deadline:?}"
@@ -84,6 +85,14 @@ pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) 
             let _ = put_tx.send(r);
         });
     }
+}
+
+/// What a stored flush keeps until it commits: its object and room while the buffer has at
+/// least as much room free again (light load: the tail cache gets the object); under pressure
+/// the room goes back to appends now, since the bytes are durable.
+fn keep(space: &Semaphore, object: Bytes, room: Option<OwnedSemaphorePermit>) -> Option<Kept> {
+    let held = room.as_ref().map_or(0, OwnedSemaphorePermit::num_permits);
+    (space.available_permits() >= held).then_some(Kept { object, _room: room })
 }
 
 /// When a buffer whose oldest append arrived at `since` is due: `flush_interval` after it, or
@@ -149,7 +158,7 @@ pub(super) fn build_flush(
     entries: Vec<Pending>,
     began: Instant,
     deadline: Duration,
-) -> Result<(Flush, Bytes), BuildFailure> {
+) -> Result<(Flush, Bytes, Option<OwnedSemaphorePermit>), BuildFailure> {
     // One slot per log per flush (take_buffer).
     let by_log = group_by_log(entries, |p| p.log);
     let n_entries: usize = by_log.iter().map(Vec::len).sum();
@@ -159,6 +168,8 @@ pub(super) fn build_flush(
     let mut b = wal::ObjectBuilder::with_capacity(wal::ObjectKind::Wal, size);
     let mut chunks = Vec::with_capacity(by_log.len());
     let mut failed: Option<LogError> = None;
+    // The payloads' room goes with their bytes, into the object.
+    let mut room: Option<OwnedSemaphorePermit> = None;
     for ps in by_log {
         let (log, slot) = (ps[0].log, ps[0].slot.clone());
         b.begin_chunk(log.0);
@@ -168,6 +179,12 @@ pub(super) fn build_flush(
                 Ok(r) => {
                     let mut p = p;
                     p.payload = Bytes::new();
+                    if let Some(r) = p.take_payload_room() {
+                        match &mut room {
+                            Some(room) => room.merge(r),
+                            None => room = Some(r),
+                        }
+                    }
                     staged.push((p, r.start, r.end - r.start));
                 }
                 Err(e) => {
@@ -195,9 +212,9 @@ pub(super) fn build_flush(
         chunks,
         put: never,
         stored: None,
-        object: Bytes::new(),
+        kept: None,
         deadline: Instant::now() + deadline,
         began,
     };
-    Ok((flush, object))
+    Ok((flush, object, room))
 }

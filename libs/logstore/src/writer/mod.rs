@@ -57,7 +57,7 @@ use crate::records::{
 use crate::{Clock, LogEntryHeader, LogError, LogId, RECENT_MAX, decode};
 use routing::{Member, choose_owner};
 
-/// One append waiting for its commit. Holds its share of the buffer budget until answered.
+/// One append waiting for its commit. Holds its room in the buffer (see `room`).
 pub(crate) struct Pending {
     pub log: LogId,
     /// The owner slot the append is made in (ARCHITECTURE §3: a zone, or `*`).
@@ -73,7 +73,10 @@ pub(crate) struct Pending {
     /// under another, the append fails FENCED with nothing applied.
     pub tenure: Option<i64>,
     pub reply: oneshot::Sender<Result<LogEntryHeader, LogError>>,
-    pub _permit: OwnedSemaphorePermit,
+    /// Its room in the buffer: its payload's bytes, which the flush takes with the payload
+    /// (and gives back once its object is stored), and [`ENTRY_BOOKKEEPING`], held until the
+    /// append is answered.
+    pub room: OwnedSemaphorePermit,
     /// Its place in the order appends entered the buffer (set by [`Core::enqueue`]).
     pub admitted: u64,
     /// The pipeline it belongs to, if any: it commits only while no earlier append of the
@@ -81,7 +84,18 @@ pub(crate) struct Pending {
     pub chain: Option<Arc<Chain>>,
 }
 
+/// Buffer room one append holds besides its payload, until it is answered: its `Pending`, its
+/// reply channel and slot name, its place in a flush. Counted so that appends of tiny payloads
+/// waiting for their commit cannot hold unbounded memory.
+pub(crate) const ENTRY_BOOKKEEPING: usize = 256;
+
 impl Pending {
+    /// The payload's share of its room, for the flush that takes the payload.
+    fn take_payload_room(&mut self) -> Option<OwnedSemaphorePermit> {
+        let payload = self.room.num_permits().saturating_sub(ENTRY_BOOKKEEPING);
+        if payload == 0 { None } else { self.room.split(payload) }
+    }
+
     fn answer(self, r: Result<LogEntryHeader, LogError>) {
         if let (Err(e), Some(chain)) = (&r, &self.chain) {
             chain.fail_after(self.admitted, self.log, e);
@@ -168,14 +182,23 @@ struct Flush {
     seq: u64,
     incarnation: i64,
     chunks: Vec<Chunk>,
-    put: oneshot::Receiver<Result<(), LogError>>,
+    put: oneshot::Receiver<Result<Option<Kept>, LogError>>,
     /// The PUT's answer, once received.
     stored: Option<Result<(), LogError>>,
-    /// The WAL object's bytes, for the tail cache once its chunks commit.
-    object: Bytes,
+    /// The WAL object's bytes and their room, kept for the tail cache once its chunks commit.
+    kept: Option<Kept>,
     deadline: Instant,
     /// When the flusher took its entries from the buffer.
     began: Instant,
+}
+
+/// What a stored flush keeps until its chunks commit: its object, for the tail cache, and the
+/// buffer room its payloads held. A flush keeps them only while the buffer has room to spare;
+/// otherwise its PUT gives the room back as it succeeds (the bytes are durable), so appends
+/// wait for PUTs, not for commits, and tail reads of that flush GET.
+struct Kept {
+    object: Bytes,
+    _room: Option<OwnedSemaphorePermit>,
 }
 
 /// A flush's PUT task ended without answering.
@@ -187,16 +210,21 @@ impl Flush {
     /// The PUT's answer, waiting for it.
     async fn stored(&mut self) -> Result<(), LogError> {
         if self.stored.is_none() {
-            self.stored = Some((&mut self.put).await.unwrap_or_else(|_| Err(put_vanished())));
+            let answer = (&mut self.put).await.unwrap_or_else(|_| Err(put_vanished()));
+            self.take_answer(answer);
         }
         self.stored.clone().unwrap_or(Ok(()))
+    }
+
+    fn take_answer(&mut self, answer: Result<Option<Kept>, LogError>) {
+        self.stored = Some(answer.map(|kept| self.kept = kept));
     }
 
     /// Whether the PUT has answered, without waiting.
     fn is_stored(&mut self) -> bool {
         if self.stored.is_none() {
             match self.put.try_recv() {
-                Ok(r) => self.stored = Some(r),
+                Ok(r) => self.take_answer(r),
                 Err(oneshot::error::TryRecvError::Empty) => return false,
                 Err(oneshot::error::TryRecvError::Closed) => {
                     self.stored = Some(Err(put_vanished()))

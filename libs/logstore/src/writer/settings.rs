@@ -40,7 +40,9 @@ pub struct LogStorageConfig {
     pub commit_interval: Option<Duration>,
     /// The largest payload one append may carry (default 4 MiB).
     pub max_entry_bytes: usize,
-    /// Payload bytes buffered or in flight at most; appends wait for room (default 64 MiB).
+    /// Payload bytes buffered or being written (until their PUT succeeds), plus
+    /// `ENTRY_BOOKKEEPING` (256) bytes per append until it is answered, at most; appends wait
+    /// for room (default 64 MiB).
     pub buffer_bytes: usize,
     /// How long an append waits for buffer room before RESOURCE_EXHAUSTED (default 5 s).
     pub append_timeout: Duration,

@@ -251,3 +251,70 @@ async fn the_tail_cache_gives_its_room_back_to_appends() -> Result<()> {
     w.shutdown().await;
     Ok(())
 }
+
+/// Admits one append in the writer's own slot, without waiting for its commit.
+async fn submit(
+    w: &LogStorage,
+    log: logstore::LogId,
+    payload: Vec<u8>,
+) -> Result<logstore::Committing, logstore::LogError> {
+    let slot = w.config().zone.clone();
+    w.submit_in_slot(log, &slot, 1, Bytes::from(payload), Default::default()).await
+}
+
+/// A flush gives its payloads' room back once its PUT succeeds, not when it commits: while
+/// commits are slow, appends wait for PUTs only (the bytes are durable; ack still waits for
+/// the commit).
+#[tokio::test(start_paused = true)]
+async fn a_stored_flush_gives_its_room_back_before_it_commits() -> Result<()> {
+    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("room"), "w");
+    cfg.flush_interval = Duration::from_millis(10);
+    cfg.buffer_bytes = 64 << 10;
+    cfg.max_entry_bytes = 48 << 10;
+    cfg.tail_cache_bytes = 0;
+    cfg.append_timeout = Duration::from_secs(10);
+    let meta = FaultyMeta::new(memory());
+    let w = open(cfg, meta.clone()).await?;
+    let log = w.create_log().await?;
+    // Commits take 2 s from now on; PUTs to the in-memory store are at once.
+    meta.slow_writes_ms.store(2000, Ordering::SeqCst);
+    let t0 = Instant::now();
+    let first = submit(&w, log, vec![1; 48 << 10]).await?;
+    // The second needs the first's room: it gets it once the first is stored.
+    submit(&w, log, vec![2; 48 << 10]).await?;
+    let admitted = t0.elapsed();
+    ensure!(admitted < Duration::from_millis(1000), "the second append waited {admitted:?}");
+    let h = first.await?;
+    ensure!(t0.elapsed() >= Duration::from_millis(2000), "acked before its commit: {h:?}");
+    w.shutdown().await;
+    Ok(())
+}
+
+/// Appends of empty payloads hold buffer room too (their bookkeeping) until answered: a writer
+/// whose object store does not answer takes a bounded number, then refuses with
+/// RESOURCE_EXHAUSTED.
+#[tokio::test(start_paused = true)]
+async fn appends_waiting_for_a_commit_are_bounded_even_when_empty() -> Result<()> {
+    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("empty"), "w");
+    cfg.flush_interval = Duration::from_millis(10);
+    cfg.buffer_bytes = 64 << 10;
+    cfg.max_entry_bytes = 1 << 10;
+    cfg.append_timeout = Duration::from_millis(500);
+    cfg.flush_deadline = Duration::from_secs(3600);
+    let meta = FaultyMeta::new(memory());
+    let w = open(cfg, meta.clone()).await?;
+    let log = w.create_log().await?;
+    meta.hang_writes.store(true, Ordering::SeqCst);
+    let mut admitted = Vec::new();
+    let refused = loop {
+        match submit(&w, log, Vec::new()).await {
+            Ok(c) => admitted.push(c),
+            Err(e) => break e,
+        }
+        ensure!(admitted.len() <= 64 << 10, "{} empty appends admitted", admitted.len());
+    };
+    ensure!(refused.code() == logstore::Code::ResourceExhausted, "refused with {refused}");
+    ensure!(admitted.len() == 256, "{} empty appends in a 64 KiB buffer", admitted.len());
+    w.abort();
+    Ok(())
+}
