@@ -3,7 +3,8 @@
 
   produce   1 KiB records through the Kafka listener with librdkafka (confluent-kafka),
             acks=all (every ack durable), for --seconds: MB/s and ack latency percentiles;
-  consume   everything back through Kafka from the beginning: MB/s;
+  consume   everything back through Kafka from the beginning: MB/s, and the standalone's CPU
+            seconds per GB served;
   tail      a consumer waiting at the high watermark, one record produced at a time: how long
             after its ack it arrives (the long poll), percentiles;
   idle      a Fetch with max_wait_ms=500 at the end of a partition nothing is written to:
@@ -36,6 +37,13 @@ ap.add_argument("--flush-interval", default="50ms")
 ap.add_argument("--min-flush-interval", default=None,
                 help="writer.min_flush_interval (the eager policy); default: standalone's")
 args = ap.parse_args()
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds so far of process `pid` (Linux /proc, 100 ticks a second)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100
 
 
 grpc, kafka = free_port(), free_port()
@@ -91,12 +99,13 @@ try:
     c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
                                   "enable.auto.commit": False, "fetch.max.bytes": 64 << 20})
     c.assign([confluent_kafka.TopicPartition("bench", 0, confluent_kafka.OFFSET_BEGINNING)])
-    got, start = 0, time.time()
+    got, start, cpu0 = 0, time.time(), cpu_seconds(standalone.pid)
     while got < len(acks) and time.time() - start < 120:
         for m in c.consume(10000, timeout=0.1):
             if not m.error():
                 got += 1
     consume_s = time.time() - start
+    consume_cpu = cpu_seconds(standalone.pid) - cpu0
     consume_mb = got * args.record_size / consume_s / 1e6
 
     # tail: one record at a time while the consumer waits at the end
@@ -149,6 +158,7 @@ report = {
     "kafka_produce_mb_per_s": round(produce_mb, 2),
     "kafka_produce_ack_ms": {"p50": round(pct(acks, 0.5), 1), "p99": round(pct(acks, 0.99), 1)},
     "kafka_consume_mb_per_s": round(consume_mb, 2),
+    "kafka_consume_standalone_cpu_s_per_gb": round(consume_cpu / max(got * args.record_size / 1e9, 1e-9), 2),
     "kafka_tail_after_ack_ms": {"p50": round(pct(tail, 0.5), 1), "p99": round(pct(tail, 0.99), 1),
                                 "samples": len(tail)},
     "kafka_idle_fetch_500ms_answered_ms": {"min": round(min(idle), 1), "max": round(max(idle), 1)},

@@ -15,7 +15,6 @@ use std::time::Duration;
 // Tokio's clock (the std one outside tests): virtual under the simulation's paused runtime.
 use tokio::time::Instant;
 
-use bytes::BytesMut;
 use catalog::{Catalog, CatalogError, StreamInfo, StreamProps, Target};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -900,7 +899,7 @@ impl kafka::Broker for LogBroker {
             .read_entries(log, offset as u64, MAX_FETCH_RECORDS, max_bytes as u64)
             .await
             .map_err(refused)?;
-        let mut out = BytesMut::with_capacity(entries.iter().map(|e| e.payload.len()).sum());
+        let mut batches = Vec::with_capacity(entries.len());
         for e in entries {
             // Nothing at or past the high watermark this answer names (entries committed
             // since it was read), as Kafka answers: a client's lag is never negative.
@@ -912,13 +911,15 @@ impl kafka::Broker for LogBroker {
             if recordbatch::BatchHeader::parse(&e.payload).is_err() {
                 continue;
             }
-            let at = out.len();
-            out.extend_from_slice(&e.payload);
-            recordbatch::set_base_offset(&mut out[at..], to_i64(e.header.offset)?)
-                .map_err(|e| Refused::new(code::UNKNOWN_SERVER_ERROR, e.to_string()))?;
+            // Sent as read, by reference; its base offset is written as it goes out.
+            batches.push(kafka::StoredBatch {
+                base_offset: to_i64(e.header.offset)?,
+                bytes: e.payload,
+            });
         }
-        fetched.records = out.freeze();
-        self.fetched.fetch_add(fetched.records.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        let bytes: usize = batches.iter().map(kafka::StoredBatch::len).sum();
+        fetched.records = batches;
+        self.fetched.fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(fetched)
     }
 

@@ -26,6 +26,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
+use crate::fetch::Answer as FetchAnswer;
+use crate::splice::{Outgoing, Splicer};
 use crate::{Broker, KafkaConfig, TopicInfo, code, frame};
 
 /// The APIs served, and the versions of each (every one implemented, old encodings too).
@@ -78,7 +80,7 @@ fn versions(api: ApiKey) -> Option<(i16, i16)> {
 
 /// A request admitted: the future of its response frame (size included; none for a Produce
 /// with acks=0), or why the connection closes.
-pub type Answer = futures::future::BoxFuture<'static, Result<Option<Bytes>, Close>>;
+pub type Answer = futures::future::BoxFuture<'static, Result<Option<Outgoing>, Close>>;
 
 /// Admits one request frame, in its connection's order: decodes it and does what must happen
 /// before the next request of the connection is admitted (a produce's batches are queued for
@@ -215,8 +217,8 @@ pub async fn admit(
             encode_response(ApiKey::Metadata, version, id, &resp).map(Some)
         })),
         Request::Fetch(req) => Ok(Box::pin(async move {
-            let resp = crate::fetch::fetch(*req, &client_id, broker.as_ref()).await;
-            encode_response(ApiKey::Fetch, version, id, &resp).map(Some)
+            let answer = crate::fetch::fetch(*req, &client_id, broker.as_ref()).await;
+            encode_fetch(version, id, answer).map(Some)
         })),
         Request::ListOffsets(req) => Ok(Box::pin(async move {
             let resp = crate::fetch::list_offsets(*req, &client_id, broker.as_ref()).await;
@@ -395,17 +397,33 @@ pub fn decode(frame: &Bytes) -> Result<Decoded, Close> {
     })
 }
 
-fn ready(r: Result<Bytes, Close>) -> Answer {
+fn ready(r: Result<Outgoing, Close>) -> Answer {
     Box::pin(std::future::ready(r.map(Some)))
 }
 
 /// Header and body, behind the frame's size.
+/// A Fetch response with its stored batches spliced in by reference ([`crate::splice`]).
+fn encode_fetch(version: i16, correlation_id: i32, answer: FetchAnswer) -> Result<Outgoing, Close> {
+    let api = ApiKey::Fetch;
+    let bad = |e: String| {
+        tracing::error!(?api, version, error = %e, "Kafka response does not encode; closing the connection");
+        Close::Malformed { api, version, message: format!("encoding the response: {e}") }
+    };
+    let mut out = Splicer::new(answer.spliced);
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut out, api.response_header_version(version))
+        .map_err(|e| bad(e.to_string()))?;
+    answer.resp.encode(&mut out, version).map_err(|e| bad(e.to_string()))?;
+    out.finish().map_err(bad)
+}
+
 fn encode_response<M: Encodable>(
     api: ApiKey,
     version: i16,
     correlation_id: i32,
     body: &M,
-) -> Result<Bytes, Close> {
+) -> Result<Outgoing, Close> {
     // A response that does not encode is this front end's bug, not the client's: said loudly.
     let bad = |e: anyhow::Error| {
         tracing::error!(?api, version, error = %e, "Kafka response does not encode; closing the connection");
@@ -424,7 +442,7 @@ fn encode_response<M: Encodable>(
         message: "a response over 2 GiB".to_owned(),
     })?;
     out[..4].copy_from_slice(&size.to_be_bytes());
-    Ok(out.freeze())
+    Ok(Outgoing::whole(out.freeze()))
 }
 
 fn api_versions(error_code: i16) -> ApiVersionsResponse {
@@ -596,6 +614,73 @@ async fn init_producer_id(
         Ok((id, epoch)) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(epoch),
         Err(code) => {
             resp.with_error_code(code).with_producer_id(ProducerId(-1)).with_producer_epoch(-1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::StoredBatch;
+    use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+    use kafka_protocol::messages::{FetchResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    use std::collections::VecDeque;
+
+    fn batch(base: i64, fill: u8, len: usize) -> StoredBatch {
+        let mut b = vec![fill; len];
+        b[..8].copy_from_slice(&(-1i64).to_be_bytes());
+        StoredBatch { base_offset: base, bytes: Bytes::from(b) }
+    }
+
+    /// The spliced Fetch response is, byte for byte, the one encoded with the batches copied
+    /// in, at every version served; the large batches go out by reference.
+    #[test]
+    fn a_spliced_fetch_response_is_the_copied_one_at_every_version() {
+        let partitions: Vec<Vec<StoredBatch>> = vec![
+            vec![batch(0, 1, 70), batch(3, 2, 40_000), batch(9, 3, 90)],
+            vec![],
+            vec![batch(100, 4, 20_000)],
+            vec![batch(7, 5, 61)],
+        ];
+        let (lo, hi) = versions(ApiKey::Fetch).unwrap_or((0, -1));
+        assert!(hi >= lo, "Fetch is served");
+        for version in lo..=hi {
+            let (mut copied, mut spliced) = (Vec::new(), VecDeque::new());
+            let mut stood_in = Vec::new();
+            for (i, batches) in partitions.iter().enumerate() {
+                let mut whole = Vec::new();
+                for b in batches {
+                    whole.extend_from_slice(&b.base_offset.to_be_bytes());
+                    whole.extend_from_slice(&b.bytes[8..]);
+                }
+                let p = PartitionData::default().with_partition_index(i as i32);
+                copied.push(p.clone().with_records(Some(Bytes::from(whole))));
+                let (field, stand_in) = crate::splice::records_field(batches);
+                if stand_in {
+                    spliced.push_back(batches.clone());
+                }
+                stood_in.push(p.with_records(Some(field)));
+            }
+            let topic = |ps| {
+                vec![
+                    FetchableTopicResponse::default()
+                        .with_topic(TopicName(StrBytes::from_static_str("orders")))
+                        .with_partitions(ps),
+                ]
+            };
+            let plain = FetchResponse::default().with_responses(topic(copied));
+            let want = encode_response(ApiKey::Fetch, version, 42, &plain).expect("encodes");
+            let answer = FetchAnswer {
+                resp: FetchResponse::default().with_responses(topic(stood_in)),
+                spliced,
+            };
+            let got = encode_fetch(version, 42, answer).expect("splices");
+            assert_eq!(got.to_bytes(), want.to_bytes(), "v{version}");
+            assert!(
+                got.parts().iter().any(|p| p.as_ptr() == partitions[0][1].bytes[8..].as_ptr()),
+                "v{version}: the 40 kB batch was copied"
+            );
         }
     }
 }

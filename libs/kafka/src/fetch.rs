@@ -1,9 +1,11 @@
 //! Fetch and ListOffsets (ARCHITECTURE §11). Fetch reads whole batches from each partition's
-//! fetch offset (base offsets written in, nothing re-encoded), answers at once when
+//! fetch offset (sent as stored, by reference, each base offset written as it goes out;
+//! nothing re-encoded or copied: [`crate::splice`]), answers at once when
 //! `min_bytes` are there, else waits (registered before looking) until any partition has more
 //! or `max_wait_ms` passes, then reads again. Sessionless (session id 0); the last stable
 //! offset is the high watermark (no transactions exist); records are never null.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,18 +17,22 @@ use kafka_protocol::messages::{
     BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
 };
 
-use crate::{Broker, Refused};
+use crate::{Broker, Refused, StoredBatch};
 
 /// The longest a fetch waits, whatever the client asks.
 const MAX_WAIT: Duration = Duration::from_secs(30);
 /// A partition's bytes when the client gives none.
 const DEFAULT_PARTITION_BYTES: usize = 1 << 20;
 
-pub(crate) async fn fetch(
-    req: FetchRequest,
-    client_id: &str,
-    broker: &dyn Broker,
-) -> FetchResponse {
+/// A fetch's response, its records fields stand-ins for the stored batches in `spliced` (one
+/// list per partition whose field is a stand-in, in the order the response holds them), to be
+/// encoded by [`crate::splice`].
+pub(crate) struct Answer {
+    pub resp: FetchResponse,
+    pub spliced: VecDeque<Vec<StoredBatch>>,
+}
+
+pub(crate) async fn fetch(req: FetchRequest, client_id: &str, broker: &dyn Broker) -> Answer {
     let zone = crate::zone_of(client_id);
     let wait = Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0)).min(MAX_WAIT);
     let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
@@ -36,9 +42,11 @@ pub(crate) async fn fetch(
     let rack = Some(req.rack_id.as_str()).filter(|r| !r.is_empty()).map(str::to_owned);
     let rack = rack.as_deref();
     let mut resp = read(&req, zone, rack, broker, total_max, read_committed).await;
-    let got: usize = bytes_of(&resp);
+    let got: usize =
+        resp.spliced.iter().flatten().map(StoredBatch::len).sum::<usize>() + bytes_of(&resp.resp);
     // A client sent to another replica is answered at once, as Kafka does.
     let redirected = resp
+        .resp
         .responses
         .iter()
         .flat_map(|t| t.partitions.iter())
@@ -59,11 +67,14 @@ pub(crate) async fn fetch(
     resp
 }
 
+/// The records' bytes of a response, stand-ins left out (their batches are counted apart).
 fn bytes_of(resp: &FetchResponse) -> usize {
     resp.responses
         .iter()
         .flat_map(|t| t.partitions.iter())
-        .map(|p| p.records.as_ref().map_or(0, Bytes::len))
+        .filter_map(|p| p.records.as_ref())
+        .filter(|r| !crate::splice::is_stand_in(r))
+        .map(Bytes::len)
         .sum()
 }
 
@@ -82,7 +93,7 @@ async fn read(
     broker: &dyn Broker,
     total_max: usize,
     read_committed: bool,
-) -> FetchResponse {
+) -> Answer {
     use futures::StreamExt;
     let partition_max = |p: &kafka_protocol::messages::fetch_request::FetchPartition| {
         usize::try_from(p.partition_max_bytes)
@@ -108,6 +119,7 @@ async fn read(
     let mut fetched = fetched.into_iter();
     let mut left = total_max;
     let mut responses = Vec::with_capacity(req.topics.len());
+    let mut spliced = VecDeque::new();
     for t in &req.topics {
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
@@ -117,12 +129,16 @@ async fn read(
             data.aborted_transactions = read_committed.then(Vec::new);
             match fetched.next() {
                 Some(Ok(f)) => {
-                    let records = first_batches(f.records, want);
+                    let batches = first_batches(f.records, want);
+                    let (records, stand_in) = crate::splice::records_field(&batches);
                     left = left.saturating_sub(records.len());
                     data.high_watermark = f.high_watermark;
                     data.last_stable_offset = f.high_watermark;
                     data.log_start_offset = f.log_start_offset;
                     data.records = Some(records);
+                    if stand_in {
+                        spliced.push_back(batches);
+                    }
                     if let Some(node) = f.preferred_read_replica {
                         data.preferred_read_replica = BrokerId(node);
                     }
@@ -142,7 +158,7 @@ async fn read(
                 .with_partitions(partitions),
         );
     }
-    FetchResponse::default().with_session_id(0).with_responses(responses)
+    Answer { resp: FetchResponse::default().with_session_id(0).with_responses(responses), spliced }
 }
 
 async fn fetch_partition(
@@ -157,24 +173,20 @@ async fn fetch_partition(
     broker.fetch(&topic, partition, zone, rack, offset, want).await
 }
 
-/// The first whole batches of `records` within `budget` bytes, and always the first one (a
+/// The first whole batches of `batches` within `budget` bytes, and always the first one (a
 /// batch larger than the budget is still sent, as Kafka does, so a consumer never stalls).
-fn first_batches(records: Bytes, budget: usize) -> Bytes {
-    if records.len() <= budget {
-        return records;
-    }
-    let mut end = 0usize;
-    while let Some(len) = records.get(end + 8..end + 12) {
-        let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
-        let Some(next) = usize::try_from(len).ok().and_then(|l| (end + 12).checked_add(l)) else {
-            break;
-        };
-        if next > records.len() || (end > 0 && next > budget) {
-            break;
-        }
-        end = next;
-    }
-    if end == 0 { records } else { records.slice(..end) }
+fn first_batches(mut batches: Vec<StoredBatch>, budget: usize) -> Vec<StoredBatch> {
+    let mut total = 0usize;
+    let keep = batches
+        .iter()
+        .take_while(|b| {
+            let first = total == 0;
+            total = total.saturating_add(b.len());
+            first || total <= budget
+        })
+        .count();
+    batches.truncate(keep);
+    batches
 }
 
 fn refuse(data: &mut PartitionData, r: Refused) {
@@ -219,29 +231,22 @@ pub(crate) async fn list_offsets(
 #[cfg(test)]
 mod tests {
     use super::first_batches;
-    use bytes::Bytes;
+    use crate::StoredBatch;
 
-    fn batch(len: usize) -> Vec<u8> {
-        let mut b = vec![0u8; len];
-        b[8..12].copy_from_slice(&i32::try_from(len - 12).unwrap_or(0).to_be_bytes());
-        b
+    fn batches(lens: &[usize]) -> Vec<StoredBatch> {
+        lens.iter().map(|l| StoredBatch { base_offset: 0, bytes: vec![0u8; *l].into() }).collect()
+    }
+
+    fn kept(lens: &[usize], budget: usize) -> usize {
+        first_batches(batches(lens), budget).iter().map(StoredBatch::len).sum()
     }
 
     #[test]
     fn a_budget_keeps_whole_batches_and_always_the_first() {
-        let all: Vec<u8> = [batch(100), batch(50), batch(70)].concat();
-        let records = Bytes::from(all);
-        assert_eq!(first_batches(records.clone(), 1000).len(), 220);
-        assert_eq!(first_batches(records.clone(), 150).len(), 150);
-        assert_eq!(first_batches(records.clone(), 149).len(), 100);
-        assert_eq!(
-            first_batches(records.clone(), 10).len(),
-            100,
-            "the first batch, whatever the budget"
-        );
-        // A length that runs past the end keeps what came before it.
-        let mut cut = batch(100);
-        cut.extend_from_slice(&batch(50)[..20]);
-        assert_eq!(first_batches(Bytes::from(cut), 110).len(), 100);
+        assert_eq!(kept(&[100, 50, 70], 1000), 220);
+        assert_eq!(kept(&[100, 50, 70], 150), 150);
+        assert_eq!(kept(&[100, 50, 70], 149), 100);
+        assert_eq!(kept(&[100, 50, 70], 10), 100, "the first batch, whatever the budget");
+        assert_eq!(kept(&[], 10), 0);
     }
 }

@@ -29,6 +29,7 @@ pub mod groups;
 mod produce;
 pub mod producers;
 mod server;
+pub mod splice;
 
 pub use server::{KafkaConfig, serve};
 
@@ -137,16 +138,44 @@ impl Refused {
 }
 
 /// A partition's records from an offset: whole batches (the first may start before it), each
-/// with its base offset written in.
+/// with the base offset it is sent at.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Fetched {
     pub high_watermark: i64,
     pub log_start_offset: i64,
-    /// Concatenated record batches; empty at the high watermark.
-    pub records: bytes::Bytes,
+    /// Whole record batches as stored, in offset order; none at the high watermark.
+    pub records: Vec<StoredBatch>,
     /// Fetch from this broker instead (KIP-392; then no records): a reader of the client's
     /// rack, for a consumer far behind the tail.
     pub preferred_read_replica: Option<i32>,
+}
+
+/// One record batch as the log stores it, and the offset it is sent at: it goes out as stored
+/// (by reference, not copied) but for its first 8 bytes, its base offset, which its CRC does
+/// not cover.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoredBatch {
+    pub base_offset: i64,
+    pub bytes: bytes::Bytes,
+}
+
+impl StoredBatch {
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The batch as it goes out, its base offset written in (a copy: for checks and tests;
+    /// the Fetch path sends it without one).
+    pub fn to_wire(&self) -> bytes::Bytes {
+        let mut out = bytes::BytesMut::with_capacity(self.bytes.len().max(8));
+        out.extend_from_slice(&self.base_offset.to_be_bytes());
+        out.extend_from_slice(self.bytes.get(8..).unwrap_or_default());
+        out.freeze()
+    }
 }
 
 /// A topic's settings: the configs Lakelog keeps ([`configs`]); `None` is the default.

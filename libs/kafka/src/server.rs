@@ -152,8 +152,8 @@ async fn connection(
             biased;
             Some(answer) = waiting.next(), if !waiting.is_empty() => match answer {
                 Ok(None) => {}
-                Ok(Some(bytes)) => {
-                    if let Err(e) = write.write_all(&bytes).await {
+                Ok(Some(out)) => {
+                    if let Err(e) = write_out(&mut write, &out).await {
                         reader.abort();
                         return Err(Ended::Write(e));
                     }
@@ -192,4 +192,27 @@ async fn connection(
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// Writes a response frame's parts in vectored writes: stored batches go from the bytes read
+/// to the socket with no copy in between.
+async fn write_out<W: tokio::io::AsyncWrite + Unpin>(
+    write: &mut W,
+    out: &crate::splice::Outgoing,
+) -> std::io::Result<()> {
+    use std::io::IoSlice;
+    if let [one] = out.parts() {
+        return write.write_all(one).await;
+    }
+    let mut slices: Vec<IoSlice<'_>> = out.parts().iter().map(|p| IoSlice::new(p)).collect();
+    let mut left = &mut slices[..];
+    IoSlice::advance_slices(&mut left, 0);
+    while !left.is_empty() {
+        let n = write.write_vectored(left).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut left, n);
+    }
+    Ok(())
 }

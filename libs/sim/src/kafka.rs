@@ -227,7 +227,9 @@ pub(crate) async fn consumer(c: u64, logs: Vec<u64>, shared: SharedRef) {
         .await;
         let Ok(Ok(f)) = fetched else { continue };
         ends[partition] = u64::try_from(f.high_watermark).unwrap_or(0);
-        let seen = batches(&f.records);
+        // The batches as they go out on the wire, base offsets written in.
+        let wire: Vec<bytes::Bytes> = f.records.iter().map(kafka::StoredBatch::to_wire).collect();
+        let seen = batches(&wire.concat().into());
         let mut s = lock(&shared);
         s.trace.record(("fetched", c, log, offset, &seen));
         let high = u64::try_from(f.high_watermark).ok();

@@ -163,13 +163,10 @@ impl Broker for FakeBroker {
             });
         }
         let log = self.appended.lock().map_err(|_| Refused::new(-1, "poisoned"))?;
-        let (mut at, mut out) = (0i64, BytesMut::new());
+        let (mut at, mut out) = (0i64, Vec::new());
         for (_, _, b, n) in log.iter().filter(|(t, p, _, _)| t == topic && *p == 0) {
             if at + i64::from(*n) > offset {
-                let start = out.len();
-                out.put_slice(b);
-                recordbatch::set_base_offset(&mut out[start..], at)
-                    .map_err(|e| Refused::new(-1, e.to_string()))?;
+                out.push(kafka::StoredBatch { base_offset: at, bytes: b.clone() });
             }
             at += i64::from(*n);
         }
@@ -179,7 +176,7 @@ impl Broker for FakeBroker {
         Ok(Fetched {
             high_watermark: at,
             log_start_offset: 0,
-            records: out.freeze(),
+            records: out,
             preferred_read_replica: None,
         })
     }
