@@ -82,7 +82,10 @@ enum Target {
         txns: Arc<MetaCounts>,
         commits: Arc<Commits>,
     },
-    Remote(LogClient),
+    /// Connections to one writer, appends spread over them in turn: a connection carries at
+    /// most the writer's streams per connection at once, so one connection would cap the
+    /// appends in flight (and the load) below `--concurrency`.
+    Remote { clients: Vec<LogClient>, next: AtomicU64 },
 }
 
 /// What the in-process writer reported of its commits: each flush's commit round time, and
@@ -112,7 +115,10 @@ impl Target {
     async fn create_log(&self) -> anyhow::Result<u64> {
         Ok(match self {
             Target::Local { storage, .. } => storage.create_log().await?.0,
-            Target::Remote(c) => c.create_log().await?,
+            Target::Remote { clients, .. } => match clients.first() {
+                Some(c) => c.create_log().await?,
+                None => bail!("no connection to the writer"),
+            },
         })
     }
 
@@ -121,7 +127,9 @@ impl Target {
             Target::Local { storage, .. } => {
                 storage.append(LogId(log), records, payload, None).await?;
             }
-            Target::Remote(c) => {
+            Target::Remote { clients, next } => {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize % clients.len().max(1);
+                let Some(c) = clients.get(i) else { bail!("no connection to the writer") };
                 c.append(log, records, payload, None).await?;
             }
         }
@@ -189,7 +197,13 @@ async fn open_target(args: &AppendArgs, endpoint: &str) -> anyhow::Result<Target
                 "INVALID_ARGUMENT: --min-flush-interval and --commit-interval set an in-process writer: give --data-dir or --config (a remote writer's are its writer.min_flush_interval and writer.commit_interval)"
             );
         }
-        return Ok(Target::Remote(LogClient::connect(endpoint).await?));
+        let per = u64::from(writer::MAX_STREAMS_PER_CONNECTION);
+        let n = args.concurrency.div_ceil(per).max(1);
+        let mut clients = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            clients.push(LogClient::connect(endpoint).await?);
+        }
+        return Ok(Target::Remote { clients, next: AtomicU64::new(0) });
     };
     let (meta, txns) = CountingMeta::new(metadata::open(&node.metadata).await?);
     let raw_objects = objstore::build(&node.object_store)?;
@@ -235,7 +249,7 @@ pub(crate) async fn open_local(
     };
     match open_target(&append_args, "").await? {
         Target::Local { storage, objects, meta, puts, .. } => Ok((storage, objects, meta, puts)),
-        Target::Remote(_) => {
+        Target::Remote { .. } => {
             bail!("INVALID_ARGUMENT: this bench runs in process: give --data-dir or --config")
         }
     }
@@ -573,7 +587,7 @@ fn counts(t: &Target) -> ((u64, u64, u64), (u64, u64)) {
             (puts.get(&puts.puts), puts.get(&puts.put_bytes), storage.flushes()),
             (txns.write_txns.load(Ordering::Relaxed), txns.log_commits.load(Ordering::Relaxed)),
         ),
-        Target::Remote(_) => ((0, 0, 0), (0, 0)),
+        Target::Remote { .. } => ((0, 0, 0), (0, 0)),
     }
 }
 
