@@ -24,6 +24,7 @@ use kafka_protocol::messages::{
     OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, ProducerId, RequestHeader,
     ResponseHeader, SyncGroupRequest, TopicName,
 };
+use kafka_protocol::protocol::buf::ByteBufMut;
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use crate::fetch::Answer as FetchAnswer;
@@ -401,41 +402,44 @@ fn ready(r: Result<Outgoing, Close>) -> Answer {
     Box::pin(std::future::ready(r.map(Some)))
 }
 
-/// Header and body, behind the frame's size.
-/// A Fetch response with its stored batches spliced in by reference ([`crate::splice`]).
-fn encode_fetch(version: i16, correlation_id: i32, answer: FetchAnswer) -> Result<Outgoing, Close> {
-    let api = ApiKey::Fetch;
-    let bad = |e: String| {
-        tracing::error!(?api, version, error = %e, "Kafka response does not encode; closing the connection");
-        Close::Malformed { api, version, message: format!("encoding the response: {e}") }
-    };
-    let mut out = Splicer::new(answer.spliced);
-    ResponseHeader::default()
-        .with_correlation_id(correlation_id)
-        .encode(&mut out, api.response_header_version(version))
-        .map_err(|e| bad(e.to_string()))?;
-    answer.resp.encode(&mut out, version).map_err(|e| bad(e.to_string()))?;
-    out.finish().map_err(bad)
+/// A response that does not encode is this front end's bug, not the client's: said loudly.
+fn unencodable(api: ApiKey, version: i16, e: impl std::fmt::Display) -> Close {
+    tracing::error!(?api, version, error = %e, "Kafka response does not encode; closing the connection");
+    Close::Malformed { api, version, message: format!("encoding the response: {e}") }
 }
 
+/// A response's header and body, into `out`.
+fn encode_into<M: Encodable, B: ByteBufMut>(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &M,
+    out: &mut B,
+) -> Result<(), Close> {
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(out, api.response_header_version(version))
+        .map_err(|e| unencodable(api, version, e))?;
+    body.encode(out, version).map_err(|e| unencodable(api, version, e))
+}
+
+/// A Fetch response with its stored batches spliced in by reference ([`crate::splice`]).
+fn encode_fetch(version: i16, correlation_id: i32, answer: FetchAnswer) -> Result<Outgoing, Close> {
+    let mut out = Splicer::new(answer.spliced);
+    encode_into(ApiKey::Fetch, version, correlation_id, &answer.resp, &mut out)?;
+    out.finish().map_err(|e| unencodable(ApiKey::Fetch, version, e))
+}
+
+/// Header and body, behind the frame's size.
 fn encode_response<M: Encodable>(
     api: ApiKey,
     version: i16,
     correlation_id: i32,
     body: &M,
 ) -> Result<Outgoing, Close> {
-    // A response that does not encode is this front end's bug, not the client's: said loudly.
-    let bad = |e: anyhow::Error| {
-        tracing::error!(?api, version, error = %e, "Kafka response does not encode; closing the connection");
-        Close::Malformed { api, version, message: format!("encoding the response: {e}") }
-    };
     let mut out = BytesMut::new();
     out.put_i32(0); // the size, written below
-    ResponseHeader::default()
-        .with_correlation_id(correlation_id)
-        .encode(&mut out, api.response_header_version(version))
-        .map_err(bad)?;
-    body.encode(&mut out, version).map_err(bad)?;
+    encode_into(api, version, correlation_id, body, &mut out)?;
     let size = i32::try_from(out.len() - 4).map_err(|_| Close::Malformed {
         api,
         version,

@@ -42,8 +42,7 @@ pub(crate) async fn fetch(req: FetchRequest, client_id: &str, broker: &dyn Broke
     let rack = Some(req.rack_id.as_str()).filter(|r| !r.is_empty()).map(str::to_owned);
     let rack = rack.as_deref();
     let mut resp = read(&req, zone, rack, broker, total_max, read_committed).await;
-    let got: usize =
-        resp.spliced.iter().flatten().map(StoredBatch::len).sum::<usize>() + bytes_of(&resp.resp);
+    let got: usize = bytes_of(&resp.resp);
     // A client sent to another replica is answered at once, as Kafka does.
     let redirected = resp
         .resp
@@ -67,14 +66,12 @@ pub(crate) async fn fetch(req: FetchRequest, client_id: &str, broker: &dyn Broke
     resp
 }
 
-/// The records' bytes of a response, stand-ins left out (their batches are counted apart).
+/// The records' bytes of a response (a stand-in is as long as the batches it stands for).
 fn bytes_of(resp: &FetchResponse) -> usize {
     resp.responses
         .iter()
         .flat_map(|t| t.partitions.iter())
-        .filter_map(|p| p.records.as_ref())
-        .filter(|r| !crate::splice::is_stand_in(r))
-        .map(Bytes::len)
+        .map(|p| p.records.as_ref().map_or(0, Bytes::len))
         .sum()
 }
 

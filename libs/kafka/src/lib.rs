@@ -172,9 +172,14 @@ impl StoredBatch {
     /// the Fetch path sends it without one).
     pub fn to_wire(&self) -> bytes::Bytes {
         let mut out = bytes::BytesMut::with_capacity(self.bytes.len().max(8));
+        self.put_wire(&mut out);
+        out.freeze()
+    }
+
+    /// The batch as it goes out, copied into `out`.
+    pub(crate) fn put_wire(&self, out: &mut bytes::BytesMut) {
         out.extend_from_slice(&self.base_offset.to_be_bytes());
         out.extend_from_slice(self.bytes.get(8..).unwrap_or_default());
-        out.freeze()
     }
 }
 

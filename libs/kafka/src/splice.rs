@@ -74,19 +74,13 @@ pub(crate) fn records_field(batches: &[StoredBatch]) -> (Bytes, bool) {
     }
     let mut out = BytesMut::with_capacity(len);
     for b in batches {
-        put_batch(&mut out, b);
+        b.put_wire(&mut out);
     }
     (out.freeze(), false)
 }
 
-/// A batch with its base offset set, copied into `out` (as [`StoredBatch::to_wire`]).
-fn put_batch(out: &mut BytesMut, b: &StoredBatch) {
-    out.put_i64(b.base_offset);
-    out.put_slice(b.bytes.get(8..).unwrap_or_default());
-}
-
 /// Whether `s` is (part of) a records stand-in.
-pub(crate) fn is_stand_in(s: &[u8]) -> bool {
+fn is_stand_in(s: &[u8]) -> bool {
     let (start, end) = (STAND_IN.as_ptr() as usize, STAND_IN.as_ptr() as usize + MAX_SPLICED);
     let at = s.as_ptr() as usize;
     !s.is_empty() && at >= start && at < end
@@ -144,7 +138,7 @@ impl Splicer {
         }
         for b in &batches {
             if b.bytes.len() < 8 + SMALL {
-                put_batch(&mut self.tail, b);
+                b.put_wire(&mut self.tail);
             } else {
                 self.tail.put_i64(b.base_offset);
                 self.freeze_tail();

@@ -805,15 +805,12 @@ impl Rate {
         store_pid: Option<u32>,
         read: impl Future<Output = anyhow::Result<u64>>,
     ) -> anyhow::Result<Rate> {
-        let store0 = store_pid.and_then(|p| process_cpu_seconds(&format!("/proc/{p}/stat")));
+        let store0 = store_cpu_seconds(store_pid);
         let (cpu0, start) = (process_cpu_seconds("/proc/self/stat"), Instant::now());
         let bytes = read.await? as f64;
         let secs = start.elapsed().as_secs_f64().max(1e-9);
         let cpu = process_cpu_seconds("/proc/self/stat").zip(cpu0).map(|(b, a)| b - a);
-        let store = store_pid
-            .and_then(|p| process_cpu_seconds(&format!("/proc/{p}/stat")))
-            .zip(store0)
-            .map(|(b, a)| b - a);
+        let store = store_cpu_seconds(store_pid).zip(store0).map(|(b, a)| b - a);
         let per_gb = |c: f64| c / (bytes / 1e9).max(1e-9);
         Ok(Rate {
             mb_s: bytes / secs / 1e6,
