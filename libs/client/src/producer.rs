@@ -5,9 +5,10 @@
 //! one AppendStream to the owner; the writer admits and commits them in the order sent, and
 //! once one fails it fails every later one of the stream with nothing applied, so the task
 //! sends the failed ones again in order and a partition's records commit in the order they
-//! were sent. Retries: NOT_OWNER (to the owner it names), FENCED out of a slot (a handoff) and
-//! UNAVAILABLE (re-routed through the catalog, with backoff, until `retry_timeout`) — all
-//! answers that say nothing was applied. A log an operator fenced fails at once: it stays
+//! were sent. Retries: NOT_OWNER (to the owner it names), FENCED out of a slot (a handoff),
+//! UNAVAILABLE (re-routed through the catalog) and RESOURCE_EXHAUSTED (a writer too busy to
+//! take more: the same writer), with backoff, until `retry_timeout` — all answers that say
+//! nothing was applied. A log an operator fenced fails at once: it stays
 //! fenced until activated. An append whose outcome is unknown (stream lost after sending, no
 //! answer within the request timeout, or a writer saying so) is never retried: it may have
 //! committed, and a retry could write it twice. Its records fail with `outcome_unknown` set;
@@ -404,6 +405,8 @@ async fn sender(inner: &Inner, partition: u32, mut batches: mpsc::Receiver<Batch
                                     Some((id, address)) if e.code == "NOT_OWNER" && !address.is_empty() => {
                                         Some(Route { owner_id: id, owner_address: address, ..p.route.clone() })
                                     }
+                                    // Busy, not moved: the same writer, after the back-off.
+                                    _ if e.code == "RESOURCE_EXHAUSTED" => Some(p.route.clone()),
                                     _ => None,
                                 };
                             }

@@ -70,10 +70,11 @@ impl Code {
     }
 
     /// Whether a retry, here or at another server, may succeed with nothing applied by the
-    /// failed call (routing moved, or the server could not answer). Outcome-unknown appends
-    /// and whole-log fences are the caller's to tell apart.
+    /// failed call (routing moved, the server could not answer, or it was too busy: a retry
+    /// after a back-off). Outcome-unknown appends and whole-log fences are the caller's to
+    /// tell apart.
     pub fn is_retryable(self) -> bool {
-        matches!(self, Code::NotOwner | Code::Fenced | Code::Unavailable)
+        matches!(self, Code::NotOwner | Code::Fenced | Code::Unavailable | Code::ResourceExhausted)
     }
 }
 
@@ -112,8 +113,11 @@ mod tests {
     }
 
     #[test]
-    fn only_routing_and_availability_codes_are_retryable() {
+    fn only_routing_availability_and_busy_codes_are_retryable() {
         let retryable: Vec<Code> = Code::ALL.into_iter().filter(|c| c.is_retryable()).collect();
-        assert_eq!(retryable, [Code::Fenced, Code::NotOwner, Code::Unavailable]);
+        assert_eq!(
+            retryable,
+            [Code::Fenced, Code::NotOwner, Code::Unavailable, Code::ResourceExhausted]
+        );
     }
 }

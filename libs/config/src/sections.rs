@@ -276,8 +276,10 @@ pub struct WriterSection {
     /// Largest payload of one append.
     #[serde(default = "default_max_entry")]
     pub max_entry_size: ByteSize,
-    /// Bytes buffered or being written (until their PUT succeeds), plus 256 bytes per append
-    /// waiting for its commit, at most; appends wait, then fail RESOURCE_EXHAUSTED.
+    /// Bytes buffered or being written (until their PUT succeeds), plus what each append holds
+    /// until its commit is answered (256 bytes; a gRPC request 4 KiB more), at most. Appends
+    /// asking up to a quarter of it wait for room, then fail RESOURCE_EXHAUSTED; beyond that
+    /// quarter an append is refused with RESOURCE_EXHAUSTED at once (clients back off).
     #[serde(default = "default_buffer")]
     pub buffer_size: ByteSize,
     /// Deadline of one flush's PUT and commit.

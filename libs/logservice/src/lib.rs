@@ -8,7 +8,28 @@
 //! the catalog (the roles compose it).
 
 pub mod pipeline;
+pub mod reception;
 pub mod service;
 pub mod status;
 
 pub use service::LogServiceImpl;
+
+/// Payloads under this size are copied out of the request they came in.
+const COPY_BELOW: usize = 64 << 10;
+
+/// An append's payload as the writer keeps it. A decoded payload is a slice of the buffer its
+/// request was received into, which for a small message is up to twice its size and stays
+/// allocated while the payload waits for room and then for its flush; a small payload is
+/// copied so the buffer goes at once (a large one's buffer is about its size).
+pub(crate) fn own(payload: bytes::Bytes) -> bytes::Bytes {
+    if payload.len() < COPY_BELOW { bytes::Bytes::copy_from_slice(&payload) } else { payload }
+}
+
+/// What a unary Append holds in the writer while it waits for its commit, besides its payload:
+/// its HTTP/2 stream, task, headers, and the futures of the layers it passes through. Counted
+/// in the buffer (`Conditions::overhead`), so thousands of small appends from many
+/// connections cannot hold more than the buffer allows.
+pub const UNARY_OVERHEAD: usize = 4 << 10;
+
+/// The same for one append of an AppendStream: its answer's future in the stream's queue.
+pub const STREAMED_OVERHEAD: usize = 512;

@@ -99,8 +99,10 @@ async fn admit(
     let log = LogId(req.log_id);
     let slot = if req.slot.is_empty() { storage.config().zone.clone() } else { req.slot };
     // A refusal breaks the chain too: the stream's later appends to the log fail.
-    let opts = Conditions { chain: Some(chain), ..Default::default() };
-    match storage.submit_in_slot(log, &slot, req.record_count, req.payload, opts).await {
+    let opts =
+        Conditions { chain: Some(chain), overhead: crate::STREAMED_OVERHEAD, ..Default::default() };
+    let payload = crate::own(req.payload);
+    match storage.submit_in_slot(log, &slot, req.record_count, payload, opts).await {
         Ok(committing) => Box::pin(async move { answer(committing.await) }),
         Err(e) => refused(e),
     }

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use logstore::{
-    CursorStart, EntryIndex, LogCursor, LogEntry, LogEntryHeader, LogError, LogId, LogReader,
-    LogStorage,
+    Conditions, CursorStart, EntryIndex, LogCursor, LogEntry, LogEntryHeader, LogError, LogId,
+    LogReader, LogStorage,
 };
 use proto::log::v1 as pb;
 use tonic::{Request, Response, Status};
@@ -138,14 +138,23 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         req: Request<pb::AppendRequest>,
     ) -> Result<Response<pb::AppendResponse>, Status> {
         let s = self.writable("Append")?;
+        let reception = req.extensions().get::<crate::reception::Slot>().cloned();
         let r = req.into_inner();
         let log = LogId(r.log_id);
-        let h = if r.slot.is_empty() {
-            s.append(log, r.record_count, r.payload, r.expected_offset).await
-        } else {
-            s.append_in_slot(log, &r.slot, r.record_count, r.payload, r.expected_offset).await
+        let payload = crate::own(r.payload);
+        let slot = if r.slot.is_empty() { s.config().zone.clone() } else { r.slot };
+        let opts = Conditions {
+            expected_offset: r.expected_offset,
+            overhead: crate::UNARY_OVERHEAD,
+            ..Default::default()
+        };
+        let admitted = s.submit_in_slot(log, &slot, r.record_count, payload, opts).await;
+        // Admitted, waiting for room or refused: no longer being received.
+        if let Some(r) = reception {
+            r.release();
         }
-        .map_err(to_status)?;
+        let committing = admitted.map_err(to_status)?;
+        let h = committing.await.map_err(to_status)?;
         Ok(Response::new(pb::AppendResponse { header: Some(header(h)) }))
     }
 

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use metadata::{Compare, CompareOp, MetadataStore, Txn, TxnOp};
 use objstore::object_store::ObjectStore;
 use prost::Message;
-use tokio::sync::oneshot;
+use tokio::sync::{TryAcquireError, oneshot};
 
 use crate::reader::{LogReader, Snapshot};
 use crate::records::{LogHead, LogState};
@@ -27,8 +27,6 @@ impl Drop for CloseGuard {
     }
 }
 
-/// Level 1 log storage: appends through this writer; reads, trims and the rest through the
-/// metadata store and objects directly. Cheap to clone.
 /// What an append asks beyond its payload ([`LogStorage::submit_in_slot`]).
 #[derive(Clone, Debug, Default)]
 pub struct Conditions {
@@ -47,8 +45,15 @@ pub struct Conditions {
     /// failed refuses the append at once; an append refused at admission or failed breaks
     /// its chain for every append after it.
     pub chain: Option<Arc<Chain>>,
+    /// Memory the caller holds for the append until it is answered, beyond its payload (a
+    /// remote request's stream, task and futures): counted in the buffer with the append's
+    /// own bookkeeping, so that what many small appends hold while they wait for their
+    /// commit stays within `buffer_bytes`.
+    pub overhead: usize,
 }
 
+/// Level 1 log storage: appends through this writer; reads, trims and the rest through the
+/// metadata store and objects directly. Cheap to clone.
 #[derive(Clone)]
 pub struct LogStorage {
     core: Arc<Core>,
@@ -258,7 +263,7 @@ impl LogStorage {
         payload: Bytes,
         opts: Conditions,
     ) -> Result<Committing, LogError> {
-        let Conditions { expected_offset, tenure, timestamp, chain } = opts;
+        let Conditions { expected_offset, tenure, timestamp, chain, overhead } = opts;
         if let Some(e) = chain.as_ref().and_then(|c| c.broken()) {
             return Err(e);
         }
@@ -292,21 +297,43 @@ impl LogStorage {
                 self.core.check_owner_cached(log, route, slot)?;
             }
         }
-        let room = payload.len().saturating_add(crate::writer::ENTRY_BOOKKEEPING);
+        let kept = crate::writer::ENTRY_BOOKKEEPING.saturating_add(overhead);
+        let room = payload.len().saturating_add(kept);
         let permits = u32::try_from(room.min(cfg.buffer_bytes)).unwrap_or(u32::MAX);
         // The tail cache lives in the buffer's room appends do not hold: it gives way first.
         if self.core.space.available_permits() < permits as usize {
             self.core.reader.shrink_cache(permits as usize);
         }
-        let acquire = self.core.space.clone().acquire_many_owned(permits);
-        let permit = match tokio::time::timeout(cfg.append_timeout, acquire).await {
-            Ok(Ok(p)) => p,
-            Ok(Err(_)) => return Err(LogError::unavailable("writer is shutting down")),
-            Err(_) => {
-                return Err(LogError::ResourceExhausted(format!(
-                    "append buffer full ({} bytes) for {:?}",
-                    cfg.buffer_bytes, cfg.append_timeout
-                )));
+        let permit = match self.core.space.clone().try_acquire_many_owned(permits) {
+            Ok(p) => p,
+            Err(TryAcquireError::Closed) => {
+                return Err(LogError::unavailable("writer is shutting down"));
+            }
+            Err(TryAcquireError::NoPermits) => {
+                // What waits for room holds its payload outside the buffer: a bounded amount
+                // waits, the rest is refused at once (nothing applied; the caller backs off).
+                let Some(_waiting) = self.core.waiting.enter(permits as usize) else {
+                    if let Some(o) = self.core.observer.get() {
+                        o.refused();
+                    }
+                    return Err(LogError::ResourceExhausted(format!(
+                        "append buffer full ({} bytes) and {} bytes of appends already waiting \
+                         for room: retry later",
+                        cfg.buffer_bytes,
+                        self.core.waiting.bytes()
+                    )));
+                };
+                let acquire = self.core.space.clone().acquire_many_owned(permits);
+                match tokio::time::timeout(cfg.append_timeout, acquire).await {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(_)) => return Err(LogError::unavailable("writer is shutting down")),
+                    Err(_) => {
+                        return Err(LogError::ResourceExhausted(format!(
+                            "append buffer full ({} bytes) for {:?}",
+                            cfg.buffer_bytes, cfg.append_timeout
+                        )));
+                    }
+                }
             }
         };
         let (tx, rx) = oneshot::channel();
@@ -321,6 +348,7 @@ impl LogStorage {
             tenure,
             reply: tx,
             room: permit,
+            kept,
             admitted: 0,
             chain,
         });

@@ -119,6 +119,7 @@ pub struct Role {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     stop: watch::Sender<bool>,
     max_streams: Option<u32>,
+    receive_window: Option<u32>,
 }
 
 impl std::fmt::Debug for Role {
@@ -180,6 +181,7 @@ impl Role {
             tasks: Vec::new(),
             stop: watch::channel(false).0,
             max_streams: None,
+            receive_window: None,
         }
     }
 
@@ -237,6 +239,13 @@ impl Role {
     /// Caps concurrent requests per client connection (HTTP/2 makes clients wait beyond).
     pub fn limit_streams_per_connection(&mut self, n: u32) {
         self.max_streams = Some(n);
+    }
+
+    /// Caps the request bytes a client connection may send ahead of the server reading
+    /// them (its HTTP/2 receive windows, connection and stream alike; otherwise 1 MiB each):
+    /// what sits received and unread is at most this per connection.
+    pub fn limit_receive_window(&mut self, bytes: u32) {
+        self.receive_window = Some(bytes);
     }
 
     /// Registers the role as a member under a lease, kept alive until the role stops.
@@ -320,6 +329,8 @@ impl Role {
                 tonic::transport::Server::builder()
                     .layer(telemetry::GrpcServerLayer::global())
                     .max_concurrent_streams(self.max_streams)
+                    .initial_connection_window_size(self.receive_window)
+                    .initial_stream_window_size(self.receive_window)
                     .add_routes(routes.add_service(health_service))
                     .serve_with_incoming_shutdown(
                         tonic::transport::server::TcpIncoming::from(listener),

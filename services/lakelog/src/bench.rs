@@ -122,18 +122,26 @@ impl Target {
         })
     }
 
-    async fn append(&self, log: u64, records: u32, payload: Bytes) -> anyhow::Result<()> {
+    /// Appends one entry: `Ok(false)` when the writer refused it as too busy
+    /// (RESOURCE_EXHAUSTED, nothing applied).
+    async fn append(&self, log: u64, records: u32, payload: Bytes) -> anyhow::Result<bool> {
         match self {
             Target::Local { storage, .. } => {
-                storage.append(LogId(log), records, payload, None).await?;
+                match storage.append(LogId(log), records, payload, None).await {
+                    Err(logstore::LogError::ResourceExhausted(_)) => return Ok(false),
+                    other => other?,
+                };
             }
             Target::Remote { clients, next } => {
                 let i = next.fetch_add(1, Ordering::Relaxed) as usize % clients.len().max(1);
                 let Some(c) = clients.get(i) else { bail!("no connection to the writer") };
-                c.append(log, records, payload, None).await?;
+                match c.append(log, records, payload, None).await {
+                    Err(e) if e.code == client::Code::ResourceExhausted => return Ok(false),
+                    other => other?,
+                };
             }
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -255,6 +263,10 @@ pub(crate) async fn open_local(
     }
 }
 
+/// The first pause after an append the writer refused as too busy; it doubles while they
+/// are refused, to 64 times this.
+const REFUSED_PAUSE: Duration = Duration::from_millis(5);
+
 /// Runs `lakelog bench append`.
 pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
     let entry_bytes = args.record_size.0 as usize * args.records_per_entry as usize;
@@ -303,7 +315,9 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                     let Some(log) = logs.get(i) else { return anyhow::Ok(()) };
-                    target.append(*log, 1, Bytes::from_static(b"warm-up")).await?;
+                    while !target.append(*log, 1, Bytes::from_static(b"warm-up")).await? {
+                        tokio::time::sleep(REFUSED_PAUSE).await;
+                    }
                 }
             })
         })
@@ -318,6 +332,7 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
     let appended = Arc::new(AtomicU64::new(0));
     let entries = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
     let cpu0 = (process_cpu_seconds("/proc/self/stat"), store_cpu_seconds(args.store_pid));
     let start = Instant::now();
     // No append is due after the run ends (a task holding a later ticket would keep it going).
@@ -328,11 +343,12 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
         let (target, logs, payload, stop) =
             (target.clone(), logs.clone(), payload.clone(), stop.clone());
         let (appended, entries, errors) = (appended.clone(), entries.clone(), errors.clone());
-        let tickets = tickets.clone();
+        let (tickets, refused) = (tickets.clone(), refused.clone());
         let records = args.records_per_entry;
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut i = t;
+            let mut pause = REFUSED_PAUSE;
             while !stop.load(Ordering::Relaxed) {
                 let log = logs[(i % logs.len() as u64) as usize];
                 i += 1;
@@ -352,10 +368,17 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
                     None => Instant::now(),
                 };
                 match target.append(log, records, payload.clone()).await {
-                    Ok(()) => {
+                    Ok(true) => {
                         lat.push(t0.elapsed().as_micros() as u64);
                         entries.fetch_add(1, Ordering::Relaxed);
                         appended.fetch_add(payload.len() as u64, Ordering::Relaxed);
+                        pause = REFUSED_PAUSE;
+                    }
+                    // Too busy: back off as a client would (an open loop's append is dropped).
+                    Ok(false) => {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(REFUSED_PAUSE * 64);
                     }
                     Err(e) => {
                         if errors.fetch_add(1, Ordering::Relaxed) < 3 {
@@ -377,10 +400,11 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
         if now - last.0 >= Duration::from_secs(1) {
             let mbps = (done - last.1) as f64 / (now - last.0).as_secs_f64() / 1e6;
             eprintln!(
-                "[{:>5.1}s] {mbps:>8.2} MB/s  {:>9} entries  {:>6} errors",
+                "[{:>5.1}s] {mbps:>8.2} MB/s  {:>9} entries  {:>6} errors  {:>7} refused",
                 start.elapsed().as_secs_f64(),
                 entries.load(Ordering::Relaxed),
-                errors.load(Ordering::Relaxed)
+                errors.load(Ordering::Relaxed),
+                refused.load(Ordering::Relaxed)
             );
             last = (now, done);
         }
@@ -415,12 +439,14 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
                 ),
             ),
             ("errors".into(), errors.load(Ordering::Relaxed).to_string()),
+            ("refused (busy, retried)".into(), refused.load(Ordering::Relaxed).to_string()),
         ],
         json: vec![
             ("append_mb_per_s".into(), format!("{mb_s:.3}")),
             ("entries_per_s".into(), format!("{:.1}", n_entries as f64 / elapsed)),
             ("ack_ms".into(), ack.json()),
             ("errors".into(), errors.load(Ordering::Relaxed).to_string()),
+            ("refused".into(), refused.load(Ordering::Relaxed).to_string()),
             ("logs".into(), args.logs.to_string()),
             ("concurrency".into(), args.concurrency.to_string()),
             ("entry_bytes".into(), entry_bytes.to_string()),

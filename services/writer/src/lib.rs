@@ -153,10 +153,14 @@ async fn serve_on(
         .max_encoding_message_size(
             logservice::service::MAX_RESPONSE_BYTES.max(storage.config().max_entry_bytes * 2),
         );
-    role.add_service(svc);
-    // Requests waiting for buffer room hold their payload outside the buffer's accounting;
-    // capping streams per connection keeps that bounded (HTTP/2 makes the client wait).
+    role.add_service(logservice::reception::Reception::new(svc, RECEPTION_SLOTS));
+    // Requests being received or decoded hold their payload outside the buffer's accounting:
+    // per connection, a cap on streams (HTTP/2 makes the client wait beyond) and on bytes
+    // received ahead of reading; for the whole writer, a cap on unary Appends being received
+    // (beyond it they are refused unread); storage bounds those waiting for room (beyond a
+    // quarter of the buffer it refuses) and counts what an answered-later append holds.
     role.limit_streams_per_connection(MAX_STREAMS_PER_CONNECTION);
+    role.limit_receive_window(RECEIVE_WINDOW);
     extra(&storage, &mut role);
     // On `shutdown`, drain while still serving: NOT_SERVING (the runner); appends answered
     // UNAVAILABLE (nothing applied: clients re-route) while storage commits what it accepted;
@@ -173,6 +177,17 @@ async fn serve_on(
     storage.shutdown().await;
     served
 }
+
+/// Unary Appends the writer receives at once, from their headers to storage's answer on
+/// admission; one more is refused with RESOURCE_EXHAUSTED before its body is read
+/// (`logservice::reception`).
+pub const RECEPTION_SLOTS: usize = 1024;
+
+/// The writer's HTTP/2 receive window per connection and per stream: request bytes a
+/// connection may send before the writer reads them. 256 KiB keeps a connection at hundreds
+/// of MB/s over a sub-millisecond round trip, and 79 connections at 20 MiB unread at most
+/// (1 MiB each by default: 60 MiB measured under overload).
+pub const RECEIVE_WINDOW: u32 = 256 << 10;
 
 /// How long a drained writer keeps answering (appends: UNAVAILABLE) before it closes its
 /// connections: time for clients to re-route to the slots' new owners.

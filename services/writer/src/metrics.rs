@@ -21,6 +21,7 @@ pub struct FlushMetrics {
     commit: Histogram,
     acked: Histogram,
     commit_interval: Gauge<f64, AtomicU64>,
+    refused: Counter,
 }
 
 fn seconds() -> Histogram {
@@ -54,6 +55,7 @@ impl FlushMetrics {
             commit: seconds(),
             acked: seconds(),
             commit_interval: Gauge::default(),
+            refused: Counter::default(),
         };
         m.register(
             "writer_flushes",
@@ -81,6 +83,12 @@ impl FlushMetrics {
              the metadata store's commit p99 exceeds the flush interval)",
             f.commit_interval.clone(),
         );
+        m.register(
+            "writer_appends_refused",
+            "Appends refused at once with RESOURCE_EXHAUSTED: the buffer was full and a quarter \
+             of it already waited for room",
+            f.refused.clone(),
+        );
         f
     }
 }
@@ -107,5 +115,9 @@ impl logstore::FlushObserver for FlushMetrics {
 
     fn commit_interval(&self, interval: Duration) {
         self.commit_interval.set(interval.as_secs_f64());
+    }
+
+    fn refused(&self) {
+        self.refused.inc();
     }
 }

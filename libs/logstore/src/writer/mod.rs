@@ -36,7 +36,7 @@ use self::identity::*;
 use self::slots::*;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -74,9 +74,11 @@ pub(crate) struct Pending {
     pub tenure: Option<i64>,
     pub reply: oneshot::Sender<Result<LogEntryHeader, LogError>>,
     /// Its room in the buffer: its payload's bytes, which the flush takes with the payload
-    /// (and gives back once its object is stored), and [`ENTRY_BOOKKEEPING`], held until the
-    /// append is answered.
+    /// (and gives back once its object is stored), and `kept`, held until the append is
+    /// answered.
     pub room: OwnedSemaphorePermit,
+    /// [`ENTRY_BOOKKEEPING`] and the caller's overhead (`Conditions::overhead`).
+    pub kept: usize,
     /// Its place in the order appends entered the buffer (set by [`Core::enqueue`]).
     pub admitted: u64,
     /// The pipeline it belongs to, if any: it commits only while no earlier append of the
@@ -92,7 +94,7 @@ pub(crate) const ENTRY_BOOKKEEPING: usize = 256;
 impl Pending {
     /// The payload's share of its room, for the flush that takes the payload.
     fn take_payload_room(&mut self) -> Option<OwnedSemaphorePermit> {
-        let payload = self.room.num_permits().saturating_sub(ENTRY_BOOKKEEPING);
+        let payload = self.room.num_permits().saturating_sub(self.kept);
         if payload == 0 { None } else { self.room.split(payload) }
     }
 
@@ -250,6 +252,50 @@ pub trait FlushObserver: Send + Sync {
     fn commit_interval(&self, interval: Duration) {
         let _ = interval;
     }
+    /// An append was refused at once: the buffer was full and enough appends already waited
+    /// for room ([`Waiting`]).
+    fn refused(&self) {}
+}
+
+/// Appends waiting for buffer room, in bytes of room asked. Their payloads are in memory but
+/// not in the buffer's accounting, so at most a quarter of the buffer waits (and always one
+/// append, whatever its size); the rest is refused with RESOURCE_EXHAUSTED. Holding them
+/// instead is no bound: a remote writer would keep every request its connections deliver.
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    bytes: AtomicUsize,
+    limit: usize,
+}
+
+impl Waiting {
+    fn new(buffer_bytes: usize) -> Self {
+        Waiting { bytes: AtomicUsize::new(0), limit: buffer_bytes / 4 }
+    }
+
+    /// Counts `room` as waiting, if it fits; the guard stops counting it.
+    pub(crate) fn enter(&self, room: usize) -> Option<WaitGuard<'_>> {
+        self.bytes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| {
+                (w == 0 || w.saturating_add(room) <= self.limit).then(|| w.saturating_add(room))
+            })
+            .ok()
+            .map(|_| WaitGuard { waiting: self, room })
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::SeqCst)
+    }
+}
+
+pub(crate) struct WaitGuard<'a> {
+    waiting: &'a Waiting,
+    room: usize,
+}
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        self.waiting.bytes.fetch_sub(self.room, Ordering::SeqCst);
+    }
 }
 
 /// The steps of a flush where a test hook may pause or crash the writer (the simulation's
@@ -287,6 +333,8 @@ pub(crate) struct Core {
     buffer: Mutex<Buffer>,
     wake: Notify,
     pub space: Arc<Semaphore>,
+    /// Appends waiting for room in `space`.
+    pub waiting: Waiting,
     pub identity: tokio::sync::Mutex<Identity>,
     /// The member_revision of an incarnation found lost (0: none). Only that incarnation is
     /// ended: a late failure of an older one's commit does not end its successor (one lease
@@ -352,6 +400,7 @@ impl Core {
         let identity = register(meta.as_ref(), &keys, &cfg).await?;
         let core = Arc::new(Core {
             space,
+            waiting: Waiting::new(cfg.buffer_bytes),
             meta,
             objects,
             keys,

@@ -318,3 +318,59 @@ async fn appends_waiting_for_a_commit_are_bounded_even_when_empty() -> Result<()
     w.abort();
     Ok(())
 }
+
+/// Appends that wait for buffer room hold their payloads outside the buffer, so only a quarter
+/// of the buffer may wait (always one append, whatever its size); past that an append is
+/// refused at once with RESOURCE_EXHAUSTED instead of joining them.
+#[tokio::test(start_paused = true)]
+async fn appends_beyond_a_quarter_of_the_buffer_waiting_are_refused_at_once() -> Result<()> {
+    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("waiting"), "w");
+    cfg.flush_interval = Duration::from_millis(10);
+    cfg.buffer_bytes = 64 << 10;
+    cfg.max_entry_bytes = 32 << 10;
+    cfg.append_timeout = Duration::from_millis(500);
+    cfg.flush_deadline = Duration::from_secs(3600);
+    let meta = FaultyMeta::new(memory());
+    let w = open(cfg, meta.clone()).await?;
+    let log = w.create_log().await?;
+    // Nothing commits from now on: 256 empty appends hold the whole buffer (their bookkeeping).
+    meta.hang_writes.store(true, Ordering::SeqCst);
+    let mut held = Vec::new();
+    for _ in 0..256 {
+        held.push(submit(&w, log, Vec::new()).await?);
+    }
+    // Two appends asking 8 KiB of room each: a quarter of the buffer waits.
+    // (An append asks its payload plus 256 bytes of bookkeeping.)
+    let eight = || vec![3u8; (8 << 10) - 256];
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let (w, payload) = (w.clone(), eight());
+            tokio::spawn(async move {
+                let t0 = Instant::now();
+                (submit(&w, log, payload).await.err(), t0.elapsed())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let t0 = Instant::now();
+    let refused = submit(&w, log, eight()).await.err();
+    let at = t0.elapsed();
+    let Some(refused) = refused else { anyhow::bail!("a third waiter was admitted") };
+    ensure!(refused.code() == logstore::Code::ResourceExhausted, "refused with {refused}");
+    ensure!(at < Duration::from_millis(100), "refused after waiting {at:?}: {refused}");
+    ensure!(refused.to_string().contains("waiting"), "{refused}");
+    // The two that waited time out as before, and take their count with them.
+    for t in waiters {
+        let (e, waited) = t.await?;
+        ensure!(e.is_some_and(|e| e.code() == logstore::Code::ResourceExhausted));
+        ensure!(waited >= Duration::from_millis(500), "a waiter answered after {waited:?}");
+    }
+    // Nobody waits now: one append larger than the quarter may (and times out).
+    let t0 = Instant::now();
+    let e = submit(&w, log, vec![4u8; 24 << 10]).await.err();
+    ensure!(e.is_some_and(|e| e.code() == logstore::Code::ResourceExhausted));
+    ensure!(t0.elapsed() >= Duration::from_millis(500), "refused without waiting");
+    drop(held);
+    w.abort();
+    Ok(())
+}

@@ -17,6 +17,10 @@ struct Served {
 }
 
 async fn serve_writer() -> Result<Served> {
+    serve_writer_with(|_| {}).await
+}
+
+async fn serve_writer_with(tune: impl FnOnce(&mut LogStorageConfig)) -> Result<Served> {
     let etcd = testkit::shared_etcd()?;
     let cluster = testkit::unique_prefix("writer");
     let meta = metadata::EtcdStore::connect(&testkit::etcd_config(etcd.endpoint())).await?;
@@ -24,6 +28,7 @@ async fn serve_writer() -> Result<Served> {
     let objects = objstore::build(&config::ObjectStoreConfig::S3(s3))?;
     let mut cfg = LogStorageConfig::new(&cluster, "w1");
     cfg.flush_interval = Duration::from_millis(5);
+    tune(&mut cfg);
     let storage = LogStorage::open(Arc::new(meta), objects, cfg, Arc::new(SystemClock)).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -79,6 +84,62 @@ async fn grpc_append_read_and_errors_over_etcd_and_s3() -> Result<()> {
     c.activate(log, epoch).await?;
     let _ = stop.send(());
     server.await?;
+    Ok(())
+}
+
+/// An overloaded writer holds a bounded number of remote appends: each counts its payload and
+/// what its request holds in the server until answered, a quarter of the buffer may wait for
+/// room, and the rest are refused at once with RESOURCE_EXHAUSTED, which the SDK retries.
+/// Those it took commit when it drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_overloaded_writer_refuses_appends_beyond_its_buffer_at_once() -> Result<()> {
+    let s = serve_writer_with(|cfg| {
+        cfg.buffer_bytes = 64 << 10;
+        cfg.max_entry_bytes = 16 << 10;
+        cfg.tail_cache_bytes = 0;
+        // Nothing flushes until the writer drains.
+        cfg.flush_interval = Duration::from_secs(3600);
+        cfg.append_timeout = Duration::from_secs(3600);
+    })
+    .await?;
+    let c = LogClient::connect(&format!("http://{}", s.addr)).await?;
+    let log = c.create_log().await?;
+    let appends: Vec<_> = (0..100)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(async move { c.append(log, 1, Bytes::from(vec![7u8; 1024]), None).await })
+        })
+        .collect();
+    // Each holds 1 KiB of payload, 256 B of bookkeeping and 4 KiB for its request: 12 fit in
+    // 64 KiB, 3 more may wait. (Without the request's share, 51 would fit.)
+    let t0 = Instant::now();
+    let (mut refused, mut pending) = (0, appends);
+    loop {
+        if refused >= 85 || t0.elapsed() > Duration::from_secs(20) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (done, still): (Vec<_>, Vec<_>) = pending.into_iter().partition(|a| a.is_finished());
+        pending = still;
+        for a in done {
+            let e = a.await?.err().context("an append committed before any flush")?;
+            ensure!(e.code == "RESOURCE_EXHAUSTED" && e.is_retryable(), "{e}");
+            refused += 1;
+        }
+    }
+    ensure!(refused == 85 && pending.len() == 15, "{refused} refused, {} held", pending.len());
+    // Draining commits what the writer took; what still waited for room is answered
+    // UNAVAILABLE (nothing applied, retried elsewhere).
+    let _ = s.stop.send(());
+    let mut committed = 0;
+    for a in pending {
+        match a.await? {
+            Ok(_) => committed += 1,
+            Err(e) => ensure!(e.code == "UNAVAILABLE" && e.is_retryable(), "{e}"),
+        }
+    }
+    ensure!(committed >= 12, "{committed} of the held appends committed");
+    s.server.await?;
     Ok(())
 }
 

@@ -1,0 +1,167 @@
+//! Load shedding before a unary Append is read. Log storage bounds the appends it holds (the
+//! buffer) and those waiting for room (a quarter of it), but a request costs memory from its
+//! headers on: its stream and task, a receive buffer, its body as it arrives. With thousands
+//! of requests arriving from many connections, the ones still being received held more than
+//! the buffer did (measured: ~8,400 at once, 8 KiB of buffer and ~5 KiB of futures each). So
+//! at most `slots` unary Appends are between their headers and storage's answer on admission;
+//! one more is refused at once with RESOURCE_EXHAUSTED, before its body is read, and the
+//! client backs off. Streams (AppendStream) are not gated: each holds at most one message
+//! waiting for room.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use logstore::LogError;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The unary Append's path.
+const APPEND_PATH: &str = "/lakelog.log.v1.LogService/Append";
+
+/// A unary Append's place between its headers and its admission; the handler lets it go
+/// once storage has answered the admission (dropping the request lets it go too).
+#[derive(Clone, Debug)]
+pub struct Slot(Arc<Mutex<Option<OwnedSemaphorePermit>>>);
+
+impl Slot {
+    pub fn release(&self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+/// A gRPC service whose unary Appends pass through at most `slots` at a time (see the module).
+#[derive(Clone)]
+pub struct Reception<S> {
+    inner: S,
+    slots: Arc<Semaphore>,
+    size: usize,
+}
+
+impl<S> std::fmt::Debug for Reception<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reception").field("slots", &self.size).finish_non_exhaustive()
+    }
+}
+
+impl<S> Reception<S> {
+    pub fn new(inner: S, slots: usize) -> Self {
+        Reception { inner, slots: Arc::new(Semaphore::new(slots)), size: slots }
+    }
+
+    /// Unary Appends being received or admitted now.
+    pub fn in_reception(&self) -> usize {
+        self.size - self.slots.available_permits()
+    }
+}
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for Reception<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S> tower_service::Service<http::Request<tonic::body::Body>> for Reception<S>
+where
+    S: tower_service::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = Infallible,
+        >,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = futures::future::Either<
+        S::Future,
+        std::future::Ready<Result<http::Response<tonic::body::Body>, Infallible>>,
+    >;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<tonic::body::Body>) -> Self::Future {
+        if req.uri().path() == APPEND_PATH {
+            match self.slots.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    req.extensions_mut().insert(Slot(Arc::new(Mutex::new(Some(permit)))));
+                }
+                Err(_) => {
+                    let e = LogError::ResourceExhausted(format!(
+                        "writer busy: {} appends already being received; retry later",
+                        self.size
+                    ));
+                    let refused = crate::status::to_status(e).into_http();
+                    return futures::future::Either::Right(std::future::ready(Ok(refused)));
+                }
+            }
+        }
+        futures::future::Either::Left(self.inner.call(req))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower_service::Service;
+
+    /// An inner service that keeps each Append's slot until told, like a handler awaiting
+    /// admission.
+    #[derive(Clone, Default)]
+    struct Holding(Arc<Mutex<Vec<Slot>>>);
+
+    impl tonic::server::NamedService for Holding {
+        const NAME: &'static str = "lakelog.log.v1.LogService";
+    }
+
+    impl tower_service::Service<http::Request<tonic::body::Body>> for Holding {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+            if let Some(s) = req.extensions().get::<Slot>() {
+                self.0.lock().unwrap().push(s.clone());
+            }
+            std::future::ready(Ok(http::Response::new(tonic::body::Body::default())))
+        }
+    }
+
+    fn request(path: &str) -> http::Request<tonic::body::Body> {
+        http::Request::builder().uri(path).body(tonic::body::Body::default()).unwrap()
+    }
+
+    fn code(resp: &http::Response<tonic::body::Body>) -> Option<(String, String)> {
+        let h = resp.headers();
+        let grpc = h.get("grpc-status")?.to_str().ok()?.to_owned();
+        let ours = h.get(codes::CODE_KEY)?.to_str().ok()?.to_owned();
+        Some((grpc, ours))
+    }
+
+    #[tokio::test]
+    async fn appends_beyond_the_slots_are_refused_until_one_is_released() {
+        let held = Holding::default();
+        let mut svc = Reception::new(held.clone(), 2);
+        for _ in 0..2 {
+            let ok = svc.call(request(APPEND_PATH)).await.unwrap();
+            assert_eq!(code(&ok), None);
+        }
+        assert_eq!(svc.in_reception(), 2);
+        let refused = svc.call(request(APPEND_PATH)).await.unwrap();
+        // RESOURCE_EXHAUSTED is gRPC code 8.
+        assert_eq!(code(&refused), Some(("8".to_owned(), "RESOURCE_EXHAUSTED".to_owned())));
+        // Other calls are not gated.
+        let read = svc.call(request("/lakelog.log.v1.LogService/ReadEntries")).await.unwrap();
+        assert_eq!(code(&read), None);
+        // A handler releasing its slot (admission answered) lets the next one in.
+        held.0.lock().unwrap().remove(0).release();
+        assert_eq!(svc.in_reception(), 1);
+        let ok = svc.call(request(APPEND_PATH)).await.unwrap();
+        assert_eq!(code(&ok), None);
+        // So does dropping a request that never reached admission.
+        held.0.lock().unwrap().clear();
+        assert_eq!(svc.in_reception(), 0);
+    }
+}
