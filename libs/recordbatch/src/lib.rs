@@ -415,10 +415,33 @@ pub fn encode(records: &[Record], producer: ProducerFields) -> Result<Bytes, Bat
     let Some(first) = records.first() else {
         return Err(corrupt("a batch holds at least one record"));
     };
-    let count = i32::try_from(records.len())
-        .map_err(|_| BatchError::TooLarge(format!("{} records", records.len())))?;
     let base_timestamp = first.timestamp_ms;
     let max_timestamp = records.iter().map(|r| r.timestamp_ms).max().unwrap_or(base_timestamp);
+    encode_framed(records, Framing { attributes: 0, base_timestamp, max_timestamp, producer })
+}
+
+/// A batch's fields besides its records, for [`encode_framed`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Framing {
+    /// Timestamp type, transactional and control bits; the compression bits are cleared (the
+    /// batch is written uncompressed).
+    pub attributes: i16,
+    pub base_timestamp: i64,
+    /// For a log-append-time batch, the time its records are read as having.
+    pub max_timestamp: i64,
+    pub producer: ProducerFields,
+}
+
+/// Encodes `records` as one uncompressed batch at base offset 0 with `framing`'s fields: a
+/// batch read from somewhere else framed again (its offset deltas are the records'
+/// positions; their timestamps are kept, as deltas from `base_timestamp`).
+pub fn encode_framed(records: &[Record], framing: Framing) -> Result<Bytes, BatchError> {
+    if records.is_empty() {
+        return Err(corrupt("a batch holds at least one record"));
+    }
+    let count = i32::try_from(records.len())
+        .map_err(|_| BatchError::TooLarge(format!("{} records", records.len())))?;
+    let Framing { attributes, base_timestamp, max_timestamp, producer } = framing;
     let mut body = BytesMut::new();
     let mut rec = BytesMut::new();
     for (i, r) in records.iter().enumerate() {
@@ -445,7 +468,7 @@ pub fn encode(records: &[Record], producer: ProducerFields) -> Result<Bytes, Bat
     out.put_i32(-1);
     out.put_i8(MAGIC);
     out.put_u32(0); // the CRC, written below
-    out.put_i16(0);
+    out.put_i16(attributes & !0x7);
     out.put_i32(count - 1);
     out.put_i64(base_timestamp);
     out.put_i64(max_timestamp);

@@ -277,3 +277,19 @@ fn real_clients_compressed_batches_decode_to_their_records() -> Result<(), Batch
     }
     Ok(())
 }
+
+#[test]
+fn a_batch_framed_again_keeps_its_fields_and_is_uncompressed() -> Result<(), BatchError> {
+    let producer = ProducerFields { producer_id: 9, producer_epoch: 3, base_sequence: 40 };
+    // Log-append time and transactional, once gzip (the bits a re-framed batch drops).
+    let framing =
+        Framing { attributes: 0x8 | 0x10 | 0x1, base_timestamp: 5, max_timestamp: 99, producer };
+    let b = encode_framed(&three(), framing)?;
+    let (h, records) = decode(&b)?;
+    assert_eq!(h.compression()?, Compression::None);
+    assert!(h.log_append_time() && h.is_transactional());
+    assert_eq!((h.base_timestamp, h.max_timestamp, h.producer), (5, 99, producer));
+    assert_eq!(records, three());
+    assert!(encode_framed(&[], framing).is_err());
+    Ok(())
+}
