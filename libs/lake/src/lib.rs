@@ -15,6 +15,8 @@
 //!
 //! Depends on nothing of Lakelog's but the record-batch codec.
 
+pub mod avro;
+pub mod iceberg;
 pub mod schema;
 pub mod segment;
 

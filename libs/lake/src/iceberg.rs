@@ -1,0 +1,396 @@
+//! A lake table's Iceberg metadata (format v2): the table schema matching the segment's
+//! Parquet field ids, a partition spec of `day(ingest_ts)`, and the files a snapshot adds —
+//! its manifest (one entry per segment file), its manifest list, and the table metadata JSON
+//! that names them. Built here rather than through an Iceberg library: Lakelog is the
+//! table's catalog, and its commits are its own metadata transactions.
+
+use serde_json::{Value as Json, json};
+
+use crate::avro::{self, Value};
+
+/// The table schema, as Iceberg writes it: the segment's columns (`schema::MESSAGE`) by the
+/// same field ids.
+pub fn table_schema() -> Json {
+    let field = |id: i32, name: &str, required: bool, ty: Json| json!({"id": id, "name": name, "required": required, "type": ty});
+    json!({
+        "type": "struct",
+        "schema-id": 0,
+        "fields": [
+            field(1, "offset", true, json!("long")),
+            field(2, "timestamp", true, json!("timestamptz")),
+            field(3, "ingest_ts", true, json!("timestamptz")),
+            field(4, "partition", true, json!("int")),
+            field(5, "key", false, json!("binary")),
+            field(6, "value", false, json!("binary")),
+            field(7, "headers", true, json!({
+                "type": "list",
+                "element-id": 8,
+                "element-required": true,
+                "element": {
+                    "type": "struct",
+                    "fields": [
+                        field(9, "key", true, json!("binary")),
+                        field(10, "value", false, json!("binary")),
+                    ],
+                },
+            })),
+            field(11, "crc32c", true, json!("int")),
+            field(12, "batch_offset", true, json!("long")),
+            field(13, "batch_attributes", true, json!("int")),
+            field(14, "batch_base_timestamp", true, json!("long")),
+            field(15, "batch_max_timestamp", true, json!("long")),
+            field(16, "producer_id", true, json!("long")),
+            field(17, "producer_epoch", true, json!("int")),
+            field(18, "base_sequence", true, json!("int")),
+            field(19, "timestamp_delta", true, json!("long")),
+        ],
+    })
+}
+
+/// The partition field's id (Iceberg numbers partition fields from 1000).
+const DAY_FIELD_ID: i32 = 1000;
+
+/// The partition spec: one field, the day of `ingest_ts` (a segment is cut at day
+/// boundaries, so each file has one value).
+pub fn partition_spec() -> Json {
+    json!({
+        "spec-id": 0,
+        "fields": [{
+            "name": "ingest_ts_day",
+            "transform": "day",
+            "source-id": 3,
+            "field-id": DAY_FIELD_ID,
+        }],
+    })
+}
+
+/// A segment file as a table data file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataFile {
+    /// Its full location (`s3://bucket/…`, `file:///…`).
+    pub path: String,
+    pub file_size: u64,
+    pub record_count: u64,
+    /// Days since 1970-01-01 of its records' ingest times (one value per file).
+    pub ingest_day: i32,
+    /// Its records' first and last offsets.
+    pub offsets: (i64, i64),
+    /// Its records' smallest and largest timestamps, and first and last ingest times (ms).
+    pub timestamps_ms: (i64, i64),
+    pub ingest_ms: (i64, i64),
+    /// The partition (stream partition) all its records are in.
+    pub partition: i32,
+    /// Where its row groups start, for readers that split files.
+    pub split_offsets: Vec<i64>,
+}
+
+/// A file's bounds for a field: Iceberg's single-value serialization (little-endian).
+fn bounds(f: &DataFile, lower: bool) -> Value {
+    let pick = |(lo, hi): (i64, i64)| if lower { lo } else { hi };
+    let micros = |ms: i64| ms.saturating_mul(1000);
+    let entries = [
+        (1, pick(f.offsets).to_le_bytes().to_vec()),
+        (2, micros(pick(f.timestamps_ms)).to_le_bytes().to_vec()),
+        (3, micros(pick(f.ingest_ms)).to_le_bytes().to_vec()),
+        (4, f.partition.to_le_bytes().to_vec()),
+    ];
+    Value::optional(Some(Value::Array(
+        entries
+            .into_iter()
+            .map(|(id, b)| Value::Record(vec![Value::Int(id), Value::Bytes(b)]))
+            .collect(),
+    )))
+}
+
+const MANIFEST_ENTRY: &str = r#"{"type":"record","name":"manifest_entry","fields":[
+{"name":"status","type":"int","field-id":0},
+{"name":"snapshot_id","type":["null","long"],"default":null,"field-id":1},
+{"name":"sequence_number","type":["null","long"],"default":null,"field-id":3},
+{"name":"file_sequence_number","type":["null","long"],"default":null,"field-id":4},
+{"name":"data_file","type":{"type":"record","name":"r2","fields":[
+ {"name":"content","type":"int","field-id":134},
+ {"name":"file_path","type":"string","field-id":100},
+ {"name":"file_format","type":"string","field-id":101},
+ {"name":"partition","type":{"type":"record","name":"r102","fields":[
+  {"name":"ingest_ts_day","type":["null",{"type":"int","logicalType":"date"}],"default":null,"field-id":1000}]},"field-id":102},
+ {"name":"record_count","type":"long","field-id":103},
+ {"name":"file_size_in_bytes","type":"long","field-id":104},
+ {"name":"column_sizes","type":["null",{"type":"array","items":{"type":"record","name":"k117_v118","fields":[{"name":"key","type":"int","field-id":117},{"name":"value","type":"long","field-id":118}]},"logicalType":"map"}],"default":null,"field-id":108},
+ {"name":"value_counts","type":["null",{"type":"array","items":{"type":"record","name":"k119_v120","fields":[{"name":"key","type":"int","field-id":119},{"name":"value","type":"long","field-id":120}]},"logicalType":"map"}],"default":null,"field-id":109},
+ {"name":"null_value_counts","type":["null",{"type":"array","items":{"type":"record","name":"k121_v122","fields":[{"name":"key","type":"int","field-id":121},{"name":"value","type":"long","field-id":122}]},"logicalType":"map"}],"default":null,"field-id":110},
+ {"name":"nan_value_counts","type":["null",{"type":"array","items":{"type":"record","name":"k138_v139","fields":[{"name":"key","type":"int","field-id":138},{"name":"value","type":"long","field-id":139}]},"logicalType":"map"}],"default":null,"field-id":137},
+ {"name":"lower_bounds","type":["null",{"type":"array","items":{"type":"record","name":"k126_v127","fields":[{"name":"key","type":"int","field-id":126},{"name":"value","type":"bytes","field-id":127}]},"logicalType":"map"}],"default":null,"field-id":125},
+ {"name":"upper_bounds","type":["null",{"type":"array","items":{"type":"record","name":"k129_v130","fields":[{"name":"key","type":"int","field-id":129},{"name":"value","type":"bytes","field-id":130}]},"logicalType":"map"}],"default":null,"field-id":128},
+ {"name":"key_metadata","type":["null","bytes"],"default":null,"field-id":131},
+ {"name":"split_offsets","type":["null",{"type":"array","items":"long","element-id":133}],"default":null,"field-id":132},
+ {"name":"equality_ids","type":["null",{"type":"array","items":"int","element-id":136}],"default":null,"field-id":135},
+ {"name":"sort_order_id","type":["null","int"],"default":null,"field-id":140}
+]},"field-id":2}]}"#;
+
+const MANIFEST_FILE: &str = r#"{"type":"record","name":"manifest_file","fields":[
+{"name":"manifest_path","type":"string","field-id":500},
+{"name":"manifest_length","type":"long","field-id":501},
+{"name":"partition_spec_id","type":"int","field-id":502},
+{"name":"content","type":"int","field-id":517},
+{"name":"sequence_number","type":"long","field-id":515},
+{"name":"min_sequence_number","type":"long","field-id":516},
+{"name":"added_snapshot_id","type":"long","field-id":503},
+{"name":"added_files_count","type":"int","field-id":504},
+{"name":"existing_files_count","type":"int","field-id":505},
+{"name":"deleted_files_count","type":"int","field-id":506},
+{"name":"added_rows_count","type":"long","field-id":512},
+{"name":"existing_rows_count","type":"long","field-id":513},
+{"name":"deleted_rows_count","type":"long","field-id":514},
+{"name":"partitions","type":["null",{"type":"array","items":{"type":"record","name":"r508","fields":[
+ {"name":"contains_null","type":"boolean","field-id":509},
+ {"name":"contains_nan","type":["null","boolean"],"default":null,"field-id":518},
+ {"name":"lower_bound","type":["null","bytes"],"default":null,"field-id":510},
+ {"name":"upper_bound","type":["null","bytes"],"default":null,"field-id":511}]},"element-id":508}],"default":null,"field-id":507},
+{"name":"key_metadata","type":["null","bytes"],"default":null,"field-id":519}
+]}"#;
+
+/// A sync marker derived from a file's name: the same file written twice is the same bytes.
+fn sync_of(name: &str) -> [u8; 16] {
+    let a = crc32c::crc32c(name.as_bytes());
+    let b = crc32c::crc32c_append(a, b"sync");
+    let c = crc32c::crc32c_append(b, b"marker");
+    let d = crc32c::crc32c_append(c, name.as_bytes());
+    let mut out = [0u8; 16];
+    for (i, w) in [a, b, c, d].into_iter().enumerate() {
+        out[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
+    }
+    out
+}
+
+/// The manifest of a snapshot that adds `files` (status ADDED, their sequence number
+/// inherited from the snapshot's). `name` is its file name (it seeds the sync marker).
+pub fn manifest(name: &str, snapshot_id: i64, files: &[DataFile]) -> Vec<u8> {
+    let entries: Vec<Value> = files
+        .iter()
+        .map(|f| {
+            Value::Record(vec![
+                Value::Int(1),
+                Value::optional(Some(Value::Long(snapshot_id))),
+                Value::optional(None),
+                Value::optional(None),
+                Value::Record(vec![
+                    Value::Int(0),
+                    Value::String(f.path.clone()),
+                    Value::String("PARQUET".to_owned()),
+                    Value::Record(vec![Value::optional(Some(Value::Int(f.ingest_day)))]),
+                    Value::Long(f.record_count as i64),
+                    Value::Long(f.file_size as i64),
+                    Value::optional(None),
+                    Value::optional(None),
+                    Value::optional(None),
+                    Value::optional(None),
+                    bounds(f, true),
+                    bounds(f, false),
+                    Value::optional(None),
+                    Value::optional(Some(Value::Array(
+                        f.split_offsets.iter().map(|o| Value::Long(*o)).collect(),
+                    ))),
+                    Value::optional(None),
+                    Value::optional(None),
+                ]),
+            ])
+        })
+        .collect();
+    let meta = [
+        ("schema", table_schema().to_string()),
+        ("schema-id", "0".to_owned()),
+        ("partition-spec", partition_spec()["fields"].to_string()),
+        ("partition-spec-id", "0".to_owned()),
+        ("format-version", "2".to_owned()),
+        ("content", "data".to_owned()),
+    ];
+    avro::container(MANIFEST_ENTRY, &meta, &entries, sync_of(name))
+}
+
+/// A manifest a manifest list names: where it is, how long, and what it adds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ManifestFile {
+    pub path: String,
+    pub length: u64,
+    /// The snapshot that added it and that snapshot's sequence number.
+    pub snapshot_id: i64,
+    pub sequence_number: i64,
+    pub files: u32,
+    pub records: u64,
+    /// Smallest and largest partition day of its files.
+    pub days: (i32, i32),
+}
+
+/// The manifest list of a snapshot: every live manifest, the new one included.
+pub fn manifest_list(
+    name: &str,
+    snapshot_id: i64,
+    parent: Option<i64>,
+    sequence_number: i64,
+    manifests: &[ManifestFile],
+) -> Vec<u8> {
+    let records: Vec<Value> = manifests
+        .iter()
+        .map(|m| {
+            let added = m.snapshot_id == snapshot_id;
+            let (files, rows) = (i32::try_from(m.files).unwrap_or(i32::MAX), m.records as i64);
+            Value::Record(vec![
+                Value::String(m.path.clone()),
+                Value::Long(m.length as i64),
+                Value::Int(0),
+                Value::Int(0),
+                Value::Long(m.sequence_number),
+                Value::Long(m.sequence_number),
+                Value::Long(m.snapshot_id),
+                Value::Int(if added { files } else { 0 }),
+                Value::Int(if added { 0 } else { files }),
+                Value::Int(0),
+                Value::Long(if added { rows } else { 0 }),
+                Value::Long(if added { 0 } else { rows }),
+                Value::Long(0),
+                Value::optional(Some(Value::Array(vec![Value::Record(vec![
+                    Value::Boolean(false),
+                    Value::optional(None),
+                    Value::optional(Some(Value::Bytes(m.days.0.to_le_bytes().to_vec()))),
+                    Value::optional(Some(Value::Bytes(m.days.1.to_le_bytes().to_vec()))),
+                ])]))),
+                Value::optional(None),
+            ])
+        })
+        .collect();
+    let meta = [
+        ("snapshot-id", snapshot_id.to_string()),
+        ("parent-snapshot-id", parent.map_or("null".to_owned(), |p| p.to_string())),
+        ("sequence-number", sequence_number.to_string()),
+        ("format-version", "2".to_owned()),
+    ];
+    avro::container(MANIFEST_FILE, &meta, &records, sync_of(name))
+}
+
+/// One snapshot of the table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub id: i64,
+    pub parent: Option<i64>,
+    pub sequence_number: i64,
+    pub timestamp_ms: i64,
+    pub manifest_list: String,
+    /// `operation` and the rest of the summary (Lakelog's `lakelog.*` keys).
+    pub summary: Vec<(String, String)>,
+}
+
+/// The table's metadata as of its newest snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Table {
+    pub uuid: String,
+    pub location: String,
+    pub snapshots: Vec<Snapshot>,
+    pub last_updated_ms: i64,
+    pub properties: Vec<(String, String)>,
+}
+
+impl Table {
+    /// The table metadata JSON (format v2), its current snapshot the last of `snapshots`.
+    pub fn metadata_json(&self) -> String {
+        let current = self.snapshots.last();
+        let snapshots: Vec<Json> = self
+            .snapshots
+            .iter()
+            .map(|s| {
+                let mut summary = serde_json::Map::new();
+                for (k, v) in &s.summary {
+                    summary.insert(k.clone(), Json::String(v.clone()));
+                }
+                let mut j = json!({
+                    "snapshot-id": s.id,
+                    "sequence-number": s.sequence_number,
+                    "timestamp-ms": s.timestamp_ms,
+                    "manifest-list": s.manifest_list,
+                    "summary": summary,
+                    "schema-id": 0,
+                });
+                if let Some(p) = s.parent {
+                    j["parent-snapshot-id"] = json!(p);
+                }
+                j
+            })
+            .collect();
+        let log: Vec<Json> = self
+            .snapshots
+            .iter()
+            .map(|s| json!({"snapshot-id": s.id, "timestamp-ms": s.timestamp_ms}))
+            .collect();
+        let mut properties = serde_json::Map::new();
+        for (k, v) in &self.properties {
+            properties.insert(k.clone(), Json::String(v.clone()));
+        }
+        let mut m = json!({
+            "format-version": 2,
+            "table-uuid": self.uuid,
+            "location": self.location,
+            "last-sequence-number": current.map_or(0, |s| s.sequence_number),
+            "last-updated-ms": self.last_updated_ms,
+            "last-column-id": crate::schema::LAST_FIXED_ID,
+            "current-schema-id": 0,
+            "schemas": [table_schema()],
+            "default-spec-id": 0,
+            "partition-specs": [partition_spec()],
+            "last-partition-id": DAY_FIELD_ID,
+            "default-sort-order-id": 1,
+            "sort-orders": [{
+                "order-id": 1,
+                "fields": [
+                    {"transform": "identity", "source-id": 4, "direction": "asc", "null-order": "nulls-first"},
+                    {"transform": "identity", "source-id": 1, "direction": "asc", "null-order": "nulls-first"},
+                ],
+            }],
+            "properties": properties,
+            "current-snapshot-id": current.map_or(json!(-1), |s| json!(s.id)),
+            "snapshots": snapshots,
+            "snapshot-log": log,
+            "metadata-log": [],
+        });
+        if let Some(s) = current {
+            m["refs"] = json!({"main": {"snapshot-id": s.id, "type": "branch"}});
+        }
+        m.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table schema's field ids are the Parquet schema's, leaf for leaf.
+    #[test]
+    fn the_table_schema_and_the_parquet_schema_agree() {
+        fn ids(fields: &Json, out: &mut Vec<i64>) {
+            for f in fields.as_array().into_iter().flatten() {
+                if let Some(id) = f["id"].as_i64() {
+                    out.push(id);
+                }
+                let ty = &f["type"];
+                if ty["type"] == "list" {
+                    out.push(ty["element-id"].as_i64().unwrap_or(-1));
+                    ids(&ty["element"]["fields"], out);
+                }
+            }
+        }
+        let mut table = Vec::new();
+        ids(&table_schema()["fields"], &mut table);
+        let parquet = crate::schema::parquet_schema().unwrap();
+        let mut ours = Vec::new();
+        fn walk(t: &parquet::schema::types::Type, out: &mut Vec<i64>) {
+            for f in t.get_fields() {
+                if f.get_basic_info().has_id() {
+                    out.push(i64::from(f.get_basic_info().id()));
+                }
+                if f.is_group() {
+                    walk(f, out);
+                }
+            }
+        }
+        walk(&parquet, &mut ours);
+        assert_eq!(table, ours);
+    }
+}

@@ -1,0 +1,138 @@
+//! A lake table as outside engines read it: segment files, their manifests, manifest lists
+//! and table metadata written here, scanned by DuckDB's Iceberg extension with no catalog.
+
+use std::path::Path;
+use std::process::Command;
+
+use bytes::Bytes;
+use lake::iceberg::{DataFile, ManifestFile, Snapshot, Table, manifest, manifest_list};
+use lake::segment::{Entry, Options, write};
+use recordbatch::{ProducerFields, Record};
+
+fn python() -> String {
+    format!("{}/../../.tools/venv/bin/python", env!("CARGO_MANIFEST_DIR"))
+}
+
+const SCRIPT: &str = r#"
+import duckdb, glob, json, os, sys
+import duckdb_extension_avro, duckdb_extension_iceberg
+def ext(m, name):
+    return glob.glob(os.path.join(os.path.dirname(m.__file__), 'extensions', '*', name + '.duckdb_extension'))[0]
+con = duckdb.connect(config={'autoinstall_known_extensions': False, 'autoload_known_extensions': False})
+con.execute("LOAD '%s'" % ext(duckdb_extension_avro, 'avro'))
+con.execute("LOAD '%s'" % ext(duckdb_extension_iceberg, 'iceberg'))
+meta = sys.argv[1]
+rows = con.execute('select "offset", key, partition from iceberg_scan(?) order by "offset"', [meta]).fetchall()
+snaps = con.execute('select count(*) from iceberg_snapshots(?)', [meta]).fetchone()[0]
+print(json.dumps({"rows": [[o, None if k is None else bytes(k).decode(), p] for (o, k, p) in rows], "snapshots": snaps}))
+"#;
+
+/// Entries and the (offset, key) of each record.
+type Written = (Vec<Entry>, Vec<(u64, Option<String>)>);
+
+fn segment(first: u64, batches: u32) -> Result<Written, recordbatch::BatchError> {
+    let mut entries = Vec::new();
+    let mut expected = Vec::new();
+    let mut offset = first;
+    for b in 0..batches {
+        let records: Vec<Record> = (0..3u32)
+            .map(|i| Record {
+                offset_delta: i,
+                timestamp_ms: 1_700_000_000_000,
+                key: (i != 1).then(|| Bytes::from(format!("k{}", offset + u64::from(i)))),
+                value: Some(Bytes::from(vec![b as u8; 64])),
+                headers: vec![],
+            })
+            .collect();
+        for (i, r) in records.iter().enumerate() {
+            let key = r.key.as_ref().map(|k| String::from_utf8_lossy(k).into_owned());
+            expected.push((offset + i as u64, key));
+        }
+        let batch = recordbatch::encode(&records, ProducerFields::NONE)?;
+        entries.push(Entry { offset, ingest_ms: 1_700_000_000_000, batch });
+        offset += 3;
+    }
+    Ok((entries, expected))
+}
+
+#[test]
+fn duckdb_scans_a_table_of_three_appended_segments() {
+    let dir = std::env::temp_dir().join(format!("lake-table-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::create_dir_all(dir.join("metadata")).unwrap();
+    let at = |p: &str| dir.join(p).to_string_lossy().into_owned();
+    let mut all = Vec::new();
+    let mut manifests = Vec::new();
+    let mut snapshots: Vec<Snapshot> = Vec::new();
+    let mut first = 0u64;
+    for s in 0..3i64 {
+        let (entries, expected) = segment(first, 10 + s as u32).unwrap();
+        let seg = write(&entries, &Options { partition: 2, row_group_bytes: 512 }).unwrap();
+        let path = at(&format!("data/{first:020}.parquet"));
+        std::fs::write(&path, &seg.file).unwrap();
+        let file = DataFile {
+            path,
+            file_size: seg.file.len() as u64,
+            record_count: seg.end_offset - seg.first_offset,
+            ingest_day: (1_700_000_000_000i64 / 86_400_000) as i32,
+            offsets: (seg.first_offset as i64, seg.end_offset as i64 - 1),
+            timestamps_ms: seg.timestamps_ms,
+            ingest_ms: seg.ingest_ms,
+            partition: 2,
+            split_offsets: seg.row_groups.iter().map(|g| g.start as i64).collect(),
+        };
+        let id = 1000 + s;
+        let name = format!("{id}-m0.avro");
+        let m = manifest(&name, id, std::slice::from_ref(&file));
+        std::fs::write(at(&format!("metadata/{name}")), &m).unwrap();
+        manifests.push(ManifestFile {
+            path: at(&format!("metadata/{name}")),
+            length: m.len() as u64,
+            snapshot_id: id,
+            sequence_number: s + 1,
+            files: 1,
+            records: file.record_count,
+            days: (file.ingest_day, file.ingest_day),
+        });
+        let list_name = format!("snap-{id}.avro");
+        let parent = snapshots.last().map(|p| p.id);
+        let list = manifest_list(&list_name, id, parent, s + 1, &manifests);
+        std::fs::write(at(&format!("metadata/{list_name}")), &list).unwrap();
+        snapshots.push(Snapshot {
+            id,
+            parent,
+            sequence_number: s + 1,
+            timestamp_ms: 1_700_000_000_000 + s,
+            manifest_list: at(&format!("metadata/{list_name}")),
+            summary: vec![
+                ("operation".to_owned(), "append".to_owned()),
+                ("lakelog.end-offset".to_owned(), seg.end_offset.to_string()),
+            ],
+        });
+        all.extend(expected);
+        first = seg.end_offset;
+    }
+    let table = Table {
+        uuid: "5f0e6a4e-2f7c-4b8e-9a51-7d1c3a0b9e21".to_owned(),
+        location: dir.to_string_lossy().into_owned(),
+        snapshots: snapshots.clone(),
+        last_updated_ms: 1_700_000_000_003,
+        properties: vec![],
+    };
+    let meta = at("metadata/v3.metadata.json");
+    std::fs::write(&meta, table.metadata_json()).unwrap();
+    let out = Command::new(python())
+        .args(["-c", SCRIPT, &meta])
+        .output()
+        .expect("DuckDB and its Iceberg extension in .tools/venv (`make deps` installs them)");
+    let _ = std::fs::remove_dir_all(Path::new(&dir));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows: Vec<(u64, Option<String>, i32)> =
+        serde_json::from_value(got["rows"].clone()).unwrap();
+    let expected: Vec<(u64, Option<String>, i32)> =
+        all.into_iter().map(|(o, k)| (o, k, 2)).collect();
+    assert_eq!(rows, expected);
+    assert_eq!(got["snapshots"], 3);
+}
