@@ -1,5 +1,6 @@
 //! A lake table as outside engines read it: segment files, their manifests, manifest lists
-//! and table metadata written here, scanned by DuckDB's Iceberg extension with no catalog.
+//! and table metadata written here, scanned with no catalog by DuckDB's Iceberg extension and
+//! by pyiceberg.
 
 use std::path::Path;
 use std::process::Command;
@@ -30,6 +31,18 @@ print(json.dumps({"rows": [[o, None if k is None else bytes(k).decode(), p] for 
 /// Entries and the (offset, key) of each record.
 type Written = (Vec<Entry>, Vec<(u64, Option<String>)>);
 
+/// The same through pyiceberg (and pyarrow), which checks the metadata strictly, and reads
+/// the first snapshot alone.
+const PYICEBERG: &str = r#"
+import json, sys
+from pyiceberg.table import StaticTable
+t = StaticTable.from_metadata(sys.argv[1])
+a = t.scan().to_arrow().sort_by('offset')
+rows = [[o, None if k is None else k.decode(), p] for (o, k, p) in zip(a['offset'].to_pylist(), a['key'].to_pylist(), a['partition'].to_pylist())]
+first = t.scan(snapshot_id=int(sys.argv[2])).to_arrow().num_rows
+print(json.dumps({"rows": rows, "snapshots": len(t.metadata.snapshots), "first": first}))
+"#;
+
 fn segment(first: u64, batches: u32) -> Result<Written, recordbatch::BatchError> {
     let mut entries = Vec::new();
     let mut expected = Vec::new();
@@ -56,7 +69,7 @@ fn segment(first: u64, batches: u32) -> Result<Written, recordbatch::BatchError>
 }
 
 #[test]
-fn duckdb_scans_a_table_of_three_appended_segments() {
+fn duckdb_and_pyiceberg_scan_a_table_of_three_appended_segments() {
     let dir = std::env::temp_dir().join(format!("lake-table-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("data")).unwrap();
@@ -126,13 +139,22 @@ fn duckdb_scans_a_table_of_three_appended_segments() {
         .args(["-c", SCRIPT, &meta])
         .output()
         .expect("DuckDB and its Iceberg extension in .tools/venv (`make deps` installs them)");
+    let py = Command::new(python())
+        .args(["-c", PYICEBERG, &meta, "1000"])
+        .output()
+        .expect("pyiceberg in .tools/venv (`make deps` installs it)");
     let _ = std::fs::remove_dir_all(Path::new(&dir));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let rows: Vec<(u64, Option<String>, i32)> =
-        serde_json::from_value(got["rows"].clone()).unwrap();
     let expected: Vec<(u64, Option<String>, i32)> =
         all.into_iter().map(|(o, k)| (o, k, 2)).collect();
-    assert_eq!(rows, expected);
-    assert_eq!(got["snapshots"], 3);
+    for (engine, out) in [("DuckDB", &out), ("pyiceberg", &py)] {
+        assert!(out.status.success(), "{engine}: {}", String::from_utf8_lossy(&out.stderr));
+        let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let rows: Vec<(u64, Option<String>, i32)> =
+            serde_json::from_value(got["rows"].clone()).unwrap();
+        assert_eq!(rows, expected, "{engine}");
+        assert_eq!(got["snapshots"], 3, "{engine}");
+    }
+    // The first snapshot holds the first segment alone (10 batches of 3).
+    let got: serde_json::Value = serde_json::from_slice(&py.stdout).unwrap();
+    assert_eq!(got["first"], 30);
 }
