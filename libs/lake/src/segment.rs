@@ -106,7 +106,8 @@ pub struct Segment {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct RowFields {
     offset: i64,
-    ingest_ms: i64,
+    /// As stored: microseconds, saturating.
+    ingest_micros: i64,
     partition: i32,
     batch_offset: i64,
     framing: Framing,
@@ -119,7 +120,7 @@ fn row_crc(f: &RowFields, r: &Record) -> u32 {
     let mut crc = record_crc(r);
     for b in [
         &f.offset.to_be_bytes()[..],
-        &f.ingest_ms.to_be_bytes(),
+        &f.ingest_micros.to_be_bytes(),
         &f.partition.to_be_bytes(),
         &f.batch_offset.to_be_bytes(),
         &f.framing.attributes.to_be_bytes(),
@@ -212,7 +213,7 @@ impl Columns {
         }
         let fields = RowFields {
             offset: offset as i64,
-            ingest_ms,
+            ingest_micros: micros(ingest_ms),
             partition,
             batch_offset: h.base_offset,
             framing: Framing {
@@ -675,15 +676,12 @@ pub fn read_row_group(
         let ingest_ms = ingest[row] / 1000;
         let fields = RowFields {
             offset: offset[row],
-            ingest_ms,
+            ingest_micros: ingest[row],
             partition: partition[row],
             batch_offset: start,
             framing,
         };
-        if row_crc(&fields, &r) != crc[row] as u32
-            || timestamp[row] != micros(r.timestamp_ms)
-            || ingest[row] != micros(ingest_ms)
-        {
+        if row_crc(&fields, &r) != crc[row] as u32 || timestamp[row] != micros(r.timestamp_ms) {
             return Err(corrupt(format!("the row at offset {} fails its checksum", offset[row])));
         }
         // A batch's rows share its framing.

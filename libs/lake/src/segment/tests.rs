@@ -243,3 +243,20 @@ fn a_damaged_footer_is_an_error_never_records() {
         }
     }
 }
+
+/// Times a millisecond count holds and microseconds do not (a producer's, or an ingest time
+/// taken from one): the query columns saturate, the records come back exact.
+#[test]
+fn extreme_times_round_trip() {
+    let records = vec![
+        record(0, i64::MAX - 5, Some("a"), Some(vec![1]), 1),
+        record(1, i64::MIN + 5, None, None, 0),
+    ];
+    let batch = recordbatch::encode(&records, ProducerFields::NONE).unwrap();
+    let input = vec![Entry { offset: 7, ingest_ms: i64::MIN / 2, batch }];
+    let seg = write(&input, &Options::default()).unwrap();
+    let out = read_all(&seg);
+    assert_eq!(out.len(), 1);
+    assert_eq!(meaning(&out[0].batch).1, records);
+    assert_eq!(out[0].ingest_ms, i64::MIN / 1000);
+}
