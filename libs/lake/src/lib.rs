@@ -19,6 +19,7 @@ pub mod avro;
 pub mod iceberg;
 pub mod schema;
 pub mod segment;
+pub mod table;
 
 /// Why a segment could not be written or read.
 #[derive(Debug, thiserror::Error)]

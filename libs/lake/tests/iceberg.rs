@@ -1,13 +1,14 @@
-//! A lake table as outside engines read it: segment files, their manifests, manifest lists
-//! and table metadata written here, scanned with no catalog by DuckDB's Iceberg extension and
-//! by pyiceberg.
+//! A lake table as outside engines read it: segment files and the commits `TableState`
+//! plans for them (manifests, manifest lists, table metadata), scanned with no catalog by
+//! DuckDB's Iceberg extension and by pyiceberg.
 
 use std::path::Path;
 use std::process::Command;
 
 use bytes::Bytes;
-use lake::iceberg::{DataFile, ManifestFile, Snapshot, Table, manifest, manifest_list};
+use lake::iceberg::DataFile;
 use lake::segment::{Entry, Options, write};
+use lake::table::{Append, TableState};
 use recordbatch::{ProducerFields, Record};
 
 fn python() -> String {
@@ -76,13 +77,13 @@ fn duckdb_and_pyiceberg_scan_a_table_of_three_appended_segments() {
     std::fs::create_dir_all(dir.join("metadata")).unwrap();
     let at = |p: &str| dir.join(p).to_string_lossy().into_owned();
     let mut all = Vec::new();
-    let mut manifests = Vec::new();
-    let mut snapshots: Vec<Snapshot> = Vec::new();
+    let mut table = TableState::new("5f0e6a4e-2f7c-4b8e-9a51-7d1c3a0b9e21", at(""));
     let mut first = 0u64;
     for s in 0..3i64 {
         let (entries, expected) = segment(first, 10 + s as u32).unwrap();
         let seg = write(&entries, &Options { partition: 2, row_group_bytes: 512 }).unwrap();
-        let path = at(&format!("data/{first:020}.parquet"));
+        let name = format!("{first:020}");
+        let path = at(&format!("data/{name}.parquet"));
         std::fs::write(&path, &seg.file).unwrap();
         let file = DataFile {
             path,
@@ -95,52 +96,25 @@ fn duckdb_and_pyiceberg_scan_a_table_of_three_appended_segments() {
             partition: 2,
             split_offsets: seg.row_groups.iter().map(|g| g.start as i64).collect(),
         };
-        let id = 1000 + s;
-        let name = format!("{id}-m0.avro");
-        let m = manifest(&name, id, std::slice::from_ref(&file));
-        std::fs::write(at(&format!("metadata/{name}")), &m).unwrap();
-        manifests.push(ManifestFile {
-            path: at(&format!("metadata/{name}")),
-            length: m.len() as u64,
-            snapshot_id: id,
-            sequence_number: s + 1,
-            files: 1,
-            records: file.record_count,
-            days: (file.ingest_day, file.ingest_day),
-        });
-        let list_name = format!("snap-{id}.avro");
-        let parent = snapshots.last().map(|p| p.id);
-        let list = manifest_list(&list_name, id, parent, s + 1, &manifests);
-        std::fs::write(at(&format!("metadata/{list_name}")), &list).unwrap();
-        snapshots.push(Snapshot {
-            id,
-            parent,
-            sequence_number: s + 1,
-            timestamp_ms: 1_700_000_000_000 + s,
-            manifest_list: at(&format!("metadata/{list_name}")),
-            summary: vec![
-                ("operation".to_owned(), "append".to_owned()),
-                ("lakelog.end-offset".to_owned(), seg.end_offset.to_string()),
-            ],
-        });
+        let summary = vec![("lakelog.end-offset".to_owned(), seg.end_offset.to_string())];
+        let commit =
+            table.append(&Append { segment: name, file, now_ms: 1_700_000_000_000 + s, summary });
+        for (location, bytes) in &commit.files {
+            std::fs::write(location, bytes).unwrap();
+        }
+        table = commit.state;
         all.extend(expected);
         first = seg.end_offset;
     }
-    let table = Table {
-        uuid: "5f0e6a4e-2f7c-4b8e-9a51-7d1c3a0b9e21".to_owned(),
-        location: dir.to_string_lossy().into_owned(),
-        snapshots: snapshots.clone(),
-        last_updated_ms: 1_700_000_000_003,
-        properties: vec![],
-    };
-    let meta = at("metadata/v3.metadata.json");
-    std::fs::write(&meta, table.metadata_json()).unwrap();
+    let meta = table.metadata_location().unwrap();
+    assert!(meta.ends_with("metadata/v3.metadata.json"), "{meta}");
+    let first_snapshot = table.snapshots[0].id.to_string();
     let out = Command::new(python())
         .args(["-c", SCRIPT, &meta])
         .output()
         .expect("DuckDB and its Iceberg extension in .tools/venv (`make deps` installs them)");
     let py = Command::new(python())
-        .args(["-c", PYICEBERG, &meta, "1000"])
+        .args(["-c", PYICEBERG, &meta, &first_snapshot])
         .output()
         .expect("pyiceberg in .tools/venv (`make deps` installs it)");
     let _ = std::fs::remove_dir_all(Path::new(&dir));

@@ -1,0 +1,227 @@
+//! A lake table's state and its next commit. The state is what the metadata store keeps for
+//! the table (the pointer a commit compares and moves); [`TableState::append`] plans the
+//! commit that adds one segment file: the manifest, manifest list and metadata JSON to write
+//! first, under names derived from the segment (a retried commit writes the same files), and
+//! the state to put in the same transaction as the log's index swap.
+
+use serde::{Deserialize, Serialize};
+
+use crate::iceberg::{self, DataFile, ManifestFile, Snapshot, Table};
+
+/// What the metadata store keeps of a table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableState {
+    pub uuid: String,
+    /// Where its files live (`s3://bucket/prefix/lake/<stream>`, `file:///…`).
+    pub location: String,
+    /// The metadata JSON's version: `metadata/v<version>.metadata.json`.
+    pub version: u64,
+    pub snapshots: Vec<SnapshotState>,
+    /// The live manifests, oldest first (one per appended segment until manifests merge).
+    pub manifests: Vec<ManifestState>,
+}
+
+/// A snapshot, as the state keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotState {
+    pub id: i64,
+    pub parent: Option<i64>,
+    pub sequence_number: i64,
+    pub timestamp_ms: i64,
+    pub manifest_list: String,
+    pub summary: Vec<(String, String)>,
+}
+
+/// A manifest, as the state keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestState {
+    pub path: String,
+    pub length: u64,
+    pub snapshot_id: i64,
+    pub sequence_number: i64,
+    pub files: u32,
+    pub records: u64,
+    pub days: (i32, i32),
+}
+
+/// What a segment adds to its table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Append {
+    /// The segment's name, unique in the table (the compactor's object key's last part): the
+    /// commit's files are named after it.
+    pub segment: String,
+    pub file: DataFile,
+    /// When the commit is made (the snapshot's timestamp).
+    pub now_ms: i64,
+    /// Summary entries besides `operation` (`lakelog.log-id`, `lakelog.end-offset`, …).
+    pub summary: Vec<(String, String)>,
+}
+
+/// A planned commit: files to write (location, bytes), then the state to put.
+#[derive(Clone, Debug)]
+pub struct Commit {
+    pub files: Vec<(String, Vec<u8>)>,
+    pub state: TableState,
+    /// The new metadata JSON's location (what a catalog's load-table answers).
+    pub metadata_location: String,
+}
+
+impl TableState {
+    /// A table with no snapshot yet.
+    pub fn new(uuid: impl Into<String>, location: impl Into<String>) -> Self {
+        TableState {
+            uuid: uuid.into(),
+            location: location.into(),
+            version: 0,
+            snapshots: Vec::new(),
+            manifests: Vec::new(),
+        }
+    }
+
+    fn at(&self, rel: &str) -> String {
+        format!("{}/{rel}", self.location.trim_end_matches('/'))
+    }
+
+    /// The current metadata JSON's location, once the table has one.
+    pub fn metadata_location(&self) -> Option<String> {
+        (self.version > 0).then(|| self.at(&format!("metadata/v{}.metadata.json", self.version)))
+    }
+
+    /// The table metadata as of this state.
+    pub fn table(&self) -> Table {
+        Table {
+            uuid: self.uuid.clone(),
+            location: self.location.clone(),
+            snapshots: self
+                .snapshots
+                .iter()
+                .map(|s| Snapshot {
+                    id: s.id,
+                    parent: s.parent,
+                    sequence_number: s.sequence_number,
+                    timestamp_ms: s.timestamp_ms,
+                    manifest_list: s.manifest_list.clone(),
+                    summary: s.summary.clone(),
+                })
+                .collect(),
+            last_updated_ms: self.snapshots.last().map_or(0, |s| s.timestamp_ms),
+            properties: vec![],
+        }
+    }
+
+    /// Plans the commit that appends `a`'s file: a new snapshot whose manifest list is every
+    /// live manifest and a new one holding the file.
+    pub fn append(&self, a: &Append) -> Commit {
+        let parent = self.snapshots.last();
+        let sequence_number = parent.map_or(0, |p| p.sequence_number) + 1;
+        // Derived from the segment's name, so a retried plan names the same snapshot; kept
+        // positive, and distinct from the parent's.
+        let mut id = i64::from(crc32c::crc32c(a.segment.as_bytes())) << 20 | sequence_number;
+        if parent.is_some_and(|p| p.id == id) {
+            id += 1;
+        }
+        let manifest_name = format!("{}-m0.avro", a.segment);
+        let manifest_path = self.at(&format!("metadata/{manifest_name}"));
+        let manifest = iceberg::manifest(&manifest_name, id, std::slice::from_ref(&a.file));
+        let mut manifests = self.manifests.clone();
+        manifests.push(ManifestState {
+            path: manifest_path.clone(),
+            length: manifest.len() as u64,
+            snapshot_id: id,
+            sequence_number,
+            files: 1,
+            records: a.file.record_count,
+            days: (a.file.ingest_day, a.file.ingest_day),
+        });
+        let list_name = format!("snap-{id}-{}.avro", a.segment);
+        let list_path = self.at(&format!("metadata/{list_name}"));
+        let listed: Vec<ManifestFile> = manifests
+            .iter()
+            .map(|m| ManifestFile {
+                path: m.path.clone(),
+                length: m.length,
+                snapshot_id: m.snapshot_id,
+                sequence_number: m.sequence_number,
+                files: m.files,
+                records: m.records,
+                days: m.days,
+            })
+            .collect();
+        let list =
+            iceberg::manifest_list(&list_name, id, parent.map(|p| p.id), sequence_number, &listed);
+        let mut summary = vec![
+            ("operation".to_owned(), "append".to_owned()),
+            ("added-data-files".to_owned(), "1".to_owned()),
+            ("added-records".to_owned(), a.file.record_count.to_string()),
+        ];
+        summary.extend(a.summary.iter().cloned());
+        let mut state = self.clone();
+        state.version += 1;
+        state.manifests = manifests;
+        state.snapshots.push(SnapshotState {
+            id,
+            parent: parent.map(|p| p.id),
+            sequence_number,
+            timestamp_ms: a.now_ms,
+            manifest_list: list_path.clone(),
+            summary,
+        });
+        let metadata_location = state.metadata_location().unwrap_or_default();
+        let files = vec![
+            (manifest_path, manifest),
+            (list_path, list),
+            (metadata_location.clone(), state.table().metadata_json().into_bytes()),
+        ];
+        Commit { files, state, metadata_location }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(n: u64) -> DataFile {
+        DataFile {
+            path: format!("file:///t/data/{n:020}.parquet"),
+            file_size: 1000,
+            record_count: 10,
+            ingest_day: 19_000,
+            offsets: (n as i64 * 10, n as i64 * 10 + 9),
+            timestamps_ms: (0, 1),
+            ingest_ms: (0, 1),
+            partition: 0,
+            split_offsets: vec![4],
+        }
+    }
+
+    fn append(n: u64) -> Append {
+        Append {
+            segment: format!("seg-{n}"),
+            file: file(n),
+            now_ms: 1000 + n as i64,
+            summary: vec![],
+        }
+    }
+
+    #[test]
+    fn appends_chain_snapshots_and_a_retried_plan_writes_the_same_files() {
+        let t0 = TableState::new("u", "file:///t/");
+        assert_eq!(t0.metadata_location(), None);
+        let c1 = t0.append(&append(1));
+        let c2 = c1.state.append(&append(2));
+        assert_eq!(c2.state.version, 2);
+        assert_eq!(c2.metadata_location, "file:///t/metadata/v2.metadata.json");
+        let s = &c2.state.snapshots;
+        assert_eq!((s[0].sequence_number, s[1].sequence_number), (1, 2));
+        assert_eq!(s[1].parent, Some(s[0].id));
+        assert_ne!(s[0].id, s[1].id);
+        assert_eq!(c2.state.manifests.len(), 2);
+        // The same plan again (a compactor retrying after a crash): same names, same bytes.
+        let again = c1.state.append(&append(2));
+        assert_eq!(again.files, c2.files);
+        assert_eq!(again.state, c2.state);
+        // The state survives its serialized form (what the metadata store keeps).
+        let json = serde_json::to_string(&c2.state).unwrap();
+        assert_eq!(serde_json::from_str::<TableState>(&json).unwrap(), c2.state);
+    }
+}
