@@ -9,6 +9,7 @@
 
 mod bench;
 mod bench_compact;
+mod bench_lake;
 mod bench_produce;
 mod catchup;
 mod groups;
@@ -280,6 +281,9 @@ enum BenchCommand {
     /// One log written in many small flushes while compaction runs, then read back: segments
     /// left, rewrites, and GETs against bytes / target_segment_size + 2.
     Compact(bench_compact::CompactArgs),
+    /// What a lake segment (Parquet) costs one compactor core against a plain one: the same
+    /// batches built into each and read back, in process, no store.
+    Lake(bench_lake::LakeArgs),
     /// Ingest alone, then while a Kafka consumer group reads a backlog through the readers
     /// (on a running cluster, `make cluster`): the ingest ratio, seed 001's promise.
     Catchup(catchup::CatchupArgs),
@@ -582,6 +586,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Bench { command: BenchCommand::Read(args) } => bench::read(args).await,
         Command::Bench { command: BenchCommand::Compact(args) } => bench_compact::run(args).await,
+        Command::Bench { command: BenchCommand::Lake(args) } => bench_lake::run(args),
         Command::Bench { command: BenchCommand::Produce(args) } => {
             bench_produce::run(args, &cli.endpoint).await
         }
