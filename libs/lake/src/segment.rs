@@ -102,6 +102,60 @@ pub struct Segment {
     pub footer_crc32c: u32,
 }
 
+/// Milliseconds in a day.
+const DAY_MS: i64 = 86_400_000;
+
+/// The UTC day (days since 1970-01-01) of a time in milliseconds: a lake table's partition.
+pub fn day_of(ms: i64) -> i32 {
+    i32::try_from(ms.div_euclid(DAY_MS)).unwrap_or(if ms < 0 { i32::MIN } else { i32::MAX })
+}
+
+/// Where a run of a log's entries must be cut so each segment holds one ingest day: the
+/// indexes of the entries that start a new day, by the running maximum of their ingest times
+/// (what the segment writes). Empty when the run is one day.
+pub fn day_cuts(entries: &[Entry]) -> Vec<usize> {
+    let mut cuts = Vec::new();
+    let mut ingest = i64::MIN;
+    let mut day = None;
+    for (i, e) in entries.iter().enumerate() {
+        ingest = ingest.max(e.ingest_ms);
+        let d = day_of(ingest);
+        if day.is_some_and(|prev| prev != d) {
+            cuts.push(i);
+        }
+        day = Some(d);
+    }
+    cuts
+}
+
+impl Segment {
+    /// The segment as a data file of its table, at `path`, of stream partition `partition`.
+    /// A segment spanning two ingest days is refused: cut it at [`day_cuts`].
+    pub fn data_file(
+        &self,
+        path: impl Into<String>,
+        partition: i32,
+    ) -> Result<crate::iceberg::DataFile, LakeError> {
+        let (first, last) = (day_of(self.ingest_ms.0), day_of(self.ingest_ms.1));
+        if first != last {
+            return Err(LakeError::Invalid(format!(
+                "the segment spans ingest days {first} to {last}: one day a segment"
+            )));
+        }
+        Ok(crate::iceberg::DataFile {
+            path: path.into(),
+            file_size: self.file.len() as u64,
+            record_count: self.end_offset - self.first_offset,
+            ingest_day: first,
+            offsets: (self.first_offset as i64, self.end_offset as i64 - 1),
+            timestamps_ms: self.timestamps_ms,
+            ingest_ms: self.ingest_ms,
+            partition,
+            split_offsets: self.row_groups.iter().map(|g| g.start as i64).collect(),
+        })
+    }
+}
+
 /// What a row holds besides its record: its place and its batch's framing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct RowFields {

@@ -6,7 +6,6 @@ use std::path::Path;
 use std::process::Command;
 
 use bytes::Bytes;
-use lake::iceberg::DataFile;
 use lake::segment::{Entry, Options, write};
 use lake::table::{Append, TableState};
 use recordbatch::{ProducerFields, Record};
@@ -85,17 +84,7 @@ fn duckdb_and_pyiceberg_scan_a_table_of_three_appended_segments() {
         let name = format!("{first:020}");
         let path = at(&format!("data/{name}.parquet"));
         std::fs::write(&path, &seg.file).unwrap();
-        let file = DataFile {
-            path,
-            file_size: seg.file.len() as u64,
-            record_count: seg.end_offset - seg.first_offset,
-            ingest_day: (1_700_000_000_000i64 / 86_400_000) as i32,
-            offsets: (seg.first_offset as i64, seg.end_offset as i64 - 1),
-            timestamps_ms: seg.timestamps_ms,
-            ingest_ms: seg.ingest_ms,
-            partition: 2,
-            split_offsets: seg.row_groups.iter().map(|g| g.start as i64).collect(),
-        };
+        let file = seg.data_file(path, 2).unwrap();
         let summary = vec![("lakelog.end-offset".to_owned(), seg.end_offset.to_string())];
         let commit =
             table.append(&Append { segment: name, file, now_ms: 1_700_000_000_000 + s, summary });

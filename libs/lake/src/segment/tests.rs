@@ -260,3 +260,25 @@ fn extreme_times_round_trip() {
     assert_eq!(meaning(&out[0].batch).1, records);
     assert_eq!(out[0].ingest_ms, i64::MIN / 1000);
 }
+
+#[test]
+fn segments_are_cut_at_utc_days_of_their_running_ingest_time() {
+    let day = 86_400_000i64;
+    let mut input = entries(5, 2, 10);
+    // Day 19,000 ends at 19,001 * day; an entry before that which arrives late does not
+    // move the running maximum back.
+    let times = [19_000 * day + 5, 19_001 * day - 1, 19_001 * day, 19_000 * day, 19_002 * day];
+    for (e, t) in input.iter_mut().zip(times) {
+        e.ingest_ms = t;
+    }
+    assert_eq!(day_cuts(&input), [2, 4]);
+    assert_eq!(day_cuts(&input[..2]), Vec::<usize>::new());
+    assert_eq!((day_of(-1), day_of(0), day_of(day)), (-1, 0, 1));
+    let one_day = write(&input[..2], &Options::default()).unwrap();
+    let f = one_day.data_file("s3://b/t/data/x.parquet", 4).unwrap();
+    assert_eq!((f.ingest_day, f.partition, f.record_count), (19_000, 4, 4));
+    assert_eq!(f.offsets, (100, 103));
+    assert_eq!(f.split_offsets.len(), one_day.row_groups.len());
+    let two_days = write(&input[..3], &Options::default()).unwrap();
+    assert!(matches!(two_days.data_file("p", 0), Err(LakeError::Invalid(_))));
+}
