@@ -4,6 +4,7 @@
 //! that names them. Built here rather than through an Iceberg library: Lakelog is the
 //! table's catalog, and its commits are its own metadata transactions.
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json, json};
 
 use crate::avro::{self, Value};
@@ -208,7 +209,7 @@ pub fn manifest(name: &str, snapshot_id: i64, files: &[DataFile]) -> Vec<u8> {
 }
 
 /// A manifest a manifest list names: where it is, how long, and what it adds.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ManifestFile {
     pub path: String,
     pub length: u64,
@@ -268,7 +269,7 @@ pub fn manifest_list(
 }
 
 /// One snapshot of the table.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub id: i64,
     pub parent: Option<i64>,

@@ -16,32 +16,9 @@ pub struct TableState {
     pub location: String,
     /// The metadata JSON's version: `metadata/v<version>.metadata.json`.
     pub version: u64,
-    pub snapshots: Vec<SnapshotState>,
+    pub snapshots: Vec<Snapshot>,
     /// The live manifests, oldest first (one per appended segment until manifests merge).
-    pub manifests: Vec<ManifestState>,
-}
-
-/// A snapshot, as the state keeps it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SnapshotState {
-    pub id: i64,
-    pub parent: Option<i64>,
-    pub sequence_number: i64,
-    pub timestamp_ms: i64,
-    pub manifest_list: String,
-    pub summary: Vec<(String, String)>,
-}
-
-/// A manifest, as the state keeps it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ManifestState {
-    pub path: String,
-    pub length: u64,
-    pub snapshot_id: i64,
-    pub sequence_number: i64,
-    pub files: u32,
-    pub records: u64,
-    pub days: (i32, i32),
+    pub manifests: Vec<ManifestFile>,
 }
 
 /// What a segment adds to its table.
@@ -92,18 +69,7 @@ impl TableState {
         Table {
             uuid: self.uuid.clone(),
             location: self.location.clone(),
-            snapshots: self
-                .snapshots
-                .iter()
-                .map(|s| Snapshot {
-                    id: s.id,
-                    parent: s.parent,
-                    sequence_number: s.sequence_number,
-                    timestamp_ms: s.timestamp_ms,
-                    manifest_list: s.manifest_list.clone(),
-                    summary: s.summary.clone(),
-                })
-                .collect(),
+            snapshots: self.snapshots.clone(),
             last_updated_ms: self.snapshots.last().map_or(0, |s| s.timestamp_ms),
             properties: vec![],
         }
@@ -124,7 +90,7 @@ impl TableState {
         let manifest_path = self.at(&format!("metadata/{manifest_name}"));
         let manifest = iceberg::manifest(&manifest_name, id, std::slice::from_ref(&a.file));
         let mut manifests = self.manifests.clone();
-        manifests.push(ManifestState {
+        manifests.push(ManifestFile {
             path: manifest_path.clone(),
             length: manifest.len() as u64,
             snapshot_id: id,
@@ -135,20 +101,13 @@ impl TableState {
         });
         let list_name = format!("snap-{id}-{}.avro", a.segment);
         let list_path = self.at(&format!("metadata/{list_name}"));
-        let listed: Vec<ManifestFile> = manifests
-            .iter()
-            .map(|m| ManifestFile {
-                path: m.path.clone(),
-                length: m.length,
-                snapshot_id: m.snapshot_id,
-                sequence_number: m.sequence_number,
-                files: m.files,
-                records: m.records,
-                days: m.days,
-            })
-            .collect();
-        let list =
-            iceberg::manifest_list(&list_name, id, parent.map(|p| p.id), sequence_number, &listed);
+        let list = iceberg::manifest_list(
+            &list_name,
+            id,
+            parent.map(|p| p.id),
+            sequence_number,
+            &manifests,
+        );
         let mut summary = vec![
             ("operation".to_owned(), "append".to_owned()),
             ("added-data-files".to_owned(), "1".to_owned()),
@@ -158,7 +117,7 @@ impl TableState {
         let mut state = self.clone();
         state.version += 1;
         state.manifests = manifests;
-        state.snapshots.push(SnapshotState {
+        state.snapshots.push(Snapshot {
             id,
             parent: parent.map(|p| p.id),
             sequence_number,
