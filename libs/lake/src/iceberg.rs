@@ -88,7 +88,7 @@ pub struct DataFile {
 /// A file's bounds for a field: Iceberg's single-value serialization (little-endian).
 fn bounds(f: &DataFile, lower: bool) -> Value {
     let pick = |(lo, hi): (i64, i64)| if lower { lo } else { hi };
-    let micros = |ms: i64| ms.saturating_mul(1000);
+    let micros = crate::segment::micros;
     let entries = [
         (1, pick(f.offsets).to_le_bytes().to_vec()),
         (2, micros(pick(f.timestamps_ms)).to_le_bytes().to_vec()),

@@ -190,7 +190,7 @@ fn row_crc(f: &RowFields, r: &Record) -> u32 {
 }
 
 /// Microseconds of Iceberg's `timestamptz` from Kafka's milliseconds (saturating).
-fn micros(ms: i64) -> i64 {
+pub(crate) fn micros(ms: i64) -> i64 {
     ms.saturating_mul(1000)
 }
 
@@ -455,6 +455,8 @@ pub const MAX_FOOTER: usize = 16 << 20;
 #[derive(Debug)]
 pub struct Footer {
     meta: ParquetMetaData,
+    /// Its row-group table, read from the metadata once.
+    row_groups: Vec<RowGroup>,
 }
 
 impl Footer {
@@ -494,26 +496,25 @@ impl Footer {
         if meta.file_metadata().schema_descr().root_schema() != expected.as_ref() {
             return Err(LakeError::Corrupt("not a lake segment's schema".to_owned()));
         }
-        let footer = Footer { meta };
-        let table = footer.row_groups()?;
-        if table.len() != footer.meta.num_row_groups() {
-            return Err(LakeError::Corrupt(format!(
-                "{} row groups in the table, {} in the file",
-                table.len(),
-                footer.meta.num_row_groups()
-            )));
-        }
-        Ok(footer)
-    }
-
-    /// The row groups, as [`write`] reported them.
-    pub fn row_groups(&self) -> Result<Vec<RowGroup>, LakeError> {
-        self.meta
+        let row_groups = meta
             .file_metadata()
             .key_value_metadata()
             .and_then(|kv| kv.iter().find(|kv| kv.key == ROW_GROUPS_KEY))
             .and_then(|kv| parse_table(kv.value.as_deref()?))
-            .ok_or_else(|| LakeError::Corrupt("no row-group table in the footer".to_owned()))
+            .ok_or_else(|| LakeError::Corrupt("no row-group table in the footer".to_owned()))?;
+        if row_groups.len() != meta.num_row_groups() {
+            return Err(LakeError::Corrupt(format!(
+                "{} row groups in the table, {} in the file",
+                row_groups.len(),
+                meta.num_row_groups()
+            )));
+        }
+        Ok(Footer { meta, row_groups })
+    }
+
+    /// The row groups, as [`write`] reported them.
+    pub fn row_groups(&self) -> &[RowGroup] {
+        &self.row_groups
     }
 }
 
@@ -599,10 +600,14 @@ pub fn read_row_group(
     index: usize,
     bytes: Bytes,
 ) -> Result<Vec<Entry>, LakeError> {
-    let meta = footer.meta.row_groups().get(index).ok_or_else(|| {
-        LakeError::Invalid(format!("row group {index} of {}", footer.meta.num_row_groups()))
-    })?;
-    let place = footer.row_groups()?[index];
+    let (Some(meta), Some(place)) =
+        (footer.meta.row_groups().get(index), footer.row_groups.get(index))
+    else {
+        return Err(LakeError::Invalid(format!(
+            "row group {index} of {}",
+            footer.meta.num_row_groups()
+        )));
+    };
     if bytes.len() as u64 != place.len {
         return Err(LakeError::Invalid(format!(
             "row group {index} is {} bytes; {} given",
