@@ -290,21 +290,32 @@ async fn a_stored_flush_gives_its_room_back_before_it_commits() -> Result<()> {
     Ok(())
 }
 
-/// Appends of empty payloads hold buffer room too (their bookkeeping) until answered: a writer
-/// whose object store does not answer takes a bounded number, then refuses with
-/// RESOURCE_EXHAUSTED.
-#[tokio::test(start_paused = true)]
-async fn appends_waiting_for_a_commit_are_bounded_even_when_empty() -> Result<()> {
-    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("empty"), "w");
+/// A writer with a 64 KiB buffer, appends of at most `max_entry_bytes`, a 500 ms append
+/// timeout and one log, whose metadata store takes no write from now on: nothing it admits
+/// commits, so what it admits holds its room.
+async fn committing_nothing(
+    prefix: &str,
+    max_entry_bytes: usize,
+) -> Result<(LogStorage, logstore::LogId)> {
+    let mut cfg = LogStorageConfig::new(testkit::unique_prefix(prefix), "w");
     cfg.flush_interval = Duration::from_millis(10);
     cfg.buffer_bytes = 64 << 10;
-    cfg.max_entry_bytes = 1 << 10;
+    cfg.max_entry_bytes = max_entry_bytes;
     cfg.append_timeout = Duration::from_millis(500);
     cfg.flush_deadline = Duration::from_secs(3600);
     let meta = FaultyMeta::new(memory());
     let w = open(cfg, meta.clone()).await?;
     let log = w.create_log().await?;
     meta.hang_writes.store(true, Ordering::SeqCst);
+    Ok((w, log))
+}
+
+/// Appends of empty payloads hold buffer room too (their bookkeeping) until answered: a writer
+/// whose object store does not answer takes a bounded number, then refuses with
+/// RESOURCE_EXHAUSTED.
+#[tokio::test(start_paused = true)]
+async fn appends_waiting_for_a_commit_are_bounded_even_when_empty() -> Result<()> {
+    let (w, log) = committing_nothing("empty", 1 << 10).await?;
     let mut admitted = Vec::new();
     let refused = loop {
         match submit(&w, log, Vec::new()).await {
@@ -324,17 +335,8 @@ async fn appends_waiting_for_a_commit_are_bounded_even_when_empty() -> Result<()
 /// refused at once with RESOURCE_EXHAUSTED instead of joining them.
 #[tokio::test(start_paused = true)]
 async fn appends_beyond_a_quarter_of_the_buffer_waiting_are_refused_at_once() -> Result<()> {
-    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("waiting"), "w");
-    cfg.flush_interval = Duration::from_millis(10);
-    cfg.buffer_bytes = 64 << 10;
-    cfg.max_entry_bytes = 32 << 10;
-    cfg.append_timeout = Duration::from_millis(500);
-    cfg.flush_deadline = Duration::from_secs(3600);
-    let meta = FaultyMeta::new(memory());
-    let w = open(cfg, meta.clone()).await?;
-    let log = w.create_log().await?;
-    // Nothing commits from now on: 256 empty appends hold the whole buffer (their bookkeeping).
-    meta.hang_writes.store(true, Ordering::SeqCst);
+    let (w, log) = committing_nothing("waiting", 32 << 10).await?;
+    // 256 empty appends hold the whole buffer (their bookkeeping).
     let mut held = Vec::new();
     for _ in 0..256 {
         held.push(submit(&w, log, Vec::new()).await?);
