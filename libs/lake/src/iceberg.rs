@@ -44,6 +44,7 @@ pub fn table_schema() -> Json {
             field(17, "producer_epoch", true, json!("int")),
             field(18, "base_sequence", true, json!("int")),
             field(19, "timestamp_delta", true, json!("long")),
+            field(20, "batch_bytes", true, json!("int")),
         ],
     })
 }

@@ -9,8 +9,10 @@ use parquet::schema::types::Type;
 /// The segment's Parquet schema (message type syntax; `= n` is the field id). `timestamp` and
 /// `ingest_ts` are Iceberg `timestamptz` (microseconds, UTC; saturating for times a
 /// millisecond count allows and microseconds do not); the batch timestamps are Kafka's
-/// milliseconds as the batch carried them, and `timestamp_delta` the record's exact
-/// milliseconds after `batch_base_timestamp`, as Kafka frames it.
+/// milliseconds as the batch carried them, `timestamp_delta` the record's exact
+/// milliseconds after `batch_base_timestamp`, as Kafka frames it, and `batch_bytes` the
+/// stored batch's length (a re-framed compressed batch is longer; the log's byte positions
+/// stay the stored ones).
 pub const MESSAGE: &str = "
 message lakelog_segment {
   required int64 offset = 1;
@@ -36,15 +38,16 @@ message lakelog_segment {
   required int32 producer_epoch = 17;
   required int32 base_sequence = 18;
   required int64 timestamp_delta = 19;
+  required int32 batch_bytes = 20;
 }
 ";
 
 /// The highest field id of the fixed columns.
-pub const LAST_FIXED_ID: i32 = 19;
+pub const LAST_FIXED_ID: i32 = 20;
 
 /// The leaf columns, in the file's order (a row group's column chunks come in this order;
 /// `headers` contributes two, its entries' key and value).
-pub const COLUMNS: [&str; 17] = [
+pub const COLUMNS: [&str; 18] = [
     "offset",
     "timestamp",
     "ingest_ts",
@@ -62,6 +65,7 @@ pub const COLUMNS: [&str; 17] = [
     "producer_epoch",
     "base_sequence",
     "timestamp_delta",
+    "batch_bytes",
 ];
 
 /// Leaf column indexes, as in [`COLUMNS`].
@@ -83,6 +87,7 @@ pub(crate) mod col {
     pub const PRODUCER_EPOCH: usize = 14;
     pub const BASE_SEQUENCE: usize = 15;
     pub const TIMESTAMP_DELTA: usize = 16;
+    pub const BATCH_BYTES: usize = 17;
 }
 
 /// The schema as Parquet's type tree.
@@ -104,7 +109,7 @@ mod tests {
         assert_eq!(paths, COLUMNS);
         let ids: Vec<i32> =
             descr.columns().iter().map(|c| c.self_type().get_basic_info().id()).collect();
-        assert_eq!(ids, [1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]);
+        assert_eq!(ids, [1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]);
         assert_eq!(ids.iter().max(), Some(&LAST_FIXED_ID));
     }
 }

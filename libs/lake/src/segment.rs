@@ -28,6 +28,14 @@ pub struct Entry {
     pub batch: Bytes,
 }
 
+/// An entry read back from a segment: its batch framed again, and the length it was stored
+/// with (the log's byte positions count that; a compressed batch comes back longer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Served {
+    pub entry: Entry,
+    pub stored_len: u32,
+}
+
 /// How a segment is written.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -165,6 +173,8 @@ struct RowFields {
     partition: i32,
     batch_offset: i64,
     framing: Framing,
+    /// The stored batch's length.
+    batch_bytes: i32,
 }
 
 /// A row's checksum: [`record_crc`] continued over its other fields (big-endian), so a
@@ -183,6 +193,7 @@ fn row_crc(f: &RowFields, r: &Record) -> u32 {
         &p.producer_id.to_be_bytes(),
         &p.producer_epoch.to_be_bytes(),
         &p.base_sequence.to_be_bytes(),
+        &f.batch_bytes.to_be_bytes(),
     ] {
         crc = crc32c::crc32c_append(crc, b);
     }
@@ -219,6 +230,7 @@ struct Columns {
     producer_epoch: Vec<i32>,
     base_sequence: Vec<i32>,
     timestamp_delta: Vec<i64>,
+    batch_bytes: Vec<i32>,
     /// Key, value and header bytes so far.
     bytes: usize,
 }
@@ -234,6 +246,7 @@ impl Columns {
         ingest_ms: i64,
         partition: i32,
         h: &recordbatch::BatchHeader,
+        batch_bytes: i32,
         r: &Record,
     ) {
         self.offset.push(offset as i64);
@@ -276,6 +289,7 @@ impl Columns {
                 max_timestamp: h.max_timestamp,
                 producer: h.producer,
             },
+            batch_bytes,
         };
         self.crc.push(row_crc(&fields, r) as i32);
         self.batch_offset.push(h.base_offset);
@@ -286,6 +300,7 @@ impl Columns {
         self.producer_epoch.push(i32::from(h.producer.producer_epoch));
         self.base_sequence.push(h.producer.base_sequence);
         self.timestamp_delta.push(r.timestamp_ms.wrapping_sub(h.base_timestamp));
+        self.batch_bytes.push(batch_bytes);
     }
 }
 
@@ -340,11 +355,16 @@ pub fn write(entries: &[Entry], opts: &Options) -> Result<Segment, LakeError> {
         let (mut h, records) = recordbatch::decode(&e.batch)
             .map_err(|source| LakeError::Batch { offset: e.offset, source })?;
         h.base_offset = e.offset as i64;
+        // (A batch decodes only if its length fits its own i32 length field.)
+        let batch_bytes = i32::try_from(e.batch.len()).map_err(|_| {
+            LakeError::Invalid(format!("the batch at {} is {} bytes", e.offset, e.batch.len()))
+        })?;
         ingest = ingest.max(e.ingest_ms);
         ingest_range = (ingest_range.0.min(ingest), ingest_range.1.max(ingest));
         for r in &records {
             timestamps = (timestamps.0.min(r.timestamp_ms), timestamps.1.max(r.timestamp_ms));
-            cols.push(e.offset + u64::from(r.offset_delta), ingest, opts.partition, &h, r);
+            let offset = e.offset + u64::from(r.offset_delta);
+            cols.push(offset, ingest, opts.partition, &h, batch_bytes, r);
         }
         next = e.offset + records.len() as u64;
         if cols.bytes >= opts.row_group_bytes {
@@ -422,6 +442,7 @@ fn write_row_group(
             col::TIMESTAMP_DELTA => {
                 write_column::<Int64Type>(&mut w, &c.timestamp_delta, None, None)?
             }
+            col::BATCH_BYTES => write_column::<Int32Type>(&mut w, &c.batch_bytes, None, None)?,
             n => return Err(LakeError::Invalid(format!("the schema has no column {n}"))),
         }
         w.close()?;
@@ -599,7 +620,7 @@ pub fn read_row_group(
     footer: &Footer,
     index: usize,
     bytes: Bytes,
-) -> Result<Vec<Entry>, LakeError> {
+) -> Result<Vec<Served>, LakeError> {
     let (Some(meta), Some(place)) =
         (footer.meta.row_groups().get(index), footer.row_groups.get(index))
     else {
@@ -650,6 +671,7 @@ pub fn read_row_group(
     let producer_epoch = i32s(col::PRODUCER_EPOCH)?;
     let base_sequence = i32s(col::BASE_SEQUENCE)?;
     let delta = i64s(col::TIMESTAMP_DELTA)?;
+    let batch_bytes = i32s(col::BATCH_BYTES)?;
     let corrupt = |m: String| LakeError::Corrupt(format!("row group {index}: {m}"));
     for (name, n) in [
         ("offset", offset.len()),
@@ -667,6 +689,7 @@ pub fn read_row_group(
         ("producer_epoch", producer_epoch.len()),
         ("base_sequence", base_sequence.len()),
         ("timestamp_delta", delta.len()),
+        ("batch_bytes", batch_bytes.len()),
     ] {
         if n != rows {
             return Err(corrupt(format!("{name} has {n} values for {rows} rows")));
@@ -683,9 +706,9 @@ pub fn read_row_group(
             .ok_or_else(|| corrupt(format!("fewer {what} values than their levels say")))
     };
     let mut level = 0;
-    let mut out: Vec<Entry> = Vec::new();
+    let mut out: Vec<Served> = Vec::new();
     let mut batch: Vec<Record> = Vec::new();
-    let mut batch_framing: Option<Framing> = None;
+    let mut batch_framing: Option<(Framing, i32)> = None;
     for row in 0..rows {
         let key = if key_def[row] == 1 { Some(take(&mut values.0, "key")?) } else { None };
         let value = if value_def[row] == 1 { Some(take(&mut values.1, "value")?) } else { None };
@@ -739,15 +762,16 @@ pub fn read_row_group(
             partition: partition[row],
             batch_offset: start,
             framing,
+            batch_bytes: batch_bytes[row],
         };
         if row_crc(&fields, &r) != crc[row] as u32 || timestamp[row] != micros(r.timestamp_ms) {
             return Err(corrupt(format!("the row at offset {} fails its checksum", offset[row])));
         }
         // A batch's rows share its framing.
-        if !batch.is_empty() && Some(framing) != batch_framing {
+        if !batch.is_empty() && Some((framing, batch_bytes[row])) != batch_framing {
             return Err(corrupt(format!("the batch at {start} changes its framing")));
         }
-        batch_framing = Some(framing);
+        batch_framing = Some((framing, batch_bytes[row]));
         batch.push(r);
         let last = row + 1 == rows || batch_offset[row + 1] != start;
         if last {
@@ -756,7 +780,11 @@ pub fn read_row_group(
                 .map_err(|e| corrupt(e.to_string()))?;
             let mut framed = framed.to_vec();
             recordbatch::set_base_offset(&mut framed, start).map_err(|e| corrupt(e.to_string()))?;
-            out.push(Entry { offset: start as u64, ingest_ms, batch: Bytes::from(framed) });
+            let entry = Entry { offset: start as u64, ingest_ms, batch: Bytes::from(framed) };
+            let stored_len = u32::try_from(batch_bytes[row]).map_err(|_| {
+                corrupt(format!("the batch at {start} is {} bytes", batch_bytes[row]))
+            })?;
+            out.push(Served { entry, stored_len });
         }
     }
     if level != hrep.len() {

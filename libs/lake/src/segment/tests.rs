@@ -87,6 +87,10 @@ fn footer_of(seg: &Segment) -> Footer {
 }
 
 fn read_all(seg: &Segment) -> Vec<Entry> {
+    read_served(seg).into_iter().map(|s| s.entry).collect()
+}
+
+fn read_served(seg: &Segment) -> Vec<Served> {
     let footer = footer_of(seg);
     assert_eq!(footer.row_groups(), seg.row_groups.as_slice());
     let mut out = Vec::new();
@@ -156,9 +160,12 @@ fn compressed_batches_come_back_uncompressed_with_the_same_records() {
     let compressed = gzip(&plain);
     let input = vec![Entry { offset: 0, ingest_ms: 5, batch: compressed.clone() }];
     let seg = write(&input, &Options::default()).unwrap();
-    let out = read_all(&seg);
+    let out = read_served(&seg);
     assert_eq!(out.len(), 1);
-    let (h, r) = meaning(&out[0].batch);
+    // The stored length is kept: the log's byte positions do not move.
+    assert_eq!(out[0].stored_len as usize, compressed.len());
+    assert!(out[0].entry.batch.len() > compressed.len());
+    let (h, r) = meaning(&out[0].entry.batch);
     assert_eq!(h.compression().unwrap(), recordbatch::Compression::None);
     assert_eq!(r, meaning(&compressed).1);
 }
@@ -171,7 +178,9 @@ fn a_damaged_row_group_is_an_error_never_records() {
     let footer = footer_of(&seg);
     let rg = seg.row_groups[0];
     let good = seg.file.slice(rg.start as usize..(rg.start + rg.len) as usize);
-    assert_eq!(read_row_group(&footer, 0, good.clone()).unwrap(), input_at(&input));
+    let read: Vec<Entry> =
+        read_row_group(&footer, 0, good.clone()).unwrap().into_iter().map(|s| s.entry).collect();
+    assert_eq!(read, input_at(&input));
     for at in 0..good.len() {
         let mut bad = good.to_vec();
         bad[at] ^= 0x20;
@@ -232,7 +241,8 @@ fn a_damaged_footer_is_an_error_never_records() {
                 let Some(bytes) = bad.get(rg.start as usize..end) else {
                     return Err(LakeError::Invalid("outside the file".into()));
                 };
-                out.extend(read_row_group(&footer, n, Bytes::copy_from_slice(bytes))?);
+                let served = read_row_group(&footer, n, Bytes::copy_from_slice(bytes))?;
+                out.extend(served.into_iter().map(|s| s.entry));
             }
             Ok(out)
         });
