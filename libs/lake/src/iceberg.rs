@@ -221,6 +221,9 @@ pub struct ManifestFile {
     pub records: u64,
     /// Smallest and largest partition day of its files.
     pub days: (i32, i32),
+    /// Its data files' paths (not written to the manifest list: what Lakelog's cleaner keeps).
+    #[serde(default)]
+    pub data_files: Vec<String>,
 }
 
 /// The manifest list of a snapshot: every live manifest, the new one included.

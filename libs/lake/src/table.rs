@@ -14,12 +14,21 @@ pub struct TableState {
     pub uuid: String,
     /// Where its files live (`s3://bucket/prefix/lake/<stream>`, `file:///…`).
     pub location: String,
-    /// The metadata JSON's version: `metadata/v<version>.metadata.json`.
+    /// The metadata JSON's version: commits so far.
     pub version: u64,
+    /// The current metadata JSON (`metadata/<version>-<segment>.metadata.json`: named after
+    /// the commit's segment too, so two commits racing for one version never write one file).
+    #[serde(default)]
+    pub metadata: Option<String>,
+    /// The newest snapshots, oldest first: at most [`MAX_SNAPSHOTS`] (older ones expire).
     pub snapshots: Vec<Snapshot>,
     /// The live manifests, oldest first (one per appended segment until manifests merge).
     pub manifests: Vec<ManifestFile>,
 }
+
+/// Snapshots a table keeps (each is one commit; older ones expire, so the state the metadata
+/// store keeps stays small).
+pub const MAX_SNAPSHOTS: usize = 100;
 
 /// What a segment adds to its table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,6 +59,7 @@ impl TableState {
             uuid: uuid.into(),
             location: location.into(),
             version: 0,
+            metadata: None,
             snapshots: Vec::new(),
             manifests: Vec::new(),
         }
@@ -61,7 +71,12 @@ impl TableState {
 
     /// The current metadata JSON's location, once the table has one.
     pub fn metadata_location(&self) -> Option<String> {
-        (self.version > 0).then(|| self.at(&format!("metadata/v{}.metadata.json", self.version)))
+        self.metadata.clone()
+    }
+
+    /// Every data file the live manifests name (what the cleaner must keep).
+    pub fn data_files(&self) -> impl Iterator<Item = &str> {
+        self.manifests.iter().flat_map(|m| m.data_files.iter().map(String::as_str))
     }
 
     /// The table metadata as of this state.
@@ -98,6 +113,7 @@ impl TableState {
             files: 1,
             records: a.file.record_count,
             days: (a.file.ingest_day, a.file.ingest_day),
+            data_files: vec![a.file.path.clone()],
         });
         let list_name = format!("snap-{id}-{}.avro", a.segment);
         let list_path = self.at(&format!("metadata/{list_name}"));
@@ -116,6 +132,8 @@ impl TableState {
         summary.extend(a.summary.iter().cloned());
         let mut state = self.clone();
         state.version += 1;
+        state.metadata =
+            Some(self.at(&format!("metadata/{:05}-{}.metadata.json", state.version, a.segment)));
         state.manifests = manifests;
         state.snapshots.push(Snapshot {
             id,
@@ -125,6 +143,8 @@ impl TableState {
             manifest_list: list_path.clone(),
             summary,
         });
+        let expired = state.snapshots.len().saturating_sub(MAX_SNAPSHOTS);
+        state.snapshots.drain(..expired);
         let metadata_location = state.metadata_location().unwrap_or_default();
         let files = vec![
             (manifest_path, manifest),
@@ -169,7 +189,10 @@ mod tests {
         let c1 = t0.append(&append(1));
         let c2 = c1.state.append(&append(2));
         assert_eq!(c2.state.version, 2);
-        assert_eq!(c2.metadata_location, "file:///t/metadata/v2.metadata.json");
+        assert_eq!(c2.metadata_location, "file:///t/metadata/00002-seg-2.metadata.json");
+        assert_eq!(c2.state.metadata_location().as_deref(), Some(c2.metadata_location.as_str()));
+        let files: Vec<&str> = c2.state.data_files().collect();
+        assert_eq!(files, [file(1).path, file(2).path]);
         let s = &c2.state.snapshots;
         assert_eq!((s[0].sequence_number, s[1].sequence_number), (1, 2));
         assert_eq!(s[1].parent, Some(s[0].id));
@@ -182,5 +205,21 @@ mod tests {
         // The state survives its serialized form (what the metadata store keeps).
         let json = serde_json::to_string(&c2.state).unwrap();
         assert_eq!(serde_json::from_str::<TableState>(&json).unwrap(), c2.state);
+    }
+
+    #[test]
+    fn old_snapshots_expire_and_the_chain_goes_on() {
+        let mut t = TableState::new("u", "file:///t");
+        for n in 0..(MAX_SNAPSHOTS as u64 + 5) {
+            t = t.append(&append(n)).state;
+        }
+        assert_eq!(t.snapshots.len(), MAX_SNAPSHOTS);
+        assert_eq!(t.snapshots[0].sequence_number, 6);
+        assert_eq!(t.version, MAX_SNAPSHOTS as u64 + 5);
+        // Every file is still in the table: expiry drops snapshots, not data.
+        assert_eq!(t.data_files().count(), MAX_SNAPSHOTS + 5);
+        for w in t.snapshots.windows(2) {
+            assert_eq!(w[1].parent, Some(w[0].id));
+        }
     }
 }

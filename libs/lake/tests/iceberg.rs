@@ -96,7 +96,7 @@ fn duckdb_and_pyiceberg_scan_a_table_of_three_appended_segments() {
         first = seg.end_offset;
     }
     let meta = table.metadata_location().unwrap();
-    assert!(meta.ends_with("metadata/v3.metadata.json"), "{meta}");
+    assert!(meta.contains("/metadata/00003-"), "{meta}");
     let first_snapshot = table.snapshots[0].id.to_string();
     let out = Command::new(python())
         .args(["-c", SCRIPT, &meta])

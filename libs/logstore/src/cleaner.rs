@@ -473,7 +473,62 @@ impl Cleaner {
                 orphans.push(m);
             }
         }
+        self.keep_table_files(&mut orphans).await?;
         Ok(orphans)
+    }
+
+    /// Takes out of `orphans` the lake segments their stream's table still names: a table keeps
+    /// its files after the log trims them (its retention is its own). Read after the index:
+    /// a file no index record and no live claim held is never added to a table later (only
+    /// the swap that puts it in the index adds it).
+    async fn keep_table_files(
+        &self,
+        orphans: &mut Vec<objstore::object_store::ObjectMeta>,
+    ) -> Result<(), LogError> {
+        let mut logs: Vec<LogId> = orphans
+            .iter()
+            .filter_map(|m| objstore::keys::parse_compacted_object(&m.location))
+            .filter(|k| k.lake)
+            .map(|k| LogId(k.log))
+            .collect();
+        logs.sort_unstable();
+        logs.dedup();
+        if logs.is_empty() {
+            return Ok(());
+        }
+        let heads = logs.iter().map(|l| TxnOp::get(RangeRequest::key(self.keys.head(*l))));
+        let resp = self.meta.txn(Txn::new().and_then(heads)).await?;
+        let mut streams = std::collections::BTreeSet::new();
+        for r in &resp.results {
+            if let OpResult::Get(g) = r
+                && let Some(kv) = g.kvs.first()
+            {
+                let head: crate::records::LogHead = crate::decode("log head", &kv.value)?;
+                if let Some(route) = head.route {
+                    streams.insert(route.stream_identity);
+                }
+            }
+        }
+        if streams.is_empty() {
+            return Ok(());
+        }
+        let tables = streams.iter().map(|s| TxnOp::get(RangeRequest::key(self.keys.lake_table(s))));
+        let resp = self.meta.txn(Txn::new().and_then(tables)).await?;
+        let mut named = std::collections::HashSet::new();
+        for r in &resp.results {
+            if let OpResult::Get(g) = r
+                && let Some(kv) = g.kvs.first()
+            {
+                for uri in crate::lakes::decode_table(&kv.value)?.data_files() {
+                    // A URI under the store's root: its key is what follows the root.
+                    if let Some(at) = uri.rfind("/compacted/") {
+                        named.insert(uri[at + 1..].to_owned());
+                    }
+                }
+            }
+        }
+        orphans.retain(|m| !named.contains(m.location.as_ref()));
+        Ok(())
     }
 
     /// Deletes the objects of `batch` (emptying it) in one batched call; ones already gone

@@ -33,9 +33,10 @@ use objstore::object_store::ObjectStore;
 use prost::Message;
 
 use crate::keys::{Keys, parse_u64};
+use crate::lakes::{self, LakeLogs};
 use crate::reader::LogReader;
 use crate::records::{IndexPage, Locator, LogHead, LogState};
-use crate::{LogError, LogId, decode};
+use crate::{Clock, LogEntry, LogError, LogId, decode};
 
 /// When a log is worth compacting, and how large its segments grow.
 #[derive(Clone, Debug)]
@@ -52,6 +53,8 @@ pub struct CompactorConfig {
     /// one smaller. (Sooner would rewrite the tail of a log written in rare bursts on every
     /// burst.)
     pub settle_after: std::time::Duration,
+    /// The logs whose segments are lake table data files (ARCHITECTURE §5c).
+    pub lakes: Arc<LakeLogs>,
 }
 
 impl Default for CompactorConfig {
@@ -60,6 +63,7 @@ impl Default for CompactorConfig {
             min_chunks: 16,
             target_segment_bytes: 64 << 20,
             settle_after: DEFAULT_SETTLE_AFTER,
+            lakes: Default::default(),
         }
     }
 }
@@ -178,6 +182,8 @@ pub struct Compaction {
     pub object: String,
     /// The log's new `wal_floor`.
     pub wal_floor: u64,
+    /// For a lake log's segment: the table snapshot that added it.
+    pub table_snapshot: Option<i64>,
 }
 
 /// Why a log was not compacted this time (none of these is an error).
@@ -207,6 +213,7 @@ pub struct Compactor {
     lease: LeaseId,
     cfg: CompactorConfig,
     idle: IdleLogs,
+    clock: Arc<dyn Clock>,
 }
 
 /// The steps of one compaction, where a test hook may pause or crash it.
@@ -214,8 +221,11 @@ pub struct Compactor {
 pub enum Step {
     /// The claim is taken; nothing read or written yet.
     Claimed,
-    /// The segment is PUT; the swap is next.
+    /// The segment is PUT; the swap is next (for a lake log, its table's files first).
     Written,
+    /// A lake log's table files (manifest, manifest list, metadata JSON) are written too; the
+    /// swap is next.
+    TableWritten,
     /// The swap committed; the claim is released next.
     Swapped,
 }
@@ -235,7 +245,14 @@ impl Compactor {
             lease,
             cfg,
             idle: IdleLogs::default(),
+            clock: Arc::new(crate::SystemClock),
         }
+    }
+
+    /// Reads the time (a lake table snapshot's timestamp) from `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Remembers heads across cycles in `idle` (a fresh compactor knows none, so it treats no
@@ -361,17 +378,23 @@ impl Compactor {
         spilled: bool,
     ) -> Result<Pass, LogError> {
         let keys = &self.keys;
-        let read = Txn::new().and_then([
+        // A lake log's table state is read at the same revision.
+        let lake = self.cfg.lakes.get(log).cloned();
+        let table_key = lake.as_ref().map(|l| keys.lake_table(&l.stream_identity));
+        let mut reads = vec![
             TxnOp::get(RangeRequest::key(keys.head(log))),
             TxnOp::get(RangeRequest::key(keys.start(log))),
             TxnOp::get(RangeRequest::key(keys.next_seq())),
             TxnOp::get(RangeRequest::prefix(keys.low_water_prefix())),
             TxnOp::get(RangeRequest::prefix(keys.index_prefix(log))),
             TxnOp::get(RangeRequest::key(keys.wal_floor(log))),
-        ]);
-        let resp = self.meta.txn(read).await?;
+        ];
+        if let Some(k) = &table_key {
+            reads.push(TxnOp::get(RangeRequest::key(k.clone())));
+        }
+        let resp = self.meta.txn(Txn::new().and_then(reads)).await?;
         let r = resp.revision;
-        let gets: Vec<metadata::RangeResponse> = resp
+        let mut gets: Vec<metadata::RangeResponse> = resp
             .results
             .into_iter()
             .map(|o| match o {
@@ -379,6 +402,10 @@ impl Compactor {
                 _ => Err(LogError::Internal("compaction read answered the wrong shape".to_owned())),
             })
             .collect::<Result<_, _>>()?;
+        let table_kv = match table_key {
+            Some(_) => gets.pop().map(|g| g.kvs.into_iter().next()),
+            None => None,
+        };
         let [head, start, next_seq, marks, pages, floor_now] =
             <[_; 6]>::try_from(gets).map_err(|_| {
                 LogError::Internal("compaction read answered the wrong shape".to_owned())
@@ -460,12 +487,14 @@ impl Compactor {
                 let segment = page.locators.iter().any(|l| !l.in_wal());
                 let bytes = above().map(|l| l.payload_bytes).sum();
                 // A segment this claim wrote is not taken again under it: its object's key
-                // (first offset and claim) would be the new one's too.
+                // (first offset and claim) would be the new one's too. A lake log's lake
+                // segments are its table's files: not rewritten (yet).
                 let open = !below
                     && if segment {
                         page.locators.len() == 1
                             && page.locators[0].first_offset >= start
                             && page.locators[0].compacted_claim != claim
+                            && !(lake.is_some() && page.locators[0].lake.is_some())
                             && bytes < target
                     } else {
                         page.locators.iter().all(eligible)
@@ -504,27 +533,55 @@ impl Compactor {
             let eligible = pieces.iter().filter(|p| p.open).map(|p| p.wal_chunks).sum();
             return Ok(Pass::Done(Err(Skipped::TooFew { eligible })));
         };
-        let chosen: Vec<usize> = (from..to).collect();
-        let chunks: Vec<&Locator> = chosen
+        let mut chosen: Vec<usize> = (from..to).collect();
+        let mut taken: Vec<(usize, &Locator)> = chosen
             .iter()
-            .flat_map(|i| listed[*i].2.locators.iter())
-            .filter(|l| l.end_offset() > start)
+            .flat_map(|i| listed[*i].2.locators.iter().map(move |l| (*i, l)))
+            .filter(|(_, l)| l.end_offset() > start)
             .collect();
+        // A lake segment holds one ingest day (its table partition): it ends before the first
+        // run of the next day. The rest of that run's page stays, as a page of its own.
+        let mut rest: Option<IndexPage> = None;
+        if lake.is_some() {
+            let runs: Vec<&Locator> = taken.iter().map(|(_, l)| *l).collect();
+            if let Some(k) = lakes::day_cut(&runs) {
+                let (page, cut) = (taken[k].0, taken[k].1.first_offset);
+                let left: Vec<Locator> = taken[k..]
+                    .iter()
+                    .filter(|(i, _)| *i == page)
+                    .map(|(_, l)| (*l).clone())
+                    .collect();
+                let whole = listed[page].0 == cut
+                    && k == taken.iter().position(|(i, _)| *i == page).unwrap_or(k);
+                taken.truncate(k);
+                if whole {
+                    chosen.retain(|i| *i < page);
+                } else {
+                    chosen.retain(|i| *i <= page);
+                    rest = Some(IndexPage { locators: left });
+                }
+            }
+        }
+        let chunks: Vec<&Locator> = taken.iter().map(|(_, l)| *l).collect();
         let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
             return Ok(Pass::Done(Err(Skipped::TooFew { eligible: 0 })));
         };
         let (a, b) = (first.first_offset, last.end_offset());
+        // The end of the index range the swap replaces: past the page left as the rest.
+        let range_end =
+            rest.as_ref().and_then(|p| p.locators.last()).map_or(b, Locator::end_offset);
         // The first page's key: `a` unless a trim cut through that page (then below `a`).
         let (page_a, a_kv) = (listed[chosen[0]].0, listed[chosen[0]].1);
 
         // The segment: the entries of the chunks and segments taken, in order, as one chunk of
-        // one log.
+        // one log (or, for a lake log, as its table's Parquet data file).
         let mut builder = wal::ObjectBuilder::with_capacity(
             wal::ObjectKind::Segment,
-            chunks.iter().map(|l| l.byte_len as usize).sum(),
+            if lake.is_some() { 0 } else { chunks.iter().map(|l| l.byte_len as usize).sum() },
         );
         builder.begin_chunk(log.0);
         let (mut records, mut entries) = (0u64, 0u32);
+        let mut kept: Vec<(i64, LogEntry)> = Vec::new();
         // One ranged GET per chunk, several at once and taken in order: a log written in many
         // small flushes has thousands of chunks, and one GET at a time made a cycle take
         // minutes. The segment's size bounds what they hold together. Each fetch owns what it
@@ -538,47 +595,106 @@ impl Compactor {
             })
             .collect();
         let mut runs = futures::stream::iter(fetches).buffered(RUN_FETCHES);
+        let mut ingest = chunks.iter().map(|l| lakes::ingest_of(l));
         while let Some(run) = runs.next().await {
+            let run_ingest = ingest.next().unwrap_or_default();
             for e in run? {
-                builder.push_entry(e.header.record_count, e.header.timestamp, &e.payload)?;
                 records += u64::from(e.header.record_count);
                 entries += 1;
+                if lake.is_some() {
+                    kept.push((run_ingest, e));
+                } else {
+                    builder.push_entry(e.header.record_count, e.header.timestamp, &e.payload)?;
+                }
             }
         }
-        let (object, metas) = builder.finish()?;
-        let meta = metas.first().ok_or_else(|| LogError::Internal("empty segment".to_owned()))?;
         if records != b - a {
             return Err(LogError::Corrupt(format!(
                 "log {log}: chunks [{a}, {b}) hold {records} records"
             )));
         }
-        let locator = Locator {
+        let claim = u64::try_from(claim_rev)
+            .map_err(|_| LogError::Internal("negative claim revision".to_owned()))?;
+        let mut locator = Locator {
             first_offset: a,
             record_count: records,
             entry_count: entries,
             wal_seq: 0,
-            byte_start: meta.byte_start,
-            byte_len: meta.byte_len,
+            byte_start: 0,
+            byte_len: 0,
             max_timestamp: last.max_timestamp,
             cumulative_before: first.cumulative_before,
             payload_bytes: chunks.iter().map(|l| l.payload_bytes).sum(),
-            compacted_claim: u64::try_from(claim_rev)
-                .map_err(|_| LogError::Internal("negative claim revision".to_owned()))?,
+            compacted_claim: claim,
+            ingest_ms: chunks.iter().map(|l| lakes::ingest_of(l)).max().unwrap_or_default(),
+            lake: None,
+        };
+        // A lake log's segment as a Parquet file; if an entry is no record batch (a stream
+        // written around its format), this segment is a plain one instead.
+        let lake_seg = match &lake {
+            Some(l) => {
+                let input: Vec<lake::segment::Entry> = kept
+                    .iter()
+                    .map(|(ingest_ms, e)| lake::segment::Entry {
+                        offset: e.header.offset,
+                        ingest_ms: *ingest_ms,
+                        batch: e.payload.clone(),
+                    })
+                    .collect();
+                let opts = lake::segment::Options {
+                    partition: i32::try_from(l.partition).unwrap_or(i32::MAX),
+                    ..Default::default()
+                };
+                match lake::segment::write(&input, &opts) {
+                    Ok(seg) => {
+                        let place = lakes::lake_file(&seg, &input);
+                        Some((seg, place))
+                    }
+                    Err(lake::LakeError::Batch { offset, source }) => {
+                        tracing::warn!(%log, offset, error = %source, "an entry of a lake log is no record batch; its segment is written as a plain one");
+                        None
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            None => None,
+        };
+        let object = match &lake_seg {
+            Some((seg, place)) => {
+                locator.byte_len = seg.file.len() as u64;
+                locator.ingest_ms = seg.ingest_ms.1;
+                locator.lake = Some(place.clone());
+                seg.file.clone()
+            }
+            None => {
+                for (_, e) in &kept {
+                    builder.push_entry(e.header.record_count, e.header.timestamp, &e.payload)?;
+                }
+                drop(kept);
+                let (object, metas) = builder.finish()?;
+                let meta =
+                    metas.first().ok_or_else(|| LogError::Internal("empty segment".to_owned()))?;
+                locator.byte_start = meta.byte_start;
+                locator.byte_len = meta.byte_len;
+                object
+            }
         };
         let path = locator.object(log);
         let size = object.len() as u64;
         objstore::put_create_only(self.objects.as_ref(), &path, object).await?;
-        if let Some(h) = hook {
+        if let Some(h) = &hook {
             h(Step::Written).await;
         }
 
-        // The floor: the log's WAL chunks left (other pages, the head's recent), next_seq, marks.
+        // The floor: the log's WAL chunks left (other pages, what a day's cut left of its page,
+        // the head's recent), next_seq, marks.
         let compacted: std::collections::HashSet<usize> = chosen.iter().copied().collect();
         let left = listed
             .iter()
             .enumerate()
             .filter(|(i, _)| !compacted.contains(i))
             .flat_map(|(_, (_, _, p))| p.locators.iter())
+            .chain(rest.iter().flat_map(|p| p.locators.iter()))
             .chain(head.recent.iter())
             .filter(live)
             .map(|l| l.wal_seq);
@@ -586,43 +702,127 @@ impl Compactor {
 
         let index_page_a = keys.index_page(log, page_a);
         let index_a = keys.index_page(log, a);
-        let mut after_a = index_a.clone();
-        after_a.push(0);
+        let after = |k: &[u8]| {
+            let mut k = k.to_vec();
+            k.push(0);
+            k
+        };
         let index_b = keys.index_page(log, b);
-        let mut ops = Vec::with_capacity(4);
+        let index_end = keys.index_page(log, range_end);
+        let mut ops = Vec::with_capacity(6);
         if page_a < a {
             // The page a trim cut through goes; the segment's page is keyed at its first
             // offset, as every page is.
             ops.push(TxnOp::delete(KeyRange::between(index_page_a.clone(), index_a.clone())));
         }
         ops.extend([
-            TxnOp::put(index_a, IndexPage { locators: vec![locator] }.encode_to_vec()),
-            TxnOp::delete(KeyRange::between(after_a, index_b.clone())),
+            TxnOp::put(index_a.clone(), IndexPage { locators: vec![locator] }.encode_to_vec()),
+            TxnOp::delete(KeyRange::between(after(&index_a), index_b.clone())),
             TxnOp::put(keys.wal_floor(log), floor.to_string()),
         ]);
-        let swap = Txn::new()
-            .when([
-                Compare::create_revision(keys.compaction_task(log), CompareOp::Equal, claim_rev),
-                Compare::mod_revision(keys.start(log), CompareOp::Equal, start_kv.mod_revision),
-                Compare::mod_revision(index_page_a.clone(), CompareOp::Equal, a_kv.mod_revision),
-                Compare::mod_revision(index_page_a, CompareOp::Less, r + 1).with_range_end(index_b),
-            ])
-            .and_then(ops);
-        if !self.meta.txn(swap).await?.succeeded {
-            return Ok(Pass::Done(Err(Skipped::Raced { orphan: path.to_string() })));
+        if let Some(rest) = &rest {
+            // What a day's cut left of its page: a page at the cut (no key is both put and
+            // deleted in one transaction).
+            ops.push(TxnOp::put(index_b.clone(), rest.encode_to_vec()));
+            ops.push(TxnOp::delete(KeyRange::between(after(&index_b), index_end.clone())));
         }
-        Ok(Pass::Done(Ok(Compaction {
-            log,
-            first_offset: a,
-            end_offset: b,
-            chunks: chunks.iter().filter(|l| l.in_wal()).count(),
-            segments: chunks.iter().filter(|l| !l.in_wal()).count(),
-            bytes: size,
-            object: path.to_string(),
-            wal_floor: floor,
-        })))
+        let compares = vec![
+            Compare::create_revision(keys.compaction_task(log), CompareOp::Equal, claim_rev),
+            Compare::mod_revision(keys.start(log), CompareOp::Equal, start_kv.mod_revision),
+            Compare::mod_revision(index_page_a.clone(), CompareOp::Equal, a_kv.mod_revision),
+            Compare::mod_revision(index_page_a, CompareOp::Less, r + 1).with_range_end(index_end),
+        ];
+        let (Some(l), Some((seg, _))) = (&lake, &lake_seg) else {
+            if !self.meta.txn(Txn::new().when(compares).and_then(ops)).await?.succeeded {
+                return Ok(Pass::Done(Err(Skipped::Raced { orphan: path.to_string() })));
+            }
+            return Ok(Pass::Done(Ok(Compaction {
+                log,
+                first_offset: a,
+                end_offset: b,
+                chunks: chunks.iter().filter(|l| l.in_wal()).count(),
+                segments: chunks.iter().filter(|l| !l.in_wal()).count(),
+                bytes: size,
+                object: path.to_string(),
+                wal_floor: floor,
+                table_snapshot: None,
+            })));
+        };
+        // A lake segment: the table's commit goes in the same transaction, comparing the
+        // table's state as read. Another partition's commit moving the table first is no
+        // race of this log's: the commit is planned again on the table as it is now.
+        let table_key = keys.lake_table(&l.stream_identity);
+        let mut table_kv = table_kv.flatten();
+        let segment = format!("{:020}-{a:020}-{claim:020}", log.0);
+        let file = seg.data_file(self.cfg.lakes.uri(&path), opts_partition(l))?;
+        let summary = vec![
+            ("lakelog.log-id".to_owned(), log.0.to_string()),
+            ("lakelog.segment".to_owned(), path.to_string()),
+            ("lakelog.first-offset".to_owned(), a.to_string()),
+            ("lakelog.end-offset".to_owned(), b.to_string()),
+            ("lakelog.metadata-revision".to_owned(), r.to_string()),
+        ];
+        for attempt in 0.. {
+            let state = match &table_kv {
+                Some(kv) => lakes::decode_table(&kv.value)?,
+                None => self.cfg.lakes.new_table(l),
+            };
+            let append = lake::table::Append {
+                segment: segment.clone(),
+                file: file.clone(),
+                now_ms: self.clock.now_ms(),
+                summary: summary.clone(),
+            };
+            let commit = state.append(&append);
+            lakes::write_commit_files(&self.objects, &self.cfg.lakes, &commit).await?;
+            if attempt == 0
+                && let Some(h) = &hook
+            {
+                h(Step::TableWritten).await;
+            }
+            let table_compare = match &table_kv {
+                Some(kv) => {
+                    Compare::mod_revision(table_key.clone(), CompareOp::Equal, kv.mod_revision)
+                }
+                None => Compare::create_revision(table_key.clone(), CompareOp::Equal, 0),
+            };
+            let mut when = compares.clone();
+            when.push(table_compare);
+            let mut then = ops.clone();
+            then.push(TxnOp::put(table_key.clone(), lakes::encode_table(&commit.state)?));
+            if self.meta.txn(Txn::new().when(when).and_then(then)).await?.succeeded {
+                return Ok(Pass::Done(Ok(Compaction {
+                    log,
+                    first_offset: a,
+                    end_offset: b,
+                    chunks: chunks.iter().filter(|l| l.in_wal()).count(),
+                    segments: chunks.iter().filter(|l| !l.in_wal()).count(),
+                    bytes: size,
+                    object: path.to_string(),
+                    wal_floor: floor,
+                    table_snapshot: commit.state.snapshots.last().map(|s| s.id),
+                })));
+            }
+            // Did only the table move? The log's own compares, evaluated alone, say.
+            if attempt >= TABLE_RETRIES
+                || !self.meta.txn(Txn::new().when(compares.clone())).await?.succeeded
+            {
+                break;
+            }
+            table_kv = self.meta.get(&table_key).await?;
+        }
+        Ok(Pass::Done(Err(Skipped::Raced { orphan: path.to_string() })))
     }
 }
+
+/// A lake log's stream partition as a table column holds it.
+fn opts_partition(l: &lakes::LakeLog) -> i32 {
+    i32::try_from(l.partition).unwrap_or(i32::MAX)
+}
+
+/// Times a lake segment's commit is planned again because other partitions' commits moved the
+/// table first (each retry is one read and three small PUTs).
+const TABLE_RETRIES: usize = 32;
 
 /// What one pass of [`Compactor::compact_pass`] came to.
 enum Pass {

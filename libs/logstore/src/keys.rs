@@ -17,6 +17,7 @@
 //! | `kafka/next_producer_id` | the next Kafka producer id to hand out (decimal) | writers, a block at a time ([`producer_ids`](crate::membership::producer_ids)) | writers |
 //! | `wal/next_seq` | next unallocated WAL sequence (decimal) | writers, a block at a time | `create_log`, the cleaner |
 //! | `compaction/tasks/<log>` | the claiming compactor's id (under its lease); create_revision = the claim revision in its segment's key | a compactor (create-only) | compactors, the swap (compare) |
+//! | `lake/<stream identity>/table` | a lake table's state (JSON, [`TableState`](lake::table::TableState)): its metadata JSON's location, snapshots, live manifests | the compaction swap that adds a segment (compare-and-set, in the same transaction) | compactors, the cleaner, the Iceberg catalog |
 //! | `wal/low_water/<writer>` | lowest WAL sequence the writer may still commit (under its lease) | its writer: created with its first block, raised by commits | the cleaner |
 
 use crate::LogId;
@@ -159,6 +160,16 @@ impl Keys {
         let id = std::str::from_utf8(rest).ok()?;
         (id.len() == 20 && id.bytes().all(|b| b.is_ascii_digit()))
             .then(|| id.parse().ok().map(LogId))?
+    }
+
+    /// The state of the lake table of the stream with this identity.
+    pub fn lake_table(&self, stream_identity: &str) -> Vec<u8> {
+        self.key(format_args!("lake/{stream_identity}/table"))
+    }
+
+    /// Every lake table's state.
+    pub fn lake_tables_prefix(&self) -> Vec<u8> {
+        self.key(format_args!("lake/"))
     }
 
     pub fn low_water_prefix(&self) -> Vec<u8> {

@@ -19,6 +19,7 @@ pub mod cleaner;
 pub mod compactor;
 pub mod cursor;
 pub mod keys;
+pub mod lakes;
 mod log;
 pub mod membership;
 #[doc(hidden)]

@@ -162,7 +162,14 @@ pub struct LogReader {
     pages: Arc<PageCache>,
     ranges: RangeCache,
     footers: Arc<FooterCache>,
+    lake_footers: Arc<LakeFooterCache>,
 }
+
+/// Parsed footers of lake segments by object path (each some tens of KiB decoded).
+type LakeFooterCache = quick_cache::sync::Cache<String, Arc<lake::segment::Footer>>;
+
+/// Lake segment footers kept.
+const LAKE_FOOTERS: usize = 32;
 
 impl std::fmt::Debug for LogReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -180,6 +187,7 @@ impl LogReader {
             pages: Arc::new(PageCache::new(DEFAULT_INDEX_PAGES)),
             ranges: RangeCache::new(0),
             footers: footer_cache(0),
+            lake_footers: Arc::new(LakeFooterCache::new(LAKE_FOOTERS)),
         }
     }
 
@@ -430,6 +438,9 @@ impl LogReader {
         loc: &Locator,
         want: Want,
     ) -> Result<Vec<Located>, Missing> {
+        if loc.lake.is_some() {
+            return self.fetch_row_groups(log, loc, want).await;
+        }
         if want != Want::ALL && !loc.in_wal() && loc.byte_len > self.ranges.capacity() as u64 / 2 {
             return self.fetch_blocks(log, loc, want).await;
         }
@@ -558,6 +569,124 @@ impl LogReader {
         };
         self.footers.insert(path.to_string(), meta.clone());
         Ok(meta)
+    }
+
+    /// The parsed footer of the lake segment `loc` names: one ranged GET of its last
+    /// `footer_len` bytes, checked against the index's checksum before it is decoded, and its
+    /// row-group table against the index's; cached.
+    async fn lake_footer(
+        &self,
+        log: LogId,
+        loc: &Locator,
+    ) -> Result<Arc<lake::segment::Footer>, Missing> {
+        let path = loc.object(log);
+        if let Some(f) = self.lake_footers.get(path.as_ref()) {
+            return Ok(f);
+        }
+        let corrupt = |what: String| Missing::Other(LogError::Corrupt(format!("{path}: {what}")));
+        let Some(place) = &loc.lake else { return Err(corrupt("not a lake segment".to_owned())) };
+        if place.footer_len > lake::segment::MAX_FOOTER as u64 || place.footer_len > loc.byte_len {
+            return Err(corrupt(format!("a footer of {} bytes", place.footer_len)));
+        }
+        let at = loc.byte_len - place.footer_len;
+        let tail = self.get_range(&path, at..loc.byte_len).await?;
+        let footer = lake::segment::Footer::parse(&tail, place.footer_crc32c)
+            .map_err(|e| corrupt(e.to_string()))?;
+        let agrees = footer.row_groups().len() == place.row_groups.len()
+            && footer.row_groups().iter().zip(&place.row_groups).all(|(f, i)| {
+                (f.first_offset, f.records, f.start, f.len, f.crc32c)
+                    == (i.first_offset, i.records, i.start, i.len, i.crc32c)
+            });
+        if !agrees {
+            return Err(corrupt("its row groups disagree with the index".to_owned()));
+        }
+        let footer = Arc::new(footer);
+        self.lake_footers.insert(path.to_string(), footer.clone());
+        Ok(footer)
+    }
+
+    /// The entries of a lake segment `want` needs, a row group at a time (one ranged GET
+    /// each, through the byte-range cache): each batch framed again from its rows, every
+    /// row's checksum verified, and framed as an entry as stored (ARCHITECTURE §5c). An
+    /// entry's timestamp is its batch's largest; its log position counts its stored length.
+    async fn fetch_row_groups(
+        &self,
+        log: LogId,
+        loc: &Locator,
+        want: Want,
+    ) -> Result<Vec<Located>, Missing> {
+        let path = loc.object(log);
+        let corrupt = |what: String| Missing::Other(LogError::Corrupt(format!("{path}: {what}")));
+        let Some(place) = &loc.lake else { return Err(corrupt("not a lake segment".to_owned())) };
+        let footer = self.lake_footer(log, loc).await?;
+        let groups = &place.row_groups;
+        let mut i = groups.partition_point(|g| g.first_offset + g.records <= want.from);
+        let (mut out, mut taken_records, mut taken_bytes) = (Vec::new(), 0u64, 0u64);
+        'groups: while i < groups.len() {
+            let g = groups[i];
+            let bytes = self.get_cached(&path, g.start, g.start + g.len).await?;
+            let served = lake::segment::read_row_group(&footer, i, bytes)
+                .map_err(|e| corrupt(format!("row group {i}: {e}")))?;
+            let mut framed = Vec::with_capacity(
+                served.iter().map(|s| s.entry.batch.len() + wal::ENTRY_HEADER_LEN).sum(),
+            );
+            let mut heads = Vec::with_capacity(served.len());
+            let (mut before, mut records) = (loc.cumulative_before + g.bytes_before, 0u64);
+            for s in &served {
+                let h = recordbatch::BatchHeader::parse(&s.entry.batch)
+                    .map_err(|e| corrupt(format!("the batch at {}: {e}", s.entry.offset)))?;
+                let count = u32::try_from(h.record_count)
+                    .map_err(|_| corrupt(format!("{} records", h.record_count)))?;
+                let at = framed.len();
+                wal::frame_entry(&mut framed, count, h.max_timestamp, &s.entry.batch)
+                    .map_err(|e| Missing::Other(e.into()))?;
+                let size = s.entry.batch.len() as u64;
+                heads.push((
+                    at,
+                    LogEntryHeader {
+                        offset: s.entry.offset,
+                        record_count: count,
+                        timestamp: h.max_timestamp,
+                        entry_size: size,
+                        cumulative_size: before + size,
+                    },
+                ));
+                before += u64::from(s.stored_len);
+                records += u64::from(count);
+            }
+            if records != g.records || heads.first().map(|(_, h)| h.offset) != Some(g.first_offset)
+            {
+                return Err(corrupt(format!(
+                    "row group {i} holds other records than the index says"
+                )));
+            }
+            let fetched = Bytes::from(framed);
+            for (at, header) in heads {
+                if header.end_offset() <= want.from {
+                    continue;
+                }
+                if taken_records >= want.max_records
+                    || taken_bytes >= want.max_bytes
+                    || out.len() >= want.max_entries
+                {
+                    break 'groups;
+                }
+                let len = wal::ENTRY_HEADER_LEN + header.entry_size as usize;
+                taken_records += u64::from(header.record_count);
+                taken_bytes += header.entry_size;
+                out.push(Located {
+                    header,
+                    object: path.clone(),
+                    payload: fetched.slice(at + wal::ENTRY_HEADER_LEN..at + len),
+                    byte_start: g.start,
+                    byte_len: len as u64,
+                    fetched: fetched.clone(),
+                    at,
+                });
+            }
+            i += 1;
+        }
+        Ok(out)
     }
 
     /// The entries of a large segment `want` needs, in whole blocks (entries grouped by which
@@ -970,6 +1099,14 @@ impl LogReader {
         }
         let mut out: Vec<Option<LogEntry>> = vec![None; indexes.len()];
         for (object, mut members) in by_object {
+            // A lake segment's entries are framed from its rows, not stored framed: found
+            // again through the index (which reads their row group).
+            if objstore::keys::parse_compacted_object(object).is_some_and(|k| k.lake) {
+                for i in members {
+                    out[i] = Some(self.re_resolve(&indexes[i]).await?);
+                }
+                continue;
+            }
             members.sort_by_key(|i| indexes[*i].byte_start);
             // Coalesce: runs of entries whose byte ranges touch (checked above: no overflow).
             let mut ranges: Vec<(std::ops::Range<u64>, Vec<usize>)> = Vec::new();
@@ -1141,7 +1278,7 @@ impl LogReader {
         log: LogId,
         loc: &Locator,
     ) -> Result<Vec<LogEntryHeader>, LogError> {
-        if !loc.in_wal() {
+        if !loc.in_wal() && loc.lake.is_none() {
             let meta = self.segment_footer(log, loc).await.map_err(LogError::from)?;
             let table = &meta.entries;
             let mut out = Vec::with_capacity(table.len());

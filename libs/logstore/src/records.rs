@@ -61,6 +61,45 @@ pub struct Locator {
     /// compactor claim with this create_revision wrote (ARCHITECTURE §5).
     #[prost(uint64, tag = "10")]
     pub compacted_claim: u64,
+    /// When the log took the run (ms, the committing writer's clock, never below the log's
+    /// earlier runs'): for a chunk its commit, for a segment its last entry's. 0 if unknown
+    /// (runs written before it was kept).
+    #[prost(int64, tag = "11")]
+    pub ingest_ms: i64,
+    /// Set for a segment written as a lake table's Parquet data file (ARCHITECTURE §5c):
+    /// what a read needs to fetch one row group with one ranged GET.
+    #[prost(message, optional, tag = "12")]
+    pub lake: Option<LakeFile>,
+}
+
+/// A lake segment's place map: its footer's length and checksum, and its row groups.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct LakeFile {
+    #[prost(uint64, tag = "1")]
+    pub footer_len: u64,
+    #[prost(uint32, tag = "2")]
+    pub footer_crc32c: u32,
+    #[prost(message, repeated, tag = "3")]
+    pub row_groups: Vec<RowGroupRef>,
+}
+
+/// One row group of a lake segment: its first offset and record count, and its bytes in the
+/// file with their CRC-32C (checked before a byte is decoded).
+#[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
+pub struct RowGroupRef {
+    #[prost(uint64, tag = "1")]
+    pub first_offset: u64,
+    #[prost(uint64, tag = "2")]
+    pub records: u64,
+    #[prost(uint64, tag = "3")]
+    pub start: u64,
+    #[prost(uint64, tag = "4")]
+    pub len: u64,
+    #[prost(uint32, tag = "5")]
+    pub crc32c: u32,
+    /// Payload bytes of the segment before it, as stored (the entries' log positions).
+    #[prost(uint64, tag = "6")]
+    pub bytes_before: u64,
 }
 
 impl Locator {
@@ -73,6 +112,7 @@ impl Locator {
                 log: log.0,
                 first_offset: self.first_offset,
                 claim_revision: self.compacted_claim,
+                lake: self.lake.is_some(),
             })
         }
     }
@@ -135,6 +175,10 @@ pub struct LogHead {
     /// The stream partition this log serves, if a stream's: owner selection hashes it.
     #[prost(message, optional, tag = "11")]
     pub route: Option<StreamRoute>,
+    /// The largest `ingest_ms` of its runs: a commit's runs take at least this, so ingest
+    /// time never goes back within a log whatever the writers' clocks.
+    #[prost(int64, tag = "12")]
+    pub ingest_ms: i64,
 }
 
 /// Which stream partition a log is: set once, at creation.

@@ -49,13 +49,25 @@ pub struct CompactedKey {
     pub log: u64,
     pub first_offset: u64,
     pub claim_revision: u64,
+    /// A lake table's Parquet data file (`.parquet`), not a WAL-format segment (`.seg`).
+    pub lake: bool,
 }
 
 pub fn compacted_object(k: CompactedKey) -> Path {
+    let ext = if k.lake { "parquet" } else { "seg" };
     Path::from(format!(
-        "{COMPACTED_DIR}/{:020}/{:020}-{:020}.seg",
+        "{COMPACTED_DIR}/{:020}/{:020}-{:020}.{ext}",
         k.log, k.first_offset, k.claim_revision
     ))
+}
+
+/// Where lake tables keep their Iceberg metadata (manifests, manifest lists, metadata JSON);
+/// their data files are the logs' compacted `.parquet` segments.
+pub const LAKE_DIR: &str = "lake";
+
+/// The folder of the lake table of the stream with this identity (a UUID).
+pub fn lake_table_dir(stream_identity: &str) -> Path {
+    Path::from(format!("{LAKE_DIR}/{stream_identity}"))
 }
 
 /// The folder holding every compacted object of one log.
@@ -66,11 +78,16 @@ pub fn compacted_dir(log: u64) -> Path {
 pub fn parse_compacted_object(path: &Path) -> Option<CompactedKey> {
     let rest = path.as_ref().strip_prefix(COMPACTED_DIR)?.strip_prefix('/')?;
     let (log, name) = rest.split_once('/')?;
-    let (first, claim) = name.strip_suffix(".seg")?.split_once('-')?;
+    let (stem, lake) = match name.strip_suffix(".parquet") {
+        Some(stem) => (stem, true),
+        None => (name.strip_suffix(".seg")?, false),
+    };
+    let (first, claim) = stem.split_once('-')?;
     Some(CompactedKey {
         log: parse_padded(log)?,
         first_offset: parse_padded(first)?,
         claim_revision: parse_padded(claim)?,
+        lake,
     })
 }
 
@@ -99,8 +116,8 @@ mod tests {
         }
 
         #[test]
-        fn compacted_key_round_trips(log in any::<u64>(), first_offset in any::<u64>(), claim_revision in any::<u64>()) {
-            let k = CompactedKey { log, first_offset, claim_revision };
+        fn compacted_key_round_trips(log in any::<u64>(), first_offset in any::<u64>(), claim_revision in any::<u64>(), lake in any::<bool>()) {
+            let k = CompactedKey { log, first_offset, claim_revision, lake };
             let p = compacted_object(k);
             prop_assert_eq!(parse_compacted_object(&p), Some(k));
             prop_assert_eq!(parse_wal_object(&p), None);

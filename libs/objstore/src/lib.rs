@@ -68,6 +68,26 @@ pub fn build(config: &config::ObjectStoreConfig) -> Result<Arc<dyn ObjectStore>,
     })
 }
 
+/// The URI the store's root has for engines outside Lakelog (a lake table's file paths):
+/// `file:///abs/dir`, `s3://bucket/prefix`, or `memory://` (a store no other process sees).
+pub fn base_uri(config: &config::ObjectStoreConfig) -> String {
+    match config {
+        config::ObjectStoreConfig::Local(c) => {
+            let path = std::path::absolute(&c.path).unwrap_or_else(|_| c.path.clone());
+            format!("file://{}", path.display().to_string().trim_end_matches('/'))
+        }
+        config::ObjectStoreConfig::S3(c) => {
+            let prefix = c.prefix.trim_matches('/');
+            if prefix.is_empty() {
+                format!("s3://{}", c.bucket)
+            } else {
+                format!("s3://{}/{prefix}", c.bucket)
+            }
+        }
+        config::ObjectStoreConfig::Memory => "memory://".to_owned(),
+    }
+}
+
 /// Sets how the S3 client authenticates, exactly as the config says (`env` reads the process
 /// environment). `object_store` on its own falls back to the cloud's instance-metadata
 /// endpoint when no keys are given; here that happens only with `credentials: instance`.

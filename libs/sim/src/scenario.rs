@@ -591,6 +591,7 @@ async fn orphans(
         min_chunks: 1,
         target_segment_bytes: 64 << 10,
         settle_after: Duration::ZERO,
+        ..Default::default()
     };
     // Until two cycles in a row find nothing to do (a log is idle, and its recent chunks
     // spilled, once its head stayed put a whole cycle).
@@ -898,6 +899,7 @@ async fn compact(shared: SharedRef, logs: Vec<u64>) {
         min_chunks: 2,
         target_segment_bytes: 64 << 10,
         settle_after: Duration::ZERO,
+        ..Default::default()
     };
     let mut crashed = 0u64;
     loop {

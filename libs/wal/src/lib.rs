@@ -168,13 +168,7 @@ impl ObjectBuilder {
         let start = self.buf.len() as u64;
         let byte_offset = u32::try_from(start - chunk.byte_start)
             .map_err(|_| FormatError::TooLarge("chunk over 4 GiB".to_owned()))?;
-        let mut head = [0u8; 16];
-        head[0..4].copy_from_slice(&payload_len.to_le_bytes());
-        head[4..8].copy_from_slice(&record_count.to_le_bytes());
-        head[8..16].copy_from_slice(&timestamp.to_le_bytes());
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&head), payload);
-        self.buf.put_slice(&head);
-        self.buf.put_u32_le(crc);
+        self.buf.put_slice(&entry_head(payload_len, record_count, timestamp, payload));
         self.buf.put_slice(payload);
         chunk.entries.push(EntryMeta {
             rel_record_offset: chunk.record_count,
@@ -256,6 +250,32 @@ impl<'a> Cursor<'a> {
     fn remaining(&self) -> usize {
         self.b.len() - self.at
     }
+}
+
+/// An entry's header and checksum (the [`ENTRY_HEADER_LEN`] bytes before its payload).
+fn entry_head(payload_len: u32, record_count: u32, timestamp: i64, payload: &[u8]) -> [u8; 20] {
+    let mut head = [0u8; ENTRY_HEADER_LEN];
+    head[0..4].copy_from_slice(&payload_len.to_le_bytes());
+    head[4..8].copy_from_slice(&record_count.to_le_bytes());
+    head[8..16].copy_from_slice(&timestamp.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&head[..16]), payload);
+    head[16..20].copy_from_slice(&crc.to_le_bytes());
+    head
+}
+
+/// Appends one entry to `out`, framed as in an object (header, checksum, payload): what a
+/// reader serving entries from elsewhere (a lake segment's row group) hands out as stored.
+pub fn frame_entry(
+    out: &mut Vec<u8>,
+    record_count: u32,
+    timestamp: i64,
+    payload: &[u8],
+) -> Result<(), FormatError> {
+    let payload_len = u32::try_from(payload.len())
+        .map_err(|_| FormatError::TooLarge(format!("payload of {} bytes", payload.len())))?;
+    out.extend_from_slice(&entry_head(payload_len, record_count, timestamp, payload));
+    out.extend_from_slice(payload);
+    Ok(())
 }
 
 /// Decodes the entry at the start of `bytes`, checking its CRC.

@@ -101,6 +101,7 @@ pub async fn run(args: CompactArgs) -> anyhow::Result<()> {
         min_chunks: 16,
         target_segment_bytes: target,
         settle_after: args.settle_after.0,
+        ..Default::default()
     };
     let idle = IdleLogs::default();
     // The compactor reads and writes uncounted: the counts are the writer's flushes.

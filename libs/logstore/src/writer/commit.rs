@@ -229,15 +229,18 @@ pub(super) enum Unmet {
 }
 
 /// Builds the commit of a log's `parts` (its chunks of one or more flushes, in flush order) on
-/// top of `head` (ARCHITECTURE §3.3, §3.4, §3.7), served at `epoch`.
+/// top of `head` (ARCHITECTURE §3.3, §3.4, §3.7), served at `epoch`, at `now_ms` by the
+/// writer's clock (the runs' ingest time, never below the log's last).
 pub(super) fn plan(
     log: LogId,
     head: &LogHead,
     head_revision: i64,
     epoch: i64,
     parts: &[Chunk],
+    now_ms: i64,
 ) -> Plan {
     let mut h = head.clone();
+    let ingest_ms = now_ms.max(head.ingest_ms);
     let mut runs: Vec<Locator> = Vec::new();
     let mut outcome = Vec::with_capacity(parts.iter().map(|c| c.entries.len()).sum());
     let mut open_run = false;
@@ -279,8 +282,10 @@ pub(super) fn plan(
                 wal_seq: seq,
                 byte_start: *byte_start,
                 cumulative_before: h.cumulative_bytes,
+                ingest_ms,
                 ..Default::default()
             });
+            h.ingest_ms = ingest_ms;
             open_run = true;
         }
         if let Some(run) = runs.last_mut() {
@@ -405,7 +410,8 @@ pub(super) async fn commit_chunks(
             match blocked(log, &s.head, &slot, s.epoch, &me) {
                 Some(e) => fail(parts, e, &mut failures),
                 None => {
-                    let p = plan(log, &s.head, s.head_revision, s.epoch, &parts);
+                    let now = core.clock.now_ms();
+                    let p = plan(log, &s.head, s.head_revision, s.epoch, &parts, now);
                     plans.push((parts, s, p));
                 }
             }

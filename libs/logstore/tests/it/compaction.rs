@@ -81,6 +81,7 @@ async fn an_old_range_of_many_small_flushes_is_merged_and_reads_back_in_one_get_
         min_chunks: 8,
         target_segment_bytes: TARGET,
         settle_after: Duration::ZERO,
+        ..Default::default()
     };
     let idle = IdleLogs::default();
     let reader = || logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);

@@ -34,3 +34,4 @@ mod env;
 mod failures;
 mod faulty_meta;
 mod flush_policy;
+mod lake;

@@ -1,0 +1,172 @@
+//! Lake logs (ARCHITECTURE §5c): the partitions of streams with `lake.table` set, whose
+//! compacted segments are Parquet files that are at once the log's segments and the data files
+//! of the stream's Iceberg table. What the compactor and the reader need of them: which logs
+//! they are, where a segment must be cut (one ingest day each), the locator's place map, the
+//! table's state in the metadata store and the commit that adds a segment to it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use objstore::object_store::ObjectStoreExt;
+
+use crate::records::{LakeFile, Locator, RowGroupRef};
+use crate::{LogError, LogId};
+
+/// A log that is one partition of a lake stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LakeLog {
+    /// The stream's identity (its table is named after it).
+    pub stream_identity: String,
+    pub partition: u32,
+}
+
+/// The lake logs a compaction cycle knows of, and where their tables' files are seen from
+/// outside (the object store's root URI, `s3://bucket/prefix` or `file:///dir`).
+#[derive(Clone, Debug, Default)]
+pub struct LakeLogs {
+    pub base_uri: String,
+    pub logs: HashMap<LogId, LakeLog>,
+}
+
+impl LakeLogs {
+    pub fn get(&self, log: LogId) -> Option<&LakeLog> {
+        self.logs.get(&log)
+    }
+
+    /// The URI outside engines read `path` (an object key) at.
+    pub fn uri(&self, path: &objstore::Path) -> String {
+        format!("{}/{}", self.base_uri.trim_end_matches('/'), path.as_ref())
+    }
+
+    /// The object key of a URI under the store's root, if it is one.
+    pub fn path_of(&self, uri: &str) -> Option<objstore::Path> {
+        let rest = uri.strip_prefix(self.base_uri.trim_end_matches('/'))?.strip_prefix('/')?;
+        Some(objstore::Path::from(rest))
+    }
+
+    /// A new table's state: its files under `lake/<identity>`.
+    pub fn new_table(&self, l: &LakeLog) -> lake::table::TableState {
+        let dir = objstore::keys::lake_table_dir(&l.stream_identity);
+        lake::table::TableState::new(l.stream_identity.clone(), self.uri(&dir))
+    }
+}
+
+/// The ingest time of a run's entries: its own, or (a run written before ingest times were
+/// kept) its running maximum timestamp.
+pub(crate) fn ingest_of(l: &Locator) -> i64 {
+    if l.ingest_ms != 0 { l.ingest_ms } else { l.max_timestamp }
+}
+
+/// The first of `runs` (one log's, in offset order) that starts a new UTC day by the running
+/// maximum of their ingest times: a lake segment holds one day, so it ends before it.
+pub(crate) fn day_cut(runs: &[&Locator]) -> Option<usize> {
+    let mut ingest = i64::MIN;
+    let mut day = None;
+    for (i, l) in runs.iter().enumerate() {
+        ingest = ingest.max(ingest_of(l));
+        let d = lake::segment::day_of(ingest);
+        if day.is_some_and(|first| first != d) {
+            return Some(i);
+        }
+        day.get_or_insert(d);
+    }
+    None
+}
+
+/// A written segment's place map, as its locator keeps it. `entries` are what it was written
+/// from (their stored lengths place each row group in the log's bytes).
+pub(crate) fn lake_file(
+    seg: &lake::segment::Segment,
+    entries: &[lake::segment::Entry],
+) -> LakeFile {
+    let mut before = 0u64;
+    let mut next = entries.iter().peekable();
+    let row_groups = seg
+        .row_groups
+        .iter()
+        .map(|g| {
+            while let Some(e) = next.next_if(|e| e.offset < g.first_offset) {
+                before += e.batch.len() as u64;
+            }
+            RowGroupRef {
+                first_offset: g.first_offset,
+                records: g.records,
+                start: g.start,
+                len: g.len,
+                crc32c: g.crc32c,
+                bytes_before: before,
+            }
+        })
+        .collect();
+    LakeFile { footer_len: seg.footer_len, footer_crc32c: seg.footer_crc32c, row_groups }
+}
+
+/// Reads a table's state as the metadata store keeps it (JSON).
+pub fn decode_table(value: &[u8]) -> Result<lake::table::TableState, LogError> {
+    serde_json::from_slice(value).map_err(|e| LogError::Corrupt(format!("lake table state: {e}")))
+}
+
+pub(crate) fn encode_table(state: &lake::table::TableState) -> Result<Vec<u8>, LogError> {
+    serde_json::to_vec(state).map_err(|e| LogError::Internal(format!("lake table state: {e}")))
+}
+
+/// Writes a commit's metadata files (manifest, manifest list, metadata JSON). A plain put: a
+/// retried commit writes the same names again, and no committed state names them before the
+/// transaction that follows.
+pub(crate) async fn write_commit_files(
+    objects: &Arc<dyn objstore::object_store::ObjectStore>,
+    lakes: &LakeLogs,
+    commit: &lake::table::Commit,
+) -> Result<(), LogError> {
+    for (uri, bytes) in &commit.files {
+        let path = lakes.path_of(uri).ok_or_else(|| {
+            LogError::Internal(format!("table file {uri} outside {}", lakes.base_uri))
+        })?;
+        objects.put(&path, Bytes::from(bytes.clone()).into()).await?;
+    }
+    Ok(())
+}
+
+impl From<lake::LakeError> for LogError {
+    fn from(e: lake::LakeError) -> Self {
+        match e {
+            lake::LakeError::Invalid(m) => LogError::Internal(m),
+            e => LogError::Corrupt(e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(first_offset: u64, ingest_ms: i64) -> Locator {
+        Locator { first_offset, record_count: 1, ingest_ms, ..Default::default() }
+    }
+
+    #[test]
+    fn a_segment_ends_before_the_first_run_of_a_new_day() {
+        const DAY: i64 = 86_400_000;
+        let runs = [run(0, DAY - 2), run(1, DAY - 1), run(2, DAY), run(3, DAY + 1)];
+        let refs: Vec<&Locator> = runs.iter().collect();
+        assert_eq!(day_cut(&refs), Some(2));
+        assert_eq!(day_cut(&refs[2..]), None);
+        // A run whose clock went back stays in the day the running maximum reached.
+        let back = [run(0, DAY + 5), run(1, DAY - 5), run(2, 2 * DAY)];
+        let refs: Vec<&Locator> = back.iter().collect();
+        assert_eq!(day_cut(&refs), Some(2));
+        // Runs without an ingest time use their running maximum timestamp.
+        let old = Locator { max_timestamp: 2 * DAY, ..run(0, 0) };
+        assert_eq!(ingest_of(&old), 2 * DAY);
+    }
+
+    #[test]
+    fn table_files_map_between_uris_and_object_keys() {
+        let lakes = LakeLogs { base_uri: "s3://b/p/".to_owned(), logs: HashMap::new() };
+        let path = objstore::Path::from("lake/u/metadata/x.avro");
+        assert_eq!(lakes.uri(&path), "s3://b/p/lake/u/metadata/x.avro");
+        assert_eq!(lakes.path_of(&lakes.uri(&path)), Some(path));
+        assert_eq!(lakes.path_of("s3://other/lake/x"), None);
+    }
+}

@@ -1,0 +1,343 @@
+//! Lake logs against both environments (ARCHITECTURE §5c): the compactor writes a lake log's
+//! segments as Parquet files cut at ingest days and commits each to the stream's table in the
+//! index swap's transaction; every entry reads back through the row groups (uncompressed
+//! batches byte for byte but for the two fields a fetch rewrites, compressed ones as the same
+//! records); a compactor killed at any step leaves the table and the log agreeing, and only
+//! orphans the cleaner reclaims; the cleaner keeps files the table names after the log trims
+//! them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, ensure};
+use bytes::Bytes;
+use logstore::cleaner::Cleaner;
+use logstore::compactor::{Compaction, Compactor, CompactorConfig, Step, StepHook};
+use logstore::lakes::{LakeLog, LakeLogs};
+use logstore::{LogId, LogStorage};
+use objstore::object_store::ObjectStoreExt;
+use recordbatch::{ProducerFields, Record};
+
+use crate::env::{Env, ManualClock};
+
+both_envs!(
+    a_lake_logs_segments_are_its_tables_files_and_read_back_as_stored,
+    a_lake_compactor_killed_at_each_step_leaves_log_and_table_agreeing,
+);
+
+const DAY: i64 = 86_400_000;
+/// 23:59:00 UTC on some day.
+const EVENING: i64 = 20_000 * DAY - 60_000;
+const IDENTITY: &str = "0c8f2f5e-7d0b-4c3e-9f7a-5b1d2e3f4a5b";
+
+/// The batch appended as entry `i`: three records with keys, values and headers; every fourth
+/// gzip-compressed, as a producer may send it.
+fn batch(i: u64) -> Result<Bytes> {
+    let records: Vec<Record> = (0..3)
+        .map(|r| Record {
+            offset_delta: r,
+            timestamp_ms: EVENING + i as i64 * 10 + i64::from(r),
+            key: (r != 1).then(|| Bytes::from(format!("k{i}-{r}"))),
+            value: Some(Bytes::from(format!("v{i}-{r}-{}", "x".repeat((i % 50) as usize)))),
+            headers: vec![(Bytes::from("h"), (r == 2).then(|| Bytes::from("hv")))],
+        })
+        .collect();
+    let plain = recordbatch::encode(&records, ProducerFields::NONE)?;
+    Ok(if i % 4 == 3 { gzip(&plain) } else { plain })
+}
+
+/// `batch` with its records gzip-compressed.
+fn gzip(batch: &[u8]) -> Bytes {
+    use std::io::Write;
+    let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let body = z
+        .write_all(&batch[recordbatch::HEADER_LEN..])
+        .and_then(|()| z.finish())
+        .unwrap_or_default();
+    let mut out = batch[..recordbatch::HEADER_LEN].to_vec();
+    out.extend_from_slice(&body);
+    let length = (out.len() - 12) as i32;
+    out[8..12].copy_from_slice(&length.to_be_bytes());
+    out[21..23].copy_from_slice(&1i16.to_be_bytes());
+    let crc = crc32c::crc32c(&out[21..]);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    Bytes::from(out)
+}
+
+/// A batch with the two fields a fetch writes (base offset, partition leader epoch) cleared.
+fn fetch_fields_cleared(b: &[u8]) -> Vec<u8> {
+    let mut v = b.to_vec();
+    if v.len() >= 16 {
+        v[0..8].copy_from_slice(&0i64.to_be_bytes());
+        v[12..16].copy_from_slice(&(-1i32).to_be_bytes());
+    }
+    v
+}
+
+/// Checks `got` is `sent` as a lake segment serves it: an uncompressed batch byte for byte
+/// but for the fetch fields, a compressed one as the same records uncompressed.
+fn same_batch(sent: &Bytes, got: &Bytes) -> Result<()> {
+    if sent == got {
+        return Ok(()); // still in the WAL
+    }
+    let (sh, sr) = recordbatch::decode(sent)?;
+    let (gh, gr) = recordbatch::decode(got)?;
+    ensure!(sr == gr, "records differ");
+    if sh.compression()? == recordbatch::Compression::None {
+        ensure!(fetch_fields_cleared(sent) == fetch_fields_cleared(got), "bytes differ");
+    } else {
+        ensure!(gh.compression()? == recordbatch::Compression::None);
+        ensure!((sh.base_timestamp, sh.max_timestamp) == (gh.base_timestamp, gh.max_timestamp));
+    }
+    Ok(())
+}
+
+/// Appends entries `from..to`, one flush each, at `clock`'s time.
+async fn append(w: &LogStorage, log: LogId, from: u64, to: u64) -> Result<()> {
+    for i in from..to {
+        let ts = EVENING + i as i64 * 10 + 2;
+        let opts = logstore::Conditions { timestamp: Some(ts), ..Default::default() };
+        w.submit_in_slot(log, "*", 3, batch(i)?, opts).await?.await?;
+    }
+    Ok(())
+}
+
+/// Checks the log reads `got` as `sent` ([`same_batch`] entry by entry).
+fn same_log(sent: &BTreeMap<u64, Bytes>, got: &BTreeMap<u64, Bytes>) -> Result<()> {
+    ensure!(sent.keys().eq(got.keys()), "other offsets");
+    for (o, b) in sent {
+        same_batch(b, &got[o]).with_context(|| format!("the entry at {o}"))?;
+    }
+    Ok(())
+}
+
+async fn all(w: &LogStorage, log: LogId) -> Result<BTreeMap<u64, Bytes>> {
+    let info = w.info(log).await?;
+    let mut out = BTreeMap::new();
+    let mut at = info.first_offset;
+    while at < info.next_offset {
+        let got = w.read_entries(log, at, 7, u64::MAX).await?;
+        let last = got.last().context("empty read below the high watermark")?;
+        at = last.header.end_offset();
+        out.extend(got.into_iter().map(|e| (e.header.offset, e.payload)));
+    }
+    Ok(out)
+}
+
+/// A new log serving partition 3 of the stream `identity`.
+async fn stream_log(env: &Env, identity: &str) -> Result<LogId> {
+    let keys = logstore::keys::Keys::new(&env.cluster);
+    let route =
+        logstore::records::StreamRoute { stream_identity: identity.to_owned(), partition: 3 };
+    Ok(logstore::admin::create_log(env.meta.as_ref(), &keys, Some(route)).await?)
+}
+
+fn cleaner(env: &Env) -> Cleaner {
+    let clock = Arc::new(logstore::SystemClock);
+    let mut c = Cleaner::new(env.meta.clone(), env.objects.clone(), &env.cluster, clock);
+    c.grace = Duration::ZERO;
+    c.history = None;
+    c
+}
+
+fn lakes(env: &Env, log: LogId, identity: &str) -> Arc<LakeLogs> {
+    let lake = LakeLog { stream_identity: identity.to_owned(), partition: 3 };
+    Arc::new(LakeLogs {
+        base_uri: format!("s3://bucket/{}", env.cluster),
+        logs: HashMap::from([(log, lake)]),
+    })
+}
+
+async fn compactor(env: &Env, id: &str, log: LogId, identity: &str) -> Result<(Compactor, i64)> {
+    let lease = env.meta.lease_grant(Duration::from_secs(30)).await?;
+    let reader = logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
+    let lakes = lakes(env, log, identity);
+    let cfg = CompactorConfig { min_chunks: 4, lakes, ..Default::default() };
+    Ok((Compactor::new(reader, id, lease, cfg), lease))
+}
+
+async fn table(env: &Env, identity: &str) -> Result<Option<lake::table::TableState>> {
+    let keys = logstore::keys::Keys::new(&env.cluster);
+    match env.meta.get(&keys.lake_table(identity)).await? {
+        Some(kv) => Ok(Some(logstore::lakes::decode_table(&kv.value)?)),
+        None => Ok(None),
+    }
+}
+
+/// The offsets `[first, end)` each data file of the table holds, by its snapshots' summaries.
+fn table_ranges(t: &lake::table::TableState) -> Vec<(u64, u64)> {
+    let field = |s: &lake::iceberg::Snapshot, k: &str| {
+        s.summary.iter().find(|(n, _)| n == k).and_then(|(_, v)| v.parse::<u64>().ok())
+    };
+    t.snapshots
+        .iter()
+        .filter_map(|s| Some((field(s, "lakelog.first-offset")?, field(s, "lakelog.end-offset")?)))
+        .collect()
+}
+
+/// A lake log's entries written over midnight: its compaction cuts the segments there, each a
+/// `.parquet` data file added to the table in the swap's transaction; every entry reads back
+/// through the row groups; a read by index finds them again.
+async fn a_lake_logs_segments_are_its_tables_files_and_read_back_as_stored(env: Env) -> Result<()> {
+    let clock = Arc::new(ManualClock::default());
+    clock.0.store(EVENING, Ordering::SeqCst);
+    let w = env.writer_with_clock("w", clock.clone()).await?;
+    let log = stream_log(&env, IDENTITY).await?;
+    append(&w, log, 0, 21).await?; // 2 pages spilled, 5 chunks in the head
+    clock.0.store(EVENING + 120_000, Ordering::SeqCst); // past midnight
+    append(&w, log, 21, 40).await?;
+    let sent: BTreeMap<u64, Bytes> =
+        (0..40).map(|i| Ok((i * 3, batch(i)?))).collect::<Result<_>>()?;
+    let (c, _) = compactor(&env, "c", log, IDENTITY).await?;
+    // One rewrite: up to midnight; the rest of its last page stays in the WAL, and the
+    // cleaner keeps it.
+    let first = c.compact_log(log).await?.map_err(|s| anyhow!("{s:?}"))?;
+    let mut cl = cleaner(&env);
+    cl.cycle().await?;
+    cl.cycle().await?;
+    same_log(&sent, &all(&w, log).await?).context("after the first rewrite and cleaning")?;
+    let rest = c.compact_log_fully(log).await?.map_err(|s| anyhow!("{s:?}"))?;
+    let done: Vec<Compaction> = std::iter::once(first).chain(rest).collect();
+    ensure!(!done.is_empty() && done.iter().all(|d| d.object.ends_with(".parquet")), "{done:?}");
+    ensure!(done.iter().all(|d| d.table_snapshot.is_some()), "{done:?}");
+    // The first segment ends at midnight: entry 21 (offset 63) starts the next day's.
+    ensure!(done[0].first_offset == 0 && done[0].end_offset == 63, "{:?}", done[0]);
+    let t = table(&env, IDENTITY).await?.context("no table state")?;
+    let ranges = table_ranges(&t);
+    let swapped: Vec<(u64, u64)> = done.iter().map(|d| (d.first_offset, d.end_offset)).collect();
+    ensure!(ranges == swapped, "table {ranges:?}, swaps {swapped:?}");
+    let files: Vec<&str> = t.data_files().collect();
+    ensure!(files.len() == done.len());
+    for (f, d) in files.iter().zip(&done) {
+        ensure!(f.ends_with(&d.object) && f.starts_with("s3://bucket/"), "{f} for {}", d.object);
+    }
+    // The cleaner reclaims what the swaps replaced, and nothing the log still reads (the rest
+    // of the page cut at midnight stays in the WAL).
+    cl.cycle().await?;
+    cl.cycle().await?;
+    // Every entry, read a few at a time from every offset's entry, is what was sent.
+    let got = all(&w, log).await?;
+    ensure!(got.len() == sent.len(), "{} entries read", got.len());
+    for (o, b) in &sent {
+        same_batch(b, got.get(o).context("an entry missing")?)
+            .with_context(|| format!("the entry at {o}"))?;
+    }
+    // Read from inside an entry, and through a cold reader (footer from the store).
+    let cold = logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
+    let mid = cold.read_entries(log, 64, 1, u64::MAX).await?;
+    ensure!(mid.len() == 1 && mid[0].header.offset == 63, "{:?}", mid.first().map(|e| e.header));
+    // Stored runs (what the SDK and the Kafka front end serve) split into the same entries.
+    let runs = w.reader().read_stored(log, 0, u64::MAX, u64::MAX).await?;
+    let mut framed = 0;
+    for r in &runs {
+        for e in wal::decode_entries(&r.data)? {
+            framed += 1;
+            ensure!(e.record_count == 3);
+        }
+    }
+    ensure!(framed == sent.len(), "{framed} entries in the stored runs");
+    // Reads by index find lake entries again through the index.
+    let idx = w.read_index_range(log, 0, 10).await?;
+    let by_index = w.read_entries_by_index(&idx).await?;
+    ensure!(by_index.len() == 10);
+    for e in &by_index {
+        same_batch(&sent[&e.header.offset], &e.payload)?;
+    }
+    // Log positions count stored lengths (a compressed batch is served longer than stored).
+    for i in [19u64, 20] {
+        let e = cold.read_entries(log, i * 3, 1, u64::MAX).await?;
+        let before: u64 = (0..i).map(|j| sent[&(j * 3)].len() as u64).sum();
+        let h = e[0].header;
+        ensure!(h.cumulative_size - h.entry_size == before, "entry {i}: {h:?}");
+        ensure!(h.entry_size == e[0].payload.len() as u64);
+    }
+    // The log trims its first segment away; the table still names the file, so the cleaner
+    // keeps it (a table's retention is its own).
+    w.hard_trim(log, 63).await?;
+    cl.cycle().await?;
+    cl.cycle().await?;
+    let first_file = objstore::Path::from(done[0].object.as_str());
+    env.objects.head(&first_file).await.context("the table's first file was deleted")?;
+    ensure!(w.read_entries(log, 0, 1, u64::MAX).await.is_err(), "trimmed entries read");
+    w.shutdown().await;
+    Ok(())
+}
+
+/// A lake compactor killed at every step (claimed, file written, table files written, swapped):
+/// the log reads the same, the table holds each offset at most once and only what the index
+/// swapped in, and after the cleaner's cycles no orphan segment is left; the next compactor
+/// goes on.
+async fn a_lake_compactor_killed_at_each_step_leaves_log_and_table_agreeing(
+    env: Env,
+) -> Result<()> {
+    use futures::TryStreamExt;
+    let w = env.writer("w").await?;
+    for step in [Step::Claimed, Step::Written, Step::TableWritten, Step::Swapped] {
+        let identity = format!("{IDENTITY}-{step:?}");
+        let log = stream_log(&env, &identity).await?;
+        append(&w, log, 0, 24).await?;
+        let before = all(&w, log).await?;
+        let (c, lease) = compactor(&env, &format!("{step:?}"), log, &identity).await?;
+        let (reached_tx, mut reached_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let hook: StepHook = Arc::new(move |at| {
+            let reached = reached_tx.clone();
+            Box::pin(async move {
+                if at == step {
+                    let _ = reached.send(());
+                    futures::future::pending::<()>().await; // killed here
+                }
+            })
+        });
+        let task = tokio::spawn(async move { c.compact_log_with(log, Some(hook)).await });
+        reached_rx.recv().await.context("the compactor never reached the step")?;
+        task.abort();
+        same_log(&before, &all(&w, log).await?).context(format!("killed at {step:?}"))?;
+        let committed = table(&env, &identity).await?.map(|t| table_ranges(&t)).unwrap_or_default();
+        ensure!(
+            committed.len() == usize::from(step == Step::Swapped),
+            "killed at {step:?}: {committed:?}"
+        );
+        env.meta.lease_revoke(lease).await?;
+        let mut cl = cleaner(&env);
+        cl.cycle().await?;
+        cl.cycle().await?;
+        let referenced: std::collections::HashSet<String> = w
+            .read_index_range(log, 0, usize::MAX)
+            .await?
+            .into_iter()
+            .map(|i| i.object.to_string())
+            .collect();
+        let dir = objstore::keys::compacted_dir(log.0);
+        let segments: Vec<_> = env.objects.list(Some(&dir)).try_collect().await?;
+        for m in &segments {
+            ensure!(
+                referenced.contains(m.location.as_ref()),
+                "killed at {step:?}: orphan {} left after two cycles",
+                m.location
+            );
+        }
+        // The next compactor goes on; the table then holds exactly the lake segments the
+        // index has, each once.
+        let (c2, _) = compactor(&env, "next", log, &identity).await?;
+        c2.compact_log_fully(log).await?.map_err(|s| anyhow!("killed at {step:?}: {s:?}")).ok();
+        same_log(&before, &all(&w, log).await?).context(format!("after {step:?}"))?;
+        let t = table(&env, &identity).await?.context("no table")?;
+        let mut in_table = table_ranges(&t);
+        in_table.sort_unstable();
+        let mut in_index: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        for i in w.read_index_range(log, 0, usize::MAX).await? {
+            if i.object.as_ref().ends_with(".parquet") {
+                let r = in_index.entry(i.object.to_string()).or_insert((u64::MAX, 0));
+                *r = (r.0.min(i.header.offset), r.1.max(i.header.end_offset()));
+            }
+        }
+        let mut in_index: Vec<(u64, u64)> = in_index.into_values().collect();
+        in_index.sort_unstable();
+        ensure!(!in_table.is_empty(), "killed at {step:?}: nothing compacted after");
+        ensure!(in_table == in_index, "killed at {step:?}: table {in_table:?}, index {in_index:?}");
+    }
+    w.shutdown().await;
+    Ok(())
+}
