@@ -1006,6 +1006,7 @@ impl kafka::Broker for LogBroker {
             retention_ms: p.retention_ms,
             retention_bytes: p.retention_bytes,
             max_message_bytes: p.max_message_bytes,
+            lake_table: p.lake_table,
         })
     }
 
@@ -1327,6 +1328,7 @@ fn props_of(s: TopicSettings) -> StreamProps {
         retention_ms: s.retention_ms,
         retention_bytes: s.retention_bytes,
         max_message_bytes: s.max_message_bytes,
+        lake_table: s.lake_table,
     }
 }
 

@@ -49,6 +49,8 @@ struct StreamRecord {
     retention_bytes: Option<u64>,
     #[prost(uint64, optional, tag = "5")]
     max_message_bytes: Option<u64>,
+    #[prost(bool, tag = "6")]
+    lake_table: bool,
 }
 
 /// A stream's properties.
@@ -61,6 +63,9 @@ pub struct StreamProps {
     /// The largest entry (a Kafka record batch) appended through the Kafka front end; the
     /// writer's own maximum when unset (Kafka's topic `max.message.bytes`).
     pub max_message_bytes: Option<u64>,
+    /// `lake.table`: the stream's compacted segments are the Parquet data files of its
+    /// Iceberg table (ARCHITECTURE §5c), from the next compaction on.
+    pub lake_table: bool,
 }
 
 /// A stream as the catalog holds it.
@@ -160,6 +165,7 @@ impl Catalog {
                 retention_ms: r.retention_ms,
                 retention_bytes: r.retention_bytes,
                 max_message_bytes: r.max_message_bytes,
+                lake_table: r.lake_table,
             },
         })
     }
@@ -171,6 +177,7 @@ impl Catalog {
             retention_ms: info.props.retention_ms,
             retention_bytes: info.props.retention_bytes,
             max_message_bytes: info.props.max_message_bytes,
+            lake_table: info.props.lake_table,
         }
         .encode_to_vec()
     }

@@ -1,7 +1,8 @@
 //! Topic configs (ARCHITECTURE §11: topic configs map to stream properties): which Kafka
 //! configs a topic has, how a value is checked, and DescribeConfigs, AlterConfigs and
 //! IncrementalAlterConfigs over them. A topic has `cleanup.policy` (delete only, until key
-//! compaction exists), `retention.ms`, `retention.bytes` and `max.message.bytes`; a config
+//! compaction exists), `retention.ms`, `retention.bytes`, `max.message.bytes` and Lakelog's
+//! `lake.table` (the topic's compacted segments are its Iceberg table's files); a config
 //! Lakelog has no meaning for is INVALID_CONFIG, except the replication ones, accepted and
 //! ignored (object storage keeps the data durable). Broker configs are the writer's config
 //! file: described, never altered.
@@ -42,7 +43,7 @@ const IGNORED: &[&str] = &["min.insync.replicas", "unclean.leader.election.enabl
 
 /// A topic's configs as Kafka names them.
 pub const TOPIC_CONFIGS: &[&str] =
-    &["cleanup.policy", "max.message.bytes", "retention.bytes", "retention.ms"];
+    &["cleanup.policy", "lake.table", "max.message.bytes", "retention.bytes", "retention.ms"];
 
 fn invalid(m: String) -> Refused {
     Refused::new(code::INVALID_CONFIG, m)
@@ -78,6 +79,12 @@ pub(crate) fn apply(
                 )));
             }
         },
+        ("lake.table", None) => s.lake_table = false,
+        ("lake.table", Some(v)) => match v {
+            "true" => s.lake_table = true,
+            "false" => s.lake_table = false,
+            _ => return Err(invalid(format!("lake.table `{v}`: true or false"))),
+        },
         ("cleanup.policy", None) | ("cleanup.policy", Some("delete")) => {}
         ("cleanup.policy", Some(v)) => {
             return Err(invalid(format!(
@@ -87,7 +94,7 @@ pub(crate) fn apply(
         (n, _) if IGNORED.contains(&n) => {}
         (n, _) => {
             return Err(invalid(format!(
-                "config {n} is not supported (cleanup.policy=delete, max.message.bytes, retention.bytes, retention.ms are)"
+                "config {n} is not supported (cleanup.policy=delete, lake.table, max.message.bytes, retention.bytes, retention.ms are)"
             )));
         }
     }
@@ -114,6 +121,8 @@ fn topic_config(name: &str, s: &TopicSettings, cfg: &KafkaConfig) -> (String, i8
         "max.message.bytes" => {
             set_or(s.max_message_bytes.map(|v| v.to_string()), cfg.max_batch_bytes.to_string(), INT)
         }
+        "lake.table" if s.lake_table => ("true".into(), DYNAMIC_TOPIC_CONFIG, BOOLEAN),
+        "lake.table" => ("false".into(), DEFAULT_CONFIG, BOOLEAN),
         _ => ("delete".into(), DEFAULT_CONFIG, LIST),
     }
 }
@@ -306,14 +315,17 @@ mod tests {
                 ("retention.ms".into(), Some("60000".into())),
                 ("max.message.bytes".into(), Some("1000".into())),
                 ("min.insync.replicas".into(), Some("2".into())),
+                ("lake.table".into(), Some("true".into())),
             ],
             &cfg,
         )
         .expect("valid");
         assert_eq!(
-            (s.retention_ms, s.max_message_bytes, s.retention_bytes),
-            (Some(60000), Some(1000), None)
+            (s.retention_ms, s.max_message_bytes, s.retention_bytes, s.lake_table),
+            (Some(60000), Some(1000), None, true)
         );
+        assert_eq!(topic_config("lake.table", &s, &cfg).0, "true");
+        assert!(!apply(s.clone(), "lake.table", None, &cfg).expect("reset").lake_table);
         let back = apply(s, "retention.ms", None, &cfg).expect("reset");
         assert_eq!(back.retention_ms, None);
         let too_big = (cfg.max_batch_bytes + 1).to_string();
@@ -323,6 +335,7 @@ mod tests {
             ("max.message.bytes", too_big.as_str()),
             ("cleanup.policy", "compact"),
             ("segment.bytes", "1"),
+            ("lake.table", "yes"),
         ] {
             let r = apply(TopicSettings::default(), n, Some(v), &cfg);
             assert_eq!(r.map_err(|e| e.code), Err(code::INVALID_CONFIG), "{n}={v}");

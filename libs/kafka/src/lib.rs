@@ -191,6 +191,8 @@ pub struct TopicSettings {
     /// The largest record batch a Produce to the topic may carry (Kafka's topic
     /// `max.message.bytes`; the writer's maximum when unset).
     pub max_message_bytes: Option<u64>,
+    /// `lake.table`: the topic's compacted segments are its Iceberg table's data files.
+    pub lake_table: bool,
 }
 
 /// A committed offset to store (OffsetCommit).

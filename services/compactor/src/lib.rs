@@ -29,19 +29,22 @@ pub async fn run(
     let catalog = catalog::Catalog::new(role.meta().clone(), role.reader(), &node.cluster);
     let id = logstore::membership::random_id("compactor");
     tracing::info!(%id, every = ?node.maintenance.interval.0, "compactor running");
-    install(&mut role, catalog, id, &node.maintenance);
+    install(&mut role, catalog, id, &node.maintenance, objstore::base_uri(&node.object_store));
     role.serve(signal, async {}).await
 }
 
 /// Adds the compactor to `role`: its CompactorService, its metrics and its scheduled cycles
-/// (the compactor role's whole work; `standalone` adds it beside the writer).
+/// (the compactor role's whole work; `standalone` adds it beside the writer). `base_uri` is
+/// the object store's root as lake tables name their files (`objstore::base_uri`).
 pub fn install(
     role: &mut Role,
     catalog: catalog::Catalog,
     id: String,
     m: &config::MaintenanceSection,
+    base_uri: String,
 ) -> Compactor {
-    let c = Compactor::new(catalog, id, m.clone(), CompactorMetrics::register(role.metrics()));
+    let metrics = CompactorMetrics::register(role.metrics());
+    let c = Compactor::new(catalog, id, m.clone(), metrics).with_base_uri(base_uri);
     role.add_service(c.clone().server());
     let every = c.clone();
     role.spawn(move |shutdown| every.every(shutdown));
@@ -63,6 +66,8 @@ struct State {
     one_at_a_time: tokio::sync::Mutex<()>,
     last: std::sync::Mutex<Option<pb::CompactionCycle>>,
     cycles: AtomicU64,
+    /// The object store's root as lake tables name their files.
+    base_uri: String,
 }
 
 impl Compactor {
@@ -81,7 +86,38 @@ impl Compactor {
             one_at_a_time: tokio::sync::Mutex::new(()),
             last: std::sync::Mutex::new(None),
             cycles: AtomicU64::new(0),
+            base_uri: "memory://".to_owned(),
         }))
+    }
+
+    /// Names lake tables' files under `base_uri` (before the compactor is shared).
+    pub fn with_base_uri(self, base_uri: String) -> Self {
+        match Arc::try_unwrap(self.0) {
+            Ok(mut s) => {
+                s.base_uri = base_uri;
+                Compactor(Arc::new(s))
+            }
+            Err(shared) => Compactor(shared),
+        }
+    }
+
+    /// The lake logs: every partition of each stream with `lake.table` set, as listed now.
+    async fn lakes(&self) -> Result<logstore::lakes::LakeLogs, catalog::CatalogError> {
+        let s = &self.0;
+        let mut logs = std::collections::HashMap::new();
+        for stream in s.catalog.list().await? {
+            if !stream.props.lake_table {
+                continue;
+            }
+            for (partition, log) in stream.partitions.iter().enumerate() {
+                let lake = logstore::lakes::LakeLog {
+                    stream_identity: stream.identity.clone(),
+                    partition: u32::try_from(partition).unwrap_or(u32::MAX),
+                };
+                logs.insert(*log, lake);
+            }
+        }
+        Ok(logstore::lakes::LakeLogs { base_uri: s.base_uri.clone(), logs })
     }
 
     /// The tonic service, ready to add to a role.
@@ -116,13 +152,24 @@ impl Compactor {
         if log.is_none() {
             self.retention(started_at_ms, &mut out).await;
         }
-        let cfg = logstore::compactor::CompactorConfig {
-            min_chunks: min_chunks.unwrap_or(s.settings.min_chunks),
-            target_segment_bytes: s.settings.target_segment_size.0,
-            settle_after: s.settings.settle_after.0,
+        // Which logs are lake logs, listed each cycle (a stream may have set `lake.table`).
+        let r = match self.lakes().await {
+            Ok(lakes) => {
+                let cfg = logstore::compactor::CompactorConfig {
+                    min_chunks: min_chunks.unwrap_or(s.settings.min_chunks),
+                    target_segment_bytes: s.settings.target_segment_size.0,
+                    settle_after: s.settings.settle_after.0,
+                    lakes: Arc::new(lakes),
+                };
+                let logs = s.catalog.logs().clone();
+                logstore::compactor::compact_all(logs, &s.id, cfg, log, &s.idle).await
+            }
+            Err(catalog::CatalogError::Log(e)) => Err(e),
+            Err(e) => Err(logstore::LogError::Unavailable {
+                message: format!("listing lake streams: {e}"),
+                outcome_unknown: false,
+            }),
         };
-        let logs = s.catalog.logs().clone();
-        let r = logstore::compactor::compact_all(logs, &s.id, cfg, log, &s.idle).await;
         s.metrics.observe(&r, start.elapsed());
         match r {
             Ok(r) => {

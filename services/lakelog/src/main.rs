@@ -712,7 +712,8 @@ async fn standalone(
         let catalog =
             catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
         role.add_service(catalog_service::CatalogServiceImpl::new(catalog.clone()).server());
-        compactor::install(role, catalog, "standalone".to_owned(), &node.maintenance);
+        let base_uri = objstore::base_uri(&node.object_store);
+        compactor::install(role, catalog, "standalone".to_owned(), &node.maintenance, base_uri);
         cleaner::install(role, storage.reader().clone(), &node.maintenance);
     })
     .await?;

@@ -69,7 +69,8 @@ async fn compactor(s: &Stores, interval: Duration) -> Result<Running> {
         min_chunks: 8,
         ..Default::default()
     };
-    compactor::install(&mut role, catalog, "compactor-under-test".to_owned(), &m);
+    let base_uri = "memory://".to_owned();
+    compactor::install(&mut role, catalog, "compactor-under-test".to_owned(), &m, base_uri);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let served = tokio::spawn(role.serve(
         async move {
