@@ -64,7 +64,7 @@ pub struct StreamProps {
     /// writer's own maximum when unset (Kafka's topic `max.message.bytes`).
     pub max_message_bytes: Option<u64>,
     /// `lake.table`: the stream's compacted segments are the Parquet data files of its
-    /// Iceberg table (ARCHITECTURE §5c), from the next compaction on.
+    /// Iceberg table (docs/lake.md), from the next compaction on.
     pub lake_table: bool,
 }
 

@@ -49,7 +49,7 @@ use proto::log::v1 as pb;
 use proto::log::v1::log_service_client::LogServiceClient;
 use tonic::transport::Channel;
 
-pub use cpb::Stream;
+pub use cpb::{CreateStreamRequest, GetLakeTableResponse, LakePartition, Stream};
 pub use pb::{
     AppendRequest, Entry, EntryHeader, GetCursorStatsResponse as CursorStats,
     GetLogInfoResponse as LogInfo,
@@ -279,8 +279,20 @@ impl CatalogClient {
             partitions,
             retention_ms,
             retention_bytes,
+            lake_table: false,
         };
+        self.create_with(req).await
+    }
+
+    /// Creates a stream as `req` says (every property, `lake_table` included).
+    pub async fn create_with(&self, req: cpb::CreateStreamRequest) -> Result<Stream, ClientError> {
         stream_of(self.inner.clone().create_stream(req).await?.into_inner().stream)
+    }
+
+    /// A lake stream's table: where it is and how far behind the log (docs/lake.md).
+    pub async fn lake_table(&self, name: &str) -> Result<cpb::GetLakeTableResponse, ClientError> {
+        let req = cpb::GetLakeTableRequest { name: name.to_owned() };
+        Ok(self.inner.clone().get_lake_table(req).await?.into_inner())
     }
 
     pub async fn get(&self, name: &str) -> Result<Stream, ClientError> {

@@ -24,6 +24,9 @@ pub struct TableState {
     pub snapshots: Vec<Snapshot>,
     /// The live manifests, oldest first (one per appended segment until manifests merge).
     pub manifests: Vec<ManifestFile>,
+    /// How far each of the table's sources is in it (the compactor's: a log id's end offset).
+    #[serde(default)]
+    pub ends: std::collections::BTreeMap<String, u64>,
 }
 
 /// Snapshots a table keeps (each is one commit; older ones expire, so the state the metadata
@@ -62,6 +65,7 @@ impl TableState {
             metadata: None,
             snapshots: Vec::new(),
             manifests: Vec::new(),
+            ends: Default::default(),
         }
     }
 

@@ -53,7 +53,7 @@ pub struct CompactorConfig {
     /// one smaller. (Sooner would rewrite the tail of a log written in rare bursts on every
     /// burst.)
     pub settle_after: std::time::Duration,
-    /// The logs whose segments are lake table data files (ARCHITECTURE §5c).
+    /// The logs whose segments are lake table data files (docs/lake.md).
     pub lakes: Arc<LakeLogs>,
 }
 
@@ -773,7 +773,8 @@ impl Compactor {
                 now_ms: self.clock.now_ms(),
                 summary: summary.clone(),
             };
-            let commit = state.append(&append);
+            let mut commit = state.append(&append);
+            commit.state.ends.insert(log.0.to_string(), b);
             lakes::write_commit_files(&self.objects, &self.cfg.lakes, &commit).await?;
             if attempt == 0
                 && let Some(h) = &hook

@@ -1,4 +1,4 @@
-//! Lake logs (ARCHITECTURE §5c): the partitions of streams with `lake.table` set, whose
+//! Lake logs (docs/lake.md): the partitions of streams with `lake.table` set, whose
 //! compacted segments are Parquet files that are at once the log's segments and the data files
 //! of the stream's Iceberg table. What the compactor and the reader need of them: which logs
 //! they are, where a segment must be cut (one ingest day each), the locator's place map, the

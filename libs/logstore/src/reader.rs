@@ -364,6 +364,18 @@ impl LogReader {
         Ok(page.locators.iter().find(|l| l.contains(offset)).cloned())
     }
 
+    /// When the log took the record at `offset` (ms; its run's ingest time, or its running
+    /// maximum timestamp for runs written before ingest times were kept); `None` at or past
+    /// the high watermark or below the start.
+    pub async fn ingest_ms_at(&self, log: LogId, offset: u64) -> Result<Option<i64>, LogError> {
+        let snap = self.snapshot(log).await?;
+        snap.check_readable()?;
+        if offset < snap.start || offset >= snap.head.next_offset {
+            return Ok(None);
+        }
+        Ok(self.find_locator(&snap, offset, true).await?.map(|l| crate::lakes::ingest_of(&l)))
+    }
+
     /// The index page at or below `offset` (a floor look-up), if any.
     async fn page_at(
         &self,
@@ -607,7 +619,7 @@ impl LogReader {
 
     /// The entries of a lake segment `want` needs, a row group at a time (one ranged GET
     /// each, through the byte-range cache): each batch framed again from its rows, every
-    /// row's checksum verified, and framed as an entry as stored (ARCHITECTURE §5c). An
+    /// row's checksum verified, and framed as an entry as stored (docs/lake.md). An
     /// entry's timestamp is its batch's largest; its log position counts its stored length.
     async fn fetch_row_groups(
         &self,

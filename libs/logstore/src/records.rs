@@ -66,7 +66,7 @@ pub struct Locator {
     /// (runs written before it was kept).
     #[prost(int64, tag = "11")]
     pub ingest_ms: i64,
-    /// Set for a segment written as a lake table's Parquet data file (ARCHITECTURE §5c):
+    /// Set for a segment written as a lake table's Parquet data file (docs/lake.md):
     /// what a read needs to fetch one row group with one ranged GET.
     #[prost(message, optional, tag = "12")]
     pub lake: Option<LakeFile>,

@@ -114,6 +114,8 @@ pub struct Role {
     meta: Arc<dyn MetadataStore>,
     objects: Arc<dyn ObjectStore>,
     routes: tonic::service::Routes,
+    /// Plain HTTP routes were added: HTTP/1.1 is accepted too.
+    http: bool,
     services: Vec<String>,
     registration: Option<logstore::membership::Registration>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -176,6 +178,7 @@ impl Role {
             meta,
             objects,
             routes: tonic::service::Routes::default(),
+            http: false,
             services: Vec::new(),
             registration: None,
             tasks: Vec::new(),
@@ -234,6 +237,14 @@ impl Role {
         }
         self.services.push(S::NAME.to_owned());
         self.routes = std::mem::take(&mut self.routes).add_service(svc);
+    }
+
+    /// Adds plain HTTP routes (HTTP/1.1 and HTTP/2) beside the gRPC services on the role's port:
+    /// the catalog's Iceberg REST catalog. Paths must not be a gRPC service's (`/pkg.Service/`).
+    pub fn add_http_routes(&mut self, router: axum::Router) {
+        self.http = true;
+        let routes = self.routes.axum_router_mut();
+        *routes = std::mem::take(routes).merge(router);
     }
 
     /// Caps concurrent requests per client connection (HTTP/2 makes clients wait beyond).
@@ -331,6 +342,7 @@ impl Role {
                     .max_concurrent_streams(self.max_streams)
                     .initial_connection_window_size(self.receive_window)
                     .initial_stream_window_size(self.receive_window)
+                    .accept_http1(self.http)
                     .add_routes(routes.add_service(health_service))
                     .serve_with_incoming_shutdown(
                         tonic::transport::server::TcpIncoming::from(listener),

@@ -4,6 +4,8 @@
 //!
 //! Depends on libs only; never on another service.
 
+pub mod iceberg_rest;
+
 use std::future::Future;
 
 use catalog::{Catalog, CatalogError, StreamInfo, StreamProps, Target};
@@ -33,7 +35,9 @@ pub async fn run(
     })
     .await?;
     let catalog = Catalog::new(role.meta().clone(), role.reader(), &node.cluster);
-    role.add_service(CatalogServiceImpl::new(catalog).server());
+    role.add_service(CatalogServiceImpl::new(catalog.clone()).server());
+    let access = iceberg_rest::FileAccess::of(&node.object_store);
+    role.add_http_routes(iceberg_rest::routes(catalog, access));
     tracing::info!(addr = %c.listen, catalog = %id, "catalog serving");
     role.serve(shutdown, async {}).await
 }
@@ -78,6 +82,7 @@ fn stream(s: StreamInfo) -> pb::Stream {
         partitions: s.partitions.into_iter().map(|l| l.0).collect(),
         retention_ms: s.props.retention_ms,
         retention_bytes: s.props.retention_bytes,
+        lake_table: s.props.lake_table,
     }
 }
 
@@ -91,6 +96,7 @@ impl pb::catalog_service_server::CatalogService for CatalogServiceImpl {
         let props = StreamProps {
             retention_ms: r.retention_ms,
             retention_bytes: r.retention_bytes,
+            lake_table: r.lake_table,
             ..Default::default()
         };
         let s = self.catalog.create(&r.name, r.partitions, props).await.map_err(to_status)?;
@@ -166,6 +172,57 @@ impl pb::catalog_service_server::CatalogService for CatalogServiceImpl {
                 .into_iter()
                 .map(|m| pb::Member { id: m.id, address: m.address, zone: m.zone })
                 .collect(),
+        }))
+    }
+
+    async fn get_lake_table(
+        &self,
+        req: Request<pb::GetLakeTableRequest>,
+    ) -> Result<Response<pb::GetLakeTableResponse>, Status> {
+        let name = req.into_inner().name;
+        let s = self.catalog.get(&name).await.map_err(to_status)?;
+        if !s.props.lake_table {
+            return Err(to_status(CatalogError::InvalidArgument(format!(
+                "stream {name} does not have lake.table set"
+            ))));
+        }
+        let logs = self.catalog.logs();
+        let key = logstore::keys::Keys::new(logs.keys().cluster()).lake_table(&s.identity);
+        let kv = logs.meta().get(&key).await.map_err(|e| to_status(e.into()))?;
+        let state = match kv {
+            Some(kv) => {
+                Some(logstore::lakes::decode_table(&kv.value).map_err(|e| to_status(e.into()))?)
+            }
+            None => None,
+        };
+        let mut partitions = Vec::with_capacity(s.partitions.len());
+        for (i, log) in s.partitions.iter().enumerate() {
+            let info = logs.info(*log).await.map_err(|e| to_status(e.into()))?;
+            let in_table = state
+                .as_ref()
+                .and_then(|t| t.ends.get(&log.0.to_string()).copied())
+                .unwrap_or(0)
+                .max(info.first_offset);
+            let behind = match in_table < info.next_offset {
+                true => logs.ingest_ms_at(*log, in_table).await.map_err(|e| to_status(e.into()))?,
+                false => None,
+            };
+            partitions.push(pb::LakePartition {
+                partition: u32::try_from(i).unwrap_or(u32::MAX),
+                log_id: log.0,
+                table_end_offset: in_table,
+                log_end_offset: info.next_offset,
+                oldest_behind_ms: behind.unwrap_or(0),
+            });
+        }
+        let t = state.as_ref();
+        Ok(Response::new(pb::GetLakeTableResponse {
+            location: t.map(|t| t.location.clone()).unwrap_or_default(),
+            metadata_location: t.and_then(|t| t.metadata_location()).unwrap_or_default(),
+            snapshots: t.map_or(0, |t| u32::try_from(t.snapshots.len()).unwrap_or(u32::MAX)),
+            last_commit_ms: t.and_then(|t| t.snapshots.last()).map_or(0, |s| s.timestamp_ms),
+            partitions,
+            data_files: t.map_or(0, |t| t.data_files().count() as u64),
         }))
     }
 }

@@ -267,6 +267,7 @@ fn fill(out: &mut pb::CompactionCycle, r: CycleReport) {
             object: c.object,
             wal_floor: c.wal_floor,
             segments: c.segments as u64,
+            table_snapshot: c.table_snapshot,
         })
         .collect();
     out.skipped = r

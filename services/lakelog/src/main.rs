@@ -94,6 +94,11 @@ enum Command {
         #[command(subcommand)]
         command: StreamCommand,
     },
+    /// Lake tables: a lake stream's Iceberg table (docs/lake.md).
+    Lake {
+        #[command(subcommand)]
+        command: LakeCommand,
+    },
     /// Work with logs.
     Log {
         #[command(subcommand)]
@@ -173,6 +178,13 @@ enum Command {
 }
 
 #[derive(Subcommand, Debug)]
+enum LakeCommand {
+    /// A lake stream's table: its location and metadata, snapshots, and how far it is behind
+    /// the log (records, and the age of the oldest record not in it).
+    Status { stream: String },
+}
+
+#[derive(Subcommand, Debug)]
 enum StreamCommand {
     /// Create a stream; prints its identity and partitions' logs.
     Create {
@@ -183,6 +195,10 @@ enum StreamCommand {
         retention_ms: Option<i64>,
         #[arg(long)]
         retention_bytes: Option<u64>,
+        /// Make its compacted segments the Parquet data files of its Iceberg table, served by
+        /// the catalog's Iceberg REST catalog (`lake.table`; docs/lake.md).
+        #[arg(long)]
+        lake_table: bool,
     },
     /// List streams, one per line: name, partitions, identity.
     List,
@@ -633,6 +649,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let c = client::CatalogClient::connect(&cli.endpoint).await?;
             stream_command(&c, command).await
         }
+        Command::Lake { command: LakeCommand::Status { stream } } => {
+            let c = client::CatalogClient::connect(&cli.endpoint).await?;
+            let t = c.lake_table(&stream).await?;
+            let now = logstore::Clock::now_ms(&logstore::SystemClock);
+            print_lake(&mut std::io::stdout().lock(), &stream, &t, now)?;
+            Ok(())
+        }
         Command::Produce { stream, key, key_separator, zone, linger_ms } => {
             let mut cfg = client::ClientConfig::new(&cli.endpoint);
             cfg.zone = zone;
@@ -712,6 +735,8 @@ async fn standalone(
         let catalog =
             catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
         role.add_service(catalog_service::CatalogServiceImpl::new(catalog.clone()).server());
+        let access = catalog_service::iceberg_rest::FileAccess::of(&node.object_store);
+        role.add_http_routes(catalog_service::iceberg_rest::routes(catalog.clone(), access));
         let base_uri = objstore::base_uri(&node.object_store);
         compactor::install(role, catalog, "standalone".to_owned(), &node.maintenance, base_uri);
         cleaner::install(role, storage.reader().clone(), &node.maintenance);
@@ -900,17 +925,60 @@ fn print_stream(out: &mut impl Write, s: &client::Stream) -> std::io::Result<()>
     if let Some(b) = s.retention_bytes {
         writeln!(out, "retention:  {b} bytes")?;
     }
+    if s.lake_table {
+        writeln!(out, "lake table: yes")?;
+    }
+    Ok(())
+}
+
+/// `lakelog lake status`: the table, then one line per partition with its lag.
+fn print_lake(
+    out: &mut impl Write,
+    stream: &str,
+    t: &client::GetLakeTableResponse,
+    now_ms: i64,
+) -> std::io::Result<()> {
+    let behind: u64 =
+        t.partitions.iter().map(|p| p.log_end_offset.saturating_sub(p.table_end_offset)).sum();
+    let oldest =
+        t.partitions.iter().filter(|p| p.oldest_behind_ms > 0).map(|p| p.oldest_behind_ms).min();
+    let lag_s = oldest.map_or(0.0, |o| (now_ms - o).max(0) as f64 / 1000.0);
+    writeln!(out, "table:      lakelog.{stream}")?;
+    if t.metadata_location.is_empty() {
+        writeln!(out, "location:   none yet (no segment committed)")?;
+    } else {
+        writeln!(out, "location:   {}", t.location)?;
+        writeln!(out, "metadata:   {}", t.metadata_location)?;
+    }
+    writeln!(out, "snapshots:  {} kept, {} data files", t.snapshots, t.data_files)?;
+    if t.last_commit_ms > 0 {
+        let ago = (now_ms - t.last_commit_ms).max(0) as f64 / 1000.0;
+        writeln!(out, "last commit: {ago:.1} s ago")?;
+    }
+    writeln!(out, "lag:        {behind} records, {lag_s:.1} s")?;
+    for p in &t.partitions {
+        let lag = p.log_end_offset.saturating_sub(p.table_end_offset);
+        writeln!(
+            out,
+            "partition {} (log {}): table [.., {}), log [.., {}), {lag} behind",
+            p.partition, p.log_id, p.table_end_offset, p.log_end_offset
+        )?;
+    }
     Ok(())
 }
 
 async fn stream_command(c: &client::CatalogClient, command: StreamCommand) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match command {
-        StreamCommand::Create { name, partitions, retention_ms, retention_bytes } => {
-            print_stream(
-                &mut out,
-                &c.create(&name, partitions, retention_ms, retention_bytes).await?,
-            )?;
+        StreamCommand::Create { name, partitions, retention_ms, retention_bytes, lake_table } => {
+            let req = client::CreateStreamRequest {
+                name,
+                partitions,
+                retention_ms,
+                retention_bytes,
+                lake_table,
+            };
+            print_stream(&mut out, &c.create_with(req).await?)?;
         }
         StreamCommand::List => {
             for s in c.list().await? {

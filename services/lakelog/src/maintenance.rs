@@ -51,7 +51,9 @@ pub async fn compact(
         Some((node, reader)) => {
             let catalog = catalog::Catalog::new(reader.meta().clone(), reader, &node.cluster);
             let id = format!("cli-{}", std::process::id());
-            let c = compactor::Compactor::new(catalog, id, node.maintenance, Default::default());
+            let base_uri = objstore::base_uri(&node.object_store);
+            let c = compactor::Compactor::new(catalog, id, node.maintenance, Default::default())
+                .with_base_uri(base_uri);
             let cycle = c.cycle(log.map(logstore::LogId), min_chunks.map(|m| m as usize), true);
             let cycle = cycle.await;
             anyhow::ensure!(cycle.error.is_empty(), "compaction cycle failed: {}", cycle.error);
@@ -155,8 +157,12 @@ fn print_compaction(c: &pb::CompactionCycle) {
             0 => String::new(),
             n => format!(" and {n} segments"),
         };
+        let table = match c.table_snapshot {
+            Some(s) => format!("; table snapshot {s}"),
+            None => String::new(),
+        };
         println!(
-            "log {}: offsets [{}, {}) from {} WAL chunks{merged} -> {} ({} bytes); wal_floor {}",
+            "log {}: offsets [{}, {}) from {} WAL chunks{merged} -> {} ({} bytes); wal_floor {}{table}",
             c.log_id, c.first_offset, c.end_offset, c.chunks, c.object, c.bytes, c.wal_floor
         );
     }

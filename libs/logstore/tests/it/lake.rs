@@ -1,4 +1,4 @@
-//! Lake logs against both environments (ARCHITECTURE §5c): the compactor writes a lake log's
+//! Lake logs against both environments (docs/lake.md): the compactor writes a lake log's
 //! segments as Parquet files cut at ingest days and commits each to the stream's table in the
 //! index swap's transaction; every entry reads back through the row groups (uncompressed
 //! batches byte for byte but for the two fields a fetch rewrites, compressed ones as the same
