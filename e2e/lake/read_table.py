@@ -2,9 +2,12 @@
 partition, offset, key, value, headers (name=value, comma-separated), tab-separated.
 
     read_table.py duckdb METADATA_LOCATION
+    read_table.py static METADATA_LOCATION         (pyiceberg, no catalog)
     read_table.py pyiceberg CATALOG_URI TABLE      (through Lakelog's Iceberg REST catalog)
 
-DuckDB loads its Avro and Iceberg extensions from their PyPI packages (nothing is downloaded).
+Files on S3 (SeaweedFS) are read with LAKE_S3_ENDPOINT (http://host:port), LAKE_S3_KEY,
+LAKE_S3_SECRET and LAKE_S3_REGION from the environment. DuckDB loads its Avro, Iceberg and
+httpfs extensions from their PyPI packages (nothing is downloaded).
 """
 import glob
 import os
@@ -20,9 +23,25 @@ def line(p, o, k, v, headers):
     return "%d\t%d\t%s\t%s\t%s" % (p, o, text(k), text(v), hs)
 
 
+S3 = os.environ.get("LAKE_S3_ENDPOINT")
+
+
+def s3_properties():
+    if not S3:
+        return {}
+    return {
+        "s3.endpoint": S3,
+        "s3.access-key-id": os.environ["LAKE_S3_KEY"],
+        "s3.secret-access-key": os.environ["LAKE_S3_SECRET"],
+        "s3.region": os.environ.get("LAKE_S3_REGION", "us-east-1"),
+        "s3.force-virtual-addressing": "false",
+    }
+
+
 def duckdb_rows(meta):
     import duckdb
     import duckdb_extension_avro
+    import duckdb_extension_httpfs
     import duckdb_extension_iceberg
 
     def ext(m, name):
@@ -34,27 +53,51 @@ def duckdb_rows(meta):
     )
     con.execute("LOAD '%s'" % ext(duckdb_extension_avro, "avro"))
     con.execute("LOAD '%s'" % ext(duckdb_extension_iceberg, "iceberg"))
+    if S3:
+        con.execute("LOAD '%s'" % ext(duckdb_extension_httpfs, "httpfs"))
+        host = S3.split("://", 1)[1]
+        con.execute(
+            "CREATE SECRET lake (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, "
+            "URL_STYLE 'path', USE_SSL false)".replace("?", "'%s'")
+            % (
+                os.environ["LAKE_S3_KEY"],
+                os.environ["LAKE_S3_SECRET"],
+                os.environ.get("LAKE_S3_REGION", "us-east-1"),
+                host,
+            )
+        )
     rows = con.execute(
         'select partition, "offset", key, value, headers from iceberg_scan(?)', [meta]
     ).fetchall()
     return [line(p, o, k, v, h) for (p, o, k, v, h) in rows]
 
 
+def columns(arrow):
+    cols = [arrow[c].to_pylist() for c in ("partition", "offset", "key", "value", "headers")]
+    return [line(*r) for r in zip(*cols)]
+
+
+def static_rows(meta):
+    from pyiceberg.table import StaticTable
+
+    return columns(StaticTable.from_metadata(meta, properties=s3_properties()).scan().to_arrow())
+
+
 def pyiceberg_rows(uri, table):
     from pyiceberg.catalog import load_catalog
 
-    catalog = load_catalog("lakelog", type="rest", uri=uri)
+    catalog = load_catalog("lakelog", type="rest", uri=uri, **s3_properties())
     assert ("lakelog",) in catalog.list_namespaces(), catalog.list_namespaces()
     listed = [".".join(t) for t in catalog.list_tables("lakelog")]
     assert "lakelog." + table in listed, listed
-    a = catalog.load_table("lakelog." + table).scan().to_arrow()
-    cols = [a[c].to_pylist() for c in ("partition", "offset", "key", "value", "headers")]
-    return [line(*r) for r in zip(*cols)]
+    return columns(catalog.load_table("lakelog." + table).scan().to_arrow())
 
 
 def main():
     if sys.argv[1] == "duckdb":
         rows = duckdb_rows(sys.argv[2])
+    elif sys.argv[1] == "static":
+        rows = static_rows(sys.argv[2])
     else:
         rows = pyiceberg_rows(sys.argv[2], sys.argv[3])
     rows.sort(key=lambda l: tuple(int(x) for x in l.split("\t")[:2]))

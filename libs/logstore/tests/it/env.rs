@@ -13,6 +13,8 @@ pub struct Env {
     pub meta: Arc<dyn MetadataStore>,
     pub objects: Arc<dyn ObjectStore>,
     pub cluster: String,
+    /// The object store as configured (lake tables name their files under its root URI).
+    pub store: config::ObjectStoreConfig,
     _guard: Box<dyn std::any::Any + Send>,
 }
 
@@ -30,14 +32,15 @@ impl Env {
     pub async fn embedded() -> Result<Env> {
         let dir = tempfile::tempdir()?;
         let meta = metadata::EmbeddedStore::open(&dir.path().join("meta.redb")).await?;
-        let objects =
-            objstore::build(&config::ObjectStoreConfig::Local(config::LocalStoreConfig {
-                path: dir.path().join("objects"),
-            }))?;
+        let store = config::ObjectStoreConfig::Local(config::LocalStoreConfig {
+            path: dir.path().join("objects"),
+        });
+        let objects = objstore::build(&store)?;
         Ok(Env {
             meta: Arc::new(meta),
             objects,
             cluster: testkit::unique_prefix("ls"),
+            store,
             _guard: Box::new(dir),
         })
     }
@@ -47,8 +50,9 @@ impl Env {
         let meta = metadata::EtcdStore::connect(&testkit::etcd_config(etcd.endpoint())).await?;
         let cluster = testkit::unique_prefix("ls");
         let s3 = testkit::shared_s3()?.s3().config(&cluster);
-        let objects = objstore::build(&config::ObjectStoreConfig::S3(s3))?;
-        Ok(Env { meta: Arc::new(meta), objects, cluster, _guard: Box::new(()) })
+        let store = config::ObjectStoreConfig::S3(s3);
+        let objects = objstore::build(&store)?;
+        Ok(Env { meta: Arc::new(meta), objects, cluster, store, _guard: Box::new(()) })
     }
 
     /// A writer's config with a short flush interval, so tests run quickly.

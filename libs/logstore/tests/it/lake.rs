@@ -134,6 +134,22 @@ async fn stream_log(env: &Env, identity: &str) -> Result<LogId> {
     Ok(logstore::admin::create_log(env.meta.as_ref(), &keys, Some(route)).await?)
 }
 
+/// `e2e/lake/read_table.py` (DuckDB, pyiceberg) on `args`, reaching the env's S3 if it has one.
+fn read_table(env: &Env, args: &[&str]) -> Result<Vec<String>> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let mut cmd = std::process::Command::new(format!("{root}/.tools/venv/bin/python"));
+    cmd.arg(format!("{root}/e2e/lake/read_table.py")).args(args);
+    if let config::ObjectStoreConfig::S3(s3) = &env.store {
+        cmd.env("LAKE_S3_ENDPOINT", s3.endpoint.clone().unwrap_or_default())
+            .env("LAKE_S3_KEY", s3.access_key_id.clone().unwrap_or_default())
+            .env("LAKE_S3_SECRET", s3.secret_access_key.clone().unwrap_or_default())
+            .env("LAKE_S3_REGION", &s3.region);
+    }
+    let out = cmd.output().context("DuckDB and pyiceberg in .tools/venv (`make deps`)")?;
+    ensure!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(String::from_utf8(out.stdout)?.lines().map(str::to_owned).collect())
+}
+
 fn cleaner(env: &Env) -> Cleaner {
     let clock = Arc::new(logstore::SystemClock);
     let mut c = Cleaner::new(env.meta.clone(), env.objects.clone(), &env.cluster, clock);
@@ -145,7 +161,7 @@ fn cleaner(env: &Env) -> Cleaner {
 fn lakes(env: &Env, log: LogId, identity: &str) -> Arc<LakeLogs> {
     let lake = LakeLog { stream_identity: identity.to_owned(), partition: 3 };
     Arc::new(LakeLogs {
-        base_uri: format!("s3://bucket/{}", env.cluster),
+        base_uri: objstore::base_uri(&env.store),
         logs: HashMap::from([(log, lake)]),
     })
 }
@@ -210,8 +226,46 @@ async fn a_lake_logs_segments_are_its_tables_files_and_read_back_as_stored(env: 
     ensure!(ranges == swapped, "table {ranges:?}, swaps {swapped:?}");
     let files: Vec<&str> = t.data_files().collect();
     ensure!(files.len() == done.len());
+    let root = objstore::base_uri(&env.store);
     for (f, d) in files.iter().zip(&done) {
-        ensure!(f.ends_with(&d.object) && f.starts_with("s3://bucket/"), "{f} for {}", d.object);
+        ensure!(
+            f.ends_with(&d.object) && f.starts_with(&root),
+            "{f} for {} under {root}",
+            d.object
+        );
+    }
+    // DuckDB and pyiceberg read the table from its metadata location: every record of the
+    // segments, as sent (a null header value reads empty here).
+    let end = ranges.iter().map(|r| r.1).max().unwrap_or(0);
+    let mut expected = Vec::new();
+    for i in 0..end / 3 {
+        for r in recordbatch::decode(&sent[&(i * 3)])?.1 {
+            let text = |b: &Option<Bytes>| {
+                b.as_ref().map_or(String::new(), |b| String::from_utf8_lossy(b).into_owned())
+            };
+            let headers: Vec<String> = r
+                .headers
+                .iter()
+                .map(|(k, v)| format!("{}={}", String::from_utf8_lossy(k), text(v)))
+                .collect();
+            expected.push(format!(
+                "3\t{}\t{}\t{}\t{}",
+                i * 3 + u64::from(r.offset_delta),
+                text(&r.key),
+                text(&r.value),
+                headers.join(",")
+            ));
+        }
+    }
+    let meta = t.metadata_location().context("no metadata location")?;
+    for engine in ["duckdb", "static"] {
+        let rows = read_table(&env, &[engine, &meta])?;
+        ensure!(
+            rows == expected,
+            "{engine} read {} rows: {:?}",
+            rows.len(),
+            rows.iter().take(2).collect::<Vec<_>>()
+        );
     }
     // The cleaner reclaims what the swaps replaced, and nothing the log still reads (the rest
     // of the page cut at midnight stays in the WAL).
