@@ -631,7 +631,22 @@ impl Compactor {
         };
         // A lake log's segment as a Parquet file; if an entry is no record batch (a stream
         // written around its format), this segment is a plain one instead.
+        // A table whose state outgrew its record (manifests are not merged yet) takes no more
+        // segments: the log's compaction goes on with plain ones (a failing swap would hold the
+        // cleaner's cutoff for the whole cluster).
+        let table_full = table_kv
+            .as_ref()
+            .and_then(Option::as_ref)
+            .is_some_and(|kv| kv.value.len() > lakes::MAX_TABLE_STATE);
+        if table_full {
+            tracing::error!(
+                %log,
+                "its lake table's state is over {} bytes (manifests are not merged yet): this segment is written as a plain one",
+                lakes::MAX_TABLE_STATE
+            );
+        }
         let lake_seg = match &lake {
+            Some(_) if table_full => None,
             Some(l) => {
                 let input: Vec<lake::segment::Entry> = kept
                     .iter()

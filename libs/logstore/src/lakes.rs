@@ -52,6 +52,11 @@ impl LakeLogs {
     }
 }
 
+/// The largest table state the compactor commits to (the metadata store refuses values of
+/// 1.5 MiB, and the swap's other operations share its request): a table with a larger state
+/// takes no more segments.
+pub const MAX_TABLE_STATE: usize = 1 << 20;
+
 /// The ingest time of a run's entries: its own, or (a run written before ingest times were
 /// kept) its running maximum timestamp.
 pub(crate) fn ingest_of(l: &Locator) -> i64 {

@@ -865,7 +865,7 @@ fn json_opt(v: Option<f64>) -> String {
 
 /// User + system CPU seconds so far of the process whose `/proc/…/stat` this is (Linux), at the
 /// usual 100 ticks a second.
-fn process_cpu_seconds(stat: &str) -> Option<f64> {
+pub(crate) fn process_cpu_seconds(stat: &str) -> Option<f64> {
     let stat = std::fs::read_to_string(stat).ok()?;
     // The fields after the parenthesised command name; utime and stime are its 12th and 13th.
     let rest = stat.rsplit_once(')')?.1;

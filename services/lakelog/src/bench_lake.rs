@@ -36,11 +36,21 @@ pub struct LakeArgs {
 /// Batches of about `bytes` in all, at offsets from 0.
 fn batches(args: &LakeArgs) -> anyhow::Result<Vec<Entry>> {
     let value_len = usize::try_from(args.value_size.0)?;
+    batches_of(args.bytes.0, value_len, args.records_per_batch)
+}
+
+/// Batches of about `bytes` in all, at offsets from 0, of `records_per_batch` keyed records
+/// with values of `value_len` bytes (half random letters: they compress about 2:1).
+pub(crate) fn batches_of(
+    bytes: u64,
+    value_len: usize,
+    records_per_batch: u32,
+) -> anyhow::Result<Vec<Entry>> {
     ensure!(value_len <= 1 << 20, "INVALID_ARGUMENT: --value-size is at most 1 MiB");
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let (mut entries, mut offset, mut total) = (Vec::new(), 0u64, 0u64);
-    while total < args.bytes.0 {
-        let records: Vec<Record> = (0..args.records_per_batch)
+    while total < bytes {
+        let records: Vec<Record> = (0..records_per_batch)
             .map(|i| {
                 let value: Vec<u8> = (0..value_len)
                     .map(|j| {
@@ -61,7 +71,7 @@ fn batches(args: &LakeArgs) -> anyhow::Result<Vec<Entry>> {
         let batch = recordbatch::encode(&records, ProducerFields::NONE)?;
         total += batch.len() as u64;
         entries.push(Entry { offset, ingest_ms: 1_700_000_000_000, batch });
-        offset += u64::from(args.records_per_batch);
+        offset += u64::from(records_per_batch);
     }
     Ok(entries)
 }

@@ -10,6 +10,7 @@
 mod bench;
 mod bench_compact;
 mod bench_lake;
+mod bench_lake_compact;
 mod bench_produce;
 mod catchup;
 mod groups;
@@ -300,6 +301,9 @@ enum BenchCommand {
     /// What a lake segment (Parquet) costs one compactor core against a plain one: the same
     /// batches built into each and read back, in process, no store.
     Lake(bench_lake::LakeArgs),
+    /// Lake segments through the compactor, in process: compaction MB/s per core for lake and
+    /// plain segments, and table freshness (ack to visible) at the compaction interval.
+    LakeCompact(bench_lake_compact::LakeCompactArgs),
     /// Ingest alone, then while a Kafka consumer group reads a backlog through the readers
     /// (on a running cluster, `make cluster`): the ingest ratio, seed 001's promise.
     Catchup(catchup::CatchupArgs),
@@ -603,6 +607,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench { command: BenchCommand::Read(args) } => bench::read(args).await,
         Command::Bench { command: BenchCommand::Compact(args) } => bench_compact::run(args).await,
         Command::Bench { command: BenchCommand::Lake(args) } => bench_lake::run(args),
+        Command::Bench { command: BenchCommand::LakeCompact(args) } => {
+            bench_lake_compact::run(args).await
+        }
         Command::Bench { command: BenchCommand::Produce(args) } => {
             bench_produce::run(args, &cli.endpoint).await
         }

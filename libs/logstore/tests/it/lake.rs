@@ -25,7 +25,34 @@ use crate::env::{Env, ManualClock};
 both_envs!(
     a_lake_logs_segments_are_its_tables_files_and_read_back_as_stored,
     a_lake_compactor_killed_at_each_step_leaves_log_and_table_agreeing,
+    a_lake_table_whose_state_outgrew_its_record_takes_plain_segments_and_compaction_goes_on,
 );
+
+/// A table whose state is over `lakes::MAX_TABLE_STATE` (manifests are not merged yet) takes
+/// no more segments: the log's compaction writes a plain one, the table is left as it was,
+/// and the WAL floor rises as for any log (a failing swap would hold the cleaner back).
+async fn a_lake_table_whose_state_outgrew_its_record_takes_plain_segments_and_compaction_goes_on(
+    env: Env,
+) -> Result<()> {
+    let w = env.writer("w").await?;
+    let identity = format!("{IDENTITY}-full");
+    let log = stream_log(&env, &identity).await?;
+    append(&w, log, 0, 24).await?;
+    let mut state = lake::table::TableState::new(identity.clone(), "file:///t");
+    state.ends.insert("x".repeat(logstore::lakes::MAX_TABLE_STATE), 0);
+    let key = logstore::keys::Keys::new(&env.cluster).lake_table(&identity);
+    env.meta.put(&key, &serde_json::to_vec(&state)?, 0).await?;
+    let (c, _) = compactor(&env, "c", log, &identity).await?;
+    let done = c.compact_log(log).await?.map_err(|s| anyhow!("{s:?}"))?;
+    ensure!(done.object.ends_with(".seg") && done.table_snapshot.is_none(), "{done:?}");
+    let after = table(&env, &identity).await?.context("no table")?;
+    ensure!(after == state, "the full table changed");
+    let sent: BTreeMap<u64, Bytes> =
+        (0..24).map(|i| Ok((i * 3, batch(i)?))).collect::<Result<_>>()?;
+    ensure!(all(&w, log).await? == sent, "the log reads differently");
+    w.shutdown().await;
+    Ok(())
+}
 
 const DAY: i64 = 86_400_000;
 /// 23:59:00 UTC on some day.

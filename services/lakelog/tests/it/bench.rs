@@ -87,3 +87,31 @@ fn bench_read_reports_tail_latency_and_catch_up_against_a_get_baseline() -> Resu
     ensure!(!json.contains("\"p50\":0.000"), "no tail sample was taken: {json}");
     Ok(())
 }
+
+/// `lakelog bench lake-compact` compacts a plain and a lake log through the compactor (the
+/// table must then hold the whole lake log, or it fails) and times table freshness: every
+/// figure it promises is in its JSON line, and appends become visible in the table.
+#[test]
+fn bench_lake_compact_reports_compaction_per_core_and_table_freshness() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let out = Command::new(env!("CARGO_BIN_EXE_lakelog"))
+        .args(["bench", "lake-compact", "--data-dir"])
+        .arg(dir.path())
+        .args(["--bytes", "2MiB", "--interval", "1s", "--freshness-for", "8s", "--json"])
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.success(), "bench failed: {stderr}");
+    let stdout = String::from_utf8(out.stdout)?;
+    let json = stdout.lines().last().unwrap_or_default();
+    let field = |k: &str| -> Option<f64> {
+        let at = json.find(&format!("\"{k}\":"))? + k.len() + 3;
+        json[at..].split([',', '}']).next()?.parse().ok()
+    };
+    for k in ["plain_mb_per_cpu_s", "lake_mb_per_cpu_s", "plain_mb_per_s", "lake_mb_per_s"] {
+        ensure!(field(k).is_some_and(|v| v > 0.0), "{k}: {json}");
+    }
+    ensure!(field("lake_segments").is_some_and(|n| n >= 1.0), "{json}");
+    ensure!(field("appends_seen").is_some_and(|n| n >= 1.0), "nothing became visible: {json}");
+    ensure!(field("freshness_max_s").is_some_and(|s| s > 0.0), "{json}");
+    Ok(())
+}
