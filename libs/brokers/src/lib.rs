@@ -1007,6 +1007,7 @@ impl kafka::Broker for LogBroker {
             retention_bytes: p.retention_bytes,
             max_message_bytes: p.max_message_bytes,
             lake_table: p.lake_table,
+            lake_retention_ms: p.lake_retention_ms,
         })
     }
 
@@ -1329,6 +1330,7 @@ fn props_of(s: TopicSettings) -> StreamProps {
         retention_bytes: s.retention_bytes,
         max_message_bytes: s.max_message_bytes,
         lake_table: s.lake_table,
+        lake_retention_ms: s.lake_retention_ms,
     }
 }
 

@@ -51,6 +51,8 @@ struct StreamRecord {
     max_message_bytes: Option<u64>,
     #[prost(bool, tag = "6")]
     lake_table: bool,
+    #[prost(int64, optional, tag = "7")]
+    lake_retention_ms: Option<i64>,
 }
 
 /// A stream's properties.
@@ -66,6 +68,9 @@ pub struct StreamProps {
     /// `lake.table`: the stream's compacted segments are the Parquet data files of its
     /// Iceberg table (docs/lake.md), from the next compaction on.
     pub lake_table: bool,
+    /// `lake.retention.ms`: the table's days wholly older than this leave the table (a delete
+    /// snapshot), whatever the log keeps; at least `retention_ms`. Unset: the table keeps all.
+    pub lake_retention_ms: Option<i64>,
 }
 
 /// A stream as the catalog holds it.
@@ -166,6 +171,7 @@ impl Catalog {
                 retention_bytes: r.retention_bytes,
                 max_message_bytes: r.max_message_bytes,
                 lake_table: r.lake_table,
+                lake_retention_ms: r.lake_retention_ms,
             },
         })
     }
@@ -178,6 +184,7 @@ impl Catalog {
             retention_bytes: info.props.retention_bytes,
             max_message_bytes: info.props.max_message_bytes,
             lake_table: info.props.lake_table,
+            lake_retention_ms: info.props.lake_retention_ms,
         }
         .encode_to_vec()
     }
@@ -235,6 +242,22 @@ impl Catalog {
         }
         if props.max_message_bytes == Some(0) {
             return bad("max_message_bytes must be positive");
+        }
+        if let Some(lake) = props.lake_retention_ms {
+            if lake <= 0 {
+                return bad("lake_retention_ms must be positive");
+            }
+            match props.retention_ms {
+                Some(log) if lake >= log => {}
+                Some(_) => {
+                    return bad("lake_retention_ms must be at least retention_ms (the log's)");
+                }
+                None => {
+                    return bad(
+                        "lake_retention_ms needs retention_ms set (the log keeps everything without it, and the table keeps at least what the log does)",
+                    );
+                }
+            }
         }
         Ok(())
     }

@@ -280,6 +280,7 @@ impl CatalogClient {
             retention_ms,
             retention_bytes,
             lake_table: false,
+            lake_retention_ms: None,
         };
         self.create_with(req).await
     }

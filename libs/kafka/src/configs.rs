@@ -2,7 +2,8 @@
 //! configs a topic has, how a value is checked, and DescribeConfigs, AlterConfigs and
 //! IncrementalAlterConfigs over them. A topic has `cleanup.policy` (delete only, until key
 //! compaction exists), `retention.ms`, `retention.bytes`, `max.message.bytes` and Lakelog's
-//! `lake.table` (the topic's compacted segments are its Iceberg table's files); a config
+//! `lake.table` (the topic's compacted segments are its Iceberg table's files) and
+//! `lake.retention.ms` (how long the table keeps a day); a config
 //! Lakelog has no meaning for is INVALID_CONFIG, except the replication ones, accepted and
 //! ignored (object storage keeps the data durable). Broker configs are the writer's config
 //! file: described, never altered.
@@ -42,8 +43,14 @@ const SUBTRACT: i8 = 3;
 const IGNORED: &[&str] = &["min.insync.replicas", "unclean.leader.election.enable"];
 
 /// A topic's configs as Kafka names them.
-pub const TOPIC_CONFIGS: &[&str] =
-    &["cleanup.policy", "lake.table", "max.message.bytes", "retention.bytes", "retention.ms"];
+pub const TOPIC_CONFIGS: &[&str] = &[
+    "cleanup.policy",
+    "lake.retention.ms",
+    "lake.table",
+    "max.message.bytes",
+    "retention.bytes",
+    "retention.ms",
+];
 
 fn invalid(m: String) -> Refused {
     Refused::new(code::INVALID_CONFIG, m)
@@ -79,6 +86,12 @@ pub(crate) fn apply(
                 )));
             }
         },
+        ("lake.retention.ms", None) => s.lake_retention_ms = None,
+        ("lake.retention.ms", Some(v)) => match v.parse::<i64>() {
+            Ok(-1) => s.lake_retention_ms = None,
+            Ok(ms) if ms > 0 => s.lake_retention_ms = Some(ms),
+            _ => return Err(invalid(format!("lake.retention.ms `{v}`: a positive number or -1"))),
+        },
         ("lake.table", None) => s.lake_table = false,
         ("lake.table", Some(v)) => match v {
             "true" => s.lake_table = true,
@@ -94,7 +107,7 @@ pub(crate) fn apply(
         (n, _) if IGNORED.contains(&n) => {}
         (n, _) => {
             return Err(invalid(format!(
-                "config {n} is not supported (cleanup.policy=delete, lake.table, max.message.bytes, retention.bytes, retention.ms are)"
+                "config {n} is not supported (cleanup.policy=delete, lake.retention.ms, lake.table, max.message.bytes, retention.bytes, retention.ms are)"
             )));
         }
     }
@@ -120,6 +133,9 @@ fn topic_config(name: &str, s: &TopicSettings, cfg: &KafkaConfig) -> (String, i8
         "retention.bytes" => set_or(s.retention_bytes.map(|v| v.to_string()), "-1".into(), LONG),
         "max.message.bytes" => {
             set_or(s.max_message_bytes.map(|v| v.to_string()), cfg.max_batch_bytes.to_string(), INT)
+        }
+        "lake.retention.ms" => {
+            set_or(s.lake_retention_ms.map(|v| v.to_string()), "-1".into(), LONG)
         }
         "lake.table" if s.lake_table => ("true".into(), DYNAMIC_TOPIC_CONFIG, BOOLEAN),
         "lake.table" => ("false".into(), DEFAULT_CONFIG, BOOLEAN),
@@ -316,6 +332,7 @@ mod tests {
                 ("max.message.bytes".into(), Some("1000".into())),
                 ("min.insync.replicas".into(), Some("2".into())),
                 ("lake.table".into(), Some("true".into())),
+                ("lake.retention.ms".into(), Some("86400000".into())),
             ],
             &cfg,
         )
@@ -325,6 +342,8 @@ mod tests {
             (Some(60000), Some(1000), None, true)
         );
         assert_eq!(topic_config("lake.table", &s, &cfg).0, "true");
+        assert_eq!(s.lake_retention_ms, Some(86_400_000));
+        assert_eq!(topic_config("lake.retention.ms", &s, &cfg).0, "86400000");
         assert!(!apply(s.clone(), "lake.table", None, &cfg).expect("reset").lake_table);
         let back = apply(s, "retention.ms", None, &cfg).expect("reset");
         assert_eq!(back.retention_ms, None);
@@ -336,6 +355,7 @@ mod tests {
             ("cleanup.policy", "compact"),
             ("segment.bytes", "1"),
             ("lake.table", "yes"),
+            ("lake.retention.ms", "0"),
         ] {
             let r = apply(TopicSettings::default(), n, Some(v), &cfg);
             assert_eq!(r.map_err(|e| e.code), Err(code::INVALID_CONFIG), "{n}={v}");

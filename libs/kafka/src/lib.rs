@@ -193,6 +193,8 @@ pub struct TopicSettings {
     pub max_message_bytes: Option<u64>,
     /// `lake.table`: the topic's compacted segments are its Iceberg table's data files.
     pub lake_table: bool,
+    /// `lake.retention.ms`: how long the topic's table keeps a day.
+    pub lake_retention_ms: Option<i64>,
 }
 
 /// A committed offset to store (OffsetCommit).

@@ -27,6 +27,12 @@ pub struct TableState {
     /// How far each of the table's sources is in it (the compactor's: a log id's end offset).
     #[serde(default)]
     pub ends: std::collections::BTreeMap<String, u64>,
+    /// Manifests table retention took out that retained snapshots still list.
+    #[serde(default)]
+    pub retired: Vec<Retired>,
+    /// The newest snapshot's sequence number, also once it expired.
+    #[serde(default)]
+    pub last_sequence: i64,
 }
 
 /// Snapshots a table keeps (each is one commit; older ones expire, so the state the metadata
@@ -66,6 +72,8 @@ impl TableState {
             snapshots: Vec::new(),
             manifests: Vec::new(),
             ends: Default::default(),
+            retired: Vec::new(),
+            last_sequence: 0,
         }
     }
 
@@ -78,8 +86,15 @@ impl TableState {
         self.metadata.clone()
     }
 
-    /// Every data file the live manifests name (what the cleaner must keep).
+    /// Every data file the live manifests name (what the cleaner must keep): the current
+    /// snapshot's, and those of retained older snapshots that retention took out since.
     pub fn data_files(&self) -> impl Iterator<Item = &str> {
+        let retired = self.retired.iter().map(|r| &r.manifest);
+        self.manifests.iter().chain(retired).flat_map(|m| m.data_files.iter().map(String::as_str))
+    }
+
+    /// The data files of the current snapshot.
+    pub fn current_files(&self) -> impl Iterator<Item = &str> {
         self.manifests.iter().flat_map(|m| m.data_files.iter().map(String::as_str))
     }
 
@@ -97,14 +112,7 @@ impl TableState {
     /// Plans the commit that appends `a`'s file: a new snapshot whose manifest list is every
     /// live manifest and a new one holding the file.
     pub fn append(&self, a: &Append) -> Commit {
-        let parent = self.snapshots.last();
-        let sequence_number = parent.map_or(0, |p| p.sequence_number) + 1;
-        // Derived from the segment's name, so a retried plan names the same snapshot; kept
-        // positive, and distinct from the parent's.
-        let mut id = i64::from(crc32c::crc32c(a.segment.as_bytes())) << 20 | sequence_number;
-        if parent.is_some_and(|p| p.id == id) {
-            id += 1;
-        }
+        let (id, sequence_number) = self.next_snapshot(&a.segment);
         let manifest_name = format!("{}-m0.avro", a.segment);
         let manifest_path = self.at(&format!("metadata/{manifest_name}"));
         let manifest = iceberg::manifest(&manifest_name, id, std::slice::from_ref(&a.file));
@@ -119,15 +127,6 @@ impl TableState {
             days: (a.file.ingest_day, a.file.ingest_day),
             data_files: vec![a.file.path.clone()],
         });
-        let list_name = format!("snap-{id}-{}.avro", a.segment);
-        let list_path = self.at(&format!("metadata/{list_name}"));
-        let list = iceberg::manifest_list(
-            &list_name,
-            id,
-            parent.map(|p| p.id),
-            sequence_number,
-            &manifests,
-        );
         let mut summary = vec![
             ("operation".to_owned(), "append".to_owned()),
             ("added-data-files".to_owned(), "1".to_owned()),
@@ -135,28 +134,137 @@ impl TableState {
         ];
         summary.extend(a.summary.iter().cloned());
         let mut state = self.clone();
-        state.version += 1;
-        state.metadata =
-            Some(self.at(&format!("metadata/{:05}-{}.metadata.json", state.version, a.segment)));
         state.manifests = manifests;
+        let mut commit = state.snapshot_commit(&a.segment, id, sequence_number, a.now_ms, summary);
+        commit.files.insert(0, (manifest_path, manifest));
+        commit
+    }
+
+    /// Applies table retention (`lake.retention.ms`): a delete snapshot taking out every
+    /// manifest whose files are all of days before `r.before_day`, and expiry of snapshots
+    /// older than `r.snapshots_before_ms` (the newest always stays). `None` when neither
+    /// changes anything. Files taken out stay reachable (kept by the cleaner) until the last
+    /// snapshot that still lists them expires.
+    pub fn retain(&self, r: &Retain) -> Option<Commit> {
+        let (old, kept): (Vec<&ManifestFile>, Vec<&ManifestFile>) =
+            self.manifests.iter().partition(|m| m.days.1 < r.before_day);
+        let mut state = self.clone();
+        let mut commit = None;
+        if !old.is_empty() {
+            let (id, sequence_number) = self.next_snapshot(&r.name);
+            let files: u64 = old.iter().map(|m| u64::from(m.files)).sum();
+            let records: u64 = old.iter().map(|m| m.records).sum();
+            state.manifests = kept.into_iter().cloned().collect();
+            state.retired.extend(
+                old.into_iter()
+                    .map(|m| Retired { removed_at: sequence_number, manifest: m.clone() }),
+            );
+            let summary = vec![
+                ("operation".to_owned(), "delete".to_owned()),
+                ("deleted-data-files".to_owned(), files.to_string()),
+                ("deleted-records".to_owned(), records.to_string()),
+                ("lakelog.retention-before-day".to_owned(), r.before_day.to_string()),
+            ];
+            commit = Some(state.snapshot_commit(&r.name, id, sequence_number, r.now_ms, summary));
+            state = commit.as_ref().map_or(state, |c: &Commit| c.state.clone());
+        }
+        let newest = state.snapshots.len().saturating_sub(1);
+        let expired = state.snapshots[..newest]
+            .iter()
+            .take_while(|s| s.timestamp_ms < r.snapshots_before_ms)
+            .count();
+        if expired == 0 {
+            return commit;
+        }
+        state.snapshots.drain(..expired);
+        state.prune_retired();
+        // The snapshots' expiry is a new metadata version (no new snapshot).
+        state.version += 1;
+        let metadata = format!("metadata/{:05}-{}-expiry.metadata.json", state.version, r.name);
+        state.metadata = Some(self.at(&metadata));
+        let metadata_location = state.metadata_location().unwrap_or_default();
+        let json = (metadata_location.clone(), state.table().metadata_json().into_bytes());
+        let mut files = commit.map(|c| c.files).unwrap_or_default();
+        files.push(json);
+        Some(Commit { files, state, metadata_location })
+    }
+
+    /// The next snapshot's id and sequence number: the id derived from `name` (so a retried
+    /// plan names the same snapshot), kept positive and distinct from the parent's.
+    fn next_snapshot(&self, name: &str) -> (i64, i64) {
+        let parent = self.snapshots.last();
+        let sequence_number = parent.map_or(self.last_sequence, |p| p.sequence_number) + 1;
+        let mut id = i64::from(crc32c::crc32c(name.as_bytes())) << 20 | sequence_number;
+        if parent.is_some_and(|p| p.id == id) {
+            id += 1;
+        }
+        (id, sequence_number)
+    }
+
+    /// The commit of a new snapshot over this state's manifests: its manifest list, the next
+    /// metadata JSON (both named after `name`), older snapshots past [`MAX_SNAPSHOTS`] expired.
+    fn snapshot_commit(
+        &self,
+        name: &str,
+        id: i64,
+        sequence_number: i64,
+        now_ms: i64,
+        summary: Vec<(String, String)>,
+    ) -> Commit {
+        let parent = self.snapshots.last().map(|p| p.id);
+        let list_name = format!("snap-{id}-{name}.avro");
+        let list_path = self.at(&format!("metadata/{list_name}"));
+        let list = iceberg::manifest_list(&list_name, id, parent, sequence_number, &self.manifests);
+        let mut state = self.clone();
+        state.version += 1;
+        state.last_sequence = sequence_number;
+        state.metadata =
+            Some(self.at(&format!("metadata/{:05}-{name}.metadata.json", state.version)));
         state.snapshots.push(Snapshot {
             id,
-            parent: parent.map(|p| p.id),
+            parent,
             sequence_number,
-            timestamp_ms: a.now_ms,
+            timestamp_ms: now_ms,
             manifest_list: list_path.clone(),
             summary,
         });
         let expired = state.snapshots.len().saturating_sub(MAX_SNAPSHOTS);
         state.snapshots.drain(..expired);
+        state.prune_retired();
         let metadata_location = state.metadata_location().unwrap_or_default();
         let files = vec![
-            (manifest_path, manifest),
             (list_path, list),
             (metadata_location.clone(), state.table().metadata_json().into_bytes()),
         ];
         Commit { files, state, metadata_location }
     }
+
+    /// Forgets retired manifests no retained snapshot lists any more (every snapshot left is
+    /// the one that took them out, or newer).
+    fn prune_retired(&mut self) {
+        let oldest = self.snapshots.first().map_or(i64::MAX, |s| s.sequence_number);
+        self.retired.retain(|r| r.removed_at > oldest);
+    }
+}
+
+/// What table retention keeps ([`TableState::retain`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retain {
+    /// Manifests whose files are all of days before this one go.
+    pub before_day: i32,
+    /// Snapshots older than this (ms) expire; the newest always stays.
+    pub snapshots_before_ms: i64,
+    /// Names the commit's files (unique per commit).
+    pub name: String,
+    pub now_ms: i64,
+}
+
+/// A manifest a delete took out of the table, still listed by snapshots older than the delete.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retired {
+    /// The sequence number of the snapshot that took it out.
+    pub removed_at: i64,
+    pub manifest: ManifestFile,
 }
 
 #[cfg(test)]
@@ -209,6 +317,45 @@ mod tests {
         // The state survives its serialized form (what the metadata store keeps).
         let json = serde_json::to_string(&c2.state).unwrap();
         assert_eq!(serde_json::from_str::<TableState>(&json).unwrap(), c2.state);
+    }
+
+    #[test]
+    fn retention_takes_out_old_days_and_keeps_their_files_until_their_snapshots_expire() {
+        let mut t = TableState::new("u", "file:///t");
+        for n in 0..4u64 {
+            let mut a = append(n);
+            a.file.ingest_day = 19_000 + n as i32; // one day each
+            t = t.append(&a).state;
+        }
+        let r = |before_day, snapshots_before_ms| Retain {
+            before_day,
+            snapshots_before_ms,
+            name: format!("r{before_day}"),
+            now_ms: 2000,
+        };
+        // Nothing before day 19,000, no snapshot older than 0: nothing to commit.
+        assert!(t.retain(&r(19_000, 0)).is_none());
+        // Days 19,000 and 19,001 go: a delete snapshot; their files stay reachable.
+        let c = t.retain(&r(19_002, 0)).expect("a delete");
+        let current: Vec<&str> = c.state.current_files().collect();
+        assert_eq!(current, [file(2).path, file(3).path]);
+        assert_eq!(c.state.data_files().count(), 4);
+        let last = c.state.snapshots.last().unwrap();
+        assert_eq!(last.summary[0], ("operation".to_owned(), "delete".to_owned()));
+        assert_eq!(last.summary[1], ("deleted-data-files".to_owned(), "2".to_owned()));
+        assert_eq!(last.sequence_number, 5);
+        assert_eq!(c.files.len(), 2, "a manifest list and a metadata JSON");
+        // Snapshots older than the delete expire: the retired files are unreachable now.
+        let t2 = c.state.retain(&r(19_002, 1_999)).expect("an expiry");
+        assert_eq!(t2.state.snapshots.len(), 1);
+        assert_eq!(t2.state.data_files().count(), 2);
+        assert_eq!(t2.files.len(), 1, "only a metadata JSON");
+        assert_ne!(t2.metadata_location, c.metadata_location);
+        // The next append continues the sequence.
+        let t3 = t2.state.append(&append(9)).state;
+        assert_eq!(t3.snapshots.last().unwrap().sequence_number, 6);
+        let json = serde_json::to_string(&t3).unwrap();
+        assert_eq!(serde_json::from_str::<TableState>(&json).unwrap(), t3);
     }
 
     #[test]

@@ -820,7 +820,7 @@ impl Compactor {
                 })));
             }
             // Did only the table move? The log's own compares, evaluated alone, say.
-            if attempt >= TABLE_RETRIES
+            if attempt >= lakes::TABLE_RETRIES
                 || !self.meta.txn(Txn::new().when(compares.clone())).await?.succeeded
             {
                 break;
@@ -835,10 +835,6 @@ impl Compactor {
 fn opts_partition(l: &lakes::LakeLog) -> i32 {
     i32::try_from(l.partition).unwrap_or(i32::MAX)
 }
-
-/// Times a lake segment's commit is planned again because other partitions' commits moved the
-/// table first (each retry is one read and three small PUTs).
-const TABLE_RETRIES: usize = 32;
 
 /// What one pass of [`Compactor::compact_pass`] came to.
 enum Pass {

@@ -133,6 +133,58 @@ pub(crate) async fn write_commit_files(
     Ok(())
 }
 
+/// Times a table commit is planned again because another commit moved the table first.
+pub(crate) const TABLE_RETRIES: usize = 32;
+
+/// Applies table retention to the table of the stream `identity` (files under `base_uri`): a
+/// delete snapshot taking out the days wholly older than `now_ms - retention_ms`, and expiry
+/// of snapshots older than that; one compare-and-set on the table's state, planned again if
+/// another commit moved it. The state committed, or `None` when there was nothing to do (or
+/// no table yet).
+pub async fn retain_table(
+    meta: &dyn metadata::MetadataStore,
+    objects: &Arc<dyn objstore::object_store::ObjectStore>,
+    keys: &crate::keys::Keys,
+    base_uri: &str,
+    identity: &str,
+    retention_ms: i64,
+    now_ms: i64,
+) -> Result<Option<lake::table::TableState>, LogError> {
+    use metadata::{Compare, CompareOp, Txn, TxnOp};
+    let key = keys.lake_table(identity);
+    let lakes = LakeLogs { base_uri: base_uri.to_owned(), logs: HashMap::new() };
+    let cutoff = now_ms.saturating_sub(retention_ms.max(0));
+    for _ in 0..TABLE_RETRIES {
+        let Some(kv) = meta.get(&key).await? else { return Ok(None) };
+        let state = decode_table(&kv.value)?;
+        // Named apart from any other commit, a concurrent retention pass's included (a file
+        // of a plan that lost must never overwrite the winner's).
+        let salt = {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_i64(now_ms);
+            h.finish()
+        };
+        let r = lake::table::Retain {
+            before_day: lake::segment::day_of(cutoff),
+            snapshots_before_ms: cutoff,
+            name: format!("retention-{now_ms}-{salt:016x}"),
+            now_ms,
+        };
+        let Some(commit) = state.retain(&r) else { return Ok(None) };
+        write_commit_files(objects, &lakes, &commit).await?;
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision)])
+            .and_then([TxnOp::put(key.clone(), encode_table(&commit.state)?)]);
+        if meta.txn(txn).await?.succeeded {
+            return Ok(Some(commit.state));
+        }
+    }
+    Err(LogError::unavailable(format!(
+        "lake table {identity}: its state kept moving under retention"
+    )))
+}
+
 impl From<lake::LakeError> for LogError {
     fn from(e: lake::LakeError) -> Self {
         match e {

@@ -83,6 +83,7 @@ fn stream(s: StreamInfo) -> pb::Stream {
         retention_ms: s.props.retention_ms,
         retention_bytes: s.props.retention_bytes,
         lake_table: s.props.lake_table,
+        lake_retention_ms: s.props.lake_retention_ms,
     }
 }
 
@@ -97,6 +98,7 @@ impl pb::catalog_service_server::CatalogService for CatalogServiceImpl {
             retention_ms: r.retention_ms,
             retention_bytes: r.retention_bytes,
             lake_table: r.lake_table,
+            lake_retention_ms: r.lake_retention_ms,
             ..Default::default()
         };
         let s = self.catalog.create(&r.name, r.partitions, props).await.map_err(to_status)?;

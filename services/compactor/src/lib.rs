@@ -194,6 +194,7 @@ impl Compactor {
     }
 
     async fn retention(&self, now_ms: i64, out: &mut pb::CompactionCycle) {
+        self.table_retention(now_ms).await;
         let s = &self.0;
         match catalog::retention::apply_all(&s.catalog, now_ms).await {
             Ok(t) => {
@@ -215,6 +216,50 @@ impl Compactor {
                     .get_or_create(&vec![("pass".to_owned(), "retention".to_owned())])
                     .inc();
                 tracing::warn!(error = %e, "retention pass failed; retrying next interval");
+            }
+        }
+    }
+
+    /// Table retention (`lake.retention.ms`) of every lake stream that has it: days the table
+    /// keeps no longer leave it in a delete snapshot, old snapshots expire (docs/lake.md). A
+    /// table that fails is logged; the others go on.
+    async fn table_retention(&self, now_ms: i64) {
+        let s = &self.0;
+        let streams = match s.catalog.list().await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "table retention: listing streams failed; retrying next interval");
+                return;
+            }
+        };
+        let reader = s.catalog.logs();
+        for st in streams.iter().filter(|st| st.props.lake_table) {
+            let Some(ms) = st.props.lake_retention_ms else { continue };
+            let done = logstore::lakes::retain_table(
+                reader.meta().as_ref(),
+                reader.objects(),
+                reader.keys(),
+                &s.base_uri,
+                &st.identity,
+                ms,
+                now_ms,
+            )
+            .await;
+            match done {
+                Ok(Some(t)) => tracing::info!(
+                    stream = st.name,
+                    data_files = t.current_files().count(),
+                    snapshots = t.snapshots.len(),
+                    "table retention"
+                ),
+                Ok(None) => {}
+                Err(e) => {
+                    s.metrics
+                        .failed
+                        .get_or_create(&vec![("pass".to_owned(), "table_retention".to_owned())])
+                        .inc();
+                    tracing::warn!(stream = st.name, error = %e, "table retention failed; retrying next interval");
+                }
             }
         }
     }

@@ -200,6 +200,9 @@ enum StreamCommand {
         /// the catalog's Iceberg REST catalog (`lake.table`; docs/lake.md).
         #[arg(long)]
         lake_table: bool,
+        /// How long the table keeps a day (`lake.retention.ms`; at least --retention-ms).
+        #[arg(long, requires = "lake_table")]
+        lake_retention_ms: Option<i64>,
     },
     /// List streams, one per line: name, partitions, identity.
     List,
@@ -935,6 +938,9 @@ fn print_stream(out: &mut impl Write, s: &client::Stream) -> std::io::Result<()>
     if s.lake_table {
         writeln!(out, "lake table: yes")?;
     }
+    if let Some(ms) = s.lake_retention_ms {
+        writeln!(out, "lake retention: {ms} ms")?;
+    }
     Ok(())
 }
 
@@ -977,13 +983,21 @@ fn print_lake(
 async fn stream_command(c: &client::CatalogClient, command: StreamCommand) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match command {
-        StreamCommand::Create { name, partitions, retention_ms, retention_bytes, lake_table } => {
+        StreamCommand::Create {
+            name,
+            partitions,
+            retention_ms,
+            retention_bytes,
+            lake_table,
+            lake_retention_ms,
+        } => {
             let req = client::CreateStreamRequest {
                 name,
                 partitions,
                 retention_ms,
                 retention_bytes,
                 lake_table,
+                lake_retention_ms,
             };
             print_stream(&mut out, &c.create_with(req).await?)?;
         }

@@ -113,6 +113,23 @@ async fn bad_input_gets_clear_errors(e: Env) -> Result<()> {
     is(e.catalog.delete("missing").await, "NotFound")?;
     let neg = StreamProps { retention_ms: Some(-5), ..Default::default() };
     is(e.catalog.create("neg", 1, neg).await.map(|_| ()), "InvalidArgument")?;
+    // A table keeps at least what its log keeps: its retention is at least the log's, and a
+    // log that keeps everything has a table that does too.
+    let lake = |log, table| StreamProps {
+        retention_ms: log,
+        lake_table: true,
+        lake_retention_ms: table,
+        ..Default::default()
+    };
+    for (log, table) in [(Some(60_000), Some(59_999)), (None, Some(60_000)), (Some(1), Some(0))] {
+        let created = e.catalog.create("lk", 1, lake(log, table)).await.map(|_| ());
+        is(created, "InvalidArgument")?;
+    }
+    e.catalog.create("lk", 1, lake(Some(60_000), Some(60_000))).await?;
+    is(
+        e.catalog.set_props("lk", lake(Some(120_000), Some(60_000))).await.map(|_| ()),
+        "InvalidArgument",
+    )?;
     Ok(())
 }
 

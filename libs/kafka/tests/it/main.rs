@@ -915,6 +915,7 @@ async fn configs_delete_records_and_describe_cluster_are_answered_at_every_versi
             names
                 == [
                     "cleanup.policy",
+                    "lake.retention.ms",
                     "lake.table",
                     "max.message.bytes",
                     "retention.bytes",
@@ -922,10 +923,15 @@ async fn configs_delete_records_and_describe_cluster_are_answered_at_every_versi
                 ],
             "v{v}: {names:?}"
         );
-        let lake = &r.configs[1];
+        let lake_ms = &r.configs[1];
+        ensure!(
+            lake_ms.value.as_deref() == Some("-1") && lake_ms.config_source == 5,
+            "{lake_ms:?}"
+        );
+        let lake = &r.configs[2];
         ensure!(lake.value.as_deref() == Some("false") && lake.config_source == 5, "{lake:?}");
         ensure!((v >= 3) == (lake.config_type == 1), "v{v}: config type {}", lake.config_type);
-        let max = &r.configs[2];
+        let max = &r.configs[3];
         ensure!(max.value.as_deref() == Some("1048576") && max.config_source == 5, "{max:?}");
         ensure!((v >= 3) == (max.config_type == 3), "v{v}: config type {}", max.config_type);
         ensure!(describe(v, 2, "nope").await?.error_code == 3, "v{v}: an unknown topic");
@@ -955,18 +961,18 @@ async fn configs_delete_records_and_describe_cluster_are_answered_at_every_versi
         let n = 60_000 + i64::from(v);
         ensure!(alter(2, vec![set("retention.ms", 0, Some(&n.to_string()))]).await? == 0);
         let r = describe(4, 2, "orders").await?;
-        let ms = &r.configs[4];
+        let ms = &r.configs[5];
         ensure!(ms.value.as_deref() == Some(n.to_string().as_str()) && ms.config_source == 1);
         ensure!(alter(2, vec![set("lake.table", 0, Some("true"))]).await? == 0);
-        let lake = &describe(4, 2, "orders").await?.configs[1];
+        let lake = &describe(4, 2, "orders").await?.configs[2];
         ensure!(lake.value.as_deref() == Some("true") && lake.config_source == 1, "{lake:?}");
         ensure!(alter(2, vec![set("lake.table", 0, Some("yes"))]).await? == 40);
         ensure!(alter(2, vec![set("lake.table", 1, None)]).await? == 0);
-        ensure!(describe(4, 2, "orders").await?.configs[1].value.as_deref() == Some("false"));
+        ensure!(describe(4, 2, "orders").await?.configs[2].value.as_deref() == Some("false"));
         ensure!(alter(2, vec![set("cleanup.policy", 0, Some("compact"))]).await? == 40);
         ensure!(alter(2, vec![set("cleanup.policy", 2, Some("delete"))]).await? == 0);
         ensure!(alter(2, vec![set("retention.ms", 1, None)]).await? == 0);
-        ensure!(describe(4, 2, "orders").await?.configs[4].config_source == 5);
+        ensure!(describe(4, 2, "orders").await?.configs[5].config_source == 5);
         ensure!(alter(4, vec![set("num.partitions", 0, Some("3"))]).await? == 42);
     }
     for v in 0..=2 {
@@ -991,7 +997,7 @@ async fn configs_delete_records_and_describe_cluster_are_answered_at_every_versi
             ensure!(r.responses[0].error_code == 0, "v{v}: {r:?}");
         }
         let r = describe(4, 2, "orders").await?;
-        ensure!(r.configs[2].value.as_deref() == Some("1000") && r.configs[4].config_source == 5);
+        ensure!(r.configs[3].value.as_deref() == Some("1000") && r.configs[5].config_source == 5);
     }
     for v in 0..=2 {
         let parts = [5, -1, -2]

@@ -26,7 +26,79 @@ both_envs!(
     a_lake_logs_segments_are_its_tables_files_and_read_back_as_stored,
     a_lake_compactor_killed_at_each_step_leaves_log_and_table_agreeing,
     a_lake_table_whose_state_outgrew_its_record_takes_plain_segments_and_compaction_goes_on,
+    table_and_log_retention_each_keep_what_their_own_keeps,
 );
+
+/// Table retention takes a day out of the table while the log still reads it; the log's trim
+/// leaves the file to the table's older snapshots; once those expire too the cleaner
+/// reclaims it, and keeps the file the log still indexes.
+async fn table_and_log_retention_each_keep_what_their_own_keeps(env: Env) -> Result<()> {
+    let clock = Arc::new(ManualClock::default());
+    clock.0.store(EVENING, Ordering::SeqCst);
+    let w = env.writer_with_clock("w", clock.clone()).await?;
+    let identity = format!("{IDENTITY}-retention");
+    let log = stream_log(&env, &identity).await?;
+    append(&w, log, 0, 21).await?;
+    clock.0.store(EVENING + 120_000, Ordering::SeqCst);
+    append(&w, log, 21, 40).await?;
+    let (c, _) = compactor(&env, "c", log, &identity).await?;
+    let done = c.compact_log_fully(log).await?.map_err(|s| anyhow!("{s:?}"))?;
+    ensure!(done.len() == 2 && done[0].end_offset == 63, "{done:?}");
+    let (day_one, day_two) = (
+        objstore::Path::from(done[0].object.as_str()),
+        objstore::Path::from(done[1].object.as_str()),
+    );
+    let (keys, base) = (logstore::keys::Keys::new(&env.cluster), objstore::base_uri(&env.store));
+    let retain = |retention_ms: i64, now_ms: i64| {
+        let (env, keys, base, identity) = (&env, &keys, &base, &identity);
+        async move {
+            let objects = env.objects.clone();
+            logstore::lakes::retain_table(
+                env.meta.as_ref(),
+                &objects,
+                keys,
+                base,
+                identity,
+                retention_ms,
+                now_ms,
+            )
+            .await
+        }
+    };
+    // A day's retention a day after midnight: the first day leaves the table.
+    let now = EVENING + 120_000 + DAY;
+    ensure!(retain(2 * DAY, now).await?.is_none(), "two days' retention took something out");
+    let t = retain(DAY, now).await?.context("nothing taken out")?;
+    let current: Vec<&str> = t.current_files().collect();
+    ensure!(current.len() == 1 && current[0].ends_with(day_two.as_ref()), "{current:?}");
+    ensure!(t.data_files().count() == 2, "the older snapshots' file is not kept reachable");
+    let meta = t.metadata_location().context("no metadata")?;
+    let rows = read_table(&env, &["duckdb", &meta])?;
+    let offsets: Vec<u64> =
+        rows.iter().filter_map(|l| l.split('\t').nth(1)?.parse().ok()).collect();
+    ensure!(offsets.first() == Some(&63) && offsets.len() == 96 - 63, "{offsets:?}");
+    // The log keeps what its own retention keeps: every entry still reads.
+    let mut cl = cleaner(&env);
+    cl.cycle().await?;
+    cl.cycle().await?;
+    ensure!(all(&w, log).await?.len() == 40, "the log lost entries to the table's retention");
+    // The log trims the first day; the table's older snapshots still list its file.
+    w.hard_trim(log, 63).await?;
+    cl.cycle().await?;
+    cl.cycle().await?;
+    env.objects.head(&day_one).await.context("a file older snapshots list was deleted")?;
+    // Those snapshots expire (far later): the file goes; the one the log indexes stays.
+    let later = logstore::Clock::now_ms(&logstore::SystemClock) + 10 * DAY;
+    let t = retain(DAY, later).await?.context("nothing expired")?;
+    ensure!(t.snapshots.len() == 1 && t.data_files().count() == 0, "{:?}", t.snapshots);
+    cl.cycle().await?;
+    cl.cycle().await?;
+    ensure!(env.objects.head(&day_one).await.is_err(), "an unreachable, trimmed file was kept");
+    env.objects.head(&day_two).await.context("a file the log indexes was deleted")?;
+    ensure!(all(&w, log).await?.len() == 40 - 21, "the log reads differently");
+    w.shutdown().await;
+    Ok(())
+}
 
 /// A table whose state is over `lakes::MAX_TABLE_STATE` (manifests are not merged yet) takes
 /// no more segments: the log's compaction writes a plain one, the table is left as it was,
