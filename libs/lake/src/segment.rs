@@ -34,6 +34,17 @@ pub struct Entry {
 pub struct Served {
     pub entry: Entry,
     pub stored_len: u32,
+    /// The stored batch's attributes (its compression codec included; the batch served is
+    /// uncompressed).
+    pub attributes: i16,
+}
+
+impl Served {
+    /// Its batch's record count (0 for a batch too short to say).
+    pub fn entry_records(&self) -> u32 {
+        recordbatch::BatchHeader::parse(&self.entry.batch)
+            .map_or(0, |h| u32::try_from(h.record_count).unwrap_or(0))
+    }
 }
 
 /// How a segment is written.
@@ -331,7 +342,23 @@ fn write_column<T: DataType>(
 
 /// Writes `entries` (one log's, in offset order, gap-free) as one segment file.
 pub fn write(entries: &[Entry], opts: &Options) -> Result<Segment, LakeError> {
-    let Some(first) = entries.first() else {
+    write_rows(entries.iter().map(|e| (e, None)), opts)
+}
+
+/// Writes entries read back from segments (a merge of small ones) as one segment file: each
+/// row as it was (its stored batch length and attributes, its ingest time), so the rows a
+/// merge replaces and the rows it writes are the same.
+pub fn rewrite(served: &[Served], opts: &Options) -> Result<Segment, LakeError> {
+    write_rows(served.iter().map(|s| (&s.entry, Some((s.stored_len, s.attributes)))), opts)
+}
+
+/// [`write`] with each entry's stored length and attributes, where they are not its batch's.
+fn write_rows<'a>(
+    entries: impl Iterator<Item = (&'a Entry, Option<(u32, i16)>)>,
+    opts: &Options,
+) -> Result<Segment, LakeError> {
+    let mut entries = entries.peekable();
+    let Some(first) = entries.peek().map(|(e, _)| *e) else {
         return Err(LakeError::Invalid("a segment holds at least one entry".to_owned()));
     };
     let mut out = SerializedFileWriter::new(
@@ -345,7 +372,7 @@ pub fn write(entries: &[Entry], opts: &Options) -> Result<Segment, LakeError> {
     let mut ingest = i64::MIN;
     let mut timestamps = (i64::MAX, i64::MIN);
     let mut ingest_range = (i64::MAX, i64::MIN);
-    for e in entries {
+    for (e, stored) in entries {
         if e.offset != next {
             return Err(LakeError::Invalid(format!(
                 "entry at offset {} where {next} was next: a segment is gap-free",
@@ -355,9 +382,16 @@ pub fn write(entries: &[Entry], opts: &Options) -> Result<Segment, LakeError> {
         let (mut h, records) = recordbatch::decode(&e.batch)
             .map_err(|source| LakeError::Batch { offset: e.offset, source })?;
         h.base_offset = e.offset as i64;
+        let stored_len = match stored {
+            Some((len, attributes)) => {
+                h.attributes = attributes;
+                len as usize
+            }
+            None => e.batch.len(),
+        };
         // (A batch decodes only if its length fits its own i32 length field.)
-        let batch_bytes = i32::try_from(e.batch.len()).map_err(|_| {
-            LakeError::Invalid(format!("the batch at {} is {} bytes", e.offset, e.batch.len()))
+        let batch_bytes = i32::try_from(stored_len).map_err(|_| {
+            LakeError::Invalid(format!("the batch at {} is {stored_len} bytes", e.offset))
         })?;
         ingest = ingest.max(e.ingest_ms);
         ingest_range = (ingest_range.0.min(ingest), ingest_range.1.max(ingest));
@@ -784,7 +818,7 @@ pub fn read_row_group(
             let stored_len = u32::try_from(batch_bytes[row]).map_err(|_| {
                 corrupt(format!("the batch at {start} is {} bytes", batch_bytes[row]))
             })?;
-            out.push(Served { entry, stored_len });
+            out.push(Served { entry, stored_len, attributes: framing.attributes });
         }
     }
     if level != hrep.len() {

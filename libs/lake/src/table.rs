@@ -113,10 +113,45 @@ impl TableState {
     /// live manifest and a new one holding the file.
     pub fn append(&self, a: &Append) -> Commit {
         let (id, sequence_number) = self.next_snapshot(&a.segment);
+        self.add(a, id, sequence_number, Vec::new(), Vec::new())
+    }
+
+    /// Plans the commit that replaces the files `replaced` (whole segments merged into `a`'s
+    /// file) by `a`'s file: a `replace` snapshot when the records are the same ones, else
+    /// `overwrite` (the merge took in new records too). `None` when a file replaced is not in
+    /// the current snapshot (table retention took it out since): the merge must not put it
+    /// back. The manifests taken out stay reachable from older snapshots until they expire.
+    pub fn replace(&self, a: &Append, replaced: &[String]) -> Option<Commit> {
+        let gone: std::collections::BTreeSet<&str> = replaced.iter().map(String::as_str).collect();
+        let (out, kept): (Vec<&ManifestFile>, Vec<&ManifestFile>) = self
+            .manifests
+            .iter()
+            .partition(|m| m.data_files.iter().any(|f| gone.contains(f.as_str())));
+        let found: usize = out.iter().map(|m| m.data_files.len()).sum();
+        let whole = out.iter().all(|m| m.data_files.iter().all(|f| gone.contains(f.as_str())));
+        if found != gone.len() || !whole {
+            return None;
+        }
+        let (id, sequence_number) = self.next_snapshot(&a.segment);
+        let retired =
+            out.iter().map(|m| Retired { removed_at: sequence_number, manifest: (*m).clone() });
+        let kept = kept.into_iter().cloned().collect();
+        Some(self.add(a, id, sequence_number, kept, retired.collect()))
+    }
+
+    /// [`Self::append`] over `kept` manifests when `retired` (a replace) is not empty.
+    fn add(
+        &self,
+        a: &Append,
+        id: i64,
+        sequence_number: i64,
+        kept: Vec<ManifestFile>,
+        retired: Vec<Retired>,
+    ) -> Commit {
         let manifest_name = format!("{}-m0.avro", a.segment);
         let manifest_path = self.at(&format!("metadata/{manifest_name}"));
         let manifest = iceberg::manifest(&manifest_name, id, std::slice::from_ref(&a.file));
-        let mut manifests = self.manifests.clone();
+        let mut manifests = if retired.is_empty() { self.manifests.clone() } else { kept };
         manifests.push(ManifestFile {
             path: manifest_path.clone(),
             length: manifest.len() as u64,
@@ -127,14 +162,26 @@ impl TableState {
             days: (a.file.ingest_day, a.file.ingest_day),
             data_files: vec![a.file.path.clone()],
         });
+        let removed: u64 = retired.iter().map(|r| r.manifest.records).sum();
+        let operation = match (retired.is_empty(), removed == a.file.record_count) {
+            (true, _) => "append",
+            (false, true) => "replace",
+            (false, false) => "overwrite",
+        };
         let mut summary = vec![
-            ("operation".to_owned(), "append".to_owned()),
+            ("operation".to_owned(), operation.to_owned()),
             ("added-data-files".to_owned(), "1".to_owned()),
             ("added-records".to_owned(), a.file.record_count.to_string()),
         ];
+        if !retired.is_empty() {
+            let files: u32 = retired.iter().map(|r| r.manifest.files).sum();
+            summary.push(("deleted-data-files".to_owned(), files.to_string()));
+            summary.push(("deleted-records".to_owned(), removed.to_string()));
+        }
         summary.extend(a.summary.iter().cloned());
         let mut state = self.clone();
         state.manifests = manifests;
+        state.retired.extend(retired);
         let mut commit = state.snapshot_commit(&a.segment, id, sequence_number, a.now_ms, summary);
         commit.files.insert(0, (manifest_path, manifest));
         commit
@@ -356,6 +403,32 @@ mod tests {
         assert_eq!(t3.snapshots.last().unwrap().sequence_number, 6);
         let json = serde_json::to_string(&t3).unwrap();
         assert_eq!(serde_json::from_str::<TableState>(&json).unwrap(), t3);
+    }
+
+    #[test]
+    fn a_replace_swaps_whole_segments_for_their_merge_and_keeps_them_reachable() {
+        let mut t = TableState::new("u", "file:///t");
+        for n in 0..3u64 {
+            t = t.append(&append(n)).state;
+        }
+        let mut merged = append(7);
+        merged.file.record_count = 20;
+        let gone = [file(0).path, file(1).path];
+        let c = t.replace(&merged, &gone).expect("a replace");
+        let current: Vec<&str> = c.state.current_files().collect();
+        assert_eq!(current, [file(2).path, file(7).path]);
+        assert_eq!(c.state.data_files().count(), 4);
+        let summary = &c.state.snapshots.last().unwrap().summary;
+        assert_eq!(summary[0], ("operation".to_owned(), "replace".to_owned()));
+        assert!(summary.contains(&("deleted-data-files".to_owned(), "2".to_owned())));
+        // More records than the files replaced: new ones came in with them.
+        merged.file.record_count = 25;
+        let over = t.replace(&merged, &gone).expect("an overwrite");
+        let op = &over.state.snapshots.last().unwrap().summary[0];
+        assert_eq!(op, &("operation".to_owned(), "overwrite".to_owned()));
+        // A file no longer in the table (retention took it out) is never put back.
+        assert!(c.state.replace(&append(8), &[file(0).path]).is_none());
+        assert!(t.replace(&append(8), &["file:///t/data/none.parquet".to_owned()]).is_none());
     }
 
     #[test]

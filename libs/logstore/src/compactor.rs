@@ -470,6 +470,13 @@ impl Compactor {
             }
             return Ok(Pass::Spilled);
         }
+        // A table whose state outgrew its record (manifests are not merged yet) takes no more
+        // segments: the log's compaction goes on with plain ones (a failing swap would hold the
+        // cleaner's cutoff for the whole cluster).
+        let table_full = table_kv
+            .as_ref()
+            .and_then(Option::as_ref)
+            .is_some_and(|kv| kv.value.len() > lakes::MAX_TABLE_STATE);
         // Chunks wholly below the start are trimmed: no floor counts them.
         let live = |l: &&Locator| l.in_wal() && l.end_offset() > start;
 
@@ -487,14 +494,15 @@ impl Compactor {
                 let segment = page.locators.iter().any(|l| !l.in_wal());
                 let bytes = above().map(|l| l.payload_bytes).sum();
                 // A segment this claim wrote is not taken again under it: its object's key
-                // (first offset and claim) would be the new one's too. A lake log's lake
-                // segments are its table's files: not rewritten (yet).
+                // (first offset and claim) would be the new one's too. A lake segment is
+                // merged only into a lake segment (its rows are not its stored batches), and
+                // not while its table takes no more.
                 let open = !below
                     && if segment {
                         page.locators.len() == 1
                             && page.locators[0].first_offset >= start
                             && page.locators[0].compacted_claim != claim
-                            && !(lake.is_some() && page.locators[0].lake.is_some())
+                            && (page.locators[0].lake.is_none() || (lake.is_some() && !table_full))
                             && bytes < target
                     } else {
                         page.locators.iter().all(eligible)
@@ -581,30 +589,64 @@ impl Compactor {
         );
         builder.begin_chunk(log.0);
         let (mut records, mut entries) = (0u64, 0u32);
-        let mut kept: Vec<(i64, LogEntry)> = Vec::new();
+        // A lake log's entries as rows to write: (record count, timestamp, row).
+        let mut kept: Vec<(u32, i64, lake::segment::Served)> = Vec::new();
         // One ranged GET per chunk, several at once and taken in order: a log written in many
         // small flushes has thousands of chunks, and one GET at a time made a cycle take
         // minutes. The segment's size bounds what they hold together. Each fetch owns what it
         // reads with (a future borrowing the chunk list is not Send for every lifetime the
         // role's task needs).
+        // A lake segment merged is read as its rows (each as written); anything else as
+        // entries (a lake log's rows then take their run's ingest time).
+        let lake_log = lake.is_some();
         let fetches: Vec<_> = chunks
             .iter()
             .map(|loc| {
                 let (reader, loc) = (self.reader.clone(), Locator::clone(loc));
-                async move { reader.run_entries(log, &loc).await }
+                async move {
+                    if loc.lake.is_some() {
+                        return Ok(Run::Rows(reader.lake_served(log, &loc).await?));
+                    }
+                    let ingest_ms = lakes::ingest_of(&loc);
+                    Ok::<_, LogError>(Run::Entries(reader.run_entries(log, &loc).await?, ingest_ms))
+                }
             })
             .collect();
         let mut runs = futures::stream::iter(fetches).buffered(RUN_FETCHES);
-        let mut ingest = chunks.iter().map(|l| lakes::ingest_of(l));
+        let mut merged_lake = 0usize;
         while let Some(run) = runs.next().await {
-            let run_ingest = ingest.next().unwrap_or_default();
-            for e in run? {
-                records += u64::from(e.header.record_count);
-                entries += 1;
-                if lake.is_some() {
-                    kept.push((run_ingest, e));
-                } else {
-                    builder.push_entry(e.header.record_count, e.header.timestamp, &e.payload)?;
+            match run? {
+                Run::Entries(got, ingest_ms) => {
+                    for e in got {
+                        records += u64::from(e.header.record_count);
+                        entries += 1;
+                        if !lake_log {
+                            let h = &e.header;
+                            builder.push_entry(h.record_count, h.timestamp, &e.payload)?;
+                            continue;
+                        }
+                        let attributes =
+                            recordbatch::BatchHeader::parse(&e.payload).map_or(0, |h| h.attributes);
+                        let stored_len = u32::try_from(e.payload.len()).unwrap_or(u32::MAX);
+                        let entry = lake::segment::Entry {
+                            offset: e.header.offset,
+                            ingest_ms,
+                            batch: e.payload,
+                        };
+                        let served = lake::segment::Served { entry, stored_len, attributes };
+                        kept.push((e.header.record_count, e.header.timestamp, served));
+                    }
+                }
+                Run::Rows(rows) => {
+                    merged_lake += 1;
+                    for s in rows {
+                        let h = recordbatch::BatchHeader::parse(&s.entry.batch)
+                            .map_err(|e| LogError::Corrupt(format!("a lake row's batch: {e}")))?;
+                        let count = u32::try_from(h.record_count).unwrap_or(0);
+                        records += u64::from(count);
+                        entries += 1;
+                        kept.push((count, h.max_timestamp, s));
+                    }
                 }
             }
         }
@@ -631,14 +673,7 @@ impl Compactor {
         };
         // A lake log's segment as a Parquet file; if an entry is no record batch (a stream
         // written around its format), this segment is a plain one instead.
-        // A table whose state outgrew its record (manifests are not merged yet) takes no more
-        // segments: the log's compaction goes on with plain ones (a failing swap would hold the
-        // cleaner's cutoff for the whole cluster).
-        let table_full = table_kv
-            .as_ref()
-            .and_then(Option::as_ref)
-            .is_some_and(|kv| kv.value.len() > lakes::MAX_TABLE_STATE);
-        if table_full {
+        if lake.is_some() && table_full {
             tracing::error!(
                 %log,
                 "its lake table's state is over {} bytes (manifests are not merged yet): this segment is written as a plain one",
@@ -646,26 +681,32 @@ impl Compactor {
             );
         }
         let lake_seg = match &lake {
-            Some(_) if table_full => None,
+            Some(_) if table_full && merged_lake == 0 => None,
+            Some(_) if table_full => {
+                return Err(LogError::Unavailable {
+                    message: format!("log {log}: its lake table is full; lake segments wait"),
+                    outcome_unknown: false,
+                });
+            }
             Some(l) => {
-                let input: Vec<lake::segment::Entry> = kept
-                    .iter()
-                    .map(|(ingest_ms, e)| lake::segment::Entry {
-                        offset: e.header.offset,
-                        ingest_ms: *ingest_ms,
-                        batch: e.payload.clone(),
-                    })
-                    .collect();
+                let rows: Vec<lake::segment::Served> =
+                    kept.iter().map(|(_, _, s)| s.clone()).collect();
                 let opts = lake::segment::Options {
                     partition: i32::try_from(l.partition).unwrap_or(i32::MAX),
                     ..Default::default()
                 };
-                match lake::segment::write(&input, &opts) {
+                match lake::segment::rewrite(&rows, &opts) {
                     Ok(seg) => {
-                        let place = lakes::lake_file(&seg, &input);
+                        let place = lakes::lake_file(
+                            &seg,
+                            rows.iter().map(|r| (r.entry.offset, u64::from(r.stored_len))),
+                        );
                         Some((seg, place))
                     }
-                    Err(lake::LakeError::Batch { offset, source }) => {
+                    // Only an entry appended around the stream's format (the log API): its
+                    // segment is a plain one, unless lake rows (framed again, not as stored)
+                    // would go in with it.
+                    Err(lake::LakeError::Batch { offset, source }) if merged_lake == 0 => {
                         tracing::warn!(%log, offset, error = %source, "an entry of a lake log is no record batch; its segment is written as a plain one");
                         None
                     }
@@ -682,8 +723,8 @@ impl Compactor {
                 seg.file.clone()
             }
             None => {
-                for (_, e) in &kept {
-                    builder.push_entry(e.header.record_count, e.header.timestamp, &e.payload)?;
+                for (count, timestamp, s) in &kept {
+                    builder.push_entry(*count, *timestamp, &s.entry.batch)?;
                 }
                 drop(kept);
                 let (object, metas) = builder.finish()?;
@@ -788,7 +829,21 @@ impl Compactor {
                 now_ms: self.clock.now_ms(),
                 summary: summary.clone(),
             };
-            let mut commit = state.append(&append);
+            let mut commit = if merged_lake == 0 {
+                state.append(&append)
+            } else {
+                // The lake segments merged leave the table in the same snapshot (a replace);
+                // one no longer in it (table retention took it out) must not come back.
+                let replaced: Vec<String> = chunks
+                    .iter()
+                    .filter(|l| l.lake.is_some())
+                    .map(|l| self.cfg.lakes.uri(&l.object(log)))
+                    .collect();
+                match state.replace(&append, &replaced) {
+                    Some(c) => c,
+                    None => break,
+                }
+            };
             commit.state.ends.insert(log.0.to_string(), b);
             lakes::write_commit_files(&self.objects, &self.cfg.lakes, &commit).await?;
             if attempt == 0
@@ -834,6 +889,14 @@ impl Compactor {
 /// A lake log's stream partition as a table column holds it.
 fn opts_partition(l: &lakes::LakeLog) -> i32 {
     i32::try_from(l.partition).unwrap_or(i32::MAX)
+}
+
+/// What a rewrite reads of one run it takes.
+enum Run {
+    /// A WAL chunk's or plain segment's entries, and the run's ingest time.
+    Entries(Vec<LogEntry>, i64),
+    /// A lake segment's rows.
+    Rows(Vec<lake::segment::Served>),
 }
 
 /// What one pass of [`Compactor::compact_pass`] came to.

@@ -48,8 +48,34 @@ impl LakeLogs {
     /// A new table's state: its files under `lake/<identity>`.
     pub fn new_table(&self, l: &LakeLog) -> lake::table::TableState {
         let dir = objstore::keys::lake_table_dir(&l.stream_identity);
-        lake::table::TableState::new(l.stream_identity.clone(), self.uri(&dir))
+        lake::table::TableState::new(table_uuid(&l.stream_identity), self.uri(&dir))
     }
+}
+
+/// A table's UUID (Iceberg requires one): the stream's identity, which is one; else (an
+/// identity given, as the simulation's) one derived from it.
+pub(crate) fn table_uuid(identity: &str) -> String {
+    let b = identity.as_bytes();
+    let hex = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_hexdigit);
+    let is_uuid = b.len() == 36
+        && [8, 13, 18, 23].iter().all(|&i| b[i] == b'-')
+        && hex(0..8)
+        && hex(9..13)
+        && hex(14..18)
+        && hex(19..23)
+        && hex(24..36);
+    if is_uuid {
+        return identity.to_ascii_lowercase();
+    }
+    let h = |seed: u32| crc32c::crc32c_append(seed, b);
+    let (a, c, d, e) = (h(1), h(2), h(3), h(4));
+    format!(
+        "{a:08x}-{:04x}-4{:03x}-{:04x}-{:04x}{e:08x}",
+        c >> 16,
+        c & 0xfff,
+        (d >> 16) & 0x3fff | 0x8000,
+        d & 0xffff
+    )
 }
 
 /// The largest table state the compactor commits to (the metadata store refuses values of
@@ -79,20 +105,20 @@ pub(crate) fn day_cut(runs: &[&Locator]) -> Option<usize> {
     None
 }
 
-/// A written segment's place map, as its locator keeps it. `entries` are what it was written
-/// from (their stored lengths place each row group in the log's bytes).
+/// A written segment's place map, as its locator keeps it. `entries` are the (offset, stored
+/// length) of what it was written from: they place each row group in the log's bytes.
 pub(crate) fn lake_file(
     seg: &lake::segment::Segment,
-    entries: &[lake::segment::Entry],
+    entries: impl Iterator<Item = (u64, u64)>,
 ) -> LakeFile {
     let mut before = 0u64;
-    let mut next = entries.iter().peekable();
+    let mut next = entries.peekable();
     let row_groups = seg
         .row_groups
         .iter()
         .map(|g| {
-            while let Some(e) = next.next_if(|e| e.offset < g.first_offset) {
-                before += e.batch.len() as u64;
+            while let Some((_, stored)) = next.next_if(|(offset, _)| *offset < g.first_offset) {
+                before += stored;
             }
             RowGroupRef {
                 first_offset: g.first_offset,
@@ -216,6 +242,16 @@ mod tests {
         // Runs without an ingest time use their running maximum timestamp.
         let old = Locator { max_timestamp: 2 * DAY, ..run(0, 0) };
         assert_eq!(ingest_of(&old), 2 * DAY);
+    }
+
+    #[test]
+    fn a_table_uuid_is_the_identity_or_a_uuid_derived_from_it() {
+        let id = "0C8F2F5E-7d0b-4c3e-9f7a-5b1d2e3f4a5b";
+        assert_eq!(table_uuid(id), id.to_ascii_lowercase());
+        let derived = table_uuid("sim-stream-7");
+        assert_eq!(derived, table_uuid("sim-stream-7"));
+        assert_ne!(derived, table_uuid("sim-stream-8"));
+        assert_eq!(table_uuid(&derived), derived, "{derived} is not a UUID");
     }
 
     #[test]

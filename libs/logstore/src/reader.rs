@@ -617,6 +617,37 @@ impl LogReader {
         Ok(footer)
     }
 
+    /// Every row group of the lake segment `loc` names, read back as stored rows (the
+    /// compactor's input when it merges lake segments: each entry's ingest time, stored
+    /// length and attributes as written, so a merge writes the same rows).
+    pub(crate) async fn lake_served(
+        &self,
+        log: LogId,
+        loc: &Locator,
+    ) -> Result<Vec<lake::segment::Served>, LogError> {
+        let path = loc.object(log);
+        let corrupt = |what: String| LogError::Corrupt(format!("{path}: {what}"));
+        let Some(place) = &loc.lake else { return Err(corrupt("not a lake segment".to_owned())) };
+        let footer = self.lake_footer(log, loc).await.map_err(LogError::from)?;
+        let mut out = Vec::new();
+        for (i, g) in place.row_groups.iter().enumerate() {
+            let bytes =
+                self.get_range(&path, g.start..g.start + g.len).await.map_err(LogError::from)?;
+            out.extend(
+                lake::segment::read_row_group(&footer, i, bytes)
+                    .map_err(|e| corrupt(format!("row group {i}: {e}")))?,
+            );
+        }
+        let records: u64 = out.iter().map(|s| u64::from(s.entry_records())).sum();
+        if records != loc.record_count {
+            return Err(corrupt(format!(
+                "{records} records where the index says {}",
+                loc.record_count
+            )));
+        }
+        Ok(out)
+    }
+
     /// The entries of a lake segment `want` needs, a row group at a time (one ranged GET
     /// each, through the byte-range cache): each batch framed again from its rows, every
     /// row's checksum verified, and framed as an entry as stored (docs/lake.md). An

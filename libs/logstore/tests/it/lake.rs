@@ -27,7 +27,112 @@ both_envs!(
     a_lake_compactor_killed_at_each_step_leaves_log_and_table_agreeing,
     a_lake_table_whose_state_outgrew_its_record_takes_plain_segments_and_compaction_goes_on,
     table_and_log_retention_each_keep_what_their_own_keeps,
+    small_lake_segments_merge_through_replace_snapshots,
 );
+
+/// Small lake segments merge: those of a log idle between bursts, and a settled log's, until
+/// one is left. Each merge is a replace (or overwrite, when new chunks came in with them)
+/// snapshot swapping the files in the table: every record once; every entry reads back as
+/// before at the same log position; the files merged stay until the snapshots listing them
+/// expire, then the cleaner reclaims them.
+async fn small_lake_segments_merge_through_replace_snapshots(env: Env) -> Result<()> {
+    let w = env.writer("w").await?;
+    let identity = format!("{IDENTITY}-merge");
+    let log = stream_log(&env, &identity).await?;
+    let (c, _) = compactor(&env, "c", log, &identity).await?;
+    let mut done = Vec::new();
+    for round in 0..4u64 {
+        append(&w, log, round * 8, round * 8 + 8).await?;
+        // The second pass finds the log idle and compacts its head.
+        for _ in 0..2 {
+            if let Ok(d) = c.compact_log_fully(log).await? {
+                done.extend(d);
+            }
+        }
+    }
+    // A flush elsewhere moves the writer's low-water mark past the last round's; then a
+    // settled log's small segments merge whatever their sizes.
+    let other = w.create_log().await?;
+    w.append(other, 1, Bytes::from_static(b"x"), None).await?;
+    let lease = env.meta.lease_grant(Duration::from_secs(30)).await?;
+    let reader = logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
+    let cfg = CompactorConfig {
+        min_chunks: 4,
+        settle_after: Duration::ZERO,
+        lakes: lakes(&env, log, &identity),
+        ..Default::default()
+    };
+    let settled = Compactor::new(reader, "settled", lease, cfg);
+    for _ in 0..4 {
+        if let Ok(d) = settled.compact_log_fully(log).await? {
+            done.extend(d);
+        }
+    }
+    ensure!(done.iter().any(|d| d.segments >= 2), "nothing merged: {done:?}");
+    let objects: std::collections::BTreeSet<String> = w
+        .read_index_range(log, 0, usize::MAX)
+        .await?
+        .into_iter()
+        .map(|i| i.object.to_string())
+        .collect();
+    let last = done.last().context("nothing compacted")?;
+    ensure!(objects.len() == 1 && objects.contains(&last.object), "{objects:?}");
+    ensure!((last.first_offset, last.end_offset) == (0, 96), "{last:?}");
+    let t = table(&env, &identity).await?.context("no table")?;
+    let ops: Vec<&str> = t
+        .snapshots
+        .iter()
+        .filter_map(|s| s.summary.iter().find(|(k, _)| k == "operation").map(|(_, v)| v.as_str()))
+        .collect();
+    ensure!(ops.iter().any(|o| *o == "replace" || *o == "overwrite"), "{ops:?}");
+    let current: Vec<&str> = t.current_files().collect();
+    ensure!(current.len() == 1 && current[0].ends_with(&last.object), "{current:?}");
+    ensure!(t.data_files().count() == done.len(), "files merged away are not kept reachable");
+    // Every record once in the table; every entry as sent, at its position in the log.
+    let rows = read_table(&env, &["static", &t.metadata_location().context("no metadata")?])?;
+    ensure!(rows.len() == 96, "{} rows", rows.len());
+    let sent: BTreeMap<u64, Bytes> =
+        (0..32).map(|i| Ok((i * 3, batch(i)?))).collect::<Result<_>>()?;
+    same_log(&sent, &all(&w, log).await?)?;
+    let mut position = 0;
+    for e in w.read_entries(log, 0, u64::MAX, u64::MAX).await? {
+        let h = e.header;
+        ensure!(h.cumulative_size - h.entry_size == position, "entry {}: {h:?}", h.offset);
+        position += sent[&h.offset].len() as u64;
+    }
+    // The files merged away stay while snapshots list them, then go.
+    let mut cl = cleaner(&env);
+    cl.cycle().await?;
+    cl.cycle().await?;
+    let gone = || done.iter().filter(|d| d.object != last.object);
+    for d in gone() {
+        let path = objstore::Path::from(d.object.as_str());
+        env.objects.head(&path).await.context("a merged file went early")?;
+    }
+    let later = logstore::Clock::now_ms(&logstore::SystemClock) + DAY;
+    let keys = logstore::keys::Keys::new(&env.cluster);
+    let base = objstore::base_uri(&env.store);
+    let objects = env.objects.clone();
+    let retained = logstore::lakes::retain_table(
+        env.meta.as_ref(),
+        &objects,
+        &keys,
+        &base,
+        &identity,
+        DAY / 2,
+        later,
+    );
+    retained.await?.context("nothing expired")?;
+    cl.cycle().await?;
+    cl.cycle().await?;
+    for d in gone() {
+        let path = objstore::Path::from(d.object.as_str());
+        ensure!(env.objects.head(&path).await.is_err(), "{} kept", d.object);
+    }
+    same_log(&sent, &all(&w, log).await?)?;
+    w.shutdown().await;
+    Ok(())
+}
 
 /// Table retention takes a day out of the table while the log still reads it; the log's trim
 /// leaves the file to the table's older snapshots; once those expire too the cleaner
