@@ -15,6 +15,7 @@ use metadata::MetadataStore;
 
 mod idle;
 mod kafka;
+mod lake;
 mod nemesis;
 mod rolling;
 mod traces;

@@ -9,7 +9,7 @@ use client::{Consumer, StartAt};
 use super::Cluster;
 
 /// Starts `lakelog writer` `id` with a Kafka listener; its Kafka address.
-fn kafka_writer(cluster: &Cluster, id: &str) -> Result<(testkit::Service, String)> {
+pub(super) fn kafka_writer(cluster: &Cluster, id: &str) -> Result<(testkit::Service, String)> {
     let (port, kafka) = (testkit::free_port()?, testkit::free_port()?);
     let section = format!(
         "writer:\n  listen: 127.0.0.1:{port}\n  id: {id}\n  flush_interval: 10ms\n  lease_ttl: {}s\n  kafka:\n    listen: 127.0.0.1:{kafka}\n    consumer_session_timeout: 6s\n    consumer_heartbeat_interval: 500ms\n",
