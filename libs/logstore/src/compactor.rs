@@ -55,6 +55,8 @@ pub struct CompactorConfig {
     pub settle_after: std::time::Duration,
     /// The logs whose segments are lake table data files (docs/lake.md).
     pub lakes: Arc<LakeLogs>,
+    /// The time a lake table's snapshot is stamped with.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for CompactorConfig {
@@ -64,6 +66,7 @@ impl Default for CompactorConfig {
             target_segment_bytes: 64 << 20,
             settle_after: DEFAULT_SETTLE_AFTER,
             lakes: Default::default(),
+            clock: Arc::new(crate::SystemClock),
         }
     }
 }
@@ -213,7 +216,6 @@ pub struct Compactor {
     lease: LeaseId,
     cfg: CompactorConfig,
     idle: IdleLogs,
-    clock: Arc<dyn Clock>,
 }
 
 /// The steps of one compaction, where a test hook may pause or crash it.
@@ -245,14 +247,7 @@ impl Compactor {
             lease,
             cfg,
             idle: IdleLogs::default(),
-            clock: Arc::new(crate::SystemClock),
         }
-    }
-
-    /// Reads the time (a lake table snapshot's timestamp) from `clock`.
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
     }
 
     /// Remembers heads across cycles in `idle` (a fresh compactor knows none, so it treats no
@@ -826,7 +821,7 @@ impl Compactor {
             let append = lake::table::Append {
                 segment: segment.clone(),
                 file: file.clone(),
-                now_ms: self.clock.now_ms(),
+                now_ms: self.cfg.clock.now_ms(),
                 summary: summary.clone(),
             };
             let mut commit = if merged_lake == 0 {

@@ -401,6 +401,10 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
     }
     let Some(Some(first)) = writers.first() else { return failed(seed, "no writer".into()) };
     let mut logs = Vec::new();
+    // The Kafka topic is a lake stream: its compacted segments are its table's Parquet files,
+    // and consumers read compacted ranges from their row groups.
+    let mut lakes =
+        logstore::lakes::LakeLogs { base_uri: "memory://sim".to_owned(), ..Default::default() };
     if plan.kafka {
         // The topic's identity seeds owner selection: from the seed, so owners are alike in
         // every run of it.
@@ -411,7 +415,16 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
             .create_with_identity(crate::kafka::TOPIC, partitions, Default::default(), identity)
             .await
         {
-            Ok(info) => logs.extend(info.partitions.iter().map(|l| l.0)),
+            Ok(info) => {
+                logs.extend(info.partitions.iter().map(|l| l.0));
+                for (partition, log) in info.partitions.iter().enumerate() {
+                    let lake = logstore::lakes::LakeLog {
+                        stream_identity: info.identity.clone(),
+                        partition: u32::try_from(partition).unwrap_or(0),
+                    };
+                    lakes.logs.insert(*log, lake);
+                }
+            }
             Err(e) => return failed(seed, format!("create topic: {e}")),
         }
     } else {
@@ -479,7 +492,8 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
         let (s1, s2, s3) = (shared.clone(), shared.clone(), shared.clone());
         let (m, o, c) = (meta.clone(), objects.clone(), clock.clone());
         let (l, l2) = (logs.clone(), logs.clone());
-        upkeep.push(tokio::spawn(async move { compact(s1, l2).await }));
+        let (lk, ck) = (Arc::new(lakes.clone()), clock.clone());
+        upkeep.push(tokio::spawn(async move { compact(s1, l2, lk, ck).await }));
         upkeep.push(tokio::spawn(async move { clean(s2, m, o, c).await }));
         upkeep.push(tokio::spawn(async move { trim(l, s3).await }));
     }
@@ -527,7 +541,7 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
             b.task.abort();
         }
     }
-    let orphans = orphans(&reader, &meta, &objects, &clock).await;
+    let orphans = orphans(&reader, &meta, &objects, &clock, Arc::new(lakes)).await;
     reader.abort();
     let mut s = lock(&shared);
     s.history.zombies = stores.zombies.landed.load(std::sync::atomic::Ordering::Relaxed);
@@ -583,6 +597,7 @@ async fn orphans(
     meta: &Arc<dyn MetadataStore>,
     objects: &Arc<dyn ObjectStore>,
     clock: &Arc<dyn Clock>,
+    lakes: Arc<logstore::lakes::LakeLogs>,
 ) -> Result<u64, String> {
     use logstore::compactor::{CompactorConfig, IdleLogs, compact_all};
     tokio::time::sleep(Duration::from_secs(31)).await;
@@ -591,7 +606,8 @@ async fn orphans(
         min_chunks: 1,
         target_segment_bytes: 64 << 10,
         settle_after: Duration::ZERO,
-        ..Default::default()
+        lakes,
+        clock: clock.clone(),
     };
     // Until two cycles in a row find nothing to do (a log is idle, and its recent chunks
     // spilled, once its head stayed put a whole cycle).
@@ -602,8 +618,9 @@ async fn orphans(
             .map_err(|e| e.to_string())?;
         if std::env::var_os("SIM_DEBUG").is_some() {
             let (done, skipped, failed) = (r.compacted.len(), &r.skipped, &r.failed);
+            let lake = r.compacted.iter().filter(|c| c.table_snapshot.is_some()).count();
             eprintln!(
-                "sim: final compaction: {done} compacted, skipped {skipped:?}, failed {failed:?}"
+                "sim: final compaction: {done} compacted ({lake} into lake tables), skipped {skipped:?}, failed {failed:?}"
             );
         }
         quiet = if r.compacted.is_empty() && r.failed.is_empty() { quiet + 1 } else { 0 };
@@ -892,21 +909,27 @@ pub(crate) fn seen(e: &logstore::LogEntry, kafka: bool) -> Seen {
 /// Compaction cycles over every log now and then (2 chunks make a log eligible); one round in
 /// five, instead, a compactor that crashes at one of its steps (claimed, segment written, index
 /// swapped) on one log, its claim left to expire with its lease.
-async fn compact(shared: SharedRef, logs: Vec<u64>) {
+async fn compact(
+    shared: SharedRef,
+    logs: Vec<u64>,
+    lakes: Arc<logstore::lakes::LakeLogs>,
+    clock: Arc<dyn Clock>,
+) {
     use logstore::compactor::{Compactor, CompactorConfig, IdleLogs, Step};
     let idle = IdleLogs::default();
     let cfg = CompactorConfig {
         min_chunks: 2,
         target_segment_bytes: 64 << 10,
         settle_after: Duration::ZERO,
-        ..Default::default()
+        lakes,
+        clock,
     };
     let mut crashed = 0u64;
     loop {
         let (wait, crash, log, at) = {
             let mut s = lock(&shared);
             let log = logs[usize::try_from(s.rng.below(logs.len() as u64)).unwrap_or(0)];
-            (s.rng.below(150) + 30, s.rng.chance(0.2), log, s.rng.below(3))
+            (s.rng.below(150) + 30, s.rng.chance(0.2), log, s.rng.below(4))
         };
         tokio::time::sleep(Duration::from_millis(wait)).await;
         let Some(w) = pick(&shared) else { continue };
@@ -917,7 +940,8 @@ async fn compact(shared: SharedRef, logs: Vec<u64>) {
             };
             crashed += 1;
             let c = Compactor::new(reader, &format!("crashing-{crashed}"), lease, cfg.clone());
-            let step = [Step::Claimed, Step::Written, Step::Swapped][at as usize];
+            let step =
+                [Step::Claimed, Step::Written, Step::TableWritten, Step::Swapped][at as usize];
             let hook: logstore::compactor::StepHook = Arc::new(move |s| {
                 Box::pin(async move {
                     if s == step {
@@ -937,8 +961,10 @@ async fn compact(shared: SharedRef, logs: Vec<u64>) {
         let report =
             logstore::compactor::compact_all(w.reader().clone(), "c1", cfg.clone(), None, &idle)
                 .await;
-        let compacted = report.map_or(0, |r| r.compacted.len());
-        lock(&shared).trace.record(("compacted", compacted));
+        let (compacted, lake) = report.map_or((0, 0), |r| {
+            (r.compacted.len(), r.compacted.iter().filter(|c| c.table_snapshot.is_some()).count())
+        });
+        lock(&shared).trace.record(("compacted", compacted, lake));
     }
 }
 

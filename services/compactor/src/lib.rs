@@ -160,6 +160,7 @@ impl Compactor {
                     target_segment_bytes: s.settings.target_segment_size.0,
                     settle_after: s.settings.settle_after.0,
                     lakes: Arc::new(lakes),
+                    ..Default::default()
                 };
                 let logs = s.catalog.logs().clone();
                 logstore::compactor::compact_all(logs, &s.id, cfg, log, &s.idle).await
