@@ -378,9 +378,13 @@ impl Catalog {
     /// and new logs) and its logs are marked DELETED.
     pub async fn delete(&self, name: &str) -> Result<(), CatalogError> {
         let (info, rev) = self.get_with_revision(name).await?;
+        // Its lake table goes with it (its files are its logs' segments, reclaimed with them).
         let txn = Txn::new()
             .when([Compare::mod_revision(self.key(name), CompareOp::Equal, rev)])
-            .and_then([TxnOp::delete(KeyRange::key(self.key(name)))]);
+            .and_then([
+                TxnOp::delete(KeyRange::key(self.key(name))),
+                TxnOp::delete(KeyRange::key(self.keys.lake_table(&info.identity))),
+            ]);
         if !self.meta.txn(txn).await?.succeeded {
             return Err(CatalogError::Meta(MetaError::Unavailable(format!(
                 "stream {name} changed while being deleted; try again"

@@ -147,7 +147,11 @@ async fn partitions_only_grow_and_keep_their_logs(e: Env) -> Result<()> {
 
 async fn recreated_stream_gets_a_new_identity_and_new_logs(e: Env) -> Result<()> {
     let old = e.catalog.create("phoenix", 2, StreamProps::default()).await?;
+    // A lake table's state goes with its stream.
+    let table = logstore::keys::Keys::new(e.reader.keys().cluster()).lake_table(&old.identity);
+    e.reader.meta().put(&table, b"{}", 0).await?;
     e.catalog.delete("phoenix").await?;
+    ensure!(e.reader.meta().get(&table).await?.is_none(), "the lake table's state lives on");
     for log in &old.partitions {
         ensure!(
             matches!(e.reader.info(*log).await?.state, LogState::Deleted),
