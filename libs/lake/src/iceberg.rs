@@ -209,6 +209,64 @@ pub fn manifest(name: &str, snapshot_id: i64, files: &[DataFile]) -> Vec<u8> {
     avro::container(MANIFEST_ENTRY, &meta, &entries, sync_of(name))
 }
 
+/// A manifest's entries, read back (to merge manifests, or to take files out of one).
+pub fn read_manifest(bytes: &[u8]) -> Result<Vec<Value>, crate::LakeError> {
+    avro::read_container(bytes, MANIFEST_ENTRY)
+        .map_err(|e| crate::LakeError::Corrupt(e.to_string()))
+}
+
+/// A manifest entry's data file path, record count and partition day, if it is one of ours.
+pub fn entry_fields(entry: &Value) -> Option<(&str, u64, i32)> {
+    let Value::Record(f) = entry else { return None };
+    let Value::Record(file) = f.get(4)? else { return None };
+    let (Value::String(path), Value::Long(records)) = (file.get(1)?, file.get(4)?) else {
+        return None;
+    };
+    let Value::Record(partition) = file.get(3)? else { return None };
+    let Value::Union(1, day) = partition.first()? else { return None };
+    let Value::Int(day) = **day else { return None };
+    Some((path, u64::try_from(*records).ok()?, day))
+}
+
+/// An entry carried into a new manifest as EXISTING, its snapshot id and sequence numbers
+/// made explicit (an ADDED entry inherits them from the manifest that added it, `sequence`
+/// here).
+pub fn existing_entry(entry: &Value, snapshot_id: i64, sequence: i64) -> Option<(Value, i64)> {
+    let Value::Record(f) = entry else { return None };
+    let explicit = |v: &Value, default: i64| match v {
+        Value::Union(1, inner) => match **inner {
+            Value::Long(n) => Some(n),
+            _ => None,
+        },
+        Value::Union(0, _) => Some(default),
+        _ => None,
+    };
+    let snapshot = explicit(f.get(1)?, snapshot_id)?;
+    let seq = explicit(f.get(2)?, sequence)?;
+    let file_seq = explicit(f.get(3)?, sequence)?;
+    let entry = Value::Record(vec![
+        Value::Int(0),
+        Value::optional(Some(Value::Long(snapshot))),
+        Value::optional(Some(Value::Long(seq))),
+        Value::optional(Some(Value::Long(file_seq))),
+        f.get(4)?.clone(),
+    ]);
+    Some((entry, seq))
+}
+
+/// A manifest of `entries` as they are (EXISTING ones carried over by a merge).
+pub fn manifest_of(name: &str, entries: &[Value]) -> Vec<u8> {
+    let meta = [
+        ("schema", table_schema().to_string()),
+        ("schema-id", "0".to_owned()),
+        ("partition-spec", partition_spec()["fields"].to_string()),
+        ("partition-spec-id", "0".to_owned()),
+        ("format-version", "2".to_owned()),
+        ("content", "data".to_owned()),
+    ];
+    avro::container(MANIFEST_ENTRY, &meta, entries, sync_of(name))
+}
+
 /// A manifest a manifest list names: where it is, how long, and what it adds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ManifestFile {
@@ -224,6 +282,12 @@ pub struct ManifestFile {
     /// Its data files' paths (not written to the manifest list: what Lakelog's cleaner keeps).
     #[serde(default)]
     pub data_files: Vec<String>,
+    /// It only carries files earlier snapshots added (a merge of manifests).
+    #[serde(default)]
+    pub existing_only: bool,
+    /// The smallest sequence number of its files, when below its own.
+    #[serde(default)]
+    pub min_sequence_number: Option<i64>,
 }
 
 /// The manifest list of a snapshot: every live manifest, the new one included.
@@ -237,7 +301,7 @@ pub fn manifest_list(
     let records: Vec<Value> = manifests
         .iter()
         .map(|m| {
-            let added = m.snapshot_id == snapshot_id;
+            let added = m.snapshot_id == snapshot_id && !m.existing_only;
             let (files, rows) = (i32::try_from(m.files).unwrap_or(i32::MAX), m.records as i64);
             Value::Record(vec![
                 Value::String(m.path.clone()),
@@ -245,7 +309,7 @@ pub fn manifest_list(
                 Value::Int(0),
                 Value::Int(0),
                 Value::Long(m.sequence_number),
-                Value::Long(m.sequence_number),
+                Value::Long(m.min_sequence_number.unwrap_or(m.sequence_number)),
                 Value::Long(m.snapshot_id),
                 Value::Int(if added { files } else { 0 }),
                 Value::Int(if added { 0 } else { files }),

@@ -6,6 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::avro::Value;
 use crate::iceberg::{self, DataFile, ManifestFile, Snapshot, Table};
 
 /// What the metadata store keeps of a table.
@@ -38,6 +41,9 @@ pub struct TableState {
 /// Snapshots a table keeps (each is one commit; older ones expire, so the state the metadata
 /// store keeps stays small).
 pub const MAX_SNAPSHOTS: usize = 100;
+
+/// Manifests a table has before a commit merges each day's into one.
+pub const MERGE_MANIFESTS_AT: usize = 16;
 
 /// What a segment adds to its table.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,46 +119,125 @@ impl TableState {
     /// live manifest and a new one holding the file.
     pub fn append(&self, a: &Append) -> Commit {
         let (id, sequence_number) = self.next_snapshot(&a.segment);
-        self.add(a, id, sequence_number, Vec::new(), Vec::new())
+        let plan = Plan { kept: self.manifests.clone(), ..Plan::default() };
+        self.build(a, id, sequence_number, plan)
     }
 
     /// Plans the commit that replaces the files `replaced` (whole segments merged into `a`'s
     /// file) by `a`'s file: a `replace` snapshot when the records are the same ones, else
     /// `overwrite` (the merge took in new records too). `None` when a file replaced is not in
-    /// the current snapshot (table retention took it out since): the merge must not put it
-    /// back. The manifests taken out stay reachable from older snapshots until they expire.
+    /// the current snapshot (table retention took it out since), or shares a manifest with
+    /// files that stay and that manifest was not read ([`Self::manifests_to_read`]).
     pub fn replace(&self, a: &Append, replaced: &[String]) -> Option<Commit> {
-        let gone: std::collections::BTreeSet<&str> = replaced.iter().map(String::as_str).collect();
-        let (out, kept): (Vec<&ManifestFile>, Vec<&ManifestFile>) = self
-            .manifests
-            .iter()
-            .partition(|m| m.data_files.iter().any(|f| gone.contains(f.as_str())));
-        let found: usize = out.iter().map(|m| m.data_files.len()).sum();
-        let whole = out.iter().all(|m| m.data_files.iter().all(|f| gone.contains(f.as_str())));
-        if found != gone.len() || !whole {
-            return None;
-        }
-        let (id, sequence_number) = self.next_snapshot(&a.segment);
-        let retired =
-            out.iter().map(|m| Retired { removed_at: sequence_number, manifest: (*m).clone() });
-        let kept = kept.into_iter().cloned().collect();
-        Some(self.add(a, id, sequence_number, kept, retired.collect()))
+        self.commit(a, replaced, &[])
     }
 
-    /// [`Self::append`] over `kept` manifests when `retired` (a replace) is not empty.
-    fn add(
+    /// The manifests a commit replacing `replaced` must read first: those holding a file
+    /// replaced beside files that stay, and, once the table has [`MERGE_MANIFESTS_AT`]
+    /// manifests, every day's manifests where a day has several (they merge into one).
+    pub fn manifests_to_read(&self, replaced: &[String]) -> Vec<ManifestFile> {
+        let gone: BTreeSet<&str> = replaced.iter().map(String::as_str).collect();
+        let partial = |m: &ManifestFile| {
+            let hit = m.data_files.iter().filter(|f| gone.contains(f.as_str())).count();
+            hit > 0 && hit < m.data_files.len()
+        };
+        let whole = |m: &ManifestFile| {
+            !m.data_files.is_empty() && m.data_files.iter().all(|f| gone.contains(f.as_str()))
+        };
+        let mut per_day: BTreeMap<i32, usize> = BTreeMap::new();
+        if self.manifests.len() >= MERGE_MANIFESTS_AT {
+            for m in self.manifests.iter().filter(|m| m.days.0 == m.days.1 && !whole(m)) {
+                *per_day.entry(m.days.0).or_default() += 1;
+            }
+        }
+        let merging = |m: &ManifestFile| {
+            m.days.0 == m.days.1 && !whole(m) && per_day.get(&m.days.0).is_some_and(|n| *n > 1)
+        };
+        self.manifests.iter().filter(|m| partial(m) || merging(m)).cloned().collect()
+    }
+
+    /// Plans the commit that adds `a`'s file, takes out the files `replaced`, and rewrites the
+    /// manifests `read` (each with its entries, as [`Self::manifests_to_read`] named them):
+    /// their entries that stay are carried, as EXISTING, into one manifest per day. `None`
+    /// when a file replaced is not in the current snapshot, a manifest holding one beside
+    /// files that stay was not read, or a manifest read does not hold what the state says.
+    pub fn commit(
         &self,
         a: &Append,
-        id: i64,
-        sequence_number: i64,
-        kept: Vec<ManifestFile>,
-        retired: Vec<Retired>,
-    ) -> Commit {
+        replaced: &[String],
+        read: &[(String, Vec<Value>)],
+    ) -> Option<Commit> {
+        let gone: BTreeSet<&str> = replaced.iter().map(String::as_str).collect();
+        let current: BTreeSet<&str> = self.current_files().collect();
+        if !gone.iter().all(|f| current.contains(f)) {
+            return None;
+        }
+        let read: BTreeMap<&str, &Vec<Value>> =
+            read.iter().map(|(path, entries)| (path.as_str(), entries)).collect();
+        let (id, sequence_number) = self.next_snapshot(&a.segment);
+        let mut plan = Plan::default();
+        let Plan { kept, retired, carried, removed_files, removed_records } = &mut plan;
+        for m in &self.manifests {
+            let hit = m.data_files.iter().filter(|f| gone.contains(f.as_str())).count();
+            if let Some(entries) = read.get(m.path.as_str()) {
+                if entries.len() != m.files as usize {
+                    return None;
+                }
+                for e in entries.iter() {
+                    let (path, records, day) = iceberg::entry_fields(e)?;
+                    if gone.contains(path) {
+                        *removed_files += 1;
+                        *removed_records += records;
+                        continue;
+                    }
+                    let (entry, seq) =
+                        iceberg::existing_entry(e, m.snapshot_id, m.sequence_number)?;
+                    carried.entry(day).or_default().push((entry, seq, path.to_owned(), records));
+                }
+                retired.push(Retired { removed_at: sequence_number, manifest: m.clone() });
+            } else if hit == 0 {
+                kept.push(m.clone());
+            } else if hit == m.data_files.len() {
+                *removed_files += u64::from(m.files);
+                *removed_records += m.records;
+                retired.push(Retired { removed_at: sequence_number, manifest: m.clone() });
+            } else {
+                return None;
+            }
+        }
+        Some(self.build(a, id, sequence_number, plan))
+    }
+
+    /// The commit of `plan`: its carried entries as one manifest per day, `a`'s file in a
+    /// manifest of its own, the snapshot.
+    fn build(&self, a: &Append, id: i64, sequence_number: i64, plan: Plan) -> Commit {
+        let Plan { mut kept, retired, carried, removed_files, removed_records } = plan;
+        let mut files = Vec::new();
+        let merged = carried.len();
+        for (day, entries) in carried {
+            let name = format!("{}-m{}.avro", a.segment, day);
+            let path = self.at(&format!("metadata/{name}"));
+            let values: Vec<Value> = entries.iter().map(|e| e.0.clone()).collect();
+            let bytes = iceberg::manifest_of(&name, &values);
+            kept.push(ManifestFile {
+                path: path.clone(),
+                length: bytes.len() as u64,
+                snapshot_id: id,
+                sequence_number,
+                files: u32::try_from(entries.len()).unwrap_or(u32::MAX),
+                records: entries.iter().map(|e| e.3).sum(),
+                days: (day, day),
+                data_files: entries.iter().map(|e| e.2.clone()).collect(),
+                existing_only: true,
+                min_sequence_number: entries.iter().map(|e| e.1).min(),
+            });
+            files.push((path, bytes));
+        }
+        // The file added, in a manifest of its own.
         let manifest_name = format!("{}-m0.avro", a.segment);
         let manifest_path = self.at(&format!("metadata/{manifest_name}"));
         let manifest = iceberg::manifest(&manifest_name, id, std::slice::from_ref(&a.file));
-        let mut manifests = if retired.is_empty() { self.manifests.clone() } else { kept };
-        manifests.push(ManifestFile {
+        kept.push(ManifestFile {
             path: manifest_path.clone(),
             length: manifest.len() as u64,
             snapshot_id: id,
@@ -161,29 +246,42 @@ impl TableState {
             records: a.file.record_count,
             days: (a.file.ingest_day, a.file.ingest_day),
             data_files: vec![a.file.path.clone()],
+            existing_only: false,
+            min_sequence_number: None,
         });
-        let removed: u64 = retired.iter().map(|r| r.manifest.records).sum();
-        let operation = match (retired.is_empty(), removed == a.file.record_count) {
-            (true, _) => "append",
-            (false, true) => "replace",
-            (false, false) => "overwrite",
+        files.insert(0, (manifest_path, manifest));
+        let operation = match (removed_files, removed_records == a.file.record_count) {
+            (0, _) => "append",
+            (_, true) => "replace",
+            (_, false) => "overwrite",
         };
         let mut summary = vec![
             ("operation".to_owned(), operation.to_owned()),
             ("added-data-files".to_owned(), "1".to_owned()),
             ("added-records".to_owned(), a.file.record_count.to_string()),
         ];
-        if !retired.is_empty() {
-            let files: u32 = retired.iter().map(|r| r.manifest.files).sum();
-            summary.push(("deleted-data-files".to_owned(), files.to_string()));
-            summary.push(("deleted-records".to_owned(), removed.to_string()));
+        if removed_files > 0 {
+            summary.push(("deleted-data-files".to_owned(), removed_files.to_string()));
+            summary.push(("deleted-records".to_owned(), removed_records.to_string()));
+        }
+        if merged > 0 {
+            summary.push(("lakelog.manifests-merged".to_owned(), merged.to_string()));
         }
         summary.extend(a.summary.iter().cloned());
         let mut state = self.clone();
-        state.manifests = manifests;
-        state.retired.extend(retired);
+        state.manifests = kept;
+        // A manifest taken out keeps, for the cleaner, only the files no longer current (a
+        // merged day's manifest rewritten again and again would otherwise keep its whole list
+        // once per commit).
+        let current: BTreeSet<String> = state.current_files().map(str::to_owned).collect();
+        state.retired.extend(retired.into_iter().filter_map(|mut r| {
+            r.manifest.data_files.retain(|f| !current.contains(f));
+            (!r.manifest.data_files.is_empty()).then_some(r)
+        }));
         let mut commit = state.snapshot_commit(&a.segment, id, sequence_number, a.now_ms, summary);
-        commit.files.insert(0, (manifest_path, manifest));
+        for (i, f) in files.into_iter().enumerate() {
+            commit.files.insert(i, f);
+        }
         commit
     }
 
@@ -292,6 +390,19 @@ impl TableState {
         let oldest = self.snapshots.first().map_or(i64::MAX, |s| s.sequence_number);
         self.retired.retain(|r| r.removed_at > oldest);
     }
+}
+
+/// What a commit keeps, takes out and carries over ([`TableState::commit`]).
+#[derive(Default)]
+struct Plan {
+    /// Manifests kept as they are.
+    kept: Vec<ManifestFile>,
+    /// Manifests taken out (replaced, or rewritten).
+    retired: Vec<Retired>,
+    /// Entries carried into new manifests, by day: (entry, its sequence number, path, records).
+    carried: BTreeMap<i32, Vec<(Value, i64, String, u64)>>,
+    removed_files: u64,
+    removed_records: u64,
 }
 
 /// What table retention keeps ([`TableState::retain`]).
@@ -429,6 +540,83 @@ mod tests {
         // A file no longer in the table (retention took it out) is never put back.
         assert!(c.state.replace(&append(8), &[file(0).path]).is_none());
         assert!(t.replace(&append(8), &["file:///t/data/none.parquet".to_owned()]).is_none());
+    }
+
+    /// Commits `a` as the compactor does: the manifests it must read read from `store`,
+    /// every file written to it.
+    fn commit_through(
+        t: &TableState,
+        a: &Append,
+        replaced: &[String],
+        store: &mut std::collections::HashMap<String, Vec<u8>>,
+    ) -> Option<Commit> {
+        let read: Vec<(String, Vec<Value>)> = t
+            .manifests_to_read(replaced)
+            .into_iter()
+            .map(|m| (m.path.clone(), iceberg::read_manifest(&store[&m.path]).unwrap()))
+            .collect();
+        let c = t.commit(a, replaced, &read)?;
+        store.extend(c.files.iter().cloned());
+        Some(c)
+    }
+
+    /// The (path, records) of every live entry the current snapshot's manifests hold.
+    fn live(t: &TableState, store: &std::collections::HashMap<String, Vec<u8>>) -> Vec<String> {
+        let mut out: Vec<String> = t
+            .manifests
+            .iter()
+            .flat_map(|m| iceberg::read_manifest(&store[&m.path]).unwrap())
+            .map(|e| iceberg::entry_fields(&e).unwrap().0.to_owned())
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn manifests_merge_per_day_and_a_replace_rewrites_the_one_it_cuts_through() {
+        let mut store = std::collections::HashMap::new();
+        let mut t = TableState::new("u", "file:///t");
+        let mut all = Vec::new();
+        for n in 0..(MERGE_MANIFESTS_AT as u64 + 3) {
+            let mut a = append(n);
+            a.file.ingest_day = 19_000 + (n % 2) as i32; // two days
+            all.push(a.file.path.clone());
+            t = commit_through(&t, &a, &[], &mut store).unwrap().state;
+        }
+        all.sort();
+        // Merged when the table reached the threshold: one manifest a day, and the newest.
+        assert!(t.manifests.len() < MERGE_MANIFESTS_AT, "{} manifests", t.manifests.len());
+        assert_eq!(live(&t, &store), all, "a file lost or doubled by merging");
+        // The manifests merged away hold no file that is not current: nothing to keep apart.
+        assert!(t.retired.is_empty(), "{:?}", t.retired);
+        let merged: Vec<&ManifestFile> = t.manifests.iter().filter(|m| m.existing_only).collect();
+        assert_eq!(merged.len(), 2);
+        assert!(merged.iter().all(|m| m.days.0 == m.days.1 && m.files > 1));
+        let mut files: Vec<&str> = t.current_files().collect();
+        files.sort_unstable();
+        assert_eq!(files, all.iter().map(String::as_str).collect::<Vec<_>>());
+        // Replacing two files of a merged manifest rewrites it without them.
+        let day = merged[0].days.0;
+        let cut: Vec<String> = merged[0].data_files[..2].to_vec();
+        let mut into = append(99);
+        into.file.ingest_day = day;
+        assert!(t.replace(&into, &cut).is_none(), "a cut manifest taken whole");
+        let c = commit_through(&t, &into, &cut, &mut store).expect("a replace");
+        let mut want: Vec<String> = all
+            .iter()
+            .filter(|f| !cut.contains(f))
+            .cloned()
+            .chain([into.file.path.clone()])
+            .collect();
+        want.sort();
+        assert_eq!(live(&c.state, &store), want);
+        // The files replaced stay reachable from older snapshots.
+        let reachable: BTreeSet<&str> = c.state.data_files().collect();
+        assert!(cut.iter().all(|f| reachable.contains(f.as_str())));
+        // Table retention still takes whole days out.
+        let r = Retain { before_day: 19_001, snapshots_before_ms: 0, name: "r".into(), now_ms: 5 };
+        let kept = c.state.retain(&r).expect("a delete").state;
+        assert!(kept.manifests.iter().all(|m| m.days.0 >= 19_001));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 use bytes::Bytes;
+use lake::iceberg::read_manifest;
 use lake::segment::{Entry, Options, write};
 use lake::table::{Append, TableState};
 use recordbatch::{ProducerFields, Record};
@@ -68,56 +69,69 @@ fn segment(first: u64, batches: u32) -> Result<Written, recordbatch::BatchError>
     Ok((entries, expected))
 }
 
-#[test]
-fn duckdb_and_pyiceberg_scan_a_table_of_three_appended_segments() {
-    let dir = std::env::temp_dir().join(format!("lake-table-{}", std::process::id()));
+/// A table of `n` segments appended one commit each, as the compactor commits them (the
+/// manifests a commit must read read from disk: past 16 manifests each day's merge into
+/// one), scanned by DuckDB and by pyiceberg (the latter also at its first snapshot).
+fn scan_a_table_of(n: i64) -> Result<TableState, Box<dyn std::error::Error>> {
+    let dir = std::env::temp_dir().join(format!("lake-table-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("data")).unwrap();
-    std::fs::create_dir_all(dir.join("metadata")).unwrap();
+    std::fs::create_dir_all(dir.join("data"))?;
+    std::fs::create_dir_all(dir.join("metadata"))?;
     let at = |p: &str| dir.join(p).to_string_lossy().into_owned();
     let mut all = Vec::new();
     let mut table = TableState::new("5f0e6a4e-2f7c-4b8e-9a51-7d1c3a0b9e21", at(""));
     let mut first = 0u64;
-    for s in 0..3i64 {
-        let (entries, expected) = segment(first, 10 + s as u32).unwrap();
-        let seg = write(&entries, &Options { partition: 2, row_group_bytes: 512 }).unwrap();
+    for s in 0..n {
+        let (entries, expected) = segment(first, 10 + s as u32)?;
+        let seg = write(&entries, &Options { partition: 2, row_group_bytes: 512 })?;
         let name = format!("{first:020}");
         let path = at(&format!("data/{name}.parquet"));
-        std::fs::write(&path, &seg.file).unwrap();
-        let file = seg.data_file(path, 2).unwrap();
+        std::fs::write(&path, &seg.file)?;
+        let file = seg.data_file(path, 2)?;
         let summary = vec![("lakelog.end-offset".to_owned(), seg.end_offset.to_string())];
-        let commit =
-            table.append(&Append { segment: name, file, now_ms: 1_700_000_000_000 + s, summary });
+        let append = Append { segment: name, file, now_ms: 1_700_000_000_000 + s, summary };
+        let mut read = Vec::new();
+        for m in table.manifests_to_read(&[]) {
+            let entries = read_manifest(&std::fs::read(&m.path)?)?;
+            read.push((m.path.clone(), entries));
+        }
+        let commit = table.commit(&append, &[], &read).ok_or("a commit refused")?;
         for (location, bytes) in &commit.files {
-            std::fs::write(location, bytes).unwrap();
+            std::fs::write(location, bytes)?;
         }
         table = commit.state;
         all.extend(expected);
         first = seg.end_offset;
     }
-    let meta = table.metadata_location().unwrap();
-    assert!(meta.contains("/metadata/00003-"), "{meta}");
+    let meta = table.metadata_location().ok_or("no metadata")?;
     let first_snapshot = table.snapshots[0].id.to_string();
-    let out = Command::new(python())
-        .args(["-c", SCRIPT, &meta])
-        .output()
-        .expect("DuckDB and its Iceberg extension in .tools/venv (`make deps` installs them)");
-    let py = Command::new(python())
-        .args(["-c", PYICEBERG, &meta, &first_snapshot])
-        .output()
-        .expect("pyiceberg in .tools/venv (`make deps` installs it)");
+    let out = Command::new(python()).args(["-c", SCRIPT, &meta]).output()?;
+    let py = Command::new(python()).args(["-c", PYICEBERG, &meta, &first_snapshot]).output()?;
     let _ = std::fs::remove_dir_all(Path::new(&dir));
     let expected: Vec<(u64, Option<String>, i32)> =
         all.into_iter().map(|(o, k)| (o, k, 2)).collect();
     for (engine, out) in [("DuckDB", &out), ("pyiceberg", &py)] {
         assert!(out.status.success(), "{engine}: {}", String::from_utf8_lossy(&out.stderr));
-        let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let rows: Vec<(u64, Option<String>, i32)> =
-            serde_json::from_value(got["rows"].clone()).unwrap();
+        let got: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        let rows: Vec<(u64, Option<String>, i32)> = serde_json::from_value(got["rows"].clone())?;
         assert_eq!(rows, expected, "{engine}");
-        assert_eq!(got["snapshots"], 3, "{engine}");
+        assert_eq!(got["snapshots"], n, "{engine}");
     }
     // The first snapshot holds the first segment alone (10 batches of 3).
-    let got: serde_json::Value = serde_json::from_slice(&py.stdout).unwrap();
+    let got: serde_json::Value = serde_json::from_slice(&py.stdout)?;
     assert_eq!(got["first"], 30);
+    Ok(table)
+}
+
+#[test]
+fn duckdb_and_pyiceberg_scan_a_table_of_three_appended_segments() {
+    let table = scan_a_table_of(3).unwrap();
+    assert!(table.metadata_location().unwrap().contains("/metadata/00003-"));
+}
+
+#[test]
+fn duckdb_and_pyiceberg_scan_a_table_whose_manifests_were_merged() {
+    let table = scan_a_table_of(20).unwrap();
+    assert!(table.manifests.iter().any(|m| m.existing_only && m.files >= 16), "not merged");
+    assert!(table.manifests.len() <= 5, "{} manifests", table.manifests.len());
 }

@@ -824,21 +824,22 @@ impl Compactor {
                 now_ms: self.cfg.clock.now_ms(),
                 summary: summary.clone(),
             };
-            let mut commit = if merged_lake == 0 {
-                state.append(&append)
-            } else {
-                // The lake segments merged leave the table in the same snapshot (a replace);
-                // one no longer in it (table retention took it out) must not come back.
-                let replaced: Vec<String> = chunks
-                    .iter()
-                    .filter(|l| l.lake.is_some())
-                    .map(|l| self.cfg.lakes.uri(&l.object(log)))
-                    .collect();
-                match state.replace(&append, &replaced) {
-                    Some(c) => c,
-                    None => break,
-                }
-            };
+            // The lake segments merged leave the table in the same snapshot (a replace); one
+            // no longer in it (table retention took it out) must not come back. Manifests the
+            // commit rewrites (one a replace cuts through; each day's, once there are many)
+            // are read first.
+            let replaced: Vec<String> = chunks
+                .iter()
+                .filter(|l| l.lake.is_some())
+                .map(|l| self.cfg.lakes.uri(&l.object(log)))
+                .collect();
+            let read = lakes::read_manifests(
+                &self.objects,
+                &self.cfg.lakes,
+                &state.manifests_to_read(&replaced),
+            )
+            .await?;
+            let Some(mut commit) = state.commit(&append, &replaced, &read) else { break };
             commit.state.ends.insert(log.0.to_string(), b);
             lakes::write_commit_files(&self.objects, &self.cfg.lakes, &commit).await?;
             if attempt == 0

@@ -159,6 +159,23 @@ pub(crate) async fn write_commit_files(
     Ok(())
 }
 
+/// The entries of `manifests` (files of the table at `lakes`' root), read from the store.
+pub(crate) async fn read_manifests(
+    objects: &Arc<dyn objstore::object_store::ObjectStore>,
+    lakes: &LakeLogs,
+    manifests: &[lake::iceberg::ManifestFile],
+) -> Result<Vec<(String, Vec<lake::avro::Value>)>, LogError> {
+    let mut out = Vec::with_capacity(manifests.len());
+    for m in manifests {
+        let path = lakes.path_of(&m.path).ok_or_else(|| {
+            LogError::Internal(format!("manifest {} outside {}", m.path, lakes.base_uri))
+        })?;
+        let bytes = objects.get(&path).await?.bytes().await?;
+        out.push((m.path.clone(), lake::iceberg::read_manifest(&bytes)?));
+    }
+    Ok(out)
+}
+
 /// Times a table commit is planned again because another commit moved the table first.
 pub(crate) const TABLE_RETRIES: usize = 32;
 

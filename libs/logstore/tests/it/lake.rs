@@ -28,7 +28,43 @@ both_envs!(
     a_lake_table_whose_state_outgrew_its_record_takes_plain_segments_and_compaction_goes_on,
     table_and_log_retention_each_keep_what_their_own_keeps,
     small_lake_segments_merge_through_replace_snapshots,
+    a_tables_many_manifests_of_a_day_merge_into_one,
 );
+
+/// A table that reached 16 manifests has each day's merged into one by the next commit:
+/// engines then read every record once, and the table's state shrinks.
+async fn a_tables_many_manifests_of_a_day_merge_into_one(env: Env) -> Result<()> {
+    let w = env.writer("w").await?;
+    let identity = format!("{IDENTITY}-manifests");
+    let log = stream_log(&env, &identity).await?;
+    append(&w, log, 0, 8 * 18 + 2).await?; // 18 pages spilled
+    let lease = env.meta.lease_grant(Duration::from_secs(30)).await?;
+    let reader = logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
+    // A target of one byte: a segment per page, none merged again.
+    let cfg = CompactorConfig {
+        min_chunks: 1,
+        target_segment_bytes: 1,
+        lakes: lakes(&env, log, &identity),
+        ..Default::default()
+    };
+    let c = Compactor::new(reader, "c", lease, cfg);
+    let done = c.compact_log_fully(log).await?.map_err(|s| anyhow!("{s:?}"))?;
+    ensure!(done.len() == 18, "{} segments", done.len());
+    let t = table(&env, &identity).await?.context("no table")?;
+    ensure!(t.manifests.len() <= 3, "{} manifests left", t.manifests.len());
+    let merged = t.manifests.iter().find(|m| m.existing_only).context("no merged manifest")?;
+    ensure!(merged.files >= 16, "{} files merged", merged.files);
+    ensure!(t.current_files().count() == 18);
+    let merge =
+        t.snapshots.iter().find(|s| s.summary.iter().any(|(k, _)| k == "lakelog.manifests-merged"));
+    ensure!(merge.is_some(), "no snapshot says it merged manifests");
+    let rows = read_table(&env, &["duckdb", &t.metadata_location().context("no metadata")?])?;
+    let offsets: Vec<u64> =
+        rows.iter().filter_map(|l| l.split('\t').nth(1)?.parse().ok()).collect();
+    ensure!(offsets == (0..18 * 8 * 3).collect::<Vec<u64>>(), "{} rows", offsets.len());
+    w.shutdown().await;
+    Ok(())
+}
 
 /// Small lake segments merge: those of a log idle between bursts, and a settled log's, until
 /// one is left. Each merge is a replace (or overwrite, when new chunks came in with them)
