@@ -472,6 +472,18 @@ impl Compactor {
             .as_ref()
             .and_then(Option::as_ref)
             .is_some_and(|kv| kv.value.len() > lakes::MAX_TABLE_STATE);
+        // The table's current files: a lake segment merges only while its file is one (table
+        // retention may have taken it out; the merge's commit would be refused every time).
+        let in_table: std::collections::HashSet<String> = match (&lake, table_kv.as_ref()) {
+            (Some(_), Some(Some(kv))) if !table_full => {
+                lakes::decode_table(&kv.value)?.current_files().map(str::to_owned).collect()
+            }
+            _ => Default::default(),
+        };
+        let mergeable = |l: &Locator| match &l.lake {
+            None => true,
+            Some(_) => in_table.contains(&self.cfg.lakes.uri(&l.object(log))),
+        };
         // Chunks wholly below the start are trimmed: no floor counts them.
         let live = |l: &&Locator| l.in_wal() && l.end_offset() > start;
 
@@ -497,7 +509,8 @@ impl Compactor {
                         page.locators.len() == 1
                             && page.locators[0].first_offset >= start
                             && page.locators[0].compacted_claim != claim
-                            && (page.locators[0].lake.is_none() || (lake.is_some() && !table_full))
+                            && (page.locators[0].lake.is_none() || lake.is_some())
+                            && mergeable(&page.locators[0])
                             && bytes < target
                     } else {
                         page.locators.iter().all(eligible)

@@ -29,7 +29,67 @@ both_envs!(
     table_and_log_retention_each_keep_what_their_own_keeps,
     small_lake_segments_merge_through_replace_snapshots,
     a_tables_many_manifests_of_a_day_merge_into_one,
+    segments_the_table_dropped_are_not_merged,
 );
+
+/// Segments whose files table retention took out of the table (the log still holding them)
+/// are not merged: the merge's commit would be refused, leaving an orphan, every cycle.
+async fn segments_the_table_dropped_are_not_merged(env: Env) -> Result<()> {
+    use futures::TryStreamExt;
+    let clock = Arc::new(ManualClock::default());
+    clock.0.store(EVENING - 3_600_000, Ordering::SeqCst);
+    let w = env.writer_with_clock("w", clock.clone()).await?;
+    let identity = format!("{IDENTITY}-dropped");
+    let log = stream_log(&env, &identity).await?;
+    append(&w, log, 0, 8 * 2 + 1).await?; // two pages
+    let lease = env.meta.lease_grant(Duration::from_secs(30)).await?;
+    let reader = || logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
+    let small = CompactorConfig {
+        min_chunks: 1,
+        target_segment_bytes: 1,
+        lakes: lakes(&env, log, &identity),
+        ..Default::default()
+    };
+    let done = Compactor::new(reader(), "small", lease, small).compact_log_fully(log).await?;
+    ensure!(done.as_ref().map_or(0, Vec::len) == 2, "{done:?}");
+    let (keys, base) = (logstore::keys::Keys::new(&env.cluster), objstore::base_uri(&env.store));
+    let objects = env.objects.clone();
+    let later = EVENING + 10 * DAY;
+    let dropped = logstore::lakes::retain_table(
+        env.meta.as_ref(),
+        &objects,
+        &keys,
+        &base,
+        &identity,
+        DAY,
+        later,
+    );
+    let t = dropped.await?.context("nothing dropped")?;
+    ensure!(t.current_files().count() == 0, "the day is still in the table");
+    let dir = objstore::keys::compacted_dir(log.0);
+    let before: Vec<_> = env.objects.list(Some(&dir)).try_collect().await?;
+    let settled = CompactorConfig {
+        min_chunks: 1,
+        settle_after: Duration::ZERO,
+        lakes: lakes(&env, log, &identity),
+        ..Default::default()
+    };
+    let c = Compactor::new(reader(), "settled", lease, settled);
+    for _ in 0..3 {
+        if let Ok(done) = c.compact_log_fully(log).await? {
+            ensure!(done.iter().all(|d| d.segments == 0), "dropped segments merged: {done:?}");
+        }
+    }
+    let after: Vec<_> = env.objects.list(Some(&dir)).try_collect().await?;
+    ensure!(
+        after.len() == before.len(),
+        "{} segment objects, {} before",
+        after.len(),
+        before.len()
+    );
+    w.shutdown().await;
+    Ok(())
+}
 
 /// A table that reached 16 manifests has each day's merged into one by the next commit:
 /// engines then read every record once, and the table's state shrinks.
