@@ -699,15 +699,23 @@ impl Compactor {
             Some(l) => {
                 let rows: Vec<lake::segment::Served> =
                     kept.iter().map(|(_, _, s)| s.clone()).collect();
-                let opts = lake::segment::Options {
+                let mut opts = lake::segment::Options {
                     partition: i32::try_from(l.partition).unwrap_or(i32::MAX),
                     ..Default::default()
                 };
+                if let Some(bytes) = self.cfg.lakes.row_group_bytes {
+                    opts.row_group_bytes = bytes;
+                }
                 match lake::segment::rewrite(&rows, &opts) {
                     Ok(seg) => {
+                        let max_ts = |b: &bytes::Bytes| {
+                            recordbatch::BatchHeader::parse(b).map_or(0, |h| h.max_timestamp)
+                        };
                         let place = lakes::lake_file(
                             &seg,
-                            rows.iter().map(|r| (r.entry.offset, u64::from(r.stored_len))),
+                            rows.iter().map(|r| {
+                                (r.entry.offset, u64::from(r.stored_len), max_ts(&r.entry.batch))
+                            }),
                         );
                         Some((seg, place))
                     }

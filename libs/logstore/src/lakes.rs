@@ -27,6 +27,8 @@ pub struct LakeLog {
 pub struct LakeLogs {
     pub base_uri: String,
     pub logs: HashMap<LogId, LakeLog>,
+    /// Row groups' size in lake segments (`None`: the segment format's default, ~1 MiB).
+    pub row_group_bytes: Option<usize>,
 }
 
 impl LakeLogs {
@@ -106,20 +108,28 @@ pub(crate) fn day_cut(runs: &[&Locator]) -> Option<usize> {
 }
 
 /// A written segment's place map, as its locator keeps it. `entries` are the (offset, stored
-/// length) of what it was written from: they place each row group in the log's bytes.
+/// length, batch max timestamp) of what it was written from: they place each row group in the
+/// log's bytes and bound its timestamps.
 pub(crate) fn lake_file(
     seg: &lake::segment::Segment,
-    entries: impl Iterator<Item = (u64, u64)>,
+    entries: impl Iterator<Item = (u64, u64, i64)>,
 ) -> LakeFile {
+    let entries: Vec<(u64, u64, i64)> = entries.collect();
     let mut before = 0u64;
-    let mut next = entries.peekable();
+    let mut at = 0usize;
     let row_groups = seg
         .row_groups
         .iter()
-        .map(|g| {
-            while let Some((_, stored)) = next.next_if(|(offset, _)| *offset < g.first_offset) {
-                before += stored;
+        .enumerate()
+        .map(|(i, g)| {
+            while entries.get(at).is_some_and(|e| e.0 < g.first_offset) {
+                before += entries[at].1;
+                at += 1;
             }
+            // Its entries: from here to the next group's first offset.
+            let end = seg.row_groups.get(i + 1).map_or(u64::MAX, |n| n.first_offset);
+            let max_timestamp =
+                entries[at..].iter().take_while(|e| e.0 < end).map(|e| e.2).max().unwrap_or(0);
             RowGroupRef {
                 first_offset: g.first_offset,
                 records: g.records,
@@ -127,6 +137,7 @@ pub(crate) fn lake_file(
                 len: g.len,
                 crc32c: g.crc32c,
                 bytes_before: before,
+                max_timestamp,
             }
         })
         .collect();
@@ -195,7 +206,7 @@ pub async fn retain_table(
 ) -> Result<Option<lake::table::TableState>, LogError> {
     use metadata::{Compare, CompareOp, Txn, TxnOp};
     let key = keys.lake_table(identity);
-    let lakes = LakeLogs { base_uri: base_uri.to_owned(), logs: HashMap::new() };
+    let lakes = LakeLogs { base_uri: base_uri.to_owned(), ..Default::default() };
     let cutoff = now_ms.saturating_sub(retention_ms.max(0));
     for _ in 0..TABLE_RETRIES {
         let Some(kv) = meta.get(&key).await? else { return Ok(None) };
@@ -273,7 +284,7 @@ mod tests {
 
     #[test]
     fn table_files_map_between_uris_and_object_keys() {
-        let lakes = LakeLogs { base_uri: "s3://b/p/".to_owned(), logs: HashMap::new() };
+        let lakes = LakeLogs { base_uri: "s3://b/p/".to_owned(), ..Default::default() };
         let path = objstore::Path::from("lake/u/metadata/x.avro");
         assert_eq!(lakes.uri(&path), "s3://b/p/lake/u/metadata/x.avro");
         assert_eq!(lakes.path_of(&lakes.uri(&path)), Some(path));

@@ -666,6 +666,13 @@ impl LogReader {
         let mut i = groups.partition_point(|g| g.first_offset + g.records <= want.from);
         let (mut out, mut taken_records, mut taken_bytes) = (Vec::new(), 0u64, 0u64);
         'groups: while i < groups.len() {
+            // Nothing more wanted: no GET of the next group.
+            if taken_records >= want.max_records
+                || taken_bytes >= want.max_bytes
+                || out.len() >= want.max_entries
+            {
+                break;
+            }
             let g = groups[i];
             let bytes = self.get_cached(&path, g.start, g.start + g.len).await?;
             let served = lake::segment::read_row_group(&footer, i, bytes)
@@ -1316,6 +1323,21 @@ impl LogReader {
     /// Entries of one run, with their headers (for Level 0 searches). A segment's come from its
     /// footer (24 bytes an entry, cached), not from its entries: a timestamp search or a
     /// retention pass fetched the whole segment, up to 64 MiB, for them.
+    /// The headers of the entries of row group `i` of the lake segment `loc` (one ranged GET).
+    pub(crate) async fn lake_group_headers(
+        &self,
+        log: LogId,
+        loc: &Locator,
+        i: usize,
+    ) -> Result<Vec<LogEntryHeader>, LogError> {
+        let Some(g) = loc.lake.as_ref().and_then(|l| l.row_groups.get(i)) else {
+            return Err(LogError::Internal(format!("no row group {i} in {}", loc.object(log))));
+        };
+        let want = Want { from: g.first_offset, max_records: g.records, ..Want::ALL };
+        let got = self.fetch_run(log, loc, want).await.map_err(LogError::from)?;
+        Ok(got.into_iter().map(|l| l.header).collect())
+    }
+
     pub(crate) async fn run_headers(
         &self,
         log: LogId,

@@ -100,6 +100,10 @@ pub struct RowGroupRef {
     /// Payload bytes of the segment before it, as stored (the entries' log positions).
     #[prost(uint64, tag = "6")]
     pub bytes_before: u64,
+    /// The largest timestamp of its entries as read (their batches' max timestamps); 0 for
+    /// segments written before it was kept. A timestamp search reads only the group it needs.
+    #[prost(int64, tag = "7")]
+    pub max_timestamp: i64,
 }
 
 impl Locator {

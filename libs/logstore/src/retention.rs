@@ -75,6 +75,28 @@ pub async fn hard_trim(reader: &LogReader, log: LogId, offset: u64) -> Result<u6
     Ok(start)
 }
 
+/// The first row group of lake segment `loc` whose entries' running maximum timestamp (from
+/// `running` before the segment) reaches `t` and that ends above `start`; `None` for other
+/// segments, or ones written before row groups kept their timestamps.
+fn lake_group_reaching(loc: &Locator, mut running: i64, t: i64, start: u64) -> Option<usize> {
+    let groups = &loc.lake.as_ref()?.row_groups;
+    if groups.iter().any(|g| g.max_timestamp == 0) {
+        return None;
+    }
+    groups.iter().position(|g| {
+        running = running.max(g.max_timestamp);
+        running >= t && g.first_offset + g.records > start
+    })
+}
+
+/// The row group of lake segment `loc` holding log byte position `cutoff`, if it is one
+/// whose row groups place their bytes.
+fn lake_group_at(loc: &Locator, cutoff: u64) -> Option<usize> {
+    let groups = &loc.lake.as_ref()?.row_groups;
+    let i = groups.partition_point(|g| loc.cumulative_before + g.bytes_before <= cutoff);
+    i.checked_sub(1)
+}
+
 async fn locators(reader: &LogReader, log: LogId) -> Result<(Vec<Locator>, u64), LogError> {
     let snap = reader.snapshot(log).await?;
     Ok((reader.all_locators(&snap).await?, snap.start))
@@ -95,6 +117,17 @@ pub async fn find_by_timestamp(
         .max(locators.partition_point(|l| l.end_offset() <= start));
     for (i, loc) in locators.iter().enumerate().skip(from) {
         let mut running = if i == 0 { i64::MIN } else { locators[i - 1].max_timestamp };
+        // A lake segment: only the row group where the running maximum reaches `t`.
+        if let Some(g) = lake_group_reaching(loc, running, t, start) {
+            let before = loc.lake.iter().flat_map(|l| &l.row_groups[..g]).map(|r| r.max_timestamp);
+            let mut in_group = before.fold(running, i64::max);
+            for h in reader.lake_group_headers(log, loc, g).await? {
+                in_group = in_group.max(h.timestamp);
+                if in_group >= t && h.end_offset() > start {
+                    return Ok(Some(h));
+                }
+            }
+        }
         for h in reader.run_headers(log, loc).await? {
             running = running.max(h.timestamp);
             if running >= t && h.end_offset() > start {
@@ -135,11 +168,24 @@ pub async fn trim_offset(
         let by_bytes = match locators.get(i) {
             None => info.next_offset,
             Some(loc) => {
-                let headers = reader.run_headers(log, loc).await?;
+                // A lake segment: only the row group holding the cutoff (and the next one's
+                // first offset when the cutoff is past its last entry).
+                let headers = match lake_group_at(loc, cutoff) {
+                    Some(g) => reader.lake_group_headers(log, loc, g).await?,
+                    None => reader.run_headers(log, loc).await?,
+                };
+                let next = match lake_group_at(loc, cutoff) {
+                    Some(g) => loc
+                        .lake
+                        .as_ref()
+                        .and_then(|l| l.row_groups.get(g + 1))
+                        .map_or(loc.end_offset(), |n| n.first_offset),
+                    None => loc.end_offset(),
+                };
                 headers
                     .iter()
                     .find(|h| h.cumulative_size - h.entry_size >= cutoff)
-                    .map_or(loc.end_offset(), |h| h.offset)
+                    .map_or(next, |h| h.offset)
             }
         };
         trim = trim.max(by_bytes);

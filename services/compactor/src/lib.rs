@@ -117,7 +117,7 @@ impl Compactor {
                 logs.insert(*log, lake);
             }
         }
-        Ok(logstore::lakes::LakeLogs { base_uri: s.base_uri.clone(), logs })
+        Ok(logstore::lakes::LakeLogs { base_uri: s.base_uri.clone(), logs, row_group_bytes: None })
     }
 
     /// The tonic service, ready to add to a role.

@@ -61,7 +61,7 @@ fn lakes(logs: &[(LogId, &str)]) -> Arc<LakeLogs> {
             (*l, LakeLog { stream_identity: (*identity).to_owned(), partition: 0 })
         })
         .collect();
-    Arc::new(LakeLogs { base_uri: BASE_URI.to_owned(), logs })
+    Arc::new(LakeLogs { base_uri: BASE_URI.to_owned(), logs, row_group_bytes: None })
 }
 
 /// Appends `entries` to `log`, many in flight (the writer makes large flushes of them).

@@ -30,7 +30,50 @@ both_envs!(
     small_lake_segments_merge_through_replace_snapshots,
     a_tables_many_manifests_of_a_day_merge_into_one,
     segments_the_table_dropped_are_not_merged,
+    searches_by_time_and_by_bytes_read_one_row_group_and_agree_with_every_entry,
 );
+
+/// Retention's searches over a lake segment of many row groups (by running-max timestamp and
+/// by byte position) read the one row group they need, and answer what a walk over every
+/// entry answers.
+async fn searches_by_time_and_by_bytes_read_one_row_group_and_agree_with_every_entry(
+    env: Env,
+) -> Result<()> {
+    let w = env.writer("w").await?;
+    let identity = format!("{IDENTITY}-search");
+    let log = stream_log(&env, &identity).await?;
+    append(&w, log, 0, 8 * 4 + 1).await?;
+    let (c, _) = compactor(&env, "c", log, &identity).await?;
+    let done = c.compact_log_fully(log).await?.map_err(|s| anyhow!("{s:?}"))?;
+    ensure!(done.len() == 1 && done[0].end_offset == 96, "{done:?}");
+    let entries = w.read_entries(log, 0, u64::MAX, u64::MAX).await?;
+    let (counting, counts) = objstore::counting::CountingStore::new(env.objects.clone());
+    let reader = logstore::LogReader::new(env.meta.clone(), counting, &env.cluster);
+    let gets = || counts.get(&counts.gets);
+    for e in entries.iter().filter(|e| e.header.offset < 96) {
+        // By time: the first entry whose running maximum reaches its timestamp.
+        let t = e.header.timestamp;
+        let want = entries.iter().find(|x| x.header.timestamp >= t).map(|x| x.header);
+        let before = gets();
+        let got = logstore::retention::find_by_timestamp(&reader, log, t).await?;
+        ensure!(got == want, "at {t}: {got:?}, not {want:?}");
+        // A footer the first time, then one row group.
+        ensure!(gets() - before <= 2, "{} GETs for one search", gets() - before);
+        // By bytes: keeping all but the bytes before this entry trims to it.
+        let info = reader.info(log).await?;
+        let keep = info.bytes - (e.header.cumulative_size - e.header.entry_size);
+        let before = gets();
+        let to = logstore::retention::trim_offset(&reader, log, None, Some(keep), 0).await?;
+        ensure!(
+            to == e.header.offset,
+            "keeping {keep} bytes trims to {to}, not {}",
+            e.header.offset
+        );
+        ensure!(gets() - before <= 2, "{} GETs for one search", gets() - before);
+    }
+    w.shutdown().await;
+    Ok(())
+}
 
 /// Segments whose files table retention took out of the table (the log still holding them)
 /// are not merged: the merge's commit would be refused, leaving an orphan, every cycle.
@@ -460,9 +503,11 @@ fn cleaner(env: &Env) -> Cleaner {
 
 fn lakes(env: &Env, log: LogId, identity: &str) -> Arc<LakeLogs> {
     let lake = LakeLog { stream_identity: identity.to_owned(), partition: 3 };
+    // Small row groups: a segment here has many, as a 64 MiB one does.
     Arc::new(LakeLogs {
         base_uri: objstore::base_uri(&env.store),
         logs: HashMap::from([(log, lake)]),
+        row_group_bytes: Some(512),
     })
 }
 
