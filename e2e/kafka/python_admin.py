@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Kafka's admin API through a Lakelog Kafka listener, with PyPI confluent-kafka's AdminClient:
 create a topic (partitions, retention.ms), see it in Metadata, grow it, refuse what Kafka
-refuses (an existing name, compaction, fewer partitions), describe and alter its configs
+refuses (an existing name, compaction, fewer partitions, a lake.retention.ms below
+retention.ms), create a lake topic, describe and alter its configs
 (max.message.bytes then holds for Produce), delete records below an offset, describe the
 cluster, delete the topic.
 
@@ -48,6 +49,22 @@ if (code := result(admin.create_topics([NewTopic("admin-made", num_partitions=1)
 compacted = NewTopic("compacted", num_partitions=1, config={"cleanup.policy": "compact"})
 if (code := result(admin.create_topics([compacted]))) != KafkaError.INVALID_CONFIG:
     fail(f"a compacted topic answered {code}")
+# A lake table keeps at least what its log keeps: a shorter lake.retention.ms is the configs'
+# error, validated or not; a longer one is a lake topic.
+short = {"lake.table": "true", "retention.ms": "60000", "lake.retention.ms": "1000"}
+for validate in (True, False):
+    code = result(admin.create_topics([NewTopic("lake-short", num_partitions=1, config=short)],
+                                      validate_only=validate))
+    if code != KafkaError.INVALID_CONFIG:
+        fail(f"lake.retention.ms below retention.ms (validate_only={validate}) answered {code}")
+lake = dict(short, **{"lake.retention.ms": "120000"})
+if (code := result(admin.create_topics([NewTopic("lake-made", num_partitions=1, config=lake)]))):
+    fail(f"a lake topic answered {code}")
+entries = admin.describe_configs([ConfigResource(ResourceType.TOPIC, "lake-made")])
+(f,) = entries.values()
+got = {k: v.value for k, v in f.result(timeout=30).items()}
+if (got.get("lake.table"), got.get("lake.retention.ms")) != ("true", "120000"):
+    fail(f"the lake topic's configs read {got}")
 if (code := result(admin.create_partitions([NewPartitions("admin-made", 5)]))) is not None:
     fail(f"grow to 5: {code}")
 if partitions("admin-made") != 5:

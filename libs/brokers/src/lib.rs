@@ -955,6 +955,11 @@ impl kafka::Broker for LogBroker {
         if partitions == 0 || partitions > catalog::MAX_PARTITIONS {
             return Err(Refused::new(code::INVALID_PARTITIONS, format!("{partitions} partitions")));
         }
+        let props = props_of(settings);
+        // Configs that do not go together (lake.retention.ms below retention.ms) are the
+        // configs' error, not the topic's.
+        catalog::Catalog::check_props(&props)
+            .map_err(|e| admin_refused(e, code::INVALID_CONFIG))?;
         if validate_only {
             return match self.catalog.get(name).await {
                 Ok(_) => Err(topic_refused(CatalogError::AlreadyExists(name.to_owned()))),
@@ -962,7 +967,6 @@ impl kafka::Broker for LogBroker {
                 Err(e) => Err(topic_refused(e)),
             };
         }
-        let props = props_of(settings);
         let s = self.catalog.create(name, partitions, props).await.map_err(topic_refused)?;
         Ok(uuid::Uuid::parse_str(&s.identity).unwrap_or_default())
     }
@@ -1017,11 +1021,12 @@ impl kafka::Broker for LogBroker {
         settings: TopicSettings,
         validate_only: bool,
     ) -> Result<(), Refused> {
+        let props = props_of(settings);
         if validate_only {
             self.catalog.get(name).await.map_err(topic_refused)?;
-            return Ok(());
+            return catalog::Catalog::check_props(&props)
+                .map_err(|e| admin_refused(e, code::INVALID_CONFIG));
         }
-        let props = props_of(settings);
         self.catalog
             .set_props(name, props)
             .await

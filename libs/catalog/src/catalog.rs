@@ -235,7 +235,9 @@ impl Catalog {
         Ok(info)
     }
 
-    fn check_props(props: &StreamProps) -> Result<(), CatalogError> {
+    /// Checks properties as `create` and `set_props` do (each alone, and together: a lake
+    /// table keeps at least what its log keeps), without touching the store.
+    pub fn check_props(props: &StreamProps) -> Result<(), CatalogError> {
         let bad = |m: &str| Err(CatalogError::InvalidArgument(m.to_owned()));
         if props.retention_ms.is_some_and(|ms| ms <= 0) {
             return bad("retention_ms must be positive");
