@@ -198,15 +198,7 @@ pub fn manifest(name: &str, snapshot_id: i64, files: &[DataFile]) -> Vec<u8> {
             ])
         })
         .collect();
-    let meta = [
-        ("schema", table_schema().to_string()),
-        ("schema-id", "0".to_owned()),
-        ("partition-spec", partition_spec()["fields"].to_string()),
-        ("partition-spec-id", "0".to_owned()),
-        ("format-version", "2".to_owned()),
-        ("content", "data".to_owned()),
-    ];
-    avro::container(MANIFEST_ENTRY, &meta, &entries, sync_of(name))
+    manifest_of(name, &entries)
 }
 
 /// A manifest's entries, read back (to merge manifests, or to take files out of one).

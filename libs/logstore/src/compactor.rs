@@ -804,21 +804,23 @@ impl Compactor {
             Compare::mod_revision(index_page_a.clone(), CompareOp::Equal, a_kv.mod_revision),
             Compare::mod_revision(index_page_a, CompareOp::Less, r + 1).with_range_end(index_end),
         ];
+        // What the rewrite did, once swapped in (for a lake segment, with its table snapshot).
+        let done = |table_snapshot| Compaction {
+            log,
+            first_offset: a,
+            end_offset: b,
+            chunks: chunks.iter().filter(|l| l.in_wal()).count(),
+            segments: chunks.iter().filter(|l| !l.in_wal()).count(),
+            bytes: size,
+            object: path.to_string(),
+            wal_floor: floor,
+            table_snapshot,
+        };
         let (Some(l), Some((seg, _))) = (&lake, &lake_seg) else {
             if !self.meta.txn(Txn::new().when(compares).and_then(ops)).await?.succeeded {
                 return Ok(Pass::Done(Err(Skipped::Raced { orphan: path.to_string() })));
             }
-            return Ok(Pass::Done(Ok(Compaction {
-                log,
-                first_offset: a,
-                end_offset: b,
-                chunks: chunks.iter().filter(|l| l.in_wal()).count(),
-                segments: chunks.iter().filter(|l| !l.in_wal()).count(),
-                bytes: size,
-                object: path.to_string(),
-                wal_floor: floor,
-                table_snapshot: None,
-            })));
+            return Ok(Pass::Done(Ok(done(None))));
         };
         // A lake segment: the table's commit goes in the same transaction, comparing the
         // table's state as read. Another partition's commit moving the table first is no
@@ -879,17 +881,7 @@ impl Compactor {
             let mut then = ops.clone();
             then.push(TxnOp::put(table_key.clone(), lakes::encode_table(&commit.state)?));
             if self.meta.txn(Txn::new().when(when).and_then(then)).await?.succeeded {
-                return Ok(Pass::Done(Ok(Compaction {
-                    log,
-                    first_offset: a,
-                    end_offset: b,
-                    chunks: chunks.iter().filter(|l| l.in_wal()).count(),
-                    segments: chunks.iter().filter(|l| !l.in_wal()).count(),
-                    bytes: size,
-                    object: path.to_string(),
-                    wal_floor: floor,
-                    table_snapshot: commit.state.snapshots.last().map(|s| s.id),
-                })));
+                return Ok(Pass::Done(Ok(done(commit.state.snapshots.last().map(|s| s.id)))));
             }
             // Did only the table move? The log's own compares, evaluated alone, say.
             if attempt >= lakes::TABLE_RETRIES
