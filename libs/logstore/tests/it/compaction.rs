@@ -316,7 +316,7 @@ fn pause_when_written()
     (hook, paused_rx, resume_tx)
 }
 
-fn cleaner(env: &Env) -> Cleaner {
+pub(crate) fn cleaner(env: &Env) -> Cleaner {
     let mut c =
         Cleaner::new(env.meta.clone(), env.objects.clone(), &env.cluster, Arc::new(SystemClock));
     c.grace = Duration::ZERO;

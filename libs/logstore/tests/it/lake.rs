@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, ensure};
 use bytes::Bytes;
-use logstore::cleaner::Cleaner;
 use logstore::compactor::{Compaction, Compactor, CompactorConfig, Step, StepHook};
 use logstore::lakes::{LakeLog, LakeLogs};
 use logstore::{LogId, LogStorage};
 use objstore::object_store::ObjectStoreExt;
 use recordbatch::{ProducerFields, Record};
 
+use crate::compaction::cleaner;
 use crate::env::{Env, ManualClock};
 
 both_envs!(
@@ -491,14 +491,6 @@ fn read_table(env: &Env, args: &[&str]) -> Result<Vec<String>> {
     let out = cmd.output().context("DuckDB and pyiceberg in .tools/venv (`make deps`)")?;
     ensure!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     Ok(String::from_utf8(out.stdout)?.lines().map(str::to_owned).collect())
-}
-
-fn cleaner(env: &Env) -> Cleaner {
-    let clock = Arc::new(logstore::SystemClock);
-    let mut c = Cleaner::new(env.meta.clone(), env.objects.clone(), &env.cluster, clock);
-    c.grace = Duration::ZERO;
-    c.history = None;
-    c
 }
 
 fn lakes(env: &Env, log: LogId, identity: &str) -> Arc<LakeLogs> {
