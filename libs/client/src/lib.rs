@@ -70,11 +70,30 @@ pub struct ClientError {
     pub log_fenced: bool,
 }
 
+/// `s`'s message, with the chain of causes under it (a TLS alert under a transport error).
+fn message_of(s: &tonic::Status) -> String {
+    let mut m = s.message().to_owned();
+    let mut cause = std::error::Error::source(s);
+    while let Some(c) = cause {
+        let c_text = c.to_string();
+        if !m.contains(&c_text) {
+            m = format!("{m}: {c_text}");
+        }
+        cause = c.source();
+    }
+    m
+}
+
 impl From<tonic::Status> for ClientError {
     fn from(s: tonic::Status) -> Self {
         let meta = |k: &str| s.metadata().get(k).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        // The connection failed under the call (a server that refused this client's
+        // certificate closes it after the handshake): nothing answered.
+        let transport =
+            std::error::Error::source(&s).is_some_and(|e| e.is::<tonic::transport::Error>());
         let code = match meta(codes::CODE_KEY) {
             Some(name) => Code::parse(&name).unwrap_or(Code::Internal),
+            None if transport => Code::Unavailable,
             None => match s.code() {
                 tonic::Code::Unavailable
                 | tonic::Code::DeadlineExceeded
@@ -86,7 +105,7 @@ impl From<tonic::Status> for ClientError {
         };
         ClientError {
             code,
-            message: s.message().to_owned(),
+            message: message_of(&s),
             outcome_unknown: meta(codes::OUTCOME_KEY).as_deref() == Some(codes::OUTCOME_UNKNOWN),
             log_fenced: meta("lakelog-fenced").as_deref() == Some("log"),
         }
@@ -186,18 +205,76 @@ fn owner_of(s: &tonic::Status) -> Option<(String, String)> {
     Some((meta("lakelog-owner-id")?, meta("lakelog-owner")?))
 }
 
-/// Sends the caller's trace context with every call: the current `tracing` span's OpenTelemetry
-/// context, written by the global propagator (an application that exports traces sets one; the
-/// Lakelog roles set W3C trace context). Without either, nothing is added.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct TraceContext;
+/// How a client proves who it is and what it trusts (docs/security.md). `https://` endpoints
+/// use TLS: `ca` is trusted beside the system's roots, and `cert` with `key` is presented when
+/// the server asks for a certificate (mutual TLS). A `token` goes with every call as
+/// `authorization: Bearer <token>`.
+#[derive(Clone, Default)]
+pub struct Security {
+    pub ca: Option<std::path::PathBuf>,
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
+    pub token: Option<String>,
+}
 
-impl tonic::service::Interceptor for TraceContext {
+impl std::fmt::Debug for Security {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Security")
+            .field("ca", &self.ca)
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl Security {
+    /// The TLS settings for an `https://` endpoint: the files read now.
+    fn tls(&self, endpoint: &str) -> Result<tonic::transport::ClientTlsConfig, ClientError> {
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| {
+                ClientError::new(Code::InvalidArgument, format!("{}: {e}", p.display()))
+            })
+        };
+        let mut tls = ClientTlsConfig::new().with_native_roots();
+        if let Some(ca) = &self.ca {
+            tls = tls.ca_certificate(Certificate::from_pem(read(ca)?));
+        }
+        match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => {
+                tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+            }
+            (None, None) => {}
+            _ => {
+                return Err(ClientError::new(
+                    Code::InvalidArgument,
+                    format!("{endpoint}: a client certificate and its key go together"),
+                ));
+            }
+        }
+        Ok(tls)
+    }
+}
+
+/// What every call carries: the caller's trace context (the current `tracing` span's
+/// OpenTelemetry context, written by the global propagator: an application that exports
+/// traces sets one, the Lakelog roles set W3C trace context; without either, nothing), and
+/// the bearer token when the client has one.
+#[derive(Clone, Debug, Default)]
+pub struct Calls {
+    token: Option<tonic::metadata::AsciiMetadataValue>,
+}
+
+impl tonic::service::Interceptor for Calls {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         let cx = tracing_opentelemetry::OpenTelemetrySpanExt::context(&tracing::Span::current());
         opentelemetry::global::get_text_map_propagator(|p| {
             p.inject_context(&cx, &mut Metadata(req.metadata_mut()));
         });
+        if let Some(t) = &self.token {
+            req.metadata_mut().insert("authorization", t.clone());
+        }
         Ok(req)
     }
 }
@@ -215,8 +292,8 @@ impl opentelemetry::propagation::Injector for Metadata<'_> {
     }
 }
 
-/// What every client's calls go through: a channel that carries the trace context.
-pub type Transport = tonic::service::interceptor::InterceptedService<Channel, TraceContext>;
+/// What every client's calls go through: a channel whose calls carry [`Calls`].
+pub type Transport = tonic::service::interceptor::InterceptedService<Channel, Calls>;
 
 /// HTTP/2 receive window of a stream (bytes); a connection's is four times it.
 const RECEIVE_WINDOW: u32 = 8 << 20;
@@ -224,22 +301,40 @@ const RECEIVE_WINDOW: u32 = 8 << 20;
 /// Largest HTTP/2 frame a server may send (h2's default is 16 KiB): fewer frames per response.
 const MAX_FRAME: u32 = 1 << 20;
 
-async fn channel(endpoint: &str) -> Result<Channel, ClientError> {
-    let ep = Channel::from_shared(endpoint.to_owned()).map_err(|e| ClientError {
-        code: Code::InvalidArgument,
-        message: format!("endpoint `{endpoint}`: {e}"),
-        outcome_unknown: false,
-        log_fenced: false,
-    })?;
+/// A connection to `endpoint` (`http://` or `https://host:port`) whose calls carry what
+/// `security` says.
+async fn transport(endpoint: &str, security: &Security) -> Result<Transport, ClientError> {
+    let invalid = |message: String| ClientError::new(Code::InvalidArgument, message);
+    let mut ep = Channel::from_shared(endpoint.to_owned())
+        .map_err(|e| invalid(format!("endpoint `{endpoint}`: {e}")))?;
+    if endpoint.starts_with("https://") {
+        ep = ep
+            .tls_config(security.tls(endpoint)?)
+            .map_err(|e| invalid(format!("{endpoint}: TLS: {e}")))?;
+    } else if security.ca.is_some() || security.cert.is_some() {
+        return Err(invalid(format!(
+            "{endpoint} is plain http://: TLS options need an https:// endpoint"
+        )));
+    }
+    let token = match &security.token {
+        Some(t) => Some(
+            format!("Bearer {t}")
+                .parse()
+                .map_err(|_| invalid("the token is not printable ASCII".to_owned()))?,
+        ),
+        None => None,
+    };
     // Receive windows sized for batch reads (up to 4 MiB a response): h2's 64 KiB default
     // makes a large response wait on window updates.
-    ep.connect_timeout(std::time::Duration::from_secs(5))
+    let channel = ep
+        .connect_timeout(std::time::Duration::from_secs(5))
         .initial_stream_window_size(RECEIVE_WINDOW)
         .initial_connection_window_size(4 * RECEIVE_WINDOW)
         .max_frame_size(MAX_FRAME)
         .connect()
         .await
-        .map_err(|e| ClientError::transport(endpoint, e))
+        .map_err(|e| ClientError::transport(endpoint, e))?;
+    Ok(tonic::service::interceptor::InterceptedService::new(channel, Calls { token }))
 }
 
 /// A client of the CatalogService. Cheap to clone.
@@ -258,11 +353,15 @@ fn stream_of(s: Option<Stream>) -> Result<Stream, ClientError> {
 }
 
 impl CatalogClient {
+    /// Connects to `endpoint` without TLS options or a token.
     pub async fn connect(endpoint: &str) -> Result<Self, ClientError> {
+        Self::connect_with(endpoint, &Security::default()).await
+    }
+
+    pub async fn connect_with(endpoint: &str, security: &Security) -> Result<Self, ClientError> {
         Ok(CatalogClient {
-            inner: cpb::catalog_service_client::CatalogServiceClient::with_interceptor(
-                channel(endpoint).await?,
-                TraceContext,
+            inner: cpb::catalog_service_client::CatalogServiceClient::new(
+                transport(endpoint, security).await?,
             ),
         })
     }
@@ -353,11 +452,14 @@ pub struct LogClient {
 }
 
 impl LogClient {
-    /// Connects to `endpoint` (`http://host:port`).
+    /// Connects to `endpoint` (`http://host:port`) without TLS options or a token.
     pub async fn connect(endpoint: &str) -> Result<Self, ClientError> {
-        let channel = channel(endpoint).await?;
+        Self::connect_with(endpoint, &Security::default()).await
+    }
+
+    pub async fn connect_with(endpoint: &str, security: &Security) -> Result<Self, ClientError> {
         Ok(LogClient {
-            inner: LogServiceClient::with_interceptor(channel, TraceContext)
+            inner: LogServiceClient::new(transport(endpoint, security).await?)
                 .max_decoding_message_size(64 << 20),
         })
     }

@@ -4,10 +4,8 @@
 use proto::maintenance::v1 as mpb;
 use proto::maintenance::v1::cleaner_service_client::CleanerServiceClient;
 use proto::maintenance::v1::compactor_service_client::CompactorServiceClient;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 
-use crate::{ClientError, Code, TraceContext, channel};
+use crate::{ClientError, Code, Security, Transport, transport};
 
 /// A call to an endpoint that serves no such service reads as this, naming what to point at.
 fn not_served(endpoint: &str, service: &str, role: &str) -> impl Fn(tonic::Status) -> ClientError {
@@ -32,13 +30,16 @@ fn not_served(endpoint: &str, service: &str, role: &str) -> impl Fn(tonic::Statu
 #[derive(Clone, Debug)]
 pub struct CompactorClient {
     endpoint: String,
-    inner: CompactorServiceClient<InterceptedService<Channel, TraceContext>>,
+    inner: CompactorServiceClient<Transport>,
 }
 
 impl CompactorClient {
     pub async fn connect(endpoint: &str) -> Result<Self, ClientError> {
-        let inner =
-            CompactorServiceClient::with_interceptor(channel(endpoint).await?, TraceContext);
+        Self::connect_with(endpoint, &Security::default()).await
+    }
+
+    pub async fn connect_with(endpoint: &str, security: &Security) -> Result<Self, ClientError> {
+        let inner = CompactorServiceClient::new(transport(endpoint, security).await?);
         Ok(CompactorClient { endpoint: endpoint.to_owned(), inner })
     }
 
@@ -66,12 +67,16 @@ impl CompactorClient {
 #[derive(Clone, Debug)]
 pub struct CleanerClient {
     endpoint: String,
-    inner: CleanerServiceClient<InterceptedService<Channel, TraceContext>>,
+    inner: CleanerServiceClient<Transport>,
 }
 
 impl CleanerClient {
     pub async fn connect(endpoint: &str) -> Result<Self, ClientError> {
-        let inner = CleanerServiceClient::with_interceptor(channel(endpoint).await?, TraceContext);
+        Self::connect_with(endpoint, &Security::default()).await
+    }
+
+    pub async fn connect_with(endpoint: &str, security: &Security) -> Result<Self, ClientError> {
+        let inner = CleanerServiceClient::new(transport(endpoint, security).await?);
         Ok(CleanerClient { endpoint: endpoint.to_owned(), inner })
     }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::router::Connections;
-use crate::{CatalogClient, ClientError, LogClient};
+use crate::{CatalogClient, ClientError, LogClient, Security};
 
 /// A set of readers, called round-robin with failover. Cheap to share behind an `Arc`.
 #[derive(Debug)]
@@ -29,10 +29,23 @@ impl ReaderPool {
         Ok(ReaderPool { addresses, clients: Connections::default(), next: AtomicUsize::new(0) })
     }
 
+    /// Reaches the readers with `security`'s TLS files and token.
+    pub fn with_security(mut self, security: Security) -> Self {
+        self.clients = Connections::new(security);
+        self
+    }
+
     /// The live readers the catalog lists.
     pub async fn discover(catalog: &str) -> Result<Self, ClientError> {
-        let members = CatalogClient::connect(catalog).await?.members("reader").await?;
-        Self::new(members.into_iter().map(|m| m.address).collect())
+        Self::discover_with(catalog, &Security::default()).await
+    }
+
+    /// The live readers the catalog lists, both reached with `security`.
+    pub async fn discover_with(catalog: &str, security: &Security) -> Result<Self, ClientError> {
+        let members =
+            CatalogClient::connect_with(catalog, security).await?.members("reader").await?;
+        Ok(Self::new(members.into_iter().map(|m| m.address).collect())?
+            .with_security(security.clone()))
     }
 
     pub fn addresses(&self) -> &[String] {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::{CatalogClient, ClientError, LogClient, Stream};
+use crate::{CatalogClient, ClientError, LogClient, Security, Stream};
 
 /// How a client reaches a cluster.
 #[derive(Clone, Debug)]
@@ -18,6 +18,8 @@ pub struct ClientConfig {
     /// How long one call may go unanswered; an append past it has an unknown outcome
     /// (default 30 s, the writers' default flush deadline).
     pub request_timeout: Duration,
+    /// TLS files and token, for the catalog and every writer alike.
+    pub security: Security,
 }
 
 impl ClientConfig {
@@ -26,7 +28,13 @@ impl ClientConfig {
             catalog: catalog.into(),
             zone: None,
             request_timeout: Duration::from_secs(30),
+            security: Security::default(),
         }
+    }
+
+    pub fn with_security(mut self, security: Security) -> Self {
+        self.security = security;
+        self
     }
 
     pub fn with_zone(mut self, zone: impl Into<String>) -> Self {
@@ -51,15 +59,23 @@ pub struct Route {
 /// One LogService connection per address, made on first use, then shared (a channel
 /// reconnects by itself).
 #[derive(Debug, Default)]
-pub(crate) struct Connections(Mutex<HashMap<String, LogClient>>);
+pub(crate) struct Connections {
+    open: Mutex<HashMap<String, LogClient>>,
+    security: Security,
+}
 
 impl Connections {
     /// The connection to `address`; making it may take at most `timeout`.
+    pub fn new(security: Security) -> Self {
+        Connections { open: Mutex::default(), security }
+    }
+
     pub async fn get(&self, address: &str, timeout: Duration) -> Result<LogClient, ClientError> {
-        if let Some(c) = self.0.lock().unwrap_or_else(|e| e.into_inner()).get(address) {
+        if let Some(c) = self.open.lock().unwrap_or_else(|e| e.into_inner()).get(address) {
             return Ok(c.clone());
         }
-        let c = match tokio::time::timeout(timeout, LogClient::connect(address)).await {
+        let connect = LogClient::connect_with(address, &self.security);
+        let c = match tokio::time::timeout(timeout, connect).await {
             Ok(c) => c?,
             Err(_) => {
                 return Err(ClientError::new(
@@ -68,7 +84,7 @@ impl Connections {
                 ));
             }
         };
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(address.to_owned(), c.clone());
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).insert(address.to_owned(), c.clone());
         Ok(c)
     }
 }
@@ -83,8 +99,9 @@ pub(crate) struct Router {
 
 impl Router {
     pub async fn connect(cfg: ClientConfig) -> Result<Self, ClientError> {
-        let catalog = CatalogClient::connect(&cfg.catalog).await?;
-        Ok(Router { cfg, catalog, writers: Connections::default() })
+        let catalog = CatalogClient::connect_with(&cfg.catalog, &cfg.security).await?;
+        let writers = Connections::new(cfg.security.clone());
+        Ok(Router { cfg, catalog, writers })
     }
 
     pub async fn stream(&self, name: &str) -> Result<Stream, ClientError> {

@@ -10,6 +10,7 @@
 //! it for their sections.
 
 mod sections;
+mod tls;
 pub mod units;
 
 use std::fmt::Display;
@@ -19,6 +20,7 @@ use serde::de::DeserializeOwned;
 use serde_norway::Value;
 
 pub use sections::*;
+pub use tls::{ClientAuth, TlsConfig, url_of};
 pub use units::{ByteSize, Duration};
 
 /// One environment variable that overrides one config key.

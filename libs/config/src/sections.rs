@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::{ByteSize, Duration, Invalid, Validate};
+use crate::{ByteSize, Duration, Invalid, TlsConfig, Validate};
 
 /// What every Lakelog process reads: where its metadata and objects live, and its telemetry.
 #[derive(Debug, Clone, Deserialize)]
@@ -89,6 +89,9 @@ pub struct MaintenanceSection {
     /// `health_listen`, its name when it served only health, is read too.
     #[serde(default, alias = "health_listen")]
     pub listen: Option<std::net::SocketAddr>,
+    /// TLS on `listen` (docs/security.md); plaintext when absent.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
 }
 
 fn default_maintenance_interval() -> Duration {
@@ -117,6 +120,7 @@ impl Default for MaintenanceSection {
             grace: default_grace(),
             metadata_history: default_grace(),
             listen: None,
+            tls: None,
         }
     }
 }
@@ -132,7 +136,10 @@ impl Validate for MaintenanceSection {
         if self.target_segment_size.0 < (1 << 20) {
             return Err(Invalid::new("maintenance.target_segment_size", "must be at least 1MiB"));
         }
-        Ok(())
+        match &self.tls {
+            Some(t) => t.check_listener("maintenance.tls"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -165,6 +172,9 @@ pub struct ReaderSection {
     /// behind a partition's end are sent here by the writers (KIP-392). None when absent.
     #[serde(default)]
     pub kafka: Option<KafkaSection>,
+    /// TLS on `listen` (docs/security.md); plaintext when absent.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
 }
 
 fn default_reader_listen() -> SocketAddr {
@@ -188,6 +198,7 @@ impl Default for ReaderSection {
             cache_size: default_reader_cache(),
             index_cache_pages: default_index_pages(),
             kafka: None,
+            tls: None,
         }
     }
 }
@@ -197,6 +208,10 @@ impl Validate for ReaderSection {
         if self.index_cache_pages == 0 {
             return Err(Invalid::new("reader.index_cache_pages", "must be at least 1"));
         }
+        if let Some(k) = &self.kafka {
+            k.check("reader.kafka")?;
+        }
+        check_listener_tls("reader", &self.tls)?;
         check_membership("reader", &self.id, &self.advertise, self.lease_ttl)
     }
 }
@@ -217,6 +232,9 @@ pub struct CatalogSection {
     /// The catalog's lease in the metadata store.
     #[serde(default = "default_lease_ttl")]
     pub lease_ttl: Duration,
+    /// TLS on `listen` (docs/security.md); plaintext when absent.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
 }
 
 fn default_catalog_listen() -> SocketAddr {
@@ -230,12 +248,14 @@ impl Default for CatalogSection {
             id: None,
             advertise: None,
             lease_ttl: default_lease_ttl(),
+            tls: None,
         }
     }
 }
 
 impl Validate for CatalogSection {
     fn validate(&self) -> Result<(), Invalid> {
+        check_listener_tls("catalog", &self.tls)?;
         check_membership("catalog", &self.id, &self.advertise, self.lease_ttl)
     }
 }
@@ -296,6 +316,10 @@ pub struct WriterSection {
     /// The Kafka listener (ARCHITECTURE §11); none when the section is absent.
     #[serde(default)]
     pub kafka: Option<KafkaSection>,
+    /// TLS on `listen` (docs/security.md); plaintext when absent. `standalone` serves every
+    /// role on this listener.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
 }
 
 /// A writer's Kafka listener.
@@ -326,6 +350,9 @@ pub struct KafkaSection {
     /// below `consumer_session_timeout`.
     #[serde(default = "default_consumer_heartbeat_interval")]
     pub consumer_heartbeat_interval: Duration,
+    /// TLS on the Kafka listener (clients' `security.protocol=SSL`); plaintext when absent.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
 }
 
 fn default_consumer_session_timeout() -> Duration {
@@ -353,6 +380,40 @@ impl KafkaSection {
             max_request_size: default_max_request(),
             consumer_session_timeout: default_consumer_session_timeout(),
             consumer_heartbeat_interval: default_consumer_heartbeat_interval(),
+            tls: None,
+        }
+    }
+
+    /// Checks the section at `key` (`writer.kafka`, `reader.kafka`).
+    fn check(&self, key: &str) -> Result<(), Invalid> {
+        if self.default_partitions == 0 || self.default_partitions > 10_000 {
+            return Err(Invalid::new(
+                format!("{key}.default_partitions"),
+                "must be between 1 and 10000",
+            ));
+        }
+        if self.max_request_size.0 < 1024 || self.max_request_size.0 > 1 << 30 {
+            return Err(Invalid::new(
+                format!("{key}.max_request_size"),
+                "must be between 1KiB and 1GiB",
+            ));
+        }
+        let host_port = self.advertise.as_deref().and_then(|a| a.rsplit_once(':'));
+        if self.advertise.is_some()
+            && !host_port.is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+        {
+            return Err(Invalid::new(format!("{key}.advertise"), "must be host:port"));
+        }
+        let (session, beat) = (self.consumer_session_timeout.0, self.consumer_heartbeat_interval.0);
+        if beat < std::time::Duration::from_millis(100) || beat >= session {
+            return Err(Invalid::new(
+                format!("{key}.consumer_heartbeat_interval"),
+                format!("must be at least 100ms and below {key}.consumer_session_timeout"),
+            ));
+        }
+        match &self.tls {
+            Some(t) => t.check_listener(&format!("{key}.tls")),
+            None => Ok(()),
         }
     }
 
@@ -407,6 +468,7 @@ impl Default for WriterSection {
             lease_ttl: default_lease_ttl(),
             tail_cache_size: default_tail_cache(),
             kafka: None,
+            tls: None,
         }
     }
 }
@@ -442,33 +504,17 @@ impl Validate for WriterSection {
             return Err(Invalid::new("writer.max_entry_size", "must be below 4GiB"));
         }
         if let Some(k) = &self.kafka {
-            if k.default_partitions == 0 || k.default_partitions > 10_000 {
-                return Err(Invalid::new(
-                    "writer.kafka.default_partitions",
-                    "must be between 1 and 10000",
-                ));
-            }
-            if k.max_request_size.0 < 1024 || k.max_request_size.0 > 1 << 30 {
-                return Err(Invalid::new(
-                    "writer.kafka.max_request_size",
-                    "must be between 1KiB and 1GiB",
-                ));
-            }
-            let host_port = k.advertise.as_deref().and_then(|a| a.rsplit_once(':'));
-            if k.advertise.is_some()
-                && !host_port.is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
-            {
-                return Err(Invalid::new("writer.kafka.advertise", "must be host:port"));
-            }
-            let (session, beat) = (k.consumer_session_timeout.0, k.consumer_heartbeat_interval.0);
-            if beat < std::time::Duration::from_millis(100) || beat >= session {
-                return Err(Invalid::new(
-                    "writer.kafka.consumer_heartbeat_interval",
-                    "must be at least 100ms and below writer.kafka.consumer_session_timeout",
-                ));
-            }
+            k.check("writer.kafka")?;
         }
+        check_listener_tls("writer", &self.tls)?;
         check_membership("writer", &self.id, &self.advertise, self.lease_ttl)
+    }
+}
+
+fn check_listener_tls(role: &str, tls: &Option<TlsConfig>) -> Result<(), Invalid> {
+    match tls {
+        Some(t) => t.check_listener(&format!("{role}.tls")),
+        None => Ok(()),
     }
 }
 
@@ -557,6 +603,10 @@ pub struct EtcdConfig {
     pub request_timeout: Duration,
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout: Duration,
+    /// TLS to etcd (`https://` endpoints): the CA that signed etcd's certificate, and this
+    /// role's client certificate when etcd requires one (`--client-cert-auth`).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
 }
 
 fn default_request_timeout() -> Duration {
@@ -593,7 +643,23 @@ impl Validate for MetadataConfig {
                         "must be above zero",
                     ));
                 }
-                Ok(())
+                let https = c.endpoints.iter().filter(|e| e.starts_with("https://")).count();
+                match &c.tls {
+                    Some(t) => {
+                        if https != c.endpoints.len() {
+                            return Err(Invalid::new(
+                                "metadata.etcd.endpoints",
+                                "with metadata.etcd.tls, every endpoint is https://",
+                            ));
+                        }
+                        t.check_client("metadata.etcd.tls")
+                    }
+                    None if https > 0 => Err(Invalid::new(
+                        "metadata.etcd.tls",
+                        "https:// endpoints need a tls section (at least `ca`)",
+                    )),
+                    None => Ok(()),
+                }
             }
             MetadataConfig::Embedded(c) => {
                 if c.path.as_os_str().is_empty() {
@@ -608,6 +674,8 @@ impl Validate for MetadataConfig {
 /// Object storage: a section with exactly one of `local:`, `s3:` or `memory: {}` (tests only).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(try_from = "ObjectStoreSection")]
+// Built once per process: the S3 variant's size costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum ObjectStoreConfig {
     Local(LocalStoreConfig),
     S3(S3Config),
@@ -676,6 +744,10 @@ pub struct S3Config {
     /// A key prefix under which every object of this cluster lives.
     #[serde(default)]
     pub prefix: String,
+    /// HTTPS to an endpoint whose certificate a private CA signed: `ca` is trusted beside the
+    /// system's roots (the only key it takes: no client certificates to S3).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
 }
 
 impl std::fmt::Debug for S3Config {
@@ -690,6 +762,7 @@ impl std::fmt::Debug for S3Config {
             .field("allow_http", &self.allow_http)
             .field("path_style", &self.path_style)
             .field("prefix", &self.prefix)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -742,7 +815,14 @@ impl Validate for ObjectStoreConfig {
                         "access_key_id and secret_access_key go together",
                     ));
                 }
-                Ok(())
+                match &c.tls {
+                    Some(t) if t.cert.is_some() || t.key.is_some() => Err(Invalid::new(
+                        "object_store.s3.tls",
+                        "takes `ca` only (no client certificates to object storage)",
+                    )),
+                    Some(t) => t.check_client("object_store.s3.tls"),
+                    None => Ok(()),
+                }
             }
             _ => Ok(()),
         }

@@ -344,3 +344,65 @@ fn a_standalone_config_takes_the_writer_maintenance_and_telemetry_sections()
     }
     Ok(())
 }
+
+#[test]
+fn one_tls_shape_serves_every_section_and_each_misuse_is_named() -> Result<(), ConfigError> {
+    let tls = "tls: {cert: /c.pem, key: /k.pem, ca: /ca.pem}";
+    let yaml = format!(
+        "{GOOD}writer:\n  {tls}\n  kafka:\n    listen: 127.0.0.1:9092\n    \
+         tls: {{cert: /c.pem, key: /k.pem}}\n\
+         reader:\n  {tls}\ncatalog:\n  {tls}\nmaintenance:\n  {tls}\n"
+    );
+    let c = parse(&yaml)?;
+    let want = TlsConfig {
+        cert: Some("/c.pem".into()),
+        key: Some("/k.pem".into()),
+        ca: Some("/ca.pem".into()),
+        client_auth: ClientAuth::Required,
+    };
+    assert_eq!(c.writer.tls.as_ref(), Some(&want));
+    assert_eq!(c.reader.tls.as_ref(), Some(&want));
+    assert_eq!(c.catalog.tls.as_ref(), Some(&want));
+    assert_eq!(c.maintenance.tls.as_ref(), Some(&want));
+    let kafka = c.writer.kafka.as_ref().and_then(|k| k.tls.clone());
+    assert_eq!(kafka, Some(TlsConfig { ca: None, ..want.clone() }));
+
+    // A listener without its key; a client certificate without its key; client_auth on a
+    // client; a CA file named empty.
+    let bad = [
+        ("catalog:\n  tls: {cert: /c.pem}\n", "catalog.tls:"),
+        ("maintenance:\n  tls: {ca: /ca.pem}\n", "maintenance.tls:"),
+        ("writer:\n  kafka: {listen: 127.0.0.1:1, tls: {key: /k}}\n", "writer.kafka.tls:"),
+        ("reader:\n  tls: {cert: /c, key: /k, client_auth: sometimes}\n", "reader.tls.client_auth"),
+        ("reader:\n  tls: {cert: /c, key: /k, ca: ''}\n", "reader.tls.ca:"),
+    ];
+    for (section, key) in bad {
+        let err = err_of(parse(&format!("{GOOD}{section}")));
+        assert!(err.starts_with(&format!("node.yaml: {key}")), "{section}: {err}");
+    }
+    let etcd = |endpoints: &str, tls: &str| {
+        GOOD.replace("[http://127.0.0.1:2379]", endpoints)
+            .replace("    request_timeout: 2s\n", &format!("    request_timeout: 2s\n{tls}"))
+    };
+    let ok = parse(&etcd("[https://e:2379]", "    tls: {ca: /ca, cert: /c, key: /k}\n"))?;
+    let MetadataConfig::Etcd(e) = ok.metadata else { panic!("etcd") };
+    assert_eq!(e.tls.and_then(|t| t.ca), Some("/ca".into()));
+    for (endpoints, tls, key) in [
+        ("[https://e:2379]", "", "metadata.etcd.tls:"),
+        ("[http://e:2379]", "    tls: {ca: /ca}\n", "metadata.etcd.endpoints:"),
+        ("[https://e:2379]", "    tls: {ca: /ca, cert: /c}\n", "metadata.etcd.tls:"),
+        ("[https://e:2379]", "    tls: {ca: /ca, client_auth: optional}\n", "metadata.etcd.tls:"),
+    ] {
+        let err = err_of(parse(&etcd(endpoints, tls)));
+        assert!(err.starts_with(&format!("node.yaml: {key}")), "{endpoints} {tls}: {err}");
+    }
+    let s3 = GOOD.replace("    allow_http: true\n", "    allow_http: true\n    tls: {ca: /ca}\n");
+    let c = parse(&s3)?;
+    let ObjectStoreConfig::S3(s) = c.object_store else { panic!("s3") };
+    assert_eq!(s.tls.and_then(|t| t.ca), Some("/ca".into()));
+    let s3 = GOOD
+        .replace("    allow_http: true\n", "    allow_http: true\n    tls: {cert: /c, key: /k}\n");
+    let err = err_of(parse(&s3));
+    assert!(err.starts_with("node.yaml: object_store.s3.tls:"), "{err}");
+    Ok(())
+}

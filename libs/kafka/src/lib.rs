@@ -15,8 +15,8 @@
 //! admin and config APIs, and consumer groups, classic and KIP-848 ([`groups`]). Transactions
 //! are not; ApiVersions does not advertise them.
 //!
-//! Depends on the codec only; never on a Lakelog crate (the roles adapt their stores to
-//! [`Broker`]).
+//! Depends on the codec and `security` (TLS) only; never on a storage crate (the roles adapt
+//! their stores to [`Broker`]).
 
 mod admin;
 pub mod api;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 
 use crate::{Broker, api, frame};
 
@@ -35,6 +35,8 @@ pub struct KafkaConfig {
     pub consumer_session_timeout: std::time::Duration,
     /// KIP-848 groups: the heartbeat interval members are told (5 s).
     pub consumer_heartbeat_interval: std::time::Duration,
+    /// TLS on the listener (clients' `security.protocol=SSL`); none: plaintext.
+    pub tls: Option<Arc<security::ServerTls>>,
 }
 
 impl Default for KafkaConfig {
@@ -48,6 +50,7 @@ impl Default for KafkaConfig {
             initial_rebalance_delay: std::time::Duration::from_secs(3),
             consumer_session_timeout: std::time::Duration::from_secs(45),
             consumer_heartbeat_interval: std::time::Duration::from_secs(5),
+            tls: None,
         }
     }
 }
@@ -85,7 +88,27 @@ pub async fn serve(
                     let (broker, cfg, stopped) = (broker.clone(), cfg.clone(), stopped.clone());
                     let groups = groups.clone();
                     connections.spawn(async move {
-                        if let Err(e) = connection(socket, broker, cfg, groups, stopped).await {
+                        let _ = socket.set_nodelay(true);
+                        // As Kafka shows a group member's host: `/<ip>`.
+                        let host: Arc<str> = format!("/{}", peer.ip()).into();
+                        let tls = cfg.tls.clone();
+                        let served = match tls {
+                            None => {
+                                let (read, write) = socket.into_split();
+                                connection(read, write, host, broker, cfg, groups, stopped).await
+                            }
+                            Some(tls) => match tls.accept(socket).await {
+                                Ok(s) => {
+                                    let (read, write) = tokio::io::split(s);
+                                    connection(read, write, host, broker, cfg, groups, stopped).await
+                                }
+                                Err(e) => {
+                                    tracing::debug!(%peer, error = %e, "Kafka TLS handshake failed");
+                                    return;
+                                }
+                            },
+                        };
+                        if let Err(e) = served {
                             tracing::debug!(%peer, error = %e, "Kafka connection closed");
                         }
                     });
@@ -117,18 +140,21 @@ enum Ended {
     Write(std::io::Error),
 }
 
-async fn connection(
-    socket: TcpStream,
+/// Serves one connection, its bytes read from `read` and answers written to `write` (a TCP
+/// socket's halves, or a TLS stream's).
+async fn connection<R, W>(
+    mut read: R,
+    mut write: W,
+    host: Arc<str>,
     broker: Arc<dyn Broker>,
     cfg: Arc<KafkaConfig>,
     groups: Arc<crate::groups::Groups>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
-) -> Result<(), Ended> {
-    let _ = socket.set_nodelay(true);
-    // As Kafka shows a group member's host: `/<ip>`.
-    let host: Arc<str> =
-        socket.peer_addr().map(|a| format!("/{}", a.ip())).unwrap_or_default().into();
-    let (mut read, mut write) = socket.into_split();
+) -> Result<(), Ended>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin,
+{
     // Frames are read by a task of their own: a read cut off by select! would lose the bytes
     // of a frame half read. It reads one frame ahead of the requests taken.
     let (tx, mut frames) = tokio::sync::mpsc::channel(1);

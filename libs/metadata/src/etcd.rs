@@ -30,12 +30,33 @@ enum Kind {
     Write(&'static str),
 }
 
+/// TLS to etcd: its CA trusted (with the system's roots), this role's certificate presented
+/// when set. A file that cannot be read is an error naming it.
+fn tls_options(t: &config::TlsConfig) -> Result<ec::TlsOptions, MetaError> {
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| {
+            MetaError::InvalidArgument(format!("metadata.etcd.tls: {}: {e}", p.display()))
+        })
+    };
+    let mut tls = ec::TlsOptions::new().with_native_roots();
+    if let Some(ca) = &t.ca {
+        tls = tls.ca_certificate(ec::Certificate::from_pem(read(ca)?));
+    }
+    if let (Some(cert), Some(key)) = (&t.cert, &t.key) {
+        tls = tls.identity(ec::Identity::from_pem(read(cert)?, read(key)?));
+    }
+    Ok(tls)
+}
+
 impl EtcdStore {
     /// Connects and checks that etcd answers.
     pub async fn connect(config: &config::EtcdConfig) -> Result<Self, MetaError> {
-        let options = ec::ConnectOptions::new()
+        let mut options = ec::ConnectOptions::new()
             .with_connect_timeout(config.connect_timeout.0)
             .with_timeout(config.request_timeout.0);
+        if let Some(t) = &config.tls {
+            options = options.with_tls(tls_options(t)?);
+        }
         let connect = ec::Client::connect(config.endpoints.clone(), Some(options));
         let client = tokio::time::timeout(config.connect_timeout.0, connect)
             .await

@@ -34,6 +34,9 @@ pub enum BuildError {
     /// The S3 config names no way to authenticate, or names one whose inputs are missing.
     #[error("object_store.s3: {0}")]
     Credentials(String),
+    /// `object_store.s3.tls.ca` cannot be read or holds no certificate.
+    #[error("object_store.s3.tls.ca {path}: {message}")]
+    Ca { path: String, message: String },
 }
 
 /// Builds the store a config names. The local directory store always fsyncs files and their
@@ -57,6 +60,9 @@ pub fn build(config: &config::ObjectStoreConfig) -> Result<Arc<dyn ObjectStore>,
                 b = b.with_endpoint(e);
             }
             b = with_credentials(b, c, |var| std::env::var(var).ok())?;
+            if let Some(ca) = c.tls.as_ref().and_then(|t| t.ca.as_ref()) {
+                b = b.with_client_options(trusting(ca)?);
+            }
             let s3 = b.build()?;
             if c.prefix.is_empty() {
                 Arc::new(s3)
@@ -66,6 +72,20 @@ pub fn build(config: &config::ObjectStoreConfig) -> Result<Arc<dyn ObjectStore>,
         }
         config::ObjectStoreConfig::Memory => Arc::new(InMemory::new()),
     })
+}
+
+/// HTTP client options that trust the CA certificates of `ca` beside the system's roots.
+fn trusting(ca: &std::path::Path) -> Result<object_store::ClientOptions, BuildError> {
+    let failed = |message: String| BuildError::Ca { path: ca.display().to_string(), message };
+    let pem = std::fs::read(ca).map_err(|e| failed(e.to_string()))?;
+    let certs =
+        object_store::Certificate::from_pem_bundle(&pem).map_err(|e| failed(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(failed("no CERTIFICATE in the file".to_owned()));
+    }
+    Ok(certs
+        .into_iter()
+        .fold(object_store::ClientOptions::new(), |o, c| o.with_root_certificate(c)))
 }
 
 /// The URI the store's root has for engines outside Lakelog (a lake table's file paths):
@@ -201,6 +221,7 @@ mod tests {
             allow_http: true,
             path_style: true,
             prefix: String::new(),
+            tls: None,
         }
     }
 

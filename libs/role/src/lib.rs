@@ -39,6 +39,8 @@ pub enum RoleError {
     Listen { addr: SocketAddr, source: std::io::Error },
     #[error("gRPC server: {0}")]
     Serve(#[from] tonic::transport::Error),
+    #[error("TLS: {0}")]
+    Tls(#[from] security::TlsError),
 }
 
 /// gRPC health's service name: every role serves it.
@@ -47,6 +49,14 @@ const HEALTH: &str = "grpc.health.v1.Health";
 /// Binds a listener; a taken or invalid address is [`RoleError::Listen`].
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, RoleError> {
     TcpListener::bind(addr).await.map_err(|source| RoleError::Listen { addr, source })
+}
+
+/// A Kafka listener's TLS (`<role>.kafka.tls`), its files read now; none for plaintext.
+pub fn kafka_tls(k: &config::KafkaSection) -> Result<Option<Arc<security::ServerTls>>, RoleError> {
+    Ok(match &k.tls {
+        Some(t) => Some(security::ServerTls::new(t, &[])?),
+        None => None,
+    })
 }
 
 /// Told when the role drains. Cheap to clone; every background loop gets one.
@@ -122,6 +132,7 @@ pub struct Role {
     stop: watch::Sender<bool>,
     max_streams: Option<u32>,
     receive_window: Option<u32>,
+    tls: Option<Arc<security::ServerTls>>,
 }
 
 impl std::fmt::Debug for Role {
@@ -138,17 +149,22 @@ impl std::fmt::Debug for Role {
 impl Role {
     /// Opens role `name` (it names the role in logs) on `node`'s stores, with its gRPC server
     /// on `listen` (none: the role serves no gRPC, e.g. a compactor without
-    /// `maintenance.listen`) and metrics on `telemetry.metrics_listen` when set. Binds both
-    /// listeners first, then builds the object store (that makes no request, and a config it
+    /// `maintenance.listen`), over TLS when `tls` is set ([`Role::use_tls`]), and metrics on
+    /// `telemetry.metrics_listen` when set. Binds both listeners and reads the TLS files first, then builds the object store (that makes no request, and a config it
     /// refuses stops the role before it reaches any server), then opens the metadata store.
     pub async fn open(
         name: &'static str,
         listen: Option<SocketAddr>,
+        tls: Option<&config::TlsConfig>,
         node: &config::NodeConfig,
     ) -> Result<Role, RoleError> {
         let grpc = match listen {
             Some(addr) => Some((addr, bind(addr).await?)),
             None => None,
+        };
+        let tls = match tls {
+            Some(t) if grpc.is_some() => Some(security::ServerTls::new(t, &[b"h2", b"http/1.1"])?),
+            _ => None,
         };
         let metrics = match node.telemetry.metrics_listen {
             Some(addr) => Some((addr, bind(addr).await?)),
@@ -158,6 +174,7 @@ impl Role {
         let meta = metadata::open(&node.metadata).await?;
         let mut role = Role::from_parts(name, &node.cluster, grpc.map(|(_, l)| l), meta, objects);
         role.metrics = metrics;
+        role.tls = tls;
         Ok(role)
     }
 
@@ -185,6 +202,7 @@ impl Role {
             stop: watch::channel(false).0,
             max_streams: None,
             receive_window: None,
+            tls: None,
         }
     }
 
@@ -245,6 +263,17 @@ impl Role {
         self.http = true;
         let routes = self.routes.axum_router_mut();
         *routes = std::mem::take(routes).merge(router);
+    }
+
+    /// Serves the role's port over TLS as `tls` says (none: plaintext): the certificate and CA
+    /// files are read now (a file that does not load fails the start) and again when they
+    /// change. Offers HTTP/2 and HTTP/1.1 by ALPN.
+    pub fn use_tls(&mut self, tls: Option<&config::TlsConfig>) -> Result<(), RoleError> {
+        self.tls = match tls {
+            Some(t) => Some(security::ServerTls::new(t, &[b"h2", b"http/1.1"])?),
+            None => None,
+        };
+        Ok(())
     }
 
     /// Caps concurrent requests per client connection (HTTP/2 makes clients wait beyond).
@@ -336,19 +365,24 @@ impl Role {
         };
         let served = match grpc {
             Some((addr, listener)) => {
-                tracing::info!(role = name, %addr, "gRPC serving");
-                tonic::transport::Server::builder()
+                let tls = self.tls;
+                tracing::info!(role = name, %addr, tls = tls.is_some(), "gRPC serving");
+                let router = tonic::transport::Server::builder()
                     .layer(telemetry::GrpcServerLayer::global())
                     .max_concurrent_streams(self.max_streams)
                     .initial_connection_window_size(self.receive_window)
                     .initial_stream_window_size(self.receive_window)
                     .accept_http1(self.http)
-                    .add_routes(routes.add_service(health_service))
-                    .serve_with_incoming_shutdown(
-                        tonic::transport::server::TcpIncoming::from(listener),
-                        drained,
-                    )
-                    .await
+                    .add_routes(routes.add_service(health_service));
+                match tls {
+                    Some(tls) => {
+                        router.serve_with_incoming_shutdown(tls.incoming(listener), drained).await
+                    }
+                    None => {
+                        let incoming = tonic::transport::server::TcpIncoming::from(listener);
+                        router.serve_with_incoming_shutdown(incoming, drained).await
+                    }
+                }
             }
             None => {
                 drained.await;
@@ -513,6 +547,57 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let _ = hold.send(());
+        served.await??;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_role_serves_grpc_over_mutual_tls_to_clients_the_ca_signed_only()
+    -> Result<(), Box<dyn std::error::Error>> {
+        use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+        use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+        let dir = tempfile::tempdir()?;
+        let pki = testkit::certs::Pki::new(dir.path(), "role")?;
+        let server = pki.issue("server", "writer")?;
+        let mut role = role(dir.path(), true).await?;
+        role.use_tls(Some(&config::TlsConfig {
+            cert: Some(server.cert),
+            key: Some(server.key),
+            ca: Some(pki.ca()),
+            client_auth: config::ClientAuth::Required,
+        }))?;
+        let addr = role.grpc_addr().ok_or("no address")?;
+        let (signal, signalled) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(role.serve(
+            async move {
+                let _ = signalled.await;
+            },
+            async {},
+        ));
+        let ca = Certificate::from_pem(std::fs::read(pki.ca())?);
+        let check = |tls: ClientTlsConfig, url: String| async move {
+            let channel = Channel::from_shared(url)?.tls_config(tls)?.connect().await?;
+            let req = HealthCheckRequest { service: String::new() };
+            HealthClient::new(channel).check(req).await?;
+            Ok::<_, Box<dyn std::error::Error>>(())
+        };
+        let alice = pki.issue("alice", "alice")?;
+        let identity = Identity::from_pem(std::fs::read(&alice.cert)?, std::fs::read(&alice.key)?);
+        let https = format!("https://localhost:{}", addr.port());
+        let mutual = ClientTlsConfig::new().ca_certificate(ca.clone()).identity(identity);
+        check(mutual, https.clone()).await?;
+        let no_cert = ClientTlsConfig::new().ca_certificate(ca);
+        assert!(check(no_cert, https).await.is_err(), "a client without a certificate got in");
+        // Plaintext HTTP/2 to the TLS port: no answer.
+        let plain = async {
+            let channel = Channel::from_shared(format!("http://{addr}"))?.connect().await?;
+            let req = HealthCheckRequest { service: String::new() };
+            HealthClient::new(channel).check(req).await?;
+            Ok::<_, Box<dyn std::error::Error>>(())
+        };
+        let plain = tokio::time::timeout(Duration::from_secs(15), plain).await;
+        assert!(!matches!(plain, Ok(Ok(()))), "a plaintext client was answered");
+        let _ = signal.send(());
         served.await??;
         Ok(())
     }

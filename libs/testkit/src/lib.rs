@@ -12,6 +12,8 @@
 //! servers with it. Linux ties that signal to the spawning *thread*, so every child is spawned
 //! from one long-lived spawner thread.
 //!
+//! [`certs`] makes a CA and certificates as PEM files, for TLS between the processes.
+//!
 //! [`kcat`] runs Debian's kcat (librdkafka 2.0.2), the oldest Kafka client Lakelog promises.
 //!
 //! A dev-dependency only; depends on no Lakelog crate but `config` (it hands out the config
@@ -20,6 +22,7 @@
 // pre_exec (to set PR_SET_PDEATHSIG) and kill(2) need unsafe; both are confined to `sys`.
 #![allow(unsafe_code)]
 
+pub mod certs;
 mod sys;
 
 use std::collections::BTreeSet;
@@ -91,7 +94,7 @@ pub fn free_port() -> Result<u16, TestkitError> {
 
 /// Starts a server, again (with new ports) up to twice if a port it was given was taken
 /// before it could bind it.
-fn with_fresh_ports<T>(start: fn() -> Result<T, TestkitError>) -> Result<T, TestkitError> {
+fn with_fresh_ports<T>(start: impl Fn() -> Result<T, TestkitError>) -> Result<T, TestkitError> {
     let mut attempt = 1;
     loop {
         match start() {
@@ -376,27 +379,46 @@ pub struct Etcd {
 impl Etcd {
     /// Starts etcd; tries again with new ports if one was taken before it bound it.
     pub fn start() -> Result<Etcd, TestkitError> {
-        with_fresh_ports(Self::start_once)
+        with_fresh_ports(|| Self::start_once(None))
     }
 
-    fn start_once() -> Result<Etcd, TestkitError> {
+    /// Starts etcd serving clients over TLS with `server`'s certificate, and requiring a client
+    /// certificate signed by `ca` (`--client-cert-auth`): its endpoint is `https://`.
+    pub fn start_tls(server: &certs::Issued, ca: &Path) -> Result<Etcd, TestkitError> {
+        with_fresh_ports(|| Self::start_once(Some((server, ca))))
+    }
+
+    fn start_once(tls: Option<(&certs::Issued, &Path)>) -> Result<Etcd, TestkitError> {
         let bin = find_binary("etcd", "LAKELOG_ETCD_BIN", "etcd", &[])?;
         let dir = data_dir("etcd")?;
         let (client, peer) = (free_port()?, free_port()?);
-        let client_url = format!("http://127.0.0.1:{client}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let client_url = format!("{scheme}://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
+        let tls_args = tls.map(|(server, ca)| {
+            vec![
+                format!("--cert-file={}", server.cert.display()),
+                format!("--key-file={}", server.key.display()),
+                format!("--trusted-ca-file={}", ca.display()),
+                "--client-cert-auth".to_owned(),
+            ]
+        });
         let spec = Spec {
             bin,
-            args: vec![
-                "--name=testkit".to_owned(),
-                format!("--data-dir={}", dir.path().join("data").display()),
-                format!("--listen-client-urls={client_url}"),
-                format!("--advertise-client-urls={client_url}"),
-                format!("--listen-peer-urls={peer_url}"),
-                format!("--initial-advertise-peer-urls={peer_url}"),
-                format!("--initial-cluster=testkit={peer_url}"),
-                "--log-level=warn".to_owned(),
-            ],
+            args: tls_args
+                .into_iter()
+                .flatten()
+                .chain(vec![
+                    "--name=testkit".to_owned(),
+                    format!("--data-dir={}", dir.path().join("data").display()),
+                    format!("--listen-client-urls={client_url}"),
+                    format!("--advertise-client-urls={client_url}"),
+                    format!("--listen-peer-urls={peer_url}"),
+                    format!("--initial-advertise-peer-urls={peer_url}"),
+                    format!("--initial-cluster=testkit={peer_url}"),
+                    "--log-level=warn".to_owned(),
+                ])
+                .collect(),
             envs: Vec::new(),
             cwd: dir.path().to_owned(),
         };
@@ -406,9 +428,15 @@ impl Etcd {
 
     fn run(spec: &Spec, dir: &Path, url: &str, n: u32) -> Result<Proc, TestkitError> {
         let mut proc = Proc::spawn("etcd", spec.command(), dir.join(format!("etcd-{n}.log")))?;
-        let addr = url.trim_start_matches("http://").to_owned();
-        proc.wait_ready(Duration::from_secs(20), || {
-            http_status(&addr, "GET", "/health", b"") == Some(200)
+        let tls = url.starts_with("https://");
+        let addr = url.trim_start_matches("http://").trim_start_matches("https://").to_owned();
+        proc.wait_ready(Duration::from_secs(20), || match tls {
+            // Over TLS: ready once it accepts connections (a Lakelog store then checks it
+            // answers).
+            true => addr
+                .parse()
+                .is_ok_and(|a| TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok()),
+            false => http_status(&addr, "GET", "/health", b"") == Some(200),
         })?;
         Ok(proc)
     }
@@ -423,7 +451,7 @@ impl Etcd {
         Ok(())
     }
 
-    /// `http://127.0.0.1:<port>`.
+    /// `http://127.0.0.1:<port>` (`https://` when started with TLS).
     pub fn endpoint(&self) -> &str {
         &self.endpoint
     }
@@ -445,6 +473,7 @@ pub fn etcd_config(endpoint: &str) -> config::EtcdConfig {
         endpoints: vec![endpoint.to_owned()],
         request_timeout: config::Duration(Duration::from_secs(5)),
         connect_timeout: config::Duration(Duration::from_secs(5)),
+        tls: None,
     }
 }
 
@@ -483,6 +512,7 @@ impl S3Endpoint {
             allow_http: true,
             path_style: true,
             prefix: prefix.to_owned(),
+            tls: None,
         }
     }
 }

@@ -23,12 +23,12 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), RunError> {
     let c = &node.catalog;
-    let mut role = role::Role::open("catalog", Some(c.listen), node).await?;
+    let mut role = role::Role::open("catalog", Some(c.listen), c.tls.as_ref(), node).await?;
     let id = c.id.clone().unwrap_or_else(|| logstore::membership::random_id("catalog"));
     role.register(role::Member {
         role: "catalog".to_owned(),
         id: id.clone(),
-        address: c.advertise.clone().unwrap_or_else(|| format!("http://{}", c.listen)),
+        address: c.advertise.clone().unwrap_or_else(|| config::url_of(c.listen, &c.tls)),
         zone: "*".to_owned(),
         lease_ttl: c.lease_ttl.0,
         kafka: String::new(),

@@ -28,7 +28,8 @@ pub async fn run(
     node: &config::NodeConfig,
     signal: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), RoleError> {
-    let mut role = Role::open("cleaner", node.maintenance.listen, node).await?;
+    let m = &node.maintenance;
+    let mut role = Role::open("cleaner", m.listen, m.tls.as_ref(), node).await?;
     tracing::info!(every = ?node.maintenance.interval.0, "cleaner running");
     let reader = role.reader();
     install(&mut role, reader, &node.maintenance);

@@ -25,7 +25,8 @@ pub async fn run(
     node: &config::NodeConfig,
     signal: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), RoleError> {
-    let mut role = Role::open("compactor", node.maintenance.listen, node).await?;
+    let m = &node.maintenance;
+    let mut role = Role::open("compactor", m.listen, m.tls.as_ref(), node).await?;
     let catalog = catalog::Catalog::new(role.meta().clone(), role.reader(), &node.cluster);
     let id = logstore::membership::random_id("compactor");
     tracing::info!(%id, every = ?node.maintenance.interval.0, "compactor running");

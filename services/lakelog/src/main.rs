@@ -42,6 +42,18 @@ struct Cli {
     /// read-only reader instead.
     #[arg(long, global = true, env = "LAKELOG_READER")]
     reader: Option<String>,
+    /// CA certificates (PEM) trusted for https:// endpoints, beside the system's roots.
+    #[arg(long, global = true, env = "LAKELOG_CA")]
+    ca: Option<PathBuf>,
+    /// A client certificate (PEM) for servers that require mutual TLS; with --key.
+    #[arg(long, global = true, env = "LAKELOG_CERT", requires = "key")]
+    cert: Option<PathBuf>,
+    /// The private key of --cert (PEM).
+    #[arg(long, global = true, env = "LAKELOG_KEY", requires = "cert")]
+    key: Option<PathBuf>,
+    /// A bearer token sent with every call (`lakelog auth token create`).
+    #[arg(long, global = true, env = "LAKELOG_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -138,9 +150,9 @@ enum Command {
     /// Send stdin to a stream, one record per line, routed by key to partitions.
     Produce {
         stream: String,
-        /// Every record's key.
-        #[arg(long, conflicts_with = "key_separator")]
-        key: Option<String>,
+        /// Every record's key (`--key` is the TLS key's flag).
+        #[arg(long, short = 'k', conflicts_with = "key_separator")]
+        record_key: Option<String>,
         /// Each line is `key SEP value` (split at the first SEP).
         #[arg(long)]
         key_separator: Option<String>,
@@ -532,6 +544,12 @@ fn data_dir_node(dir: &std::path::Path) -> config::NodeConfig {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    let sec = client::Security {
+        ca: cli.ca.clone(),
+        cert: cli.cert.clone(),
+        key: cli.key.clone(),
+        token: cli.token.clone(),
+    };
     match cli.command {
         Command::CheckConfig { files } => {
             for f in files {
@@ -541,10 +559,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Admin { command: AdminCommand::Compact { log, min_chunks, at } } => {
-            maintenance::compact(&cli.endpoint, &at, log, min_chunks).await
+            maintenance::compact(&cli.endpoint, &sec, &at, log, min_chunks).await
         }
         Command::Admin { command: AdminCommand::Clean { grace, at } } => {
-            maintenance::clean(&cli.endpoint, &at, grace.map(|g| g.0)).await
+            maintenance::clean(&cli.endpoint, &sec, &at, grace.map(|g| g.0)).await
         }
         Command::Compactor { command: CompactorCommand::Run { config } } => {
             let node: config::NodeConfig = config::load_file(&config)?;
@@ -553,7 +571,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Compactor { command: CompactorCommand::Status } => {
-            maintenance::compactor_status(&cli.endpoint).await
+            maintenance::compactor_status(&cli.endpoint, &sec).await
         }
         Command::Cleaner { command: CleanerCommand::Run { config } } => {
             let node: config::NodeConfig = config::load_file(&config)?;
@@ -562,7 +580,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Cleaner { command: CleanerCommand::Status { at } } => {
-            maintenance::cleaner_status(&cli.endpoint, &at).await
+            maintenance::cleaner_status(&cli.endpoint, &sec, &at).await
         }
         Command::Standalone { data_dir, listen, config, kafka_listen } => {
             let mut tuned = match &config {
@@ -620,18 +638,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             catchup::run(args, &cli.endpoint).await
         }
         Command::Log { command } => {
-            let c = LogClient::connect(&cli.endpoint).await?;
+            let c = LogClient::connect_with(&cli.endpoint, &sec).await?;
             let follow = matches!(command, LogCommand::Read { follow: true, .. });
             let r = match &cli.reader {
-                Some(r) if !follow => LogClient::connect(r).await?,
+                Some(r) if !follow => LogClient::connect_with(r, &sec).await?,
                 _ => c.clone(),
             };
             log_command(&c, &r, command).await
         }
         Command::Cursor { command } => {
-            let c = LogClient::connect(&cli.endpoint).await?;
+            let c = LogClient::connect_with(&cli.endpoint, &sec).await?;
             let r = match &cli.reader {
-                Some(r) => LogClient::connect(r).await?,
+                Some(r) => LogClient::connect_with(r, &sec).await?,
                 None => c.clone(),
             };
             cursor_command(&c, &r, command).await
@@ -639,8 +657,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Group { kafka, command } => match command {
             GroupCommand::List => groups::list(&kafka).await,
             GroupCommand::Describe { group } => {
-                let catalog = client::CatalogClient::connect(&cli.endpoint).await?;
-                let logs = LogClient::connect(&cli.endpoint).await?;
+                let catalog = client::CatalogClient::connect_with(&cli.endpoint, &sec).await?;
+                let logs = LogClient::connect_with(&cli.endpoint, &sec).await?;
                 groups::describe(&kafka, &catalog, &logs, &group).await
             }
             GroupCommand::Reset { group, topic, to_earliest, to_latest, to_offset } => {
@@ -649,27 +667,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     (_, true, _) => groups::ResetTo::Latest,
                     _ => groups::ResetTo::Earliest,
                 };
-                let catalog = client::CatalogClient::connect(&cli.endpoint).await?;
-                let logs = LogClient::connect(&cli.endpoint).await?;
+                let catalog = client::CatalogClient::connect_with(&cli.endpoint, &sec).await?;
+                let logs = LogClient::connect_with(&cli.endpoint, &sec).await?;
                 groups::reset(&kafka, &catalog, &logs, &group, &topic, to).await
             }
             GroupCommand::Delete { group } => groups::delete(&kafka, &group).await,
         },
         Command::Stream { command } => {
-            let c = client::CatalogClient::connect(&cli.endpoint).await?;
+            let c = client::CatalogClient::connect_with(&cli.endpoint, &sec).await?;
             stream_command(&c, command).await
         }
         Command::Lake { command: LakeCommand::Status { stream } } => {
-            let c = client::CatalogClient::connect(&cli.endpoint).await?;
+            let c = client::CatalogClient::connect_with(&cli.endpoint, &sec).await?;
             let t = c.lake_table(&stream).await?;
             let now = logstore::Clock::now_ms(&logstore::SystemClock);
             print_lake(&mut std::io::stdout().lock(), &stream, &t, now)?;
             Ok(())
         }
-        Command::Produce { stream, key, key_separator, zone, linger_ms } => {
-            let mut cfg = client::ClientConfig::new(&cli.endpoint);
+        Command::Produce { stream, record_key, key_separator, zone, linger_ms } => {
+            let mut cfg = client::ClientConfig::new(&cli.endpoint).with_security(sec);
             cfg.zone = zone;
-            let keying = match (key, key_separator) {
+            let keying = match (record_key, key_separator) {
                 (Some(k), _) => streams::Keying::Fixed(k),
                 (None, Some(sep)) if sep.is_empty() => {
                     anyhow::bail!("INVALID_ARGUMENT: --key-separator must not be empty")
@@ -681,7 +699,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .await
         }
         Command::Consume { stream, partition, from_beginning, offset, max, follow, zone } => {
-            let mut cfg = client::ClientConfig::new(&cli.endpoint);
+            let mut cfg = client::ClientConfig::new(&cli.endpoint).with_security(sec);
             cfg.zone = zone;
             let start = match (from_beginning, offset) {
                 (true, _) => client::StartAt::Beginning,

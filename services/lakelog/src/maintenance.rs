@@ -43,6 +43,7 @@ fn local_cleaner(node: config::NodeConfig, reader: logstore::LogReader) -> clean
 /// One compaction cycle now (streams' retention first, then every live log, or just `log`).
 pub async fn compact(
     endpoint: &str,
+    sec: &client::Security,
     at: &DataDirArg,
     log: Option<u64>,
     min_chunks: Option<u32>,
@@ -60,7 +61,10 @@ pub async fn compact(
             cycle
         }
         None => {
-            client::CompactorClient::connect(endpoint).await?.compact_now(log, min_chunks).await?
+            client::CompactorClient::connect_with(endpoint, sec)
+                .await?
+                .compact_now(log, min_chunks)
+                .await?
         }
     };
     print_compaction(&cycle);
@@ -68,7 +72,12 @@ pub async fn compact(
 }
 
 /// One cleaner cycle now, with `grace` instead of the role's if given.
-pub async fn clean(endpoint: &str, at: &DataDirArg, grace: Option<Duration>) -> anyhow::Result<()> {
+pub async fn clean(
+    endpoint: &str,
+    sec: &client::Security,
+    at: &DataDirArg,
+    grace: Option<Duration>,
+) -> anyhow::Result<()> {
     let cycle = match at.open().await? {
         Some((node, reader)) => {
             let cycle = local_cleaner(node, reader).cycle(grace, true).await;
@@ -77,7 +86,7 @@ pub async fn clean(endpoint: &str, at: &DataDirArg, grace: Option<Duration>) -> 
         }
         None => {
             let grace = grace.map(|g| u64::try_from(g.as_millis()).unwrap_or(u64::MAX));
-            client::CleanerClient::connect(endpoint).await?.clean_now(grace).await?
+            client::CleanerClient::connect_with(endpoint, sec).await?.clean_now(grace).await?
         }
     };
     print_clean(&cycle);
@@ -85,10 +94,14 @@ pub async fn clean(endpoint: &str, at: &DataDirArg, grace: Option<Duration>) -> 
 }
 
 /// The cutoff, what holds it back and by how much, the WAL objects against it, the last cycle.
-pub async fn cleaner_status(endpoint: &str, at: &DataDirArg) -> anyhow::Result<()> {
+pub async fn cleaner_status(
+    endpoint: &str,
+    sec: &client::Security,
+    at: &DataDirArg,
+) -> anyhow::Result<()> {
     let status = match at.open().await? {
         Some((node, reader)) => local_cleaner(node, reader).status().await?,
-        None => client::CleanerClient::connect(endpoint).await?.status().await?,
+        None => client::CleanerClient::connect_with(endpoint, sec).await?.status().await?,
     };
     let cut = status.cutoff.unwrap_or_default();
     println!("{}", cleaner::held_line(&cut));
@@ -116,8 +129,8 @@ pub async fn cleaner_status(endpoint: &str, at: &DataDirArg) -> anyhow::Result<(
 }
 
 /// A running compactor's settings, last cycle and the claims held now.
-pub async fn compactor_status(endpoint: &str) -> anyhow::Result<()> {
-    let s = client::CompactorClient::connect(endpoint).await?.status().await?;
+pub async fn compactor_status(endpoint: &str, sec: &client::Security) -> anyhow::Result<()> {
+    let s = client::CompactorClient::connect_with(endpoint, sec).await?.status().await?;
     println!(
         "compactor {}: a cycle every {}, logs need {} eligible WAL chunks; {} cycle(s) since it started",
         s.compactor_id,

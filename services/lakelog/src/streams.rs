@@ -133,7 +133,10 @@ pub async fn consume(
     let partitions = match partition {
         Some(p) => vec![p],
         None => {
-            let s = client::CatalogClient::connect(&cfg.catalog).await?.get(stream).await?;
+            let s = client::CatalogClient::connect_with(&cfg.catalog, &cfg.security)
+                .await?
+                .get(stream)
+                .await?;
             (0..s.partitions.len() as u32).collect()
         }
     };

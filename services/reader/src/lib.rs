@@ -22,9 +22,9 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ReaderError> {
     let r = &node.reader;
-    let mut role = Role::open("reader", Some(r.listen), node).await?;
+    let mut role = Role::open("reader", Some(r.listen), r.tls.as_ref(), node).await?;
     let kafka_listener = match &r.kafka {
-        Some(k) => Some((k, role::bind(k.listen).await?)),
+        Some(k) => Some((k, role::bind(k.listen).await?, role::kafka_tls(k)?)),
         None => None,
     };
     let cache = usize::try_from(r.cache_size.0).unwrap_or(usize::MAX);
@@ -33,7 +33,7 @@ pub async fn run(
     role.register(Member {
         role: "reader".to_owned(),
         id: id.clone(),
-        address: r.advertise.clone().unwrap_or_else(|| format!("http://{}", r.listen)),
+        address: r.advertise.clone().unwrap_or_else(|| config::url_of(r.listen, &r.tls)),
         zone: r.zone.clone(),
         lease_ttl: r.lease_ttl.0,
         kafka: r.kafka.as_ref().map(|k| k.advertised()).unwrap_or_default(),
@@ -41,7 +41,7 @@ pub async fn run(
     .await?;
     // Read-only Kafka: fetches of any partition from object storage; produce refused.
     let mut fetched: Option<brokers::LogBroker> = None;
-    if let Some((k, listener)) = kafka_listener {
+    if let Some((k, listener, tls)) = kafka_listener {
         let node_id =
             logstore::membership::node_id(role.meta().as_ref(), &node.cluster, &id).await?;
         let catalog = catalog::Catalog::new(role.meta().clone(), reader.clone(), &node.cluster);
@@ -52,6 +52,7 @@ pub async fn run(
             max_frame_bytes: usize::try_from(k.max_request_size.0).unwrap_or(usize::MAX),
             // A reader creates no topics.
             auto_create_topics: false,
+            tls,
             ..Default::default()
         };
         tracing::info!(addr = %k.listen, advertised = %k.advertised(), node_id, "Kafka serving (read-only)");

@@ -33,7 +33,7 @@ pub fn storage_config(node: &config::NodeConfig) -> LogStorageConfig {
     let mut c =
         LogStorageConfig::new(&node.cluster, w.id.clone().unwrap_or_else(default_writer_id));
     c.zone = w.zone.clone();
-    c.advertise = w.advertise.clone().unwrap_or_else(|| format!("http://{}", w.listen));
+    c.advertise = w.advertise.clone().unwrap_or_else(|| config::url_of(w.listen, &w.tls));
     c.flush_interval = w.flush_interval.0;
     c.flush_bytes = usize::try_from(w.flush_bytes.0).unwrap_or(usize::MAX);
     c.min_flush_interval = w.min_flush_interval.map(|d| d.0);
@@ -65,9 +65,10 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()> + Send,
     extra: impl FnOnce(&LogStorage, &mut Role),
 ) -> Result<(), WriterError> {
-    let mut role = Role::open(name, Some(node.writer.listen), node).await?;
+    let mut role =
+        Role::open(name, Some(node.writer.listen), node.writer.tls.as_ref(), node).await?;
     let kafka_listener = match &node.writer.kafka {
-        Some(k) => Some((k, role::bind(k.listen).await?)),
+        Some(k) => Some((k, role::bind(k.listen).await?, role::kafka_tls(k)?)),
         None => None,
     };
     let storage = LogStorage::open(
@@ -80,7 +81,7 @@ pub async fn run_with(
     storage.observe_flushes(metrics::FlushMetrics::global());
     tracing::info!(addr = %node.writer.listen, writer = %storage.config().writer_id, "writer serving");
     let mut follow = None;
-    if let Some((k, listener)) = kafka_listener {
+    if let Some((k, listener, tls)) = kafka_listener {
         let catalog =
             catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
         // Taken when the writer registered (create-only per writer id): this reads it back.
@@ -102,6 +103,7 @@ pub async fn run_with(
             default_partitions: k.default_partitions,
             consumer_session_timeout: k.consumer_session_timeout.0,
             consumer_heartbeat_interval: k.consumer_heartbeat_interval.0,
+            tls,
             ..Default::default()
         };
         tracing::info!(addr = %k.listen, advertised = %k.advertised(), "Kafka serving");

@@ -3,3 +3,4 @@
 mod conformance;
 mod embedded_crash;
 mod etcd_faults;
+mod etcd_tls;

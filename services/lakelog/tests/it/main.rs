@@ -2,6 +2,7 @@
 //! kill -9 and restart on the same data dir.
 
 mod bench;
+mod tls;
 
 use std::net::TcpStream;
 use std::path::Path;
@@ -396,7 +397,7 @@ fn cli_produce_routes_keys_to_partitions_and_consume_prints_them() -> Result<()>
         .stderr(Stdio::piped())
         .spawn()?;
     std::thread::sleep(Duration::from_millis(500));
-    s.ok(&["produce", "orders", "--key", "late"], "x\ny\nz\n")?;
+    s.ok(&["produce", "orders", "--record-key", "late"], "x\ny\nz\n")?;
     let start = Instant::now();
     while follow.try_wait()?.is_none() {
         if start.elapsed() > Duration::from_secs(20) {
