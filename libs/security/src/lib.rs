@@ -4,6 +4,11 @@
 //!
 //! Depends on `config` only; the role runner, the Kafka front end and the SDK use it.
 
+pub mod acl;
+pub mod principal;
+pub mod scram;
+pub mod store;
 pub mod tls;
 
+pub use principal::Principal;
 pub use tls::{ServerTls, TlsError};
