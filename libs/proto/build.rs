@@ -6,6 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         root.join("lakelog/log/v1/log.proto"),
         root.join("lakelog/catalog/v1/catalog.proto"),
         root.join("lakelog/maintenance/v1/maintenance.proto"),
+        root.join("lakelog/auth/v1/auth.proto"),
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());

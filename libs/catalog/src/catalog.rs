@@ -100,6 +100,32 @@ pub enum CatalogError {
     Corrupt(String),
 }
 
+/// Which stream each log is a partition of, kept current by a watch of `streams/` (the gRPC
+/// front end names a log's stream to authorize a call on it). Logs of no stream are absent.
+pub type LogStreams = metadata::follow::Followed<std::collections::HashMap<u64, Arc<str>>>;
+
+/// Starts following which stream each log belongs to (see [`LogStreams`]).
+pub async fn follow_log_streams(
+    meta: Arc<dyn MetadataStore>,
+    cluster: &str,
+) -> Result<LogStreams, metadata::MetaError> {
+    let root = format!("/{cluster}/streams/");
+    let prefix = root.clone().into_bytes();
+    metadata::follow::follow(meta, prefix, move |kvs| {
+        let mut logs = std::collections::HashMap::new();
+        for kv in kvs {
+            let name: Arc<str> = String::from_utf8_lossy(&kv.key[root.len()..]).into();
+            if let Ok(r) = StreamRecord::decode(kv.value.as_slice()) {
+                for log in r.partitions {
+                    logs.insert(log, name.clone());
+                }
+            }
+        }
+        logs
+    })
+    .await
+}
+
 /// Checks a stream name: 1–249 of `[A-Za-z0-9._-]`, not `.` or `..` (Kafka's topic rules, so
 /// every stream can be a Kafka topic).
 pub fn validate_name(name: &str) -> Result<(), CatalogError> {

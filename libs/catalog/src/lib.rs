@@ -14,5 +14,6 @@ pub mod retention;
 pub use logstore::{membership, routing};
 
 pub use catalog::{
-    Catalog, CatalogError, MAX_PARTITIONS, Route, StreamInfo, StreamProps, Target, validate_name,
+    Catalog, CatalogError, LogStreams, MAX_PARTITIONS, Route, StreamInfo, StreamProps, Target,
+    follow_log_streams, validate_name,
 };

@@ -8,6 +8,8 @@
 //! - [`LogClient`]: one writer's (or reader's) LogService, by log id, with cursors;
 //! - [`ReaderPool`]: reads round-robin over read-only readers, failing over between them;
 //! - [`CompactorClient`], [`CleanerClient`]: a running maintenance role's status, a cycle now;
+//! - [`AuthClient`]: who the caller is, bearer tokens, SASL users, ACLs; [`Security`]: a
+//!   client's TLS files and token;
 //! - [`batch`]: records to and from entries: one Kafka RecordBatch v2 each (ARCHITECTURE §5b).
 //!
 //! ```no_run
@@ -29,6 +31,7 @@
 //!
 //! Depends on `proto`, `routing`, `codes` and `recordbatch` (plus tokio and tonic).
 
+pub mod auth;
 pub mod batch;
 mod consumer;
 mod maintenance;
@@ -36,6 +39,7 @@ mod producer;
 mod readers;
 mod router;
 
+pub use auth::AuthClient;
 pub use codes::Code;
 pub use consumer::{ConsumedRecord, Consumer, StartAt};
 pub use maintenance::{CleanerClient, CompactorClient};
@@ -100,6 +104,8 @@ impl From<tonic::Status> for ClientError {
                 | tonic::Code::Cancelled => Code::Unavailable,
                 tonic::Code::InvalidArgument | tonic::Code::OutOfRange => Code::InvalidArgument,
                 tonic::Code::ResourceExhausted => Code::ResourceExhausted,
+                tonic::Code::Unauthenticated => Code::Unauthenticated,
+                tonic::Code::PermissionDenied => Code::PermissionDenied,
                 _ => Code::Internal,
             },
         };

@@ -432,6 +432,14 @@ async fn sender(inner: &Inner, partition: u32, mut batches: mpsc::Receiver<Batch
                         }
                     }
                 }
+                // The writer ended the stream refusing what was not yet answered (its guard:
+                // PERMISSION_DENIED): none of it was admitted, and a retry would be refused.
+                Ok(Err(e)) if !e.outcome_unknown && !e.is_retryable() => {
+                    (pipe, route) = (None, None);
+                    for (b, _) in in_flight.drain(..) {
+                        b.fail(&e);
+                    }
+                }
                 Ok(Err(e)) => lose(&mut in_flight, &mut pipe, &mut route, &e.message),
                 Err(_) => {
                     let why = format!("no answer within {timeout:?}");

@@ -27,13 +27,17 @@ pub enum Code {
     ResourceExhausted,
     /// A mutating call sent to a read-only reader.
     ReadOnly,
+    /// The caller proved no identity (or a revoked or unknown one) where one is required.
+    Unauthenticated,
+    /// The caller's principal may not do this (ACLs, docs/security.md).
+    PermissionDenied,
     #[default]
     Internal,
 }
 
 impl Code {
     /// Every code.
-    pub const ALL: [Code; 11] = [
+    pub const ALL: [Code; 13] = [
         Code::NotFound,
         Code::AlreadyExists,
         Code::Fenced,
@@ -44,6 +48,8 @@ impl Code {
         Code::Unavailable,
         Code::ResourceExhausted,
         Code::ReadOnly,
+        Code::Unauthenticated,
+        Code::PermissionDenied,
         Code::Internal,
     ];
 
@@ -60,6 +66,8 @@ impl Code {
             Code::Unavailable => "UNAVAILABLE",
             Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
             Code::ReadOnly => "READ_ONLY",
+            Code::Unauthenticated => "UNAUTHENTICATED",
+            Code::PermissionDenied => "PERMISSION_DENIED",
             Code::Internal => "INTERNAL",
         }
     }

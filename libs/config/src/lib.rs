@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use serde_norway::Value;
 
 pub use sections::*;
-pub use tls::{ClientAuth, TlsConfig, url_of};
+pub use tls::{AuthSection, ClientAuth, TlsConfig, url_of};
 pub use units::{ByteSize, Duration};
 
 /// One environment variable that overrides one config key.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::{ByteSize, Duration, Invalid, TlsConfig, Validate};
+use crate::{AuthSection, ByteSize, Duration, Invalid, TlsConfig, Validate};
 
 /// What every Lakelog process reads: where its metadata and objects live, and its telemetry.
 #[derive(Debug, Clone, Deserialize)]
@@ -33,6 +33,9 @@ pub struct NodeConfig {
     /// and `standalone`).
     #[serde(default)]
     pub maintenance: MaintenanceSection,
+    /// Authentication and ACLs, for every role of the process.
+    #[serde(default)]
+    pub auth: AuthSection,
 }
 
 /// What `lakelog standalone --config` reads: the sections that tune the roles it runs. Its
@@ -47,12 +50,15 @@ pub struct StandaloneConfig {
     pub writer: WriterSection,
     #[serde(default)]
     pub maintenance: MaintenanceSection,
+    #[serde(default)]
+    pub auth: AuthSection,
 }
 
 impl Validate for StandaloneConfig {
     fn validate(&self) -> Result<(), Invalid> {
         self.telemetry.validate()?;
         self.writer.validate()?;
+        self.auth.check()?;
         self.maintenance.validate()
     }
 }
@@ -559,6 +565,7 @@ impl Validate for NodeConfig {
         self.writer.validate()?;
         self.catalog.validate()?;
         self.reader.validate()?;
+        self.auth.check()?;
         self.maintenance.validate()
     }
 }

@@ -41,6 +41,36 @@ pub enum ClientAuth {
     Optional,
 }
 
+/// Authentication and authorization (docs/security.md), the same for every role.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    /// Every client authenticates (a client certificate, a bearer token, SASL on Kafka) and
+    /// every request is checked against the ACLs. Off by default: then anyone who reaches a
+    /// port may do anything, and each role says so in its log when it starts.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Principals allowed everything, ACLs or not (`admin` or `User:admin`): the operators
+    /// who manage ACLs and credentials, and the roles' own service principals.
+    #[serde(default)]
+    pub super_users: Vec<String>,
+}
+
+impl AuthSection {
+    pub fn check(&self) -> Result<(), Invalid> {
+        for u in &self.super_users {
+            let name = u.strip_prefix("User:").unwrap_or(u);
+            if name.is_empty() || name == "*" || name.contains('/') {
+                return Err(Invalid::new(
+                    "auth.super_users",
+                    format!("`{u}` must name one principal (not `*`)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The URL a listener on `listen` is reached at: `https://` with TLS, `http://` without.
 pub fn url_of(listen: std::net::SocketAddr, tls: &Option<TlsConfig>) -> String {
     match tls {

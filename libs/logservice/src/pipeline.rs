@@ -45,6 +45,9 @@ where
         let mut chains: HashMap<u64, Arc<Chain>> = HashMap::new();
         let mut answers: FuturesOrdered<Answer> = FuturesOrdered::new();
         let (mut reading, mut closing) = (true, false);
+        // A request refused before it was read (by the gRPC guard: PERMISSION_DENIED): the
+        // stream ends with it once the appends before it are answered.
+        let mut refused: Option<Status> = None;
         loop {
             tokio::select! {
                 biased;
@@ -58,13 +61,18 @@ where
                 () = &mut closed, if reading => (reading, closing) = (false, true),
                 next = requests.next(), if reading && answers.len() < MAX_IN_FLIGHT => match next {
                     Some(Ok(req)) => answers.push_back(admit(&storage, &mut chains, req).await),
+                    Some(Err(s)) if s.metadata().get(codes::CODE_KEY).is_some() => {
+                        (reading, refused) = (false, Some(s));
+                    }
                     // The client finished sending (or went away): answer what was admitted.
                     Some(Err(_)) | None => reading = false,
                 },
                 else => break,
             }
         }
-        if closing {
+        if let Some(s) = refused {
+            let _ = tx.send(Err(s)).await;
+        } else if closing {
             let e = LogError::Unavailable {
                 message: "writer is shutting down: appends of this stream not answered were not \
                           admitted"

@@ -12,6 +12,8 @@ pub fn grpc_code(code: Code) -> tonic::Code {
         Code::AlreadyExists => tonic::Code::AlreadyExists,
         Code::Fenced | Code::NotOwner => tonic::Code::FailedPrecondition,
         Code::ReadOnly => tonic::Code::Unimplemented,
+        Code::Unauthenticated => tonic::Code::Unauthenticated,
+        Code::PermissionDenied => tonic::Code::PermissionDenied,
         Code::OffsetOutOfRange => tonic::Code::OutOfRange,
         Code::OffsetMismatch => tonic::Code::Aborted,
         Code::InvalidArgument => tonic::Code::InvalidArgument,

@@ -14,6 +14,7 @@
 pub mod counting;
 mod embedded;
 mod etcd;
+pub mod follow;
 mod memory;
 mod store;
 mod types;

@@ -19,6 +19,13 @@ pub mod catalog {
     }
 }
 
+/// `lakelog.auth.v1`: the AuthService (tokens, SASL users, ACLs).
+pub mod auth {
+    pub mod v1 {
+        tonic::include_proto!("lakelog.auth.v1");
+    }
+}
+
 /// `lakelog.maintenance.v1`: the CompactorService and the CleanerService.
 pub mod maintenance {
     pub mod v1 {

@@ -11,6 +11,7 @@
 //! Depends on libs only (stores, membership, telemetry); never on a service crate. A new
 //! listener (the Kafka front end) is a [`Role::spawn`] of its accept loop.
 
+pub mod guard;
 pub mod health;
 pub mod metered;
 
@@ -41,6 +42,8 @@ pub enum RoleError {
     Serve(#[from] tonic::transport::Error),
     #[error("TLS: {0}")]
     Tls(#[from] security::TlsError),
+    #[error("auth: {0}")]
+    Auth(#[from] security::store::AuthError),
 }
 
 /// gRPC health's service name: every role serves it.
@@ -133,6 +136,7 @@ pub struct Role {
     max_streams: Option<u32>,
     receive_window: Option<u32>,
     tls: Option<Arc<security::ServerTls>>,
+    guard: Arc<guard::Guard>,
 }
 
 impl std::fmt::Debug for Role {
@@ -175,6 +179,7 @@ impl Role {
         let mut role = Role::from_parts(name, &node.cluster, grpc.map(|(_, l)| l), meta, objects);
         role.metrics = metrics;
         role.tls = tls;
+        role.use_auth(&node.auth).await?;
         Ok(role)
     }
 
@@ -203,6 +208,7 @@ impl Role {
             max_streams: None,
             receive_window: None,
             tls: None,
+            guard: Arc::new(guard::Guard::new(security::Authorizer::off(), None)),
         }
     }
 
@@ -274,6 +280,30 @@ impl Role {
             None => None,
         };
         Ok(())
+    }
+
+    /// Authenticates callers and enforces the ACLs as `section` says (off: says so in the
+    /// log, and everyone may do everything), on the gRPC port ([`guard`]) and, through
+    /// [`Role::authorizer`], the Kafka listener.
+    pub async fn use_auth(&mut self, section: &config::AuthSection) -> Result<(), RoleError> {
+        let store = security::store::AuthStore::new(self.meta.clone(), &self.cluster);
+        let authz = security::Authorizer::start(section, &store, self.name).await?;
+        let logs = match authz.enabled() {
+            true => Some(catalog::follow_log_streams(self.meta.clone(), &self.cluster).await?),
+            false => None,
+        };
+        self.guard = Arc::new(guard::Guard::new(authz, logs));
+        Ok(())
+    }
+
+    /// What decides who may do what: for the role's other front ends (Kafka).
+    pub fn authorizer(&self) -> Arc<security::Authorizer> {
+        self.guard.authorizer().clone()
+    }
+
+    /// The credential and ACL store of the role's cluster.
+    pub fn auth_store(&self) -> security::store::AuthStore {
+        security::store::AuthStore::new(self.meta.clone(), &self.cluster)
     }
 
     /// Caps concurrent requests per client connection (HTTP/2 makes clients wait beyond).
@@ -369,6 +399,7 @@ impl Role {
                 tracing::info!(role = name, %addr, tls = tls.is_some(), "gRPC serving");
                 let router = tonic::transport::Server::builder()
                     .layer(telemetry::GrpcServerLayer::global())
+                    .layer(guard::GuardLayer(self.guard))
                     .max_concurrent_streams(self.max_streams)
                     .initial_connection_window_size(self.receive_window)
                     .initial_stream_window_size(self.receive_window)

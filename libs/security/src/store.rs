@@ -157,7 +157,6 @@ pub struct AuthState {
     pub tokens: HashMap<String, TokenRecord>,
     pub users: HashMap<String, Vec<Credential>>,
     pub acls: Vec<Acl>,
-    pub revision: i64,
 }
 
 impl AuthState {
@@ -176,8 +175,8 @@ impl AuthState {
         self.users.get(user)?.iter().find(|c| c.mechanism == m).cloned()
     }
 
-    fn read(kvs: Vec<metadata::KeyValue>, root: &str, revision: i64) -> AuthState {
-        let mut s = AuthState { revision, ..Default::default() };
+    fn read(kvs: Vec<metadata::KeyValue>, root: &str) -> AuthState {
+        let mut s = AuthState::default();
         for kv in kvs {
             let Some(rest) = kv.key.strip_prefix(root.as_bytes()) else { continue };
             let rest = String::from_utf8_lossy(rest);
@@ -237,10 +236,10 @@ impl AuthStore {
         format!("{}{rest}", self.root).into_bytes()
     }
 
-    /// Everything, read now.
-    pub async fn read(&self) -> Result<AuthState, AuthError> {
+    /// Everything, read now, and the revision read at.
+    pub async fn read(&self) -> Result<(AuthState, i64), AuthError> {
         let r = self.meta.range(RangeRequest::prefix(self.key(""))).await?;
-        Ok(AuthState::read(r.kvs, &self.root, r.revision))
+        Ok((AuthState::read(r.kvs, &self.root), r.revision))
     }
 
     /// A new token for `principal`: its listing and the token itself (shown once; only its
@@ -279,7 +278,7 @@ impl AuthStore {
     }
 
     pub async fn list_tokens(&self) -> Result<Vec<TokenInfo>, AuthError> {
-        let mut out: Vec<TokenInfo> = (self.read().await?.tokens.into_iter())
+        let mut out: Vec<TokenInfo> = (self.read().await?.0.tokens.into_iter())
             .map(|(id, t)| TokenInfo {
                 id,
                 principal: t.principal,
@@ -337,7 +336,7 @@ impl AuthStore {
     }
 
     pub async fn list_users(&self) -> Result<Vec<UserInfo>, AuthError> {
-        let mut out: Vec<UserInfo> = (self.read().await?.users.into_iter())
+        let mut out: Vec<UserInfo> = (self.read().await?.0.users.into_iter())
             .map(|(name, creds)| UserInfo {
                 name,
                 mechanisms: creds.iter().map(|c| (c.mechanism, c.iterations)).collect(),
@@ -371,7 +370,7 @@ impl AuthStore {
     }
 
     pub async fn list_acls(&self, filter: &AclFilter) -> Result<Vec<Acl>, AuthError> {
-        Ok(self.read().await?.acls.into_iter().filter(|a| filter.matches(a)).collect())
+        Ok(self.read().await?.0.acls.into_iter().filter(|a| filter.matches(a)).collect())
     }
 
     /// Removes the ACLs `filter` matches: those removed.
@@ -386,67 +385,41 @@ impl AuthStore {
 
     /// A view kept current by a watch (re-read whole on any change), until dropped.
     pub async fn view(&self) -> Result<AuthView, AuthError> {
-        let first = self.read().await?;
-        let (tx, rx) = tokio::sync::watch::channel(Arc::new(first));
-        tokio::spawn(follow(self.clone(), tx));
-        Ok(AuthView { rx })
+        let root = self.root.clone();
+        let followed = metadata::follow::follow(self.meta.clone(), self.key(""), move |kvs| {
+            AuthState::read(kvs, &root)
+        })
+        .await?;
+        Ok(AuthView { followed })
+    }
+}
+
+/// An [`AuthView`]'s state at one revision.
+#[derive(Clone, Debug)]
+pub struct Current(Arc<(AuthState, i64)>);
+
+impl std::ops::Deref for Current {
+    type Target = AuthState;
+    fn deref(&self) -> &AuthState {
+        &self.0.0
     }
 }
 
 /// Every role's current copy of `auth/` (see [`AuthStore::view`]). Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct AuthView {
-    rx: tokio::sync::watch::Receiver<Arc<AuthState>>,
+    followed: metadata::follow::Followed<AuthState>,
 }
 
 impl AuthView {
-    pub fn current(&self) -> Arc<AuthState> {
-        self.rx.borrow().clone()
+    /// The state as last read (no copy).
+    pub fn current(&self) -> Current {
+        Current(self.followed.current())
     }
 
     /// Waits until the view has seen revision `revision` (a write's), at most `within`.
     pub async fn caught_up(&mut self, revision: i64, within: Duration) -> bool {
-        let wait = self.rx.wait_for(|s| s.revision >= revision);
-        matches!(tokio::time::timeout(within, wait).await, Ok(Ok(_)))
-    }
-}
-
-async fn follow(store: AuthStore, tx: tokio::sync::watch::Sender<Arc<AuthState>>) {
-    let retry = Duration::from_millis(500);
-    let mut revision = tx.borrow().revision;
-    loop {
-        let req = metadata::WatchRequest {
-            range: KeyRange::prefix(store.key("")),
-            start_revision: revision + 1,
-        };
-        let watched = store.meta.watch(req).await;
-        if let Ok(mut events) = watched {
-            tokio::select! {
-                biased;
-                _ = tx.closed() => return,
-                _ = futures::StreamExt::next(&mut events) => {}
-            }
-        } else {
-            tokio::select! {
-                biased;
-                _ = tx.closed() => return,
-                _ = tokio::time::sleep(retry) => {}
-            }
-        }
-        match store.read().await {
-            Ok(state) => {
-                revision = state.revision;
-                let _ = tx.send(Arc::new(state));
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "reading credentials and ACLs failed; retrying");
-                tokio::select! {
-                    biased;
-                    _ = tx.closed() => return,
-                    _ = tokio::time::sleep(retry) => {}
-                }
-            }
-        }
+        self.followed.caught_up(revision, within).await
     }
 }
 
@@ -474,7 +447,7 @@ mod tests {
             host: "*".into(),
         };
         store.add_acls(&[acl.clone(), acl.clone()]).await?;
-        let rev = store.read().await?.revision;
+        let rev = store.read().await?.1;
         assert!(view.caught_up(rev, Duration::from_secs(5)).await, "the view never caught up");
         let now = view.current();
         assert_eq!(now.principal_of_token(&token), Some(Principal::user("svc-writer")));
@@ -493,7 +466,7 @@ mod tests {
             .remove_acls(&AclFilter { principal: Some("User:alice".into()), ..Default::default() })
             .await?;
         assert_eq!(removed, vec![acl]);
-        let rev = store.read().await?.revision;
+        let rev = store.read().await?.1;
         assert!(view.caught_up(rev, Duration::from_secs(5)).await);
         assert_eq!(view.current().principal_of_token(&token), None, "revoked");
         assert!(view.current().acls.is_empty());

@@ -4,6 +4,7 @@
 //!
 //! Depends on libs only; never on another service.
 
+pub mod auth_service;
 pub mod iceberg_rest;
 
 use std::future::Future;
@@ -35,22 +36,40 @@ pub async fn run(
     })
     .await?;
     let catalog = Catalog::new(role.meta().clone(), role.reader(), &node.cluster);
-    role.add_service(CatalogServiceImpl::new(catalog.clone()).server());
-    let access = iceberg_rest::FileAccess::of(&node.object_store);
-    role.add_http_routes(iceberg_rest::routes(catalog, access));
+    install(&mut role, catalog, &node.object_store);
     tracing::info!(addr = %c.listen, catalog = %id, "catalog serving");
     role.serve(shutdown, async {}).await
+}
+
+/// Adds the catalog's services to `role` (the catalog role's whole work; `standalone` adds
+/// them beside the writer): the CatalogService, the AuthService and the Iceberg REST catalog
+/// over `objects`' files.
+pub fn install(role: &mut role::Role, catalog: Catalog, objects: &config::ObjectStoreConfig) {
+    let authz = role.authorizer();
+    role.add_service(
+        CatalogServiceImpl::new(catalog.clone()).with_authorizer(authz.clone()).server(),
+    );
+    role.add_service(auth_service::AuthServiceImpl::new(role.auth_store(), authz).server());
+    let access = iceberg_rest::FileAccess::of(objects);
+    role.add_http_routes(iceberg_rest::routes(catalog, access));
 }
 
 /// The CatalogService over one catalog.
 #[derive(Clone, Debug)]
 pub struct CatalogServiceImpl {
     catalog: Catalog,
+    authz: std::sync::Arc<security::Authorizer>,
 }
 
 impl CatalogServiceImpl {
     pub fn new(catalog: Catalog) -> Self {
-        CatalogServiceImpl { catalog }
+        CatalogServiceImpl { catalog, authz: security::Authorizer::off() }
+    }
+
+    /// Lists only the streams the caller may describe (the gRPC guard decides the rest).
+    pub fn with_authorizer(mut self, authz: std::sync::Arc<security::Authorizer>) -> Self {
+        self.authz = authz;
+        self
     }
 
     /// The tonic service, ready to add to a server.
@@ -115,11 +134,19 @@ impl pb::catalog_service_server::CatalogService for CatalogServiceImpl {
 
     async fn list_streams(
         &self,
-        _: Request<pb::ListStreamsRequest>,
+        req: Request<pb::ListStreamsRequest>,
     ) -> Result<Response<pb::ListStreamsResponse>, Status> {
+        let p = req.extensions().get::<security::Principal>().cloned();
+        let p = p.unwrap_or_else(security::Principal::anonymous);
         let all = self.catalog.list().await.map_err(to_status)?;
+        let describe = security::acl::Operation::Describe;
+        let stream_kind = security::acl::ResourceType::Stream;
         Ok(Response::new(pb::ListStreamsResponse {
-            streams: all.into_iter().map(stream).collect(),
+            streams: all
+                .into_iter()
+                .filter(|s| self.authz.allows(&p, describe, stream_kind, &s.name))
+                .map(stream)
+                .collect(),
         }))
     }
 

@@ -7,6 +7,7 @@
 //!
 //! The composition root: the only crate that may depend on service crates.
 
+mod auth;
 mod bench;
 mod bench_compact;
 mod bench_lake;
@@ -106,6 +107,16 @@ enum Command {
     Stream {
         #[command(subcommand)]
         command: StreamCommand,
+    },
+    /// Credentials: who you are, bearer tokens, SASL users (docs/security.md).
+    Auth {
+        #[command(subcommand)]
+        command: auth::AuthCommand,
+    },
+    /// ACLs: who may do what to which stream, group or the cluster (docs/security.md).
+    Acl {
+        #[command(subcommand)]
+        command: auth::AclCommand,
     },
     /// Lake tables: a lake stream's Iceberg table (docs/lake.md).
     Lake {
@@ -540,6 +551,7 @@ fn data_dir_node(dir: &std::path::Path) -> config::NodeConfig {
         catalog: Default::default(),
         reader: Default::default(),
         maintenance: Default::default(),
+        auth: Default::default(),
     }
 }
 
@@ -677,6 +689,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let c = client::CatalogClient::connect_with(&cli.endpoint, &sec).await?;
             stream_command(&c, command).await
         }
+        Command::Auth { command } => {
+            auth::auth(&client::AuthClient::connect_with(&cli.endpoint, &sec).await?, command).await
+        }
+        Command::Acl { command } => {
+            auth::acl(&client::AuthClient::connect_with(&cli.endpoint, &sec).await?, command).await
+        }
         Command::Lake { command: LakeCommand::Status { stream } } => {
             let c = client::CatalogClient::connect_with(&cli.endpoint, &sec).await?;
             let t = c.lake_table(&stream).await?;
@@ -742,19 +760,18 @@ async fn standalone(
             ..tuned.writer
         },
         maintenance: tuned.maintenance,
+        auth: tuned.auth,
         ..data_dir_node(&data_dir)
     };
     let _telemetry = telemetry::init(&node.telemetry, "standalone")?;
+    let url = config::url_of(listen, &node.writer.tls);
     match &node.writer.kafka {
         Some(k) => eprintln!(
-            "lakelog standalone: serving on http://{listen} (Kafka on {}), data in {}",
+            "lakelog standalone: serving on {url} (Kafka on {}), data in {}",
             k.listen,
             data_dir.display()
         ),
-        None => eprintln!(
-            "lakelog standalone: serving on http://{listen}, data in {}",
-            data_dir.display()
-        ),
+        None => eprintln!("lakelog standalone: serving on {url}, data in {}", data_dir.display()),
     }
     // One port serves every role: the writer's LogService, the catalog, the compactor's and the
     // cleaner's services; SIGTERM waits for a maintenance cycle under way, then the writer's
@@ -762,9 +779,7 @@ async fn standalone(
     writer::run_with(&node, "standalone", shutdown_signal(), |storage, role| {
         let catalog =
             catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
-        role.add_service(catalog_service::CatalogServiceImpl::new(catalog.clone()).server());
-        let access = catalog_service::iceberg_rest::FileAccess::of(&node.object_store);
-        role.add_http_routes(catalog_service::iceberg_rest::routes(catalog.clone(), access));
+        catalog_service::install(role, catalog.clone(), &node.object_store);
         let base_uri = objstore::base_uri(&node.object_store);
         compactor::install(role, catalog, "standalone".to_owned(), &node.maintenance, base_uri);
         cleaner::install(role, storage.reader().clone(), &node.maintenance);

@@ -1,6 +1,7 @@
 //! The `lakelog` command end to end: `standalone` as a real process, the CLI against it,
 //! kill -9 and restart on the same data dir.
 
+mod authz;
 mod bench;
 mod tls;
 

@@ -1,0 +1,315 @@
+//! Authentication and ACLs on a standalone, end to end over gRPC: principals by client
+//! certificate and bearer token, an authorization matrix, revocation and an ACL removed while
+//! its principal works.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use client::{Code, Security};
+use testkit::certs::Pki;
+
+use crate::Standalone;
+
+/// A standalone with TLS (client certificates optional) and authentication on, `admin` its
+/// super user; its endpoint is `https://localhost:<port>`.
+pub fn auth_standalone(dir: &Path, pki: &Pki) -> Result<Standalone> {
+    let server = pki.issue("server", "lakelog")?;
+    let file = dir.join("standalone.yaml");
+    let tls = format!(
+        "{{cert: {}, key: {}, ca: {}, client_auth: optional}}",
+        server.cert.display(),
+        server.key.display(),
+        pki.ca().display()
+    );
+    std::fs::write(
+        &file,
+        format!(
+            "writer:\n  tls: {tls}\n  kafka:\n    listen: 127.0.0.1:1\n    tls: {tls}\n\
+             auth:\n  enabled: true\n  super_users: [admin]\n"
+        ),
+    )?;
+    let port = testkit::free_port()?;
+    let mut s =
+        Standalone::start_with(&dir.join("data"), port, &["--config".as_ref(), file.as_os_str()])?;
+    s.endpoint = format!("https://localhost:{port}");
+    Ok(s)
+}
+
+/// What `admin` (the super user, by its client certificate) connects with.
+pub fn admin(pki: &Pki) -> Result<Security> {
+    let cert = pki.issue("admin", "admin")?;
+    Ok(Security { ca: Some(pki.ca()), cert: Some(cert.cert), key: Some(cert.key), token: None })
+}
+
+fn with_token(pki: &Pki, token: &str) -> Security {
+    Security { ca: Some(pki.ca()), token: Some(token.to_owned()), ..Default::default() }
+}
+
+fn acl(
+    principal: &str,
+    op: &str,
+    kind: &str,
+    pattern: &str,
+    name: &str,
+    perm: &str,
+) -> client::auth::Acl {
+    client::auth::Acl {
+        principal: format!("User:{principal}"),
+        resource: kind.to_owned(),
+        pattern: pattern.to_owned(),
+        name: name.to_owned(),
+        operation: op.to_owned(),
+        permission: perm.to_owned(),
+    }
+}
+
+const OPS: [&str; 6] = ["describe", "produce", "consume", "alter", "delete", "create"];
+
+/// Does `op` on `stream` as `sec`: Ok(true) done, Ok(false) refused with PERMISSION_DENIED.
+async fn attempt(endpoint: &str, sec: &Security, op: &str, stream: &str, log: u64) -> Result<bool> {
+    let catalog = client::CatalogClient::connect_with(endpoint, sec).await?;
+    let logs = client::LogClient::connect_with(endpoint, sec).await?;
+    let r = match op {
+        "describe" => catalog.get(stream).await.map(|_| ()),
+        "produce" => logs.append(log, 1, bytes::Bytes::from_static(b"x"), None).await.map(|_| ()),
+        "consume" => logs.last_offset(log).await.map(|_| ()),
+        "alter" => match catalog.get(stream).await {
+            // Grown by one (the describe an alter implies).
+            Ok(s) => {
+                catalog.add_partitions(stream, s.partitions.len() as u32 + 1).await.map(|_| ())
+            }
+            Err(e) => Err(e),
+        },
+        "delete" => logs.soft_trim(log, 0).await.map(|_| ()),
+        "create" => catalog.create(&format!("{stream}-x"), 1, None, None).await.map(|_| ()),
+        _ => anyhow::bail!("no such operation {op}"),
+    };
+    match r {
+        Ok(()) => Ok(true),
+        Err(e) if e.code == Code::PermissionDenied => Ok(false),
+        Err(e) => anyhow::bail!("{op} on {stream}: {e}"),
+    }
+}
+
+#[test]
+fn grpc_requests_are_allowed_and_denied_exactly_as_the_acls_say() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let pki = Pki::new(dir.path(), "cluster")?;
+    let s = auth_standalone(dir.path(), &pki)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let e = s.endpoint.as_str();
+        let admin = admin(&pki)?;
+        let auth = client::AuthClient::connect_with(e, &admin).await?;
+        assert_eq!(auth.who_am_i().await?, ("User:admin".to_owned(), true));
+        let catalog = client::CatalogClient::connect_with(e, &admin).await?;
+        let mut logs = std::collections::HashMap::new();
+        for stream in ["orders-eu", "orders-us", "payments"] {
+            logs.insert(stream, catalog.create(stream, 1, None, None).await?.partitions[0]);
+        }
+        let mut tokens = std::collections::HashMap::new();
+        for who in ["alice", "bob", "carol"] {
+            let (t, secret) = auth.create_token(who, "matrix").await?;
+            tokens.insert(who, (t.id, with_token(&pki, &secret)));
+        }
+        auth.add_acls(vec![
+            acl("alice", "produce", "stream", "prefixed", "orders-", "allow"),
+            acl("alice", "consume", "stream", "prefixed", "orders-", "allow"),
+            acl("alice", "produce", "stream", "literal", "orders-us", "deny"),
+            acl("bob", "consume", "stream", "literal", "payments", "allow"),
+            acl("bob", "alter", "stream", "literal", "payments", "allow"),
+            acl("*", "describe", "stream", "literal", "payments", "allow"),
+            acl("bob", "create", "stream", "prefixed", "payments-", "allow"),
+        ])
+        .await?;
+        let listed = auth.list_acls(Default::default()).await?;
+        ensure!(listed.len() == 7, "{listed:?}");
+        // The ACLs above, read by hand: what each principal may do on each stream.
+        let allowed = |who: &str, stream: &str, op: &str| -> bool {
+            match (who, stream) {
+                ("alice", "orders-eu") => matches!(op, "describe" | "produce" | "consume"),
+                ("alice", "orders-us") => matches!(op, "describe" | "consume"),
+                ("bob", "payments") => matches!(op, "describe" | "consume" | "alter" | "create"),
+                (_, "payments") => op == "describe",
+                _ => false,
+            }
+        };
+        // Every cell once the view has the ACLs (it watches: give it a moment).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !attempt(e, &tokens["alice"].1, "produce", "orders-eu", logs["orders-eu"]).await? {
+            ensure!(Instant::now() < deadline, "the ACLs never applied");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (mut cells, mut wrong) = (0, Vec::new());
+        for who in ["alice", "bob", "carol"] {
+            for stream in ["orders-eu", "orders-us", "payments"] {
+                for op in OPS {
+                    let got = attempt(e, &tokens[who].1, op, stream, logs[stream]).await?;
+                    cells += 1;
+                    if got != allowed(who, stream, op) {
+                        wrong.push(format!(
+                            "{who} {op} {stream}: {}",
+                            if got { "allowed" } else { "denied" }
+                        ));
+                    }
+                }
+            }
+        }
+        ensure!(wrong.is_empty(), "{} of {cells} cells wrong: {wrong:?}", wrong.len());
+        eprintln!("gRPC authorization matrix: {cells} cells, 0 wrong");
+
+        // The SDK producer (AppendStream): allowed for alice, refused for carol.
+        let producer_as =
+            |who: &str| client::ClientConfig::new(e).with_security(tokens[who].1.clone());
+        let alice_producer =
+            client::Producer::new(producer_as("alice"), "orders-eu", Default::default()).await?;
+        let rec = client::batch::Record::value("streamed");
+        alice_producer.send(rec.clone()).await?.wait().await?;
+        alice_producer.close().await;
+        let carol_producer =
+            client::Producer::new(producer_as("carol"), "payments", Default::default()).await?;
+        let sent = match carol_producer.send(rec).await {
+            Ok(d) => d.wait().await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        ensure!(sent.as_ref().err().map(|e| e.code) == Some(Code::PermissionDenied), "{sent:?}");
+
+        // Listing streams shows only those the caller may describe.
+        let carol = client::CatalogClient::connect_with(e, &tokens["carol"].1).await?;
+        let names: Vec<String> = carol.list().await?.into_iter().map(|s| s.name).collect();
+        ensure!(names == ["payments"], "carol listed {names:?}");
+        // AuthService is the super user's: alice may not mint herself tokens.
+        let as_alice = client::AuthClient::connect_with(e, &tokens["alice"].1).await?;
+        let minted = as_alice.create_token("alice", "more").await;
+        ensure!(
+            minted.as_ref().err().map(|e| e.code) == Some(Code::PermissionDenied),
+            "{minted:?}"
+        );
+
+        // An ACL removed while its principal works: denied within the watch delay.
+        let removed = auth
+            .remove_acls(client::auth::AclFilter {
+                principal: "User:alice".into(),
+                operation: "consume".into(),
+                ..Default::default()
+            })
+            .await?;
+        ensure!(removed.len() == 1, "{removed:?}");
+        let start = Instant::now();
+        while attempt(e, &tokens["alice"].1, "consume", "orders-eu", logs["orders-eu"]).await? {
+            ensure!(start.elapsed() < Duration::from_secs(5), "still allowed 5 s after removal");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        eprintln!("ACL removal applied after {:?}", start.elapsed());
+
+        // A revoked token, a made-up one, and no credential at all.
+        auth.revoke_token(&tokens["bob"].0).await?;
+        let start = Instant::now();
+        loop {
+            let r = client::CatalogClient::connect_with(e, &tokens["bob"].1).await?.list().await;
+            match r {
+                Err(err) if err.code == Code::Unauthenticated => break,
+                _ => ensure!(start.elapsed() < Duration::from_secs(5), "revoked token still works"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for sec in [
+            with_token(&pki, "llt_0000000000000000_forged"),
+            Security { ca: Some(pki.ca()), ..Default::default() },
+        ] {
+            let r = client::CatalogClient::connect_with(e, &sec).await?.list().await;
+            ensure!(r.as_ref().err().map(|e| e.code) == Some(Code::Unauthenticated), "{r:?}");
+        }
+        Ok(())
+    })
+}
+
+#[test]
+fn the_cli_manages_tokens_users_and_acls_and_refuses_without_credentials() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let pki = Pki::new(dir.path(), "cluster")?;
+    let s = auth_standalone(dir.path(), &pki)?;
+    let ca = pki.ca();
+    let admin = pki.issue("admin", "admin")?;
+    let p = |p: &Path| p.to_str().unwrap_or_default().to_owned();
+    let creds = [p(&ca), p(&admin.cert), p(&admin.key)];
+    let as_admin = |args: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        v.extend([
+            "--ca".into(),
+            creds[0].clone(),
+            "--cert".into(),
+            creds[1].clone(),
+            "--key".into(),
+            creds[2].clone(),
+        ]);
+        v
+    };
+    let run = |args: Vec<String>, stdin: &str| {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        s.ok(&refs, stdin)
+    };
+    ensure!(run(as_admin(&["auth", "whoami"]), "")?.starts_with("User:admin\tenforced"));
+    let token =
+        run(as_admin(&["auth", "token", "create", "--principal", "dave"]), "")?.trim().to_owned();
+    ensure!(token.starts_with("llt_"), "{token}");
+    let list = run(as_admin(&["auth", "token", "list"]), "")?;
+    ensure!(list.contains("\tdave\t") || list.contains("\tUser:dave\t"), "{list}");
+    ensure!(!list.contains(&token), "a listing shows the secret");
+    run(as_admin(&["auth", "user", "add", "erin"]), "pw-erin\n")?;
+    ensure!(
+        run(as_admin(&["auth", "user", "list"]), "")?
+            .contains("erin\tSCRAM-SHA-256:8192,SCRAM-SHA-512:8192")
+    );
+    run(
+        as_admin(&[
+            "acl",
+            "add",
+            "--principal",
+            "dave",
+            "--operation",
+            "describe",
+            "--operation",
+            "create",
+            "--stream-prefix",
+            "dave-",
+        ]),
+        "",
+    )?;
+    let acls = run(as_admin(&["acl", "list", "--principal", "dave"]), "")?;
+    ensure!(
+        acls.lines().count() == 2
+            && acls.contains("User:dave\tallow\tcreate\tstream:prefixed:dave-"),
+        "{acls}"
+    );
+    // dave by token: whoami, then a stream of his prefix, not another.
+    let dave = |args: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        v.extend(["--ca".into(), creds[0].clone(), "--token".into(), token.clone()]);
+        v
+    };
+    ensure!(run(dave(&["auth", "whoami"]), "")?.starts_with("User:dave"));
+    let start = Instant::now();
+    while run(dave(&["stream", "create", "dave-1"]), "").is_err() {
+        ensure!(start.elapsed() < Duration::from_secs(5), "dave's ACL never applied");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let refs: Vec<String> = dave(&["stream", "create", "other"]);
+    let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
+    let (code, stderr) = s.err(&refs, "")?;
+    ensure!(code != 0 && stderr.contains("PERMISSION_DENIED"), "{stderr}");
+    let removed =
+        run(as_admin(&["acl", "remove", "--principal", "dave", "--operation", "create"]), "")?;
+    ensure!(removed.lines().count() == 1, "{removed}");
+    let refs = ["stream", "list", "--ca", creds[0].as_str()];
+    let (_, stderr) = s.err(&refs, "")?;
+    ensure!(stderr.contains("UNAUTHENTICATED"), "{stderr}");
+    let id = list
+        .lines()
+        .find(|l| l.contains("dave"))
+        .and_then(|l| l.split('\t').next())
+        .context("token id")?;
+    run(as_admin(&["auth", "token", "revoke", id]), "")?;
+    Ok(())
+}
