@@ -22,10 +22,20 @@ use kafka_protocol::messages::{
     InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse, OffsetCommitRequest,
     OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, ProducerId, RequestHeader,
-    ResponseHeader, SyncGroupRequest, TopicName,
+    ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest, TopicName,
+};
+use kafka_protocol::messages::{
+    ConsumerGroupHeartbeatResponse, DescribeClusterResponse, FindCoordinatorResponse,
+    HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse, OffsetCommitResponse,
+    OffsetFetchResponse, SyncGroupResponse,
+};
+use kafka_protocol::messages::{
+    CreateAclsRequest, CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse,
+    DescribeAclsRequest, DescribeAclsResponse,
 };
 use kafka_protocol::protocol::buf::ByteBufMut;
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use security::acl::Operation;
 
 use crate::fetch::Answer as FetchAnswer;
 use crate::splice::{Outgoing, Splicer};
@@ -60,6 +70,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
 ];
 
 /// Why a request closes its connection instead of being answered.
@@ -73,6 +88,10 @@ pub enum Close {
     UnsupportedVersion { api: ApiKey, version: i16, min: i16, max: i16 },
     #[error("{api:?} v{version}: {message}")]
     Malformed { api: ApiKey, version: i16, message: String },
+    #[error("{0:?} before authentication")]
+    Unauthenticated(ApiKey),
+    #[error("no authentication within {0:?}")]
+    AuthTimeout(std::time::Duration),
 }
 
 fn versions(api: ApiKey) -> Option<(i16, i16)> {
@@ -89,6 +108,7 @@ pub type Answer = futures::future::BoxFuture<'static, Result<Option<Outgoing>, C
 /// connection closes once the answers before it are written.
 pub async fn admit(
     frame: Bytes,
+    session: &mut crate::session::Session,
     broker: Arc<dyn Broker>,
     cfg: Arc<KafkaConfig>,
     groups: Arc<crate::groups::Groups>,
@@ -103,133 +123,368 @@ pub async fn admit(
             return Ok(ready(encode_response(ApiKey::ApiVersions, 0, correlation_id, &body)));
         }
     };
+    // Before authentication only the handshake is served (module doc of `session`).
+    if !session.authenticated() {
+        match &request {
+            Request::ApiVersions | Request::SaslHandshake(_) | Request::SaslAuthenticate(_) => {}
+            other => return Err(Close::Unauthenticated(other.api())),
+        }
+    }
+    let authz = cfg.authz.clone();
+    let principal = session.principal().clone();
+    let access = crate::authz::Access { authz: &authz, principal: &principal };
     match request {
         Request::ApiVersions => {
             let body = api_versions(code::NONE);
             Ok(ready(encode_response(ApiKey::ApiVersions, version, id, &body)))
         }
-        Request::InitProducerId(req) => Ok(Box::pin(async move {
-            let resp = init_producer_id(*req, broker.as_ref()).await;
-            encode_response(ApiKey::InitProducerId, version, id, &resp).map(Some)
-        })),
-        Request::CreateTopics(req) => Ok(Box::pin(async move {
-            let resp = crate::admin::create_topics(*req, version, broker.as_ref(), &cfg).await;
-            encode_response(ApiKey::CreateTopics, version, id, &resp).map(Some)
-        })),
-        Request::DeleteTopics(req) => Ok(Box::pin(async move {
-            let resp = crate::admin::delete_topics(*req, version, broker.as_ref()).await;
-            encode_response(ApiKey::DeleteTopics, version, id, &resp).map(Some)
-        })),
-        Request::CreatePartitions(req) => Ok(Box::pin(async move {
-            let resp = crate::admin::create_partitions(*req, broker.as_ref()).await;
-            encode_response(ApiKey::CreatePartitions, version, id, &resp).map(Some)
-        })),
-        Request::DescribeConfigs(req) => Ok(Box::pin(async move {
-            let resp = crate::configs::describe(*req, version, broker.as_ref(), &cfg).await;
-            encode_response(ApiKey::DescribeConfigs, version, id, &resp).map(Some)
-        })),
-        Request::AlterConfigs(req) => Ok(Box::pin(async move {
-            let resp = crate::configs::alter(*req, broker.as_ref(), &cfg).await;
-            encode_response(ApiKey::AlterConfigs, version, id, &resp).map(Some)
-        })),
-        Request::IncrementalAlterConfigs(req) => Ok(Box::pin(async move {
-            let resp = crate::configs::incremental_alter(*req, broker.as_ref(), &cfg).await;
-            encode_response(ApiKey::IncrementalAlterConfigs, version, id, &resp).map(Some)
-        })),
-        Request::DeleteRecords(req) => Ok(Box::pin(async move {
-            let resp = crate::admin::delete_records(*req, &client_id, broker.as_ref()).await;
-            encode_response(ApiKey::DeleteRecords, version, id, &resp).map(Some)
-        })),
-        Request::DescribeCluster(req) => Ok(Box::pin(async move {
-            let resp = crate::admin::describe_cluster(*req, version, broker.as_ref()).await;
-            encode_response(ApiKey::DescribeCluster, version, id, &resp).map(Some)
-        })),
-        Request::FindCoordinator(req) => Ok(Box::pin(async move {
-            let resp = crate::group_api::find_coordinator(*req, version, broker.as_ref()).await;
-            encode_response(ApiKey::FindCoordinator, version, id, &resp).map(Some)
-        })),
-        Request::JoinGroup(req) => Ok(Box::pin(async move {
-            let resp = crate::group_api::join_group(
-                *req,
-                version,
-                &client_id,
-                &client_host,
-                broker.as_ref(),
-                &groups,
-            )
-            .await;
-            encode_response(ApiKey::JoinGroup, version, id, &resp).map(Some)
-        })),
-        Request::SyncGroup(req) => Ok(Box::pin(async move {
-            let resp = crate::group_api::sync_group(*req, broker.as_ref(), &groups).await;
-            encode_response(ApiKey::SyncGroup, version, id, &resp).map(Some)
-        })),
-        Request::Heartbeat(req) => Ok(Box::pin(async move {
-            let resp = crate::group_api::heartbeat(*req, broker.as_ref(), &groups).await;
-            encode_response(ApiKey::Heartbeat, version, id, &resp).map(Some)
-        })),
-        Request::LeaveGroup(req) => Ok(Box::pin(async move {
-            let resp = crate::group_api::leave_group(*req, version, broker.as_ref(), &groups).await;
-            encode_response(ApiKey::LeaveGroup, version, id, &resp).map(Some)
-        })),
-        Request::OffsetCommit(req) => Ok(Box::pin(async move {
-            let resp =
-                crate::group_api::offset_commit(*req, version, broker.as_ref(), &groups).await;
-            encode_response(ApiKey::OffsetCommit, version, id, &resp).map(Some)
-        })),
-        Request::OffsetFetch(req) => Ok(Box::pin(async move {
-            let resp =
-                crate::group_api::offset_fetch(*req, version, broker.as_ref(), &groups).await;
-            encode_response(ApiKey::OffsetFetch, version, id, &resp).map(Some)
-        })),
-        Request::ListGroups(req) => Ok(Box::pin(async move {
-            let resp = crate::group_api::list_groups(*req, broker.as_ref(), &groups).await;
-            encode_response(ApiKey::ListGroups, version, id, &resp).map(Some)
-        })),
-        Request::DescribeGroups(req) => Ok(Box::pin(async move {
-            let resp = crate::group_api::describe_groups(*req, broker.as_ref(), &groups).await;
-            encode_response(ApiKey::DescribeGroups, version, id, &resp).map(Some)
-        })),
-        Request::OffsetDelete(req) => Ok(Box::pin(async move {
-            let resp = crate::group_api::offset_delete(*req, broker.as_ref(), &groups).await;
-            encode_response(ApiKey::OffsetDelete, version, id, &resp).map(Some)
-        })),
-        Request::DeleteGroups(req) => Ok(Box::pin(async move {
-            let resp = crate::group_api::delete_groups(*req, broker.as_ref(), &groups).await;
-            encode_response(ApiKey::DeleteGroups, version, id, &resp).map(Some)
-        })),
-        Request::ConsumerGroupHeartbeat(req) => Ok(Box::pin(async move {
-            let resp = crate::consumer_api::heartbeat(
-                *req,
-                &client_id,
-                &client_host,
-                broker.as_ref(),
-                &groups,
-            )
-            .await;
-            encode_response(ApiKey::ConsumerGroupHeartbeat, version, id, &resp).map(Some)
-        })),
-        Request::ConsumerGroupDescribe(req) => Ok(Box::pin(async move {
-            let resp = crate::consumer_api::describe(*req, broker.as_ref(), &groups).await;
-            encode_response(ApiKey::ConsumerGroupDescribe, version, id, &resp).map(Some)
-        })),
-        Request::Metadata(req) => Ok(Box::pin(async move {
-            let resp = metadata(*req, version, &client_id, broker.as_ref(), &cfg).await;
-            encode_response(ApiKey::Metadata, version, id, &resp).map(Some)
-        })),
-        Request::Fetch(req) => Ok(Box::pin(async move {
-            let answer = crate::fetch::fetch(*req, &client_id, broker.as_ref()).await;
-            encode_fetch(version, id, answer).map(Some)
-        })),
-        Request::ListOffsets(req) => Ok(Box::pin(async move {
-            let resp = crate::fetch::list_offsets(*req, &client_id, broker.as_ref()).await;
-            encode_response(ApiKey::ListOffsets, version, id, &resp).map(Some)
-        })),
-        Request::Produce(req) => {
+        Request::SaslHandshake(req) => {
+            let body = session.handshake(&req);
+            Ok(ready(encode_response(ApiKey::SaslHandshake, version, id, &body)))
+        }
+        Request::SaslAuthenticate(req) => {
+            let body = session.authenticate(&req, &cfg.authz);
+            Ok(ready(encode_response(ApiKey::SaslAuthenticate, version, id, &body)))
+        }
+        // ACLs: DESCRIBE on the cluster to list them, ALTER to change them (as in Kafka).
+        Request::DescribeAcls(req) => {
+            if !crate::authz::cluster(access, Operation::Describe) {
+                let resp = DescribeAclsResponse::default()
+                    .with_error_code(crate::authz::CLUSTER_AUTHORIZATION_FAILED)
+                    .with_error_message(crate::authz::refused_message(access, "describe ACLs"));
+                return Ok(ready(encode_response(ApiKey::DescribeAcls, version, id, &resp)));
+            }
+            Ok(Box::pin(async move {
+                let resp = crate::acl_api::describe(*req, cfg.acls.as_ref()).await;
+                encode_response(ApiKey::DescribeAcls, version, id, &resp).map(Some)
+            }))
+        }
+        Request::CreateAcls(req) => {
+            if !crate::authz::cluster(access, Operation::Alter) {
+                let refused =
+                    kafka_protocol::messages::create_acls_response::AclCreationResult::default()
+                        .with_error_code(crate::authz::CLUSTER_AUTHORIZATION_FAILED)
+                        .with_error_message(crate::authz::refused_message(access, "create ACLs"));
+                let resp = CreateAclsResponse::default()
+                    .with_results(req.creations.iter().map(|_| refused.clone()).collect());
+                return Ok(ready(encode_response(ApiKey::CreateAcls, version, id, &resp)));
+            }
+            Ok(Box::pin(async move {
+                let resp = crate::acl_api::create(*req, cfg.acls.as_ref()).await;
+                encode_response(ApiKey::CreateAcls, version, id, &resp).map(Some)
+            }))
+        }
+        Request::DeleteAcls(req) => {
+            if !crate::authz::cluster(access, Operation::Alter) {
+                let refused = kafka_protocol::messages::delete_acls_response::DeleteAclsFilterResult::default()
+                    .with_error_code(crate::authz::CLUSTER_AUTHORIZATION_FAILED)
+                    .with_error_message(crate::authz::refused_message(access, "delete ACLs"));
+                let resp = DeleteAclsResponse::default()
+                    .with_filter_results(req.filters.iter().map(|_| refused.clone()).collect());
+                return Ok(ready(encode_response(ApiKey::DeleteAcls, version, id, &resp)));
+            }
+            Ok(Box::pin(async move {
+                let resp = crate::acl_api::delete(*req, cfg.acls.as_ref()).await;
+                encode_response(ApiKey::DeleteAcls, version, id, &resp).map(Some)
+            }))
+        }
+        Request::InitProducerId(req) => {
+            if !crate::authz::init_producer_id(access) {
+                let resp = InitProducerIdResponse::default()
+                    .with_error_code(crate::authz::CLUSTER_AUTHORIZATION_FAILED)
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1);
+                return Ok(ready(encode_response(ApiKey::InitProducerId, version, id, &resp)));
+            }
+            Ok(Box::pin(async move {
+                let resp = init_producer_id(*req, broker.as_ref()).await;
+                encode_response(ApiKey::InitProducerId, version, id, &resp).map(Some)
+            }))
+        }
+        Request::CreateTopics(mut req) => {
+            let refused = crate::authz::create_topics(access, &mut req);
+            Ok(Box::pin(async move {
+                let mut resp =
+                    crate::admin::create_topics(*req, version, broker.as_ref(), &cfg).await;
+                resp.topics.extend(refused);
+                encode_response(ApiKey::CreateTopics, version, id, &resp).map(Some)
+            }))
+        }
+        Request::DeleteTopics(mut req) => {
+            let refused = crate::authz::delete_topics(access, &mut req);
+            Ok(Box::pin(async move {
+                let mut resp = crate::admin::delete_topics(*req, version, broker.as_ref()).await;
+                resp.responses.extend(refused);
+                encode_response(ApiKey::DeleteTopics, version, id, &resp).map(Some)
+            }))
+        }
+        Request::CreatePartitions(mut req) => {
+            let refused = crate::authz::create_partitions(access, &mut req);
+            Ok(Box::pin(async move {
+                let mut resp = crate::admin::create_partitions(*req, broker.as_ref()).await;
+                resp.results.extend(refused);
+                encode_response(ApiKey::CreatePartitions, version, id, &resp).map(Some)
+            }))
+        }
+        Request::DescribeConfigs(mut req) => {
+            let refused = crate::authz::describe_configs(access, &mut req);
+            Ok(Box::pin(async move {
+                let mut resp = crate::configs::describe(*req, version, broker.as_ref(), &cfg).await;
+                resp.results.extend(refused);
+                encode_response(ApiKey::DescribeConfigs, version, id, &resp).map(Some)
+            }))
+        }
+        Request::AlterConfigs(mut req) => {
+            let refused = crate::authz::alter_configs(access, &mut req);
+            Ok(Box::pin(async move {
+                let mut resp = crate::configs::alter(*req, broker.as_ref(), &cfg).await;
+                resp.responses.extend(refused);
+                encode_response(ApiKey::AlterConfigs, version, id, &resp).map(Some)
+            }))
+        }
+        Request::IncrementalAlterConfigs(mut req) => {
+            let refused = crate::authz::incremental_alter_configs(access, &mut req);
+            Ok(Box::pin(async move {
+                let mut resp = crate::configs::incremental_alter(*req, broker.as_ref(), &cfg).await;
+                resp.responses.extend(refused);
+                encode_response(ApiKey::IncrementalAlterConfigs, version, id, &resp).map(Some)
+            }))
+        }
+        Request::DeleteRecords(mut req) => {
+            let refused = crate::authz::delete_records(access, &mut req);
+            Ok(Box::pin(async move {
+                let mut resp =
+                    crate::admin::delete_records(*req, &client_id, broker.as_ref()).await;
+                resp.topics.extend(refused);
+                encode_response(ApiKey::DeleteRecords, version, id, &resp).map(Some)
+            }))
+        }
+        Request::DescribeCluster(req) => {
+            if !crate::authz::cluster(access, Operation::Describe) {
+                let resp = DescribeClusterResponse::default()
+                    .with_error_code(crate::authz::CLUSTER_AUTHORIZATION_FAILED)
+                    .with_error_message(crate::authz::refused_message(
+                        access,
+                        "describe the cluster",
+                    ));
+                return Ok(ready(encode_response(ApiKey::DescribeCluster, version, id, &resp)));
+            }
+            Ok(Box::pin(async move {
+                let resp = crate::admin::describe_cluster(*req, version, broker.as_ref()).await;
+                encode_response(ApiKey::DescribeCluster, version, id, &resp).map(Some)
+            }))
+        }
+        Request::FindCoordinator(mut req) => {
+            // Before v4 one key, refused whole; from v4 a batch, each key on its own.
+            if version < 4
+                && req.key_type == 0
+                && !crate::authz::group(access, Operation::Describe, &req.key)
+            {
+                let resp = FindCoordinatorResponse::default()
+                    .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED)
+                    .with_node_id(BrokerId(-1))
+                    .with_port(-1);
+                return Ok(ready(encode_response(ApiKey::FindCoordinator, version, id, &resp)));
+            }
+            let refused = crate::authz::find_coordinator(access, &mut req);
+            Ok(Box::pin(async move {
+                let mut resp =
+                    crate::group_api::find_coordinator(*req, version, broker.as_ref()).await;
+                resp.coordinators.extend(refused);
+                encode_response(ApiKey::FindCoordinator, version, id, &resp).map(Some)
+            }))
+        }
+        Request::JoinGroup(req) => {
+            if !crate::authz::group(access, Operation::Consume, &req.group_id) {
+                let resp = JoinGroupResponse::default()
+                    .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED)
+                    .with_generation_id(-1);
+                return Ok(ready(encode_response(ApiKey::JoinGroup, version, id, &resp)));
+            }
+            Ok(Box::pin(async move {
+                let resp = crate::group_api::join_group(
+                    *req,
+                    version,
+                    &client_id,
+                    &client_host,
+                    broker.as_ref(),
+                    &groups,
+                )
+                .await;
+                encode_response(ApiKey::JoinGroup, version, id, &resp).map(Some)
+            }))
+        }
+        Request::SyncGroup(req) => {
+            if !crate::authz::group(access, Operation::Consume, &req.group_id) {
+                let resp = SyncGroupResponse::default()
+                    .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED);
+                return Ok(ready(encode_response(ApiKey::SyncGroup, version, id, &resp)));
+            }
+            Ok(Box::pin(async move {
+                let resp = crate::group_api::sync_group(*req, broker.as_ref(), &groups).await;
+                encode_response(ApiKey::SyncGroup, version, id, &resp).map(Some)
+            }))
+        }
+        Request::Heartbeat(req) => {
+            if !crate::authz::group(access, Operation::Consume, &req.group_id) {
+                let resp = HeartbeatResponse::default()
+                    .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED);
+                return Ok(ready(encode_response(ApiKey::Heartbeat, version, id, &resp)));
+            }
+            Ok(Box::pin(async move {
+                let resp = crate::group_api::heartbeat(*req, broker.as_ref(), &groups).await;
+                encode_response(ApiKey::Heartbeat, version, id, &resp).map(Some)
+            }))
+        }
+        Request::LeaveGroup(req) => {
+            if !crate::authz::group(access, Operation::Consume, &req.group_id) {
+                let resp = LeaveGroupResponse::default()
+                    .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED);
+                return Ok(ready(encode_response(ApiKey::LeaveGroup, version, id, &resp)));
+            }
+            Ok(Box::pin(async move {
+                let resp =
+                    crate::group_api::leave_group(*req, version, broker.as_ref(), &groups).await;
+                encode_response(ApiKey::LeaveGroup, version, id, &resp).map(Some)
+            }))
+        }
+        Request::OffsetCommit(mut req) => {
+            let refused = crate::authz::offset_commit(access, &mut req);
+            Ok(Box::pin(async move {
+                let mut resp = match req.topics.is_empty() && !refused.is_empty() {
+                    true => OffsetCommitResponse::default(),
+                    false => {
+                        crate::group_api::offset_commit(*req, version, broker.as_ref(), &groups)
+                            .await
+                    }
+                };
+                resp.topics.extend(refused);
+                encode_response(ApiKey::OffsetCommit, version, id, &resp).map(Some)
+            }))
+        }
+        Request::OffsetFetch(req) => {
+            // Before v8: one group, refused whole.
+            if version < 8 && !crate::authz::group(access, Operation::Describe, &req.group_id) {
+                let resp = OffsetFetchResponse::default()
+                    .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED);
+                return Ok(ready(encode_response(ApiKey::OffsetFetch, version, id, &resp)));
+            }
+            let (authz, principal) = (cfg.authz.clone(), session.principal().clone());
+            Ok(Box::pin(async move {
+                let mut resp =
+                    crate::group_api::offset_fetch(*req, version, broker.as_ref(), &groups).await;
+                let access = crate::authz::Access { authz: &authz, principal: &principal };
+                crate::authz::offset_fetch(access, &mut resp);
+                encode_response(ApiKey::OffsetFetch, version, id, &resp).map(Some)
+            }))
+        }
+        Request::ListGroups(req) => {
+            let (authz, principal) = (cfg.authz.clone(), session.principal().clone());
+            Ok(Box::pin(async move {
+                let mut resp = crate::group_api::list_groups(*req, broker.as_ref(), &groups).await;
+                let access = crate::authz::Access { authz: &authz, principal: &principal };
+                crate::authz::list_groups(access, &mut resp);
+                encode_response(ApiKey::ListGroups, version, id, &resp).map(Some)
+            }))
+        }
+        Request::DescribeGroups(mut req) => {
+            let refused = crate::authz::describe_groups(access, &mut req);
+            Ok(Box::pin(async move {
+                let mut resp =
+                    crate::group_api::describe_groups(*req, broker.as_ref(), &groups).await;
+                resp.groups.extend(refused);
+                encode_response(ApiKey::DescribeGroups, version, id, &resp).map(Some)
+            }))
+        }
+        Request::OffsetDelete(mut req) => {
+            if !crate::authz::group(access, Operation::Delete, &req.group_id) {
+                let resp = kafka_protocol::messages::OffsetDeleteResponse::default()
+                    .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED);
+                return Ok(ready(encode_response(ApiKey::OffsetDelete, version, id, &resp)));
+            }
+            let refused = crate::authz::offset_delete(access, &mut req);
+            Ok(Box::pin(async move {
+                let mut resp =
+                    crate::group_api::offset_delete(*req, broker.as_ref(), &groups).await;
+                resp.topics.extend(refused);
+                encode_response(ApiKey::OffsetDelete, version, id, &resp).map(Some)
+            }))
+        }
+        Request::DeleteGroups(mut req) => {
+            let refused = crate::authz::delete_groups(access, &mut req);
+            Ok(Box::pin(async move {
+                let mut resp =
+                    crate::group_api::delete_groups(*req, broker.as_ref(), &groups).await;
+                resp.results.extend(refused);
+                encode_response(ApiKey::DeleteGroups, version, id, &resp).map(Some)
+            }))
+        }
+        Request::ConsumerGroupHeartbeat(req) => {
+            if !crate::authz::group(access, Operation::Consume, &req.group_id) {
+                let resp = ConsumerGroupHeartbeatResponse::default()
+                    .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED)
+                    .with_error_message(crate::authz::refused_message(
+                        access,
+                        "consume in the group",
+                    ));
+                return Ok(ready(encode_response(
+                    ApiKey::ConsumerGroupHeartbeat,
+                    version,
+                    id,
+                    &resp,
+                )));
+            }
+            Ok(Box::pin(async move {
+                let resp = crate::consumer_api::heartbeat(
+                    *req,
+                    &client_id,
+                    &client_host,
+                    broker.as_ref(),
+                    &groups,
+                )
+                .await;
+                encode_response(ApiKey::ConsumerGroupHeartbeat, version, id, &resp).map(Some)
+            }))
+        }
+        Request::ConsumerGroupDescribe(mut req) => {
+            let refused = crate::authz::consumer_group_describe(access, &mut req);
+            Ok(Box::pin(async move {
+                let mut resp = crate::consumer_api::describe(*req, broker.as_ref(), &groups).await;
+                resp.groups.extend(refused);
+                encode_response(ApiKey::ConsumerGroupDescribe, version, id, &resp).map(Some)
+            }))
+        }
+        Request::Metadata(req) => {
+            let (authz, principal) = (cfg.authz.clone(), session.principal().clone());
+            Ok(Box::pin(async move {
+                let access = crate::authz::Access { authz: &authz, principal: &principal };
+                let resp = metadata(*req, version, &client_id, broker.as_ref(), &cfg, access).await;
+                encode_response(ApiKey::Metadata, version, id, &resp).map(Some)
+            }))
+        }
+        Request::Fetch(mut req) => {
+            let refused = crate::authz::fetch(access, &mut req);
+            Ok(Box::pin(async move {
+                let mut answer = crate::fetch::fetch(*req, &client_id, broker.as_ref()).await;
+                answer.resp.responses.extend(refused);
+                encode_fetch(version, id, answer).map(Some)
+            }))
+        }
+        Request::ListOffsets(mut req) => {
+            let refused = crate::authz::list_offsets(access, &mut req);
+            Ok(Box::pin(async move {
+                let mut resp = crate::fetch::list_offsets(*req, &client_id, broker.as_ref()).await;
+                resp.topics.extend(refused);
+                encode_response(ApiKey::ListOffsets, version, id, &resp).map(Some)
+            }))
+        }
+        Request::Produce(mut req) => {
             let acks = req.acks;
+            let refused = crate::authz::produce(access, &mut req);
             let committing = crate::produce::admit(*req, &client_id, broker.as_ref(), &cfg).await;
             Ok(Box::pin(async move {
-                let resp = committing.await;
+                let mut resp = committing.await;
+                resp.responses.extend(refused);
                 // acks=0: the client expects no answer.
                 if acks == 0 {
                     return Ok(None);
@@ -270,6 +525,51 @@ pub enum Request {
     Fetch(Box<FetchRequest>),
     ListOffsets(Box<ListOffsetsRequest>),
     Produce(Box<ProduceRequest>),
+    SaslHandshake(Box<SaslHandshakeRequest>),
+    SaslAuthenticate(Box<SaslAuthenticateRequest>),
+    DescribeAcls(Box<DescribeAclsRequest>),
+    CreateAcls(Box<CreateAclsRequest>),
+    DeleteAcls(Box<DeleteAclsRequest>),
+}
+
+impl Request {
+    /// Its API.
+    pub fn api(&self) -> ApiKey {
+        match self {
+            Request::ApiVersions => ApiKey::ApiVersions,
+            Request::InitProducerId(_) => ApiKey::InitProducerId,
+            Request::CreateTopics(_) => ApiKey::CreateTopics,
+            Request::DeleteTopics(_) => ApiKey::DeleteTopics,
+            Request::CreatePartitions(_) => ApiKey::CreatePartitions,
+            Request::DescribeConfigs(_) => ApiKey::DescribeConfigs,
+            Request::AlterConfigs(_) => ApiKey::AlterConfigs,
+            Request::IncrementalAlterConfigs(_) => ApiKey::IncrementalAlterConfigs,
+            Request::DeleteRecords(_) => ApiKey::DeleteRecords,
+            Request::DescribeCluster(_) => ApiKey::DescribeCluster,
+            Request::FindCoordinator(_) => ApiKey::FindCoordinator,
+            Request::JoinGroup(_) => ApiKey::JoinGroup,
+            Request::SyncGroup(_) => ApiKey::SyncGroup,
+            Request::Heartbeat(_) => ApiKey::Heartbeat,
+            Request::LeaveGroup(_) => ApiKey::LeaveGroup,
+            Request::OffsetCommit(_) => ApiKey::OffsetCommit,
+            Request::OffsetFetch(_) => ApiKey::OffsetFetch,
+            Request::ListGroups(_) => ApiKey::ListGroups,
+            Request::DescribeGroups(_) => ApiKey::DescribeGroups,
+            Request::DeleteGroups(_) => ApiKey::DeleteGroups,
+            Request::OffsetDelete(_) => ApiKey::OffsetDelete,
+            Request::ConsumerGroupHeartbeat(_) => ApiKey::ConsumerGroupHeartbeat,
+            Request::ConsumerGroupDescribe(_) => ApiKey::ConsumerGroupDescribe,
+            Request::Metadata(_) => ApiKey::Metadata,
+            Request::Fetch(_) => ApiKey::Fetch,
+            Request::ListOffsets(_) => ApiKey::ListOffsets,
+            Request::Produce(_) => ApiKey::Produce,
+            Request::SaslHandshake(_) => ApiKey::SaslHandshake,
+            Request::SaslAuthenticate(_) => ApiKey::SaslAuthenticate,
+            Request::DescribeAcls(_) => ApiKey::DescribeAcls,
+            Request::CreateAcls(_) => ApiKey::CreateAcls,
+            Request::DeleteAcls(_) => ApiKey::DeleteAcls,
+        }
+    }
 }
 
 /// What a frame holds.
@@ -388,6 +688,21 @@ pub fn decode(frame: &Bytes) -> Result<Decoded, Close> {
         ApiKey::ConsumerGroupDescribe => Request::ConsumerGroupDescribe(Box::new(
             ConsumerGroupDescribeRequest::decode(&mut buf, version).map_err(malformed)?,
         )),
+        ApiKey::SaslHandshake => Request::SaslHandshake(Box::new(
+            SaslHandshakeRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::SaslAuthenticate => Request::SaslAuthenticate(Box::new(
+            SaslAuthenticateRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::DescribeAcls => Request::DescribeAcls(Box::new(
+            DescribeAclsRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::CreateAcls => Request::CreateAcls(Box::new(
+            CreateAclsRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
+        ApiKey::DeleteAcls => Request::DeleteAcls(Box::new(
+            DeleteAclsRequest::decode(&mut buf, version).map_err(malformed)?,
+        )),
         _ => return Err(Close::UnknownApi(key)),
     };
     Ok(Decoded::Request {
@@ -469,6 +784,7 @@ async fn metadata(
     client_id: &str,
     broker: &dyn Broker,
     cfg: &KafkaConfig,
+    access: crate::authz::Access<'_>,
 ) -> MetadataResponse {
     let cluster_id = broker.cluster_id();
     let mut resp =
@@ -508,6 +824,7 @@ async fn metadata(
     let allow = version < 4 || req.allow_auto_topic_creation;
     let create = (cfg.auto_create_topics && allow).then_some(cfg.default_partitions);
     let zone = crate::zone_of(client_id);
+    let asked_all = asked.is_none();
     let topics = match &asked {
         None => broker.topics(None, zone, None).await,
         Some(asks) => {
@@ -541,7 +858,10 @@ async fn metadata(
                     }
                     got
                 }),
-                (false, false) => broker.topics(Some(&names), zone, create).await,
+                (false, false) => {
+                    let create = create.filter(|_| crate::authz::may_auto_create(access, &names));
+                    broker.topics(Some(&names), zone, create).await
+                }
             }
         }
     };
@@ -560,6 +880,7 @@ async fn metadata(
         }
     };
     resp.topics = topics.into_iter().map(|t| topic(t, version)).collect();
+    crate::authz::metadata(access, &mut resp, asked_all);
     resp
 }
 

@@ -24,11 +24,29 @@ pub enum FrameError {
     Io(#[from] std::io::Error),
 }
 
+/// The largest frame accepted: a number, or one read when a frame's size has arrived (a
+/// connection's cap rises once it authenticates).
+pub trait Limit {
+    fn bytes(&self) -> usize;
+}
+
+impl Limit for usize {
+    fn bytes(&self) -> usize {
+        *self
+    }
+}
+
+impl Limit for std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    fn bytes(&self) -> usize {
+        self.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
 /// The next frame's bytes (without the size), or `None` when the peer closed the connection
 /// between frames.
 pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
-    max: usize,
+    max: impl Limit,
 ) -> Result<Option<Bytes>, FrameError> {
     let mut size = [0u8; 4];
     let mut got = 0;
@@ -44,6 +62,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     }
     let size = i32::from_be_bytes(size);
     let want = usize::try_from(size).map_err(|_| FrameError::Negative(size))?;
+    let max = max.bytes();
     if want > max {
         return Err(FrameError::TooLarge { size: i64::from(size), max });
     }

@@ -18,8 +18,10 @@
 //! Depends on the codec and `security` (TLS) only; never on a storage crate (the roles adapt
 //! their stores to [`Broker`]).
 
+pub mod acl_api;
 mod admin;
 pub mod api;
+pub mod authz;
 pub mod configs;
 mod consumer_api;
 mod fetch;
@@ -29,6 +31,7 @@ pub mod groups;
 mod produce;
 pub mod producers;
 mod server;
+pub mod session;
 pub mod splice;
 
 pub use server::{KafkaConfig, serve};

@@ -12,6 +12,7 @@ use futures::stream::FuturesOrdered;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::session::Session;
 use crate::{Broker, api, frame};
 
 /// The front end's settings.
@@ -37,7 +38,15 @@ pub struct KafkaConfig {
     pub consumer_heartbeat_interval: std::time::Duration,
     /// TLS on the listener (clients' `security.protocol=SSL`); none: plaintext.
     pub tls: Option<Arc<security::ServerTls>>,
+    /// Who may do what ([`crate::session`]); off by default.
+    pub authz: Arc<security::Authorizer>,
+    /// Where CreateAcls, DescribeAcls and DeleteAcls keep ACLs; none: SECURITY_DISABLED.
+    pub acls: Option<security::store::AuthStore>,
 }
+
+/// Connections that have not authenticated yet, at most, on one listener (with
+/// authentication on); one more is closed at once.
+pub const MAX_UNAUTHENTICATED: usize = 1024;
 
 impl Default for KafkaConfig {
     fn default() -> Self {
@@ -51,6 +60,8 @@ impl Default for KafkaConfig {
             consumer_session_timeout: std::time::Duration::from_secs(45),
             consumer_heartbeat_interval: std::time::Duration::from_secs(5),
             tls: None,
+            authz: security::Authorizer::off(),
+            acls: None,
         }
     }
 }
@@ -68,6 +79,7 @@ pub async fn serve(
             .with_consumer_timeouts(cfg.consumer_session_timeout, cfg.consumer_heartbeat_interval),
     );
     let cfg = Arc::new(cfg);
+    let unauthenticated = Arc::new(tokio::sync::Semaphore::new(MAX_UNAUTHENTICATED));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
     // Sessions end and rebalances complete on time, whether or not requests come in.
@@ -85,6 +97,16 @@ pub async fn serve(
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
+                    let permit = match cfg.authz.enabled() {
+                        true => match unauthenticated.clone().try_acquire_owned() {
+                            Ok(p) => Some(p),
+                            Err(_) => {
+                                tracing::warn!(%peer, "Kafka: {MAX_UNAUTHENTICATED} connections not authenticated yet; closing one more");
+                                continue;
+                            }
+                        },
+                        false => None,
+                    };
                     let (broker, cfg, stopped) = (broker.clone(), cfg.clone(), stopped.clone());
                     let groups = groups.clone();
                     connections.spawn(async move {
@@ -92,15 +114,23 @@ pub async fn serve(
                         // As Kafka shows a group member's host: `/<ip>`.
                         let host: Arc<str> = format!("/{}", peer.ip()).into();
                         let tls = cfg.tls.clone();
+                        let max = cfg.max_frame_bytes;
                         let served = match tls {
                             None => {
+                                let session = Session::new(&cfg.authz, false, None, max, permit);
                                 let (read, write) = socket.into_split();
-                                connection(read, write, host, broker, cfg, groups, stopped).await
+                                let c = Conn { host, session, broker, cfg, groups, stopped };
+                                connection(read, write, c).await
                             }
                             Some(tls) => match tls.accept(socket).await {
                                 Ok(s) => {
+                                    let cert = s.get_ref().1.peer_certificates().and_then(|c| {
+                                        c.first().and_then(|c| security::Principal::of_certificate(c))
+                                    });
+                                    let session = Session::new(&cfg.authz, true, cert, max, permit);
                                     let (read, write) = tokio::io::split(s);
-                                    connection(read, write, host, broker, cfg, groups, stopped).await
+                                    let c = Conn { host, session, broker, cfg, groups, stopped };
+                                    connection(read, write, c).await
                                 }
                                 Err(e) => {
                                     tracing::debug!(%peer, error = %e, "Kafka TLS handshake failed");
@@ -140,28 +170,31 @@ enum Ended {
     Write(std::io::Error),
 }
 
-/// Serves one connection, its bytes read from `read` and answers written to `write` (a TCP
-/// socket's halves, or a TLS stream's).
-async fn connection<R, W>(
-    mut read: R,
-    mut write: W,
+/// What one connection is served with.
+struct Conn {
     host: Arc<str>,
+    session: Session,
     broker: Arc<dyn Broker>,
     cfg: Arc<KafkaConfig>,
     groups: Arc<crate::groups::Groups>,
-    mut stopped: tokio::sync::watch::Receiver<bool>,
-) -> Result<(), Ended>
+    stopped: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Serves one connection, its bytes read from `read` and answers written to `write` (a TCP
+/// socket's halves, or a TLS stream's).
+async fn connection<R, W>(mut read: R, mut write: W, c: Conn) -> Result<(), Ended>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin,
 {
+    let Conn { host, mut session, broker, cfg, groups, mut stopped } = c;
     // Frames are read by a task of their own: a read cut off by select! would lose the bytes
     // of a frame half read. It reads one frame ahead of the requests taken.
     let (tx, mut frames) = tokio::sync::mpsc::channel(1);
-    let max = cfg.max_frame_bytes;
+    let max = session.frame_cap();
     let reader = tokio::spawn(async move {
         loop {
-            let next = frame::read_frame(&mut read, max).await;
+            let next = frame::read_frame(&mut read, max.clone()).await;
             let last = !matches!(next, Ok(Some(_)));
             if tx.send(next).await.is_err() || last {
                 return;
@@ -171,6 +204,7 @@ where
     let mut waiting: FuturesOrdered<Answer> = FuturesOrdered::new();
     let mut reading = !*stopped.borrow();
     let mut closing: Option<Ended> = None;
+    let deadline = session.deadline().unwrap_or_else(std::time::Instant::now);
     while reading || !waiting.is_empty() {
         let room = waiting.len() < cfg.max_in_flight;
         tokio::select! {
@@ -194,8 +228,22 @@ where
             next = frames.recv(), if reading && room => match next {
                 Some(Ok(Some(f))) => {
                     // Admitted here, one request at a time, in the connection's order.
-                    match api::admit(f, broker.clone(), cfg.clone(), groups.clone(), host.clone()).await {
-                        Ok(answer) => waiting.push_back(answer),
+                    let admitted = api::admit(
+                        f,
+                        &mut session,
+                        broker.clone(),
+                        cfg.clone(),
+                        groups.clone(),
+                        host.clone(),
+                    );
+                    match admitted.await {
+                        Ok(answer) => {
+                            waiting.push_back(answer);
+                            // A failed authentication: answered, then the connection closes.
+                            if session.close_after {
+                                reading = false;
+                            }
+                        }
                         Err(close) => {
                             // Answered after the answers due before it: a closed connection.
                             reading = false;
@@ -210,6 +258,10 @@ where
                 }
             },
             _ = stopped.changed(), if reading => reading = false,
+            _ = tokio::time::sleep_until(deadline.into()), if reading && !session.authenticated() => {
+                reading = false;
+                closing = Some(Ended::Request(api::Close::AuthTimeout(crate::session::PRE_AUTH_TIMEOUT)));
+            }
         }
     }
     reader.abort();

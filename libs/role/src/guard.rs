@@ -53,6 +53,11 @@ pub fn rule(path: &str) -> Option<Rule> {
     if path.starts_with("/lakelog.maintenance.v1.") || path.starts_with("/lakelog.auth.v1.") {
         return Some(match path {
             "/lakelog.auth.v1.AuthService/WhoAmI" => Rule::Authenticated,
+            // ACLs as Kafka guards them: DESCRIBE on the cluster to list, ALTER to change.
+            "/lakelog.auth.v1.AuthService/ListAcls" => Rule::Cluster(Describe),
+            "/lakelog.auth.v1.AuthService/AddAcls" | "/lakelog.auth.v1.AuthService/RemoveAcls" => {
+                Rule::Cluster(Alter)
+            }
             _ => Rule::Cluster(Admin),
         });
     }

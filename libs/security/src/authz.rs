@@ -60,6 +60,22 @@ impl Authorizer {
         }
     }
 
+    /// Whether some ACL lets `p` do `op` on some resource of the type (Kafka's "WRITE on any
+    /// topic" for an idempotent producer).
+    pub fn may_anywhere(&self, p: &Principal, op: Operation, resource: ResourceType) -> bool {
+        if !self.enabled || self.super_users.contains(p.name()) {
+            return true;
+        }
+        let Some(v) = &self.view else { return false };
+        v.current().acls.iter().any(|a| {
+            let who = a.principal.strip_prefix("User:").unwrap_or(&a.principal);
+            (who == "*" || who == p.name())
+                && a.resource == resource
+                && a.permission == crate::acl::Permission::Allow
+                && crate::acl::allowed(std::slice::from_ref(a), p.name(), op, resource, &a.name)
+        })
+    }
+
     pub fn is_super_user(&self, p: &Principal) -> bool {
         self.super_users.contains(p.name())
     }

@@ -198,6 +198,15 @@ fn unescape(name: &str) -> Result<String, AuthFailed> {
 }
 
 impl ScramServer {
+    pub fn mechanism(&self) -> Mechanism {
+        self.mechanism
+    }
+
+    /// Whether the next message is the client's first.
+    pub fn awaiting_first(&self) -> bool {
+        matches!(self.state, State::First)
+    }
+
     pub fn new(mechanism: Mechanism) -> ScramServer {
         ScramServer { mechanism, state: State::First, server_nonce: None }
     }
@@ -295,9 +304,93 @@ impl ScramServer {
     }
 }
 
+/// A SCRAM client (RFC 5802 §3): Lakelog's own Kafka tools and tests authenticate with it.
+#[derive(Debug)]
+pub struct ScramClient {
+    mechanism: Mechanism,
+    password: String,
+    first_bare: String,
+    nonce: String,
+    server_signature: Option<Vec<u8>>,
+}
+
+impl ScramClient {
+    /// The client of `user` with `password`; its first message.
+    pub fn new(m: Mechanism, user: &str, password: &str) -> Result<(ScramClient, Vec<u8>), String> {
+        let nonce = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random_bytes(18)?);
+        let name = user.replace('=', "=3D").replace(',', "=2C");
+        let first_bare = format!("n={name},r={nonce}");
+        let msg = format!("n,,{first_bare}").into_bytes();
+        let c = ScramClient {
+            mechanism: m,
+            password: password.to_owned(),
+            first_bare,
+            nonce,
+            server_signature: None,
+        };
+        Ok((c, msg))
+    }
+
+    /// The final message answering the server's first.
+    pub fn last(&mut self, server_first: &[u8]) -> Result<Vec<u8>, String> {
+        let m = self.mechanism;
+        let text = std::str::from_utf8(server_first).map_err(|e| e.to_string())?;
+        let mut nonce = None;
+        let (mut salt, mut iterations) = (None, None);
+        for a in text.split(',') {
+            match a.split_at_checked(2) {
+                Some(("r=", v)) => nonce = Some(v),
+                Some(("s=", v)) => salt = B64.decode(v).ok(),
+                Some(("i=", v)) => iterations = v.parse::<u32>().ok(),
+                _ => {}
+            }
+        }
+        let (Some(nonce), Some(salt), Some(iterations)) = (nonce, salt, iterations) else {
+            return Err(format!("malformed server message `{text}`"));
+        };
+        if !nonce.starts_with(&self.nonce) || iterations < MIN_ITERATIONS {
+            return Err("server nonce or iterations refused".to_owned());
+        }
+        let salted = salted(m, &self.password, &salt, iterations);
+        let client_key = mac(m, &salted, b"Client Key");
+        let stored = digest::digest(m.digest(), &client_key);
+        let without_proof = format!("c={},r={nonce}", B64.encode("n,,"));
+        let auth = format!("{},{text},{without_proof}", self.first_bare);
+        let signature = mac(m, stored.as_ref(), auth.as_bytes());
+        let proof: Vec<u8> = client_key.iter().zip(&signature).map(|(a, b)| a ^ b).collect();
+        self.server_signature = Some(mac(m, &mac(m, &salted, b"Server Key"), auth.as_bytes()));
+        Ok(format!("{without_proof},p={}", B64.encode(proof)).into_bytes())
+    }
+
+    /// Whether the server's final message proves it knew the credential.
+    pub fn verify(&self, server_final: &[u8]) -> bool {
+        let Some(want) = &self.server_signature else { return false };
+        let got = server_final.strip_prefix(b"v=").and_then(|v| B64.decode(v).ok());
+        got.is_some_and(|g| constant_time::verify_slices_are_equal(&g, want).is_ok())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_client_and_the_server_agree_and_the_client_checks_the_server() -> Result<(), String> {
+        for m in Mechanism::ALL {
+            let cred = Credential::new(m, "pw,=x", MIN_ITERATIONS)?;
+            let (mut c, first) = ScramClient::new(m, "a,b=c", "pw,=x")?;
+            let mut s = ScramServer::new(m);
+            let sf = s
+                .first(&first, |u| (u == "a,b=c").then(|| cred.clone()))
+                .map_err(|e| e.to_string())?;
+            let fin = c.last(&sf)?;
+            let (user, v) = s.last(&fin).map_err(|e| e.to_string())?;
+            assert_eq!(user, "a,b=c");
+            assert!(c.verify(&v));
+            assert!(!c.verify(b"v=AAAA"));
+        }
+        Ok(())
+    }
 
     /// A SCRAM client, as RFC 5802 §3 computes it.
     fn client_final(

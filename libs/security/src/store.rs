@@ -375,7 +375,16 @@ impl AuthStore {
 
     /// Removes the ACLs `filter` matches: those removed.
     pub async fn remove_acls(&self, filter: &AclFilter) -> Result<Vec<Acl>, AuthError> {
-        let gone = self.list_acls(filter).await?;
+        self.remove_acls_where(|a| filter.matches(a)).await
+    }
+
+    /// Removes the ACLs `matches` picks: those removed.
+    pub async fn remove_acls_where(
+        &self,
+        matches: impl Fn(&Acl) -> bool,
+    ) -> Result<Vec<Acl>, AuthError> {
+        let all = self.read().await?.0.acls;
+        let gone: Vec<Acl> = all.into_iter().filter(|a| matches(a)).collect();
         for chunk in gone.chunks(64) {
             let ops = chunk.iter().map(|a| TxnOp::delete(KeyRange::key(self.acl_key(a))));
             self.meta.txn(Txn::new().and_then(ops)).await?;

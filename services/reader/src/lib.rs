@@ -53,6 +53,8 @@ pub async fn run(
             // A reader creates no topics.
             auto_create_topics: false,
             tls,
+            authz: role.authorizer(),
+            acls: role.authorizer().enabled().then(|| role.auth_store()),
             ..Default::default()
         };
         tracing::info!(addr = %k.listen, advertised = %k.advertised(), node_id, "Kafka serving (read-only)");

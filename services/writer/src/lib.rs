@@ -104,6 +104,8 @@ pub async fn run_with(
             consumer_session_timeout: k.consumer_session_timeout.0,
             consumer_heartbeat_interval: k.consumer_heartbeat_interval.0,
             tls,
+            authz: role.authorizer(),
+            acls: role.authorizer().enabled().then(|| role.auth_store()),
             ..Default::default()
         };
         tracing::info!(addr = %k.listen, advertised = %k.advertised(), "Kafka serving");

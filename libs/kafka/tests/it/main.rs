@@ -4,6 +4,8 @@
 //! versions with auto-creation and zone hints, pipelined requests answered in order, and
 //! hostile or unserved frames closing the connection without an answer.
 
+mod auth;
+
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, ensure};

@@ -1,0 +1,200 @@
+//! One connection's identity (docs/security.md). With authentication on, a connection is
+//! anonymous until it proves who it is: a verified TLS client certificate (its common name),
+//! or SASL (SaslHandshake, then SaslAuthenticate: PLAIN over TLS only, SCRAM-SHA-256/512).
+//! Until then it may send only ApiVersions and the SASL requests, in frames of at most 512 KiB
+//! (Kafka's `sasl.server.max.receive.size`), for at most 30 s; a failed authentication is
+//! answered and the connection closed. With authentication off, every connection is
+//! `User:ANONYMOUS` and may do everything.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::{
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use security::scram::{Mechanism, ScramServer};
+use security::{Authorizer, Principal};
+
+/// The largest frame before authentication.
+pub const PRE_AUTH_FRAME_BYTES: usize = 512 << 10;
+
+/// How long a connection may take to authenticate.
+pub const PRE_AUTH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Kafka's SASL error codes.
+pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+pub const ILLEGAL_SASL_STATE: i16 = 34;
+pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
+
+#[derive(Debug)]
+enum Sasl {
+    None,
+    Plain,
+    Scram(Box<ScramServer>),
+}
+
+/// A connection's identity and authentication state.
+#[derive(Debug)]
+pub struct Session {
+    principal: Principal,
+    authenticated: bool,
+    tls: bool,
+    sasl: Sasl,
+    /// Answer the request just admitted, then close (a failed authentication).
+    pub close_after: bool,
+    /// The frame cap the connection's reader applies: raised on authentication.
+    cap: Arc<AtomicUsize>,
+    max_frame: usize,
+    started: Instant,
+    /// Held while unauthenticated: bounds how many connections may be.
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Session {
+    /// A new connection's session: authenticated already when authentication is off or its
+    /// TLS client certificate named someone (`cert`).
+    pub fn new(
+        authz: &Authorizer,
+        tls: bool,
+        cert: Option<Principal>,
+        max_frame: usize,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Session {
+        let authenticated = !authz.enabled() || cert.is_some();
+        let cap = if authenticated { max_frame } else { PRE_AUTH_FRAME_BYTES.min(max_frame) };
+        Session {
+            principal: cert.unwrap_or_else(Principal::anonymous),
+            authenticated,
+            tls,
+            sasl: Sasl::None,
+            close_after: false,
+            cap: Arc::new(AtomicUsize::new(cap)),
+            max_frame,
+            started: Instant::now(),
+            permit: if authenticated { None } else { permit },
+        }
+    }
+
+    pub fn principal(&self) -> &Principal {
+        &self.principal
+    }
+
+    pub fn authenticated(&self) -> bool {
+        self.authenticated
+    }
+
+    /// The frame cap, shared with the connection's reader.
+    pub fn frame_cap(&self) -> Arc<AtomicUsize> {
+        self.cap.clone()
+    }
+
+    /// When an unauthenticated connection is closed.
+    pub fn deadline(&self) -> Option<Instant> {
+        (!self.authenticated).then(|| self.started + PRE_AUTH_TIMEOUT)
+    }
+
+    fn mechanisms(&self) -> Vec<StrBytes> {
+        let mut m: Vec<&str> = Vec::new();
+        if self.tls {
+            m.push("PLAIN");
+        }
+        m.extend(Mechanism::ALL.iter().map(|m| m.name()));
+        m.into_iter().map(StrBytes::from_static_str).collect()
+    }
+
+    /// SaslHandshake: picks the mechanism the next SaslAuthenticate speaks.
+    pub fn handshake(&mut self, req: &SaslHandshakeRequest) -> SaslHandshakeResponse {
+        let resp = SaslHandshakeResponse::default().with_mechanisms(self.mechanisms());
+        if self.authenticated || !matches!(self.sasl, Sasl::None) {
+            return resp.with_error_code(ILLEGAL_SASL_STATE);
+        }
+        let asked = req.mechanism.as_str();
+        self.sasl = match (asked, Mechanism::parse(asked)) {
+            ("PLAIN", _) if self.tls => Sasl::Plain,
+            (_, Some(m)) => Sasl::Scram(Box::new(ScramServer::new(m))),
+            _ => return resp.with_error_code(UNSUPPORTED_SASL_MECHANISM),
+        };
+        resp
+    }
+
+    /// SaslAuthenticate: one step of the mechanism chosen. A failure is answered and the
+    /// connection closed after it.
+    pub fn authenticate(
+        &mut self,
+        req: &SaslAuthenticateRequest,
+        authz: &Authorizer,
+    ) -> SaslAuthenticateResponse {
+        let resp = SaslAuthenticateResponse::default();
+        let failed = |s: &mut Session, message: String| {
+            s.close_after = true;
+            s.sasl = Sasl::None;
+            resp.clone()
+                .with_error_code(SASL_AUTHENTICATION_FAILED)
+                .with_error_message(Some(StrBytes::from_string(message)))
+        };
+        if self.authenticated {
+            self.close_after = true;
+            return resp
+                .with_error_code(ILLEGAL_SASL_STATE)
+                .with_error_message(Some(StrBytes::from_static_str("already authenticated")));
+        }
+        let msg = &req.auth_bytes;
+        match &mut self.sasl {
+            Sasl::None => {
+                self.close_after = true;
+                resp.with_error_code(ILLEGAL_SASL_STATE).with_error_message(Some(
+                    StrBytes::from_static_str("SaslAuthenticate before SaslHandshake"),
+                ))
+            }
+            Sasl::Plain => {
+                let checked = security::scram::parse_plain(msg).and_then(|(user, password)| {
+                    let ok = authz
+                        .credential(&user, Mechanism::ScramSha512)
+                        .is_some_and(|c| c.verify_password(&password));
+                    match ok {
+                        true => Ok(user),
+                        false => Err(security::scram::AuthFailed {
+                            detail: "Invalid username or password".to_owned(),
+                        }),
+                    }
+                });
+                match checked {
+                    Ok(user) => {
+                        self.done(&user);
+                        resp
+                    }
+                    Err(e) => failed(self, e.to_string()),
+                }
+            }
+            Sasl::Scram(server) => {
+                let m = server.mechanism();
+                let step = match server.awaiting_first() {
+                    true => {
+                        server.first(msg, |user| authz.credential(user, m)).map(|out| (None, out))
+                    }
+                    false => server.last(msg).map(|(user, out)| (Some(user), out)),
+                };
+                match step {
+                    Ok((user, out)) => {
+                        if let Some(user) = user {
+                            self.done(&user);
+                        }
+                        resp.with_auth_bytes(Bytes::from(out))
+                    }
+                    Err(e) => failed(self, e.to_string()),
+                }
+            }
+        }
+    }
+
+    fn done(&mut self, user: &str) {
+        self.principal = Principal::user(user);
+        self.authenticated = true;
+        self.sasl = Sasl::None;
+        self.permit = None;
+        self.cap.store(self.max_frame, Ordering::Release);
+    }
+}

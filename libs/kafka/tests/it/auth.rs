@@ -1,0 +1,311 @@
+//! SASL, the pre-authentication limits and authorization on the front end, over real
+//! sockets, with credentials and ACLs in an in-memory metadata store (the roles' tests run
+//! real Kafka clients against the same code).
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result, ensure};
+use bytes::Bytes;
+use kafka::KafkaConfig;
+use kafka_protocol::messages::create_acls_request::AclCreation;
+use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
+use kafka_protocol::messages::fetch_request::FetchTopic;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, CreateAclsRequest, CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse,
+    DescribeAclsRequest, DescribeAclsResponse, FetchRequest, FetchResponse, MetadataRequest,
+    MetadataResponse, ProduceRequest, ProduceResponse, SaslAuthenticateRequest,
+    SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use security::acl::{Acl, Operation, PatternType, Permission, ResourceType};
+use security::scram::{Mechanism, ScramClient};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::{Server, batch, decode, read_response, request, server};
+
+fn acl(who: &str, op: Operation, name: &str) -> Acl {
+    Acl {
+        principal: format!("User:{who}"),
+        resource: ResourceType::Stream,
+        pattern: PatternType::Literal,
+        name: name.to_owned(),
+        operation: op,
+        permission: Permission::Allow,
+        host: "*".to_owned(),
+    }
+}
+
+/// A front end with authentication on: users `alice` (produce and describe `orders`) and
+/// `root` (a super user).
+async fn secured() -> Result<Server> {
+    let meta: Arc<dyn metadata::MetadataStore> = Arc::new(metadata::MemoryStore::new());
+    let store = security::store::AuthStore::new(meta, "k");
+    store.put_user("alice", "alice-pw", 4096).await?;
+    store.put_user("root", "root-pw", 4096).await?;
+    store
+        .add_acls(&[
+            acl("alice", Operation::Produce, "orders"),
+            acl("alice", Operation::Describe, "orders"),
+        ])
+        .await?;
+    let section = config::AuthSection { enabled: true, super_users: vec!["root".to_owned()] };
+    let authz = security::Authorizer::start(&section, &store, "test").await?;
+    server(KafkaConfig { authz, acls: Some(store), ..Default::default() }).await
+}
+
+/// Sends `body` on `s` and reads its answer; `None` when the connection closed instead.
+async fn call<Q: Encodable, R: Decodable>(
+    s: &mut TcpStream,
+    api: ApiKey,
+    version: i16,
+    body: &Q,
+) -> Result<Option<R>> {
+    s.write_all(&request(api, version, 3, "t", body)?).await?;
+    let Some(b) = read_response(s).await? else { return Ok(None) };
+    Ok(Some(decode::<R>(api, version, b)?.1))
+}
+
+/// A connection authenticated as `user` by SCRAM; or the SaslAuthenticate error that closed
+/// it.
+async fn login(
+    s: &Server,
+    m: Mechanism,
+    user: &str,
+    password: &str,
+) -> Result<Result<TcpStream, i16>> {
+    let mut c = TcpStream::connect(s.addr).await?;
+    let hs = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(m.name()));
+    let r: SaslHandshakeResponse =
+        call(&mut c, ApiKey::SaslHandshake, 1, &hs).await?.context("closed")?;
+    ensure!(r.error_code == 0, "handshake: {r:?}");
+    let (mut client, first) = ScramClient::new(m, user, password).map_err(anyhow::Error::msg)?;
+    let auth = |b: Vec<u8>| SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(b));
+    let r: SaslAuthenticateResponse =
+        call(&mut c, ApiKey::SaslAuthenticate, 2, &auth(first)).await?.context("closed")?;
+    if r.error_code != 0 {
+        return Ok(Err(r.error_code));
+    }
+    let last = client.last(&r.auth_bytes).map_err(anyhow::Error::msg)?;
+    let r: SaslAuthenticateResponse =
+        call(&mut c, ApiKey::SaslAuthenticate, 2, &auth(last)).await?.context("closed")?;
+    if r.error_code != 0 {
+        // Answered, then closed.
+        let after: Option<MetadataResponse> =
+            call(&mut c, ApiKey::Metadata, 12, &MetadataRequest::default()).await?;
+        ensure!(after.is_none(), "the connection stayed open after a failed authentication");
+        return Ok(Err(r.error_code));
+    }
+    ensure!(client.verify(&r.auth_bytes), "the server's final message does not verify");
+    Ok(Ok(c))
+}
+
+fn topics(names: &[&str]) -> MetadataRequest {
+    MetadataRequest::default().with_topics(Some(
+        names
+            .iter()
+            .map(|n| {
+                MetadataRequestTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_string((*n).to_owned()))))
+            })
+            .collect(),
+    ))
+}
+
+#[tokio::test]
+async fn requests_before_authentication_close_the_connection_and_scram_opens_it() -> Result<()> {
+    let s = secured().await?;
+    let mut anon = TcpStream::connect(s.addr).await?;
+    let r: Option<MetadataResponse> =
+        call(&mut anon, ApiKey::Metadata, 12, &topics(&["orders"])).await?;
+    ensure!(r.is_none(), "Metadata was answered before authentication");
+
+    for m in Mechanism::ALL {
+        let mut alice =
+            login(&s, m, "alice", "alice-pw").await?.map_err(|e| anyhow::anyhow!("error {e}"))?;
+        // Described: orders; not described: secret (and, without CREATE, not auto-created).
+        let r: MetadataResponse =
+            call(&mut alice, ApiKey::Metadata, 12, &topics(&["orders", "secret"]))
+                .await?
+                .context("closed")?;
+        let codes: Vec<(String, i16)> = r
+            .topics
+            .iter()
+            .map(|t| (t.name.as_ref().map(|n| n.to_string()).unwrap_or_default(), t.error_code))
+            .collect();
+        ensure!(codes == [("orders".to_owned(), 0), ("secret".to_owned(), 29)], "{codes:?} {r:?}");
+        ensure!(
+            s.broker.created.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.is_empty(),
+            "auto-created without CREATE"
+        );
+        // Listing every topic shows only orders.
+        let all: MetadataResponse =
+            call(&mut alice, ApiKey::Metadata, 12, &MetadataRequest::default().with_topics(None))
+                .await?
+                .context("closed")?;
+        ensure!(all.topics.len() == 1, "{:?}", all.topics);
+
+        // One produce to orders (allowed) and to audit (not): split per topic.
+        let b = batch(&["x"], recordbatch::ProducerFields::NONE)?;
+        let topic = |n: &str| {
+            TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(n.to_owned())))
+                .with_partition_data(vec![
+                    PartitionProduceData::default().with_index(0).with_records(Some(b.clone())),
+                ])
+        };
+        let req = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(5000)
+            .with_topic_data(vec![topic("orders"), topic("audit")]);
+        let r: ProduceResponse =
+            call(&mut alice, ApiKey::Produce, 9, &req).await?.context("closed")?;
+        let mut got: Vec<(String, i16)> = r
+            .responses
+            .iter()
+            .map(|t| (t.name.to_string(), t.partition_responses[0].error_code))
+            .collect();
+        got.sort();
+        ensure!(got == [("audit".to_owned(), 29), ("orders".to_owned(), 0)], "{got:?}");
+        // No consume on orders: a fetch is refused for it.
+        let fetch = FetchRequest::default().with_max_wait_ms(0).with_topics(vec![
+            FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str("orders")))
+                .with_partitions(vec![Default::default()]),
+        ]);
+        let r: FetchResponse =
+            call(&mut alice, ApiKey::Fetch, 12, &fetch).await?.context("closed")?;
+        ensure!(
+            r.responses.len() == 1 && r.responses[0].partitions[0].error_code == 29,
+            "{:?}",
+            r.responses
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_wrong_password_is_answered_and_closes_the_connection_and_plain_needs_tls() -> Result<()>
+{
+    let s = secured().await?;
+    for m in Mechanism::ALL {
+        let r = login(&s, m, "alice", "not-it").await?;
+        ensure!(matches!(r, Err(58)), "{m:?}: {:?}", r.as_ref().err());
+        let r = login(&s, m, "nobody", "x").await?;
+        ensure!(matches!(r, Err(58)), "{m:?} unknown user: {:?}", r.as_ref().err());
+    }
+    // PLAIN would send the password in the clear: not offered without TLS.
+    let mut c = TcpStream::connect(s.addr).await?;
+    let hs = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+    let r: SaslHandshakeResponse =
+        call(&mut c, ApiKey::SaslHandshake, 1, &hs).await?.context("closed")?;
+    ensure!(r.error_code == 33 && !r.mechanisms.iter().any(|m| m.as_str() == "PLAIN"), "{r:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn frames_before_authentication_are_capped_at_512_kib() -> Result<()> {
+    let s = secured().await?;
+    // 600 KiB claimed before authenticating: closed unanswered, after reading 4 bytes.
+    let mut c = TcpStream::connect(s.addr).await?;
+    c.write_all(&((600i32 << 10).to_be_bytes())).await?;
+    c.write_all(&[0u8; 1024]).await?;
+    ensure!(
+        read_response(&mut c).await?.is_none(),
+        "a 600 KiB frame was read before authentication"
+    );
+    // Once authenticated, the same size is a request like any other.
+    let mut root = login(&s, Mechanism::ScramSha256, "root", "root-pw")
+        .await?
+        .map_err(|e| anyhow::anyhow!("error {e}"))?;
+    let big = "v".repeat(600 << 10);
+    let b = batch(&[big.as_str()], recordbatch::ProducerFields::NONE)?;
+    let req = crate::produce_request(-1, vec![(0, Some(b))]);
+    let r: Option<ProduceResponse> = call(&mut root, ApiKey::Produce, 9, &req).await?;
+    ensure!(r.is_some(), "a 600 KiB produce after authentication closed the connection");
+    Ok(())
+}
+
+#[tokio::test]
+async fn acls_are_created_described_and_deleted_over_kafka_by_the_cluster_admin_only() -> Result<()>
+{
+    let s = secured().await?;
+    let mut root = login(&s, Mechanism::ScramSha512, "root", "root-pw")
+        .await?
+        .map_err(|e| anyhow::anyhow!("error {e}"))?;
+    let mut alice = login(&s, Mechanism::ScramSha512, "alice", "alice-pw")
+        .await?
+        .map_err(|e| anyhow::anyhow!("error {e}"))?;
+    let creation = AclCreation::default()
+        .with_resource_type(2)
+        .with_resource_name(StrBytes::from_static_str("ord"))
+        .with_resource_pattern_type(4)
+        .with_principal(StrBytes::from_static_str("User:bob"))
+        .with_host(StrBytes::from_static_str("*"))
+        .with_operation(3)
+        .with_permission_type(3);
+    let create = CreateAclsRequest::default().with_creations(vec![creation]);
+    for v in 1..=3 {
+        let r: CreateAclsResponse =
+            call(&mut alice, ApiKey::CreateAcls, v, &create).await?.context("closed")?;
+        ensure!(r.results[0].error_code == 31, "alice v{v}: {:?}", r.results);
+        let r: CreateAclsResponse =
+            call(&mut root, ApiKey::CreateAcls, v, &create).await?.context("closed")?;
+        ensure!(r.results[0].error_code == 0, "root v{v}: {:?}", r.results);
+    }
+    let any = DescribeAclsRequest::default()
+        .with_resource_name_filter(None)
+        .with_principal_filter(None)
+        .with_host_filter(None)
+        .with_resource_type_filter(1)
+        .with_pattern_type_filter(1)
+        .with_operation(1)
+        .with_permission_type(1);
+    let r: DescribeAclsResponse =
+        call(&mut root, ApiKey::DescribeAcls, 3, &any).await?.context("closed")?;
+    let bob: Vec<_> = r
+        .resources
+        .iter()
+        .filter(|r| r.acls.iter().any(|a| a.principal.as_str() == "User:bob"))
+        .collect();
+    ensure!(
+        bob.len() == 1
+            && bob[0].resource_name.as_str() == "ord"
+            && bob[0].pattern_type == 4
+            && bob[0].acls[0].operation == 3,
+        "{:?}",
+        r.resources
+    );
+    // MATCH: the ACLs that apply to topic `orders` (bob's prefix and alice's literals).
+    let matching = DescribeAclsRequest::default()
+        .with_principal_filter(None)
+        .with_host_filter(None)
+        .with_resource_type_filter(2)
+        .with_resource_name_filter(Some(StrBytes::from_static_str("orders")))
+        .with_pattern_type_filter(2)
+        .with_operation(1)
+        .with_permission_type(1);
+    let r: DescribeAclsResponse =
+        call(&mut root, ApiKey::DescribeAcls, 2, &matching).await?.context("closed")?;
+    let n: usize = r.resources.iter().map(|r| r.acls.len()).sum();
+    ensure!(n == 3, "{:?}", r.resources);
+    let delete = DeleteAclsRequest::default().with_filters(vec![
+        DeleteAclsFilter::default()
+            .with_resource_name_filter(None)
+            .with_host_filter(None)
+            .with_resource_type_filter(1)
+            .with_pattern_type_filter(1)
+            .with_principal_filter(Some(StrBytes::from_static_str("User:bob")))
+            .with_operation(1)
+            .with_permission_type(1),
+    ]);
+    let r: DeleteAclsResponse =
+        call(&mut root, ApiKey::DeleteAcls, 3, &delete).await?.context("closed")?;
+    ensure!(r.filter_results[0].matching_acls.len() == 1, "{:?}", r.filter_results);
+    let r: DescribeAclsResponse =
+        call(&mut root, ApiKey::DescribeAcls, 3, &any).await?.context("closed")?;
+    ensure!(!r.resources.iter().any(|r| r.acls.iter().any(|a| a.principal.as_str() == "User:bob")));
+    Ok(())
+}
