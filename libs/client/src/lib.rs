@@ -307,6 +307,17 @@ const RECEIVE_WINDOW: u32 = 8 << 20;
 /// Largest HTTP/2 frame a server may send (h2's default is 16 KiB): fewer frames per response.
 const MAX_FRAME: u32 = 1 << 20;
 
+/// An error with the chain of causes under it.
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut m = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        m = format!("{m}: {c}");
+        cause = c.source();
+    }
+    m
+}
+
 /// A connection to `endpoint` (`http://` or `https://host:port`) whose calls carry what
 /// `security` says.
 async fn transport(endpoint: &str, security: &Security) -> Result<Transport, ClientError> {
@@ -316,7 +327,7 @@ async fn transport(endpoint: &str, security: &Security) -> Result<Transport, Cli
     if endpoint.starts_with("https://") {
         ep = ep
             .tls_config(security.tls(endpoint)?)
-            .map_err(|e| invalid(format!("{endpoint}: TLS: {e}")))?;
+            .map_err(|e| invalid(format!("{endpoint}: TLS: {}", causes(&e))))?;
     } else if security.ca.is_some() || security.cert.is_some() {
         return Err(invalid(format!(
             "{endpoint} is plain http://: TLS options need an https:// endpoint"

@@ -70,7 +70,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
-    (ApiKey::SaslHandshake, 1, 1),
+    // v0 advertised because librdkafka requires it to use SASL at all; the v0 exchange's raw
+    // tokens are not served (every current client sends SaslAuthenticate after v1).
+    (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::CreateAcls, 1, 3),

@@ -176,7 +176,14 @@ pub struct ScramServer {
 #[derive(Debug)]
 enum State {
     First,
-    Final { user: String, credential: Credential, gs2: String, nonce: String, auth_prefix: String },
+    Final {
+        user: String,
+        credential: Credential,
+        gs2: String,
+        client_nonce: String,
+        nonce: String,
+        auth_prefix: String,
+    },
     Done,
 }
 
@@ -261,14 +268,15 @@ impl ScramServer {
         let server_first =
             format!("r={nonce},s={},i={}", B64.encode(&credential.salt), credential.iterations);
         let auth_prefix = format!("{bare},{server_first}");
-        self.state = State::Final { user, credential, gs2, nonce, auth_prefix };
+        let client_nonce = client_nonce.to_owned();
+        self.state = State::Final { user, credential, gs2, client_nonce, nonce, auth_prefix };
         Ok(server_first.into_bytes())
     }
 
     /// Checks the client's final message (`c=…,r=…,p=…`): the user authenticated, and the
     /// server's final message (`v=…`) to send.
     pub fn last(&mut self, msg: &[u8]) -> Result<(String, Vec<u8>), AuthFailed> {
-        let State::Final { user, credential, gs2, nonce, auth_prefix } =
+        let State::Final { user, credential, gs2, client_nonce, nonce, auth_prefix } =
             std::mem::replace(&mut self.state, State::Done)
         else {
             return Err(failed("SCRAM message out of order"));
@@ -284,7 +292,12 @@ impl ScramServer {
         }
         // The nonce must be exactly the one sent (CVE-2024-56128: a server that did not check
         // it let a recorded exchange be replayed).
-        if attrs.next().and_then(|r| r.strip_prefix("r=")) != Some(nonce.as_str()) {
+        // librdkafka before 2.6.1 (kcat's 2.0.2 among them) sends the client's nonce, then
+        // the whole nonce again: accepted as well, as it still holds this exchange's fresh
+        // server nonce whole, and nothing else.
+        let sent = attrs.next().and_then(|r| r.strip_prefix("r="));
+        let doubled = sent.and_then(|r| r.strip_prefix(client_nonce.as_str()));
+        if sent != Some(nonce.as_str()) && doubled != Some(nonce.as_str()) {
             return Err(failed("nonce mismatch"));
         }
         let proof = B64.decode(proof).map_err(|_| failed("malformed proof"))?;
@@ -399,6 +412,18 @@ mod tests {
         first_bare: &str,
         server_first: &str,
     ) -> (String, Vec<u8>) {
+        client_final_with(m, password, first_bare, server_first, "")
+    }
+
+    /// [`client_final`], with `before` sent ahead of the nonce (librdkafka < 2.6.1 repeats
+    /// its own nonce there).
+    fn client_final_with(
+        m: Mechanism,
+        password: &str,
+        first_bare: &str,
+        server_first: &str,
+        before: &str,
+    ) -> (String, Vec<u8>) {
         let attrs: Vec<&str> = server_first.split(',').collect();
         let nonce = &attrs[0][2..];
         let salt = B64.decode(&attrs[1][2..]).unwrap_or_default();
@@ -406,7 +431,7 @@ mod tests {
         let salted = salted(m, password, &salt, iterations);
         let client_key = mac(m, &salted, b"Client Key");
         let stored = digest::digest(m.digest(), &client_key);
-        let without_proof = format!("c={},r={nonce}", B64.encode("n,,"));
+        let without_proof = format!("c={},r={before}{nonce}", B64.encode("n,,"));
         let auth = format!("{first_bare},{server_first},{without_proof}");
         let sig = mac(m, stored.as_ref(), auth.as_bytes());
         let proof: Vec<u8> = client_key.iter().zip(&sig).map(|(a, b)| a ^ b).collect();
@@ -457,6 +482,16 @@ mod tests {
                 format!("{head},r=abc123,p={tail}")
             };
             assert!(run("s3cret", &replay).unwrap_err().contains("nonce"));
+            // The client nonce repeated ahead of the whole nonce (librdkafka < 2.6.1): taken;
+            // anything else ahead of it: refused.
+            for (before, ok) in [("abc123", true), ("abc12", false), ("xabc123", false)] {
+                let mut s = ScramServer::new(m);
+                let first = s.first(b"n,,n=alice,r=abc123", lookup).map_err(|e| e.to_string())?;
+                let server_first = String::from_utf8(first).map_err(|e| e.to_string())?;
+                let (fin, _) =
+                    client_final_with(m, "s3cret", "n=alice,r=abc123", &server_first, before);
+                assert_eq!(s.last(fin.as_bytes()).is_ok(), ok, "{before}");
+            }
             assert!(run("s3cret", &|f| f.replace("c=biws", "c=eSws")).is_err());
             let mut s = ScramServer::new(m);
             assert!(s.first(b"n,,n=bob,r=x", lookup).is_err(), "unknown user");
