@@ -54,6 +54,13 @@ pub struct AuthSection {
     /// who manage ACLs and credentials, and the roles' own service principals.
     #[serde(default)]
     pub super_users: Vec<String>,
+    /// SASL users to create or update at start, one `name:password` per line (a mounted
+    /// Secret). Read by the roles that serve the AuthService (catalog, standalone).
+    #[serde(default)]
+    pub users_file: Option<std::path::PathBuf>,
+    /// Bearer tokens to create or update at start, one `principal:llt_<id>_<secret>` per line.
+    #[serde(default)]
+    pub tokens_file: Option<std::path::PathBuf>,
 }
 
 impl AuthSection {

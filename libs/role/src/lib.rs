@@ -284,9 +284,17 @@ impl Role {
 
     /// Authenticates callers and enforces the ACLs as `section` says (off: says so in the
     /// log, and everyone may do everything), on the gRPC port ([`guard`]) and, through
-    /// [`Role::authorizer`], the Kafka listener.
+    /// [`Role::authorizer`], the Kafka listener. Stores the users and tokens of the section's
+    /// bootstrap files first (idempotent: every role may).
     pub async fn use_auth(&mut self, section: &config::AuthSection) -> Result<(), RoleError> {
         let store = security::store::AuthStore::new(self.meta.clone(), &self.cluster);
+        if section.enabled && (section.users_file.is_some() || section.tokens_file.is_some()) {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            let (users, tokens) = store.bootstrap(section, now).await?;
+            tracing::info!(role = self.name, users, tokens, "bootstrap users and tokens stored");
+        }
         let authz = security::Authorizer::start(section, &store, self.name).await?;
         let logs = match authz.enabled() {
             true => Some(catalog::follow_log_streams(self.meta.clone(), &self.cluster).await?),

@@ -103,8 +103,11 @@ mod tests {
         let alice = Principal::user("alice");
         let off = Authorizer::start(&config::AuthSection::default(), &store, "test").await?;
         assert!(off.allows(&alice, Operation::Delete, ResourceType::Stream, "s"));
-        let section =
-            config::AuthSection { enabled: true, super_users: vec!["User:root".to_owned()] };
+        let section = config::AuthSection {
+            enabled: true,
+            super_users: vec!["User:root".to_owned()],
+            ..Default::default()
+        };
         let on = Authorizer::start(&section, &store, "test").await?;
         assert!(!on.allows(&alice, Operation::Describe, ResourceType::Stream, "s"));
         assert!(on.allows(&Principal::user("root"), Operation::Admin, ResourceType::Cluster, "x"));

@@ -277,6 +277,86 @@ impl AuthStore {
         Ok((info, format!("{TOKEN_PREFIX}{id}_{secret}")))
     }
 
+    /// Stores `token` (`llt_<id>_<secret>`, made elsewhere: a bootstrap Secret) for
+    /// `principal`, replacing a token of the same id.
+    pub async fn put_token(
+        &self,
+        principal: &str,
+        token: &str,
+        description: &str,
+        now_ms: i64,
+    ) -> Result<(), AuthError> {
+        let principal = Principal::user(principal);
+        check_name("principal", principal.name())?;
+        let malformed = || AuthError::Invalid("a token is `llt_<id>_<secret>`".to_owned());
+        let (id, secret) = token
+            .strip_prefix(TOKEN_PREFIX)
+            .and_then(|t| t.split_once('_'))
+            .ok_or_else(malformed)?;
+        check_name("token id", id)?;
+        if secret.len() < 32 {
+            return Err(AuthError::Invalid(
+                "a token's secret part must be at least 32 characters".to_owned(),
+            ));
+        }
+        let record = TokenRecord {
+            principal: principal.name().to_owned(),
+            hash: hash(secret),
+            created_ms: now_ms,
+            description: description.to_owned(),
+        };
+        let key = self.key(&format!("tokens/{id}"));
+        let current = self.meta.get(&key).await?;
+        let same = current
+            .and_then(|kv| TokenRecord::decode(kv.value.as_slice()).ok())
+            .is_some_and(|t| t.principal == record.principal && t.hash == record.hash);
+        if !same {
+            self.meta.put(&key, &record.encode_to_vec(), 0).await?;
+        }
+        Ok(())
+    }
+
+    /// Creates or updates the users and tokens of `section`'s bootstrap files (a role that
+    /// serves the AuthService does it at start): a user whose stored password already matches
+    /// is left alone. Returns how many users and tokens the files named.
+    pub async fn bootstrap(
+        &self,
+        section: &config::AuthSection,
+        now_ms: i64,
+    ) -> Result<(usize, usize), AuthError> {
+        let lines = |path: &std::path::Path| -> Result<Vec<(String, String)>, AuthError> {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| AuthError::Invalid(format!("{}: {e}", path.display())))?;
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(|l| {
+                    l.split_once(':').map(|(a, b)| (a.to_owned(), b.to_owned())).ok_or_else(|| {
+                        AuthError::Invalid(format!("{}: a line is `name:value`", path.display()))
+                    })
+                })
+                .collect()
+        };
+        let (mut users, mut tokens) = (0, 0);
+        if let Some(path) = &section.users_file {
+            let state = self.read().await?.0;
+            for (name, password) in lines(path)? {
+                let current = state.credential(&name, Mechanism::ScramSha512);
+                if !current.is_some_and(|c| c.verify_password(&password)) {
+                    self.put_user(&name, &password, crate::scram::DEFAULT_ITERATIONS).await?;
+                }
+                users += 1;
+            }
+        }
+        if let Some(path) = &section.tokens_file {
+            for (principal, token) in lines(path)? {
+                self.put_token(&principal, &token, "bootstrap", now_ms).await?;
+                tokens += 1;
+            }
+        }
+        Ok((users, tokens))
+    }
+
     pub async fn list_tokens(&self) -> Result<Vec<TokenInfo>, AuthError> {
         let mut out: Vec<TokenInfo> = (self.read().await?.0.tokens.into_iter())
             .map(|(id, t)| TokenInfo {
@@ -483,6 +563,44 @@ mod tests {
             assert!(store.put_user(bad, "pw", 4096).await.is_err(), "{bad:?}");
         }
         assert!(store.put_user("bob", "pw", 100).await.is_err(), "too few iterations");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn bootstrap_files_create_users_and_tokens_once() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let meta: Arc<dyn MetadataStore> = Arc::new(metadata::MemoryStore::new());
+        let store = AuthStore::new(meta, "c");
+        let token = format!("llt_00112233aabbccdd_{}", "s".repeat(43));
+        std::fs::write(
+            dir.path().join("users"),
+            "# SASL users\nalice:pw-a\n\nbob:pw:with:colons\n",
+        )?;
+        std::fs::write(dir.path().join("tokens"), format!("svc-writer:{token}\n"))?;
+        let section = config::AuthSection {
+            enabled: true,
+            users_file: Some(dir.path().join("users")),
+            tokens_file: Some(dir.path().join("tokens")),
+            ..Default::default()
+        };
+        assert_eq!(store.bootstrap(&section, 1).await?, (2, 1));
+        let (state, rev) = store.read().await?;
+        assert!(
+            state
+                .credential("bob", Mechanism::ScramSha256)
+                .is_some_and(|c| c.verify_password("pw:with:colons"))
+        );
+        assert_eq!(state.principal_of_token(&token), Some(Principal::user("svc-writer")));
+        // Again: nothing rewritten (the same salts, no new revision).
+        store.bootstrap(&section, 2).await?;
+        let (again, rev2) = store.read().await?;
+        assert_eq!(rev, rev2, "an unchanged bootstrap wrote");
+        assert_eq!(
+            again.credential("alice", Mechanism::ScramSha512).map(|c| c.salt),
+            state.credential("alice", Mechanism::ScramSha512).map(|c| c.salt)
+        );
+        std::fs::write(dir.path().join("tokens"), "svc:llt_short_x\n")?;
+        assert!(store.bootstrap(&section, 3).await.is_err(), "a short token secret was stored");
         Ok(())
     }
 

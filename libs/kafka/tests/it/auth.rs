@@ -51,7 +51,11 @@ async fn secured() -> Result<Server> {
             acl("alice", Operation::Describe, "orders"),
         ])
         .await?;
-    let section = config::AuthSection { enabled: true, super_users: vec!["root".to_owned()] };
+    let section = config::AuthSection {
+        enabled: true,
+        super_users: vec!["root".to_owned()],
+        ..Default::default()
+    };
     let authz = security::Authorizer::start(&section, &store, "test").await?;
     server(KafkaConfig { authz, acls: Some(store), ..Default::default() }).await
 }
