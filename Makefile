@@ -101,10 +101,11 @@ soak: deps ## The seeded nemesis over real processes (writers, reader, compactor
 		cargo test -p e2e a_seeded_nemesis -- --nocapture
 
 FUZZ_SECONDS ?= 600
-fuzz: ## Fuzz the Kafka request decoder for FUZZ_SECONDS (600), then the record-batch decoder, the WAL decoders (stored runs, objects) and the lake manifest reader for a tenth of that each (nightly; installs cargo-fuzz)
+fuzz: ## Fuzz the Kafka request decoder for FUZZ_SECONDS (600), then the record-batch decoder, the WAL decoders (stored runs, objects), the lake manifest reader and what reaches authentication (gRPC field 1, certificate subjects, SASL) for a tenth of that each (nightly; installs cargo-fuzz)
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	@command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 	cd fuzz && cargo +nightly fuzz run kafka_request -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -malloc_limit_mb=512
 	cd fuzz && cargo +nightly fuzz run record_batch -- -max_total_time=$$(( $(FUZZ_SECONDS) / 10 )) -rss_limit_mb=2048 -malloc_limit_mb=512
 	cd fuzz && cargo +nightly fuzz run wal -- -max_total_time=$$(( $(FUZZ_SECONDS) / 10 )) -rss_limit_mb=2048 -malloc_limit_mb=512
 	cd fuzz && cargo +nightly fuzz run lake_manifest -- -max_total_time=$$(( $(FUZZ_SECONDS) / 10 )) -rss_limit_mb=2048 -malloc_limit_mb=512
+	cd fuzz && cargo +nightly fuzz run auth_input -- -max_total_time=$$(( $(FUZZ_SECONDS) / 10 )) -rss_limit_mb=2048 -malloc_limit_mb=512

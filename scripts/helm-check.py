@@ -5,7 +5,10 @@ For the default values and each helm/lakelog/ci/*.yaml: validate the values agai
 values.schema.json, lint the chart (strict), render it, validate every manifest against the
 Kubernetes schemas (kubernetes-validate, strict; the ServiceMonitor CRD is checked by shape),
 and parse every role's rendered config with `lakelog check-config` (the roles' own parser).
-Every Deployment's gRPC health probes ask the port its role's config serves health on.
+Every Deployment's health probes ask the port its role's config serves health on (gRPC; under
+TLS, /healthz on the metrics port). With TLS on, every listener of every role config serves
+TLS and advertises https://; with NetworkPolicies on, every role has one, reaching etcd and
+object storage only, and etcd takes connections from the roles only.
 Then: raising one role's replica count changes that role's Deployment and nothing else.
 Needs the PyPI packages helm-python-sdk and kubernetes-validate (`install-deps.sh deploy`).
 """
@@ -64,6 +67,13 @@ def check(name, values):
                 if not ok:
                     fail(f"{name}: malformed ServiceMonitor {d['metadata']['name']}")
                 continue
+            if kind == "Certificate":
+                spec = d.get("spec", {})
+                ok = (d.get("apiVersion") == "cert-manager.io/v1" and spec.get("secretName")
+                      and spec.get("dnsNames") and spec.get("issuerRef", {}).get("name"))
+                if not ok:
+                    fail(f"{name}: malformed Certificate {d['metadata']['name']}")
+                continue
             try:
                 kubernetes_validate.validate(d, KUBE, strict=True)
             except Exception as e:  # ValidationError, SchemaNotFoundError, ...
@@ -75,6 +85,7 @@ def check(name, values):
                 configs.append(f)
         probes_follow_configs(name, docs)
         credentials_follow_source(name, values, docs)
+        security_follows_values(name, values, docs)
         if len(configs) != len(ROLES):
             fail(f"{name}: {len(configs)} role configs rendered, want {len(ROLES)}")
         r = subprocess.run([BIN, "check-config", *configs], capture_output=True, text=True)
@@ -97,8 +108,18 @@ def probes_follow_configs(name, docs):
         section = config.get(role) if role in config else config.get("maintenance", {})
         serves = section.get("listen") or ""
         port = int(str(serves).rsplit(":", 1)[-1]) if serves else None
+        metrics = str(config.get("telemetry", {}).get("metrics_listen", "")).rsplit(":", 1)[-1]
+        named = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
         for probe in ("readinessProbe", "livenessProbe"):
-            got = (c.get(probe) or {}).get("grpc", {}).get("port")
+            p = c.get(probe) or {}
+            if "httpGet" in p:
+                # Under TLS: /healthz on the metrics port the config serves.
+                h = p["httpGet"]
+                got = named.get(h.get("port"), h.get("port"))
+                if h.get("path") != "/healthz" or str(got) != metrics:
+                    fail(f"{name}: {dname}: {probe} asks {h}; metrics serve on {metrics}")
+                continue
+            got = p.get("grpc", {}).get("port")
             if got is None or got != port:
                 fail(f"{name}: {dname}: {probe} asks gRPC health on {got}; its config serves on {serves!r}")
 
@@ -119,6 +140,51 @@ def credentials_follow_source(name, values, docs):
     secrets = [d for _, d in docs if d.get("kind") == "Secret"]
     if source != "keys" and secrets:
         fail(f"{name}: a Secret rendered for credentials source {source}")
+
+
+def security_follows_values(name, values, docs):
+    """TLS on: every listener serves it and pods advertise https (and probe /healthz); auth on
+    in every config; NetworkPolicies on: one per role, and etcd's."""
+    tls = (values.get("tls") or {}).get("enabled", True)
+    auth = (values.get("auth") or {}).get("enabled", True)
+    netpol = (values.get("networkPolicy") or {}).get("enabled", True)
+    for _, d in docs:
+        if d.get("kind") == "ConfigMap":
+            c = yaml.safe_load(d["data"]["config.yaml"])
+            n = d["metadata"]["name"]
+            if c.get("auth", {}).get("enabled") != auth:
+                fail(f"{name}: {n}: auth.enabled is not {auth}")
+            for section in ("catalog", "writer", "reader", "maintenance"):
+                if section not in c:
+                    continue
+                listeners = [c[section]] + ([c[section]["kafka"]] if "kafka" in c[section] else [])
+                for l in listeners:
+                    if bool(l.get("tls")) != tls:
+                        fail(f"{name}: {n}: {section} listener TLS {bool(l.get('tls'))}, want {tls}")
+        if d.get("kind") == "Deployment":
+            env = {e["name"]: e.get("value", "") for e in d["spec"]["template"]["spec"]["containers"][0].get("env", [])}
+            for k, v in env.items():
+                if k.endswith("_ADVERTISE") and "KAFKA" not in k and v.startswith("https://") != tls:
+                    fail(f"{name}: {d['metadata']['name']}: {k}={v} with TLS {tls}")
+    policies = [d for _, d in docs if d.get("kind") == "NetworkPolicy"]
+    if not netpol:
+        if policies:
+            fail(f"{name}: NetworkPolicies rendered while disabled")
+        return
+    if len(policies) != len(ROLES) + 1:
+        fail(f"{name}: {len(policies)} NetworkPolicies, want one per role and etcd's")
+    for p in policies:
+        spec = p["spec"]
+        if "Egress" in spec.get("policyTypes", []):
+            # A role: egress to etcd (pods), object storage (CIDRs) and DNS, nothing else.
+            kinds = [sorted(k for t in rule.get("to", []) for k in t) for rule in spec["egress"]]
+            if kinds != [["podSelector"], ["ipBlock"] * len(kinds[1]), []]:
+                fail(f"{name}: {p['metadata']['name']}: egress {spec['egress']}")
+        else:
+            # etcd's: only Lakelog's pods and etcd's peers.
+            sources = [t["podSelector"]["matchLabels"] for rule in spec["ingress"] for t in rule["from"]]
+            if not any(s.get("app.kubernetes.io/name") == "lakelog" for s in sources) or len(sources) != 2:
+                fail(f"{name}: {p['metadata']['name']}: etcd ingress {spec['ingress']}")
 
 
 def workloads(docs):

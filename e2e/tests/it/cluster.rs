@@ -883,6 +883,9 @@ async fn every_role_serves_metrics_that_promtool_accepts() -> Result<()> {
     ] {
         let (status, body) = scrape(port, "/metrics")?;
         ensure!(status.contains("200"), "{role}: {status}");
+        // The plain-HTTP health probes ask (its stores answer: SERVING).
+        let (health, says) = scrape(port, "/healthz")?;
+        ensure!(health.contains("200") && says.trim() == "SERVING", "{role}: {health} {says}");
         for e in expect {
             ensure!(body.contains(e), "{role}: `{e}` not in\n{body}");
         }

@@ -24,6 +24,20 @@ app.kubernetes.io/component: {{ .role }}
 {{- end -}}
 {{- end -}}
 
+{{- define "lakelog.tlsSecret" -}}
+{{- default (printf "%s-tls" .Release.Name) .Values.tls.secretName -}}
+{{- end -}}
+
+{{/* The headless Service whose names a role's pods advertise under TLS. */}}
+{{- define "lakelog.pods" -}}
+{{- printf "%s-%s-pods" .root.Release.Name .role | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* A listener's `tls:` section (the mounted Secret), one line of flow YAML. */}}
+{{- define "lakelog.listenerTls" -}}
+{cert: /etc/lakelog/tls/tls.crt, key: /etc/lakelog/tls/tls.key, ca: /etc/lakelog/tls/ca.crt, client_auth: {{ .Values.tls.clientAuth | default "optional" }}}
+{{- end -}}
+
 {{/* A role's config file: the schema of deploy/config/<role>.yaml. */}}
 {{- define "lakelog.config" -}}
 {{- $v := .root.Values -}}
@@ -32,6 +46,9 @@ metadata:
   etcd:
     endpoints: {{ toJson $v.etcd.endpoints }}
     request_timeout: {{ $v.etcd.requestTimeout }}
+    {{- if $v.etcd.tls.enabled }}
+    tls: {ca: /etc/lakelog/etcd-tls/ca.crt, cert: /etc/lakelog/etcd-tls/tls.crt, key: /etc/lakelog/etcd-tls/tls.key}
+    {{- end }}
 object_store:
   s3:
     {{- with $v.objectStore.endpoint }}
@@ -43,6 +60,9 @@ object_store:
     path_style: {{ $v.objectStore.pathStyle }}
     prefix: {{ $v.objectStore.prefix | quote }}
     credentials: {{ default "keys" $v.credentials.source }}
+    {{- if $v.objectStore.caSecret }}
+    tls: {ca: /etc/lakelog/s3-ca/ca.crt}
+    {{- end }}
 telemetry:
   log_level: {{ $v.telemetry.logLevel | quote }}
   log_format: {{ $v.telemetry.logFormat }}
@@ -55,5 +75,20 @@ telemetry:
   listen: {{ printf "0.0.0.0:%v" .r.port | quote }}
   {{- range $k, $val := .r.config }}
   {{ $k }}: {{ $val | toJson }}
+  {{- end }}
+  {{- if $v.tls.enabled }}
+  tls: {{ include "lakelog.listenerTls" .root }}
+  {{- if .r.kafkaPort }}
+  kafka:
+    listen: {{ printf "0.0.0.0:%v" .r.kafkaPort | quote }}
+    tls: {{ include "lakelog.listenerTls" .root }}
+  {{- end }}
+  {{- end }}
+auth:
+  enabled: {{ $v.auth.enabled }}
+  super_users: {{ toJson $v.auth.superUsers }}
+  {{- if and $v.auth.bootstrapSecret (eq .role "catalog") }}
+  users_file: /etc/lakelog/auth/users
+  tokens_file: /etc/lakelog/auth/tokens
   {{- end }}
 {{- end -}}

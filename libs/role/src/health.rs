@@ -56,6 +56,7 @@ pub async fn follow_stores(
                     Ok(()) => tracing::info!("stores answer: SERVING"),
                     Err(e) => tracing::warn!(error = %e, "a store does not answer: NOT_SERVING"),
                 }
+                telemetry::set_serving(serving);
                 let status =
                     if serving { ServingStatus::Serving } else { ServingStatus::NotServing };
                 for n in &names {

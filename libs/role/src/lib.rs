@@ -388,6 +388,7 @@ impl Role {
         let drained = async move {
             signal.await;
             follow.abort();
+            telemetry::set_serving(false);
             for s in std::iter::once("").chain(services.iter().map(String::as_str)) {
                 reporter.set_service_status(s, tonic_health::ServingStatus::NotServing).await;
             }

@@ -1,6 +1,8 @@
 //! `/metrics` over HTTP/1.1, in Prometheus' text format (0.0.4), which `promtool check metrics`
-//! and every scraper read. A deliberately small server: one GET per connection, request heads
-//! bounded, nothing else served.
+//! and every scraper read, and `/healthz`: 200 while the role's stores answer (what its gRPC
+//! health says), 503 otherwise, for probes that cannot speak gRPC over TLS (Kubernetes'). A
+//! deliberately small server: one GET per connection, request heads bounded, nothing else
+//! served.
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -9,6 +11,14 @@ use crate::Metrics;
 
 /// Largest request head read (bytes); longer requests are answered 431 and closed.
 const MAX_HEAD: usize = 8 << 10;
+
+/// Whether this process's role serves (its stores answer): what `/healthz` says.
+static SERVING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets what `/healthz` answers (the role runner follows its stores).
+pub fn set_serving(serving: bool) {
+    SERVING.store(serving, std::sync::atomic::Ordering::Relaxed);
+}
 
 /// Serves `metrics` on `GET /metrics` until `shutdown` resolves.
 pub async fn serve_metrics(
@@ -58,7 +68,13 @@ pub async fn serve_metrics(
                 None if first.starts_with(b"GET /metrics ") || first == b"GET /metrics" => {
                     ("200 OK", metrics.encode_prometheus())
                 }
-                None => ("404 Not Found", "only /metrics is served\n".to_owned()),
+                None if first.starts_with(b"GET /healthz ") || first == b"GET /healthz" => {
+                    match SERVING.load(std::sync::atomic::Ordering::Relaxed) {
+                        true => ("200 OK", "SERVING\n".to_owned()),
+                        false => ("503 Service Unavailable", "NOT_SERVING\n".to_owned()),
+                    }
+                }
+                None => ("404 Not Found", "only /metrics and /healthz are served\n".to_owned()),
             };
             let response = format!(
                 "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -109,4 +125,32 @@ pub fn to_prometheus_text(openmetrics: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<String> {
+        let mut c = tokio::net::TcpStream::connect(addr).await?;
+        c.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await?;
+        let mut out = String::new();
+        c.read_to_string(&mut out).await?;
+        Ok(out)
+    }
+
+    #[tokio::test]
+    async fn healthz_says_what_the_role_last_set() -> std::io::Result<()> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(serve_metrics(Metrics::global().clone(), listener, std::future::pending()));
+        set_serving(false);
+        let r = get(addr, "/healthz").await?;
+        assert!(r.starts_with("HTTP/1.1 503") && r.ends_with("NOT_SERVING\n"), "{r}");
+        set_serving(true);
+        let r = get(addr, "/healthz").await?;
+        assert!(r.starts_with("HTTP/1.1 200") && r.ends_with("\r\n\r\nSERVING\n"), "{r}");
+        assert!(get(addr, "/other").await?.starts_with("HTTP/1.1 404"));
+        Ok(())
+    }
 }

@@ -16,7 +16,7 @@ mod grpc;
 mod http;
 
 pub use grpc::{GrpcServer, GrpcServerLayer};
-pub use http::{serve_metrics, to_prometheus_text};
+pub use http::{serve_metrics, set_serving, to_prometheus_text};
 /// The metric types roles register (one version across the workspace).
 pub use prometheus_client;
 

@@ -1,6 +1,7 @@
 //! The AuthService (docs/security.md): tokens, SASL users and ACLs, in the metadata store
-//! through `security::store`. The gRPC guard lets only `admin` on the cluster call it (but
-//! WhoAmI); this adapts requests and errors.
+//! through `security::store`. The gRPC guard decides who may call what (WhoAmI anyone,
+//! ListAcls `describe` on the cluster, AddAcls and RemoveAcls `alter`, the rest `admin`); this
+//! adapts requests and errors.
 
 use std::sync::Arc;
 
