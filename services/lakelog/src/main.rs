@@ -55,6 +55,29 @@ struct Cli {
     /// A bearer token sent with every call (`lakelog auth token create`).
     #[arg(long, global = true, env = "LAKELOG_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// How `lakelog group` and `bench catchup` reach Kafka listeners: PLAINTEXT, SSL (with
+    /// --ca), SASL_PLAINTEXT or SASL_SSL (Kafka's `security.protocol`).
+    #[arg(
+        long,
+        global = true,
+        env = "LAKELOG_KAFKA_SECURITY_PROTOCOL",
+        default_value = "PLAINTEXT"
+    )]
+    kafka_security_protocol: String,
+    /// SASL mechanism: SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN (over SSL only).
+    #[arg(
+        long,
+        global = true,
+        env = "LAKELOG_KAFKA_SASL_MECHANISM",
+        default_value = "SCRAM-SHA-512"
+    )]
+    kafka_sasl_mechanism: String,
+    /// SASL user.
+    #[arg(long, global = true, env = "LAKELOG_KAFKA_USER")]
+    kafka_user: Option<String>,
+    /// SASL password (better from the environment).
+    #[arg(long, global = true, env = "LAKELOG_KAFKA_PASSWORD", hide_env_values = true)]
+    kafka_password: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -556,6 +579,7 @@ fn data_dir_node(dir: &std::path::Path) -> config::NodeConfig {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    kafka_client::configure(kafka_security(&cli)?);
     let sec = client::Security {
         ca: cli.ca.clone(),
         cert: cli.cert.clone(),
@@ -727,6 +751,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             streams::consume(cfg, &stream, partition, start, max, follow).await
         }
     }
+}
+
+/// The Kafka client's TLS and SASL from the command line.
+fn kafka_security(cli: &Cli) -> anyhow::Result<kafka_client::KafkaSecurity> {
+    let (tls, sasl) = match cli.kafka_security_protocol.to_ascii_uppercase().as_str() {
+        "PLAINTEXT" => (false, false),
+        "SSL" => (true, false),
+        "SASL_PLAINTEXT" => (false, true),
+        "SASL_SSL" => (true, true),
+        other => anyhow::bail!(
+            "INVALID_ARGUMENT: --kafka-security-protocol `{other}`: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
+        ),
+    };
+    let sasl = match (sasl, &cli.kafka_user, &cli.kafka_password) {
+        (false, _, _) => None,
+        (true, Some(u), Some(p)) => Some((cli.kafka_sasl_mechanism.clone(), u.clone(), p.clone())),
+        (true, _, _) => anyhow::bail!(
+            "INVALID_ARGUMENT: SASL needs --kafka-user and --kafka-password (or LAKELOG_KAFKA_PASSWORD)"
+        ),
+    };
+    Ok(kafka_client::KafkaSecurity { tls: tls.then(|| cli.ca.clone()), sasl })
 }
 
 /// `standalone`'s default `writer.min_flush_interval`: light loads are acknowledged in about

@@ -478,5 +478,19 @@ fn kcat_round_trips_over_sasl_ssl_scram_sha_512_and_a_wrong_password_is_refused(
     // A wrong password: refused, the listing never answered.
     let wrong = kcat("wrong", &["-b", b, "-L", "-m", "5"], "");
     ensure!(wrong.is_err(), "a wrong password listed the cluster: {wrong:?}");
+    // lakelog's own Kafka client (`lakelog group`) over SASL_SSL, then with a wrong password.
+    let ca = pki.ca().display().to_string();
+    let group = |password: &str| {
+        std::process::Command::new(crate::BIN)
+            .args(["group", "list", "--kafka", b, "--kafka-security-protocol", "SASL_SSL"])
+            .args(["--kafka-user", "kc", "--ca", &ca])
+            .env("LAKELOG_KAFKA_PASSWORD", password)
+            .output()
+    };
+    let ok = group("kc-secret")?;
+    ensure!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let refused = group("wrong")?;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    ensure!(!refused.status.success() && stderr.contains("UNAUTHENTICATED"), "{stderr}");
     Ok(())
 }
