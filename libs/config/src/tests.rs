@@ -217,6 +217,13 @@ fn every_role_example_config_parses_and_validates() -> Result<(), ConfigError> {
         |_| None,
     )?;
     assert_eq!(standalone.maintenance.interval.0, std::time::Duration::from_secs(60));
+    let secure: StandaloneConfig = from_yaml(
+        "standalone-secure.yaml",
+        include_str!("../../../deploy/config/standalone-secure.yaml"),
+        |_| None,
+    )?;
+    assert!(secure.auth.enabled && secure.writer.tls.is_some());
+    assert!(secure.writer.kafka.as_ref().is_some_and(|k| k.tls.is_some()));
     Ok(())
 }
 
