@@ -8,8 +8,13 @@
 //! signal; then it drains: NOT_SERVING, the loops told to stop and awaited (a cycle under way
 //! finishes), the role's own drain, in-flight requests answered, the lease revoked.
 //!
-//! Depends on libs only (stores, membership, telemetry); never on a service crate. A new
-//! listener (the Kafka front end) is a [`Role::spawn`] of its accept loop.
+//! Every request to the port goes through [`guard`] first: the one place the gRPC front end
+//! authenticates callers and checks the ACLs (docs/security.md). The port serves TLS when the
+//! role's `tls:` is set ([`Role::open`], [`Role::use_tls`]), its files re-read as they change.
+//!
+//! Depends on libs only (stores, membership, telemetry, security, catalog); never on a service
+//! crate. A new listener (the Kafka front end) is a [`Role::spawn`] of its accept loop, with
+//! [`Role::authorizer`] and [`kafka_tls`] for its security.
 
 pub mod guard;
 pub mod health;

@@ -39,11 +39,15 @@ pub struct ProduceArgs {
 }
 
 /// Runs `lakelog bench produce`.
-pub async fn run(args: ProduceArgs, endpoint: &str) -> anyhow::Result<()> {
+pub async fn run(
+    args: ProduceArgs,
+    endpoint: &str,
+    security: &client::Security,
+) -> anyhow::Result<()> {
     if args.record_size.0 == 0 || args.batch_size.0 == 0 {
         bail!("INVALID_ARGUMENT: --record-size and --batch-size must be above 0");
     }
-    let catalog = CatalogClient::connect(endpoint).await?;
+    let catalog = CatalogClient::connect_with(endpoint, security).await?;
     let stream = match catalog.get(&args.stream).await {
         Ok(s) => s,
         Err(e) if e.code == client::Code::NotFound => {
@@ -57,7 +61,8 @@ pub async fn run(args: ProduceArgs, endpoint: &str) -> anyhow::Result<()> {
         max_in_flight: args.in_flight as usize,
         ..Default::default()
     };
-    let producer = Producer::new(ClientConfig::new(endpoint), &args.stream, cfg).await?;
+    let client = ClientConfig::new(endpoint).with_security(security.clone());
+    let producer = Producer::new(client, &args.stream, cfg).await?;
     let value = Bytes::from(vec![0x5a; args.record_size.0 as usize]);
     // Each record's delivery with when it was sent, awaited in order by the collector.
     let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, client::Delivery)>();

@@ -668,7 +668,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             bench_lake_compact::run(args).await
         }
         Command::Bench { command: BenchCommand::Produce(args) } => {
-            bench_produce::run(args, &cli.endpoint).await
+            bench_produce::run(args, &cli.endpoint, &sec).await
         }
         Command::Bench { command: BenchCommand::Catchup(args) } => {
             catchup::run(args, &cli.endpoint).await
