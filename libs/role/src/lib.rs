@@ -424,7 +424,8 @@ impl Role {
                         router.serve_with_incoming_shutdown(tls.incoming(listener), drained).await
                     }
                     None => {
-                        let incoming = tonic::transport::server::TcpIncoming::from(listener);
+                        let incoming = tonic::transport::server::TcpIncoming::from(listener)
+                            .with_nodelay(Some(true));
                         router.serve_with_incoming_shutdown(incoming, drained).await
                     }
                 }
