@@ -309,9 +309,9 @@ where
             return Box::pin(std::future::ready(Ok(refuse(grpc, s))));
         }
         req.extensions_mut().insert(principal.clone());
+        // Whatever the content type says: the service behind decodes the body as gRPC anyway.
         if let Some(rule @ (Rule::Stream(_) | Rule::Log(_) | Rule::Logs(_))) = rule
             && enabled
-            && grpc
             && !guard.authz.is_super_user(&principal)
         {
             req = req.map(|body| Body::new(Peek::new(body, guard.clone(), principal, rule)));
@@ -457,5 +457,83 @@ impl http_body::Body for Peek {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use tower_service::Service;
+
+    /// A service that reads the whole request body: what it got, or the status it ended with.
+    #[derive(Clone)]
+    struct Drain;
+
+    impl tower_service::Service<http::Request<Body>> for Drain {
+        type Response = http::Response<Body>;
+        type Error = std::convert::Infallible;
+        type Future = Answer<std::convert::Infallible>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+            Box::pin(async move {
+                let text = match req.into_body().collect().await {
+                    Ok(b) => format!("read {} bytes", b.to_bytes().len()),
+                    Err(s) => format!("refused {:?}", s.code()),
+                };
+                Ok(http::Response::new(Body::new(http_body_util::Full::new(Bytes::from(text)))))
+            })
+        }
+    }
+
+    /// A gRPC frame of a message whose field 1 is `log`.
+    fn append_frame(log: u8) -> Bytes {
+        Bytes::from(vec![0, 0, 0, 0, 4, 0x08, log, 0x10, 1])
+    }
+
+    async fn answer(
+        svc: &mut Guarded<Drain>,
+        content_type: &str,
+        token: &str,
+    ) -> anyhow::Result<String> {
+        let req = http::Request::builder()
+            .uri("/lakelog.log.v1.LogService/Append")
+            .header(http::header::CONTENT_TYPE, content_type)
+            .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
+            .body(Body::new(http_body_util::Full::new(append_frame(5))))?;
+        let resp = svc.call(req).await.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let status = resp.headers().get("grpc-status").map(|v| v.to_str().unwrap_or("").to_owned());
+        let body = resp.into_body().collect().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(format!("{status:?} {}", String::from_utf8_lossy(&body.to_bytes())))
+    }
+
+    #[tokio::test]
+    async fn a_request_body_is_checked_whatever_its_content_type_says() -> anyhow::Result<()> {
+        let meta: Arc<dyn metadata::MetadataStore> = Arc::new(metadata::MemoryStore::new());
+        let store = security::store::AuthStore::new(meta, "g");
+        let (_, alice) = store.create_token("alice", "", 0).await?;
+        let (_, root) = store.create_token("root", "", 0).await?;
+        let section = config::AuthSection {
+            enabled: true,
+            super_users: vec!["root".to_owned()],
+            ..Default::default()
+        };
+        let authz = security::Authorizer::start(&section, &store, "test").await?;
+        let mut svc =
+            tower_layer::Layer::layer(&GuardLayer(Arc::new(Guard::new(authz, None))), Drain);
+        // Log 5 is no stream's: the cluster's, which alice may not produce to.
+        for content_type in ["application/grpc", "text/plain", ""] {
+            let got = answer(&mut svc, content_type, &alice).await?;
+            assert!(got.contains("refused PermissionDenied"), "{content_type:?}: {got}");
+        }
+        let got = answer(&mut svc, "application/grpc", &root).await?;
+        assert!(got.contains("read 9 bytes"), "the super user: {got}");
+        let got = answer(&mut svc, "application/grpc", "llt_00_forged").await?;
+        assert!(got.starts_with("Some(\"16\")"), "a forged token: {got}");
+        Ok(())
     }
 }
