@@ -93,10 +93,15 @@ impl Cluster {
 
     /// Starts `lakelog writer` with id `id` in `zone`.
     fn writer(&self, id: &str, zone: &str) -> Result<testkit::Service> {
+        self.writer_with_lease(id, zone, LEASE)
+    }
+
+    /// [`Cluster::writer`] with a lease of `lease`.
+    fn writer_with_lease(&self, id: &str, zone: &str, lease: Duration) -> Result<testkit::Service> {
         let port = testkit::free_port()?;
         let section = format!(
             "writer:\n  listen: 127.0.0.1:{port}\n  id: {id}\n  zone: \"{zone}\"\n  flush_interval: 10ms\n  lease_ttl: {}s\n",
-            LEASE.as_secs()
+            lease.as_secs()
         );
         self.spawn("writer", id, &section, port)
     }
@@ -363,8 +368,12 @@ async fn writers_killed_and_paused_lose_and_duplicate_no_acknowledged_record() -
 async fn zone_a_clients_use_zone_a_writers_while_one_lives_then_fall_back() -> Result<()> {
     const PARTITIONS: u32 = 4;
     let cluster = Cluster::start()?;
-    let mut wa = cluster.writer("wa", "a")?;
-    let _wb = cluster.writer("wb", "b")?;
+    // Leases of 6 s, not 2: the test asks that zone b's records go to zone b's writer while it
+    // lives, and a 2 s lease lapsed once in CI with the machine's two cores busy (zone b then
+    // fell back to wa, as routing should).
+    let lease = Duration::from_secs(6);
+    let mut wa = cluster.writer_with_lease("wa", "a", lease)?;
+    let _wb = cluster.writer_with_lease("wb", "b", lease)?;
     let meta = cluster.meta().await?;
     wait_writers(&meta, &cluster.name, 2).await?;
     let admin = client::CatalogClient::connect(&cluster.catalog_url).await?;
