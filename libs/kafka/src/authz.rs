@@ -233,75 +233,92 @@ pub fn delete_records(
         .collect()
 }
 
-/// A config resource's right to `op`: a topic's, or the cluster's for a broker.
-fn config_allowed(a: Access<'_>, op: Operation, resource_type: i8, name: &str) -> (bool, i16) {
-    match resource_type {
+/// A config resource's refusal for `op`, none when allowed: a topic's right, or the
+/// cluster's for a broker.
+fn config_refusal(a: Access<'_>, op: Operation, resource_type: i8, name: &str) -> Option<i16> {
+    let (allowed, code) = match resource_type {
         TOPIC_RESOURCE => (a.topic(op, name), TOPIC_AUTHORIZATION_FAILED),
         _ => (a.cluster(op), CLUSTER_AUTHORIZATION_FAILED),
+    };
+    (!allowed).then_some(code)
+}
+
+/// Takes the config resources `op` is not allowed on out of `resources` (each named by `key`)
+/// and answers each with `answer` and its refusal code: the config APIs' one split.
+fn refuse_configs<R, O>(
+    a: Access<'_>,
+    op: Operation,
+    resources: &mut Vec<R>,
+    key: fn(&R) -> (i8, &StrBytes),
+    answer: fn(R, i16) -> O,
+) -> Vec<O> {
+    if !a.checks() {
+        return Vec::new();
     }
+    let (mut keep, mut refused) = (Vec::new(), Vec::new());
+    for r in std::mem::take(resources) {
+        let (resource_type, name) = key(&r);
+        match config_refusal(a, op, resource_type, name) {
+            None => keep.push(r),
+            Some(code) => refused.push(answer(r, code)),
+        }
+    }
+    *resources = keep;
+    refused
 }
 
 pub fn describe_configs(
     a: Access<'_>,
     req: &mut DescribeConfigsRequest,
 ) -> Vec<describe_configs_response::DescribeConfigsResult> {
-    if !a.checks() {
-        return Vec::new();
-    }
-    split(&mut req.resources, |r| {
-        config_allowed(a, Operation::Describe, r.resource_type, &r.resource_name).0
-    })
-    .into_iter()
-    .map(|r| {
-        let (_, code) = config_allowed(a, Operation::Describe, r.resource_type, &r.resource_name);
-        describe_configs_response::DescribeConfigsResult::default()
-            .with_error_code(code)
-            .with_resource_type(r.resource_type)
-            .with_resource_name(r.resource_name)
-    })
-    .collect()
+    refuse_configs(
+        a,
+        Operation::Describe,
+        &mut req.resources,
+        |r| (r.resource_type, &r.resource_name),
+        |r, code| {
+            describe_configs_response::DescribeConfigsResult::default()
+                .with_error_code(code)
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name)
+        },
+    )
 }
 
 pub fn alter_configs(
     a: Access<'_>,
     req: &mut AlterConfigsRequest,
 ) -> Vec<alter_configs_response::AlterConfigsResourceResponse> {
-    if !a.checks() {
-        return Vec::new();
-    }
-    split(&mut req.resources, |r| {
-        config_allowed(a, Operation::Alter, r.resource_type, &r.resource_name).0
-    })
-    .into_iter()
-    .map(|r| {
-        let (_, code) = config_allowed(a, Operation::Alter, r.resource_type, &r.resource_name);
-        alter_configs_response::AlterConfigsResourceResponse::default()
-            .with_error_code(code)
-            .with_resource_type(r.resource_type)
-            .with_resource_name(r.resource_name)
-    })
-    .collect()
+    refuse_configs(
+        a,
+        Operation::Alter,
+        &mut req.resources,
+        |r| (r.resource_type, &r.resource_name),
+        |r, code| {
+            alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_error_code(code)
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name)
+        },
+    )
 }
 
 pub fn incremental_alter_configs(
     a: Access<'_>,
     req: &mut IncrementalAlterConfigsRequest,
 ) -> Vec<incremental_alter_configs_response::AlterConfigsResourceResponse> {
-    if !a.checks() {
-        return Vec::new();
-    }
-    split(&mut req.resources, |r| {
-        config_allowed(a, Operation::Alter, r.resource_type, &r.resource_name).0
-    })
-    .into_iter()
-    .map(|r| {
-        let (_, code) = config_allowed(a, Operation::Alter, r.resource_type, &r.resource_name);
-        incremental_alter_configs_response::AlterConfigsResourceResponse::default()
-            .with_error_code(code)
-            .with_resource_type(r.resource_type)
-            .with_resource_name(r.resource_name)
-    })
-    .collect()
+    refuse_configs(
+        a,
+        Operation::Alter,
+        &mut req.resources,
+        |r| (r.resource_type, &r.resource_name),
+        |r, code| {
+            incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_error_code(code)
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name)
+        },
+    )
 }
 
 /// InitProducerId: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (as Kafka 3).

@@ -313,3 +313,46 @@ async fn acls_are_created_described_and_deleted_over_kafka_by_the_cluster_admin_
     ensure!(!r.resources.iter().any(|r| r.acls.iter().any(|a| a.principal.as_str() == "User:bob")));
     Ok(())
 }
+
+#[tokio::test]
+async fn config_requests_are_split_per_resource_topics_and_the_broker_alike() -> Result<()> {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::incremental_alter_configs_request::AlterConfigsResource;
+    use kafka_protocol::messages::{
+        DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsResponse,
+    };
+    let s = secured().await?;
+    let mut alice = login(&s, Mechanism::ScramSha256, "alice", "alice-pw")
+        .await?
+        .map_err(|e| anyhow::anyhow!("error {e}"))?;
+    // alice describes orders, not secret; the broker (type 4) is the cluster's.
+    let resource = |t: i8, n: &str| {
+        DescribeConfigsResource::default()
+            .with_resource_type(t)
+            .with_resource_name(StrBytes::from_string(n.to_owned()))
+            .with_configuration_keys(None)
+    };
+    let req = DescribeConfigsRequest::default().with_resources(vec![
+        resource(2, "orders"),
+        resource(2, "secret"),
+        resource(4, "10"),
+    ]);
+    let r: DescribeConfigsResponse =
+        call(&mut alice, ApiKey::DescribeConfigs, 4, &req).await?.context("closed")?;
+    let mut got: Vec<(String, i16)> =
+        r.results.iter().map(|r| (r.resource_name.to_string(), r.error_code)).collect();
+    got.sort();
+    ensure!(got[1..] == [("orders".to_owned(), 0), ("secret".to_owned(), 29)], "{got:?}");
+    ensure!(got[0] == ("10".to_owned(), 31), "{got:?}");
+    // No alter on orders: refused, the handler never sees it.
+    let alter = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("orders")),
+    ]);
+    let r: IncrementalAlterConfigsResponse =
+        call(&mut alice, ApiKey::IncrementalAlterConfigs, 1, &alter).await?.context("closed")?;
+    ensure!(r.responses.len() == 1 && r.responses[0].error_code == 29, "{:?}", r.responses);
+    Ok(())
+}
