@@ -74,14 +74,13 @@ pub struct ClientError {
     pub log_fenced: bool,
 }
 
-/// `s`'s message, with the chain of causes under it (a TLS alert under a transport error).
-fn message_of(s: &tonic::Status) -> String {
-    let mut m = s.message().to_owned();
-    let mut cause = std::error::Error::source(s);
+/// `top`, then each cause under it not already said (a TLS alert under a transport error).
+fn with_causes(top: String, mut cause: Option<&(dyn std::error::Error + 'static)>) -> String {
+    let mut m = top;
     while let Some(c) = cause {
-        let c_text = c.to_string();
-        if !m.contains(&c_text) {
-            m = format!("{m}: {c_text}");
+        let text = c.to_string();
+        if !m.contains(&text) {
+            m = format!("{m}: {text}");
         }
         cause = c.source();
     }
@@ -111,7 +110,7 @@ impl From<tonic::Status> for ClientError {
         };
         ClientError {
             code,
-            message: message_of(&s),
+            message: with_causes(s.message().to_owned(), std::error::Error::source(&s)),
             outcome_unknown: meta(codes::OUTCOME_KEY).as_deref() == Some(codes::OUTCOME_UNKNOWN),
             log_fenced: meta("lakelog-fenced").as_deref() == Some("log"),
         }
@@ -307,17 +306,6 @@ const RECEIVE_WINDOW: u32 = 8 << 20;
 /// Largest HTTP/2 frame a server may send (h2's default is 16 KiB): fewer frames per response.
 const MAX_FRAME: u32 = 1 << 20;
 
-/// An error with the chain of causes under it.
-fn causes(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut m = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        m = format!("{m}: {c}");
-        cause = c.source();
-    }
-    m
-}
-
 /// A connection to `endpoint` (`http://` or `https://host:port`) whose calls carry what
 /// `security` says.
 async fn transport(endpoint: &str, security: &Security) -> Result<Transport, ClientError> {
@@ -325,9 +313,10 @@ async fn transport(endpoint: &str, security: &Security) -> Result<Transport, Cli
     let mut ep = Channel::from_shared(endpoint.to_owned())
         .map_err(|e| invalid(format!("endpoint `{endpoint}`: {e}")))?;
     if endpoint.starts_with("https://") {
-        ep = ep
-            .tls_config(security.tls(endpoint)?)
-            .map_err(|e| invalid(format!("{endpoint}: TLS: {}", causes(&e))))?;
+        ep = ep.tls_config(security.tls(endpoint)?).map_err(|e| {
+            let e = with_causes(e.to_string(), std::error::Error::source(&e));
+            invalid(format!("{endpoint}: TLS: {e}"))
+        })?;
     } else if security.ca.is_some() || security.cert.is_some() {
         return Err(invalid(format!(
             "{endpoint} is plain http://: TLS options need an https:// endpoint"

@@ -294,9 +294,7 @@ impl Role {
     pub async fn use_auth(&mut self, section: &config::AuthSection) -> Result<(), RoleError> {
         let store = security::store::AuthStore::new(self.meta.clone(), &self.cluster);
         if section.enabled && (section.users_file.is_some() || section.tokens_file.is_some()) {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            let now = logstore::Clock::now_ms(&logstore::SystemClock);
             let (users, tokens) = store.bootstrap(section, now).await?;
             tracing::info!(role = self.name, users, tokens, "bootstrap users and tokens stored");
         }

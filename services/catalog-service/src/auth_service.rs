@@ -101,12 +101,6 @@ fn filter_of(f: Option<pb::AclFilter>) -> Result<AclFilter, Status> {
     })
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 #[tonic::async_trait]
 impl pb::auth_service_server::AuthService for AuthServiceImpl {
     async fn who_am_i(
@@ -127,7 +121,11 @@ impl pb::auth_service_server::AuthService for AuthServiceImpl {
         let r = req.into_inner();
         let (t, secret) = self
             .store
-            .create_token(&r.principal, &r.description, now_ms())
+            .create_token(
+                &r.principal,
+                &r.description,
+                logstore::Clock::now_ms(&logstore::SystemClock),
+            )
             .await
             .map_err(to_status)?;
         let token = pb::Token {
