@@ -97,67 +97,32 @@ struct Loaded {
     config: Arc<rustls::ServerConfig>,
 }
 
-/// A listener's TLS, reloaded from its files (module doc).
+/// Where a listener's TLS comes from: its files, and what it offers.
 #[derive(Debug)]
-pub struct ServerTls {
+struct Files {
     cert: PathBuf,
     key: PathBuf,
     ca: Option<PathBuf>,
     client_auth: ClientAuth,
     alpn: Vec<Vec<u8>>,
+}
+
+/// A listener's TLS, reloaded from its files (module doc).
+#[derive(Debug)]
+pub struct ServerTls {
+    files: Files,
     loaded: Mutex<Loaded>,
     reloads: AtomicU64,
     handshakes: Arc<tokio::sync::Semaphore>,
 }
 
-impl ServerTls {
-    /// A listener's TLS from `cfg` (its `cert` and `key` required), offering `alpn` (`h2` for
-    /// gRPC; nothing for Kafka). Fails when a file is missing or does not load.
-    pub fn new(cfg: &TlsConfig, alpn: &[&[u8]]) -> Result<Arc<ServerTls>, TlsError> {
-        let missing = |what: &str| TlsError {
-            path: String::new(),
-            message: format!("a listener's TLS needs `{what}`"),
-        };
-        let tls = ServerTls {
-            cert: cfg.cert.clone().ok_or_else(|| missing("cert"))?,
-            key: cfg.key.clone().ok_or_else(|| missing("key"))?,
-            ca: cfg.ca.clone(),
-            client_auth: cfg.client_auth,
-            alpn: alpn.iter().map(|p| p.to_vec()).collect(),
-            loaded: Mutex::new(Loaded {
-                stamps: Vec::new(),
-                checked: Instant::now(),
-                config: Arc::new(placeholder()?),
-            }),
-            reloads: AtomicU64::new(0),
-            handshakes: Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES)),
-        };
-        let stamps = tls.stamps();
-        let config = Arc::new(tls.load()?);
-        *tls.lock() = Loaded { stamps, checked: Instant::now(), config };
-        Ok(Arc::new(tls))
-    }
-
-    /// Whether clients must present a certificate.
-    pub fn requires_client_certs(&self) -> bool {
-        self.ca.is_some() && self.client_auth == ClientAuth::Required
-    }
-
-    /// Times the files were read again after a change and served.
-    pub fn reloads(&self) -> u64 {
-        self.reloads.load(Ordering::Relaxed)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Loaded> {
-        self.loaded.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn files(&self) -> impl Iterator<Item = &Path> {
+impl Files {
+    fn paths(&self) -> impl Iterator<Item = &Path> {
         [Some(&self.cert), Some(&self.key), self.ca.as_ref()].into_iter().flatten().map(|p| &**p)
     }
 
     fn stamps(&self) -> Vec<Stamp> {
-        self.files().map(stamp).collect()
+        self.paths().map(stamp).collect()
     }
 
     fn load(&self) -> Result<rustls::ServerConfig, TlsError> {
@@ -187,6 +152,46 @@ impl ServerTls {
         config.alpn_protocols = self.alpn.clone();
         Ok(config)
     }
+}
+
+impl ServerTls {
+    /// A listener's TLS from `cfg` (its `cert` and `key` required), offering `alpn` (`h2` for
+    /// gRPC; nothing for Kafka). Fails when a file is missing or does not load.
+    pub fn new(cfg: &TlsConfig, alpn: &[&[u8]]) -> Result<Arc<ServerTls>, TlsError> {
+        let missing = |what: &str| TlsError {
+            path: String::new(),
+            message: format!("a listener's TLS needs `{what}`"),
+        };
+        let files = Files {
+            cert: cfg.cert.clone().ok_or_else(|| missing("cert"))?,
+            key: cfg.key.clone().ok_or_else(|| missing("key"))?,
+            ca: cfg.ca.clone(),
+            client_auth: cfg.client_auth,
+            alpn: alpn.iter().map(|p| p.to_vec()).collect(),
+        };
+        let stamps = files.stamps();
+        let config = Arc::new(files.load()?);
+        Ok(Arc::new(ServerTls {
+            files,
+            loaded: Mutex::new(Loaded { stamps, checked: Instant::now(), config }),
+            reloads: AtomicU64::new(0),
+            handshakes: Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES)),
+        }))
+    }
+
+    /// Whether clients must present a certificate.
+    pub fn requires_client_certs(&self) -> bool {
+        self.files.ca.is_some() && self.files.client_auth == ClientAuth::Required
+    }
+
+    /// Times the files were read again after a change and served.
+    pub fn reloads(&self) -> u64 {
+        self.reloads.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Loaded> {
+        self.loaded.lock().unwrap_or_else(|e| e.into_inner())
+    }
 
     /// The config new connections get: the files read again first if they changed since
     /// (looked at once a second at most).
@@ -196,16 +201,16 @@ impl ServerTls {
             return loaded.config.clone();
         }
         loaded.checked = Instant::now();
-        let stamps = self.stamps();
+        let stamps = self.files.stamps();
         if stamps == loaded.stamps {
             return loaded.config.clone();
         }
-        match self.load() {
+        match self.files.load() {
             Ok(config) => {
                 loaded.config = Arc::new(config);
                 loaded.stamps = stamps;
                 self.reloads.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(cert = %self.cert.display(), "TLS certificate files reloaded");
+                tracing::info!(cert = %self.files.cert.display(), "TLS certificate files reloaded");
             }
             // Tried again at the next check; the files may be mid-update.
             Err(e) => {
@@ -273,16 +278,6 @@ impl ServerTls {
             Some((Ok(s), rx))
         })
     }
-}
-
-/// A config that serves nothing, held only until the first load replaces it.
-fn placeholder() -> Result<rustls::ServerConfig, TlsError> {
-    let builder = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError { path: String::new(), message: e.to_string() })?;
-    Ok(builder
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(rustls::server::ResolvesServerCertUsingSni::new())))
 }
 
 /// A client's TLS from `cfg`: `ca` trusted (the only roots), and `cert` with `key` presented
