@@ -20,12 +20,17 @@ struct Inner {
     misses: u64,
     /// With a budget: one permit per cached byte.
     held: Option<OwnedSemaphorePermit>,
+    /// Objects cached whole (keyed `(object, 0, len)`), by name: any range of them is a hit.
+    whole: HashMap<String, u64>,
 }
 
 impl Inner {
     /// Drops the oldest entry (its permits go back to the budget); its size.
     fn evict_oldest(&mut self) -> Option<usize> {
         let old = self.order.pop_front()?;
+        if old.1 == 0 && self.whole.get(&old.0) == Some(&old.2) {
+            self.whole.remove(&old.0);
+        }
         let len = self.cached.remove(&old).map_or(0, |v| v.len());
         self.bytes -= len;
         if len > 0
@@ -97,23 +102,31 @@ impl RangeCache {
         (i.hits, i.misses)
     }
 
-    /// Puts a range's bytes in (a writer's write-through of what it just committed), unless
-    /// they are there or larger than the whole cache.
-    pub fn insert(&self, object: &str, start: u64, end: u64, bytes: Bytes) {
-        let key = (object.to_owned(), start, end);
+    /// Puts a whole object in (a writer's write-through of a WAL object it just committed
+    /// from): any range of it is then a hit. Whole, because a range sliced out of it would keep
+    /// all of it in memory while counting only its own bytes (a hundred logs' runs of one 8
+    /// MiB object, a few cached: the whole 8 MiB held for a few hundred KiB counted).
+    pub fn insert_object(&self, object: &str, bytes: Bytes) {
+        let len = bytes.len() as u64;
         let mut i = self.lock();
-        self.put(&mut i, key, bytes);
+        if i.whole.contains_key(object) {
+            return;
+        }
+        if self.put(&mut i, (object.to_owned(), 0, len), bytes) {
+            i.whole.insert(object.to_owned(), len);
+        }
     }
 
-    fn put(&self, i: &mut Inner, key: Key, b: Bytes) {
+    /// Caches `b` under `key` if it fits (capacity, and the budget's free room); whether it did.
+    fn put(&self, i: &mut Inner, key: Key, b: Bytes) -> bool {
         if b.len() > self.capacity || i.cached.contains_key(&key) {
-            return;
+            return false;
         }
         while i.bytes + b.len() > self.capacity && i.evict_oldest().is_some() {}
         if let Some(budget) = &self.budget {
-            let Ok(n) = u32::try_from(b.len()) else { return };
+            let Ok(n) = u32::try_from(b.len()) else { return false };
             // No free room (appends hold it or wait for it): not cached.
-            let Ok(p) = budget.clone().try_acquire_many_owned(n) else { return };
+            let Ok(p) = budget.clone().try_acquire_many_owned(n) else { return false };
             match i.held.as_mut() {
                 Some(h) => h.merge(p),
                 None => i.held = Some(p),
@@ -122,6 +135,7 @@ impl RangeCache {
         i.bytes += b.len();
         i.cached.insert(key.clone(), b);
         i.order.push_back(key);
+        true
     }
 
     /// The range's bytes: cached, fetched by a request already in flight, or fetched now.
@@ -141,6 +155,15 @@ impl RangeCache {
             let mut i = self.lock();
             if let Some(b) = i.cached.get(&key) {
                 let b = b.clone();
+                i.hits += 1;
+                return Ok(b);
+            }
+            if let Some(&len) = i.whole.get(object)
+                && start <= end
+                && end <= len
+                && let Some(b) = i.cached.get(&(object.to_owned(), 0, len))
+            {
+                let b = b.slice(start as usize..end as usize);
                 i.hits += 1;
                 return Ok(b);
             }
@@ -169,20 +192,20 @@ mod tests {
     fn a_budgeted_cache_takes_only_free_room_and_gives_it_back() {
         let budget = Arc::new(Semaphore::new(100));
         let cache = RangeCache::new(1000).with_budget(budget.clone());
-        cache.insert("a", 0, 60, Bytes::from(vec![0; 60]));
+        cache.insert_object("a", Bytes::from(vec![0; 60]));
         assert_eq!((cache.len_bytes(), budget.available_permits()), (60, 40));
         // 50 bytes do not fit in the 40 left: not cached, nothing taken.
-        cache.insert("b", 0, 50, Bytes::from(vec![0; 50]));
+        cache.insert_object("b", Bytes::from(vec![0; 50]));
         assert_eq!((cache.len_bytes(), budget.available_permits()), (60, 40));
-        cache.insert("c", 0, 30, Bytes::from(vec![0; 30]));
+        cache.insert_object("c", Bytes::from(vec![0; 30]));
         assert_eq!((cache.len_bytes(), budget.available_permits()), (90, 10));
         // Shrinking drops the oldest first and returns its permits.
         cache.shrink(1);
         assert_eq!((cache.len_bytes(), budget.available_permits()), (30, 70));
         // Evicted for capacity, an entry's permits go back too.
         let small = RangeCache::new(40).with_budget(budget.clone());
-        small.insert("d", 0, 30, Bytes::from(vec![0; 30]));
-        small.insert("e", 0, 30, Bytes::from(vec![0; 30]));
+        small.insert_object("d", Bytes::from(vec![0; 30]));
+        small.insert_object("e", Bytes::from(vec![0; 30]));
         assert_eq!((small.len_bytes(), budget.available_permits()), (30, 40));
         drop(small);
         drop(cache);
@@ -190,6 +213,43 @@ mod tests {
     }
     use crate::LogError;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn a_whole_object_serves_its_ranges_and_counts_every_byte_it_holds() {
+        let budget = Arc::new(Semaphore::new(1000));
+        let cache = RangeCache::new(1000).with_budget(budget.clone());
+        let object: Bytes = (0..=255u8).cycle().take(600).collect();
+        cache.insert_object("w", object.clone());
+        // All of it is held, so all of it is counted (not just the ranges read back).
+        assert_eq!((cache.len_bytes(), budget.available_permits()), (600, 400));
+        let fetched = AtomicUsize::new(0);
+        for (start, end) in [(0, 600), (10, 20), (599, 600), (300, 300)] {
+            let got = cache
+                .get_or_fetch::<LogError, _, _>("w", start, end, || async {
+                    fetched.fetch_add(1, Ordering::SeqCst);
+                    Ok(Bytes::new())
+                })
+                .await;
+            assert_eq!(got.ok(), Some(object.slice(start as usize..end as usize)));
+        }
+        assert_eq!(fetched.load(Ordering::SeqCst), 0, "every range inside it is a hit");
+        // Beyond its end, and another object: fetched.
+        let beyond = cache.get_or_fetch::<LogError, _, _>("w", 590, 610, || async {
+            fetched.fetch_add(1, Ordering::SeqCst);
+            Ok(Bytes::from(vec![1; 20]))
+        });
+        assert_eq!(beyond.await.map(|b| b.len()).ok(), Some(20));
+        assert_eq!(fetched.load(Ordering::SeqCst), 1);
+        // Evicted (the oldest), its ranges are misses again and its room goes back.
+        cache.shrink(600);
+        assert_eq!((cache.len_bytes(), budget.available_permits()), (20, 980));
+        let again = cache.get_or_fetch::<LogError, _, _>("w", 10, 20, || async {
+            fetched.fetch_add(1, Ordering::SeqCst);
+            Ok(Bytes::from(vec![2; 10]))
+        });
+        assert_eq!(again.await.ok(), Some(Bytes::from(vec![2; 10])));
+        assert_eq!(fetched.load(Ordering::SeqCst), 2);
+    }
 
     #[tokio::test]
     async fn concurrent_requests_share_one_fetch_and_the_cache_stays_bounded() {

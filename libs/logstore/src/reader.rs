@@ -212,11 +212,11 @@ impl LogReader {
         self.ranges.shrink(bytes);
     }
 
-    /// Puts a run's bytes in the byte-range cache, as a read of it would: a writer's
-    /// write-through of the runs it just committed (its tail cache, ARCHITECTURE §11).
-    pub(crate) fn cache_run(&self, log: LogId, loc: &Locator, bytes: Bytes) {
-        let path = loc.object(log);
-        self.ranges.insert(path.as_ref(), loc.byte_start, loc.byte_start + loc.byte_len, bytes);
+    /// Puts a whole WAL object in the byte-range cache, so reads of its runs find them there:
+    /// a writer's write-through of the object it just committed runs from (its tail cache,
+    /// ARCHITECTURE §11).
+    pub(crate) fn cache_object(&self, path: &objstore::Path, bytes: Bytes) {
+        self.ranges.insert_object(path.as_ref(), bytes);
     }
 
     /// Bytes in the byte-range cache now.

@@ -514,14 +514,14 @@ pub(super) async fn commit_chunks(
 pub(super) const INCARNATION_ENDED: &str =
     "writer incarnation ended (lease lost); nothing of this flush committed";
 
-/// The tail cache: a committed chunk's runs go in the reader's byte-range cache before the
-/// appends are answered, so a consumer caught up with them reads them without a GET.
+/// The tail cache: the WAL objects a committed chunk's runs are in go in the reader's
+/// byte-range cache (whole, once each) before the appends are answered, so a consumer caught
+/// up with them reads them without a GET.
 fn cache_runs(core: &Core, p: &Plan, objects: &HashMap<u64, Kept>) {
     for run in &p.runs {
         let Some(Kept { object, .. }) = objects.get(&run.wal_seq) else { continue };
-        let (start, end) = (run.byte_start as usize, (run.byte_start + run.byte_len) as usize);
-        if end <= object.len() {
-            core.reader.cache_run(p.log, run, object.slice(start..end));
+        if run.byte_start + run.byte_len <= object.len() as u64 {
+            core.reader.cache_object(&run.object(p.log), object.clone());
         }
     }
 }
