@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/venv/bin:$(PATH)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: help deps build test lint run bench bench-kafka bench-catchup cluster cluster-stop helm-check compose-check fuzz dst soak
+.PHONY: help deps build test lint run bench bench-memory bench-kafka bench-catchup cluster cluster-stop helm-check compose-check fuzz dst soak
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
@@ -68,6 +68,10 @@ bench: ## A short benchmark (about 4 minutes once built): 10 MiB/s to one log wi
 	./target/release/lakelog --endpoint http://127.0.0.1:$$port bench produce --stream one --duration 10s; \
 	./target/release/lakelog --endpoint http://127.0.0.1:$$port bench produce --stream one-at-a-time --in-flight 1 --duration 10s; \
 	./target/release/lakelog bench compact --data-dir "$$d/compact"
+
+bench-memory: deps ## A writer role's peak RSS saturated and at 5x overload from another process (etcd + SeaweedFS, 64 MiB buffer), against buffer_size + 64 MiB; release build, about 1 minute once built
+	cargo build --release --bin lakelog
+	./scripts/bench-memory.sh
 
 bench-kafka: deps ## Produce and consume 1 KiB records through the Kafka port (librdkafka) against the native gRPC path, release build
 	cargo build --release --bin lakelog

@@ -19,6 +19,9 @@ mod kafka_client;
 mod maintenance;
 mod streams;
 
+// `--features system-allocator` builds with the C library's allocator instead, for heap
+// profilers that hook malloc (heaptrack; docs/performance.md, "Memory under overload").
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# `make bench-memory`: a writer role's memory under overload. Starts etcd, SeaweedFS and one
+# `lakelog writer` (release build, deploy/config/writer.yaml: 64 MiB buffer), measures what it
+# absorbs when saturated, then offers it 5x that from another process (`bench append
+# --endpoint`, 10 kB entries, 100 logs) and reports the writer's peak RSS (VmHWM) against
+# buffer_size + 64 MiB. Ports are make cluster's (etcd 2379, S3 8333, writer 7540): stop a
+# running cluster first. State and logs: $LAKELOG_BENCH_DIR (default ./.bench-memory).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+dir="${LAKELOG_BENCH_DIR:-$root/.bench-memory}"
+bin="${LAKELOG_BIN:-$root/target/release/lakelog}"
+config="${WRITER_CONFIG:-$root/deploy/config/writer.yaml}"
+weed="$root/.tools/venv/bin/weed"
+seconds="${BENCH_SECONDS:-15}"
+in_flight="${BENCH_IN_FLIGHT:-20000}"
+export LAKELOG_S3_ACCESS_KEY_ID=lakelog LAKELOG_S3_SECRET_ACCESS_KEY=lakelog-secret
+
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  sleep 1
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+for p in 2379 8333 7540; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+    echo "bench-memory: 127.0.0.1:$p is taken (a running make cluster? make cluster-stop)" >&2
+    exit 1
+  fi
+done
+wait_port() {
+  for _ in $(seq 1 $(( ${2:-30} * 10 ))); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "bench-memory: nothing listens on 127.0.0.1:$1; logs in $dir" >&2
+  exit 1
+}
+kib() { awk -v k="$2" '$1 == k":" { print $2 }' "/proc/$1/status"; }
+
+rm -rf "$dir" && mkdir -p "$dir/etcd" "$dir/s3"
+etcd --data-dir "$dir/etcd" --name bench \
+  --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+  --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+  --initial-cluster bench=http://127.0.0.1:2380 >"$dir/etcd.log" 2>&1 &
+pids+=($!)
+(cd "$dir/s3" && AWS_ACCESS_KEY_ID=$LAKELOG_S3_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY=$LAKELOG_S3_SECRET_ACCESS_KEY \
+  exec "$weed" mini -dir=. -ip=127.0.0.1 -ip.bind=127.0.0.1 -bucket=lakelog -s3.port=8333 \
+  -webdav=false -admin.ui=false) >"$dir/s3.log" 2>&1 &
+pids+=($!)
+wait_port 2379
+wait_port 8333 60
+
+# The writer, once per row: a fresh process, so its peak RSS is that row's.
+start_writer() {
+  "$bin" writer --config "$config" >"$dir/writer-$1.log" 2>&1 &
+  writer=$!
+  pids+=("$writer")
+  wait_port 7540
+  sleep 1
+}
+stop_writer() {
+  kill "$writer" 2>/dev/null || true
+  wait "$writer" 2>/dev/null || true
+}
+bench() {
+  "$bin" --endpoint http://127.0.0.1:7540 bench append --logs 100 --record-size 1000 \
+    --records-per-entry 10 --duration "${seconds}s" --json "$@" | tail -1
+}
+field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])$2)" "$1"; }
+
+start_writer saturated
+idle=$(kib "$writer" VmRSS)
+sat=$(bench --concurrency 2000)
+sat_mb=$(field "$sat" '["append_mb_per_s"]')
+sat_hwm=$(kib "$writer" VmHWM)
+stop_writer
+
+offer=$(python3 -c "print(int(float('$sat_mb') * 5 * 1e6))")
+start_writer overload
+over=$(bench --concurrency "$in_flight" --rate "$offer")
+over_hwm=$(kib "$writer" VmHWM)
+stop_writer
+
+mib() { python3 -c "print(f'{$1 / 1024:.1f}')"; }
+cat <<OUT
+bench-memory: writer role alone on etcd + SeaweedFS, 64 MiB buffer, 10 kB entries, 100 logs, ${seconds} s a row
+| row | offered MB/s | absorbed MB/s | refused | ack p50 ms | writer RSS peak MiB |
+|---|---|---|---|---|---|
+| idle | — | — | — | — | $(mib "$idle") |
+| saturated (2,000 in flight) | as acked | $sat_mb | $(field "$sat" '["refused"]') | $(field "$sat" '["ack_ms"]["p50"]') | $(mib "$sat_hwm") |
+| 5x overload ($in_flight in flight) | $(python3 -c "print(f'{$offer / 1e6:.1f}')") | $(field "$over" '["append_mb_per_s"]') | $(field "$over" '["refused"]') | $(field "$over" '["ack_ms"]["p50"]') | $(mib "$over_hwm") |
+target: buffer_size + 64 MiB = 128 MiB
+OUT
