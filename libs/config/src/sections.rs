@@ -303,9 +303,10 @@ pub struct WriterSection {
     #[serde(default = "default_max_entry")]
     pub max_entry_size: ByteSize,
     /// Bytes buffered or being written (until their PUT succeeds), plus what each append holds
-    /// until its commit is answered (256 bytes; a gRPC request 4 KiB more), at most. Appends
-    /// asking up to a quarter of it wait for room, then fail RESOURCE_EXHAUSTED; beyond that
-    /// quarter an append is refused with RESOURCE_EXHAUSTED at once (clients back off).
+    /// until its commit is answered (256 bytes; a gRPC request 4 KiB more) and 32 KiB for each
+    /// unary gRPC append being received, at most. Appends asking up to an eighth of it wait
+    /// for room, then fail RESOURCE_EXHAUSTED; beyond that eighth an append is refused with
+    /// RESOURCE_EXHAUSTED at once, a gRPC one unread when no room is left (clients back off).
     #[serde(default = "default_buffer")]
     pub buffer_size: ByteSize,
     /// Deadline of one flush's PUT and commit.

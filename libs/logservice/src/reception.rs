@@ -1,31 +1,56 @@
 //! Load shedding before a unary Append is read. Log storage bounds the appends it holds (the
-//! buffer) and those waiting for room (a quarter of it), but a request costs memory from its
+//! buffer) and those waiting for room (an eighth of it), but a request costs memory from its
 //! headers on: its stream and task, a receive buffer, its body as it arrives. With thousands
 //! of requests arriving from many connections, the ones still being received held more than
 //! the buffer did (measured: ~8,400 at once, 8 KiB of buffer and ~5 KiB of futures each). So
 //! at most `slots` unary Appends are between their headers and storage's answer on admission;
 //! one more is refused at once with RESOURCE_EXHAUSTED, before its body is read, and the
-//! client backs off. Streams (AppendStream) are not gated: each holds at most one message
-//! waiting for room.
+//! client backs off. With storage given ([`Reception::with_room`]), each also takes
+//! [`RECEPTION_ROOM`] of the append buffer's room from its headers on (refused the same way
+//! when the buffer has none), which its append's room then includes: what requests hold while
+//! they are received is inside `buffer_size`, not beside it. Streams (AppendStream) are not
+//! gated: each holds at most one message waiting for room.
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use logstore::LogError;
+use logstore::{LogError, LogStorage, Reserved};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Buffer room a unary Append takes from its headers on, while it is received and decoded:
+/// its receive buffer (8 KiB, grown to the message: 16 KiB for a 10 kB append), the payload
+/// copied out of it, futures, headers and stream. At admission it becomes part of the
+/// append's room (what the append does not need goes back).
+pub const RECEPTION_ROOM: usize = 32 << 10;
 
 /// The unary Append's path.
 const APPEND_PATH: &str = "/lakelog.log.v1.LogService/Append";
 
-/// A unary Append's place between its headers and its admission; the handler lets it go
-/// once storage has answered the admission (dropping the request lets it go too).
+/// A unary Append's place between its headers and its admission, and the buffer room taken
+/// for it; the handler gives the room to its append and lets the place go once storage has
+/// answered the admission (dropping the request lets both go too).
 #[derive(Clone, Debug)]
-pub struct Slot(Arc<Mutex<Option<OwnedSemaphorePermit>>>);
+pub struct Slot(Arc<Mutex<Held>>);
+
+#[derive(Debug)]
+struct Held {
+    place: Option<OwnedSemaphorePermit>,
+    room: Option<Reserved>,
+}
 
 impl Slot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn release(&self) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.lock().place.take();
+    }
+
+    /// The buffer room taken for the append (once), for `Conditions::reserved`.
+    pub fn take_room(&self) -> Option<Reserved> {
+        self.lock().room.take()
     }
 }
 
@@ -35,6 +60,7 @@ pub struct Reception<S> {
     inner: S,
     slots: Arc<Semaphore>,
     size: usize,
+    storage: Option<LogStorage>,
 }
 
 impl<S> std::fmt::Debug for Reception<S> {
@@ -45,7 +71,14 @@ impl<S> std::fmt::Debug for Reception<S> {
 
 impl<S> Reception<S> {
     pub fn new(inner: S, slots: usize) -> Self {
-        Reception { inner, slots: Arc::new(Semaphore::new(slots)), size: slots }
+        Reception { inner, slots: Arc::new(Semaphore::new(slots)), size: slots, storage: None }
+    }
+
+    /// Each unary Append also takes [`RECEPTION_ROOM`] of `storage`'s buffer from its headers
+    /// on (see the module).
+    pub fn with_room(mut self, storage: LogStorage) -> Self {
+        self.storage = Some(storage);
+        self
     }
 
     /// Unary Appends being received or admitted now.
@@ -80,19 +113,23 @@ where
 
     fn call(&mut self, mut req: http::Request<tonic::body::Body>) -> Self::Future {
         if req.uri().path() == APPEND_PATH {
-            match self.slots.clone().try_acquire_owned() {
-                Ok(permit) => {
-                    req.extensions_mut().insert(Slot(Arc::new(Mutex::new(Some(permit)))));
-                }
-                Err(_) => {
-                    let e = LogError::ResourceExhausted(format!(
-                        "writer busy: {} appends already being received; retry later",
-                        self.size
-                    ));
-                    let refused = crate::status::to_status(e).into_http();
-                    return futures::future::Either::Right(std::future::ready(Ok(refused)));
-                }
-            }
+            let refused = |e: LogError| {
+                let refused = crate::status::to_status(e).into_http();
+                futures::future::Either::Right(std::future::ready(Ok(refused)))
+            };
+            let Ok(place) = self.slots.clone().try_acquire_owned() else {
+                return refused(LogError::ResourceExhausted(format!(
+                    "writer busy: {} appends already being received; retry later",
+                    self.size
+                )));
+            };
+            let room = match self.storage.as_ref().map(|s| s.reserve(RECEPTION_ROOM)) {
+                Some(Err(e)) => return refused(e),
+                Some(Ok(r)) => Some(r),
+                None => None,
+            };
+            let held = Held { place: Some(place), room };
+            req.extensions_mut().insert(Slot(Arc::new(Mutex::new(held))));
         }
         futures::future::Either::Left(self.inner.call(req))
     }

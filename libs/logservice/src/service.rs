@@ -146,6 +146,7 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         let opts = Conditions {
             expected_offset: r.expected_offset,
             overhead: crate::UNARY_OVERHEAD,
+            reserved: reception.as_ref().and_then(crate::reception::Slot::take_room),
             ..Default::default()
         };
         let admitted = s.submit_in_slot(log, &slot, r.record_count, payload, opts).await;

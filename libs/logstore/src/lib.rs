@@ -38,7 +38,7 @@ pub use log::Log;
 pub use reader::{
     DEFAULT_INDEX_PAGES, LogReader, MAX_BY_INDEX_BYTES, MAX_BY_INDEX_ENTRIES, StoredRun,
 };
-pub use storage::{Committing, Conditions, LogStorage};
+pub use storage::{Committing, Conditions, LogStorage, Reserved};
 pub use writer::{Chain, LogStorageConfig};
 pub use writer::{FlushObserver, WriterHook, WriterStep};
 

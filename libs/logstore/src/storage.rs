@@ -8,7 +8,7 @@ use bytes::Bytes;
 use metadata::{Compare, CompareOp, MetadataStore, Txn, TxnOp};
 use objstore::object_store::ObjectStore;
 use prost::Message;
-use tokio::sync::{TryAcquireError, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, TryAcquireError, oneshot};
 
 use crate::reader::{LogReader, Snapshot};
 use crate::records::{LogHead, LogState};
@@ -27,8 +27,21 @@ impl Drop for CloseGuard {
     }
 }
 
+/// Buffer room taken for an append before it is known ([`LogStorage::reserve`]): a remote
+/// request's, from its headers on, while its body is received and decoded. Given with the
+/// append (`Conditions::reserved`), it becomes part of the append's room; dropped, it goes back.
+#[derive(Debug)]
+pub struct Reserved(OwnedSemaphorePermit);
+
+impl Reserved {
+    /// Bytes of buffer room it holds.
+    pub fn bytes(&self) -> usize {
+        self.0.num_permits()
+    }
+}
+
 /// What an append asks beyond its payload ([`LogStorage::submit_in_slot`]).
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct Conditions {
     /// Commit only at this offset, else `OffsetMismatch`.
     pub expected_offset: Option<u64>,
@@ -50,6 +63,9 @@ pub struct Conditions {
     /// own bookkeeping, so that what many small appends hold while they wait for their
     /// commit stays within `buffer_bytes`.
     pub overhead: usize,
+    /// Room already taken for this append ([`LogStorage::reserve`]): counted toward its room,
+    /// so what it held while being received is never counted twice nor dropped uncounted.
+    pub reserved: Option<Reserved>,
 }
 
 /// Level 1 log storage: appends through this writer; reads, trims and the rest through the
@@ -255,6 +271,75 @@ impl LogStorage {
         admitted
     }
 
+    /// Takes `bytes` of buffer room for an append not yet known, at once or not at all: a
+    /// remote request's from its headers on, before its body is read, so that what requests
+    /// hold while they are received stays within `buffer_bytes`. Give it with the append
+    /// (`Conditions::reserved`). Refused with `ResourceExhausted` when the buffer has no room
+    /// (nothing waits: the caller has not read the request, and its client backs off).
+    pub fn reserve(&self, bytes: usize) -> Result<Reserved, LogError> {
+        if self.core.closing.load(Ordering::SeqCst) {
+            return Err(LogError::unavailable("writer is shutting down"));
+        }
+        let n = u32::try_from(bytes.min(self.core.cfg.buffer_bytes)).unwrap_or(u32::MAX);
+        if self.core.space.available_permits() < n as usize {
+            self.core.reader.shrink_cache(n as usize);
+        }
+        match self.core.space.clone().try_acquire_many_owned(n) {
+            Ok(p) => Ok(Reserved(p)),
+            Err(TryAcquireError::Closed) => Err(LogError::unavailable("writer is shutting down")),
+            Err(TryAcquireError::NoPermits) => {
+                if let Some(o) = self.core.observer.get() {
+                    o.refused();
+                }
+                Err(LogError::ResourceExhausted(format!(
+                    "append buffer full ({} bytes): retry later",
+                    self.core.cfg.buffer_bytes
+                )))
+            }
+        }
+    }
+
+    /// Takes `permits` more of buffer room for an append whose whole room is `room`: at once,
+    /// or after waiting if few enough bytes of appends wait already ([`Waiting`]), else
+    /// refused with `ResourceExhausted`.
+    ///
+    /// [`Waiting`]: crate::writer::Waiting
+    async fn take_room(&self, permits: u32, room: usize) -> Result<OwnedSemaphorePermit, LogError> {
+        let cfg = &self.core.cfg;
+        // The tail cache lives in the buffer's room appends do not hold: it gives way first.
+        if self.core.space.available_permits() < permits as usize {
+            self.core.reader.shrink_cache(permits as usize);
+        }
+        match self.core.space.clone().try_acquire_many_owned(permits) {
+            Ok(p) => Ok(p),
+            Err(TryAcquireError::Closed) => Err(LogError::unavailable("writer is shutting down")),
+            Err(TryAcquireError::NoPermits) => {
+                // What waits for room holds its payload outside the buffer: a bounded amount
+                // waits, the rest is refused at once (nothing applied; the caller backs off).
+                let Some(_waiting) = self.core.waiting.enter(room) else {
+                    if let Some(o) = self.core.observer.get() {
+                        o.refused();
+                    }
+                    return Err(LogError::ResourceExhausted(format!(
+                        "append buffer full ({} bytes) and {} bytes of appends already waiting \
+                         for room: retry later",
+                        cfg.buffer_bytes,
+                        self.core.waiting.bytes()
+                    )));
+                };
+                let acquire = self.core.space.clone().acquire_many_owned(permits);
+                match tokio::time::timeout(cfg.append_timeout, acquire).await {
+                    Ok(Ok(p)) => Ok(p),
+                    Ok(Err(_)) => Err(LogError::unavailable("writer is shutting down")),
+                    Err(_) => Err(LogError::ResourceExhausted(format!(
+                        "append buffer full ({} bytes) for {:?}",
+                        cfg.buffer_bytes, cfg.append_timeout
+                    ))),
+                }
+            }
+        }
+    }
+
     async fn admit(
         &self,
         log: LogId,
@@ -263,7 +348,7 @@ impl LogStorage {
         payload: Bytes,
         opts: Conditions,
     ) -> Result<Committing, LogError> {
-        let Conditions { expected_offset, tenure, timestamp, chain, overhead } = opts;
+        let Conditions { expected_offset, tenure, timestamp, chain, overhead, reserved } = opts;
         if let Some(e) = chain.as_ref().and_then(|c| c.broken()) {
             return Err(e);
         }
@@ -300,41 +385,21 @@ impl LogStorage {
         let kept = crate::writer::ENTRY_BOOKKEEPING.saturating_add(overhead);
         let room = payload.len().saturating_add(kept);
         let permits = u32::try_from(room.min(cfg.buffer_bytes)).unwrap_or(u32::MAX);
-        // The tail cache lives in the buffer's room appends do not hold: it gives way first.
-        if self.core.space.available_permits() < permits as usize {
-            self.core.reader.shrink_cache(permits as usize);
+        // What was reserved for it counts toward its room; only the rest is taken now.
+        let mut permit = reserved.map(|r| r.0);
+        if let Some(p) = permit.as_mut()
+            && p.num_permits() > permits as usize
+        {
+            drop(p.split(p.num_permits() - permits as usize));
         }
-        let permit = match self.core.space.clone().try_acquire_many_owned(permits) {
-            Ok(p) => p,
-            Err(TryAcquireError::Closed) => {
-                return Err(LogError::unavailable("writer is shutting down"));
+        let held = permit.as_ref().map_or(0, |p| p.num_permits() as u32);
+        let more = self.take_room(permits - held, permits as usize).await?;
+        let permit = match permit {
+            Some(mut p) => {
+                p.merge(more);
+                p
             }
-            Err(TryAcquireError::NoPermits) => {
-                // What waits for room holds its payload outside the buffer: a bounded amount
-                // waits, the rest is refused at once (nothing applied; the caller backs off).
-                let Some(_waiting) = self.core.waiting.enter(permits as usize) else {
-                    if let Some(o) = self.core.observer.get() {
-                        o.refused();
-                    }
-                    return Err(LogError::ResourceExhausted(format!(
-                        "append buffer full ({} bytes) and {} bytes of appends already waiting \
-                         for room: retry later",
-                        cfg.buffer_bytes,
-                        self.core.waiting.bytes()
-                    )));
-                };
-                let acquire = self.core.space.clone().acquire_many_owned(permits);
-                match tokio::time::timeout(cfg.append_timeout, acquire).await {
-                    Ok(Ok(p)) => p,
-                    Ok(Err(_)) => return Err(LogError::unavailable("writer is shutting down")),
-                    Err(_) => {
-                        return Err(LogError::ResourceExhausted(format!(
-                            "append buffer full ({} bytes) for {:?}",
-                            cfg.buffer_bytes, cfg.append_timeout
-                        )));
-                    }
-                }
-            }
+            None => more,
         };
         let (tx, rx) = oneshot::channel();
         self.core.enqueue(Pending {

@@ -157,12 +157,15 @@ async fn serve_on(
         .max_encoding_message_size(
             logservice::service::MAX_RESPONSE_BYTES.max(storage.config().max_entry_bytes * 2),
         );
-    role.add_service(logservice::reception::Reception::new(svc, RECEPTION_SLOTS));
+    role.add_service(
+        logservice::reception::Reception::new(svc, RECEPTION_SLOTS).with_room(storage.clone()),
+    );
     // Requests being received or decoded hold their payload outside the buffer's accounting:
     // per connection, a cap on streams (HTTP/2 makes the client wait beyond) and on bytes
     // received ahead of reading; for the whole writer, a cap on unary Appends being received
-    // (beyond it they are refused unread); storage bounds those waiting for room (beyond a
-    // quarter of the buffer it refuses) and counts what an answered-later append holds.
+    // and buffer room taken for each from its headers on (beyond either they are refused
+    // unread); storage bounds those waiting for room (beyond a quarter of the buffer it
+    // refuses) and counts what an answered-later append holds.
     role.limit_streams_per_connection(MAX_STREAMS_PER_CONNECTION);
     role.limit_receive_window(RECEIVE_WINDOW);
     extra(&storage, &mut role);

@@ -258,9 +258,11 @@ pub trait FlushObserver: Send + Sync {
 }
 
 /// Appends waiting for buffer room, in bytes of room asked. Their payloads are in memory but
-/// not in the buffer's accounting, so at most a quarter of the buffer waits (and always one
+/// not in the buffer's accounting, so at most an eighth of the buffer waits (and always one
 /// append, whatever its size); the rest is refused with RESOURCE_EXHAUSTED. Holding them
 /// instead is no bound: a remote writer would keep every request its connections deliver.
+/// (Remote appends wait with the room taken at their reception: an append that room covers
+/// never waits.)
 #[derive(Debug)]
 pub(crate) struct Waiting {
     bytes: AtomicUsize,
@@ -269,7 +271,7 @@ pub(crate) struct Waiting {
 
 impl Waiting {
     fn new(buffer_bytes: usize) -> Self {
-        Waiting { bytes: AtomicUsize::new(0), limit: buffer_bytes / 4 }
+        Waiting { bytes: AtomicUsize::new(0), limit: buffer_bytes / 8 }
     }
 
     /// Counts `room` as waiting, if it fits; the guard stops counting it.

@@ -42,7 +42,7 @@ pub struct LogStorageConfig {
     pub max_entry_bytes: usize,
     /// Payload bytes buffered or being written (until their PUT succeeds), plus
     /// `ENTRY_BOOKKEEPING` (256) bytes per append until it is answered, at most; appends wait
-    /// for room (default 64 MiB). Appends asking a quarter of it may wait at once (always
+    /// for room (default 64 MiB). Appends asking an eighth of it may wait at once (always
     /// one); when more would, the next is refused at once with RESOURCE_EXHAUSTED.
     pub buffer_bytes: usize,
     /// How long an append waits for buffer room before RESOURCE_EXHAUSTED (default 5 s).
