@@ -2,8 +2,9 @@
 # `make bench-memory`: a writer role's memory under overload. Starts etcd, SeaweedFS and one
 # `lakelog writer` (release build, deploy/config/writer.yaml: 64 MiB buffer), measures what it
 # absorbs when saturated, then offers it 5x that from another process (`bench append
-# --endpoint`, 10 kB entries, 100 logs) and reports the writer's peak RSS (VmHWM) against
-# buffer_size + 64 MiB. Ports are make cluster's (etcd 2379, S3 8333, writer 7540): stop a
+# --endpoint`, 100 logs) in 10 kB appends (20,000 in flight: per-request state at its most)
+# and in 100 kB appends (2,000 in flight), and reports the writer's peak RSS (VmHWM) for each
+# against buffer_size + 64 MiB. Ports are make cluster's (etcd 2379, S3 8333, writer 7540): stop a
 # running cluster first. State and logs: $LAKELOG_BENCH_DIR (default ./.bench-memory).
 set -euo pipefail
 
@@ -67,30 +68,36 @@ stop_writer() {
 }
 bench() {
   "$bin" --endpoint http://127.0.0.1:7540 bench append --logs 100 --record-size 1000 \
-    --records-per-entry 10 --duration "${seconds}s" --json "$@" | tail -1
+    --duration "${seconds}s" --json "$@" | tail -1
 }
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])$2)" "$1"; }
 
 start_writer saturated
 idle=$(kib "$writer" VmRSS)
-sat=$(bench --concurrency 2000)
+sat=$(bench --records-per-entry 10 --concurrency 2000)
 sat_mb=$(field "$sat" '["append_mb_per_s"]')
 sat_hwm=$(kib "$writer" VmHWM)
 stop_writer
 
 offer=$(python3 -c "print(int(float('$sat_mb') * 5 * 1e6))")
 start_writer overload
-over=$(bench --concurrency "$in_flight" --rate "$offer")
+over=$(bench --records-per-entry 10 --concurrency "$in_flight" --rate "$offer")
 over_hwm=$(kib "$writer" VmHWM)
+stop_writer
+
+start_writer large
+large=$(bench --records-per-entry 100 --concurrency 2000 --rate "$offer")
+large_hwm=$(kib "$writer" VmHWM)
 stop_writer
 
 mib() { python3 -c "print(f'{$1 / 1024:.1f}')"; }
 cat <<OUT
-bench-memory: writer role alone on etcd + SeaweedFS, 64 MiB buffer, 10 kB entries, 100 logs, ${seconds} s a row
+bench-memory: writer role alone on etcd + SeaweedFS, 64 MiB buffer, 100 logs, ${seconds} s a row
 | row | offered MB/s | absorbed MB/s | refused | ack p50 ms | writer RSS peak MiB |
 |---|---|---|---|---|---|
 | idle | — | — | — | — | $(mib "$idle") |
-| saturated (2,000 in flight) | as acked | $sat_mb | $(field "$sat" '["refused"]') | $(field "$sat" '["ack_ms"]["p50"]') | $(mib "$sat_hwm") |
-| 5x overload ($in_flight in flight) | $(python3 -c "print(f'{$offer / 1e6:.1f}')") | $(field "$over" '["append_mb_per_s"]') | $(field "$over" '["refused"]') | $(field "$over" '["ack_ms"]["p50"]') | $(mib "$over_hwm") |
+| saturated (10 kB, 2,000 in flight) | as acked | $sat_mb | $(field "$sat" '["refused"]') | $(field "$sat" '["ack_ms"]["p50"]') | $(mib "$sat_hwm") |
+| 5x overload (10 kB, $in_flight in flight) | $(python3 -c "print(f'{$offer / 1e6:.1f}')") | $(field "$over" '["append_mb_per_s"]') | $(field "$over" '["refused"]') | $(field "$over" '["ack_ms"]["p50"]') | $(mib "$over_hwm") |
+| 5x overload (100 kB, 2,000 in flight) | $(python3 -c "print(f'{$offer / 1e6:.1f}')") | $(field "$large" '["append_mb_per_s"]') | $(field "$large" '["refused"]') | $(field "$large" '["ack_ms"]["p50"]') | $(mib "$large_hwm") |
 target: buffer_size + 64 MiB = 128 MiB
 OUT
