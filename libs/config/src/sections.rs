@@ -303,8 +303,8 @@ pub struct WriterSection {
     #[serde(default = "default_max_entry")]
     pub max_entry_size: ByteSize,
     /// Bytes buffered or being written (until their PUT succeeds), plus what each append holds
-    /// until its commit is answered (256 bytes; a gRPC request 4 KiB more) and 32 KiB for each
-    /// unary gRPC append being received, at most. Appends asking up to an eighth of it wait
+    /// until its commit is answered (256 bytes; a gRPC request 12 KiB more) and, for each unary
+    /// gRPC append being received, 32 KiB or its message's length and 8 KiB, at most. Appends asking up to an eighth of it wait
     /// for room, then fail RESOURCE_EXHAUSTED; beyond that eighth an append is refused with
     /// RESOURCE_EXHAUSTED at once, a gRPC one unread when no room is left (clients back off).
     #[serde(default = "default_buffer")]

@@ -7,13 +7,19 @@
 //! one more is refused at once with RESOURCE_EXHAUSTED, before its body is read, and the
 //! client backs off. With storage given ([`Reception::with_room`]), each also takes
 //! [`RECEPTION_ROOM`] of the append buffer's room from its headers on (refused the same way
-//! when the buffer has none), which its append's room then includes: what requests hold while
-//! they are received is inside `buffer_size`, not beside it. Streams (AppendStream) are not
-//! gated: each holds at most one message waiting for room.
+//! when the buffer has none), and once its message's length prefix arrives, room for the
+//! whole message (the receive buffer is sized to it; refused with RESOURCE_EXHAUSTED, the rest
+//! unread, when the buffer has no room). Its append's room then includes what it took: what
+//! requests hold while they are received is inside `buffer_size`, not beside it. Streams
+//! (AppendStream) are not gated: each holds at most one message waiting for room.
 
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http_body::Frame;
 
 use logstore::{LogError, LogStorage, Reserved};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -23,6 +29,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// copied out of it, futures, headers and stream. At admission it becomes part of the
 /// append's room (what the append does not need goes back).
 pub const RECEPTION_ROOM: usize = 32 << 10;
+
+/// What a unary Append being received holds besides its receive buffer (futures, headers,
+/// stream): with its message's length, the room it needs is that length and this.
+const RECEIVING_OVERHEAD: usize = 8 << 10;
+
+/// The gRPC message prefix: a compression flag and a 4-byte big-endian length.
+const PREFIX_LEN: usize = 5;
 
 /// The unary Append's path.
 const APPEND_PATH: &str = "/lakelog.log.v1.LogService/Append";
@@ -51,6 +64,72 @@ impl Slot {
     /// The buffer room taken for the append (once), for `Conditions::reserved`.
     pub fn take_room(&self) -> Option<Reserved> {
         self.lock().room.take()
+    }
+
+    /// Holds at least `bytes` of buffer room, taking more from `storage` if needed (at once or
+    /// not at all).
+    fn grow(&self, storage: &LogStorage, bytes: usize) -> Result<(), LogError> {
+        let mut held = self.lock();
+        let has = held.room.as_ref().map_or(0, Reserved::bytes);
+        if bytes > has {
+            let more = storage.reserve(bytes - has)?;
+            match held.room.as_mut() {
+                Some(r) => r.merge(more),
+                None => held.room = Some(more),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A unary Append's body as it arrives: once the message's length prefix is in, its slot takes
+/// room for the whole message, or the body fails with RESOURCE_EXHAUSTED (the handler is never
+/// called; the client backs off).
+struct Metered {
+    inner: tonic::body::Body,
+    slot: Slot,
+    storage: LogStorage,
+    prefix: [u8; PREFIX_LEN],
+    seen: usize,
+}
+
+impl http_body::Body for Metered {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
+        let this = &mut *self;
+        let frame = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            Some(Ok(frame)) => frame,
+            other => return Poll::Ready(other),
+        };
+        if this.seen < PREFIX_LEN
+            && let Some(data) = frame.data_ref()
+        {
+            let n = (PREFIX_LEN - this.seen).min(data.len());
+            this.prefix[this.seen..this.seen + n].copy_from_slice(&data[..n]);
+            this.seen += n;
+            if this.seen == PREFIX_LEN {
+                let [_, a, b, c, d] = this.prefix;
+                let len = u32::from_be_bytes([a, b, c, d]) as usize;
+                let room = len.saturating_add(RECEIVING_OVERHEAD);
+                if let Err(e) = this.slot.grow(&this.storage, room) {
+                    return Poll::Ready(Some(Err(crate::status::to_status(e))));
+                }
+            }
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -123,13 +202,27 @@ where
                     self.size
                 )));
             };
-            let room = match self.storage.as_ref().map(|s| s.reserve(RECEPTION_ROOM)) {
-                Some(Err(e)) => return refused(e),
-                Some(Ok(r)) => Some(r),
-                None => None,
+            let Some(storage) = &self.storage else {
+                let slot = Slot(Arc::new(Mutex::new(Held { place: Some(place), room: None })));
+                req.extensions_mut().insert(slot);
+                return futures::future::Either::Left(self.inner.call(req));
             };
-            let held = Held { place: Some(place), room };
-            req.extensions_mut().insert(Slot(Arc::new(Mutex::new(held))));
+            let room = match storage.reserve(RECEPTION_ROOM) {
+                Ok(r) => r,
+                Err(e) => return refused(e),
+            };
+            let slot = Slot(Arc::new(Mutex::new(Held { place: Some(place), room: Some(room) })));
+            let (mut parts, body) = req.into_parts();
+            parts.extensions.insert(slot.clone());
+            let body = Metered {
+                inner: body,
+                slot,
+                storage: storage.clone(),
+                prefix: [0; PREFIX_LEN],
+                seen: 0,
+            };
+            let req = http::Request::from_parts(parts, tonic::body::Body::new(body));
+            return futures::future::Either::Left(self.inner.call(req));
         }
         futures::future::Either::Left(self.inner.call(req))
     }

@@ -38,6 +38,11 @@ impl Reserved {
     pub fn bytes(&self) -> usize {
         self.0.num_permits()
     }
+
+    /// Adds `more` (reserved from the same writer) to it.
+    pub fn merge(&mut self, more: Reserved) {
+        self.0.merge(more.0);
+    }
 }
 
 /// What an append asks beyond its payload ([`LogStorage::submit_in_slot`]).

@@ -111,10 +111,10 @@ async fn an_overloaded_writer_refuses_appends_beyond_its_buffer_at_once() -> Res
             tokio::spawn(async move { c.append(log, 1, Bytes::from(vec![7u8; 1024]), None).await })
         })
         .collect();
-    // Each keeps 1 KiB of payload, 256 B of bookkeeping and 4 KiB for its request, and one
-    // more is let in only while the buffer has RECEPTION_ROOM free: 7 in 64 KiB at most, fewer
+    // Each keeps 1 KiB of payload, 256 B of bookkeeping and 12 KiB for its request, and one
+    // more is let in only while the buffer has RECEPTION_ROOM free: 3 in 64 KiB at most, fewer
     // when requests arrive together (each takes RECEPTION_ROOM until admitted). (Without the
-    // request's share kept, up to 26 would be; without the room taken at reception, 15.)
+    // request's share kept, up to 26 would be.)
     let keeps = 1024 + 256 + logservice::UNARY_OVERHEAD;
     let most = 1 + ((64 << 10) - logservice::reception::RECEPTION_ROOM) / keeps;
     let t0 = Instant::now();
@@ -145,6 +145,49 @@ async fn an_overloaded_writer_refuses_appends_beyond_its_buffer_at_once() -> Res
         }
     }
     ensure!(committed == held, "{committed} of the {held} held appends committed");
+    s.server.await?;
+    Ok(())
+}
+
+/// A unary Append takes room for its whole message once its length prefix arrives: one the
+/// buffer has no room for is refused with RESOURCE_EXHAUSTED at once, the rest of its body
+/// unread, instead of being received into memory outside the buffer and waiting for room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_append_larger_than_the_free_room_is_refused_while_received() -> Result<()> {
+    let s = serve_writer_with(|cfg| {
+        cfg.buffer_bytes = 64 << 10;
+        cfg.max_entry_bytes = 60 << 10;
+        cfg.tail_cache_bytes = 0;
+        // Nothing flushes: what is admitted keeps its room.
+        cfg.flush_interval = Duration::from_secs(3600);
+        cfg.append_timeout = Duration::from_secs(3600);
+    })
+    .await?;
+    let c = LogClient::connect(&format!("http://{}", s.addr)).await?;
+    let log = c.create_log().await?;
+    // 1 KiB admitted keeps 1 KiB + 256 B + the request's 12 KiB: about 50.7 KiB stay free.
+    let small = {
+        let c = c.clone();
+        tokio::spawn(async move { c.append(log, 1, Bytes::from(vec![1u8; 1024]), None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // 50 KiB and the 8 KiB it holds besides while received do not fit: refused at once (it
+    // would have waited for room).
+    let big = c.append(log, 1, Bytes::from(vec![2u8; 50 << 10]), None);
+    let e = tokio::time::timeout(Duration::from_secs(10), big).await?.err();
+    let e = e.context("a 50 KiB append was admitted into 50.7 KiB")?;
+    ensure!(e.code == "RESOURCE_EXHAUSTED" && e.is_retryable(), "{e}");
+    // 36 KiB (and 8 KiB) does; admitted, it keeps 36 KiB + 256 B + 12 KiB.
+    let fits = {
+        let c = c.clone();
+        tokio::spawn(async move { c.append(log, 1, Bytes::from(vec![3u8; 36 << 10]), None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ensure!(!fits.is_finished() && !small.is_finished(), "an admitted append was answered");
+    // Both commit when the writer drains.
+    let _ = s.stop.send(());
+    small.await??;
+    fits.await??;
     s.server.await?;
     Ok(())
 }
