@@ -268,7 +268,10 @@ impl LogStorage {
         opts: Conditions,
     ) -> Result<Committing, LogError> {
         let chain = opts.chain.clone();
-        let admitted = self.admit(log, slot, record_count, payload, opts).await;
+        // Admission's state (its checks, its wait for room: about 1 KiB) lives on the heap
+        // only while it runs: in place, it sized every caller's future for as long as the
+        // append then awaits its commit, 8 bytes of it (`Committing`).
+        let admitted = Box::pin(self.admit(log, slot, record_count, payload, opts)).await;
         if let (Err(e), Some(chain)) = (&admitted, chain) {
             // Refused: the chain's appends admitted so far go on, later ones fail.
             chain.fail_after(self.core.admitted(), log, e);
