@@ -69,7 +69,7 @@ bench: ## A short benchmark (about 4 minutes once built): 10 MiB/s to one log wi
 	./target/release/lakelog --endpoint http://127.0.0.1:$$port bench produce --stream one-at-a-time --in-flight 1 --duration 10s; \
 	./target/release/lakelog bench compact --data-dir "$$d/compact"
 
-bench-memory: deps ## A writer role's peak RSS saturated and at 5x overload from another process (etcd + SeaweedFS, 64 MiB buffer), against buffer_size + 64 MiB; release build, about 1 minute once built
+bench-memory: deps ## A writer's peak RSS saturated and at 5x overload, as a role (load from another process) and in process (etcd + SeaweedFS, local directory), 64 MiB buffer, against buffer_size + 64 MiB; release build, about 2 minutes once built
 	cargo build --release --bin lakelog
 	./scripts/bench-memory.sh
 

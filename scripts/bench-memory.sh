@@ -4,9 +4,13 @@
 # absorbs when saturated, then offers it 5x that from another process (`bench append
 # --endpoint`, 100 logs) in 10 kB appends (20,000 in flight: per-request state at its most)
 # and in 100 kB appends (2,000 in flight), and reports the writer's peak RSS (VmHWM) for each
-# against buffer_size + 64 MiB. Ports are make cluster's (etcd 2379, S3 8333, writer 7540): stop a
+# against buffer_size + 64 MiB. Then the same in process (`bench append --config` on the same
+# etcd and SeaweedFS, and `--data-dir` on a local directory with the embedded metadata store):
+# saturated, then 5x what that absorbed in 10 kB appends from $BENCH_IN_PROCESS (8,192) in
+# flight; the peak RSS there is the whole process's, the load generator's tasks included. Ports are make cluster's (etcd 2379, S3 8333, writer 7540): stop a
 # running cluster first. State and logs: $LAKELOG_BENCH_DIR (default ./.bench-memory).
 set -euo pipefail
+shopt -s inherit_errexit
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dir="${LAKELOG_BENCH_DIR:-$root/.bench-memory}"
@@ -15,6 +19,7 @@ config="${WRITER_CONFIG:-$root/deploy/config/writer.yaml}"
 weed="$root/.tools/venv/bin/weed"
 seconds="${BENCH_SECONDS:-15}"
 in_flight="${BENCH_IN_FLIGHT:-20000}"
+in_process="${BENCH_IN_PROCESS:-8192}"
 export LAKELOG_S3_ACCESS_KEY_ID=lakelog LAKELOG_S3_SECRET_ACCESS_KEY=lakelog-secret
 
 pids=()
@@ -90,14 +95,38 @@ large=$(bench --records-per-entry 100 --concurrency 2000 --rate "$offer")
 large_hwm=$(kib "$writer" VmHWM)
 stop_writer
 
+# In process: the writer inside the bench, its flush interval the writer role's.
+in_proc() {
+  "$bin" bench append --logs 100 --record-size 1000 --records-per-entry 10 \
+    --flush-interval 250ms --duration "${seconds}s" --json "$@" | tail -1
+}
+in_proc_rows() {
+  local stores=$1 sat over offered
+  shift
+  sat=$(in_proc "$@" --concurrency 2000)
+  offered=$(python3 -c "print(int(float('$(field "$sat" '["append_mb_per_s"]')') * 5 * 1e6))")
+  over=$(in_proc "$@" --concurrency "$in_process" --rate "$offered")
+  for row in "saturated (10 kB, 2,000 in flight)|as acked|$sat" \
+    "5x overload (10 kB, $in_process in flight)|$(python3 -c "print(f'{$offered / 1e6:.1f}')")|$over"; do
+    IFS='|' read -r name offer json <<<"$row"
+    echo "| in process, $stores: $name | $offer | $(field "$json" '["append_mb_per_s"]') |" \
+      "$(field "$json" '["refused"]') | $(field "$json" '["ack_ms"]["p50"]') |" \
+      "$(field "$json" '["rss_peak_mb"]') |"
+  done
+}
+remote_stores=$(in_proc_rows "etcd + SeaweedFS" --config "$config")
+local_dir=$(in_proc_rows "local directory" --data-dir "$dir/local")
+
 mib() { python3 -c "print(f'{$1 / 1024:.1f}')"; }
 cat <<OUT
-bench-memory: writer role alone on etcd + SeaweedFS, 64 MiB buffer, 100 logs, ${seconds} s a row
-| row | offered MB/s | absorbed MB/s | refused | ack p50 ms | writer RSS peak MiB |
+bench-memory: writer role alone on etcd + SeaweedFS, then in process; 64 MiB buffer, 100 logs, ${seconds} s a row
+| row | offered MB/s | absorbed MB/s | refused | ack p50 ms | RSS peak MiB (writer role; in process: the bench's) |
 |---|---|---|---|---|---|
 | idle | — | — | — | — | $(mib "$idle") |
 | saturated (10 kB, 2,000 in flight) | as acked | $sat_mb | $(field "$sat" '["refused"]') | $(field "$sat" '["ack_ms"]["p50"]') | $(mib "$sat_hwm") |
 | 5x overload (10 kB, $in_flight in flight) | $(python3 -c "print(f'{$offer / 1e6:.1f}')") | $(field "$over" '["append_mb_per_s"]') | $(field "$over" '["refused"]') | $(field "$over" '["ack_ms"]["p50"]') | $(mib "$over_hwm") |
 | 5x overload (100 kB, 2,000 in flight) | $(python3 -c "print(f'{$offer / 1e6:.1f}')") | $(field "$large" '["append_mb_per_s"]') | $(field "$large" '["refused"]') | $(field "$large" '["ack_ms"]["p50"]') | $(mib "$large_hwm") |
+$remote_stores
+$local_dir
 target: buffer_size + 64 MiB = 128 MiB
 OUT
