@@ -289,13 +289,9 @@ impl LogStorage {
             return Err(LogError::unavailable("writer is shutting down"));
         }
         let n = u32::try_from(bytes.min(self.core.cfg.buffer_bytes)).unwrap_or(u32::MAX);
-        if self.core.space.available_permits() < n as usize {
-            self.core.reader.shrink_cache(n as usize);
-        }
-        match self.core.space.clone().try_acquire_many_owned(n) {
-            Ok(p) => Ok(Reserved(p)),
-            Err(TryAcquireError::Closed) => Err(LogError::unavailable("writer is shutting down")),
-            Err(TryAcquireError::NoPermits) => {
+        match self.try_room(n)? {
+            Some(p) => Ok(Reserved(p)),
+            None => {
                 if let Some(o) = self.core.observer.get() {
                     o.refused();
                 }
@@ -307,6 +303,19 @@ impl LogStorage {
         }
     }
 
+    /// `permits` of buffer room if free now (the tail cache, which lives in the room appends
+    /// do not hold, gives way first), `None` if not.
+    fn try_room(&self, permits: u32) -> Result<Option<OwnedSemaphorePermit>, LogError> {
+        if self.core.space.available_permits() < permits as usize {
+            self.core.reader.shrink_cache(permits as usize);
+        }
+        match self.core.space.clone().try_acquire_many_owned(permits) {
+            Ok(p) => Ok(Some(p)),
+            Err(TryAcquireError::Closed) => Err(LogError::unavailable("writer is shutting down")),
+            Err(TryAcquireError::NoPermits) => Ok(None),
+        }
+    }
+
     /// Takes `permits` more of buffer room for an append whose whole room is `room`: at once,
     /// or after waiting if few enough bytes of appends wait already ([`Waiting`]), else
     /// refused with `ResourceExhausted`.
@@ -314,14 +323,9 @@ impl LogStorage {
     /// [`Waiting`]: crate::writer::Waiting
     async fn take_room(&self, permits: u32, room: usize) -> Result<OwnedSemaphorePermit, LogError> {
         let cfg = &self.core.cfg;
-        // The tail cache lives in the buffer's room appends do not hold: it gives way first.
-        if self.core.space.available_permits() < permits as usize {
-            self.core.reader.shrink_cache(permits as usize);
-        }
-        match self.core.space.clone().try_acquire_many_owned(permits) {
-            Ok(p) => Ok(p),
-            Err(TryAcquireError::Closed) => Err(LogError::unavailable("writer is shutting down")),
-            Err(TryAcquireError::NoPermits) => {
+        match self.try_room(permits)? {
+            Some(p) => Ok(p),
+            None => {
                 // What waits for room holds its payload outside the buffer: a bounded amount
                 // waits, the rest is refused at once (nothing applied; the caller backs off).
                 let Some(_waiting) = self.core.waiting.enter(room) else {

@@ -87,6 +87,22 @@ async fn grpc_append_read_and_errors_over_etcd_and_s3() -> Result<()> {
     Ok(())
 }
 
+/// A writer with a 64 KiB buffer, no tail cache, entries up to `max_entry_bytes`, that flushes
+/// nothing until it drains (what is admitted keeps its room); a client of it and a new log.
+async fn stalled_writer(max_entry_bytes: usize) -> Result<(Served, LogClient, u64)> {
+    let s = serve_writer_with(|cfg| {
+        cfg.buffer_bytes = 64 << 10;
+        cfg.max_entry_bytes = max_entry_bytes;
+        cfg.tail_cache_bytes = 0;
+        cfg.flush_interval = Duration::from_secs(3600);
+        cfg.append_timeout = Duration::from_secs(3600);
+    })
+    .await?;
+    let c = LogClient::connect(&format!("http://{}", s.addr)).await?;
+    let log = c.create_log().await?;
+    Ok((s, c, log))
+}
+
 /// An overloaded writer holds a bounded number of remote appends: each takes buffer room from
 /// its headers on (what its request holds while received), keeps its payload and what its
 /// request holds until answered, and once the buffer has no room for one more request the rest
@@ -94,17 +110,7 @@ async fn grpc_append_read_and_errors_over_etcd_and_s3() -> Result<()> {
 /// commit when it drains.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_overloaded_writer_refuses_appends_beyond_its_buffer_at_once() -> Result<()> {
-    let s = serve_writer_with(|cfg| {
-        cfg.buffer_bytes = 64 << 10;
-        cfg.max_entry_bytes = 16 << 10;
-        cfg.tail_cache_bytes = 0;
-        // Nothing flushes until the writer drains.
-        cfg.flush_interval = Duration::from_secs(3600);
-        cfg.append_timeout = Duration::from_secs(3600);
-    })
-    .await?;
-    let c = LogClient::connect(&format!("http://{}", s.addr)).await?;
-    let log = c.create_log().await?;
+    let (s, c, log) = stalled_writer(16 << 10).await?;
     let appends: Vec<_> = (0..100)
         .map(|_| {
             let c = c.clone();
@@ -154,17 +160,7 @@ async fn an_overloaded_writer_refuses_appends_beyond_its_buffer_at_once() -> Res
 /// unread, instead of being received into memory outside the buffer and waiting for room.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_append_larger_than_the_free_room_is_refused_while_received() -> Result<()> {
-    let s = serve_writer_with(|cfg| {
-        cfg.buffer_bytes = 64 << 10;
-        cfg.max_entry_bytes = 60 << 10;
-        cfg.tail_cache_bytes = 0;
-        // Nothing flushes: what is admitted keeps its room.
-        cfg.flush_interval = Duration::from_secs(3600);
-        cfg.append_timeout = Duration::from_secs(3600);
-    })
-    .await?;
-    let c = LogClient::connect(&format!("http://{}", s.addr)).await?;
-    let log = c.create_log().await?;
+    let (s, c, log) = stalled_writer(60 << 10).await?;
     // 1 KiB admitted keeps 1 KiB + 256 B + the request's 12 KiB: about 50.7 KiB stay free.
     let small = {
         let c = c.clone();
