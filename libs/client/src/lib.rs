@@ -44,6 +44,7 @@ pub use codes::Code;
 pub use consumer::{ConsumedRecord, Consumer, StartAt};
 pub use maintenance::{CleanerClient, CompactorClient};
 pub use producer::{Delivery, Producer, ProducerConfig, RecordAck};
+pub use proto::log::v1 as log_pb;
 pub use proto::maintenance::v1 as maintenance_pb;
 pub use readers::ReaderPool;
 pub use router::{ClientConfig, Route};
@@ -576,6 +577,16 @@ impl LogClient {
     ) -> Result<Vec<pb::EntryIndex>, ClientError> {
         let req = pb::ReadIndexRangeRequest { log_id, start_offset, max_entries };
         Ok(self.inner.clone().read_index_range(req).await?.into_inner().indexes)
+    }
+
+    /// The entries at the places `indexes` name (as [`Self::read_index_range`] returned them),
+    /// in that order; each must be an entry of the log it names.
+    pub async fn read_entries_by_index(
+        &self,
+        indexes: Vec<pb::EntryIndex>,
+    ) -> Result<Vec<pb::Entry>, ClientError> {
+        let req = pb::ReadEntriesByIndexRequest { indexes };
+        Ok(self.inner.clone().read_entries_by_index(req).await?.into_inner().entries)
     }
 
     pub async fn info(&self, log_id: u64) -> Result<LogInfo, ClientError> {

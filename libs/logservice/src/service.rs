@@ -275,10 +275,9 @@ impl pb::log_service_server::LogService for LogServiceImpl {
         for i in asked {
             let object = objstore::Path::parse(&i.object)
                 .map_err(|e| Status::invalid_argument(format!("object `{}`: {e}", i.object)))?;
-            // A segment's key names its log; a WAL index says it (0 from older clients).
-            let log = objstore::keys::parse_compacted_object(&object).map_or(i.log_id, |k| k.log);
+            // The log the guard authorized: storage reads only that log's entries.
             indexes.push(EntryIndex {
-                log: LogId(log),
+                log: LogId(i.log_id),
                 header: from_header(i.header)?,
                 object,
                 byte_start: i.byte_start,

@@ -68,6 +68,34 @@ impl quick_cache::Weighter<String, Arc<wal::ChunkMeta>> for FooterWeight {
     }
 }
 
+/// The chunk tables of objects read by index, by object path: which log owns which bytes, the
+/// check that a range a client names is an entry of the log it names (ARCHITECTURE §7: a
+/// principal reads only the logs it may). Objects never change, so an entry is never stale.
+type ChunkTables = quick_cache::sync::Cache<String, Arc<[wal::ChunkMeta]>, TableWeight>;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct TableWeight;
+
+impl quick_cache::Weighter<String, Arc<[wal::ChunkMeta]>> for TableWeight {
+    fn weight(&self, key: &String, val: &Arc<[wal::ChunkMeta]>) -> u64 {
+        let entries: usize = val.iter().map(|c| c.entries.len()).sum();
+        (key.len() + 64 * val.len() + entries * std::mem::size_of::<wal::EntryMeta>()) as u64
+    }
+}
+
+/// Bytes of chunk tables kept (a WAL object of a thousand small entries: about 25 KiB).
+const CHUNK_TABLE_BYTES: u64 = 4 << 20;
+
+/// The bytes of an object's end fetched to find its footer: most footers fit, so one GET.
+const FOOTER_PROBE: u64 = 64 << 10;
+
+/// The largest footer read (a WAL object's entry table: 24 bytes an entry).
+const MAX_FOOTER: u64 = 64 << 20;
+
+fn chunk_tables() -> Arc<ChunkTables> {
+    Arc::new(ChunkTables::with_weighter(256, CHUNK_TABLE_BYTES, TableWeight))
+}
+
 fn footer_cache(range_bytes: usize) -> Arc<FooterCache> {
     let bytes = (range_bytes as u64 / 8).max(MIN_FOOTER_CACHE);
     Arc::new(FooterCache::with_weighter(64, bytes, FooterWeight))
@@ -127,6 +155,34 @@ fn entry_at(
     Ok(LogEntry { header: idx.header, payload: e.payload.clone() })
 }
 
+/// Checks that `idx` names one whole entry of its log's chunk in the object `table` describes
+/// (a client's index that does not is INVALID_ARGUMENT: it names bytes that are not its log's).
+fn check_entry(table: &[wal::ChunkMeta], idx: &EntryIndex) -> Result<(), LogError> {
+    let found = table
+        .iter()
+        .find(|c| {
+            c.log == idx.log.0
+                && (c.byte_start..c.byte_start + c.byte_len).contains(&idx.byte_start)
+        })
+        .and_then(|c| {
+            let rel = idx.byte_start - c.byte_start;
+            let i = c.entries.binary_search_by_key(&rel, |e| u64::from(e.byte_offset)).ok()?;
+            Some((c, i))
+        });
+    match found {
+        Some((c, i))
+            if c.entry_size(i) == idx.byte_len
+                && c.entries[i].record_count == idx.header.record_count =>
+        {
+            Ok(())
+        }
+        _ => Err(LogError::InvalidArgument(format!(
+            "bytes {}+{} of {} are no entry of log {}",
+            idx.byte_start, idx.byte_len, idx.object, idx.log
+        ))),
+    }
+}
+
 /// One entry found in an object, with where it lives.
 #[derive(Clone, Debug)]
 struct Located {
@@ -163,6 +219,7 @@ pub struct LogReader {
     ranges: RangeCache,
     footers: Arc<FooterCache>,
     lake_footers: Arc<LakeFooterCache>,
+    tables: Arc<ChunkTables>,
 }
 
 /// Parsed footers of lake segments by object path (each some tens of KiB decoded).
@@ -188,6 +245,7 @@ impl LogReader {
             ranges: RangeCache::new(0),
             footers: footer_cache(0),
             lake_footers: Arc::new(LakeFooterCache::new(LAKE_FOOTERS)),
+            tables: chunk_tables(),
         }
     }
 
@@ -1125,10 +1183,18 @@ impl LogReader {
         }
         let mut total = 0u64;
         for idx in indexes {
-            if objstore::keys::parse_wal_object(&idx.object).is_none()
-                && objstore::keys::parse_compacted_object(&idx.object).is_none()
-            {
+            let compacted = objstore::keys::parse_compacted_object(&idx.object);
+            if objstore::keys::parse_wal_object(&idx.object).is_none() && compacted.is_none() {
                 return bad(format!("`{}` is not a Lakelog object", idx.object));
+            }
+            // A segment holds one log's entries: the one its key names, and no other.
+            if let Some(k) = compacted
+                && k.log != idx.log.0
+            {
+                return bad(format!(
+                    "`{}` is a segment of log {}, not {}",
+                    idx.object, k.log, idx.log
+                ));
             }
             if idx.byte_len == 0 || idx.byte_start.checked_add(idx.byte_len).is_none() {
                 return bad(format!(
@@ -1156,6 +1222,22 @@ impl LogReader {
                     out[i] = Some(self.re_resolve(&indexes[i]).await?);
                 }
                 continue;
+            }
+            // Each range must be an entry of the log it names, as the object's own footer says:
+            // a WAL object holds every log of its flush, so a range of it is authorized only
+            // as an entry of the named log's chunk.
+            let table = match self.chunk_table(object).await {
+                Ok(t) => t,
+                Err(Missing::Object(_)) => {
+                    for i in members {
+                        out[i] = Some(self.re_resolve(&indexes[i]).await?);
+                    }
+                    continue;
+                }
+                Err(Missing::Other(e)) => return Err(e),
+            };
+            for i in &members {
+                check_entry(&table, &indexes[*i])?;
             }
             members.sort_by_key(|i| indexes[*i].byte_start);
             // Coalesce: runs of entries whose byte ranges touch (checked above: no overflow).
@@ -1202,6 +1284,50 @@ impl LogReader {
         out.into_iter()
             .map(|e| e.ok_or_else(|| LogError::Internal("entry not read".to_owned())))
             .collect()
+    }
+
+    /// The chunk table of the object at `path` (a WAL object or a segment) from its footer:
+    /// one GET of its last [`FOOTER_PROBE`] bytes (a second for a larger footer), cached.
+    async fn chunk_table(&self, path: &objstore::Path) -> Result<Arc<[wal::ChunkMeta]>, Missing> {
+        use objstore::object_store::{GetOptions, GetRange};
+        if let Some(t) = self.tables.get(path.as_ref()) {
+            return Ok(t);
+        }
+        let kind = match objstore::keys::parse_wal_object(path) {
+            Some(_) => wal::ObjectKind::Wal,
+            None => wal::ObjectKind::Segment,
+        };
+        let corrupt = |what: String| Missing::Other(LogError::Corrupt(format!("{path}: {what}")));
+        let opts =
+            GetOptions { range: Some(GetRange::Suffix(FOOTER_PROBE)), ..GetOptions::default() };
+        let got = match self.objects.get_opts(path, opts).await {
+            Ok(g) => g,
+            Err(objstore::object_store::Error::NotFound { .. }) => {
+                return Err(Missing::Object(path.to_string()));
+            }
+            Err(e) => return Err(Missing::Other(e.into())),
+        };
+        let (size, start) = (got.meta.size, got.range.start);
+        let tail = got.bytes().await.map_err(|e| Missing::Other(e.into()))?;
+        let trailer_at = match tail.len().checked_sub(wal::TRAILER_LEN) {
+            Some(at) if start.checked_add(tail.len() as u64) == Some(size) => at,
+            _ => return Err(corrupt(format!("{} bytes at its end of {size}", tail.len()))),
+        };
+        let (len, crc) =
+            wal::decode_trailer(&tail[trailer_at..], kind).map_err(|e| Missing::Other(e.into()))?;
+        let footer_at = (size - wal::TRAILER_LEN as u64)
+            .checked_sub(u64::from(len))
+            .filter(|_| u64::from(len) <= MAX_FOOTER)
+            .ok_or_else(|| corrupt(format!("a footer of {len} bytes")))?;
+        let footer = match footer_at.checked_sub(start) {
+            Some(at) => tail.slice(at as usize..trailer_at),
+            None => self.get_range(path, footer_at..size - wal::TRAILER_LEN as u64).await?,
+        };
+        let chunks =
+            wal::decode_footer(&footer, crc, footer_at).map_err(|e| Missing::Other(e.into()))?;
+        let table: Arc<[wal::ChunkMeta]> = chunks.into();
+        self.tables.insert(path.to_string(), table.clone());
+        Ok(table)
     }
 
     /// The entry an index named, found again through its log's index (linearizably), after its

@@ -34,7 +34,66 @@ both_envs!(
     a_page_a_trim_cut_through_is_compacted_and_its_wal_reclaimed,
     an_old_range_of_many_small_flushes_is_merged_and_reads_back_in_one_get_per_segment,
     a_segment_made_under_a_claim_is_not_merged_again_under_it,
+    a_read_by_index_serves_only_entries_of_the_log_it_names,
 );
+
+/// A read by index is authorized by the log it names (the gRPC guard checks that log), so it
+/// must serve nothing else: a WAL object holds every log of its flush, and a range of another
+/// log's chunk in it, or another log's segment key, is refused (INVALID_ARGUMENT), never
+/// answered with that log's bytes. A fresh reader checks against the object's own footer.
+async fn a_read_by_index_serves_only_entries_of_the_log_it_names(env: Env) -> Result<()> {
+    use logstore::{EntryIndex, LogError};
+    let w = env.writer("w").await?;
+    let (a, b) = (w.create_log().await?, w.create_log().await?);
+    let secret = Bytes::from_static(b"B-SECRET");
+    // Appends that arrive together share a flush: until a's and b's land in one object.
+    let (ia, ib) = 'shared: {
+        for _ in 0..20 {
+            let (ha, hb) = tokio::join!(
+                w.append(a, 1, payload(0), None),
+                w.append(b, 1, secret.clone(), None)
+            );
+            let ia = w.read_index_range(a, ha?.offset, 1).await?.remove(0);
+            let ib = w.read_index_range(b, hb?.offset, 1).await?.remove(0);
+            if ia.object == ib.object {
+                break 'shared (ia, ib);
+            }
+        }
+        return Err(anyhow!("20 pairs of appends never shared a flush"));
+    };
+    let reader = logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
+    let refused = |what: &str, got: Result<Vec<logstore::LogEntry>, LogError>| match got {
+        Err(LogError::InvalidArgument(_)) => Ok(()),
+        other => Err(anyhow!("{what}: answered {other:?}")),
+    };
+    // b's entry named as a's; then ranges around it (a prober's guesses).
+    let as_a = |i: &EntryIndex| EntryIndex { log: a, ..i.clone() };
+    refused("b's WAL range named as a's", reader.read_entries_by_index(&[as_a(&ib)]).await)?;
+    refused("b's WAL range named as a's (writer)", w.read_entries_by_index(&[as_a(&ib)]).await)?;
+    for (start, len) in [(0, 1), (1, 0), (0, 8)] {
+        let probe = EntryIndex {
+            byte_start: ib.byte_start.saturating_sub(start),
+            byte_len: ib.byte_len + len,
+            ..as_a(&ib)
+        };
+        refused("a probe of b's chunk", reader.read_entries_by_index(&[probe]).await)?;
+    }
+    // a's own entry, beside them, is served.
+    let own = reader.read_entries_by_index(&[ia.clone(), ib.clone()]).await?;
+    ensure!(own[0].payload == payload(0) && own[1].payload == secret, "{own:?}");
+
+    // b compacted: its segment's key, named as a's.
+    fill(&w, b, 8).await?;
+    let (c, _) = compactor(&env, "c1").await?;
+    c.compact_log_fully(b).await?.map_err(|s| anyhow!("skipped: {s:?}"))?;
+    let seg = w.read_index_range(b, ib.header.offset, 1).await?.remove(0);
+    ensure!(objstore::keys::parse_compacted_object(&seg.object).is_some(), "{seg:?}");
+    refused("b's segment named as a's", reader.read_entries_by_index(&[as_a(&seg)]).await)?;
+    let got = reader.read_entries_by_index(&[seg]).await?;
+    ensure!(got[0].payload == secret, "{got:?}");
+    w.shutdown().await;
+    Ok(())
+}
 
 /// A claim makes several rewrites; pages that spill while it runs may make a window starting at
 /// a segment the claim itself wrote. Merging that one would give the new segment the same

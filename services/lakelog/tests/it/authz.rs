@@ -225,6 +225,83 @@ fn grpc_requests_are_allowed_and_denied_exactly_as_the_acls_say() -> Result<()> 
     })
 }
 
+/// A principal with `consume` on stream `a` only names a's log in ReadEntriesByIndex but the
+/// byte range of b's entry in the WAL object both share (learned as a super user here; a
+/// prober finds it from its own index), then b's compacted segment: refused, never b's bytes.
+#[test]
+fn a_read_by_index_naming_another_streams_bytes_is_refused() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let pki = Pki::new(dir.path(), "cluster")?;
+    let s = auth_standalone(dir.path(), &pki)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async {
+        let e = s.endpoint.as_str();
+        let admin = admin(&pki)?;
+        let auth = client::AuthClient::connect_with(e, &admin).await?;
+        let catalog = client::CatalogClient::connect_with(e, &admin).await?;
+        let a = catalog.create("a", 1, None, None).await?.partitions[0];
+        let b = catalog.create("b", 1, None, None).await?.partitions[0];
+        let (_, secret) = auth.create_token("alice", "h1").await?;
+        auth.add_acls(vec![acl("alice", "consume", "stream", "literal", "a", "allow")]).await?;
+        let logs = client::LogClient::connect_with(e, &admin).await?;
+        let alice = client::LogClient::connect_with(e, &with_token(&pki, &secret)).await?;
+        // Appends that arrive together share a flush: until a's and b's share a WAL object.
+        let mut shared = None;
+        for _ in 0..50 {
+            let (ha, hb) = tokio::join!(
+                logs.append(a, 1, bytes::Bytes::from_static(b"A-OWN"), None),
+                logs.append(b, 1, bytes::Bytes::from_static(b"B-SECRET"), None)
+            );
+            let ia = logs.read_index_range(a, ha?.offset, 1).await?.remove(0);
+            let ib = logs.read_index_range(b, hb?.offset, 1).await?.remove(0);
+            if ia.object == ib.object {
+                shared = Some((ia, ib));
+                break;
+            }
+        }
+        let (ia, ib) = shared.context("50 pairs of appends never shared a flush")?;
+        // alice's ACL is applied within the watch delay: her own read waits on it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let own = loop {
+            match alice.read_entries_by_index(vec![ia.clone()]).await {
+                Ok(got) => break got,
+                Err(err) if err.code == Code::PermissionDenied && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(err) => return Err(err.into()),
+            }
+        };
+        ensure!(own[0].payload.as_ref() == b"A-OWN", "{own:?}");
+        let refused =
+            |what: &str, got: Result<Vec<client::log_pb::Entry>, client::ClientError>| match got {
+                Err(err) if matches!(err.code, Code::InvalidArgument | Code::PermissionDenied) => {
+                    Ok(())
+                }
+                other => Err(anyhow::anyhow!("{what}: answered {other:?}")),
+            };
+        let as_a =
+            |i: &client::log_pb::EntryIndex| client::log_pb::EntryIndex { log_id: a, ..i.clone() };
+        refused("b's WAL range named as a's", alice.read_entries_by_index(vec![as_a(&ib)]).await)?;
+        refused("b's own index", alice.read_entries_by_index(vec![ib.clone()]).await)?;
+
+        // b compacted into a segment of its own: its key, named as a's.
+        for i in 0..8u8 {
+            logs.append(b, 1, bytes::Bytes::from(vec![i; 8]), None).await?;
+        }
+        let compactor = client::CompactorClient::connect_with(e, &admin).await?;
+        compactor.compact_now(Some(b), Some(1)).await?;
+        let seg = logs.read_index_range(b, 0, 1).await?.remove(0);
+        ensure!(
+            seg.object.starts_with("compacted/") || seg.object.contains("/compacted/"),
+            "{seg:?}"
+        );
+        refused("b's segment named as a's", alice.read_entries_by_index(vec![as_a(&seg)]).await)?;
+        let got = logs.read_entries_by_index(vec![seg]).await?;
+        ensure!(got[0].payload.as_ref() == b"B-SECRET", "{got:?}");
+        anyhow::Ok(())
+    })
+}
+
 #[test]
 fn the_cli_manages_tokens_users_and_acls_and_refuses_without_credentials() -> Result<()> {
     let dir = tempfile::tempdir()?;
