@@ -1387,8 +1387,41 @@ pub fn refused(e: LogError) -> Refused {
         LogError::InvalidArgument(_) => code::INVALID_RECORD,
         LogError::Unavailable { outcome_unknown: true, .. } => code::REQUEST_TIMED_OUT,
         LogError::Unavailable { .. } => code::NOT_LEADER_OR_FOLLOWER,
-        LogError::ResourceExhausted(_) => code::REQUEST_TIMED_OUT,
+        // No room (buffer, or a full metadata store at commit): definitely not applied, so
+        // not REQUEST_TIMED_OUT, which the idempotent window keeps as in doubt.
+        LogError::ResourceExhausted(_) => code::KAFKA_STORAGE_ERROR,
         _ => code::UNKNOWN_SERVER_ERROR,
     };
     Refused::new(code, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+    use kafka::producers::{Check, Producers, SharedCommit};
+
+    use super::*;
+
+    fn commit(e: LogError) -> SharedCommit {
+        futures::future::ready(Err(refused(e))).boxed().shared()
+    }
+
+    /// A commit refused definitely for room (etcd's NOSPACE) leaves the idempotent window, so
+    /// the client's retry of the batch is appended once room is back; an unknown outcome stays
+    /// in it (the retry is answered as the first attempt was, never appended again).
+    #[tokio::test]
+    async fn a_batch_whose_commit_found_no_room_is_appended_when_retried() {
+        let mut p = Producers::default();
+        p.admitted(
+            1,
+            0,
+            0,
+            4,
+            commit(LogError::ResourceExhausted("metadata store out of space".into())),
+        );
+        assert!(matches!(p.check(1, 0, 0, 4), Check::Append), "{:?}", p.check(1, 0, 0, 4));
+        let unknown = LogError::Unavailable { message: "no answer".into(), outcome_unknown: true };
+        p.admitted(2, 0, 0, 4, commit(unknown));
+        assert!(matches!(p.check(2, 0, 0, 4), Check::Duplicate(_)), "{:?}", p.check(2, 0, 0, 4));
+    }
 }

@@ -54,6 +54,9 @@ pub mod code {
     pub const INVALID_CONFIG: i16 = 40;
     pub const INVALID_REQUIRED_ACKS: i16 = 21;
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+    /// Retryable after a metadata refresh (Java's `KafkaStorageException`): storage refused
+    /// the write definitely, nothing of it applied.
+    pub const KAFKA_STORAGE_ERROR: i16 = 56;
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const UNSUPPORTED_VERSION: i16 = 35;

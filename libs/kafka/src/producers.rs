@@ -106,7 +106,11 @@ impl Window {
     /// come after later batches of its producer learned from the log, and the newest sequence
     /// is what the next batch must follow.
     fn insert(&mut self, b: Seen) {
-        let at = self.batches.iter().position(|x| x.first > b.first).unwrap_or(self.batches.len());
+        let at = self
+            .batches
+            .iter()
+            .position(|x| precedes(b.first, x.first))
+            .unwrap_or(self.batches.len());
         self.batches.insert(at, b);
         while self.batches.len() > WINDOW {
             self.batches.pop_front();
@@ -131,6 +135,15 @@ impl std::fmt::Debug for Producers {
 /// The sequence after `last`, wrapping as Kafka's do.
 fn next(last: i32) -> i32 {
     if last == i32::MAX { 0 } else { last + 1 }
+}
+
+/// Whether sequence `a` comes before `b`, sequences being 0..=i32::MAX and wrapping to 0:
+/// `b` is less than half the sequence space (2^30) ahead of `a`. A window spans a few batches,
+/// so its order is this one across the wrap, where raw comparison would put the batch after
+/// the wrap first.
+fn precedes(a: i32, b: i32) -> bool {
+    let ahead = (i64::from(b) - i64::from(a)).rem_euclid(1 << 31);
+    ahead > 0 && ahead < 1 << 30
 }
 
 impl Producers {
@@ -161,7 +174,7 @@ impl Producers {
         match w.batches.back() {
             None => Check::Append,
             Some(b) if first == next(b.last) => Check::Append,
-            Some(b) if w.behind && first > b.last => Check::Append,
+            Some(b) if w.behind && precedes(b.last, first) => Check::Append,
             Some(b) => Check::Refuse(Refused::new(
                 code::OUT_OF_ORDER_SEQUENCE_NUMBER,
                 format!(
@@ -455,6 +468,40 @@ mod tests {
         // Sequences wrap at i32::MAX.
         p.admitted(8, 0, i32::MAX - 1, i32::MAX, done(200));
         assert_eq!(code_of(&p.check(8, 0, 0, 3)), 0);
+    }
+
+    /// A full window across the wrap: the batch after it is the newest (its successor is in
+    /// sequence, its retry a duplicate), in arrival order as in the log.
+    #[tokio::test]
+    async fn the_window_keeps_its_order_across_the_sequence_wrap() {
+        let mut p = Producers::default();
+        for i in 0..5 {
+            let first = i32::MAX - 49 + i * 10;
+            p.admitted(8, 0, first, first + 9, done(i64::from(i) * 10));
+        }
+        assert_eq!(code_of(&p.check(8, 0, 0, 9)), 0);
+        p.admitted(8, 0, 0, 9, done(50));
+        assert_eq!(code_of(&p.check(8, 0, 10, 19)), 0, "the batch after the wrapped one");
+        assert!(matches!(p.check(8, 0, 0, 9), Check::Duplicate(_)), "a retry after the wrap");
+        assert_eq!(p.last_offset(8), Some(50));
+        // The same learned from the log, and through a checkpoint.
+        let mut q = Producers::default();
+        for i in 0..5 {
+            let first = i32::MAX - 49 + i * 10;
+            q.replayed(8, 0, first, first + 9, i64::from(i) * 10);
+        }
+        q.replayed(8, 0, 0, 9, 50);
+        let (bytes, _) = q.checkpoint(0, 60);
+        let mut r = Producers::restore(&bytes).expect("restores");
+        assert_eq!(code_of(&r.check(8, 0, 10, 19)), 0);
+        assert!(matches!(r.check(8, 0, 0, 9), Check::Duplicate(_)));
+        // A producer possibly behind accepts a forward gap across the wrap, never a step back.
+        r.mark_behind();
+        assert_eq!(code_of(&r.check(8, 0, 30, 39)), 0);
+        assert_eq!(
+            code_of(&r.check(8, 0, i32::MAX - 100, i32::MAX - 90)),
+            code::OUT_OF_ORDER_SEQUENCE_NUMBER
+        );
     }
 
     #[tokio::test]

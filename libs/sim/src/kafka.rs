@@ -82,7 +82,10 @@ pub(crate) async fn producer(
 ) {
     use kafka::Broker as _;
     let Some(mut me) = init(&shared, None).await else { return };
-    let mut seqs = vec![0i32; logs.len()];
+    // Every other producer starts just below the sequence wrap (Kafka's sequences run to
+    // i32::MAX, then 0), so each run's windows cross it; a new epoch starts from 0 (KIP-360).
+    let start = if c % 2 == 1 { i32::MAX - 15 } else { 0 };
+    let mut seqs = vec![start; logs.len()];
     // Per partition, the batches in the order sent: one in flight at a time, so those
     // answered must land in that order.
     let mut sent: Vec<Vec<u64>> = vec![Vec::new(); logs.len()];

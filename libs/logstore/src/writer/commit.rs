@@ -614,6 +614,13 @@ pub(super) async fn commit_group(
                 tracing::warn!(seq, error = %e, "commit not answered; re-sending the identical transaction");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+            // A definite refusal of this attempt says nothing of an earlier unanswered one,
+            // which may have applied (§3.8): then the outcome stays unknown.
+            Ok(Err(e)) if ambiguous => {
+                return Err(LogError::unknown(format!(
+                    "commit of WAL object {seq}: {e} after an unanswered attempt"
+                )));
+            }
             Ok(Err(e)) => return Err(e.into()),
             // The attempt cut off by the deadline was sent: it may still apply.
             Err(_) => {

@@ -26,7 +26,49 @@ both_envs!(
     a_log_that_cannot_be_compacted_does_not_stop_the_cycle,
     appends_while_the_writer_cannot_re_register_are_answered_unavailable,
     an_activate_retried_after_its_answer_was_lost_succeeds,
+    a_commit_refused_after_an_unanswered_attempt_is_outcome_unknown,
 );
+
+/// ARCHITECTURE §3.8: once an attempt of a commit may have applied, its outcome is unknown,
+/// whatever a re-send is answered. Here the first attempt applies and its answer is lost, and
+/// the re-send meets a full store (NOSPACE, a definite error): the append must be answered
+/// outcome unknown (never a definite, retryable failure a client retries into a duplicate),
+/// and the incarnation ends before anything later commits.
+async fn a_commit_refused_after_an_unanswered_attempt_is_outcome_unknown(env: Env) -> Result<()> {
+    let (faulty, w, log) = faulty_writer(&env).await?;
+    let first = w.incarnation().await;
+    *lock(&faulty.lose_then_fail) = Some((
+        Keys::new(&env.cluster).head(log),
+        metadata::MetaError::NoSpace("injected: etcdserver: mvcc: database space exceeded".into()),
+    ));
+    let r = w.append(log, 1, Bytes::from_static(b"b"), None).await;
+    ensure!(
+        faulty.injected.load(Ordering::SeqCst) == 2,
+        "the loss and the refusal were not injected"
+    );
+    match r {
+        Err(e) if e.outcome_unknown() => {}
+        other => return Err(anyhow!("an append that may have committed was answered {other:?}")),
+    }
+    // It did commit, once; the writer goes on under a new incarnation.
+    let got = w.read_entries(log, 0, 10, u64::MAX).await?;
+    let payloads: Vec<_> = got.iter().map(|e| e.payload.clone()).collect();
+    ensure!(payloads == [Bytes::from_static(b"a"), Bytes::from_static(b"b")], "{payloads:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let h = loop {
+        match w.append(log, 1, Bytes::from_static(b"c"), None).await {
+            Ok(h) => break h,
+            Err(e) if e.code() == codes::Code::Unavailable && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    ensure!(h.offset == 2, "{h:?}");
+    ensure!(w.incarnation().await != first, "the incarnation went on after an unknown outcome");
+    w.shutdown().await;
+    Ok(())
+}
 
 /// A writer "w" over a fault-injecting metadata store, with one log holding one entry.
 async fn faulty_writer(

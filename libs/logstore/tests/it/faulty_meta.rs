@@ -38,6 +38,12 @@ pub struct FaultyMeta {
     pub after_read: Mutex<Option<(Vec<u8>, GetHook)>>,
     /// Every write txn waits this many milliseconds first (an overloaded store).
     pub slow_writes_ms: AtomicU64,
+    /// The next write txn putting this key is applied and its answer lost; the write txn
+    /// after it fails with the error (definite: nothing applied), as a re-send that meets a
+    /// full store (NOSPACE) does.
+    pub lose_then_fail: Mutex<Option<(Vec<u8>, MetaError)>>,
+    /// The error `lose_then_fail` left for the next write txn.
+    then_fail: Mutex<Option<MetaError>>,
     writes: AtomicU64,
     pub injected: AtomicU64,
 }
@@ -61,6 +67,8 @@ impl FaultyMeta {
             fail_put: Mutex::new(None),
             after_read: Mutex::new(None),
             slow_writes_ms: AtomicU64::new(0),
+            lose_then_fail: Mutex::new(None),
+            then_fail: Mutex::new(None),
             writes: AtomicU64::new(0),
             injected: AtomicU64::new(0),
         })
@@ -116,6 +124,22 @@ impl MetadataStore for FaultyMeta {
                 inner.txn(txn).await
             });
             return late.await.map_err(|e| MetaError::Internal(e.to_string()))?;
+        }
+        if let Some(e) = self.then_fail.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            self.injected.fetch_add(1, Ordering::SeqCst);
+            return Err(e);
+        }
+        if let Some(e) = Self::take_if(&self.lose_then_fail, puts) {
+            let r = self.inner.txn(txn).await?;
+            if r.succeeded {
+                self.injected.fetch_add(1, Ordering::SeqCst);
+                *self.then_fail.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                return Err(MetaError::OutcomeUnknown {
+                    op: "txn",
+                    reason: "injected: answer lost".to_owned(),
+                });
+            }
+            return Ok(r);
         }
         if let Some(delay) = Self::take_if(&self.fail_put, puts) {
             self.injected.fetch_add(1, Ordering::SeqCst);
