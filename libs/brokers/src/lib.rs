@@ -884,7 +884,8 @@ impl kafka::Broker for LogBroker {
         }
         let mut fetched =
             Fetched { high_watermark: hw, log_start_offset: start, ..Default::default() };
-        if offset == hw {
+        // Nothing to send, or no room to send it in (a fetch's budget is spent): the offsets.
+        if offset == hw || max_bytes == 0 {
             return Ok(fetched);
         }
         if let Some(rack) = rack {

@@ -1,9 +1,11 @@
 //! Fetch and ListOffsets (ARCHITECTURE §11). Fetch reads whole batches from each partition's
 //! fetch offset (sent as stored, by reference, each base offset written as it goes out;
-//! nothing re-encoded or copied: [`crate::splice`]), answers at once when
-//! `min_bytes` are there, else waits (registered before looking) until any partition has more
-//! or `max_wait_ms` passes, then reads again. Sessionless (session id 0); the last stable
-//! offset is the high watermark (no transactions exist); records are never null.
+//! nothing re-encoded or copied: [`crate::splice`]) within the response's budget as Kafka
+//! fills it (KIP-74: in order, the first partition with records at least one batch), answers
+//! at once when `min_bytes` are there, the limits held records back, or a partition has an
+//! error, else waits (registered before looking) until a partition has more or `max_wait_ms`
+//! passes, reading again each time something arrives. Sessionless (session id 0); the last
+//! stable offset is the high watermark (no transactions exist); records are never null.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -21,8 +23,6 @@ use crate::{Broker, Refused, StoredBatch};
 
 /// The longest a fetch waits, whatever the client asks.
 const MAX_WAIT: Duration = Duration::from_secs(30);
-/// A partition's bytes when the client gives none.
-const DEFAULT_PARTITION_BYTES: usize = 1 << 20;
 
 /// A fetch's response, its records fields stand-ins for the stored batches in `spliced` (one
 /// list per partition whose field is a stand-in, in the order the response holds them), to be
@@ -35,35 +35,32 @@ pub(crate) struct Answer {
 pub(crate) async fn fetch(req: FetchRequest, client_id: &str, broker: &dyn Broker) -> Answer {
     let zone = crate::zone_of(client_id);
     let wait = Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0)).min(MAX_WAIT);
+    let deadline = tokio::time::Instant::now() + wait;
     let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
     let read_committed = req.isolation_level == 1;
-    let total_max = usize::try_from(req.max_bytes).ok().filter(|n| *n > 0).unwrap_or(usize::MAX);
+    // Kafka's response limit: 0 (or less) leaves room for the one batch `read` allows past it.
+    let total_max = usize::try_from(req.max_bytes).unwrap_or(0);
     // KIP-392: the client's rack (v11+; empty when it names none).
     let rack = Some(req.rack_id.as_str()).filter(|r| !r.is_empty()).map(str::to_owned);
     let rack = rack.as_deref();
-    let mut resp = read(&req, zone, rack, broker, total_max, read_committed).await;
-    let got: usize = bytes_of(&resp.resp);
-    // A client sent to another replica is answered at once, as Kafka does.
-    let redirected = resp
-        .resp
-        .responses
-        .iter()
-        .flat_map(|t| t.partitions.iter())
-        .any(|p| p.preferred_read_replica.0 >= 0);
-    if got < min_bytes.max(1) && !wait.is_zero() && !redirected {
-        let targets: Vec<(String, i32, i64)> = req
-            .topics
-            .iter()
-            .flat_map(|t| {
-                t.partitions.iter().map(|p| (t.topic.0.to_string(), p.partition, p.fetch_offset))
-            })
-            .collect();
-        if !targets.is_empty() {
-            broker.wait_for(targets, wait).await;
-            resp = read(&req, zone, rack, broker, total_max, read_committed).await;
+    let asks = asks(&req);
+    loop {
+        let read = read(&req, &asks, zone, rack, broker, total_max, read_committed).await;
+        let partitions = || read.answer.resp.responses.iter().flat_map(|t| t.partitions.iter());
+        // Answered at once, as Kafka does: enough bytes, more there than the limits let in
+        // (waiting adds nothing), a client sent to another replica, or any partition in error
+        // (it must learn of it, say to find its new leader).
+        let done = bytes_of(&read.answer.resp) >= min_bytes.max(1)
+            || read.limited
+            || partitions().any(|p| p.preferred_read_replica.0 >= 0 || p.error_code != 0);
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if done || left.is_zero() || read.tails.is_empty() {
+            return read.answer;
         }
+        // Until a record past each high watermark read arrives (then read again: `min_bytes`
+        // may still not be met, and the wait goes on), or the wait is over.
+        broker.wait_for(read.tails, left).await;
     }
-    resp
 }
 
 /// The records' bytes of a response (a stand-in is as long as the batches it stands for).
@@ -78,75 +75,161 @@ fn bytes_of(resp: &FetchResponse) -> usize {
 /// Partitions of one fetch read at once.
 const PARALLEL_PARTITIONS: usize = 16;
 
-/// Reads every partition the request names, several at once (each its own metadata reads and
-/// GETs: one after the other, an 8-partition fetch took the sum of eight reads), then lays
-/// them out in the request's order within its byte budget as Kafka fills it: each partition
-/// gets at most its `partition_max_bytes` and what the response has left, in whole batches,
-/// at least one.
+/// One partition a fetch reads: where it is in the request (topic, partition), from where,
+/// at most how much.
+struct Ask {
+    topic: usize,
+    partition: usize,
+    offset: i64,
+    max: usize,
+}
+
+/// The partitions a request names, in its order, each once (a partition named again is left
+/// out, as Kafka's map of them keeps one; the later fetch offset wins, as there).
+fn asks(req: &FetchRequest) -> Vec<Ask> {
+    let mut at: std::collections::HashMap<(&str, i32), usize> = std::collections::HashMap::new();
+    let mut out: Vec<Ask> = Vec::new();
+    for (ti, t) in req.topics.iter().enumerate() {
+        for (pi, p) in t.partitions.iter().enumerate() {
+            let max = usize::try_from(p.partition_max_bytes).unwrap_or(0);
+            match at.entry((t.topic.0.as_str(), p.partition)) {
+                std::collections::hash_map::Entry::Occupied(e) => {
+                    let a = &mut out[*e.get()];
+                    (a.offset, a.max) = (p.fetch_offset, max);
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(out.len());
+                    out.push(Ask { topic: ti, partition: pi, offset: p.fetch_offset, max });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One read of a fetch's partitions.
+struct Read {
+    answer: Answer,
+    /// Each partition read without error, at its high watermark: what a wait waits past.
+    tails: Vec<(String, i32, i64)>,
+    /// A partition holds records past those answered (the limits stopped them).
+    limited: bool,
+}
+
+/// Reads the partitions `asks` names as Kafka fills a response (KIP-74): in the request's
+/// order against what the response has left, each at most its `partition_max_bytes`, in whole
+/// batches; the first partition with any records gets at least one batch whatever the limits
+/// (so a consumer never stalls on a large batch), no other more than the limits. Several are
+/// read at once, each asked for what is left once those before it take what they were asked
+/// for, so storage is asked for about the response's budget, not each partition's; once
+/// nothing is left, the rest are asked for their offsets only.
 async fn read(
     req: &FetchRequest,
+    asks: &[Ask],
     zone: Option<&str>,
     rack: Option<&str>,
     broker: &dyn Broker,
     total_max: usize,
     read_committed: bool,
-) -> Answer {
+) -> Read {
     use futures::StreamExt;
-    let partition_max = |p: &kafka_protocol::messages::fetch_request::FetchPartition| {
-        usize::try_from(p.partition_max_bytes)
-            .ok()
-            .filter(|n| *n > 0)
-            .unwrap_or(DEFAULT_PARTITION_BYTES)
-    };
-    let asks: Vec<(String, i32, i64, usize)> = req
-        .topics
-        .iter()
-        .flat_map(|t| {
-            t.partitions.iter().map(|p| {
-                let want = partition_max(p).min(total_max.max(1));
-                (t.topic.0.to_string(), p.partition, p.fetch_offset, want)
-            })
-        })
-        .collect();
-    let reads = asks.into_iter().map(|(topic, partition, offset, want)| {
-        fetch_partition(broker, topic, partition, zone, rack, offset, want)
-    });
-    let fetched: Vec<Result<crate::Fetched, Refused>> =
-        futures::stream::iter(reads).buffered(PARALLEL_PARTITIONS).collect().await;
-    let mut fetched = fetched.into_iter();
-    let mut left = total_max;
+    let mut fetched: Vec<Option<Result<crate::Fetched, Refused>>> = Vec::new();
+    fetched.resize_with(asks.len(), || None);
+    let mut in_flight = futures::stream::FuturesUnordered::new();
+    // Of the budget: what the partitions laid out took, and what the reads in flight were
+    // asked for.
+    let (mut used, mut promised) = (0usize, 0usize);
+    // Partitions laid out (in order, as they come back), and asked.
+    let (mut laid, mut next) = (0usize, 0usize);
+    // No partition laid out has records: the next may get one batch past the limits.
+    let mut min_one = true;
+    loop {
+        while let Some(Some(r)) = fetched.get_mut(laid).filter(|_| laid < next) {
+            if let Ok(f) = r {
+                let left = total_max.saturating_sub(used);
+                let budget = asks[laid].max.min(left);
+                let returned = f.records.len();
+                f.records = first_batches(std::mem::take(&mut f.records), budget, min_one);
+                let got: usize = f.records.iter().map(StoredBatch::len).sum();
+                min_one &= got == 0;
+                used = used.saturating_add(got);
+                // A batch that did not fit in what the response has left: storage answers at
+                // least a batch, so the rest is not asked for (Kafka would give a later
+                // partition's smaller batch that room).
+                if f.records.len() < returned && budget == left {
+                    used = total_max;
+                }
+            }
+            laid += 1;
+        }
+        if next == asks.len() && in_flight.is_empty() {
+            break;
+        }
+        if next < asks.len() && in_flight.len() < PARALLEL_PARTITIONS {
+            let room = asks[next].max.min(total_max.saturating_sub(used + promised));
+            // The one batch past the limits goes to the first partition with records: once
+            // every one before this came back empty, it is this one's (a byte asked brings a
+            // whole batch); while some are in flight, this one waits for them.
+            let want = match (room, min_one, in_flight.is_empty()) {
+                (0, true, true) => Some(1),
+                (0, true, false) => None,
+                (room, _, _) => Some(room),
+            };
+            if let Some(want) = want {
+                let a = &asks[next];
+                let t = &req.topics[a.topic];
+                let (topic, partition) =
+                    (t.topic.0.to_string(), t.partitions[a.partition].partition);
+                let (offset, i) = (a.offset, next);
+                promised += want;
+                in_flight.push(async move {
+                    (i, want, broker.fetch(&topic, partition, zone, rack, offset, want).await)
+                });
+                next += 1;
+                continue;
+            }
+        }
+        if let Some((i, want, r)) = in_flight.next().await {
+            promised -= want;
+            fetched[i] = Some(r);
+        }
+    }
+    let mut results: std::collections::HashMap<(usize, usize), Result<crate::Fetched, Refused>> =
+        asks.iter().zip(fetched).filter_map(|(a, r)| Some(((a.topic, a.partition), r?))).collect();
+    let (mut tails, mut limited) = (Vec::new(), false);
     let mut responses = Vec::with_capacity(req.topics.len());
     let mut spliced = VecDeque::new();
-    for t in &req.topics {
+    for (ti, t) in req.topics.iter().enumerate() {
         let mut partitions = Vec::with_capacity(t.partitions.len());
-        for p in &t.partitions {
-            let want = partition_max(p).min(left.max(1));
+        for (pi, p) in t.partitions.iter().enumerate() {
+            // A partition named again was read once, and is answered once.
+            let Some(r) = results.remove(&(ti, pi)) else { continue };
             let mut data = PartitionData::default().with_partition_index(p.partition);
             // Null for read_uncommitted, empty for read_committed, as Kafka answers.
             data.aborted_transactions = read_committed.then(Vec::new);
-            match fetched.next() {
-                Some(Ok(f)) => {
-                    let batches = first_batches(f.records, want);
-                    let (records, stand_in) = crate::splice::records_field(&batches);
-                    left = left.saturating_sub(records.len());
+            match r {
+                Ok(f) => {
+                    let end = f.records.last().map_or(p.fetch_offset, end_of);
+                    limited |= f.preferred_read_replica.is_none() && end < f.high_watermark;
+                    tails.push((t.topic.0.to_string(), p.partition, f.high_watermark));
+                    let (records, stand_in) = crate::splice::records_field(&f.records);
                     data.high_watermark = f.high_watermark;
                     data.last_stable_offset = f.high_watermark;
                     data.log_start_offset = f.log_start_offset;
                     data.records = Some(records);
                     if stand_in {
-                        spliced.push_back(batches);
+                        spliced.push_back(f.records);
                     }
                     if let Some(node) = f.preferred_read_replica {
                         data.preferred_read_replica = BrokerId(node);
                     }
                 }
-                Some(Err(r)) => refuse(&mut data, r),
-                None => refuse(
-                    &mut data,
-                    Refused::new(crate::code::UNKNOWN_SERVER_ERROR, "partition not read"),
-                ),
+                Err(r) => refuse(&mut data, r),
             }
             partitions.push(data);
+        }
+        if partitions.is_empty() && !t.partitions.is_empty() {
+            continue;
         }
         responses.push(
             FetchableTopicResponse::default()
@@ -155,29 +238,25 @@ async fn read(
                 .with_partitions(partitions),
         );
     }
-    Answer { resp: FetchResponse::default().with_session_id(0).with_responses(responses), spliced }
+    let resp = FetchResponse::default().with_session_id(0).with_responses(responses);
+    Read { answer: Answer { resp, spliced }, tails, limited }
 }
 
-async fn fetch_partition(
-    broker: &dyn Broker,
-    topic: String,
-    partition: i32,
-    zone: Option<&str>,
-    rack: Option<&str>,
-    offset: i64,
-    want: usize,
-) -> Result<crate::Fetched, Refused> {
-    broker.fetch(&topic, partition, zone, rack, offset, want).await
+/// The offset after a stored batch's last record.
+fn end_of(b: &StoredBatch) -> i64 {
+    let delta = recordbatch::BatchHeader::parse(&b.bytes).map_or(0, |h| h.last_offset_delta);
+    b.base_offset.saturating_add(i64::from(delta)).saturating_add(1)
 }
 
-/// The first whole batches of `batches` within `budget` bytes, and always the first one (a
-/// batch larger than the budget is still sent, as Kafka does, so a consumer never stalls).
-fn first_batches(mut batches: Vec<StoredBatch>, budget: usize) -> Vec<StoredBatch> {
+/// The first whole batches of `batches` within `budget` bytes; with `min_one`, always the
+/// first one (a batch larger than the budget is still sent, as Kafka does for the first
+/// partition with records, so a consumer never stalls).
+fn first_batches(mut batches: Vec<StoredBatch>, budget: usize, min_one: bool) -> Vec<StoredBatch> {
     let mut total = 0usize;
     let keep = batches
         .iter()
         .take_while(|b| {
-            let first = total == 0;
+            let first = total == 0 && min_one;
             total = total.saturating_add(b.len());
             first || total <= budget
         })
@@ -235,7 +314,7 @@ mod tests {
     }
 
     fn kept(lens: &[usize], budget: usize) -> usize {
-        first_batches(batches(lens), budget).iter().map(StoredBatch::len).sum()
+        first_batches(batches(lens), budget, true).iter().map(StoredBatch::len).sum()
     }
 
     #[test]
@@ -245,5 +324,7 @@ mod tests {
         assert_eq!(kept(&[100, 50, 70], 149), 100);
         assert_eq!(kept(&[100, 50, 70], 10), 100, "the first batch, whatever the budget");
         assert_eq!(kept(&[], 10), 0);
+        let past = first_batches(batches(&[100, 50]), 10, false);
+        assert!(past.is_empty(), "no batch past the budget but the first partition's");
     }
 }

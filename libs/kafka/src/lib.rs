@@ -258,8 +258,9 @@ pub trait Broker: Send + Sync + 'static {
     ) -> Result<Commit, Refused>;
 
     /// Batches of a partition this broker serves from `offset`, about `max_bytes` of them (at
-    /// least one whole batch when any is there). OFFSET_OUT_OF_RANGE outside [start, high
-    /// watermark]. `rack` is the client's (Fetch v11+), for a preferred read replica.
+    /// least one whole batch when any is there; none for `max_bytes` 0: only the offsets).
+    /// OFFSET_OUT_OF_RANGE outside [start, high watermark]. `rack` is the client's (Fetch
+    /// v11+), for a preferred read replica.
     async fn fetch(
         &self,
         topic: &str,

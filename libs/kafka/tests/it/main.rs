@@ -42,6 +42,25 @@ struct FakeBroker {
     deleted: Mutex<Vec<(String, i32, i64)>>,
     /// Committed offsets by (group, topic, partition).
     offsets: Mutex<std::collections::BTreeMap<(String, String, i32), kafka::OffsetCommit>>,
+    /// Reads of topic `lagging`: bytes asked for, bytes returned, reads.
+    lagging: Mutex<(u64, u64, u64)>,
+}
+
+/// Batches of each partition of topic `lagging` (any partition number), one record each.
+const LAGGING_BATCHES: i64 = 64;
+
+/// A batch of one 16 KiB record, as every partition of topic `lagging` holds.
+fn lagging_batch() -> Bytes {
+    static BATCH: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+    BATCH
+        .get_or_init(|| {
+            let record = recordbatch::Record {
+                value: Some(Bytes::from(vec![7u8; 16 << 10])),
+                ..Default::default()
+            };
+            recordbatch::encode(&[record], recordbatch::ProducerFields::NONE).unwrap_or_default()
+        })
+        .clone()
 }
 
 #[async_trait::async_trait]
@@ -147,7 +166,7 @@ impl Broker for FakeBroker {
         _zone: Option<&str>,
         rack: Option<&str>,
         offset: i64,
-        _max_bytes: usize,
+        max_bytes: usize,
     ) -> Result<Fetched, Refused> {
         // A client of rack `r` is sent to node 11 (KIP-392).
         if rack == Some("r") {
@@ -155,6 +174,28 @@ impl Broker for FakeBroker {
                 high_watermark: 5,
                 preferred_read_replica: Some(11),
                 ..Default::default()
+            });
+        }
+        if topic == "lagging" {
+            // Whole batches up to `max_bytes`, at least one when asked for any.
+            let batch = lagging_batch();
+            let (mut out, mut bytes) = (Vec::new(), 0usize);
+            let mut at = offset;
+            while at < LAGGING_BATCHES
+                && max_bytes > 0
+                && (out.is_empty() || bytes + batch.len() <= max_bytes)
+            {
+                out.push(kafka::StoredBatch { base_offset: at, bytes: batch.clone() });
+                bytes += batch.len();
+                at += 1;
+            }
+            let mut n = self.lagging.lock().map_err(|_| Refused::new(-1, "poisoned"))?;
+            *n = (n.0 + max_bytes as u64, n.1 + bytes as u64, n.2 + 1);
+            return Ok(Fetched {
+                high_watermark: LAGGING_BATCHES,
+                log_start_offset: 0,
+                records: out,
+                preferred_read_replica: None,
             });
         }
         if topic != "orders" || partition != 0 {
@@ -183,9 +224,10 @@ impl Broker for FakeBroker {
         })
     }
 
+    /// Returns after at most 100 ms, as if a record had arrived.
     async fn wait_for(&self, _targets: Vec<(String, i32, i64)>, max_wait: std::time::Duration) {
         *self.waited.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        tokio::time::sleep(max_wait).await;
+        tokio::time::sleep(max_wait.min(std::time::Duration::from_millis(100))).await;
     }
 
     async fn init_producer_id(&self, current: Option<(i64, i16)>) -> Result<(i64, i16), i16> {
@@ -782,6 +824,106 @@ async fn fetch_returns_whole_batches_with_offsets_and_waits_only_when_empty() ->
             r.topics[0].partitions.iter().map(|p| (p.offset, p.timestamp)).collect();
         ensure!(got == vec![(0, -1), (42, -1), (7, 1_700_000_000_000)], "v{version}: {got:?}");
     }
+    Ok(())
+}
+
+/// A Fetch of `partitions` (partition numbers of topic `lagging`, from offset 0, 1 MiB each)
+/// within `max_bytes`.
+fn lagging_fetch(partitions: impl Iterator<Item = i32>, max_bytes: i32, wait: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_max_wait_ms(wait)
+        .with_min_bytes(1)
+        .with_max_bytes(max_bytes)
+        .with_topics(vec![
+            FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str("lagging")))
+                .with_partitions(
+                    partitions
+                        .map(|p| {
+                            FetchPartition::default()
+                                .with_partition(p)
+                                .with_fetch_offset(0)
+                                .with_partition_max_bytes(1 << 20)
+                        })
+                        .collect(),
+                ),
+        ])
+}
+
+/// Bytes of records in each partition of a Fetch answer, in its order.
+fn records_per_partition(r: &FetchResponse) -> Vec<usize> {
+    r.responses
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| p.records.as_ref().map_or(0, Bytes::len))
+        .collect()
+}
+
+/// KIP-74: a Fetch is filled in order against its response budget, and storage is asked for
+/// about that budget, not each partition's; the first partition with records gets one batch
+/// past the limits and no other does; a partition named again is read and answered once; a
+/// fetch with an error is answered at once, not after its wait.
+#[tokio::test]
+async fn fetch_reads_about_its_budget_in_order_and_each_partition_once() -> Result<()> {
+    let s = server(KafkaConfig::default()).await?;
+    let one = lagging_batch().len();
+    let counts = || -> Result<(u64, u64, u64)> {
+        let mut n = s.broker.lagging.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+        Ok(std::mem::take(&mut *n))
+    };
+    // 200 lagging partitions of 1 MiB asked within 1 MiB.
+    let r: FetchResponse =
+        ask(s.addr, ApiKey::Fetch, 12, "t", &lagging_fetch(0..200, 1 << 20, 0)).await?;
+    let (asked, served, reads) = counts()?;
+    let per = records_per_partition(&r);
+    ensure!(per.len() == 200 && reads == 200, "{} partitions answered, {reads} read", per.len());
+    ensure!(served <= (1 << 20) + one as u64, "{served} bytes read from storage for 1 MiB");
+    // The budget, then what it had left (less than a batch) of the next partition.
+    ensure!(asked <= (1 << 20) + one as u64, "{asked} bytes asked of storage for 1 MiB");
+    ensure!(per.iter().sum::<usize>() <= 1 << 20 && per[0] >= (1 << 20) - one, "{per:?}");
+    ensure!(per[1..].iter().all(|n| *n == 0), "records past the budget: {per:?}");
+    let p = &r.responses[0].partitions[199];
+    ensure!(p.high_watermark == LAGGING_BATCHES && p.error_code == 0, "{p:?}");
+
+    // One partition named 200 times: read once, answered once.
+    let r: FetchResponse =
+        ask(s.addr, ApiKey::Fetch, 12, "t", &lagging_fetch([5; 200].into_iter(), 100 << 20, 0))
+            .await?;
+    let (_, served, reads) = counts()?;
+    ensure!(reads == 1 && records_per_partition(&r).len() == 1, "{reads} reads");
+    ensure!(served <= 1 << 20, "{served}");
+
+    // A budget of 0: one batch, of the first partition with records; the others' offsets.
+    let r: FetchResponse = ask(s.addr, ApiKey::Fetch, 12, "t", &lagging_fetch(0..4, 0, 0)).await?;
+    let (_, served, _) = counts()?;
+    ensure!(records_per_partition(&r) == vec![one, 0, 0, 0], "{:?}", records_per_partition(&r));
+    ensure!(served == one as u64, "{served}");
+
+    // `fetch.min.bytes` not met: the fetch waits on, past each arrival, until `max_wait_ms`,
+    // then answers what there is.
+    let req =
+        produce_request(-1, vec![(0, Some(batch(&["small"], recordbatch::ProducerFields::NONE)?))]);
+    let _: ProduceResponse = ask(s.addr, ApiKey::Produce, 7, "t", &req).await?;
+    let started = std::time::Instant::now();
+    let req = fetch_request(0, 700, 0).with_min_bytes(4 << 20);
+    let r: FetchResponse = ask(s.addr, ApiKey::Fetch, 12, "t", &req).await?;
+    ensure!(r.responses[0].partitions[0].records.as_ref().is_some_and(|b| !b.is_empty()));
+    ensure!(
+        started.elapsed() >= std::time::Duration::from_millis(650),
+        "answered after {:?}, min_bytes unmet",
+        started.elapsed()
+    );
+    // A partition whose leader is elsewhere: answered at once, whatever the wait asked.
+    let started = std::time::Instant::now();
+    let waited = *s.broker.waited.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+    let r: FetchResponse = ask(s.addr, ApiKey::Fetch, 12, "t", &fetch_request(0, 5000, 1)).await?;
+    ensure!(r.responses[0].partitions[0].error_code == 6, "{r:?}");
+    ensure!(
+        *s.broker.waited.lock().map_err(|_| anyhow::anyhow!("poisoned"))? == waited
+            && started.elapsed() < std::time::Duration::from_secs(4),
+        "a fetch with an error waited {:?}",
+        started.elapsed()
+    );
     Ok(())
 }
 

@@ -738,6 +738,31 @@ fn python_kafka_clients_produce_100000_keyed_records_read_each_back_once_and_adm
     Ok(())
 }
 
+/// KIP-74 with a real consumer: records of about 900 KiB, a `fetch.max.bytes` that holds one of
+/// them and a `receive.message.max.bytes` that holds less than three. A response filled past
+/// the budget (one batch of every partition) is refused by librdkafka and the consumer never
+/// gets past it.
+#[test]
+fn a_c_consumer_reads_large_records_within_a_small_fetch_max_bytes() -> Result<()> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let dir = tempfile::tempdir()?;
+    let s = Standalone::start(dir.path(), testkit::free_port()?)?;
+    s.ok(&["stream", "create", "large", "--partitions", "3"], "")?;
+    let out = Command::new(format!("{root}/.tools/venv/bin/python"))
+        .arg(format!("{root}/e2e/kafka/fetch_max_bytes.py"))
+        .args([&s.kafka, "large"])
+        .output()
+        .context("the Python clients (`make deps` installs them in .tools/venv)")?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let tail: Vec<&str> = stderr.lines().rev().take(3).collect();
+    ensure!(out.status.success(), "{tail:?}");
+    eprintln!(
+        "12 records of 900 KiB within fetch.max.bytes 1.2 MB in {}s",
+        String::from_utf8_lossy(&out.stdout).trim()
+    );
+    Ok(())
+}
+
 #[test]
 fn the_java_kafka_client_with_its_defaults_produces_100000_records_and_reads_each_back_once()
 -> Result<()> {
