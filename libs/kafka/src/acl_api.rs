@@ -51,8 +51,10 @@ fn operation_of(o: i8) -> Option<Operation> {
         4 | 12 => Operation::Produce,
         5 => Operation::Create,
         6 => Operation::Delete,
-        7 | 11 => Operation::Alter,
-        8 | 10 => Operation::Describe,
+        7 => Operation::Alter,
+        8 => Operation::Describe,
+        10 => Operation::DescribeConfigs,
+        11 => Operation::AlterConfigs,
         9 => Operation::Admin,
         _ => return None,
     })
@@ -67,6 +69,8 @@ fn operation_code(o: Operation) -> i8 {
         Operation::Delete => 6,
         Operation::Alter => 7,
         Operation::Describe => 8,
+        Operation::DescribeConfigs => 10,
+        Operation::AlterConfigs => 11,
         Operation::Admin => 9,
     }
 }

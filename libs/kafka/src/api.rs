@@ -94,6 +94,8 @@ pub enum Close {
     Unauthenticated(ApiKey),
     #[error("no authentication within {0:?}")]
     AuthTimeout(std::time::Duration),
+    #[error("an acks=0 produce to {topic}-{partition} failed with error {code}")]
+    FireAndForgetFailed { topic: String, partition: i32, code: i16 },
 }
 
 fn versions(api: ApiKey) -> Option<(i16, i16)> {
@@ -487,9 +489,23 @@ pub async fn admit(
             Ok(Box::pin(async move {
                 let mut resp = committing.await;
                 resp.responses.extend(refused);
-                // acks=0: the client expects no answer.
+                // acks=0: the client expects no answer. One that failed closes the connection,
+                // as Kafka does: the producer then refreshes its metadata (a moved leader)
+                // instead of sending on into the void.
                 if acks == 0 {
-                    return Ok(None);
+                    let failed = resp
+                        .responses
+                        .iter()
+                        .flat_map(|t| t.partition_responses.iter().map(move |p| (t, p)))
+                        .find(|(_, p)| p.error_code != 0);
+                    return match failed {
+                        Some((t, p)) => Err(Close::FireAndForgetFailed {
+                            topic: t.name.0.to_string(),
+                            partition: p.index,
+                            code: p.error_code,
+                        }),
+                        None => Ok(None),
+                    };
                 }
                 encode_response(ApiKey::Produce, version, id, &resp).map(Some)
             }))

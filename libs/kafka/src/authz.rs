@@ -273,7 +273,7 @@ pub fn describe_configs(
 ) -> Vec<describe_configs_response::DescribeConfigsResult> {
     refuse_configs(
         a,
-        Operation::Describe,
+        Operation::DescribeConfigs,
         &mut req.resources,
         |r| (r.resource_type, &r.resource_name),
         |r, code| {
@@ -291,7 +291,7 @@ pub fn alter_configs(
 ) -> Vec<alter_configs_response::AlterConfigsResourceResponse> {
     refuse_configs(
         a,
-        Operation::Alter,
+        Operation::AlterConfigs,
         &mut req.resources,
         |r| (r.resource_type, &r.resource_name),
         |r, code| {
@@ -309,7 +309,7 @@ pub fn incremental_alter_configs(
 ) -> Vec<incremental_alter_configs_response::AlterConfigsResourceResponse> {
     refuse_configs(
         a,
-        Operation::Alter,
+        Operation::AlterConfigs,
         &mut req.resources,
         |r| (r.resource_type, &r.resource_name),
         |r, code| {

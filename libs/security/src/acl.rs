@@ -14,14 +14,18 @@ pub enum Operation {
     Produce,
     /// Read a stream, or join and commit in a group (Kafka READ).
     Consume,
-    /// See that it exists and its settings (Kafka DESCRIBE, DESCRIBE_CONFIGS).
+    /// See that it exists (Kafka DESCRIBE).
     Describe,
     /// Create streams (Kafka CREATE).
     Create,
     /// Delete a stream or a group, trim a stream (Kafka DELETE).
     Delete,
-    /// Change a stream's settings or partitions (Kafka ALTER, ALTER_CONFIGS).
+    /// Change a stream's partitions, or the ACLs on the cluster (Kafka ALTER).
     Alter,
+    /// Read a topic's or the broker's configs (Kafka DESCRIBE_CONFIGS).
+    DescribeConfigs,
+    /// Change a topic's or the broker's configs (Kafka ALTER_CONFIGS).
+    AlterConfigs,
     /// Operate the cluster: fence logs, run maintenance, manage credentials and ACLs
     /// (Kafka CLUSTER_ACTION).
     Admin,
@@ -30,13 +34,15 @@ pub enum Operation {
 }
 
 impl Operation {
-    pub const EACH: [Operation; 7] = [
+    pub const EACH: [Operation; 9] = [
         Operation::Produce,
         Operation::Consume,
         Operation::Describe,
         Operation::Create,
         Operation::Delete,
         Operation::Alter,
+        Operation::DescribeConfigs,
+        Operation::AlterConfigs,
         Operation::Admin,
     ];
 
@@ -48,21 +54,22 @@ impl Operation {
             Operation::Create => "create",
             Operation::Delete => "delete",
             Operation::Alter => "alter",
+            Operation::DescribeConfigs => "describe_configs",
+            Operation::AlterConfigs => "alter_configs",
             Operation::Admin => "admin",
             Operation::All => "all",
         }
     }
 
     /// Whether an ACL on `self` covers a request doing `op` (for an allow; a deny covers
-    /// only its own operation or all).
+    /// only its own operation or all). As Kafka's: READ, WRITE, DELETE and ALTER imply
+    /// DESCRIBE, ALTER_CONFIGS implies DESCRIBE_CONFIGS, and nothing else implies anything.
     fn grants(self, op: Operation) -> bool {
+        use Operation::*;
         self == op
-            || self == Operation::All
-            || (op == Operation::Describe
-                && matches!(
-                    self,
-                    Operation::Produce | Operation::Consume | Operation::Delete | Operation::Alter
-                ))
+            || self == All
+            || (op == Describe && matches!(self, Produce | Consume | Delete | Alter))
+            || (op == DescribeConfigs && self == AlterConfigs)
     }
 }
 
@@ -143,6 +150,8 @@ parse_by_name!(
     Operation::Create,
     Operation::Delete,
     Operation::Alter,
+    Operation::DescribeConfigs,
+    Operation::AlterConfigs,
     Operation::Admin,
     Operation::All
 );

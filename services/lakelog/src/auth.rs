@@ -96,7 +96,8 @@ pub enum AclCommand {
         /// `alice`, `User:alice`, or `*` for everyone.
         #[arg(long)]
         principal: String,
-        /// produce, consume, describe, create, delete, alter, admin or all; repeat for more.
+        /// produce, consume, describe, create, delete, alter, describe_configs, alter_configs, admin
+        /// or all; repeat for more.
         #[arg(long = "operation", required = true)]
         operations: Vec<String>,
         #[command(flatten)]

@@ -38,7 +38,8 @@ fn acl(who: &str, op: Operation, name: &str) -> Acl {
     }
 }
 
-/// A front end with authentication on: users `alice` (produce and describe `orders`) and
+/// A front end with authentication on: users `alice` (produce, describe and describe the
+/// configs of `orders`) and
 /// `root` (a super user).
 async fn secured() -> Result<Server> {
     let meta: Arc<dyn metadata::MetadataStore> = Arc::new(metadata::MemoryStore::new());
@@ -49,6 +50,7 @@ async fn secured() -> Result<Server> {
         .add_acls(&[
             acl("alice", Operation::Produce, "orders"),
             acl("alice", Operation::Describe, "orders"),
+            acl("alice", Operation::DescribeConfigs, "orders"),
         ])
         .await?;
     let section = config::AuthSection {
@@ -282,7 +284,7 @@ async fn acls_are_created_described_and_deleted_over_kafka_by_the_cluster_admin_
         "{:?}",
         r.resources
     );
-    // MATCH: the ACLs that apply to topic `orders` (bob's prefix and alice's literals).
+    // MATCH: the ACLs that apply to topic `orders` (bob's prefix and alice's three literals).
     let matching = DescribeAclsRequest::default()
         .with_principal_filter(None)
         .with_host_filter(None)
@@ -294,7 +296,7 @@ async fn acls_are_created_described_and_deleted_over_kafka_by_the_cluster_admin_
     let r: DescribeAclsResponse =
         call(&mut root, ApiKey::DescribeAcls, 2, &matching).await?.context("closed")?;
     let n: usize = r.resources.iter().map(|r| r.acls.len()).sum();
-    ensure!(n == 3, "{:?}", r.resources);
+    ensure!(n == 4, "{:?}", r.resources);
     let delete = DeleteAclsRequest::default().with_filters(vec![
         DeleteAclsFilter::default()
             .with_resource_name_filter(None)
@@ -311,6 +313,112 @@ async fn acls_are_created_described_and_deleted_over_kafka_by_the_cluster_admin_
     let r: DescribeAclsResponse =
         call(&mut root, ApiKey::DescribeAcls, 3, &any).await?.context("closed")?;
     ensure!(!r.resources.iter().any(|r| r.acls.iter().any(|a| a.principal.as_str() == "User:bob")));
+    Ok(())
+}
+
+/// Kafka's ACL operations, each as Kafka maps it: ALTER_CONFIGS allows changing a topic's
+/// configs and not its partitions (ALTER), DESCRIBE_CONFIGS reading its configs and not its
+/// metadata (DESCRIBE); both are described back as granted.
+#[tokio::test]
+async fn alter_configs_and_describe_configs_grant_no_more_than_in_kafka() -> Result<()> {
+    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::incremental_alter_configs_request::AlterConfigsResource;
+    use kafka_protocol::messages::{
+        CreatePartitionsRequest, CreatePartitionsResponse, DescribeConfigsRequest,
+        DescribeConfigsResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    };
+    let s = secured().await?;
+    let mut root = login(&s, Mechanism::ScramSha512, "root", "root-pw")
+        .await?
+        .map_err(|e| anyhow::anyhow!("error {e}"))?;
+    let mut alice = login(&s, Mechanism::ScramSha512, "alice", "alice-pw")
+        .await?
+        .map_err(|e| anyhow::anyhow!("error {e}"))?;
+    let grant = |operation: i8, topic: &'static str| {
+        AclCreation::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str(topic))
+            .with_resource_pattern_type(3)
+            .with_principal(StrBytes::from_static_str("User:alice"))
+            .with_host(StrBytes::from_static_str("*"))
+            .with_operation(operation)
+            .with_permission_type(3)
+    };
+    let create =
+        CreateAclsRequest::default().with_creations(vec![grant(11, "orders"), grant(10, "secret")]);
+    let r: CreateAclsResponse =
+        call(&mut root, ApiKey::CreateAcls, 3, &create).await?.context("closed")?;
+    ensure!(r.results.iter().all(|r| r.error_code == 0), "{:?}", r.results);
+    // Altering orders' configs is allowed once the view has the ACL.
+    let alter = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("orders")),
+    ]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let r: IncrementalAlterConfigsResponse =
+            call(&mut alice, ApiKey::IncrementalAlterConfigs, 1, &alter)
+                .await?
+                .context("closed")?;
+        if r.responses[0].error_code != 29 {
+            break;
+        }
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "ALTER_CONFIGS never allowed: {:?}",
+            r.responses
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Its partitions are not alice's to grow.
+    let grow = CreatePartitionsRequest::default().with_topics(vec![
+        CreatePartitionsTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("orders")))
+            .with_count(4),
+    ]);
+    let r: CreatePartitionsResponse =
+        call(&mut alice, ApiKey::CreatePartitions, 1, &grow).await?.context("closed")?;
+    ensure!(r.results[0].error_code == 29, "ALTER_CONFIGS grew partitions: {:?}", r.results);
+    // secret's configs are alice's to read, its metadata is not.
+    let describe = DescribeConfigsRequest::default().with_resources(vec![
+        DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("secret"))
+            .with_configuration_keys(None),
+    ]);
+    let r: DescribeConfigsResponse =
+        call(&mut alice, ApiKey::DescribeConfigs, 4, &describe).await?.context("closed")?;
+    ensure!(r.results[0].error_code != 29, "DESCRIBE_CONFIGS refused: {:?}", r.results);
+    let md = MetadataRequest::default().with_topics(Some(vec![
+        MetadataRequestTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_static_str("secret")))),
+    ]));
+    let r: MetadataResponse =
+        call(&mut alice, ApiKey::Metadata, 12, &md).await?.context("closed")?;
+    ensure!(r.topics[0].error_code == 29, "DESCRIBE_CONFIGS described the topic: {:?}", r.topics);
+    // Described back as granted.
+    let mine = DescribeAclsRequest::default()
+        .with_resource_name_filter(None)
+        .with_principal_filter(Some(StrBytes::from_static_str("User:alice")))
+        .with_host_filter(None)
+        .with_resource_type_filter(1)
+        .with_pattern_type_filter(1)
+        .with_operation(1)
+        .with_permission_type(1);
+    let r: DescribeAclsResponse =
+        call(&mut root, ApiKey::DescribeAcls, 3, &mine).await?.context("closed")?;
+    let mut ops: Vec<(String, i8)> = r
+        .resources
+        .iter()
+        .flat_map(|res| res.acls.iter().map(move |a| (res.resource_name.to_string(), a.operation)))
+        .collect();
+    ops.sort();
+    ensure!(
+        ops.contains(&("orders".to_owned(), 11)) && ops.contains(&("secret".to_owned(), 10)),
+        "{ops:?}"
+    );
     Ok(())
 }
 

@@ -722,6 +722,17 @@ async fn produce_appends_one_checked_batch_per_partition_and_refuses_the_rest() 
     let (id, _) = decode::<ApiVersionsResponse>(ApiKey::ApiVersions, 0, b)?;
     ensure!(id == 2, "answer {id}: acks=0 was answered");
     ensure!(s.broker.appended.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.len() == 13);
+    // An acks=0 produce that fails (a partition led elsewhere, or none) closes the connection,
+    // as Kafka does, so the producer refreshes its metadata instead of sending into the void.
+    let mut c = tokio::net::TcpStream::connect(s.addr).await?;
+    let mut both = BytesMut::new();
+    let failing =
+        produce_request(0, vec![(7, Some(batch(&["x"], recordbatch::ProducerFields::NONE)?))]);
+    both.put_slice(&request(ApiKey::Produce, 7, 1, "t", &failing)?);
+    both.put_slice(&request(ApiKey::ApiVersions, 0, 2, "t", &ApiVersionsRequest::default())?);
+    c.write_all(&both).await?;
+    let next = tokio::time::timeout(std::time::Duration::from_secs(5), read_response(&mut c)).await;
+    ensure!(matches!(next, Ok(Ok(None)) | Ok(Err(_))), "the connection stayed open: {next:?}");
     Ok(())
 }
 
