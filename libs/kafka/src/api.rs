@@ -438,13 +438,31 @@ pub async fn admit(
                     &resp,
                 )));
             }
+            // Named topics the member may not describe: refused whole, as Kafka does.
+            if !crate::authz::consumer_subscription(access, &req) {
+                let resp = ConsumerGroupHeartbeatResponse::default()
+                    .with_error_code(crate::authz::TOPIC_AUTHORIZATION_FAILED)
+                    .with_error_message(crate::authz::refused_message(
+                        access,
+                        "describe every subscribed topic",
+                    ));
+                return Ok(ready(encode_response(
+                    ApiKey::ConsumerGroupHeartbeat,
+                    version,
+                    id,
+                    &resp,
+                )));
+            }
+            let (authz, principal) = (cfg.authz.clone(), session.principal().clone());
             Ok(Box::pin(async move {
+                let access = crate::authz::Access { authz: &authz, principal: &principal };
                 let resp = crate::consumer_api::heartbeat(
                     *req,
                     &client_id,
                     &client_host,
                     broker.as_ref(),
                     &groups,
+                    access,
                 )
                 .await;
                 encode_response(ApiKey::ConsumerGroupHeartbeat, version, id, &resp).map(Some)
@@ -452,8 +470,11 @@ pub async fn admit(
         }
         Request::ConsumerGroupDescribe(mut req) => {
             let refused = crate::authz::consumer_group_describe(access, &mut req);
+            let (authz, principal) = (cfg.authz.clone(), session.principal().clone());
             Ok(Box::pin(async move {
                 let mut resp = crate::consumer_api::describe(*req, broker.as_ref(), &groups).await;
+                let access = crate::authz::Access { authz: &authz, principal: &principal };
+                crate::authz::consumer_group_described(access, &mut resp);
                 resp.groups.extend(refused);
                 encode_response(ApiKey::ConsumerGroupDescribe, version, id, &resp).map(Some)
             }))

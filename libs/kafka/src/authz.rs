@@ -431,6 +431,38 @@ pub fn describe_groups(
         .collect()
 }
 
+/// ConsumerGroupHeartbeat: DESCRIBE on every topic the member names (a regex's matches are
+/// filtered where they are resolved).
+pub fn consumer_subscription(a: Access<'_>, req: &ConsumerGroupHeartbeatRequest) -> bool {
+    !a.checks()
+        || req.subscribed_topic_names.iter().flatten().all(|t| a.topic(Operation::Describe, t))
+}
+
+/// ConsumerGroupDescribe, answered: a group whose members subscribe to, hold or are to hold a
+/// topic the caller may not describe is answered TOPIC_AUTHORIZATION_FAILED with no members,
+/// as Kafka answers, so no topic's name or layout reaches a principal that may not see it.
+pub fn consumer_group_described(a: Access<'_>, resp: &mut ConsumerGroupDescribeResponse) {
+    if !a.checks() {
+        return;
+    }
+    for g in &mut resp.groups {
+        let hidden = g.members.iter().any(|m| {
+            let held = [&m.assignment, &m.target_assignment]
+                .into_iter()
+                .flat_map(|x| x.topic_partitions.iter().map(|t| &t.topic_name));
+            m.subscribed_topic_names.iter().chain(held).any(|t| !a.topic(Operation::Describe, t))
+        });
+        if hidden {
+            g.error_code = TOPIC_AUTHORIZATION_FAILED;
+            g.error_message = Some(StrBytes::from_static_str(
+                "The group has described topic(s) that the client is not authorized to describe.",
+            ));
+            g.members.clear();
+            g.assignor_name = StrBytes::default();
+        }
+    }
+}
+
 pub fn consumer_group_describe(
     a: Access<'_>,
     req: &mut ConsumerGroupDescribeRequest,

@@ -41,6 +41,7 @@ pub(crate) async fn heartbeat(
     client_host: &str,
     broker: &dyn Broker,
     groups: &Groups,
+    access: crate::authz::Access<'_>,
 ) -> ConsumerGroupHeartbeatResponse {
     let fail = |code: i16, message: Option<String>| {
         ConsumerGroupHeartbeatResponse::default()
@@ -87,7 +88,12 @@ pub(crate) async fn heartbeat(
             Ok(found) => TopicView {
                 topics: found
                     .into_iter()
-                    .filter(|t| t.error == code::NONE)
+                    // Only topics the member may describe (a regex's matches, as Kafka
+                    // resolves them for the member; named ones were checked before).
+                    .filter(|t| {
+                        t.error == code::NONE
+                            && access.topic(security::acl::Operation::Describe, &t.name)
+                    })
                     .map(|t| (t.name, (t.id, u32::try_from(t.partitions.len()).unwrap_or(0))))
                     .collect(),
                 looked: names.map(|n| n.into_iter().collect()).unwrap_or_else(BTreeSet::new),

@@ -422,6 +422,94 @@ async fn alter_configs_and_describe_configs_grant_no_more_than_in_kafka() -> Res
     Ok(())
 }
 
+/// KIP-848 as Kafka authorizes it: a member subscribes only to topics it may describe (named
+/// ones refused with TOPIC_AUTHORIZATION_FAILED, a regex's matches filtered), and
+/// ConsumerGroupDescribe of a group that holds a topic the caller may not describe answers
+/// TOPIC_AUTHORIZATION_FAILED instead of naming it.
+#[tokio::test]
+async fn a_kip848_member_sees_and_gets_only_topics_it_may_describe() -> Result<()> {
+    use kafka_protocol::messages::{
+        ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatRequest,
+        ConsumerGroupHeartbeatResponse, GroupId,
+    };
+    let s = secured().await?;
+    let secret = uuid::Uuid::new_v4();
+    s.broker.topics.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.push((
+        "secret".to_owned(),
+        secret,
+        2,
+    ));
+    let mut root = login(&s, Mechanism::ScramSha512, "root", "root-pw")
+        .await?
+        .map_err(|e| anyhow::anyhow!("error {e}"))?;
+    let mut alice = login(&s, Mechanism::ScramSha512, "alice", "alice-pw")
+        .await?
+        .map_err(|e| anyhow::anyhow!("error {e}"))?;
+    let create = CreateAclsRequest::default().with_creations(vec![
+        AclCreation::default()
+            .with_resource_type(3)
+            .with_resource_name(StrBytes::from_static_str("g"))
+            .with_resource_pattern_type(3)
+            .with_principal(StrBytes::from_static_str("User:alice"))
+            .with_host(StrBytes::from_static_str("*"))
+            .with_operation(3)
+            .with_permission_type(3),
+    ]);
+    let r: CreateAclsResponse =
+        call(&mut root, ApiKey::CreateAcls, 3, &create).await?.context("closed")?;
+    ensure!(r.results[0].error_code == 0, "{:?}", r.results);
+    let join = |member: &'static str| {
+        ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g")))
+            .with_member_id(StrBytes::from_static_str(member))
+            .with_member_epoch(0)
+            .with_rebalance_timeout_ms(30_000)
+            .with_topic_partitions(Some(Vec::new()))
+    };
+    let hb = ApiKey::ConsumerGroupHeartbeat;
+    // Named: a topic alice may not describe is refused.
+    let named = join("a1").with_subscribed_topic_names(Some(vec![
+        TopicName(StrBytes::from_static_str("orders")),
+        TopicName(StrBytes::from_static_str("secret")),
+    ]));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let r = loop {
+        let r: ConsumerGroupHeartbeatResponse =
+            call(&mut alice, hb, 1, &named).await?.context("closed")?;
+        if r.error_code != 30 || std::time::Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    ensure!(r.error_code == 29, "a named topic alice may not describe: {r:?}");
+    // A regex: its matches are the topics alice may describe.
+    let all = Some(StrBytes::from_static_str(".*"));
+    let r: ConsumerGroupHeartbeatResponse =
+        call(&mut alice, hb, 1, &join("a2").with_subscribed_topic_regex(all.clone()))
+            .await?
+            .context("closed")?;
+    ensure!(r.error_code == 0, "{r:?}");
+    let ids: Vec<uuid::Uuid> =
+        r.assignment.iter().flat_map(|a| a.topic_partitions.iter().map(|t| t.topic_id)).collect();
+    ensure!(!ids.contains(&secret), "alice was assigned secret: {r:?}");
+    // root's member takes secret; alice may no longer see the group described.
+    let r: ConsumerGroupHeartbeatResponse =
+        call(&mut root, hb, 1, &join("r1").with_subscribed_topic_regex(all))
+            .await?
+            .context("closed")?;
+    ensure!(r.error_code == 0, "{r:?}");
+    let describe = ConsumerGroupDescribeRequest::default()
+        .with_group_ids(vec![GroupId(StrBytes::from_static_str("g"))]);
+    let r: ConsumerGroupDescribeResponse =
+        call(&mut root, ApiKey::ConsumerGroupDescribe, 0, &describe).await?.context("closed")?;
+    let named_secret = |r: &ConsumerGroupDescribeResponse| format!("{r:?}").contains("\"secret\"");
+    ensure!(r.groups[0].error_code == 0 && named_secret(&r), "root sees all: {r:?}");
+    let r: ConsumerGroupDescribeResponse =
+        call(&mut alice, ApiKey::ConsumerGroupDescribe, 0, &describe).await?.context("closed")?;
+    ensure!(r.groups[0].error_code == 29 && !named_secret(&r), "{r:?}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn config_requests_are_split_per_resource_topics_and_the_broker_alike() -> Result<()> {
     use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
