@@ -644,112 +644,115 @@ pub fn decode(frame: &Bytes) -> Result<Decoded, Close> {
     let mut buf = frame.clone();
     let header =
         RequestHeader::decode(&mut buf, api.request_header_version(version)).map_err(malformed)?;
-    let request = match api {
-        ApiKey::ApiVersions => {
-            ApiVersionsRequest::decode(&mut buf, version).map_err(malformed)?;
-            Request::ApiVersions
-        }
-        ApiKey::Metadata => Request::Metadata(Box::new(
-            MetadataRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::Fetch => {
-            Request::Fetch(Box::new(FetchRequest::decode(&mut buf, version).map_err(malformed)?))
-        }
-        ApiKey::ListOffsets => Request::ListOffsets(Box::new(
-            ListOffsetsRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::Produce => Request::Produce(Box::new(
-            ProduceRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::CreateTopics => Request::CreateTopics(Box::new(
-            CreateTopicsRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::InitProducerId => Request::InitProducerId(Box::new(
-            InitProducerIdRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::DeleteTopics => Request::DeleteTopics(Box::new(
-            DeleteTopicsRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::CreatePartitions => Request::CreatePartitions(Box::new(
-            CreatePartitionsRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::DescribeConfigs => Request::DescribeConfigs(Box::new(
-            DescribeConfigsRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::AlterConfigs => Request::AlterConfigs(Box::new(
-            AlterConfigsRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::IncrementalAlterConfigs => Request::IncrementalAlterConfigs(Box::new(
-            IncrementalAlterConfigsRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::DeleteRecords => Request::DeleteRecords(Box::new(
-            DeleteRecordsRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::DescribeCluster => Request::DescribeCluster(Box::new(
-            DescribeClusterRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::FindCoordinator => Request::FindCoordinator(Box::new(
-            FindCoordinatorRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::JoinGroup => Request::JoinGroup(Box::new(
-            JoinGroupRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::SyncGroup => Request::SyncGroup(Box::new(
-            SyncGroupRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::Heartbeat => Request::Heartbeat(Box::new(
-            HeartbeatRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::LeaveGroup => Request::LeaveGroup(Box::new(
-            LeaveGroupRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::OffsetCommit => Request::OffsetCommit(Box::new(
-            OffsetCommitRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::OffsetFetch => Request::OffsetFetch(Box::new(
-            OffsetFetchRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::ListGroups => Request::ListGroups(Box::new(
-            ListGroupsRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::DescribeGroups => Request::DescribeGroups(Box::new(
-            DescribeGroupsRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::DeleteGroups => Request::DeleteGroups(Box::new(
-            DeleteGroupsRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::OffsetDelete => Request::OffsetDelete(Box::new(
-            OffsetDeleteRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::ConsumerGroupHeartbeat => Request::ConsumerGroupHeartbeat(Box::new(
-            ConsumerGroupHeartbeatRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::ConsumerGroupDescribe => Request::ConsumerGroupDescribe(Box::new(
-            ConsumerGroupDescribeRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::SaslHandshake => Request::SaslHandshake(Box::new(
-            SaslHandshakeRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::SaslAuthenticate => Request::SaslAuthenticate(Box::new(
-            SaslAuthenticateRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::DescribeAcls => Request::DescribeAcls(Box::new(
-            DescribeAclsRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::CreateAcls => Request::CreateAcls(Box::new(
-            CreateAclsRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        ApiKey::DeleteAcls => Request::DeleteAcls(Box::new(
-            DeleteAclsRequest::decode(&mut buf, version).map_err(malformed)?,
-        )),
-        _ => return Err(Close::UnknownApi(key)),
-    };
+    let request = request_of(api, version, &mut buf).map_err(malformed)?;
+    // A frame is one request: bytes after its body are refused, not carried along (a
+    // produce's batches are slices of the frame, alive until it is answered).
+    if !buf.is_empty() {
+        return Err(Close::Malformed {
+            api,
+            version,
+            message: format!("{} bytes after the request body", buf.len()),
+        });
+    }
     Ok(Decoded::Request {
         correlation_id: header.correlation_id,
         version,
         client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
         request,
     })
+}
+
+/// The body of a request of `api` at `version`, decoded from `buf` (left after its end).
+fn request_of(api: ApiKey, version: i16, buf: &mut Bytes) -> anyhow::Result<Request> {
+    let request = match api {
+        ApiKey::ApiVersions => {
+            ApiVersionsRequest::decode(buf, version)?;
+            Request::ApiVersions
+        }
+        ApiKey::Metadata => Request::Metadata(Box::new(MetadataRequest::decode(buf, version)?)),
+        ApiKey::Fetch => Request::Fetch(Box::new(FetchRequest::decode(buf, version)?)),
+        ApiKey::ListOffsets => {
+            Request::ListOffsets(Box::new(ListOffsetsRequest::decode(buf, version)?))
+        }
+        ApiKey::Produce => Request::Produce(Box::new(ProduceRequest::decode(buf, version)?)),
+        ApiKey::CreateTopics => {
+            Request::CreateTopics(Box::new(CreateTopicsRequest::decode(buf, version)?))
+        }
+        ApiKey::InitProducerId => {
+            Request::InitProducerId(Box::new(InitProducerIdRequest::decode(buf, version)?))
+        }
+        ApiKey::DeleteTopics => {
+            Request::DeleteTopics(Box::new(DeleteTopicsRequest::decode(buf, version)?))
+        }
+        ApiKey::CreatePartitions => {
+            Request::CreatePartitions(Box::new(CreatePartitionsRequest::decode(buf, version)?))
+        }
+        ApiKey::DescribeConfigs => {
+            Request::DescribeConfigs(Box::new(DescribeConfigsRequest::decode(buf, version)?))
+        }
+        ApiKey::AlterConfigs => {
+            Request::AlterConfigs(Box::new(AlterConfigsRequest::decode(buf, version)?))
+        }
+        ApiKey::IncrementalAlterConfigs => Request::IncrementalAlterConfigs(Box::new(
+            IncrementalAlterConfigsRequest::decode(buf, version)?,
+        )),
+        ApiKey::DeleteRecords => {
+            Request::DeleteRecords(Box::new(DeleteRecordsRequest::decode(buf, version)?))
+        }
+        ApiKey::DescribeCluster => {
+            Request::DescribeCluster(Box::new(DescribeClusterRequest::decode(buf, version)?))
+        }
+        ApiKey::FindCoordinator => {
+            Request::FindCoordinator(Box::new(FindCoordinatorRequest::decode(buf, version)?))
+        }
+        ApiKey::JoinGroup => Request::JoinGroup(Box::new(JoinGroupRequest::decode(buf, version)?)),
+        ApiKey::SyncGroup => Request::SyncGroup(Box::new(SyncGroupRequest::decode(buf, version)?)),
+        ApiKey::Heartbeat => Request::Heartbeat(Box::new(HeartbeatRequest::decode(buf, version)?)),
+        ApiKey::LeaveGroup => {
+            Request::LeaveGroup(Box::new(LeaveGroupRequest::decode(buf, version)?))
+        }
+        ApiKey::OffsetCommit => {
+            Request::OffsetCommit(Box::new(OffsetCommitRequest::decode(buf, version)?))
+        }
+        ApiKey::OffsetFetch => {
+            Request::OffsetFetch(Box::new(OffsetFetchRequest::decode(buf, version)?))
+        }
+        ApiKey::ListGroups => {
+            Request::ListGroups(Box::new(ListGroupsRequest::decode(buf, version)?))
+        }
+        ApiKey::DescribeGroups => {
+            Request::DescribeGroups(Box::new(DescribeGroupsRequest::decode(buf, version)?))
+        }
+        ApiKey::DeleteGroups => {
+            Request::DeleteGroups(Box::new(DeleteGroupsRequest::decode(buf, version)?))
+        }
+        ApiKey::OffsetDelete => {
+            Request::OffsetDelete(Box::new(OffsetDeleteRequest::decode(buf, version)?))
+        }
+        ApiKey::ConsumerGroupHeartbeat => Request::ConsumerGroupHeartbeat(Box::new(
+            ConsumerGroupHeartbeatRequest::decode(buf, version)?,
+        )),
+        ApiKey::ConsumerGroupDescribe => Request::ConsumerGroupDescribe(Box::new(
+            ConsumerGroupDescribeRequest::decode(buf, version)?,
+        )),
+        ApiKey::SaslHandshake => {
+            Request::SaslHandshake(Box::new(SaslHandshakeRequest::decode(buf, version)?))
+        }
+        ApiKey::SaslAuthenticate => {
+            Request::SaslAuthenticate(Box::new(SaslAuthenticateRequest::decode(buf, version)?))
+        }
+        ApiKey::DescribeAcls => {
+            Request::DescribeAcls(Box::new(DescribeAclsRequest::decode(buf, version)?))
+        }
+        ApiKey::CreateAcls => {
+            Request::CreateAcls(Box::new(CreateAclsRequest::decode(buf, version)?))
+        }
+        ApiKey::DeleteAcls => {
+            Request::DeleteAcls(Box::new(DeleteAclsRequest::decode(buf, version)?))
+        }
+        other => anyhow::bail!("{other:?} is not served"),
+    };
+    Ok(request)
 }
 
 fn ready(r: Result<Outgoing, Close>) -> Answer {
@@ -995,6 +998,30 @@ mod tests {
         let mut b = vec![fill; len];
         b[..8].copy_from_slice(&(-1i64).to_be_bytes());
         StoredBatch { base_offset: base, bytes: Bytes::from(b) }
+    }
+
+    /// A frame holds one request and nothing after it: a valid ApiVersions padded with 1 MiB
+    /// is refused (a padded produce would pin its whole frame while it commits).
+    #[test]
+    fn bytes_after_a_request_body_close_the_connection() {
+        use kafka_protocol::messages::{ApiVersionsRequest, RequestHeader};
+        use kafka_protocol::protocol::Encodable;
+        let mut b = bytes::BytesMut::new();
+        let api = ApiKey::ApiVersions;
+        RequestHeader::default()
+            .with_request_api_key(api as i16)
+            .with_request_api_version(3)
+            .with_correlation_id(7)
+            .encode(&mut b, api.request_header_version(3))
+            .expect("encodes");
+        ApiVersionsRequest::default().encode(&mut b, 3).expect("encodes");
+        let whole = b.clone().freeze();
+        assert!(matches!(decode(&whole), Ok(Decoded::Request { correlation_id: 7, .. })));
+        b.extend_from_slice(&vec![0u8; 1 << 20]);
+        assert!(
+            matches!(decode(&b.freeze()), Err(Close::Malformed { .. })),
+            "1 MiB after the body was taken"
+        );
     }
 
     /// The spliced Fetch response is, byte for byte, the one encoded with the batches copied
