@@ -346,9 +346,28 @@ pub struct KafkaSection {
     /// Partitions of an auto-created topic (Kafka's `num.partitions`).
     #[serde(default = "default_partitions")]
     pub default_partitions: u32,
-    /// The largest request frame (Kafka's `socket.request.max.bytes`).
+    /// The largest request frame (Kafka's `socket.request.max.bytes`); with what decoding it
+    /// may allocate (8 times its size, at most 16 MiB) it must fit in seven eighths of
+    /// `request_budget`.
     #[serde(default = "default_max_request")]
     pub max_request_size: ByteSize,
+    /// The bytes this listener's requests may hold at once, frames and what decoding them
+    /// allocates, from when a frame's size arrives until it is answered (Kafka's
+    /// `queued.max.request.bytes`): a connection whose next frame does not fit waits, unread.
+    /// An eighth is kept for small requests, so large produces cannot hold up other clients.
+    #[serde(default = "default_request_budget")]
+    pub request_budget: ByteSize,
+    /// Connections this listener keeps at once (Kafka's `max.connections`); more are closed
+    /// at accept.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Connections from one address at once (Kafka's `max.connections.per.ip`).
+    #[serde(default = "default_max_connections_per_ip")]
+    pub max_connections_per_ip: usize,
+    /// A connection with no request for this long and nothing to answer is closed (Kafka's
+    /// `connections.max.idle.ms`).
+    #[serde(default = "default_connections_max_idle")]
+    pub connections_max_idle: Duration,
     /// KIP-848 consumer groups (`group.protocol=consumer`): a member silent this long is
     /// removed and its partitions reassigned (Kafka's `group.consumer.session.timeout.ms`).
     #[serde(default = "default_consumer_session_timeout")]
@@ -373,7 +392,19 @@ fn default_partitions() -> u32 {
     1
 }
 fn default_max_request() -> ByteSize {
+    ByteSize(64 << 20)
+}
+fn default_request_budget() -> ByteSize {
     ByteSize(100 << 20)
+}
+fn default_max_connections() -> usize {
+    4096
+}
+fn default_max_connections_per_ip() -> usize {
+    1024
+}
+fn default_connections_max_idle() -> Duration {
+    Duration(std::time::Duration::from_secs(600))
 }
 
 impl KafkaSection {
@@ -385,6 +416,10 @@ impl KafkaSection {
             auto_create_topics: true,
             default_partitions: default_partitions(),
             max_request_size: default_max_request(),
+            request_budget: default_request_budget(),
+            max_connections: default_max_connections(),
+            max_connections_per_ip: default_max_connections_per_ip(),
+            connections_max_idle: default_connections_max_idle(),
             consumer_session_timeout: default_consumer_session_timeout(),
             consumer_heartbeat_interval: default_consumer_heartbeat_interval(),
             tls: None,
@@ -404,6 +439,28 @@ impl KafkaSection {
                 format!("{key}.max_request_size"),
                 "must be between 1KiB and 1GiB",
             ));
+        }
+        let frame = self.max_request_size.0;
+        let needs = frame + (frame.saturating_mul(8)).min(16 << 20) + (64 << 10);
+        if self.request_budget.0 < 8 << 20
+            || needs > self.request_budget.0 - self.request_budget.0 / 8
+        {
+            return Err(Invalid::new(
+                format!("{key}.request_budget"),
+                format!(
+                    "must be at least 8MiB, and hold max_request_size with what decoding it may allocate in seven eighths: at least {} bytes",
+                    (needs * 8).div_ceil(7).max(8 << 20)
+                ),
+            ));
+        }
+        if self.max_connections == 0 || self.max_connections_per_ip == 0 {
+            return Err(Invalid::new(
+                format!("{key}.max_connections"),
+                "max_connections and max_connections_per_ip must be at least 1",
+            ));
+        }
+        if self.connections_max_idle.0 < std::time::Duration::from_secs(1) {
+            return Err(Invalid::new(format!("{key}.connections_max_idle"), "must be at least 1s"));
         }
         let host_port = self.advertise.as_deref().and_then(|a| a.rsplit_once(':'));
         if self.advertise.is_some()

@@ -413,3 +413,23 @@ fn one_tls_shape_serves_every_section_and_each_misuse_is_named() -> Result<(), C
     assert!(err.starts_with("node.yaml: object_store.s3.tls:"), "{err}");
     Ok(())
 }
+
+#[test]
+fn a_kafka_listeners_request_budget_must_hold_its_largest_frame() -> Result<(), ConfigError> {
+    let kafka = |extra: &str| format!("{GOOD}writer:\n  kafka: {{listen: 127.0.0.1:1{extra}}}\n");
+    let c = parse(&kafka(""))?;
+    let k = c.writer.kafka.as_ref().map(|k| (k.request_budget.0, k.max_request_size.0));
+    assert_eq!(k, Some((100 << 20, 64 << 20)), "the defaults fit each other");
+    let c = parse(&kafka(", max_connections_per_ip: 8, connections_max_idle: 2m"))?;
+    assert!(c.writer.kafka.is_some_and(|k| k.max_connections_per_ip == 8));
+    for (extra, key) in [
+        (", max_request_size: 100MiB", "writer.kafka.request_budget"),
+        (", request_budget: 4MiB, max_request_size: 1KiB", "writer.kafka.request_budget"),
+        (", max_connections_per_ip: 0", "writer.kafka.max_connections"),
+        (", connections_max_idle: 10ms", "writer.kafka.connections_max_idle"),
+    ] {
+        let err = err_of(parse(&kafka(extra)));
+        assert!(err.starts_with(&format!("node.yaml: {key}")), "{extra}: {err}");
+    }
+    Ok(())
+}

@@ -38,6 +38,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use security::acl::Operation;
 
 use crate::fetch::Answer as FetchAnswer;
+use crate::frame::Frame;
 use crate::splice::{Outgoing, Splicer};
 use crate::{Broker, KafkaConfig, TopicInfo, code, frame};
 
@@ -109,16 +110,46 @@ pub type Answer = futures::future::BoxFuture<'static, Result<Option<Outgoing>, C
 /// Admits one request frame, in its connection's order: decodes it and does what must happen
 /// before the next request of the connection is admitted (a produce's batches are queued for
 /// commit), then returns the rest as a future. A request that cannot be served is `Err`: the
-/// connection closes once the answers before it are written.
+/// connection closes once the answers before it are written. The frame's budget (its bytes and
+/// what its decoding allocated) is held until its answer is ready.
 pub async fn admit(
-    frame: Bytes,
+    frame: Frame,
     session: &mut crate::session::Session,
     broker: Arc<dyn Broker>,
     cfg: Arc<KafkaConfig>,
     groups: Arc<crate::groups::Groups>,
     client_host: Arc<str>,
 ) -> Result<Answer, Close> {
-    let (id, version, client_id, request) = match decode(&frame)? {
+    let Frame { bytes, mut held } = frame;
+    // Before authentication only the handshake is served: anything else is refused from its
+    // API key, before a byte of it is decoded.
+    if !session.authenticated()
+        && let Some((key, _)) = frame::peek_api(&bytes)
+        && let Ok(api) = ApiKey::try_from(key)
+        && !matches!(api, ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate)
+    {
+        return Err(Close::Unauthenticated(api));
+    }
+    let (decoded, allocated) = decode_counted(&bytes)?;
+    held.keep(bytes.len() + allocated);
+    let answer = serve(decoded, session, broker, cfg, groups, client_host).await?;
+    Ok(Box::pin(async move {
+        let out = answer.await;
+        drop(held);
+        out
+    }))
+}
+
+/// Serves a request decoded (see [`admit`]).
+async fn serve(
+    decoded: Decoded,
+    session: &mut crate::session::Session,
+    broker: Arc<dyn Broker>,
+    cfg: Arc<KafkaConfig>,
+    groups: Arc<crate::groups::Groups>,
+    client_host: Arc<str>,
+) -> Result<Answer, Close> {
+    let (id, version, client_id, request) = match decoded {
         Decoded::Request { correlation_id, version, client_id, request } => {
             (correlation_id, version, client_id, request)
         }
@@ -627,9 +658,22 @@ pub enum Decoded {
 }
 
 /// Decodes a request frame (without its size): the API key and version checked first, then
-/// the header and body, every count bounded by the bytes present. Untrusted input: never
-/// panics (fuzzed: `make fuzz`).
+/// the header and body, every count bounded by the bytes present and what the structures
+/// decoded take by [`crate::budget::decode_allowance`]. Untrusted input: never panics
+/// (fuzzed: `make fuzz`).
 pub fn decode(frame: &Bytes) -> Result<Decoded, Close> {
+    decode_counted(frame).map(|(d, _)| d)
+}
+
+/// [`decode`], and the bytes the structures decoded took (within the frame's allowance).
+pub fn decode_counted(frame: &Bytes) -> Result<(Decoded, usize), Close> {
+    let allowance = crate::budget::decode_allowance(frame.len());
+    let (decoded, allocated) =
+        kafka_protocol::protocol::allowance::within(allowance, || decode_whole(frame));
+    Ok((decoded?, allocated))
+}
+
+fn decode_whole(frame: &Bytes) -> Result<Decoded, Close> {
     let (key, version) = frame::peek_api(frame).ok_or(Close::Short)?;
     let api = ApiKey::try_from(key).map_err(|_| Close::UnknownApi(key))?;
     let (min, max) = versions(api).ok_or(Close::UnknownApi(key))?;

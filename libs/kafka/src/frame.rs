@@ -1,12 +1,24 @@
 //! Kafka's framing: a 4-byte big-endian size, then that many bytes (a request header and its
 //! body). The size is checked against a cap before anything is read, and the buffer grows
-//! only as bytes arrive, so a frame that claims more than it sends costs what it sent.
+//! only as bytes arrive, so a frame that claims more than it sends costs what it sent. A
+//! listener's frames take their size from its [`RequestBudget`] before their body is read,
+//! and a body must arrive within [`FRAME_DEADLINE`] of its size.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-/// The largest frame accepted by default: Kafka's `socket.request.max.bytes` (100 MiB).
-pub const MAX_FRAME_BYTES: usize = 100 << 20;
+use crate::budget::{Held, RequestBudget};
+
+/// How long a frame's body may take to arrive once its size has, by default (a client's own
+/// request timeout is 30 s): a frame left half-sent holds its budget no longer.
+pub const FRAME_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The largest frame accepted by default (Kafka's `socket.request.max.bytes` is 100 MiB):
+/// with its decoding allowance, it fits the default request budget.
+pub const MAX_FRAME_BYTES: usize = 64 << 20;
 
 /// The buffer grows at most this much ahead of the bytes that arrived.
 const GROW: usize = 64 << 10;
@@ -20,6 +32,10 @@ pub enum FrameError {
     Negative(i32),
     #[error("connection closed inside a frame ({got} of {want} bytes)")]
     Truncated { got: usize, want: usize },
+    #[error("a frame of {want} bytes not sent within {deadline:?}")]
+    Slow { want: usize, deadline: Duration },
+    #[error("a frame of {size} bytes can never fit the listener's request budget of {budget}")]
+    OverBudget { size: usize, budget: usize },
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -42,12 +58,51 @@ impl Limit for std::sync::Arc<std::sync::atomic::AtomicUsize> {
     }
 }
 
+/// A frame read, and the budget it holds (its bytes).
+#[derive(Debug)]
+pub struct Frame {
+    pub bytes: Bytes,
+    pub held: Held,
+}
+
+/// The next frame (without the size), its bytes taken from `budget` once its size has arrived
+/// and before its body is read, the body within `deadline` of the size; `None` when the peer
+/// closed the connection between frames.
+pub async fn read_frame_within<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max: impl Limit,
+    budget: &Arc<RequestBudget>,
+    deadline: Duration,
+) -> Result<Option<Frame>, FrameError> {
+    let Some(want) = read_size(r, max).await? else { return Ok(None) };
+    // Its bytes and what decoding it may allocate, taken at once (nothing held while waiting).
+    let held = budget
+        .take(want + crate::budget::decode_allowance(want))
+        .await
+        .ok_or(FrameError::OverBudget { size: want, budget: budget.bytes() })?;
+    let bytes = tokio::time::timeout(deadline, read_body(r, want))
+        .await
+        .map_err(|_| FrameError::Slow { want, deadline })??;
+    Ok(Some(Frame { bytes, held }))
+}
+
 /// The next frame's bytes (without the size), or `None` when the peer closed the connection
-/// between frames.
+/// between frames. (No budget, no deadline: see [`read_frame_within`].)
 pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     max: impl Limit,
 ) -> Result<Option<Bytes>, FrameError> {
+    match read_size(r, max).await? {
+        None => Ok(None),
+        Some(want) => read_body(r, want).await.map(Some),
+    }
+}
+
+/// A frame's size, checked against `max`; `None` when the peer closed the connection first.
+async fn read_size<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max: impl Limit,
+) -> Result<Option<usize>, FrameError> {
     let mut size = [0u8; 4];
     let mut got = 0;
     while got < 4 {
@@ -66,6 +121,11 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     if want > max {
         return Err(FrameError::TooLarge { size: i64::from(size), max });
     }
+    Ok(Some(want))
+}
+
+/// A body of `want` bytes, the buffer grown as they arrive.
+async fn read_body<R: AsyncRead + Unpin>(r: &mut R, want: usize) -> Result<Bytes, FrameError> {
     let mut buf = BytesMut::with_capacity(want.min(GROW));
     while buf.len() < want {
         if buf.capacity() == buf.len() {
@@ -77,7 +137,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
             return Err(FrameError::Truncated { got: buf.len(), want });
         }
     }
-    Ok(Some(buf.freeze()))
+    Ok(buf.freeze())
 }
 
 /// The API key and version a frame starts with, read before its header is decoded (the
@@ -139,6 +199,49 @@ mod tests {
         drop(client);
         let r = read_frame(&mut server, MAX_FRAME_BYTES).await;
         assert!(matches!(r, Err(FrameError::Truncated { got: 10, want }) if want == 90 << 20));
+        Ok(())
+    }
+
+    /// A frame takes its bytes from the budget before its body is read: one that does not fit
+    /// waits, unread, until room is given back; one larger than the whole budget is refused
+    /// from its size; a body not sent within the deadline ends the connection.
+    #[tokio::test]
+    async fn frames_take_their_bytes_before_their_body_and_must_arrive_in_time()
+    -> anyhow::Result<()> {
+        const DEADLINE: Duration = Duration::from_millis(300);
+        let budget = RequestBudget::new(8 << 20);
+        let hog = budget.take(6 << 20).await.expect("fits");
+        let (mut client, mut server) = tokio::io::duplex(1 << 16);
+        let mut frame = (200i32 << 10).to_be_bytes().to_vec();
+        frame.extend_from_slice(&[1; 200 << 10]);
+        let reading = tokio::spawn({
+            let budget = budget.clone();
+            async move {
+                let f = read_frame_within(&mut server, MAX_FRAME_BYTES, &budget, DEADLINE).await;
+                (f.map(|f| f.map(|f| (f.bytes.len(), f.held.bytes()))), server)
+            }
+        });
+        tokio::io::AsyncWriteExt::write_all(&mut client, &frame[..4]).await?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!reading.is_finished(), "a frame that does not fit was read");
+        assert_eq!(budget.held(), 6 << 20);
+        drop(hog);
+        tokio::io::AsyncWriteExt::write_all(&mut client, &frame[4..]).await?;
+        let (got, mut server) = reading.await?;
+        // Its bytes and what decoding it may allocate.
+        let taken = (200 << 10) + crate::budget::decode_allowance(200 << 10);
+        assert_eq!(got?, Some((200 << 10, taken)));
+        assert_eq!(budget.held(), 0, "given back with the frame");
+        // Larger than the whole budget: refused from its size.
+        tokio::io::AsyncWriteExt::write_all(&mut client, &(2i32 << 20).to_be_bytes()).await?;
+        let r = read_frame_within(&mut server, MAX_FRAME_BYTES, &budget, DEADLINE).await;
+        assert!(matches!(r, Err(FrameError::OverBudget { .. })), "{r:?}");
+        // Half sent, then silent: closed after the deadline.
+        let (mut client, mut server) = tokio::io::duplex(1 << 16);
+        tokio::io::AsyncWriteExt::write_all(&mut client, &[0, 0, 1, 0, 7, 7]).await?;
+        let r = read_frame_within(&mut server, MAX_FRAME_BYTES, &budget, DEADLINE).await;
+        assert!(matches!(r, Err(FrameError::Slow { want: 256, .. })), "{r:?}");
+        assert_eq!(budget.held(), 0);
         Ok(())
     }
 

@@ -22,6 +22,7 @@ pub mod acl_api;
 mod admin;
 pub mod api;
 pub mod authz;
+pub mod budget;
 pub mod configs;
 mod consumer_api;
 mod fetch;

@@ -3,25 +3,52 @@
 //! pipeline and match answers by order). A frame that cannot be read, or a request that
 //! closes its connection ([`crate::api::Close`]), ends the connection after the answers
 //! already due are written.
+//!
+//! What a listener holds is bounded whatever clients send: requests by its
+//! [`RequestBudget`] (a frame's bytes are taken before its body is read, and held until it is
+//! answered), connections by `max_connections` and `max_connections_per_ip` (and, before
+//! authentication, [`MAX_UNAUTHENTICATED`] of them, [`MAX_UNAUTHENTICATED_PER_IP`] from one
+//! address), time by `connections_max_idle` (a connection with nothing to answer and no
+//! request for that long is closed) and `frame_deadline` (a frame's body must follow its
+//! size). A connection refused at accept is closed at once, and said in a warning at most
+//! every 10 s with how many were.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::budget::RequestBudget;
 use crate::session::Session;
 use crate::{Broker, api, frame};
 
 /// The front end's settings.
 #[derive(Clone, Debug)]
 pub struct KafkaConfig {
-    /// The largest request frame (Kafka's `socket.request.max.bytes`, 100 MiB).
+    /// The largest request frame (Kafka's `socket.request.max.bytes`, 100 MiB); a frame must
+    /// also fit in `request_budget` with its decoding allowance.
     pub max_frame_bytes: usize,
     /// Requests one connection may have waiting for answers; reading pauses beyond.
     pub max_in_flight: usize,
+    /// The bytes all of this listener's requests may hold at once (Kafka's
+    /// `queued.max.request.bytes`): see [`crate::budget`].
+    pub request_budget: Arc<RequestBudget>,
+    /// Connections this listener keeps at once (Kafka's `max.connections`); one more is
+    /// closed at accept.
+    pub max_connections: usize,
+    /// Connections from one address at once (Kafka's `max.connections.per.ip`).
+    pub max_connections_per_ip: usize,
+    /// A connection with no request for this long and nothing to answer is closed (Kafka's
+    /// `connections.max.idle.ms`, 10 min).
+    pub connections_max_idle: Duration,
+    /// How long a frame's body may take once its size arrived.
+    pub frame_deadline: Duration,
     /// Metadata for a topic that does not exist creates it (Kafka's default: on).
     pub auto_create_topics: bool,
     /// Partitions of an auto-created topic (Kafka's `num.partitions`, 1).
@@ -48,11 +75,22 @@ pub struct KafkaConfig {
 /// authentication on); one more is closed at once.
 pub const MAX_UNAUTHENTICATED: usize = 1024;
 
+/// Of those, from one address at most: one address cannot hold them all.
+pub const MAX_UNAUTHENTICATED_PER_IP: usize = 128;
+
+/// The request budget by default (Kafka's `queued.max.request.bytes` is unbounded).
+pub const DEFAULT_REQUEST_BUDGET: usize = 100 << 20;
+
 impl Default for KafkaConfig {
     fn default() -> Self {
         KafkaConfig {
             max_frame_bytes: frame::MAX_FRAME_BYTES,
             max_in_flight: 16,
+            request_budget: RequestBudget::new(DEFAULT_REQUEST_BUDGET),
+            max_connections: 4096,
+            max_connections_per_ip: 1024,
+            connections_max_idle: Duration::from_secs(600),
+            frame_deadline: frame::FRAME_DEADLINE,
             auto_create_topics: true,
             default_partitions: 1,
             max_batch_bytes: 1 << 20,
@@ -64,6 +102,137 @@ impl Default for KafkaConfig {
             acls: None,
         }
     }
+}
+
+/// A warning said at most once per interval, with how many were held back.
+#[derive(Debug)]
+struct Quiet {
+    last: Mutex<Option<Instant>>,
+    held: std::sync::atomic::AtomicU64,
+}
+
+impl Quiet {
+    const EVERY: Duration = Duration::from_secs(10);
+
+    fn new() -> Quiet {
+        Quiet { last: Mutex::new(None), held: std::sync::atomic::AtomicU64::new(0) }
+    }
+
+    /// Runs `say` (given how many were held back since the last) if the interval passed.
+    fn warn(&self, say: impl FnOnce(u64)) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if last.is_some_and(|t| now.duration_since(t) < Self::EVERY) {
+            self.held.fetch_add(1, Relaxed);
+            return;
+        }
+        *last = Some(now);
+        drop(last);
+        say(self.held.swap(0, Relaxed));
+    }
+}
+
+/// Connections open, in all and per address, and those not authenticated yet.
+#[derive(Debug, Default)]
+struct Open {
+    total: usize,
+    unauthenticated: usize,
+    /// Per address: connections, and of them unauthenticated.
+    by_ip: HashMap<IpAddr, (usize, usize)>,
+}
+
+/// A connection's place in [`Open`], given back when dropped.
+#[derive(Debug)]
+struct Place {
+    open: Arc<Mutex<Open>>,
+    ip: IpAddr,
+}
+
+/// An unauthenticated connection's share of [`Open`], given back on authentication or close.
+#[derive(Debug)]
+struct PreAuthPlace {
+    open: Arc<Mutex<Open>>,
+    ip: IpAddr,
+}
+
+fn lock(open: &Mutex<Open>) -> std::sync::MutexGuard<'_, Open> {
+    open.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut o = lock(&self.open);
+        o.total -= 1;
+        if let Some(n) = o.by_ip.get_mut(&self.ip) {
+            n.0 -= 1;
+            if n.0 == 0 {
+                o.by_ip.remove(&self.ip);
+            }
+        }
+    }
+}
+
+impl Drop for PreAuthPlace {
+    fn drop(&mut self) {
+        let mut o = lock(&self.open);
+        o.unauthenticated -= 1;
+        if let Some(n) = o.by_ip.get_mut(&self.ip) {
+            n.1 -= 1;
+        }
+    }
+}
+
+/// Why a connection is refused at accept.
+#[derive(Debug)]
+enum Full {
+    Listener(usize),
+    Address(usize),
+    Unauthenticated(usize),
+    UnauthenticatedAddress(usize),
+}
+
+impl std::fmt::Display for Full {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Full::Listener(n) => write!(f, "{n} connections open (max_connections)"),
+            Full::Address(n) => {
+                write!(f, "{n} connections from this address (max_connections_per_ip)")
+            }
+            Full::Unauthenticated(n) => write!(f, "{n} connections not authenticated yet"),
+            Full::UnauthenticatedAddress(n) => {
+                write!(f, "{n} connections from this address not authenticated yet")
+            }
+        }
+    }
+}
+
+/// Takes a place for a connection from `ip` (and, unauthenticated, a pre-authentication one).
+fn admit_connection(
+    open: &Arc<Mutex<Open>>,
+    cfg: &KafkaConfig,
+    ip: IpAddr,
+    pre_auth: bool,
+) -> Result<(Place, Option<PreAuthPlace>), Full> {
+    let mut o = lock(open);
+    let (n, unauth) = o.by_ip.get(&ip).copied().unwrap_or((0, 0));
+    if o.total >= cfg.max_connections {
+        return Err(Full::Listener(o.total));
+    }
+    if n >= cfg.max_connections_per_ip {
+        return Err(Full::Address(n));
+    }
+    if pre_auth && o.unauthenticated >= MAX_UNAUTHENTICATED {
+        return Err(Full::Unauthenticated(o.unauthenticated));
+    }
+    if pre_auth && unauth >= MAX_UNAUTHENTICATED_PER_IP {
+        return Err(Full::UnauthenticatedAddress(unauth));
+    }
+    o.total += 1;
+    o.unauthenticated += usize::from(pre_auth);
+    o.by_ip.insert(ip, (n + 1, unauth + usize::from(pre_auth)));
+    let place = Place { open: open.clone(), ip };
+    Ok((place, pre_auth.then(|| PreAuthPlace { open: open.clone(), ip })))
 }
 
 /// Serves Kafka on `listener` until `shutdown`; then stops accepting and lets each
@@ -79,7 +248,8 @@ pub async fn serve(
             .with_consumer_timeouts(cfg.consumer_session_timeout, cfg.consumer_heartbeat_interval),
     );
     let cfg = Arc::new(cfg);
-    let unauthenticated = Arc::new(tokio::sync::Semaphore::new(MAX_UNAUTHENTICATED));
+    let open = Arc::new(Mutex::new(Open::default()));
+    let (refused, failed) = (Quiet::new(), Quiet::new());
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
     // Sessions end and rebalances complete on time, whether or not requests come in.
@@ -97,19 +267,19 @@ pub async fn serve(
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
-                    let permit = match cfg.authz.enabled() {
-                        true => match unauthenticated.clone().try_acquire_owned() {
-                            Ok(p) => Some(p),
-                            Err(_) => {
-                                tracing::warn!(%peer, "Kafka: {MAX_UNAUTHENTICATED} connections not authenticated yet; closing one more");
-                                continue;
-                            }
-                        },
-                        false => None,
+                    let pre_auth = cfg.authz.enabled();
+                    let (place, pre_auth) = match admit_connection(&open, &cfg, peer.ip(), pre_auth) {
+                        Ok(p) => p,
+                        Err(full) => {
+                            refused.warn(|held| tracing::warn!(%peer, held_back = held, "Kafka: connection refused: {full}"));
+                            continue;
+                        }
                     };
+                    let permit = pre_auth.map(|p| Box::new(p) as crate::session::PreAuth);
                     let (broker, cfg, stopped) = (broker.clone(), cfg.clone(), stopped.clone());
                     let groups = groups.clone();
                     connections.spawn(async move {
+                        let _place = place;
                         let _ = socket.set_nodelay(true);
                         // As Kafka shows a group member's host: `/<ip>`.
                         let host: Arc<str> = format!("/{}", peer.ip()).into();
@@ -144,7 +314,9 @@ pub async fn serve(
                     });
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "Kafka listener: accept failed");
+                    // Out of descriptors, most often: said at most every 10 s, and a pause so
+                    // the loop does not spin.
+                    failed.warn(|held| tracing::warn!(error = %e, held_back = held, "Kafka listener: accept failed"));
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
             },
@@ -168,6 +340,8 @@ enum Ended {
     Request(#[from] api::Close),
     #[error("writing: {0}")]
     Write(std::io::Error),
+    #[error("no request for {0:?}")]
+    Idle(Duration),
 }
 
 /// What one connection is served with.
@@ -180,6 +354,9 @@ struct Conn {
     stopped: tokio::sync::watch::Receiver<bool>,
 }
 
+/// A request being admitted, with the session it has for the while (given back with it).
+type Admitting = futures::future::BoxFuture<'static, (Session, Result<Answer, api::Close>)>;
+
 /// Serves one connection, its bytes read from `read` and answers written to `write` (a TCP
 /// socket's halves, or a TLS stream's).
 async fn connection<R, W>(mut read: R, mut write: W, c: Conn) -> Result<(), Ended>
@@ -187,28 +364,39 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin,
 {
-    let Conn { host, mut session, broker, cfg, groups, mut stopped } = c;
+    let Conn { host, session, broker, cfg, groups, mut stopped } = c;
     // Frames are read by a task of their own: a read cut off by select! would lose the bytes
-    // of a frame half read. It reads one frame ahead of the requests taken.
+    // of a frame half read. It reads one frame ahead of the requests taken, that frame's bytes
+    // taken from the listener's budget before its body is read.
     let (tx, mut frames) = tokio::sync::mpsc::channel(1);
     let max = session.frame_cap();
+    let (budget, frame_deadline) = (cfg.request_budget.clone(), cfg.frame_deadline);
     let reader = tokio::spawn(async move {
         loop {
-            let next = frame::read_frame(&mut read, max.clone()).await;
+            let next =
+                frame::read_frame_within(&mut read, max.clone(), &budget, frame_deadline).await;
             let last = !matches!(next, Ok(Some(_)));
             if tx.send(next).await.is_err() || last {
                 return;
             }
         }
     });
+    let auth_deadline = session.deadline().unwrap_or_else(Instant::now);
+    // The session, but while a request is admitted (it has the session then).
+    let mut session = Some(session);
+    let mut admitting: Option<Admitting> = None;
     let mut waiting: FuturesOrdered<Answer> = FuturesOrdered::new();
     let mut reading = !*stopped.borrow();
     let mut closing: Option<Ended> = None;
-    let deadline = session.deadline().unwrap_or_else(std::time::Instant::now);
-    while reading || !waiting.is_empty() {
-        let room = waiting.len() < cfg.max_in_flight;
+    let idle = cfg.connections_max_idle;
+    let mut active = Instant::now();
+    while reading || !waiting.is_empty() || admitting.is_some() {
+        let room = waiting.len() + usize::from(admitting.is_some()) < cfg.max_in_flight;
+        let unauthenticated = session.as_ref().is_some_and(|s| !s.authenticated());
+        let quiet = waiting.is_empty() && admitting.is_none();
         tokio::select! {
-            // Answers first: they free room and keep the client's pipeline moving.
+            // Answers first: they free room and keep the client's pipeline moving; they are
+            // written while a later request is admitted, too.
             biased;
             Some(answer) = waiting.next(), if !waiting.is_empty() => match answer {
                 Ok(None) => {}
@@ -217,6 +405,7 @@ where
                         reader.abort();
                         return Err(Ended::Write(e));
                     }
+                    active = Instant::now();
                 }
                 // The answers after it are dropped: the client sees the connection close
                 // where the request that cannot be answered stood.
@@ -225,31 +414,40 @@ where
                     return Err(Ended::Request(close));
                 }
             },
-            next = frames.recv(), if reading && room => match next {
-                Some(Ok(Some(f))) => {
-                    // Admitted here, one request at a time, in the connection's order.
-                    let admitted = api::admit(
-                        f,
-                        &mut session,
-                        broker.clone(),
-                        cfg.clone(),
-                        groups.clone(),
-                        host.clone(),
-                    );
-                    match admitted.await {
-                        Ok(answer) => {
-                            waiting.push_back(answer);
-                            // A failed authentication: answered, then the connection closes.
-                            if session.close_after {
-                                reading = false;
-                            }
-                        }
-                        Err(close) => {
-                            // Answered after the answers due before it: a closed connection.
+            (s, admitted) = async {
+                match admitting.as_mut() {
+                    Some(a) => a.await,
+                    None => std::future::pending().await,
+                }
+            }, if admitting.is_some() => {
+                admitting = None;
+                let close_after = s.close_after;
+                session = Some(s);
+                match admitted {
+                    Ok(answer) => {
+                        waiting.push_back(answer);
+                        // A failed authentication: answered, then the connection closes.
+                        if close_after {
                             reading = false;
-                            waiting.push_back(Box::pin(std::future::ready(Err(close))));
                         }
                     }
+                    Err(close) => {
+                        // Answered after the answers due before it: a closed connection.
+                        reading = false;
+                        waiting.push_back(Box::pin(std::future::ready(Err(close))));
+                    }
+                }
+            }
+            next = frames.recv(), if reading && room && admitting.is_none() => match next {
+                Some(Ok(Some(f))) => {
+                    active = Instant::now();
+                    // Admitted one request at a time, in the connection's order.
+                    let Some(mut s) = session.take() else { break };
+                    let (broker, cfg, groups, host) = (broker.clone(), cfg.clone(), groups.clone(), host.clone());
+                    admitting = Some(Box::pin(async move {
+                        let admitted = api::admit(f, &mut s, broker, cfg, groups, host).await;
+                        (s, admitted)
+                    }));
                 }
                 Some(Ok(None)) | None => reading = false,
                 Some(Err(e)) => {
@@ -258,9 +456,13 @@ where
                 }
             },
             _ = stopped.changed(), if reading => reading = false,
-            _ = tokio::time::sleep_until(deadline.into()), if reading && !session.authenticated() => {
+            _ = tokio::time::sleep_until(auth_deadline.into()), if reading && unauthenticated => {
                 reading = false;
                 closing = Some(Ended::Request(api::Close::AuthTimeout(crate::session::PRE_AUTH_TIMEOUT)));
+            }
+            _ = tokio::time::sleep_until((active + idle).into()), if reading && quiet => {
+                reading = false;
+                closing = Some(Ended::Idle(idle));
             }
         }
     }

@@ -49,9 +49,13 @@ pub struct Session {
     cap: Arc<AtomicUsize>,
     max_frame: usize,
     started: Instant,
-    /// Held while unauthenticated: bounds how many connections may be.
-    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// Held while unauthenticated: bounds how many connections may be (the listener's).
+    permit: Option<PreAuth>,
 }
+
+/// What an unauthenticated connection holds of its listener's caps, given back once it
+/// authenticates (or closes).
+pub type PreAuth = Box<dyn std::fmt::Debug + Send + Sync>;
 
 impl Session {
     /// A new connection's session: authenticated already when authentication is off or its
@@ -61,7 +65,7 @@ impl Session {
         tls: bool,
         cert: Option<Principal>,
         max_frame: usize,
-        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+        permit: Option<PreAuth>,
     ) -> Session {
         let authenticated = !authz.enabled() || cert.is_some();
         let cap = if authenticated { max_frame } else { PRE_AUTH_FRAME_BYTES.min(max_frame) };

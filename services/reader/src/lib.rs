@@ -50,6 +50,12 @@ pub async fn run(
         fetched = Some(broker.clone());
         let cfg = kafka::KafkaConfig {
             max_frame_bytes: usize::try_from(k.max_request_size.0).unwrap_or(usize::MAX),
+            request_budget: ::kafka::budget::RequestBudget::new(
+                usize::try_from(k.request_budget.0).unwrap_or(usize::MAX),
+            ),
+            max_connections: k.max_connections,
+            max_connections_per_ip: k.max_connections_per_ip,
+            connections_max_idle: k.connections_max_idle.0,
             // A reader creates no topics.
             auto_create_topics: false,
             tls,

@@ -44,6 +44,9 @@ struct FakeBroker {
     offsets: Mutex<std::collections::BTreeMap<(String, String, i32), kafka::OffsetCommit>>,
     /// Reads of topic `lagging`: bytes asked for, bytes returned, reads.
     lagging: Mutex<(u64, u64, u64)>,
+    /// Produces to topic `slow`: admitted so far; their commits wait until this is true.
+    slow: std::sync::atomic::AtomicUsize,
+    slow_gate: tokio::sync::watch::Sender<bool>,
 }
 
 /// Batches of each partition of topic `lagging` (any partition number), one record each.
@@ -136,6 +139,15 @@ impl Broker for FakeBroker {
         header: &recordbatch::BatchHeader,
     ) -> Result<kafka::Commit, Refused> {
         let record_count = header.record_count as u32;
+        if topic == "slow" {
+            self.slow.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut open = self.slow_gate.subscribe();
+            return Ok(Box::pin(async move {
+                let _ = open.wait_for(|open| *open).await;
+                drop(batch);
+                Ok(Produced { base_offset: 0 })
+            }));
+        }
         if topic != "orders" || !(0..3).contains(&partition) {
             return Err(Refused::new(kafka::code::UNKNOWN_TOPIC_OR_PARTITION, "no such partition"));
         }
@@ -435,6 +447,11 @@ fn request<M: Encodable>(
 }
 
 async fn read_response(s: &mut tokio::net::TcpStream) -> Result<Option<Bytes>> {
+    read_response_half(s).await
+}
+
+/// [`read_response`] from any reader (a split connection's half).
+async fn read_response_half<R: tokio::io::AsyncRead + Unpin>(s: &mut R) -> Result<Option<Bytes>> {
     let mut size = [0u8; 4];
     if s.read_exact(&mut size).await.is_err() {
         return Ok(None);
@@ -935,6 +952,132 @@ async fn fetch_reads_about_its_budget_in_order_and_each_partition_once() -> Resu
         "a fetch with an error waited {:?}",
         started.elapsed()
     );
+    Ok(())
+}
+
+/// A Produce of one batch of `len` bytes to topic `slow`.
+fn slow_produce(len: usize) -> Result<ProduceRequest> {
+    let record =
+        recordbatch::Record { value: Some(Bytes::from(vec![3u8; len])), ..Default::default() };
+    let batch = recordbatch::encode(&[record], recordbatch::ProducerFields::NONE)?;
+    Ok(ProduceRequest::default().with_acks(-1).with_timeout_ms(30_000).with_topic_data(vec![
+        TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_static_str("slow")))
+            .with_partition_data(vec![
+                PartitionProduceData::default().with_index(0).with_records(Some(batch)),
+            ]),
+    ]))
+}
+
+/// H2: what a listener's requests hold is bounded by its request budget, whatever clients
+/// pipeline. Four connections each pipeline 16 produces of 900 KiB whose commits wait: with a
+/// 16 MiB budget the listener reads only the frames that fit (held until answered), not all
+/// 64; a new client's small request is still served meanwhile (the reserve); once the commits
+/// go through, every produce is answered.
+#[tokio::test]
+async fn pipelined_produces_whose_commits_wait_are_read_only_within_the_request_budget()
+-> Result<()> {
+    let budget = kafka::budget::RequestBudget::new(16 << 20);
+    let s = server(KafkaConfig { request_budget: budget.clone(), ..Default::default() }).await?;
+    let frame = request(ApiKey::Produce, 9, 1, "t", &slow_produce(900 << 10)?)?;
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        let c = tokio::net::TcpStream::connect(s.addr).await?;
+        let writing = tokio::spawn({
+            let frame = frame.clone();
+            async move {
+                let (mut r, mut w) = c.into_split();
+                let reading = tokio::spawn(async move {
+                    let mut answered = 0;
+                    while read_response_half(&mut r).await?.is_some() {
+                        answered += 1;
+                        if answered == 16 {
+                            break;
+                        }
+                    }
+                    anyhow::Ok(answered)
+                });
+                for _ in 0..16 {
+                    w.write_all(&frame).await?;
+                }
+                let answered = reading.await??;
+                drop(w);
+                anyhow::Ok(answered)
+            }
+        });
+        conns.push(writing);
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let admitted = s.broker.slow.load(std::sync::atomic::Ordering::SeqCst);
+    ensure!(admitted >= 1 && admitted <= 16, "{admitted} produces of 900 KiB read within 16 MiB");
+    ensure!(budget.peak() <= 16 << 20 && budget.held() <= 16 << 20, "{} held", budget.held());
+    // Another client is served meanwhile.
+    let quick = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        ask::<_, ApiVersionsResponse>(
+            s.addr,
+            ApiKey::ApiVersions,
+            3,
+            "t",
+            &ApiVersionsRequest::default(),
+        ),
+    )
+    .await;
+    ensure!(quick.is_ok_and(|r| r.is_ok()), "a small request waited behind the held produces");
+    s.broker.slow_gate.send_replace(true);
+    for c in conns {
+        let answered = tokio::time::timeout(std::time::Duration::from_secs(30), c).await???;
+        ensure!(answered == 16, "{answered} of 16 produces answered");
+    }
+    ensure!(s.broker.slow.load(std::sync::atomic::Ordering::SeqCst) == 64);
+    ensure!(
+        budget.held() == 0,
+        "{} bytes still held once every produce was answered",
+        budget.held()
+    );
+    Ok(())
+}
+
+/// M2: a connection that sends nothing is closed after `connections_max_idle`, and one that
+/// leaves a frame half sent after `frame_deadline`; M1/M2: connections are capped per
+/// address, and another address is still served.
+#[tokio::test]
+async fn idle_and_half_sent_connections_are_closed_and_one_address_cannot_take_every_place()
+-> Result<()> {
+    let s = server(KafkaConfig {
+        connections_max_idle: std::time::Duration::from_millis(300),
+        frame_deadline: std::time::Duration::from_millis(300),
+        max_connections_per_ip: 4,
+        ..Default::default()
+    })
+    .await?;
+    let closed_within = |mut c: tokio::net::TcpStream, secs: u64| async move {
+        let mut b = [0u8; 1];
+        let r = tokio::time::timeout(std::time::Duration::from_secs(secs), c.read(&mut b)).await;
+        matches!(r, Ok(Ok(0)) | Ok(Err(_)))
+    };
+    let idle = tokio::net::TcpStream::connect(s.addr).await?;
+    ensure!(closed_within(idle, 5).await, "an idle connection stayed open");
+    let mut half = tokio::net::TcpStream::connect(s.addr).await?;
+    half.write_all(&[0, 0, 1, 0, 0, 18]).await?;
+    ensure!(closed_within(half, 5).await, "a half-sent frame kept its connection");
+    // Four from 127.0.0.2; a fifth is closed at once; 127.0.0.1 is still served.
+    let from = |ip: [u8; 4]| async move {
+        let sock = tokio::net::TcpSocket::new_v4()?;
+        sock.bind(std::net::SocketAddr::from((ip, 0)))?;
+        anyhow::Ok(sock.connect(s.addr).await?)
+    };
+    let mut four = Vec::new();
+    for _ in 0..4 {
+        four.push(from([127, 0, 0, 2]).await?);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let fifth = from([127, 0, 0, 2]).await?;
+    ensure!(closed_within(fifth, 1).await, "a fifth connection from one address was kept");
+    let r: ApiVersionsResponse =
+        ask(s.addr, ApiKey::ApiVersions, 3, "t", &ApiVersionsRequest::default()).await?;
+    ensure!(r.error_code == 0);
+    drop(four);
     Ok(())
 }
 

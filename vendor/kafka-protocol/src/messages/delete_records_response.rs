@@ -140,6 +140,7 @@ impl Decodable for DeleteRecordsPartitionResult {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -287,6 +288,7 @@ impl Decodable for DeleteRecordsResponse {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -444,6 +446,7 @@ impl Decodable for DeleteRecordsTopicResult {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }

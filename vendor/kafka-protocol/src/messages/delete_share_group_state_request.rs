@@ -118,6 +118,7 @@ impl Decodable for DeleteShareGroupStateRequest {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {
@@ -245,6 +246,7 @@ impl Decodable for DeleteStateData {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {
@@ -354,6 +356,7 @@ impl Decodable for PartitionData {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {

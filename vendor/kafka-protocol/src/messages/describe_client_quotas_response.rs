@@ -182,6 +182,7 @@ impl Decodable for DescribeClientQuotasResponse {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -342,6 +343,7 @@ impl Decodable for EntityData {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -500,6 +502,7 @@ impl Decodable for EntryData {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -644,6 +647,7 @@ impl Decodable for ValueData {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }

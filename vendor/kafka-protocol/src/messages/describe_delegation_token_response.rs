@@ -153,6 +153,7 @@ impl Decodable for DescribeDelegationTokenResponse {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -518,6 +519,7 @@ impl Decodable for DescribedDelegationToken {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -690,6 +692,7 @@ impl Decodable for DescribedDelegationTokenRenewer {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }

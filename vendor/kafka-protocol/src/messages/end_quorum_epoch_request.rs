@@ -174,6 +174,7 @@ impl Decodable for EndQuorumEpochRequest {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -373,6 +374,7 @@ impl Decodable for LeaderEndpoint {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -576,6 +578,7 @@ impl Decodable for PartitionData {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -746,6 +749,7 @@ impl Decodable for ReplicaInfo {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -903,6 +907,7 @@ impl Decodable for TopicData {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }

@@ -198,6 +198,7 @@ impl Decodable for FetchSnapshotResponse {
                 }
                 _ => {
                     let unknown_value = buf.try_get_bytes(size as usize)?;
+                    crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                     unknown_tagged_fields.insert(tag as i32, unknown_value);
                 }
             }
@@ -330,6 +331,7 @@ impl Decodable for LeaderIdAndEpoch {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {
@@ -521,6 +523,7 @@ impl Decodable for NodeEndpoint {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {
@@ -767,6 +770,7 @@ impl Decodable for PartitionSnapshot {
                 }
                 _ => {
                     let unknown_value = buf.try_get_bytes(size as usize)?;
+                    crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                     unknown_tagged_fields.insert(tag as i32, unknown_value);
                 }
             }
@@ -905,6 +909,7 @@ impl Decodable for SnapshotId {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {
@@ -1032,6 +1037,7 @@ impl Decodable for TopicSnapshot {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {

@@ -144,6 +144,7 @@ impl Decodable for OffsetCommitResponse {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -276,6 +277,7 @@ impl Decodable for OffsetCommitResponsePartition {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -466,6 +468,7 @@ impl Decodable for OffsetCommitResponseTopic {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }

@@ -133,6 +133,7 @@ impl Decodable for Endpoint {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {
@@ -259,6 +260,7 @@ impl Decodable for KRaftVersionFeature {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {
@@ -418,6 +420,7 @@ impl Decodable for Voter {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {
@@ -546,6 +549,7 @@ impl Decodable for VotersRecord {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::allowance::charge(crate::protocol::allowance::TAGGED_FIELD)?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {

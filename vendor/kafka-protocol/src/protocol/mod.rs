@@ -13,6 +13,53 @@ use bytes::Bytes;
 pub mod buf;
 pub mod types;
 
+/// lakelog: a bound on what decoding a message may allocate beyond the bytes it is decoded
+/// from (strings and byte fields are slices of those): a message of many tiny array elements or
+/// tagged fields decodes into structures many times its size. A caller sets an allowance around
+/// a decode; each array charges its elements' size before it allocates, each unknown tagged
+/// field [`allowance::TAGGED_FIELD`], and a decode past the allowance fails. Without an
+/// allowance set, nothing is counted.
+pub mod allowance {
+    use std::cell::Cell;
+
+    /// What one unknown tagged field is charged: its map entry and a share of its node.
+    pub const TAGGED_FIELD: usize = 64;
+
+    thread_local! {
+        static LEFT: Cell<Option<usize>> = const { Cell::new(None) };
+    }
+
+    /// Runs `f` (a decode) with at most `bytes` to allocate; returns its result and the bytes
+    /// charged.
+    pub fn within<R>(bytes: usize, f: impl FnOnce() -> R) -> (R, usize) {
+        struct Restore(Option<usize>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                LEFT.with(|l| l.set(self.0));
+            }
+        }
+        let restore = Restore(LEFT.with(|l| l.replace(Some(bytes))));
+        let r = f();
+        let left = LEFT.with(|l| l.get()).unwrap_or(0);
+        drop(restore);
+        (r, bytes - left.min(bytes))
+    }
+
+    /// Charges `bytes` to the allowance set, if any.
+    pub fn charge(bytes: usize) -> anyhow::Result<()> {
+        LEFT.with(|l| match l.get() {
+            None => Ok(()),
+            Some(left) if bytes <= left => {
+                l.set(Some(left - bytes));
+                Ok(())
+            }
+            Some(left) => anyhow::bail!(
+                "decoding would allocate {bytes} more bytes, past what this message may ({left} left)"
+            ),
+        })
+    }
+}
+
 mod str_bytes {
     use bytes::Bytes;
     use std::borrow::Borrow;

@@ -1006,6 +1006,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
                 if n as usize > buf.remaining() {
                     bail!("Array length {n} exceeds the {} bytes left", buf.remaining());
                 }
+                super::allowance::charge((n as usize).saturating_mul(std::mem::size_of::<T>()))?;
                 let mut result = Vec::with_capacity(n as usize);
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
@@ -1119,6 +1120,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
                 if (n - 1) as usize > buf.remaining() {
                     bail!("Array length {} exceeds the {} bytes left", n - 1, buf.remaining());
                 }
+                super::allowance::charge(((n - 1) as usize).saturating_mul(std::mem::size_of::<T>()))?;
                 let mut result = Vec::with_capacity((n - 1) as usize);
                 for _ in 1..n {
                     result.push(self.0.decode(buf)?);
