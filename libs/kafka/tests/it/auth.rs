@@ -510,6 +510,25 @@ async fn a_kip848_member_sees_and_gets_only_topics_it_may_describe() -> Result<(
     Ok(())
 }
 
+/// M1: with authentication on, one address opening 1,024 connections that never authenticate
+/// cannot lock others out: it holds at most its share of the unauthenticated places, and a
+/// SCRAM client from another address still connects and authenticates.
+#[tokio::test]
+async fn idle_unauthenticated_connections_from_one_address_lock_no_one_else_out() -> Result<()> {
+    let s = secured().await?;
+    let mut idle = Vec::new();
+    for _ in 0..1024 {
+        let sock = tokio::net::TcpSocket::new_v4()?;
+        sock.bind(std::net::SocketAddr::from(([127, 0, 0, 2], 0)))?;
+        idle.push(sock.connect(s.addr).await?);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let c = login(&s, Mechanism::ScramSha256, "alice", "alice-pw").await;
+    ensure!(matches!(c, Ok(Ok(_))), "locked out by 1,024 idle connections: {c:?}");
+    drop(idle);
+    Ok(())
+}
+
 #[tokio::test]
 async fn config_requests_are_split_per_resource_topics_and_the_broker_alike() -> Result<()> {
     use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;

@@ -139,6 +139,11 @@ impl Broker for FakeBroker {
         header: &recordbatch::BatchHeader,
     ) -> Result<kafka::Commit, Refused> {
         let record_count = header.record_count as u32;
+        // Admission itself takes long here (a producer state loading, say).
+        if topic == "stall" {
+            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+            return Ok(Box::pin(async { Ok(Produced { base_offset: 0 }) }));
+        }
         if topic == "slow" {
             self.slow.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let mut open = self.slow_gate.subscribe();
@@ -1035,6 +1040,30 @@ async fn pipelined_produces_whose_commits_wait_are_read_only_within_the_request_
         "{} bytes still held once every produce was answered",
         budget.held()
     );
+    Ok(())
+}
+
+/// L3: an answer ready is written while a later request of the connection is admitted, however
+/// long that admission takes.
+#[tokio::test]
+async fn an_answer_is_written_while_a_later_request_is_admitted() -> Result<()> {
+    let s = server(KafkaConfig::default()).await?;
+    let none = recordbatch::ProducerFields::NONE;
+    let fast = produce_request(-1, vec![(0, Some(batch(&["a"], none)?))]);
+    let mut stalled = fast.clone();
+    stalled.topic_data[0].name = TopicName(StrBytes::from_static_str("stall"));
+    let mut c = tokio::net::TcpStream::connect(s.addr).await?;
+    let mut both = BytesMut::new();
+    both.put_slice(&request(ApiKey::Produce, 7, 1, "t", &fast)?);
+    both.put_slice(&request(ApiKey::Produce, 7, 2, "t", &stalled)?);
+    let started = std::time::Instant::now();
+    c.write_all(&both).await?;
+    let first = read_response(&mut c).await?.context("closed")?;
+    let (id, _) = decode::<ProduceResponse>(ApiKey::Produce, 7, first)?;
+    let took = started.elapsed();
+    ensure!(id == 1 && took < std::time::Duration::from_secs(2), "answer {id} after {took:?}");
+    let second = read_response(&mut c).await?.context("closed")?;
+    ensure!(decode::<ProduceResponse>(ApiKey::Produce, 7, second)?.0 == 2);
     Ok(())
 }
 
