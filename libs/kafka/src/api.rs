@@ -178,7 +178,7 @@ async fn serve(
             Ok(ready(encode_response(ApiKey::SaslHandshake, version, id, &body)))
         }
         Request::SaslAuthenticate(req) => {
-            let body = session.authenticate(&req, &cfg.authz);
+            let body = session.authenticate(&req, &cfg.authz).await;
             Ok(ready(encode_response(ApiKey::SaslAuthenticate, version, id, &body)))
         }
         // ACLs: DESCRIBE on the cluster to list them, ALTER to change them (as in Kafka).

@@ -100,7 +100,7 @@ async fn one(
             ),
         ));
     }
-    let h = recordbatch::validate(&batch).map_err(|e| match e {
+    let h = validate(batch.clone()).await.map_err(|e| match e {
         BatchError::Unsupported(m) => Refused::new(code::UNSUPPORTED_FOR_MESSAGE_FORMAT, m),
         BatchError::Length(m) => Refused::new(
             code::INVALID_RECORD,
@@ -116,4 +116,40 @@ async fn one(
         ));
     }
     broker.produce(topic, partition, zone, batch, &h).await
+}
+
+/// Bytes of decompressed records this process holds at once while validating compressed
+/// batches: each reserves what it may decompress to before it starts.
+const DECOMPRESSING: usize = recordbatch::compression::MAX_DECOMPRESSED;
+
+/// Checks a batch (as [`recordbatch::validate`]); a compressed one on a blocking thread, off the
+/// connection's task, within [`DECOMPRESSING`]: it reserves 16 times its size (1 MiB at least),
+/// and only one that decompresses past that is tried again with the most a batch may take.
+async fn validate(batch: Bytes) -> Result<recordbatch::BatchHeader, BatchError> {
+    use recordbatch::compression::MAX_DECOMPRESSED;
+    static ROOM: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(DECOMPRESSING);
+    let compressed = recordbatch::BatchHeader::parse(&batch)
+        .and_then(|h| h.compression())
+        .is_ok_and(|c| c != recordbatch::Compression::None);
+    if !compressed {
+        return recordbatch::validate(&batch);
+    }
+    let first = batch.len().saturating_mul(16).clamp(1 << 20, MAX_DECOMPRESSED);
+    let mut caps = vec![first];
+    if first < MAX_DECOMPRESSED {
+        caps.push(MAX_DECOMPRESSED);
+    }
+    let mut last = Err(BatchError::TooLarge("records decompress past their room".to_owned()));
+    for cap in caps {
+        let n = u32::try_from(cap).unwrap_or(u32::MAX);
+        let Ok(_room) = ROOM.acquire_many(n).await else { break };
+        let b = batch.clone();
+        last = tokio::task::spawn_blocking(move || recordbatch::validate_within(&b, cap))
+            .await
+            .unwrap_or_else(|e| Err(BatchError::Corrupt(format!("validation failed: {e}"))));
+        if !matches!(last, Err(BatchError::TooLarge(_))) {
+            break;
+        }
+    }
+    last
 }

@@ -125,8 +125,10 @@ impl Session {
     }
 
     /// SaslAuthenticate: one step of the mechanism chosen. A failure is answered and the
-    /// connection closed after it.
-    pub fn authenticate(
+    /// connection closed after it. PLAIN's password check (PBKDF2, thousands of iterations)
+    /// runs off the async runtime, [`PASSWORD_CHECKS`] at once: a flood of attempts costs its
+    /// own queue, not every connection's progress.
+    pub async fn authenticate(
         &mut self,
         req: &SaslAuthenticateRequest,
         authz: &Authorizer,
@@ -154,17 +156,18 @@ impl Session {
                 ))
             }
             Sasl::Plain => {
-                let checked = security::scram::parse_plain(msg).and_then(|(user, password)| {
-                    let ok = authz
-                        .credential(&user, Mechanism::ScramSha512)
-                        .is_some_and(|c| c.verify_password(&password));
-                    match ok {
-                        true => Ok(user),
-                        false => Err(security::scram::AuthFailed {
-                            detail: "Invalid username or password".to_owned(),
-                        }),
+                let checked = match security::scram::parse_plain(msg) {
+                    Ok((user, password)) => {
+                        let credential = authz.credential(&user, Mechanism::ScramSha512);
+                        match check_password(credential, password).await {
+                            true => Ok(user),
+                            false => Err(security::scram::AuthFailed {
+                                detail: "Invalid username or password".to_owned(),
+                            }),
+                        }
                     }
-                });
+                    Err(e) => Err(e),
+                };
                 match checked {
                     Ok(user) => {
                         self.done(&user);
@@ -201,4 +204,18 @@ impl Session {
         self.permit = None;
         self.cap.store(self.max_frame, Ordering::Release);
     }
+}
+
+/// PLAIN password checks run at once, at most (each a blocking thread's PBKDF2).
+pub const PASSWORD_CHECKS: usize = 2;
+
+/// Whether `password` is the one `credential` was salted from (none: no such user), checked on
+/// a blocking thread.
+async fn check_password(credential: Option<security::scram::Credential>, password: String) -> bool {
+    static CHECKS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(PASSWORD_CHECKS);
+    let Some(credential) = credential else { return false };
+    let Ok(_turn) = CHECKS.acquire().await else { return false };
+    tokio::task::spawn_blocking(move || credential.verify_password(&password))
+        .await
+        .unwrap_or(false)
 }

@@ -185,11 +185,17 @@ impl BatchHeader {
 /// (= last_offset_delta + 1, at least 1), and that its records — decompressed, if they are
 /// compressed — parse and fill it exactly. Returns its header.
 pub fn validate(b: &[u8]) -> Result<BatchHeader, BatchError> {
+    validate_within(b, compression::MAX_DECOMPRESSED)
+}
+
+/// [`validate`], its records decompressing to at most `cap` bytes (else
+/// [`BatchError::TooLarge`]).
+pub fn validate_within(b: &[u8], cap: usize) -> Result<BatchHeader, BatchError> {
     let h = check(b)?;
     match h.compression()? {
         Compression::None => records_of(&h, &b[HEADER_LEN..], |_| Ok(()))?,
         c => {
-            let body = compression::decompress(c, &b[HEADER_LEN..], compression::MAX_DECOMPRESSED)?;
+            let body = compression::decompress(c, &b[HEADER_LEN..], cap)?;
             records_of(&h, &body, |_| Ok(()))?;
         }
     }

@@ -510,6 +510,41 @@ async fn a_kip848_member_sees_and_gets_only_topics_it_may_describe() -> Result<(
     Ok(())
 }
 
+/// L1: PLAIN's password check (PBKDF2-SHA512, 8,192 iterations here) runs off the async
+/// runtime: on a one-thread runtime, other tasks go on while a connection authenticates.
+#[tokio::test(flavor = "current_thread")]
+async fn a_plain_password_check_does_not_stall_the_runtime() -> Result<()> {
+    let meta: Arc<dyn metadata::MetadataStore> = Arc::new(metadata::MemoryStore::new());
+    let store = security::store::AuthStore::new(meta, "plain");
+    store.put_user("alice", "alice-pw", 8192).await?;
+    let section = config::AuthSection { enabled: true, ..Default::default() };
+    let authz = security::Authorizer::start(&section, &store, "test").await?;
+    let mut session = kafka::session::Session::new(&authz, true, None, 1 << 20, None);
+    let hs = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+    ensure!(session.handshake(&hs).error_code == 0);
+    let ticks = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let ticker = tokio::spawn({
+        let ticks = ticks.clone();
+        async move {
+            loop {
+                tokio::task::yield_now().await;
+                ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    });
+    let req = SaslAuthenticateRequest::default()
+        .with_auth_bytes(Bytes::from_static(b"\0alice\0alice-pw"));
+    tokio::task::yield_now().await;
+    let before = ticks.load(std::sync::atomic::Ordering::Relaxed);
+    let started = std::time::Instant::now();
+    let r = session.authenticate(&req, &authz).await;
+    let during = ticks.load(std::sync::atomic::Ordering::Relaxed) - before;
+    ticker.abort();
+    ensure!(r.error_code == 0 && session.authenticated(), "{r:?}");
+    ensure!(during > 100, "{during} turns of another task in {:?} of PBKDF2", started.elapsed());
+    Ok(())
+}
+
 /// M1: with authentication on, one address opening 1,024 connections that never authenticate
 /// cannot lock others out: it holds at most its share of the unauthenticated places, and a
 /// SCRAM client from another address still connects and authenticates.
