@@ -69,7 +69,7 @@ bench: ## A short benchmark (about 4 minutes once built): 10 MiB/s to one log wi
 	./target/release/lakelog --endpoint http://127.0.0.1:$$port bench produce --stream one-at-a-time --in-flight 1 --duration 10s; \
 	./target/release/lakelog bench compact --data-dir "$$d/compact"
 
-bench-memory: deps ## A writer's peak RSS saturated and at 5x overload, as a role (load from another process) and in process (etcd + SeaweedFS, local directory), 64 MiB buffer, against buffer_size + 64 MiB; release build, about 2 minutes once built
+bench-memory: deps ## A writer's peak RSS saturated and at 5x overload, as a role (load from another process) and in process (etcd + SeaweedFS, local directory), 64 MiB buffer, against buffer_size + 64 MiB; then under hostile Kafka clients (padded, produce, half-sent, idle) against buffer_size + request budget + 64 MiB (BENCH_ROWS=hostile: those alone); release build, about 3 minutes once built
 	cargo build --release --bin lakelog
 	./scripts/bench-memory.sh
 
@@ -105,10 +105,11 @@ soak: deps ## The seeded nemesis over real processes (writers, reader, compactor
 		cargo test -p e2e a_seeded_nemesis -- --nocapture
 
 FUZZ_SECONDS ?= 600
-fuzz: ## Fuzz the Kafka request decoder for FUZZ_SECONDS (600), then the record-batch decoder, the WAL decoders (stored runs, objects), the lake manifest reader and what reaches authentication (gRPC field 1, certificate subjects, SASL) for a tenth of that each (nightly; installs cargo-fuzz)
+fuzz: ## Fuzz the Kafka request decoder for FUZZ_SECONDS (600), then the Kafka listener's frame reader within its request budget, the record-batch decoder, the WAL decoders (stored runs, objects), the lake manifest reader and what reaches authentication (gRPC field 1, certificate subjects, SASL) for a tenth of that each (nightly; installs cargo-fuzz)
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	@command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 	cd fuzz && cargo +nightly fuzz run kafka_request -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -malloc_limit_mb=512
+	cd fuzz && cargo +nightly fuzz run kafka_listener -- -max_total_time=$$(( $(FUZZ_SECONDS) / 10 )) -rss_limit_mb=2048 -malloc_limit_mb=512
 	cd fuzz && cargo +nightly fuzz run record_batch -- -max_total_time=$$(( $(FUZZ_SECONDS) / 10 )) -rss_limit_mb=2048 -malloc_limit_mb=512
 	cd fuzz && cargo +nightly fuzz run wal -- -max_total_time=$$(( $(FUZZ_SECONDS) / 10 )) -rss_limit_mb=2048 -malloc_limit_mb=512
 	cd fuzz && cargo +nightly fuzz run lake_manifest -- -max_total_time=$$(( $(FUZZ_SECONDS) / 10 )) -rss_limit_mb=2048 -malloc_limit_mb=512

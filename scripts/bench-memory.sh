@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# `make bench-memory`: a writer role's memory under overload. Starts etcd, SeaweedFS and one
+# `make bench-memory`: a writer role's memory under overload, then under hostile Kafka
+# clients (scripts/kafka-hostile.py: pipelined padded frames, pipelined 8 MB produces, frames
+# left half sent, 2,000 idle sockets, each from 127.0.0.2 while a probe from 127.0.0.1 asks
+# ApiVersions every 100 ms) against buffer_size + the Kafka request budget + 64 MiB.
+# BENCH_ROWS=hostile runs only those. Starts etcd, SeaweedFS and one
 # `lakelog writer` (release build, deploy/config/writer.yaml: 64 MiB buffer), measures what it
 # absorbs when saturated, then offers it 5x that from another process (`bench append
 # --endpoint`, 100 logs) in 10 kB appends (20,000 in flight: per-request state at its most)
@@ -77,6 +81,34 @@ bench() {
 }
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])$2)" "$1"; }
 
+# Hostile Kafka clients: the writer's peak RSS, and what a probe from another address saw.
+hostile_rows() {
+  local mode conns size json
+  for row in "padded 32 8388608" "produce 32 8000000" "half 64 8388608" "idle 2000 0"; do
+    read -r mode conns size <<<"$row"
+    start_writer "hostile-$mode"
+    json=$(python3 "$root/scripts/kafka-hostile.py" 127.0.0.1:9092 "$mode" "$conns" "$size" "$seconds")
+    echo "| $mode | $conns | $(python3 -c "print(f'{$size / 1048576:.0f}')") |" \
+      "$(python3 -c "print(f'{$(field "$json" '["bytes"]') / 1048576:.0f}')") |" \
+      "$(field "$json" '["connections"]') | $(field "$json" '["probes"]') |" \
+      "$(field "$json" '["probes_failed"]') | $(field "$json" '["probe_ms"]["p50"]') |" \
+      "$(field "$json" '["probe_ms"]["max"]') | $(mib "$(kib "$writer" VmHWM)") |"
+    stop_writer
+  done
+}
+mib() { python3 -c "print(f'{$1 / 1024:.1f}')"; }
+if [ "${BENCH_ROWS:-all}" = hostile ]; then
+  rows=$(hostile_rows)
+  cat <<OUT
+bench-memory: hostile Kafka clients on a writer role (64 MiB buffer, 100 MiB request budget), ${seconds} s a row
+| mode | connections | frame MiB | offered MiB | connections made | probes answered | probes failed | probe p50 ms | probe max ms | RSS peak MiB |
+|---|---|---|---|---|---|---|---|---|---|
+$rows
+target: buffer_size + request budget + 64 MiB = 228 MiB
+OUT
+  exit 0
+fi
+
 start_writer saturated
 idle=$(kib "$writer" VmRSS)
 sat=$(bench --records-per-entry 10 --concurrency 2000)
@@ -116,8 +148,8 @@ in_proc_rows() {
 }
 remote_stores=$(in_proc_rows "etcd + SeaweedFS" --config "$config")
 local_dir=$(in_proc_rows "local directory" --data-dir "$dir/local")
+hostile=$(hostile_rows)
 
-mib() { python3 -c "print(f'{$1 / 1024:.1f}')"; }
 cat <<OUT
 bench-memory: writer role alone on etcd + SeaweedFS, then in process; 64 MiB buffer, 100 logs, ${seconds} s a row
 | row | offered MB/s | absorbed MB/s | refused | ack p50 ms | RSS peak MiB (writer role; in process: the bench's) |
@@ -129,4 +161,10 @@ bench-memory: writer role alone on etcd + SeaweedFS, then in process; 64 MiB buf
 $remote_stores
 $local_dir
 target: buffer_size + 64 MiB = 128 MiB
+
+Hostile Kafka clients (from 127.0.0.2; a probe from 127.0.0.1 asks ApiVersions every 100 ms)
+| mode | connections | frame MiB | offered MiB | connections made | probes answered | probes failed | probe p50 ms | probe max ms | RSS peak MiB |
+|---|---|---|---|---|---|---|---|---|---|
+$hostile
+target: buffer_size + request budget + 64 MiB = 228 MiB
 OUT

@@ -42,6 +42,8 @@ pub struct LogBroker {
     node_id: i32,
     /// Record bytes answered to Fetch requests so far.
     fetched: Arc<std::sync::atomic::AtomicU64>,
+    /// Bytes of the log read to catch producer state up (a metric, and tests').
+    caught_up: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A slot's idempotent producers: being rebuilt from its checkpoint and the log, or ready.
@@ -118,7 +120,13 @@ impl LogBroker {
             producer_ids: Arc::new(tokio::sync::Mutex::new(0..0)),
             node_id: -1,
             fetched: Default::default(),
+            caught_up: Default::default(),
         }
+    }
+
+    /// Bytes of the log read so far to catch producer state up with other owner slots.
+    pub fn caught_up_bytes(&self) -> u64 {
+        self.caught_up.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Record bytes this broker has answered Fetch requests with: a role's metric.
@@ -423,6 +431,15 @@ impl LogBroker {
         Ok(())
     }
 
+    /// Whether a slot of `log` other than `slot` has a producer state checkpoint: has taken
+    /// (or is about to take) idempotent batches. Unknown (the store did not answer): true.
+    async fn other_slots_take_producers(&self, log: LogId, slot: &str) -> bool {
+        match logstore::slot_state::slots(&self.reader, log).await {
+            Ok(slots) => slots.iter().any(|s| s != slot),
+            Err(_) => true,
+        }
+    }
+
     /// Learns batches committed in `log` in any owner slot that this tenure of (log, slot)
     /// has not seen, up to the log's end now, reading at most [`CATCH_UP_BYTES`]: with `only`,
     /// that producer's after the newest of its batches known (from the tenure's start if
@@ -470,6 +487,8 @@ impl LogBroker {
                 }
                 at = e.header.end_offset();
                 read += e.payload.len() as u64;
+                self.caught_up
+                    .fetch_add(e.payload.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 let Ok(h) = recordbatch::BatchHeader::parse(&e.payload) else { continue };
                 let p = h.producer;
                 if p.producer_id >= 0 && only.is_none_or(|id| id == p.producer_id) {
@@ -798,7 +817,10 @@ impl kafka::Broker for LogBroker {
             Some(SlotProducers::Ready(t)) => !t.producers.admitted_here(p.producer_id),
             _ => false,
         };
-        if first_here {
+        // Only if another slot ever took idempotent batches (each saves a checkpoint before
+        // its first): in a log served by this slot alone, every batch of any producer since
+        // the tenure began was admitted here, and those before it were replayed.
+        if first_here && self.other_slots_take_producers(log, &key.1).await {
             self.catch_up(log, &key.1, epoch, None).await?;
         }
         let check = match check(&self.producers)? {

@@ -1,4 +1,7 @@
-//! The stream catalog: `streams/<name>` → identity, partitions (one log each), properties.
+//! The stream catalog: `streams/<name>` → identity, partitions (one log each), properties;
+//! `catalog/deleting/<identity>` → the logs (comma-separated ids) of a deleted stream not yet
+//! all marked deleted (written in the transaction that removes the stream, removed once they
+//! are; the compactor's cycle finishes what a crash left).
 
 use std::sync::Arc;
 
@@ -151,6 +154,8 @@ pub struct Catalog {
     keys: Keys,
     cluster: String,
     root: String,
+    /// `deleting/<identity>`: the logs of a deleted stream not yet all marked deleted.
+    deleting_root: String,
     /// Live writers, watched; `None` outside a Tokio runtime (routes then read them).
     writers: Option<MemberWatch>,
 }
@@ -179,6 +184,7 @@ impl Catalog {
             keys: Keys::new(cluster),
             cluster: cluster.to_owned(),
             root: format!("/{cluster}/streams/"),
+            deleting_root: format!("/{cluster}/catalog/deleting/"),
         }
     }
 
@@ -336,15 +342,55 @@ impl Catalog {
         Ok(logs)
     }
 
-    /// Marks logs deleted; best effort (an unreferenced empty log costs one head key).
-    async fn delete_logs(&self, logs: &[LogId]) {
+    /// Marks logs deleted; best effort (an unreferenced empty log costs one head key). Whether
+    /// every one is deleted now.
+    async fn delete_logs(&self, logs: &[LogId]) -> bool {
+        let mut all = true;
         for l in logs {
             if let Err(e) = logstore::admin::delete_log(self.meta.as_ref(), &self.logs, *l).await
                 && !matches!(e, LogError::NotFound(_))
             {
                 tracing::warn!(log = %l, error = %e, "catalog could not delete a log");
+                all = false;
             }
         }
+        all
+    }
+
+    /// The key naming the logs of a deleted stream still to be marked deleted.
+    fn deleting_key(&self, identity: &str) -> Vec<u8> {
+        format!("{}{identity}", self.deleting_root).into_bytes()
+    }
+
+    /// Marks the logs of the deleted stream `identity` deleted, then forgets the stream.
+    async fn finish_deletion(&self, identity: &str, logs: &[LogId]) -> Result<bool, CatalogError> {
+        if !self.delete_logs(logs).await {
+            return Ok(false);
+        }
+        self.meta.delete(KeyRange::key(self.deleting_key(identity))).await?;
+        Ok(true)
+    }
+
+    /// Finishes the deletions a crash or an error left half done (their stream records gone,
+    /// some of their logs not yet marked deleted): the maintenance cycle calls it. Returns how
+    /// many it finished; one whose logs still cannot be deleted stays for the next call.
+    pub async fn finish_deletions(&self) -> Result<usize, CatalogError> {
+        let pending =
+            self.meta.range(RangeRequest::prefix(self.deleting_root.clone().into_bytes())).await?;
+        let mut done = 0;
+        for kv in &pending.kvs {
+            let identity =
+                String::from_utf8_lossy(&kv.key[self.deleting_root.len()..]).into_owned();
+            let logs: Vec<LogId> = String::from_utf8_lossy(&kv.value)
+                .split(',')
+                .filter_map(|l| l.trim().parse().ok().map(LogId))
+                .collect();
+            if self.finish_deletion(&identity, &logs).await? {
+                tracing::info!(identity, logs = logs.len(), "finished deleting a stream's logs");
+                done += 1;
+            }
+        }
+        Ok(done)
     }
 
     async fn get_with_revision(&self, name: &str) -> Result<(StreamInfo, i64), CatalogError> {
@@ -403,22 +449,30 @@ impl Catalog {
     }
 
     /// Deletes a stream: its name is free again (a new stream of that name gets a new identity
-    /// and new logs) and its logs are marked DELETED.
+    /// and new logs) and its logs are marked DELETED. Crash-atomic: the transaction that
+    /// removes the stream records which logs it had (`deleting/<identity>`), and the record
+    /// goes once they are all marked; a deletion cut short (a crash, an error) is finished by
+    /// [`Self::finish_deletions`].
     pub async fn delete(&self, name: &str) -> Result<(), CatalogError> {
         let (info, rev) = self.get_with_revision(name).await?;
+        let logs: Vec<String> = info.partitions.iter().map(|l| l.0.to_string()).collect();
         // Its lake table goes with it (its files are its logs' segments, reclaimed with them).
         let txn = Txn::new()
             .when([Compare::mod_revision(self.key(name), CompareOp::Equal, rev)])
             .and_then([
                 TxnOp::delete(KeyRange::key(self.key(name))),
                 TxnOp::delete(KeyRange::key(self.keys.lake_table(&info.identity))),
+                TxnOp::put(self.deleting_key(&info.identity), logs.join(",")),
             ]);
         if !self.meta.txn(txn).await?.succeeded {
             return Err(CatalogError::Meta(MetaError::Unavailable(format!(
                 "stream {name} changed while being deleted; try again"
             ))));
         }
-        self.delete_logs(&info.partitions).await;
+        // Best effort now; the maintenance cycle finishes what is left.
+        if let Err(e) = self.finish_deletion(&info.identity, &info.partitions).await {
+            tracing::warn!(stream = name, error = %e, "deleting a stream's logs: left for the maintenance cycle");
+        }
         Ok(())
     }
 

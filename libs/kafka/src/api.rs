@@ -167,7 +167,7 @@ async fn serve(
     }
     let authz = cfg.authz.clone();
     let principal = session.principal().clone();
-    let access = crate::authz::Access { authz: &authz, principal: &principal };
+    let access = crate::authz::Access { authz: &authz, principal: &principal, peer: &client_host };
     match request {
         Request::ApiVersions => {
             let body = api_versions(code::NONE);
@@ -408,7 +408,11 @@ async fn serve(
             Ok(Box::pin(async move {
                 let mut resp =
                     crate::group_api::offset_fetch(*req, version, broker.as_ref(), &groups).await;
-                let access = crate::authz::Access { authz: &authz, principal: &principal };
+                let access = crate::authz::Access {
+                    authz: &authz,
+                    principal: &principal,
+                    peer: &client_host,
+                };
                 crate::authz::offset_fetch(access, &mut resp);
                 encode_response(ApiKey::OffsetFetch, version, id, &resp).map(Some)
             }))
@@ -417,7 +421,11 @@ async fn serve(
             let (authz, principal) = (cfg.authz.clone(), session.principal().clone());
             Ok(Box::pin(async move {
                 let mut resp = crate::group_api::list_groups(*req, broker.as_ref(), &groups).await;
-                let access = crate::authz::Access { authz: &authz, principal: &principal };
+                let access = crate::authz::Access {
+                    authz: &authz,
+                    principal: &principal,
+                    peer: &client_host,
+                };
                 crate::authz::list_groups(access, &mut resp);
                 encode_response(ApiKey::ListGroups, version, id, &resp).map(Some)
             }))
@@ -486,7 +494,11 @@ async fn serve(
             }
             let (authz, principal) = (cfg.authz.clone(), session.principal().clone());
             Ok(Box::pin(async move {
-                let access = crate::authz::Access { authz: &authz, principal: &principal };
+                let access = crate::authz::Access {
+                    authz: &authz,
+                    principal: &principal,
+                    peer: &client_host,
+                };
                 let resp = crate::consumer_api::heartbeat(
                     *req,
                     &client_id,
@@ -504,7 +516,11 @@ async fn serve(
             let (authz, principal) = (cfg.authz.clone(), session.principal().clone());
             Ok(Box::pin(async move {
                 let mut resp = crate::consumer_api::describe(*req, broker.as_ref(), &groups).await;
-                let access = crate::authz::Access { authz: &authz, principal: &principal };
+                let access = crate::authz::Access {
+                    authz: &authz,
+                    principal: &principal,
+                    peer: &client_host,
+                };
                 crate::authz::consumer_group_described(access, &mut resp);
                 resp.groups.extend(refused);
                 encode_response(ApiKey::ConsumerGroupDescribe, version, id, &resp).map(Some)
@@ -513,7 +529,11 @@ async fn serve(
         Request::Metadata(req) => {
             let (authz, principal) = (cfg.authz.clone(), session.principal().clone());
             Ok(Box::pin(async move {
-                let access = crate::authz::Access { authz: &authz, principal: &principal };
+                let access = crate::authz::Access {
+                    authz: &authz,
+                    principal: &principal,
+                    peer: &client_host,
+                };
                 let resp = metadata(*req, version, &client_id, broker.as_ref(), &cfg, access).await;
                 encode_response(ApiKey::Metadata, version, id, &resp).map(Some)
             }))

@@ -24,19 +24,35 @@ const TOPIC_RESOURCE: i8 = 2;
 pub struct Access<'a> {
     pub authz: &'a Authorizer,
     pub principal: &'a Principal,
+    /// The client's address, as Kafka shows it (`/<ip>`): said with a refusal.
+    pub peer: &'a str,
 }
 
 impl Access<'_> {
+    /// Whether `op` on `kind` `name` is allowed; a refusal is said in the audit log.
+    fn allows(&self, op: Operation, kind: ResourceType, name: &str) -> bool {
+        let allowed = self.authz.allows(self.principal, op, kind, name);
+        if !allowed {
+            security::audit::denied(
+                self.principal,
+                self.peer,
+                op.name(),
+                &format!("{kind}:{name}"),
+            );
+        }
+        allowed
+    }
+
     pub fn topic(&self, op: Operation, name: &str) -> bool {
-        self.authz.allows(self.principal, op, ResourceType::Stream, name)
+        self.allows(op, ResourceType::Stream, name)
     }
 
     pub fn group(&self, op: Operation, name: &str) -> bool {
-        self.authz.allows(self.principal, op, ResourceType::Group, name)
+        self.allows(op, ResourceType::Group, name)
     }
 
     pub fn cluster(&self, op: Operation) -> bool {
-        self.authz.allows(self.principal, op, ResourceType::Cluster, CLUSTER)
+        self.allows(op, ResourceType::Cluster, CLUSTER)
     }
 
     /// CREATE on the cluster, or on the topic (as Kafka checks CreateTopics).

@@ -24,6 +24,10 @@ use crate::{Broker, Refused, StoredBatch};
 /// The longest a fetch waits, whatever the client asks.
 const MAX_WAIT: Duration = Duration::from_secs(30);
 
+/// The most one Fetch answers, whatever the client asks (Kafka's broker `fetch.max.bytes`,
+/// 55 MiB): one batch past it at most.
+pub const FETCH_MAX_BYTES: usize = 55 << 20;
+
 /// A fetch's response, its records fields stand-ins for the stored batches in `spliced` (one
 /// list per partition whose field is a stand-in, in the order the response holds them), to be
 /// encoded by [`crate::splice`].
@@ -39,7 +43,7 @@ pub(crate) async fn fetch(req: FetchRequest, client_id: &str, broker: &dyn Broke
     let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
     let read_committed = req.isolation_level == 1;
     // Kafka's response limit: 0 (or less) leaves room for the one batch `read` allows past it.
-    let total_max = usize::try_from(req.max_bytes).unwrap_or(0);
+    let total_max = usize::try_from(req.max_bytes).unwrap_or(0).min(FETCH_MAX_BYTES);
     // KIP-392: the client's rack (v11+; empty when it names none).
     let rack = Some(req.rack_id.as_str()).filter(|r| !r.is_empty()).map(str::to_owned);
     let rack = rack.as_deref();

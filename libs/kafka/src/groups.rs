@@ -467,6 +467,11 @@ impl Groups {
                     }
                 }
                 None if j.require_known_member => {
+                    // Member ids handed out and not joined yet count toward the group's size:
+                    // a loop of joins cannot grow them without bound.
+                    if g.members.len() + g.pending.len() >= MAX_MEMBERS {
+                        return fail(GROUP_MAX_SIZE_REACHED);
+                    }
                     let id = self.new_member_id(&j.client_id);
                     g.pending.insert(id.clone(), now);
                     return Err(Box::new(Joined::error(MEMBER_ID_REQUIRED, &id)));
@@ -964,6 +969,24 @@ mod tests {
         assert_eq!(group_of_cursor("app-cursor"), None);
         assert_eq!(group_of_cursor("kafka.a_zz"), None);
         assert_eq!(group_of_cursor("kafka.a_2d"), None, "`-` is never escaped");
+    }
+
+    /// L4: member ids handed out with MEMBER_ID_REQUIRED count toward the group's size: 100,000
+    /// joins with no member id leave at most MAX_MEMBERS of them, the rest refused.
+    #[tokio::test]
+    async fn member_ids_handed_out_are_bounded_per_group() {
+        let now = Instant::now();
+        let g = Groups::new(Duration::ZERO);
+        let mut refused = 0;
+        for i in 0..100_000 {
+            match g.admit_join(join("g", "", &format!("c{i}")), now).err().map(|j| j.error) {
+                Some(MEMBER_ID_REQUIRED) => {}
+                Some(GROUP_MAX_SIZE_REACHED) => refused += 1,
+                other => panic!("join {i}: {other:?}"),
+            }
+        }
+        assert_eq!(refused, 100_000 - MAX_MEMBERS);
+        assert_eq!(g.lock().get("g").map(|g| g.pending.len()), Some(MAX_MEMBERS));
     }
 
     #[tokio::test]

@@ -254,14 +254,20 @@ impl Producers {
         }
     }
 
-    /// The window of producer `id` (made at `epoch` if new; the least recently used producer
-    /// forgotten beyond [`MAX_PRODUCERS`]), marked used.
+    /// The window of producer `id` (made at `epoch` if new; beyond [`MAX_PRODUCERS`], the
+    /// least recently used producer with no batch still committing is forgotten: one whose
+    /// batch may still land must stay, for its retry and the checkpoint), marked used.
     fn window(&mut self, id: i64, epoch: i16) -> &mut Window {
         self.clock += 1;
         let used = self.clock;
         if !self.by_id.contains_key(&id)
             && self.by_id.len() >= MAX_PRODUCERS
-            && let Some(oldest) = self.by_id.iter().min_by_key(|(_, w)| w.used).map(|(k, _)| *k)
+            && let Some(oldest) = self
+                .by_id
+                .iter()
+                .filter(|(_, w)| w.batches.iter().all(|b| b.outcome().is_some()))
+                .min_by_key(|(_, w)| w.used)
+                .map(|(k, _)| *k)
         {
             self.by_id.remove(&oldest);
         }
@@ -468,6 +474,28 @@ mod tests {
         // Sequences wrap at i32::MAX.
         p.admitted(8, 0, i32::MAX - 1, i32::MAX, done(200));
         assert_eq!(code_of(&p.check(8, 0, 0, 3)), 0);
+    }
+
+    /// L7: beyond the producers kept, the one forgotten is never one whose batch is still
+    /// committing: its retry must be answered as a duplicate, not appended again.
+    #[tokio::test]
+    async fn a_producer_with_a_batch_committing_is_never_the_one_forgotten() {
+        let mut p = Producers::default();
+        let committing = shared(Box::pin(futures::future::pending()));
+        p.admitted(1, 0, 0, 4, committing);
+        for id in 2..=MAX_PRODUCERS as i64 {
+            p.admitted(id, 0, 0, 0, done(id));
+        }
+        assert_eq!(p.len(), MAX_PRODUCERS);
+        // Producer 1 is the least recently used; a new one comes.
+        p.admitted(MAX_PRODUCERS as i64 + 1, 0, 0, 0, done(0));
+        assert_eq!(p.len(), MAX_PRODUCERS);
+        assert!(
+            matches!(p.check(1, 0, 0, 4), Check::Duplicate(_)),
+            "the committing batch was forgotten"
+        );
+        assert_eq!(p.last_offset(2), None, "the oldest producer with nothing committing goes");
+        assert_eq!(p.last_offset(3), Some(3));
     }
 
     /// A full window across the wrap: the batch after it is the newest (its successor is in

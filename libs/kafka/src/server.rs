@@ -163,9 +163,9 @@ fn lock(open: &Mutex<Open>) -> std::sync::MutexGuard<'_, Open> {
 impl Drop for Place {
     fn drop(&mut self) {
         let mut o = lock(&self.open);
-        o.total -= 1;
+        o.total = o.total.saturating_sub(1);
         if let Some(n) = o.by_ip.get_mut(&self.ip) {
-            n.0 -= 1;
+            n.0 = n.0.saturating_sub(1);
             if n.0 == 0 {
                 o.by_ip.remove(&self.ip);
             }
@@ -176,9 +176,9 @@ impl Drop for Place {
 impl Drop for PreAuthPlace {
     fn drop(&mut self) {
         let mut o = lock(&self.open);
-        o.unauthenticated -= 1;
+        o.unauthenticated = o.unauthenticated.saturating_sub(1);
         if let Some(n) = o.by_ip.get_mut(&self.ip) {
-            n.1 -= 1;
+            n.1 = n.1.saturating_sub(1);
         }
     }
 }
@@ -287,7 +287,8 @@ pub async fn serve(
                         let max = cfg.max_frame_bytes;
                         let served = match tls {
                             None => {
-                                let session = Session::new(&cfg.authz, false, None, max, permit);
+                                let session = Session::new(&cfg.authz, false, None, max, permit)
+                                    .with_peer(host.clone());
                                 let (read, write) = socket.into_split();
                                 let c = Conn { host, session, broker, cfg, groups, stopped };
                                 connection(read, write, c).await
@@ -297,7 +298,8 @@ pub async fn serve(
                                     let cert = s.get_ref().1.peer_certificates().and_then(|c| {
                                         c.first().and_then(|c| security::Principal::of_certificate(c))
                                     });
-                                    let session = Session::new(&cfg.authz, true, cert, max, permit);
+                                    let session = Session::new(&cfg.authz, true, cert, max, permit)
+                                        .with_peer(host.clone());
                                     let (read, write) = tokio::io::split(s);
                                     let c = Conn { host, session, broker, cfg, groups, stopped };
                                     connection(read, write, c).await

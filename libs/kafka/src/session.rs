@@ -51,6 +51,8 @@ pub struct Session {
     started: Instant,
     /// Held while unauthenticated: bounds how many connections may be (the listener's).
     permit: Option<PreAuth>,
+    /// The client's address (`/<ip>`), said with a failed authentication.
+    peer: Arc<str>,
 }
 
 /// What an unauthenticated connection holds of its listener's caps, given back once it
@@ -79,7 +81,14 @@ impl Session {
             max_frame,
             started: Instant::now(),
             permit: if authenticated { None } else { permit },
+            peer: Arc::from(""),
         }
+    }
+
+    /// The client's address, as Kafka shows it (`/<ip>`).
+    pub fn with_peer(mut self, peer: Arc<str>) -> Session {
+        self.peer = peer;
+        self
     }
 
     pub fn principal(&self) -> &Principal {
@@ -135,6 +144,12 @@ impl Session {
     ) -> SaslAuthenticateResponse {
         let resp = SaslAuthenticateResponse::default();
         let failed = |s: &mut Session, message: String| {
+            let mechanism = match &s.sasl {
+                Sasl::Plain => "PLAIN",
+                Sasl::Scram(server) => server.mechanism().name(),
+                Sasl::None => "none",
+            };
+            security::audit::failed_authentication(&s.peer, mechanism, None, &message);
             s.close_after = true;
             s.sasl = Sasl::None;
             resp.clone()

@@ -281,9 +281,13 @@ where
         let grpc = is_grpc(&req);
         let guard = self.guard.clone();
         let rule = rule(req.uri().path());
+        let peer = peer_of(&req);
         let principal = match guard.authenticate(&req) {
             Ok(p) => p,
-            Err(s) => return Box::pin(std::future::ready(Ok(refuse(grpc, s)))),
+            Err(s) => {
+                security::audit::failed_authentication(&peer, "bearer token", None, s.message());
+                return Box::pin(std::future::ready(Ok(refuse(grpc, s))));
+            }
         };
         let enabled = guard.authz.enabled();
         let early = match rule {
@@ -306,6 +310,7 @@ where
             Some(_) => Ok(()),
         };
         if let Err(s) = early {
+            security::audit::denied(&principal, &peer, req.uri().path(), s.message());
             return Box::pin(std::future::ready(Ok(refuse(grpc, s))));
         }
         req.extensions_mut().insert(principal.clone());
@@ -314,12 +319,25 @@ where
             && enabled
             && !guard.authz.is_super_user(&principal)
         {
-            req = req.map(|body| Body::new(Peek::new(body, guard.clone(), principal, rule)));
+            let (path, g) = (req.uri().path().to_owned(), guard.clone());
+            req = req.map(|body| Body::new(Peek::new(body, g, principal, rule, peer, path)));
         }
         let mut inner = self.inner.clone();
         std::mem::swap(&mut inner, &mut self.inner);
         Box::pin(inner.call(req))
     }
+}
+
+/// The caller's address, or `-` when the transport does not say.
+fn peer_of<B>(req: &http::Request<B>) -> String {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    let tcp = req.extensions().get::<TcpConnectInfo>().and_then(|i| i.remote_addr());
+    let tls = || {
+        req.extensions()
+            .get::<TlsConnectInfo<TcpConnectInfo>>()
+            .and_then(|i| i.get_ref().remote_addr())
+    };
+    tcp.or_else(tls).map_or_else(|| "-".to_owned(), |a| a.ip().to_string())
 }
 
 /// A request body passed on message by message, each held until its field 1 is read and the
@@ -329,6 +347,9 @@ struct Peek {
     guard: Arc<Guard>,
     principal: Principal,
     rule: Rule,
+    /// Said with a refusal: the caller's address and the method.
+    peer: String,
+    path: String,
     header: [u8; 5],
     header_len: usize,
     /// Bytes of the current message's body still to come.
@@ -343,12 +364,21 @@ struct Peek {
 }
 
 impl Peek {
-    fn new(inner: Body, guard: Arc<Guard>, principal: Principal, rule: Rule) -> Peek {
+    fn new(
+        inner: Body,
+        guard: Arc<Guard>,
+        principal: Principal,
+        rule: Rule,
+        peer: String,
+        path: String,
+    ) -> Peek {
         Peek {
             inner,
             guard,
             principal,
             rule,
+            peer,
+            path,
             header: [0; 5],
             header_len: 0,
             remaining: 0,
@@ -374,7 +404,10 @@ impl Peek {
             FieldError::TooLarge(n) => invalid(format!("request field 1 over {n} bytes")),
             FieldError::Malformed => invalid("malformed request message"),
         })?;
-        self.guard.decide(&self.principal, self.rule, &field)?;
+        if let Err(s) = self.guard.decide(&self.principal, self.rule, &field) {
+            security::audit::denied(&self.principal, &self.peer, &self.path, s.message());
+            return Err(s);
+        }
         self.ready.extend(self.held.drain(..));
         self.header_len = 0;
         Ok(())

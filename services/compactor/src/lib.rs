@@ -198,6 +198,10 @@ impl Compactor {
     async fn retention(&self, now_ms: i64, out: &mut pb::CompactionCycle) {
         self.table_retention(now_ms).await;
         let s = &self.0;
+        // Deletions of streams a crash or an error cut short: their logs marked deleted now.
+        if let Err(e) = s.catalog.finish_deletions().await {
+            tracing::warn!(error = %e, "finishing stream deletions failed; retrying next interval");
+        }
         match catalog::retention::apply_all(&s.catalog, now_ms).await {
             Ok(t) => {
                 s.metrics.trimmed.inc_by(t.len() as u64);

@@ -62,6 +62,7 @@ macro_rules! cases {
 }
 
 cases!(
+    a_deletion_cut_short_is_finished_by_the_maintenance_cycle,
     streams_are_created_listed_and_routed,
     bad_input_gets_clear_errors,
     partitions_only_grow_and_keep_their_logs,
@@ -276,5 +277,94 @@ async fn retention_hard_trims_streams_by_bytes_and_by_time(e: Env) -> Result<()>
     ensure!(later.iter().all(|t| t.log != kept));
     ensure!(e.reader.info(kept).await?.first_offset == 0);
     w.shutdown().await;
+    Ok(())
+}
+
+/// A metadata store whose writes to log heads fail while `failing` is set (etcd down between
+/// the stream's transaction and its logs' deletion).
+struct HeadsFail {
+    inner: Arc<dyn MetadataStore>,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for HeadsFail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HeadsFail")
+    }
+}
+
+#[async_trait::async_trait]
+impl MetadataStore for HeadsFail {
+    async fn range(
+        &self,
+        req: metadata::RangeRequest,
+    ) -> Result<metadata::RangeResponse, metadata::MetaError> {
+        self.inner.range(req).await
+    }
+    async fn txn(&self, txn: metadata::Txn) -> Result<metadata::TxnResponse, metadata::MetaError> {
+        let head = txn
+            .success
+            .iter()
+            .any(|op| matches!(op, metadata::TxnOp::Put { key, .. } if key.ends_with(b"/head")));
+        if head && self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(metadata::MetaError::Unavailable("injected: etcd down".to_owned()));
+        }
+        self.inner.txn(txn).await
+    }
+    async fn lease_grant(
+        &self,
+        ttl: std::time::Duration,
+    ) -> Result<metadata::LeaseId, metadata::MetaError> {
+        self.inner.lease_grant(ttl).await
+    }
+    async fn lease_keep_alive(
+        &self,
+        lease: metadata::LeaseId,
+    ) -> Result<std::time::Duration, metadata::MetaError> {
+        self.inner.lease_keep_alive(lease).await
+    }
+    async fn lease_revoke(&self, lease: metadata::LeaseId) -> Result<(), metadata::MetaError> {
+        self.inner.lease_revoke(lease).await
+    }
+    async fn watch(
+        &self,
+        req: metadata::WatchRequest,
+    ) -> Result<metadata::WatchStream, metadata::MetaError> {
+        self.inner.watch(req).await
+    }
+    async fn compact(&self, revision: metadata::Revision) -> Result<(), metadata::MetaError> {
+        self.inner.compact(revision).await
+    }
+}
+
+/// M11: a stream's deletion is crash-atomic. The store fails between the stream's transaction
+/// and its logs' deletion: the stream is gone, its logs still NORMAL; the maintenance cycle's
+/// `finish_deletions` then marks them DELETED (so the cleaner reclaims their objects), once,
+/// and a re-created stream of the name keeps its own logs.
+async fn a_deletion_cut_short_is_finished_by_the_maintenance_cycle(e: Env) -> Result<()> {
+    let faulty = Arc::new(HeadsFail { inner: e.meta.clone(), failing: false.into() });
+    let catalog = Catalog::new(faulty.clone(), e.reader.clone(), &e.cluster);
+    let old = catalog.create("halfway", 2, StreamProps::default()).await?;
+    faulty.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    catalog.delete("halfway").await?;
+    ensure!(catalog.get("halfway").await.is_err(), "the stream outlived its deletion");
+    for log in &old.partitions {
+        ensure!(
+            matches!(e.reader.info(*log).await?.state, LogState::Normal),
+            "the fault did not bite"
+        );
+    }
+    ensure!(catalog.finish_deletions().await? == 0, "finished while the store still fails");
+    faulty.failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    let new = catalog.create("halfway", 1, StreamProps::default()).await?;
+    ensure!(catalog.finish_deletions().await? == 1);
+    for log in &old.partitions {
+        ensure!(
+            matches!(e.reader.info(*log).await?.state, LogState::Deleted),
+            "log {log} of a deleted stream lives on"
+        );
+    }
+    ensure!(matches!(e.reader.info(new.partitions[0]).await?.state, LogState::Normal));
+    ensure!(catalog.finish_deletions().await? == 0, "a finished deletion came back");
     Ok(())
 }

@@ -1014,7 +1014,7 @@ async fn pipelined_produces_whose_commits_wait_are_read_only_within_the_request_
     }
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let admitted = s.broker.slow.load(std::sync::atomic::Ordering::SeqCst);
-    ensure!(admitted >= 1 && admitted <= 16, "{admitted} produces of 900 KiB read within 16 MiB");
+    ensure!((1..=16).contains(&admitted), "{admitted} produces of 900 KiB read within 16 MiB");
     ensure!(budget.peak() <= 16 << 20 && budget.held() <= 16 << 20, "{} held", budget.held());
     // Another client is served meanwhile.
     let quick = tokio::time::timeout(

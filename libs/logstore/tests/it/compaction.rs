@@ -43,7 +43,10 @@ both_envs!(
 /// answered with that log's bytes. A fresh reader checks against the object's own footer.
 async fn a_read_by_index_serves_only_entries_of_the_log_it_names(env: Env) -> Result<()> {
     use logstore::{EntryIndex, LogError};
-    let w = env.writer("w").await?;
+    // Flushes 200 ms apart: two appends sent together share one WAL object.
+    let mut cfg = env.config("w");
+    cfg.flush_interval = Duration::from_millis(200);
+    let w = env.writer_with(cfg, env.objects.clone(), env.meta.clone()).await?;
     let (a, b) = (w.create_log().await?, w.create_log().await?);
     let secret = Bytes::from_static(b"B-SECRET");
     // Appends that arrive together share a flush: until a's and b's land in one object.

@@ -14,6 +14,12 @@ use crate::Standalone;
 /// A standalone with TLS (client certificates optional) and authentication on, `admin` its
 /// super user; its endpoint is `https://localhost:<port>`.
 pub fn auth_standalone(dir: &Path, pki: &Pki) -> Result<Standalone> {
+    auth_standalone_with(dir, pki, "")
+}
+
+/// [`auth_standalone`], `writer` settings added to its writer section (`key: value` lines,
+/// each indented by two spaces).
+fn auth_standalone_with(dir: &Path, pki: &Pki, writer: &str) -> Result<Standalone> {
     let server = pki.issue("server", "lakelog")?;
     let file = dir.join("standalone.yaml");
     let tls = format!(
@@ -25,7 +31,7 @@ pub fn auth_standalone(dir: &Path, pki: &Pki) -> Result<Standalone> {
     std::fs::write(
         &file,
         format!(
-            "writer:\n  tls: {tls}\n  kafka:\n    listen: 127.0.0.1:1\n    tls: {tls}\n\
+            "writer:\n  tls: {tls}\n{writer}  kafka:\n    listen: 127.0.0.1:1\n    tls: {tls}\n\
              auth:\n  enabled: true\n  super_users: [admin]\n"
         ),
     )?;
@@ -232,7 +238,8 @@ fn grpc_requests_are_allowed_and_denied_exactly_as_the_acls_say() -> Result<()> 
 fn a_read_by_index_naming_another_streams_bytes_is_refused() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let pki = Pki::new(dir.path(), "cluster")?;
-    let s = auth_standalone(dir.path(), &pki)?;
+    // Flushes at most every 300 ms: two appends sent together share one WAL object.
+    let s = auth_standalone_with(dir.path(), &pki, "  min_flush_interval: 300ms\n")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
         let e = s.endpoint.as_str();

@@ -508,6 +508,56 @@ async fn kafka_idempotent_batches_are_appended_once_and_answered_with_their_firs
     Ok(())
 }
 
+/// M12: in a log one slot serves, a new idempotent producer's first batch reads nothing of
+/// the log (every batch since the tenure began was admitted here): ten new producers after
+/// 1 MB of other batches each read 0 bytes (about 1 MB each before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_idempotent_producers_first_batch_reads_nothing_of_a_log_one_slot_serves()
+-> Result<()> {
+    use kafka::Broker;
+    let s = serve_writer().await?;
+    let cluster = s.storage.config().cluster.clone();
+    let catalog = catalog::Catalog::new(s.storage.metadata(), s.storage.reader().clone(), &cluster);
+    catalog.create("busy", 1, Default::default()).await?;
+    let broker = brokers::LogBroker::writer(catalog.clone(), &cluster, s.storage.clone());
+    let produce = |producer: i64, size: usize| {
+        let broker = broker.clone();
+        async move {
+            let record = recordbatch::Record {
+                value: Some(Bytes::from(vec![b'x'; size])),
+                ..Default::default()
+            };
+            let p = match producer {
+                -1 => recordbatch::ProducerFields::NONE,
+                id => recordbatch::ProducerFields {
+                    producer_id: id,
+                    producer_epoch: 0,
+                    base_sequence: 0,
+                },
+            };
+            let batch = recordbatch::encode(&[record], p)?;
+            let header = recordbatch::validate(&batch)?;
+            let commit = broker.produce("busy", 0, None, batch, &header).await;
+            let commit = commit.map_err(|r| anyhow::anyhow!("refused: {r:?}"))?;
+            commit.await.map_err(|r| anyhow::anyhow!("{r:?}"))
+        }
+    };
+    // The tenure begins with a first idempotent producer.
+    produce(999, 100).await?;
+    let before = broker.caught_up_bytes();
+    for round in 0..10 {
+        for _ in 0..4 {
+            produce(-1, 256 << 10).await?;
+        }
+        produce(1000 + round, 100).await?;
+    }
+    let read = broker.caught_up_bytes() - before;
+    ensure!(read == 0, "ten new producers' first batches read {read} bytes of the log");
+    let _ = s.stop.send(());
+    s.server.await?;
+    Ok(())
+}
+
 /// A cluster of its own on the shared etcd and S3 server, for writers that come and go.
 struct Stores {
     cluster: String,

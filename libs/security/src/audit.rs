@@ -1,0 +1,81 @@
+//! The audit log: failed authentications and refused requests, said at WARN with who, from
+//! where and what, as Kafka's authorizer log says them; at most [`BURST`] lines per
+//! [`WINDOW`] (a flood of refusals cannot flood the log), the next line saying how many were
+//! held back.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::Principal;
+
+/// Lines said per window at most.
+pub const BURST: u32 = 20;
+/// The window.
+pub const WINDOW: Duration = Duration::from_secs(10);
+
+struct Window {
+    started: Option<Instant>,
+    said: u32,
+}
+
+static WINDOW_STATE: Mutex<Window> = Mutex::new(Window { started: None, said: 0 });
+static HELD: AtomicU64 = AtomicU64::new(0);
+static SAID: AtomicU64 = AtomicU64::new(0);
+
+/// Whether a line may be said now; if not, it is counted as held back.
+fn may_say() -> Option<u64> {
+    let mut w = WINDOW_STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let now = Instant::now();
+    if w.started.is_none_or(|t| now.duration_since(t) >= WINDOW) {
+        *w = Window { started: Some(now), said: 0 };
+    }
+    if w.said >= BURST {
+        HELD.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    w.said += 1;
+    SAID.fetch_add(1, Ordering::Relaxed);
+    Some(HELD.swap(0, Ordering::Relaxed))
+}
+
+/// Lines said so far (for tests).
+pub fn said() -> u64 {
+    SAID.load(Ordering::Relaxed)
+}
+
+/// A request refused: `principal` from `peer` may not `operation` on `resource`.
+pub fn denied(principal: &Principal, peer: &str, operation: &str, resource: &str) {
+    if let Some(held_back) = may_say() {
+        tracing::warn!(
+            principal = %principal,
+            peer,
+            operation,
+            resource,
+            held_back,
+            "authorization: denied"
+        );
+    }
+}
+
+/// An authentication that failed (`how`: the mechanism or credential kind; never the secret).
+pub fn failed_authentication(peer: &str, how: &str, user: Option<&str>, reason: &str) {
+    if let Some(held_back) = may_say() {
+        tracing::warn!(peer, mechanism = how, user, reason, held_back, "authentication failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flood_of_refusals_says_at_most_a_burst_per_window() {
+        let before = said();
+        for _ in 0..10_000 {
+            denied(&Principal::user("mallory"), "10.0.0.9", "consume", "stream:b");
+        }
+        let n = said() - before;
+        assert!(n >= 1 && n <= u64::from(BURST), "{n} lines for 10,000 refusals");
+    }
+}
