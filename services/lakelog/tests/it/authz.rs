@@ -239,7 +239,11 @@ fn a_read_by_index_naming_another_streams_bytes_is_refused() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let pki = Pki::new(dir.path(), "cluster")?;
     // Flushes at most every 300 ms: two appends sent together share one WAL object.
-    let s = auth_standalone_with(dir.path(), &pki, "  min_flush_interval: 300ms\n")?;
+    let s = auth_standalone_with(
+        dir.path(),
+        &pki,
+        "  flush_interval: 300ms\n  min_flush_interval: 300ms\n",
+    )?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
         let e = s.endpoint.as_str();
