@@ -11,6 +11,7 @@ Modes:
           batches to partition 0 of topic `hostile` (auto-created), acks=1, and reads answers
   half    each connection sends a frame's size and half of its SIZE bytes, then nothing
   idle    each connection sends nothing
+  probe   only the probe (run by the others as a process of its own)
 
 The hostile connections come from 127.0.0.2, the probe from 127.0.0.1 (the listener's caps
 are per address).
@@ -161,7 +162,7 @@ def worker():
         finally:
             s.close()
         if mode in ("half", "idle"):
-            time.sleep(0.1)
+            time.sleep(1.0)
 
 
 def probe(latencies, failed):
@@ -179,21 +180,31 @@ def probe(latencies, failed):
         time.sleep(max(0.0, 0.1 - (time.monotonic() - started)))
 
 
+if mode == "probe":
+    # The probe alone, in a process of its own (the hostile threads share one interpreter).
+    latencies, failed = [], []
+    probe(latencies, failed)
+    latencies.sort()
+    print(json.dumps({
+        "probes": len(latencies),
+        "probes_failed": len(failed),
+        "probe_ms": {
+            "p50": round(latencies[len(latencies) // 2], 1) if latencies else None,
+            "max": round(latencies[-1], 1) if latencies else None,
+        },
+    }))
+    sys.exit(0)
+
+import subprocess
+
 if mode == "produce":
     create_topic()
-latencies, failed = [], []
 threads = [threading.Thread(target=worker, daemon=True) for _ in range(conns)]
 for t in threads:
     t.start()
-p = threading.Thread(target=probe, args=(latencies, failed), daemon=True)
-p.start()
-p.join()
-time.sleep(0.5)
-latencies.sort()
-stats["probes"] = len(latencies)
-stats["probes_failed"] = len(failed)
-stats["probe_ms"] = {
-    "p50": round(latencies[len(latencies) // 2], 1) if latencies else None,
-    "max": round(latencies[-1], 1) if latencies else None,
-}
+prober = subprocess.run(
+    [sys.executable, __file__, sys.argv[1], "probe", "0", "0", str(seconds)],
+    capture_output=True, text=True, check=True,
+)
+stats.update(json.loads(prober.stdout))
 print(json.dumps(stats))
