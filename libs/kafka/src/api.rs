@@ -463,34 +463,21 @@ async fn serve(
             }))
         }
         Request::ConsumerGroupHeartbeat(req) => {
-            if !crate::authz::group(access, Operation::Consume, &req.group_id) {
+            // CONSUME on the group, then DESCRIBE on each topic it names (refused whole, as
+            // Kafka does).
+            let refusal = if !crate::authz::group(access, Operation::Consume, &req.group_id) {
+                Some((crate::authz::GROUP_AUTHORIZATION_FAILED, "consume in the group"))
+            } else if !crate::authz::consumer_subscription(access, &req) {
+                Some((crate::authz::TOPIC_AUTHORIZATION_FAILED, "describe every subscribed topic"))
+            } else {
+                None
+            };
+            if let Some((code, what)) = refusal {
                 let resp = ConsumerGroupHeartbeatResponse::default()
-                    .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED)
-                    .with_error_message(crate::authz::refused_message(
-                        access,
-                        "consume in the group",
-                    ));
-                return Ok(ready(encode_response(
-                    ApiKey::ConsumerGroupHeartbeat,
-                    version,
-                    id,
-                    &resp,
-                )));
-            }
-            // Named topics the member may not describe: refused whole, as Kafka does.
-            if !crate::authz::consumer_subscription(access, &req) {
-                let resp = ConsumerGroupHeartbeatResponse::default()
-                    .with_error_code(crate::authz::TOPIC_AUTHORIZATION_FAILED)
-                    .with_error_message(crate::authz::refused_message(
-                        access,
-                        "describe every subscribed topic",
-                    ));
-                return Ok(ready(encode_response(
-                    ApiKey::ConsumerGroupHeartbeat,
-                    version,
-                    id,
-                    &resp,
-                )));
+                    .with_error_code(code)
+                    .with_error_message(crate::authz::refused_message(access, what));
+                let api = ApiKey::ConsumerGroupHeartbeat;
+                return Ok(ready(encode_response(api, version, id, &resp)));
             }
             let (authz, principal) = (cfg.authz.clone(), session.principal().clone());
             Ok(Box::pin(async move {

@@ -104,35 +104,6 @@ impl Default for KafkaConfig {
     }
 }
 
-/// A warning said at most once per interval, with how many were held back.
-#[derive(Debug)]
-struct Quiet {
-    last: Mutex<Option<Instant>>,
-    held: std::sync::atomic::AtomicU64,
-}
-
-impl Quiet {
-    const EVERY: Duration = Duration::from_secs(10);
-
-    fn new() -> Quiet {
-        Quiet { last: Mutex::new(None), held: std::sync::atomic::AtomicU64::new(0) }
-    }
-
-    /// Runs `say` (given how many were held back since the last) if the interval passed.
-    fn warn(&self, say: impl FnOnce(u64)) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        if last.is_some_and(|t| now.duration_since(t) < Self::EVERY) {
-            self.held.fetch_add(1, Relaxed);
-            return;
-        }
-        *last = Some(now);
-        drop(last);
-        say(self.held.swap(0, Relaxed));
-    }
-}
-
 /// Connections open, in all and per address, and those not authenticated yet.
 #[derive(Debug, Default)]
 struct Open {
@@ -249,7 +220,9 @@ pub async fn serve(
     );
     let cfg = Arc::new(cfg);
     let open = Arc::new(Mutex::new(Open::default()));
-    let (refused, failed) = (Quiet::new(), Quiet::new());
+    // Refused and failed accepts: a warning each at most every 10 s, with how many were not.
+    let quiet = || security::audit::RateLimit::new(1, Duration::from_secs(10));
+    let (refused, failed) = (quiet(), quiet());
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
     // Sessions end and rebalances complete on time, whether or not requests come in.
@@ -271,7 +244,9 @@ pub async fn serve(
                     let (place, pre_auth) = match admit_connection(&open, &cfg, peer.ip(), pre_auth) {
                         Ok(p) => p,
                         Err(full) => {
-                            refused.warn(|held| tracing::warn!(%peer, held_back = held, "Kafka: connection refused: {full}"));
+                            if let Some(held) = refused.allow() {
+                                tracing::warn!(%peer, held_back = held, "Kafka: connection refused: {full}");
+                            }
                             continue;
                         }
                     };
@@ -318,7 +293,9 @@ pub async fn serve(
                 Err(e) => {
                     // Out of descriptors, most often: said at most every 10 s, and a pause so
                     // the loop does not spin.
-                    failed.warn(|held| tracing::warn!(error = %e, held_back = held, "Kafka listener: accept failed"));
+                    if let Some(held) = failed.allow() {
+                        tracing::warn!(error = %e, held_back = held, "Kafka listener: accept failed");
+                    }
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
             },

@@ -14,29 +14,47 @@ pub const BURST: u32 = 20;
 /// The window.
 pub const WINDOW: Duration = Duration::from_secs(10);
 
-struct Window {
-    started: Option<Instant>,
-    said: u32,
+/// At most `burst` lines per `window`; the next line said counts how many were held back.
+/// One serves the audit log; the Kafka listener has its own for refused connections.
+#[derive(Debug)]
+pub struct RateLimit {
+    burst: u32,
+    window: Duration,
+    /// When the current window began, and lines said in it.
+    state: Mutex<(Option<Instant>, u32)>,
+    held: AtomicU64,
 }
 
-static WINDOW_STATE: Mutex<Window> = Mutex::new(Window { started: None, said: 0 });
-static HELD: AtomicU64 = AtomicU64::new(0);
+impl RateLimit {
+    pub const fn new(burst: u32, window: Duration) -> RateLimit {
+        RateLimit { burst, window, state: Mutex::new((None, 0)), held: AtomicU64::new(0) }
+    }
+
+    /// Whether a line may be said now, and if so how many were held back since the last;
+    /// if not, it is counted as held back.
+    pub fn allow(&self) -> Option<u64> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if s.0.is_none_or(|t| now.duration_since(t) >= self.window) {
+            *s = (Some(now), 0);
+        }
+        if s.1 >= self.burst {
+            self.held.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        s.1 += 1;
+        Some(self.held.swap(0, Ordering::Relaxed))
+    }
+}
+
+static LIMIT: RateLimit = RateLimit::new(BURST, WINDOW);
 static SAID: AtomicU64 = AtomicU64::new(0);
 
-/// Whether a line may be said now; if not, it is counted as held back.
+/// Whether an audit line may be said now (see [`RateLimit::allow`]).
 fn may_say() -> Option<u64> {
-    let mut w = WINDOW_STATE.lock().unwrap_or_else(|e| e.into_inner());
-    let now = Instant::now();
-    if w.started.is_none_or(|t| now.duration_since(t) >= WINDOW) {
-        *w = Window { started: Some(now), said: 0 };
-    }
-    if w.said >= BURST {
-        HELD.fetch_add(1, Ordering::Relaxed);
-        return None;
-    }
-    w.said += 1;
+    let held = LIMIT.allow()?;
     SAID.fetch_add(1, Ordering::Relaxed);
-    Some(HELD.swap(0, Ordering::Relaxed))
+    Some(held)
 }
 
 /// Lines said so far (for tests).
