@@ -17,14 +17,16 @@ deps: ## Install what building and testing needs (protoc, etcd, SeaweedFS), if m
 build: deps ## Build every crate
 	cargo build --workspace --all-targets
 
-test: deps ## Run every test: unit, conformance (etcd, embedded, local dir, SeaweedFS), crash, e2e
+test: deps ## Run every test: unit, conformance (etcd, embedded, local dir, SeaweedFS), crash, e2e, then the simulation's mutation test (its own build: the deliberate bugs exist only there)
 	cargo build --bin lakelog
 	LAKELOG_BIN=$(CURDIR)/target/debug/lakelog cargo test --workspace --all-targets --no-fail-fast
 	cargo test --workspace --doc
+	cargo test -p sim --features mutants --test mutants
 
 lint: deps ## rustfmt check, clippy -D warnings, dependency-direction rules, the Helm chart and the compose file
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy -p sim --features mutants --all-targets -- -D warnings
 	./scripts/check-deps.py
 	$(MAKE) helm-check
 	$(MAKE) compose-check

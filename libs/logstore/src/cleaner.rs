@@ -102,7 +102,7 @@ pub async fn read_cutoff(meta: &dyn MetadataStore, keys: &Keys) -> Result<Cutoff
         .push((Holder::NextSeq, next.kvs.first().map_or(Ok(0), |kv| seq(&kv.value, "next_seq"))?));
     let mark_prefix = keys.low_water_prefix();
     for kv in marks.kvs {
-        if crate::mutations::on(&crate::mutations::IGNORE_LOW_WATER) {
+        if crate::mutations::on(crate::mutations::Mutation::IgnoreLowWater) {
             continue;
         }
         let writer = String::from_utf8_lossy(&kv.key[mark_prefix.len()..]).into_owned();

@@ -425,7 +425,7 @@ impl Compactor {
         let next_seq = next_seq.kvs.first().map_or(Ok(0), |kv| seq(&kv.value))?;
         let mut min_mark = next_seq;
         for kv in &marks.kvs {
-            if crate::mutations::on(&crate::mutations::IGNORE_LOW_WATER) {
+            if crate::mutations::on(crate::mutations::Mutation::IgnoreLowWater) {
                 break;
             }
             min_mark = min_mark.min(seq(&kv.value)?);

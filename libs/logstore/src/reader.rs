@@ -998,7 +998,7 @@ impl LogReader {
         snap.check_readable()?;
         let hw = snap.head.next_offset;
         let below =
-            start < snap.start && !crate::mutations::on(&crate::mutations::READ_BELOW_START);
+            start < snap.start && !crate::mutations::on(crate::mutations::Mutation::ReadBelowStart);
         if below || start > hw {
             return Err(LogError::OffsetOutOfRange {
                 log,

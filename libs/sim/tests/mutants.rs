@@ -3,14 +3,12 @@
 //! (a final read that finds data gone) — so a checker that would miss it fails here. A test
 //! binary of its own: the switches are process-wide.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use logstore::mutations;
+use logstore::mutations::{self, Mutation};
 use sim::scenario::{Plan, run};
 
 /// The first seed below 200 whose run the checker faults, with what it found.
-fn caught(m: &AtomicBool, plan: &Plan) -> Option<(u64, String)> {
-    m.store(true, Ordering::SeqCst);
+fn caught(m: Mutation, plan: &Plan) -> Option<(u64, String)> {
+    mutations::set(m, true);
     let found = (0..200).find_map(|seed| {
         let r = run(seed, plan);
         if let Some(v) = r.violations.first() {
@@ -38,7 +36,7 @@ fn caught(m: &AtomicBool, plan: &Plan) -> Option<(u64, String)> {
             .or(r.error);
         found.map(|f| (seed, f))
     });
-    m.store(false, Ordering::SeqCst);
+    mutations::set(m, false);
     found
 }
 
@@ -47,19 +45,11 @@ fn every_deliberate_bug_is_caught_within_200_seeds() {
     let mut report = Vec::new();
     let (writers, upkeep) = (Plan::writers(), Plan::maintenance());
     for (name, m, plan) in [
-        ("commits out of flush order", &mutations::COMMIT_OUT_OF_ORDER, &writers),
-        ("the head's revision not compared in the commit", &mutations::SKIP_HEAD_COMPARE, &writers),
-        (
-            "an ambiguous commit re-based instead of resolved",
-            &mutations::FORGET_AMBIGUITY,
-            &writers,
-        ),
-        (
-            "the cleaner ignoring the writers' low-water marks",
-            &mutations::IGNORE_LOW_WATER,
-            &upkeep,
-        ),
-        ("a read below a hard trim served from the index", &mutations::READ_BELOW_START, &upkeep),
+        ("commits out of flush order", Mutation::CommitOutOfOrder, &writers),
+        ("the head's revision not compared in the commit", Mutation::SkipHeadCompare, &writers),
+        ("an ambiguous commit re-based instead of resolved", Mutation::ForgetAmbiguity, &writers),
+        ("the cleaner ignoring the writers' low-water marks", Mutation::IgnoreLowWater, &upkeep),
+        ("a read below a hard trim served from the index", Mutation::ReadBelowStart, &upkeep),
     ] {
         let found = caught(m, plan);
         assert!(found.is_some(), "{name}: not caught in 200 seeds");

@@ -27,7 +27,7 @@ impl DataDirArg {
             "NOT_FOUND: {} is not a Lakelog data directory (no meta.redb)",
             dir.display()
         );
-        let node = crate::data_dir_node(dir);
+        let node = crate::standalone::data_dir_node(dir);
         let objects = objstore::build(&node.object_store)?;
         let meta = metadata::open(&node.metadata).await?;
         let reader = logstore::LogReader::new(meta, objects, &node.cluster);

@@ -20,7 +20,7 @@ pub(super) async fn committer(core: Arc<Core>, mut flushes: mpsc::Receiver<Flush
         };
         let Some(mut first) = next else { break };
         // A deliberate bug for the simulation's mutation test: the next flush first.
-        if crate::mutations::on(&crate::mutations::COMMIT_OUT_OF_ORDER)
+        if crate::mutations::on(crate::mutations::Mutation::CommitOutOfOrder)
             && let Ok(later) = flushes.try_recv()
         {
             held = Some(std::mem::replace(&mut first, later));
@@ -579,7 +579,7 @@ pub(super) async fn commit_group(
     )];
     let mut gets = vec![TxnOp::get(RangeRequest::key(member.clone()))];
     for (_, _, p) in group {
-        if !crate::mutations::on(&crate::mutations::SKIP_HEAD_COMPARE) {
+        if !crate::mutations::on(crate::mutations::Mutation::SkipHeadCompare) {
             compares.push(Compare::mod_revision(
                 core.keys.head(p.log),
                 CompareOp::Equal,
@@ -610,7 +610,7 @@ pub(super) async fn commit_group(
             }
             Ok(Err(e)) if !e.outcome_known() || e.is_retryable() => {
                 ambiguous |= !e.outcome_known()
-                    && !crate::mutations::on(&crate::mutations::FORGET_AMBIGUITY);
+                    && !crate::mutations::on(crate::mutations::Mutation::ForgetAmbiguity);
                 tracing::warn!(seq, error = %e, "commit not answered; re-sending the identical transaction");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }

@@ -1,6 +1,5 @@
-//! `lakelog bench`: load generators that report ratios against same-run baselines of the store
-//! they run on (this machine is shared: a bare time means little, a ratio measured in one run
-//! does).
+//! `lakelog bench append`: appends at a rate or flat out to many logs, in process or to a writer, against
+//! raw PUTs and metadata transactions on the same stores.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,64 +15,69 @@ use metadata::{MetadataStore, Txn, TxnOp};
 use objstore::counting::{CountingStore, Counts};
 use objstore::object_store::{ObjectStore, ObjectStoreExt};
 
+use super::{
+    LatencyHistogram, Percentiles, Report, json_opt, process_cpu_seconds, rss_peak_mb,
+    store_cpu_seconds,
+};
+
 /// Options of `lakelog bench append`.
 #[derive(clap::Args, Debug)]
 pub struct AppendArgs {
     /// Run an in-process standalone writer on this local directory (created if missing).
     #[arg(long, conflicts_with = "config")]
-    data_dir: Option<PathBuf>,
+    pub(crate) data_dir: Option<PathBuf>,
     /// Run an in-process writer on the metadata and object stores of this config file.
     #[arg(long)]
-    config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// Logs to spread appends over (1 … 10000).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10_000))]
-    logs: u64,
+    pub(crate) logs: u64,
     /// Bytes per record.
     #[arg(long, default_value = "100")]
-    record_size: config::ByteSize,
+    pub(crate) record_size: config::ByteSize,
     /// Records per entry (one append).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    records_per_entry: u32,
+    pub(crate) records_per_entry: u32,
     /// Appends in flight at once.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
-    concurrency: u64,
+    pub(crate) concurrency: u64,
     /// The in-process writer's flush interval.
     #[arg(long, default_value = "250ms")]
-    flush_interval: config::Duration,
+    pub(crate) flush_interval: config::Duration,
     /// The in-process writer's eager flush policy: flush once an append waits and this long
     /// has passed since the previous flush began (`writer.min_flush_interval`).
     #[arg(long)]
-    min_flush_interval: Option<config::Duration>,
+    pub(crate) min_flush_interval: Option<config::Duration>,
     /// The in-process writer's commit budget (`writer.commit_interval`; unset: the flush
     /// cadence).
     #[arg(long)]
-    commit_interval: Option<config::Duration>,
+    pub(crate) commit_interval: Option<config::Duration>,
     /// Append at this many payload bytes a second (open loop: each append's latency counts
     /// from when it was due, so a stall is not hidden), `--concurrency` at most in flight;
     /// unset: as fast as acknowledgements come back.
     #[arg(long)]
-    rate: Option<config::ByteSize>,
+    pub(crate) rate: Option<config::ByteSize>,
     /// Run this long (default 10s unless --bytes is given).
     #[arg(long)]
-    duration: Option<config::Duration>,
+    pub(crate) duration: Option<config::Duration>,
     /// Stop after appending this many payload bytes.
     #[arg(long)]
-    bytes: Option<config::ByteSize>,
+    pub(crate) bytes: Option<config::ByteSize>,
     /// The object store server's process (e.g. SeaweedFS on this machine): its CPU per GB
     /// written is measured in the appends and in the baseline's PUTs, next to this process's.
     #[arg(long)]
-    store_pid: Option<u32>,
+    pub(crate) store_pid: Option<u32>,
     /// Also measure raw PUTs of the flush size (before and after the appends) and raw metadata
     /// transactions on the same stores.
     #[arg(long)]
-    baseline: bool,
+    pub(crate) baseline: bool,
     /// Print one JSON object on the last stdout line.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// Where appends go.
-enum Target {
+pub(crate) enum Target {
     Local {
         storage: LogStorage,
         objects: Arc<dyn ObjectStore>,
@@ -91,7 +95,7 @@ enum Target {
 /// What the in-process writer reported of its commits: each flush's commit round time, and
 /// the commit budget's interval (the longest it reached).
 #[derive(Default)]
-struct Commits {
+pub(crate) struct Commits {
     round_us: std::sync::Mutex<Vec<u64>>,
     longest_interval: std::sync::Mutex<Duration>,
 }
@@ -147,126 +151,11 @@ impl Target {
     }
 }
 
-/// Percentiles of a latency sample, in milliseconds.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Percentiles {
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub p999: f64,
-    pub max: f64,
-}
-
-impl Percentiles {
-    /// From microsecond samples (sorted in place).
-    pub fn of(samples: &mut [u64]) -> Self {
-        if samples.is_empty() {
-            return Percentiles::default();
-        }
-        samples.sort_unstable();
-        let at = |q: f64| {
-            let i = ((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1;
-            samples[i] as f64 / 1000.0
-        };
-        Percentiles { p50: at(0.5), p90: at(0.9), p99: at(0.99), p999: at(0.999), max: at(1.0) }
-    }
-
-    pub(crate) fn json(&self) -> String {
-        format!(
-            "{{\"p50\":{:.3},\"p90\":{:.3},\"p99\":{:.3},\"p999\":{:.3},\"max\":{:.3}}}",
-            self.p50, self.p90, self.p99, self.p999, self.max
-        )
-    }
-}
-
-/// Latencies in microseconds, counted in fixed buckets that many tasks fill at once: exact
-/// below 64 µs, within 1/32 above (32 buckets per power of two). Its memory is fixed (15 KiB),
-/// where a sample of every append grew with the run (8 MiB per 750,000 appends, beside the
-/// writer whose memory the bench reports).
-pub struct LatencyHistogram {
-    buckets: Box<[AtomicU64]>,
-    max: AtomicU64,
-}
-
-impl LatencyHistogram {
-    const EXACT: u64 = 64;
-    const PER_POWER: usize = 32;
-    const BUCKETS: usize = 64 + (63 - 6 + 1) * Self::PER_POWER;
-
-    pub fn new() -> Self {
-        let buckets = (0..Self::BUCKETS).map(|_| AtomicU64::new(0)).collect();
-        LatencyHistogram { buckets, max: AtomicU64::new(0) }
-    }
-
-    fn bucket(us: u64) -> usize {
-        if us < Self::EXACT {
-            return us as usize;
-        }
-        // The power of two at or below `us` (6 … 63) and its next five bits.
-        let power = 63 - us.leading_zeros() as usize;
-        let sub = ((us >> (power - 5)) & 31) as usize;
-        Self::EXACT as usize + (power - 6) * Self::PER_POWER + sub
-    }
-
-    /// The largest value in bucket `i`.
-    fn upper(i: usize) -> u64 {
-        if i < Self::EXACT as usize {
-            return i as u64;
-        }
-        let j = i - Self::EXACT as usize;
-        let (power, sub) = (j / Self::PER_POWER + 6, (j % Self::PER_POWER) as u64);
-        let width = 1u64 << (power - 5);
-        ((32 + sub) << (power - 5)) + (width - 1)
-    }
-
-    pub fn record(&self, us: u64) {
-        self.buckets[Self::bucket(us)].fetch_add(1, Ordering::Relaxed);
-        self.max.fetch_max(us, Ordering::Relaxed);
-    }
-
-    /// Nearest-rank percentiles, each the top of its bucket (never below the true value, at
-    /// most 1/32 above it), the maximum exact.
-    pub fn percentiles(&self) -> Percentiles {
-        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
-        let n: u64 = counts.iter().sum();
-        if n == 0 {
-            return Percentiles::default();
-        }
-        let max = self.max.load(Ordering::Relaxed);
-        let at = |q: f64| {
-            let rank = ((n as f64 * q).ceil() as u64).clamp(1, n);
-            let mut seen = 0;
-            for (i, c) in counts.iter().enumerate() {
-                seen += c;
-                if seen >= rank {
-                    return Self::upper(i).min(max) as f64 / 1000.0;
-                }
-            }
-            max as f64 / 1000.0
-        };
-        Percentiles {
-            p50: at(0.5),
-            p90: at(0.9),
-            p99: at(0.99),
-            p999: at(0.999),
-            max: max as f64 / 1000.0,
-        }
-    }
-}
-
-/// Peak resident memory of this process, in MiB (Linux `VmHWM`).
-fn rss_peak_mb() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
-}
-
-async fn open_target(args: &AppendArgs, endpoint: &str) -> anyhow::Result<Target> {
+pub(crate) async fn open_target(args: &AppendArgs, endpoint: &str) -> anyhow::Result<Target> {
     let node = match (&args.data_dir, &args.config) {
         (Some(dir), _) => {
             std::fs::create_dir_all(dir).with_context(|| format!("data dir {}", dir.display()))?;
-            Some(crate::data_dir_node(dir))
+            Some(crate::standalone::data_dir_node(dir))
         }
         (None, Some(file)) => Some(config::load_file::<config::NodeConfig>(file)?),
         (None, None) => None,
@@ -304,40 +193,6 @@ async fn open_target(args: &AppendArgs, endpoint: &str) -> anyhow::Result<Target
     let commits = Arc::new(Commits::default());
     storage.observe_flushes(commits.clone());
     Ok(Target::Local { storage, objects: raw_objects, meta, puts, txns, commits })
-}
-
-/// An in-process writer on a local directory or a config's stores (what `bench read` and
-/// `bench compact` run on): the writer, the raw object store (no counting), the metadata store,
-/// and the writer's object-store counts.
-pub(crate) async fn open_local(
-    data_dir: Option<PathBuf>,
-    config: Option<PathBuf>,
-    flush_interval: config::Duration,
-    min_flush_interval: Option<config::Duration>,
-) -> anyhow::Result<(LogStorage, Arc<dyn ObjectStore>, Arc<dyn MetadataStore>, Arc<Counts>)> {
-    let append_args = AppendArgs {
-        data_dir,
-        config,
-        logs: 1,
-        record_size: config::ByteSize(1000),
-        records_per_entry: 1,
-        concurrency: 1,
-        flush_interval,
-        min_flush_interval,
-        commit_interval: None,
-        rate: None,
-        duration: None,
-        bytes: None,
-        baseline: false,
-        store_pid: None,
-        json: false,
-    };
-    match open_target(&append_args, "").await? {
-        Target::Local { storage, objects, meta, puts, .. } => Ok((storage, objects, meta, puts)),
-        Target::Remote { .. } => {
-            bail!("INVALID_ARGUMENT: this bench runs in process: give --data-dir or --config")
-        }
-    }
 }
 
 /// The first pause after an append the writer refused as too busy; it doubles while they
@@ -692,25 +547,6 @@ fn counts(t: &Target) -> ((u64, u64, u64), (u64, u64)) {
     }
 }
 
-/// Rows for people, and the same figures as one JSON object.
-pub(crate) struct Report {
-    pub(crate) rows: Vec<(String, String)>,
-    pub(crate) json: Vec<(String, String)>,
-}
-
-impl Report {
-    pub(crate) fn print(&self, json: bool) {
-        let width = self.rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-        for (k, v) in &self.rows {
-            println!("{k:<width$}  {v}");
-        }
-        if json {
-            let body: Vec<String> = self.json.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
-            println!("{{{}}}", body.join(","));
-        }
-    }
-}
-
 struct Baseline {
     put_mb_s_before: f64,
     put_mb_s_after: f64,
@@ -799,11 +635,6 @@ fn wal_like_object(payload: &[u8], records: u32, logs: u64, bytes: u64) -> anyho
     Ok(b.finish()?.0)
 }
 
-/// The CPU seconds so far of the object store server's process, when given.
-fn store_cpu_seconds(pid: Option<u32>) -> Option<f64> {
-    pid.and_then(|p| process_cpu_seconds(&format!("/proc/{p}/stat")))
-}
-
 /// The baseline: raw PUTs measured before and after the appends, then raw single-key metadata
 /// transactions from 8 tasks for 3 s.
 async fn baseline(
@@ -838,404 +669,4 @@ async fn baseline(
         txn_per_s,
         txn_ms: Percentiles::of(&mut txn_lat),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentiles_pick_nearest_rank() {
-        let mut s: Vec<u64> = (1..=1000).map(|i| i * 1000).collect();
-        let p = Percentiles::of(&mut s);
-        assert_eq!((p.p50, p.p90, p.p99, p.p999, p.max), (500.0, 900.0, 990.0, 999.0, 1000.0));
-        assert_eq!(Percentiles::of(&mut []).max, 0.0);
-    }
-
-    #[test]
-    fn histogram_percentiles_are_within_a_bucket_of_the_exact_ones() {
-        let h = LatencyHistogram::new();
-        assert_eq!(h.percentiles().max, 0.0);
-        // A spread from a few µs to minutes, from a fixed linear congruential sequence.
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut exact: Vec<u64> = (0..20_000)
-            .map(|_| {
-                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-                (x >> 33) >> ((x >> 7) % 31)
-            })
-            .collect();
-        for &us in &exact {
-            h.record(us);
-        }
-        let (got, want) = (h.percentiles(), Percentiles::of(&mut exact));
-        assert_eq!(got.max, want.max);
-        for (g, w) in [(got.p50, want.p50), (got.p90, want.p90), (got.p99, want.p99)]
-            .into_iter()
-            .chain([(got.p999, want.p999)])
-        {
-            assert!(g >= w && g <= w * (1.0 + 1.0 / 32.0) + 0.001, "{g} vs exact {w}");
-        }
-        // Below 64 µs each value has its own bucket; the largest values fit too.
-        let small = LatencyHistogram::new();
-        for us in [3, 5, 5, 63] {
-            small.record(us);
-        }
-        let p = small.percentiles();
-        assert_eq!((p.p50, p.p90, p.max), (0.005, 0.063, 0.063));
-        let top = LatencyHistogram::new();
-        top.record(u64::MAX);
-        assert_eq!(top.percentiles().p50, u64::MAX as f64 / 1000.0);
-        for i in 0..LatencyHistogram::BUCKETS {
-            assert_eq!(LatencyHistogram::bucket(LatencyHistogram::upper(i)), i);
-        }
-    }
-}
-
-/// Options of `lakelog bench read`.
-#[derive(clap::Args, Debug)]
-pub struct ReadArgs {
-    /// Run an in-process standalone writer on this local directory (created if missing).
-    #[arg(long, conflicts_with = "config")]
-    data_dir: Option<PathBuf>,
-    /// Run an in-process writer on the metadata and object stores of this config file.
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Bytes per entry.
-    #[arg(long, default_value = "1000")]
-    entry_size: config::ByteSize,
-    /// The in-process writer's flush interval.
-    #[arg(long, default_value = "50ms")]
-    flush_interval: config::Duration,
-    /// How long the tail phase appends (one entry at a time) while a reader long-polls.
-    #[arg(long, default_value = "5s")]
-    duration: config::Duration,
-    /// Backlog to build, then read back from the start.
-    #[arg(long, default_value = "64MiB")]
-    backlog: config::ByteSize,
-    /// Appends in flight while the backlog is built: with the flush interval it sets the WAL
-    /// objects' size (1024 entries of 1000 B every 50 ms: objects of about 1 MB).
-    #[arg(long, default_value = "1024", value_parser = clap::value_parser!(u64).range(1..=65536))]
-    backlog_in_flight: u64,
-    /// Offset stripes each catch-up reads at once (a batch reader's parallelism).
-    #[arg(long, default_value = "4", value_parser = clap::value_parser!(u64).range(1..=256))]
-    stripes: u64,
-    /// The object store server's process (e.g. SeaweedFS on this machine): its CPU per GB
-    /// served is measured in each read phase too, next to this process's.
-    #[arg(long)]
-    store_pid: Option<u32>,
-    /// Print one JSON object on the last stdout line.
-    #[arg(long)]
-    json: bool,
-}
-
-/// A read phase's throughput, this process's CPU time per GB read, and the object store
-/// server's (when its process is given).
-#[derive(Clone, Copy, Debug)]
-struct Rate {
-    mb_s: f64,
-    /// `None` where /proc/self/stat is not there to read.
-    cpu_s_per_gb: Option<f64>,
-    store_cpu_s_per_gb: Option<f64>,
-}
-
-impl Rate {
-    /// Runs a read returning the bytes it read, and measures it.
-    async fn of(
-        store_pid: Option<u32>,
-        read: impl Future<Output = anyhow::Result<u64>>,
-    ) -> anyhow::Result<Rate> {
-        let store0 = store_cpu_seconds(store_pid);
-        let (cpu0, start) = (process_cpu_seconds("/proc/self/stat"), Instant::now());
-        let bytes = read.await? as f64;
-        let secs = start.elapsed().as_secs_f64().max(1e-9);
-        let cpu = process_cpu_seconds("/proc/self/stat").zip(cpu0).map(|(b, a)| b - a);
-        let store = store_cpu_seconds(store_pid).zip(store0).map(|(b, a)| b - a);
-        let per_gb = |c: f64| c / (bytes / 1e9).max(1e-9);
-        Ok(Rate {
-            mb_s: bytes / secs / 1e6,
-            cpu_s_per_gb: cpu.map(per_gb),
-            store_cpu_s_per_gb: store.map(per_gb),
-        })
-    }
-
-    fn row(&self) -> String {
-        let mut row = format!("{:.2}", self.mb_s);
-        if let Some(c) = self.cpu_s_per_gb {
-            row += &format!("  ({c:.2} CPU s/GB in this process");
-            if let Some(s) = self.store_cpu_s_per_gb {
-                row += &format!(", {s:.2} in the object store's");
-            }
-            row += ")";
-        }
-        row
-    }
-}
-
-/// A number for the JSON line, or `null`.
-fn json_opt(v: Option<f64>) -> String {
-    v.map_or_else(|| "null".to_owned(), |v| format!("{v:.3}"))
-}
-
-/// User + system CPU seconds so far of the process whose `/proc/…/stat` this is (Linux), at the
-/// usual 100 ticks a second.
-pub(crate) fn process_cpu_seconds(stat: &str) -> Option<f64> {
-    let stat = std::fs::read_to_string(stat).ok()?;
-    // The fields after the parenthesised command name; utime and stime are its 12th and 13th.
-    let rest = stat.rsplit_once(')')?.1;
-    let mut f = rest.split_whitespace().skip(11);
-    let (user, system): (f64, f64) = (f.next()?.parse().ok()?, f.next()?.parse().ok()?);
-    Some((user + system) / 100.0)
-}
-
-/// Reads offsets `[0, hw)` as `stripes` stripes at once, each with `read(at, max)` → (payload
-/// bytes, next offset); returns the bytes read.
-async fn read_striped<F, Fut>(hw: u64, stripes: u64, read: F) -> anyhow::Result<u64>
-where
-    F: Fn(u64, u64) -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = anyhow::Result<(u64, u64)>> + Send,
-{
-    let stripe = hw.div_ceil(stripes.max(1)).max(1);
-    let mut tasks = Vec::new();
-    for i in 0..stripes {
-        let (lo, hi) = ((i * stripe).min(hw), ((i + 1) * stripe).min(hw));
-        let read = read.clone();
-        tasks.push(tokio::spawn(async move {
-            let (mut at, mut bytes) = (lo, 0u64);
-            while at < hi {
-                let (b, next) = read(at, hi - at).await?;
-                anyhow::ensure!(next > at, "a read returned nothing at {at}");
-                bytes += b;
-                at = next;
-            }
-            anyhow::Ok(bytes)
-        }));
-    }
-    let mut bytes = 0;
-    for t in tasks {
-        bytes += t.await??;
-    }
-    Ok(bytes)
-}
-
-/// Raw GETs of every WAL object, whole, 16 at a time; returns the bytes read.
-async fn raw_get(objects: &Arc<dyn ObjectStore>) -> anyhow::Result<u64> {
-    use futures::{StreamExt, TryStreamExt};
-    let wal: Vec<_> = objects.list(Some(&objstore::Path::from("wal"))).try_collect().await?;
-    let fetched: Vec<u64> = futures::stream::iter(wal.iter().map(|m| {
-        let objects = objects.clone();
-        let p = m.location.clone();
-        async move { anyhow::Ok(objects.get(&p).await?.bytes().await?.len() as u64) }
-    }))
-    .buffer_unordered(16)
-    .try_collect()
-    .await?;
-    Ok(fetched.iter().sum())
-}
-
-/// Runs `lakelog bench read`: tail latency (append start → seen by a long-polling reader) and
-/// catch-up throughput over a backlog, against a raw GET baseline of the backlog's objects.
-pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
-    let append_args = AppendArgs {
-        data_dir: args.data_dir.clone(),
-        config: args.config.clone(),
-        logs: 1,
-        record_size: args.entry_size,
-        records_per_entry: 1,
-        concurrency: 1,
-        flush_interval: args.flush_interval,
-        min_flush_interval: None,
-        commit_interval: None,
-        rate: None,
-        duration: None,
-        bytes: None,
-        baseline: false,
-        store_pid: None,
-        json: false,
-    };
-    let target = open_target(&append_args, "").await?;
-    let Target::Local { storage, objects, .. } = target else {
-        bail!("INVALID_ARGUMENT: bench read runs in process: give --data-dir or --config");
-    };
-    let log = storage.create_log().await?;
-    let body = vec![0x3c; (args.entry_size.0 as usize).max(8)];
-
-    // Tail: one appender, one long-polling reader; each payload starts with its sequence.
-    let sent: Arc<std::sync::Mutex<Vec<Instant>>> = Arc::default();
-    let reader = {
-        let (storage, sent) = (storage.clone(), sent.clone());
-        let run_for = args.duration.0;
-        tokio::spawn(async move {
-            let mut lat = Vec::new();
-            let mut at = 0u64;
-            let start = Instant::now();
-            while start.elapsed() < run_for + Duration::from_secs(2) {
-                storage.reader().wait_beyond(log, at, Duration::from_millis(500)).await?;
-                for e in storage.read_entries(log, at, u64::MAX, 4 << 20).await? {
-                    let seq = u64::from_le_bytes(e.payload[..8].try_into()?);
-                    let t0 = sent
-                        .lock()
-                        .map_err(|_| anyhow::anyhow!("poisoned"))?
-                        .get(seq as usize)
-                        .copied();
-                    if let Some(t0) = t0 {
-                        lat.push(t0.elapsed().as_micros() as u64);
-                    }
-                    at = e.header.end_offset();
-                }
-                if start.elapsed() >= run_for
-                    && at as usize >= sent.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.len()
-                {
-                    break;
-                }
-            }
-            anyhow::Ok(lat)
-        })
-    };
-    let start = Instant::now();
-    let mut seq = 0u64;
-    while start.elapsed() < args.duration.0 {
-        let mut p = body.clone();
-        p[..8].copy_from_slice(&seq.to_le_bytes());
-        sent.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.push(Instant::now());
-        storage.append(log, 1, Bytes::from(p), None).await?;
-        seq += 1;
-        if seq.is_multiple_of(20) {
-            eprintln!("[{:>5.1}s] tail: {seq} entries appended", start.elapsed().as_secs_f64());
-        }
-    }
-    let mut tail = reader.await??;
-    let tail_ms = Percentiles::of(&mut tail);
-
-    // Backlog: append it with many in flight, then read it back from the start.
-    let backlog_log = storage.create_log().await?;
-    let entry = Bytes::from(body.clone());
-    let n_entries = (args.backlog.0 / entry.len() as u64).max(1);
-    let next = Arc::new(AtomicU64::new(0));
-    let mut writers = Vec::new();
-    for _ in 0..args.backlog_in_flight {
-        let (storage, entry, next) = (storage.clone(), entry.clone(), next.clone());
-        writers.push(tokio::spawn(async move {
-            while next.fetch_add(1, Ordering::Relaxed) < n_entries {
-                storage.append(backlog_log, 1, entry.clone(), None).await?;
-            }
-            anyhow::Ok(())
-        }));
-    }
-    let progress = {
-        let next = next.clone();
-        tokio::spawn(async move {
-            let start = Instant::now();
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let sent = next.load(Ordering::Relaxed).min(n_entries);
-                let at = start.elapsed().as_secs_f64();
-                eprintln!("[{at:>5.1}s] backlog: {sent}/{n_entries} entries sent");
-            }
-        })
-    };
-    for w in writers {
-        w.await??;
-    }
-    progress.abort();
-    eprintln!("backlog of {n_entries} entries written; reading it back");
-    let hw = storage.info(backlog_log).await?.next_offset;
-    // The raw GET baseline runs before the reads and after them (an object store may cache
-    // what was read); the better of the two is the baseline.
-    let get_before = Rate::of(args.store_pid, raw_get(&objects)).await?;
-    let stripes = args.stripes;
-    let catch_up = Rate::of(args.store_pid, {
-        let storage = storage.clone();
-        read_striped(hw, stripes, move |at, max| {
-            let storage = storage.clone();
-            async move {
-                let entries = storage.read_entries(backlog_log, at, max, 4 << 20).await?;
-                let bytes = entries.iter().map(|e| e.payload.len() as u64).sum();
-                Ok((bytes, entries.last().map_or(at, |e| e.header.end_offset())))
-            }
-        })
-    })
-    .await?;
-
-    // The same backlog through a read-only reader over gRPC (in this process, on a loopback
-    // port, no byte cache), read as batch readers do: stripes of the offset range at once.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let ro =
-        logstore::LogReader::new(storage.metadata(), objects.clone(), &storage.config().cluster)
-            .with_caches(0, logstore::DEFAULT_INDEX_PAGES);
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(reader::serve(ro, listener, async {
-        let _ = stop_rx.await;
-    }));
-    let via = LogClient::connect(&format!("http://{addr}")).await?;
-    let via_reader = Rate::of(
-        args.store_pid,
-        read_striped(hw, stripes, move |at, max| {
-            let via = via.clone();
-            async move {
-                let resp = via.read_entries(backlog_log.0, at, max, 0).await?;
-                Ok((resp.entries.iter().map(|e| e.payload.len() as u64).sum(), resp.next_offset))
-            }
-        }),
-    )
-    .await?;
-    let _ = stop_tx.send(());
-    server.await??;
-
-    let get_after = Rate::of(args.store_pid, raw_get(&objects)).await?;
-    let get_mb_s = get_before.mb_s.max(get_after.mb_s);
-    storage.shutdown().await;
-
-    let report = Report {
-        rows: vec![
-            (
-                "tail ms p50/p90/p99/max (append → seen)".into(),
-                format!(
-                    "{:.1} / {:.1} / {:.1} / {:.1}",
-                    tail_ms.p50, tail_ms.p90, tail_ms.p99, tail_ms.max
-                ),
-            ),
-            ("catch-up MB/s (in process)".into(), catch_up.row()),
-            (format!("catch-up via a reader MB/s ({stripes} stripes)"), via_reader.row()),
-            ("baseline GET MB/s (same objects), before the reads".into(), get_before.row()),
-            ("baseline GET MB/s (same objects), after the reads".into(), get_after.row()),
-            (
-                "ratio catch-up / raw GET".into(),
-                format!("{:.2}", catch_up.mb_s / get_mb_s.max(1e-9)),
-            ),
-            (
-                "ratio catch-up via reader / raw GET".into(),
-                format!("{:.2}", via_reader.mb_s / get_mb_s.max(1e-9)),
-            ),
-        ]
-        .into_iter()
-        .chain(via_reader.cpu_s_per_gb.zip(via_reader.store_cpu_s_per_gb).map(|(r, s)| {
-            (
-                "ratio CPU/GB via reader: this process / object store".into(),
-                format!("{:.2}", r / s.max(1e-9)),
-            )
-        }))
-        .collect(),
-        json: vec![
-            ("tail_ms".into(), tail_ms.json()),
-            ("catch_up_mb_per_s".into(), format!("{:.3}", catch_up.mb_s)),
-            ("catch_up_via_reader_mb_per_s".into(), format!("{:.3}", via_reader.mb_s)),
-            ("baseline_get_mb_per_s".into(), format!("{get_mb_s:.3}")),
-            ("baseline_get_before_mb_per_s".into(), format!("{:.3}", get_before.mb_s)),
-            ("baseline_get_after_mb_per_s".into(), format!("{:.3}", get_after.mb_s)),
-            ("cpu_s_per_gb_catch_up".into(), json_opt(catch_up.cpu_s_per_gb)),
-            ("cpu_s_per_gb_via_reader".into(), json_opt(via_reader.cpu_s_per_gb)),
-            ("cpu_s_per_gb_raw_get".into(), json_opt(get_before.cpu_s_per_gb)),
-            ("store_cpu_s_per_gb_via_reader".into(), json_opt(via_reader.store_cpu_s_per_gb)),
-            ("store_cpu_s_per_gb_raw_get".into(), json_opt(get_before.store_cpu_s_per_gb)),
-            ("stripes".into(), stripes.to_string()),
-            ("backlog_in_flight".into(), args.backlog_in_flight.to_string()),
-            (
-                "flush_interval_ms".into(),
-                format!("{:.1}", args.flush_interval.0.as_secs_f64() * 1e3),
-            ),
-        ],
-    };
-    report.print(args.json);
-    Ok(())
 }

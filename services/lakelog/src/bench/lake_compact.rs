@@ -157,7 +157,7 @@ pub async fn run(args: LakeCompactArgs) -> anyhow::Result<()> {
     let cluster = storage.reader().keys().cluster().to_owned();
     let reader = LogReader::new(meta.clone(), objects.clone(), &cluster);
     let value_len = usize::try_from(args.value_size.0)?;
-    let entries = crate::bench_lake::batches_of(args.bytes.0, value_len, args.records_per_batch)?;
+    let entries = crate::bench::lake::batches_of(args.bytes.0, value_len, args.records_per_batch)?;
     let payload: u64 = entries.iter().map(|e| e.batch.len() as u64).sum();
     let mb = payload as f64 / 1e6;
 
@@ -203,7 +203,7 @@ pub async fn run(args: LakeCompactArgs) -> anyhow::Result<()> {
         let log = storage.create_log().await?;
         let identity = format!("bench-{}", log.0);
         let cfg = CompactorConfig { lakes: lakes(&[(log, &identity)]), ..Default::default() };
-        let small = crate::bench_lake::batches_of(64 << 10, 100, 10)?;
+        let small = crate::bench::lake::batches_of(64 << 10, 100, 10)?;
         ensure!(!small.is_empty(), "no batch to produce");
         let acks = Arc::new(std::sync::Mutex::new(Vec::<(u64, Instant)>::new()));
         let producer = {
