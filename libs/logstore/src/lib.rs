@@ -10,16 +10,16 @@
 //! Reads are served by [`LogReader`], which needs no writer identity (read-only readers use it
 //! alone). Knows streams only as far as a writer must: a stream's log carries its (stream
 //! identity, partition) in its head, and [`routing`] / [`membership`] hold the owner function
-//! over live members that both the catalog and a writer taking a slot evaluate. Depends on `metadata`, `objstore`, `wal`, `routing` and `codes`, never on the gRPC layer, config files or a service; reaches etcd
-//! and object storage only through their traits. Metadata keys: [`keys`]; object keys:
+//! over live members that both the catalog and a writer taking a slot evaluate. Depends on
+//! `metadata`, `objstore`, `wal`, `recordbatch`, `routing` and `codes` (and, for lake segments'
+//! reads alone, their format), never on the gRPC layer, config files, a service or what
+//! maintains the logs (compaction, cleaning and lake tables are `libs/maintenance`); reaches
+//! etcd and object storage only through their traits. Metadata keys: [`keys`]; object keys:
 //! `objstore::keys`.
 
 pub mod admin;
-pub mod cleaner;
-pub mod compactor;
 pub mod cursor;
 pub mod keys;
-pub mod lakes;
 mod log;
 pub mod membership;
 #[doc(hidden)]
@@ -182,7 +182,8 @@ impl LogError {
         matches!(self, LogError::Unavailable { outcome_unknown: true, .. })
     }
 
-    pub(crate) fn unavailable(message: impl Into<String>) -> Self {
+    /// A refusal that applied nothing: worth retrying.
+    pub fn unavailable(message: impl Into<String>) -> Self {
         LogError::Unavailable { message: message.into(), outcome_unknown: false }
     }
 
@@ -242,7 +243,8 @@ impl Clock for SystemClock {
     }
 }
 
-pub(crate) fn decode<M: prost::Message + Default>(what: &str, bytes: &[u8]) -> Result<M, LogError> {
+/// A record of the metadata store decoded, or [`LogError::Corrupt`] naming `what` it is.
+pub fn decode<M: prost::Message + Default>(what: &str, bytes: &[u8]) -> Result<M, LogError> {
     M::decode(bytes).map_err(|e| LogError::Corrupt(format!("{what}: {e}")))
 }
 

@@ -431,7 +431,7 @@ impl LogReader {
         if offset < snap.start || offset >= snap.head.next_offset {
             return Ok(None);
         }
-        Ok(self.find_locator(&snap, offset, true).await?.map(|l| crate::lakes::ingest_of(&l)))
+        Ok(self.find_locator(&snap, offset, true).await?.map(|l| l.ingest_time()))
     }
 
     /// The index page at or below `offset` (a floor look-up), if any.
@@ -678,7 +678,7 @@ impl LogReader {
     /// Every row group of the lake segment `loc` names, read back as stored rows (the
     /// compactor's input when it merges lake segments: each entry's ingest time, stored
     /// length and attributes as written, so a merge writes the same rows).
-    pub(crate) async fn lake_served(
+    pub async fn lake_served(
         &self,
         log: LogId,
         loc: &Locator,
@@ -1432,11 +1432,7 @@ impl LogReader {
     }
 
     /// Entries of one run (the compactor's input).
-    pub(crate) async fn run_entries(
-        &self,
-        log: LogId,
-        loc: &Locator,
-    ) -> Result<Vec<LogEntry>, LogError> {
+    pub async fn run_entries(&self, log: LogId, loc: &Locator) -> Result<Vec<LogEntry>, LogError> {
         Ok(self
             .fetch_run(log, loc, Want::ALL)
             .await

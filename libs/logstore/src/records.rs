@@ -126,6 +126,12 @@ impl Locator {
         self.compacted_claim == 0
     }
 
+    /// When the log took the run's entries: its own ingest time, or (a run written before
+    /// ingest times were kept) its running maximum timestamp.
+    pub fn ingest_time(&self) -> i64 {
+        if self.ingest_ms != 0 { self.ingest_ms } else { self.max_timestamp }
+    }
+
     pub fn end_offset(&self) -> u64 {
         self.first_offset + self.record_count
     }

@@ -404,7 +404,7 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
     // The Kafka topic is a lake stream: its compacted segments are its table's Parquet files,
     // and consumers read compacted ranges from their row groups.
     let mut lakes =
-        logstore::lakes::LakeLogs { base_uri: "memory://sim".to_owned(), ..Default::default() };
+        maintenance::lakes::LakeLogs { base_uri: "memory://sim".to_owned(), ..Default::default() };
     if plan.kafka {
         // The topic's identity seeds owner selection: from the seed, so owners are alike in
         // every run of it.
@@ -418,7 +418,7 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
             Ok(info) => {
                 logs.extend(info.partitions.iter().map(|l| l.0));
                 for (partition, log) in info.partitions.iter().enumerate() {
-                    let lake = logstore::lakes::LakeLog {
+                    let lake = maintenance::lakes::LakeLog {
                         stream_identity: info.identity.clone(),
                         partition: u32::try_from(partition).unwrap_or(0),
                     };
@@ -597,9 +597,9 @@ async fn orphans(
     meta: &Arc<dyn MetadataStore>,
     objects: &Arc<dyn ObjectStore>,
     clock: &Arc<dyn Clock>,
-    lakes: Arc<logstore::lakes::LakeLogs>,
+    lakes: Arc<maintenance::lakes::LakeLogs>,
 ) -> Result<u64, String> {
-    use logstore::compactor::{CompactorConfig, IdleLogs, compact_all};
+    use maintenance::compactor::{CompactorConfig, IdleLogs, compact_all};
     tokio::time::sleep(Duration::from_secs(31)).await;
     let idle = IdleLogs::default();
     let cfg = CompactorConfig {
@@ -629,10 +629,10 @@ async fn orphans(
         }
     }
     let mut cleaner =
-        logstore::cleaner::Cleaner::new(meta.clone(), objects.clone(), "sim", clock.clone());
+        maintenance::cleaner::Cleaner::new(meta.clone(), objects.clone(), "sim", clock.clone());
     cleaner.grace = Duration::ZERO;
     let cycle = cleaner.cycle().await.map_err(|e| e.to_string())?;
-    let left = logstore::cleaner::survey(
+    let left = maintenance::cleaner::survey(
         objects.as_ref(),
         cycle.cutoff.cutoff,
         Duration::ZERO,
@@ -912,10 +912,10 @@ pub(crate) fn seen(e: &logstore::LogEntry, kafka: bool) -> Seen {
 async fn compact(
     shared: SharedRef,
     logs: Vec<u64>,
-    lakes: Arc<logstore::lakes::LakeLogs>,
+    lakes: Arc<maintenance::lakes::LakeLogs>,
     clock: Arc<dyn Clock>,
 ) {
-    use logstore::compactor::{Compactor, CompactorConfig, IdleLogs, Step};
+    use maintenance::compactor::{Compactor, CompactorConfig, IdleLogs, Step};
     let idle = IdleLogs::default();
     let cfg = CompactorConfig {
         min_chunks: 2,
@@ -942,7 +942,7 @@ async fn compact(
             let c = Compactor::new(reader, &format!("crashing-{crashed}"), lease, cfg.clone());
             let step =
                 [Step::Claimed, Step::Written, Step::TableWritten, Step::Swapped][at as usize];
-            let hook: logstore::compactor::StepHook = Arc::new(move |s| {
+            let hook: maintenance::compactor::StepHook = Arc::new(move |s| {
                 Box::pin(async move {
                     if s == step {
                         futures::future::pending::<()>().await;
@@ -959,7 +959,7 @@ async fn compact(
             continue;
         }
         let report =
-            logstore::compactor::compact_all(w.reader().clone(), "c1", cfg.clone(), None, &idle)
+            maintenance::compactor::compact_all(w.reader().clone(), "c1", cfg.clone(), None, &idle)
                 .await;
         let (compacted, lake) = report.map_or((0, 0), |r| {
             (r.compacted.len(), r.compacted.iter().filter(|c| c.table_snapshot.is_some()).count())
@@ -977,13 +977,13 @@ async fn clean(
     objects: Arc<dyn ObjectStore>,
     clock: Arc<dyn Clock>,
 ) {
-    let mut cleaner = logstore::cleaner::Cleaner::new(meta, objects, "sim", clock);
+    let mut cleaner = maintenance::cleaner::Cleaner::new(meta, objects, "sim", clock);
     cleaner.grace = Duration::ZERO;
     // One cycle in five pauses 0.5–3 s between its cutoff read and its deletes (a stopped
     // cleaner resuming with an old cutoff).
     let stall = {
         let shared = shared.clone();
-        logstore::cleaner::Hook(Arc::new(move || {
+        maintenance::cleaner::Hook(Arc::new(move || {
             let pause = {
                 let mut s = lock(&shared);
                 s.rng.chance(0.2).then(|| 500 + s.rng.below(2500))

@@ -160,7 +160,7 @@ async fn table_state(
     let kv = catalog.logs().meta().get(&keys.lake_table(identity)).await.map_err(unavailable)?;
     match kv {
         None => Ok(None),
-        Some(kv) => logstore::lakes::decode_table(&kv.value).map(Some).map_err(|e| {
+        Some(kv) => maintenance::lakes::decode_table(&kv.value).map(Some).map_err(|e| {
             error(StatusCode::INTERNAL_SERVER_ERROR, "InternalServerError", e.to_string())
         }),
     }

@@ -220,7 +220,7 @@ impl pb::catalog_service_server::CatalogService for CatalogServiceImpl {
         let kv = logs.meta().get(&key).await.map_err(|e| to_status(e.into()))?;
         let state = match kv {
             Some(kv) => {
-                Some(logstore::lakes::decode_table(&kv.value).map_err(|e| to_status(e.into()))?)
+                Some(maintenance::lakes::decode_table(&kv.value).map_err(|e| to_status(e.into()))?)
             }
             None => None,
         };

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use logstore::SystemClock;
-use logstore::cleaner::{CleanReport, Cleaner, Cutoff};
+use maintenance::cleaner::{CleanReport, Cleaner, Cutoff};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -205,11 +205,12 @@ impl CleanerRole {
     /// The cutoff read now, the WAL objects against it, the settings and the last cycle.
     pub async fn status(&self) -> Result<pb::CleanerStatusResponse, logstore::LogError> {
         let s = &self.0;
-        let cut = logstore::cleaner::read_cutoff(s.reader.meta().as_ref(), s.reader.keys()).await?;
+        let cut =
+            maintenance::cleaner::read_cutoff(s.reader.meta().as_ref(), s.reader.keys()).await?;
         let now_ms = logstore::Clock::now_ms(&SystemClock);
         let objects = s.reader.objects().as_ref();
         let survey =
-            logstore::cleaner::survey(objects, cut.cutoff, s.settings.grace.0, now_ms).await?;
+            maintenance::cleaner::survey(objects, cut.cutoff, s.settings.grace.0, now_ms).await?;
         Ok(pb::CleanerStatusResponse {
             cutoff: Some(to_pb(&cut)),
             reclaimable_objects: survey.reclaimable.objects,
@@ -335,7 +336,7 @@ impl CleanerMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use logstore::cleaner::Holder;
+    use maintenance::cleaner::Holder;
 
     #[test]
     fn a_cycle_sets_the_cutoff_its_holder_and_the_deleted_counts() {

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use logstore::compactor::{CycleReport, Skipped};
 use logstore::{LogId, SystemClock};
+use maintenance::compactor::{CycleReport, Skipped};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -63,7 +63,7 @@ struct State {
     settings: config::MaintenanceSection,
     metrics: CompactorMetrics,
     // Kept across cycles: a log idle for a whole cycle has its head spilled and compacted.
-    idle: logstore::compactor::IdleLogs,
+    idle: maintenance::compactor::IdleLogs,
     one_at_a_time: tokio::sync::Mutex<()>,
     last: std::sync::Mutex<Option<pb::CompactionCycle>>,
     cycles: AtomicU64,
@@ -103,7 +103,7 @@ impl Compactor {
     }
 
     /// The lake logs: every partition of each stream with `lake.table` set, as listed now.
-    async fn lakes(&self) -> Result<logstore::lakes::LakeLogs, catalog::CatalogError> {
+    async fn lakes(&self) -> Result<maintenance::lakes::LakeLogs, catalog::CatalogError> {
         let s = &self.0;
         let mut logs = std::collections::HashMap::new();
         for stream in s.catalog.list().await? {
@@ -111,14 +111,18 @@ impl Compactor {
                 continue;
             }
             for (partition, log) in stream.partitions.iter().enumerate() {
-                let lake = logstore::lakes::LakeLog {
+                let lake = maintenance::lakes::LakeLog {
                     stream_identity: stream.identity.clone(),
                     partition: u32::try_from(partition).unwrap_or(u32::MAX),
                 };
                 logs.insert(*log, lake);
             }
         }
-        Ok(logstore::lakes::LakeLogs { base_uri: s.base_uri.clone(), logs, row_group_bytes: None })
+        Ok(maintenance::lakes::LakeLogs {
+            base_uri: s.base_uri.clone(),
+            logs,
+            row_group_bytes: None,
+        })
     }
 
     /// The tonic service, ready to add to a role.
@@ -156,7 +160,7 @@ impl Compactor {
         // Which logs are lake logs, listed each cycle (a stream may have set `lake.table`).
         let r = match self.lakes().await {
             Ok(lakes) => {
-                let cfg = logstore::compactor::CompactorConfig {
+                let cfg = maintenance::compactor::CompactorConfig {
                     min_chunks: min_chunks.unwrap_or(s.settings.min_chunks),
                     target_segment_bytes: s.settings.target_segment_size.0,
                     settle_after: s.settings.settle_after.0,
@@ -164,7 +168,7 @@ impl Compactor {
                     ..Default::default()
                 };
                 let logs = s.catalog.logs().clone();
-                logstore::compactor::compact_all(logs, &s.id, cfg, log, &s.idle).await
+                maintenance::compactor::compact_all(logs, &s.id, cfg, log, &s.idle).await
             }
             Err(catalog::CatalogError::Log(e)) => Err(e),
             Err(e) => Err(logstore::LogError::Unavailable {
@@ -241,7 +245,7 @@ impl Compactor {
         let reader = s.catalog.logs();
         for st in streams.iter().filter(|st| st.props.lake_table) {
             let Some(ms) = st.props.lake_retention_ms else { continue };
-            let done = logstore::lakes::retain_table(
+            let done = maintenance::lakes::retain_table(
                 reader.meta().as_ref(),
                 reader.objects(),
                 reader.keys(),
@@ -275,7 +279,7 @@ impl Compactor {
         let s = &self.0;
         let reader = s.catalog.logs();
         let (held, _more) =
-            logstore::compactor::claims(reader.meta().as_ref(), reader.keys()).await?;
+            maintenance::compactor::claims(reader.meta().as_ref(), reader.keys()).await?;
         Ok(pb::CompactorStatusResponse {
             compactor_id: s.id.clone(),
             interval_ms: millis(s.settings.interval.0),

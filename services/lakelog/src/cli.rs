@@ -400,7 +400,7 @@ pub(crate) enum AdminCommand {
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         min_chunks: Option<u32>,
         #[command(flatten)]
-        at: crate::maintenance::DataDirArg,
+        at: crate::admin::DataDirArg,
     },
     /// Run one cleaner cycle now: delete WAL objects below the cutoff older than the grace
     /// period; print what it did.
@@ -410,7 +410,7 @@ pub(crate) enum AdminCommand {
         #[arg(long)]
         grace: Option<config::Duration>,
         #[command(flatten)]
-        at: crate::maintenance::DataDirArg,
+        at: crate::admin::DataDirArg,
     },
 }
 
@@ -426,7 +426,7 @@ pub(crate) enum CleanerCommand {
     /// the lowest inputs and the last cycle (of the running cleaner at --endpoint).
     Status {
         #[command(flatten)]
-        at: crate::maintenance::DataDirArg,
+        at: crate::admin::DataDirArg,
     },
 }
 

@@ -7,13 +7,14 @@
 //!
 //! The composition root: the only crate that may depend on service crates.
 
+mod admin;
 mod auth;
 mod bench;
 mod cli;
 mod commands;
 mod groups;
 mod kafka_client;
-mod maintenance;
+
 mod standalone;
 mod streams;
 
@@ -152,16 +153,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             role(Role::Cleaner, &config).await
         }
         Command::Compactor { command: CompactorCommand::Status } => {
-            maintenance::compactor_status(&endpoint, &sec).await
+            admin::compactor_status(&endpoint, &sec).await
         }
         Command::Cleaner { command: CleanerCommand::Status { at } } => {
-            maintenance::cleaner_status(&endpoint, &sec, &at).await
+            admin::cleaner_status(&endpoint, &sec, &at).await
         }
         Command::Admin { command: AdminCommand::Compact { log, min_chunks, at } } => {
-            maintenance::compact(&endpoint, &sec, &at, log, min_chunks).await
+            admin::compact(&endpoint, &sec, &at, log, min_chunks).await
         }
         Command::Admin { command: AdminCommand::Clean { grace, at } } => {
-            maintenance::clean(&endpoint, &sec, &at, grace.map(|g| g.0)).await
+            admin::clean(&endpoint, &sec, &at, grace.map(|g| g.0)).await
         }
         Command::Bench { command } => bench::run(command, &endpoint, &sec).await,
         Command::Log { command } => {

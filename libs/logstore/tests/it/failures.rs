@@ -10,10 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, ensure};
 use bytes::Bytes;
-use logstore::compactor::{CompactorConfig, IdleLogs, compact_all};
 use logstore::keys::Keys;
 use logstore::{LogError, LogReader};
-use objstore::object_store::ObjectStoreExt;
 
 use crate::env::Env;
 use crate::faulty_meta::FaultyMeta;
@@ -23,7 +21,6 @@ both_envs!(
     one_lease_loss_is_one_reincarnation_even_when_an_old_commit_fails_late,
     an_append_that_gets_buffer_room_during_a_drain_is_answered,
     a_trim_racing_another_never_moves_the_start_back,
-    a_log_that_cannot_be_compacted_does_not_stop_the_cycle,
     appends_while_the_writer_cannot_re_register_are_answered_unavailable,
     an_activate_retried_after_its_answer_was_lost_succeeds,
     a_commit_refused_after_an_unanswered_attempt_is_outcome_unknown,
@@ -213,33 +210,6 @@ async fn a_trim_racing_another_never_moves_the_start_back(env: Env) -> Result<()
     ensure!(start == 20 && got == 20, "the start went back to {start} (trim answered {got})");
     let read = w.read_entries(log, 20, 1, u64::MAX).await?;
     ensure!(read[0].payload == Bytes::from(vec![20u8]));
-    w.shutdown().await;
-    Ok(())
-}
-
-async fn a_log_that_cannot_be_compacted_does_not_stop_the_cycle(env: Env) -> Result<()> {
-    let w = env.writer("w").await?;
-    let broken = w.create_log().await?;
-    let fine = w.create_log().await?;
-    for i in 0..24u8 {
-        w.append(broken, 1, Bytes::from(vec![i]), None).await?;
-    }
-    for i in 0..24u8 {
-        w.append(fine, 1, Bytes::from(vec![i]), None).await?;
-    }
-    // One of the broken log's WAL objects is gone (lost by the store, deleted by hand).
-    let idx = w.read_index_range(broken, 0, 1).await?;
-    env.objects.delete(&idx[0].object).await?;
-    let reader = LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
-    let cfg = CompactorConfig { min_chunks: 8, ..Default::default() };
-    let r = compact_all(reader, "c", cfg, None, &IdleLogs::default()).await?;
-    ensure!(
-        r.failed.iter().any(|(l, _)| *l == broken),
-        "the broken log's failure was not reported: {r:?}"
-    );
-    ensure!(r.compacted.iter().any(|c| c.log == fine), "the next log was not compacted: {r:?}");
-    let got = w.read_entries(fine, 0, 100, u64::MAX).await?;
-    ensure!(got.len() == 24 && got.iter().enumerate().all(|(i, e)| e.payload[0] == i as u8));
     w.shutdown().await;
     Ok(())
 }

@@ -83,7 +83,7 @@ async fn compactor(s: &Stores, interval: Duration) -> Result<Running> {
 
 async fn claims(s: &Stores) -> Result<Vec<(LogId, String)>> {
     let keys = logstore::keys::Keys::new(CLUSTER);
-    Ok(logstore::compactor::claims(s.meta.as_ref(), &keys).await?.0)
+    Ok(maintenance::compactor::claims(s.meta.as_ref(), &keys).await?.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

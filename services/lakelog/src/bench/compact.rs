@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure};
 use bytes::Bytes;
 use logstore::LogReader;
-use logstore::compactor::{CompactorConfig, IdleLogs, compact_all};
+use maintenance::compactor::{CompactorConfig, IdleLogs, compact_all};
 use objstore::counting::CountingStore;
 
 /// Options of `lakelog bench compact`.

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use logstore::compactor::{Compactor, CompactorConfig, IdleLogs, compact_all};
-use logstore::lakes::{LakeLog, LakeLogs};
 use logstore::{LogId, LogReader, LogStorage};
+use maintenance::compactor::{Compactor, CompactorConfig, IdleLogs, compact_all};
+use maintenance::lakes::{LakeLog, LakeLogs};
 
 /// Options of `lakelog bench lake-compact`.
 #[derive(clap::Args, Debug)]
@@ -123,7 +123,7 @@ async fn compact_to_end(
 async fn table_end(reader: &LogReader, identity: &str, log: LogId) -> anyhow::Result<u64> {
     let key = reader.keys().lake_table(identity);
     Ok(match reader.meta().get(&key).await? {
-        Some(kv) => logstore::lakes::decode_table(&kv.value)?
+        Some(kv) => maintenance::lakes::decode_table(&kv.value)?
             .ends
             .get(&log.0.to_string())
             .copied()

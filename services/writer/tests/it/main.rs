@@ -418,11 +418,11 @@ async fn hostile_read_sizes_are_capped_and_reads_by_index_are_checked() -> Resul
     w.delete_log(many).await?;
     let reader =
         logstore::LogReader::new(w.metadata(), w.reader().objects().clone(), &w.config().cluster);
-    let cfg = logstore::compactor::CompactorConfig { min_chunks: 8, ..Default::default() };
-    let r = logstore::compactor::compact_all(reader, "c", cfg, Some(small), &Default::default())
+    let cfg = maintenance::compactor::CompactorConfig { min_chunks: 8, ..Default::default() };
+    let r = maintenance::compactor::compact_all(reader, "c", cfg, Some(small), &Default::default())
         .await?;
     ensure!(r.compacted.len() == 1, "{r:?}");
-    let mut cleaner = logstore::cleaner::Cleaner::new(
+    let mut cleaner = maintenance::cleaner::Cleaner::new(
         w.metadata(),
         w.reader().objects().clone(),
         &w.config().cluster,

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, ensure};
 use bytes::Bytes;
-use logstore::cleaner::{Cleaner, Holder, read_cutoff};
 use logstore::keys::{Keys, parse_u64};
 use logstore::{LogId, LogStorage, SystemClock};
+use maintenance::cleaner::{Cleaner, Holder, read_cutoff};
 use objstore::object_store::ObjectStoreExt;
 
 use crate::env::Env;

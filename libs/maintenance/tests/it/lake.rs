@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, ensure};
 use bytes::Bytes;
-use logstore::compactor::{Compaction, Compactor, CompactorConfig, Step, StepHook};
-use logstore::lakes::{LakeLog, LakeLogs};
 use logstore::{LogId, LogStorage};
+use maintenance::compactor::{Compaction, Compactor, CompactorConfig, Step, StepHook};
+use maintenance::lakes::{LakeLog, LakeLogs};
 use objstore::object_store::ObjectStoreExt;
 use recordbatch::{ProducerFields, Record};
 
@@ -98,7 +98,7 @@ async fn segments_the_table_dropped_are_not_merged(env: Env) -> Result<()> {
     let (keys, base) = (logstore::keys::Keys::new(&env.cluster), objstore::base_uri(&env.store));
     let objects = env.objects.clone();
     let later = EVENING + 10 * DAY;
-    let dropped = logstore::lakes::retain_table(
+    let dropped = maintenance::lakes::retain_table(
         env.meta.as_ref(),
         &objects,
         &keys,
@@ -252,7 +252,7 @@ async fn small_lake_segments_merge_through_replace_snapshots(env: Env) -> Result
     let keys = logstore::keys::Keys::new(&env.cluster);
     let base = objstore::base_uri(&env.store);
     let objects = env.objects.clone();
-    let retained = logstore::lakes::retain_table(
+    let retained = maintenance::lakes::retain_table(
         env.meta.as_ref(),
         &objects,
         &keys,
@@ -297,7 +297,7 @@ async fn table_and_log_retention_each_keep_what_their_own_keeps(env: Env) -> Res
         let (env, keys, base, identity) = (&env, &keys, &base, &identity);
         async move {
             let objects = env.objects.clone();
-            logstore::lakes::retain_table(
+            maintenance::lakes::retain_table(
                 env.meta.as_ref(),
                 &objects,
                 keys,
@@ -355,7 +355,7 @@ async fn a_lake_table_whose_state_outgrew_its_record_takes_plain_segments_and_co
     let log = stream_log(&env, &identity).await?;
     append(&w, log, 0, 24).await?;
     let mut state = lake::table::TableState::new(identity.clone(), "file:///t");
-    state.ends.insert("x".repeat(logstore::lakes::MAX_TABLE_STATE), 0);
+    state.ends.insert("x".repeat(maintenance::lakes::MAX_TABLE_STATE), 0);
     let key = logstore::keys::Keys::new(&env.cluster).lake_table(&identity);
     env.meta.put(&key, &serde_json::to_vec(&state)?, 0).await?;
     let (c, _) = compactor(&env, "c", log, &identity).await?;
@@ -514,7 +514,7 @@ async fn compactor(env: &Env, id: &str, log: LogId, identity: &str) -> Result<(C
 async fn table(env: &Env, identity: &str) -> Result<Option<lake::table::TableState>> {
     let keys = logstore::keys::Keys::new(&env.cluster);
     match env.meta.get(&keys.lake_table(identity)).await? {
-        Some(kv) => Ok(Some(logstore::lakes::decode_table(&kv.value)?)),
+        Some(kv) => Ok(Some(maintenance::lakes::decode_table(&kv.value)?)),
         None => Ok(None),
     }
 }

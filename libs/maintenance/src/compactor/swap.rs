@@ -11,9 +11,9 @@ use prost::Message;
 use super::build::Built;
 use super::plan::{LogView, Rewrite};
 use super::{Compaction, Compactor, Pass, Skipped, Step, StepHook};
-use crate::LogError;
 use crate::lakes;
-use crate::records::IndexPage;
+use logstore::LogError;
+use logstore::records::IndexPage;
 
 /// The index's operations and compares of one swap.
 struct Swap {
@@ -128,7 +128,7 @@ impl Compactor {
         let claim = built.locator.compacted_claim;
         let segment = format!("{:020}-{a:020}-{claim:020}", log.0);
         let partition = i32::try_from(l.log.partition).unwrap_or(i32::MAX);
-        let file = seg.data_file(lakes_cfg.uri(path), partition)?;
+        let file = seg.data_file(lakes_cfg.uri(path), partition).map_err(lakes::lake_error)?;
         let summary = vec![
             ("lakelog.log-id".to_owned(), log.0.to_string()),
             ("lakelog.segment".to_owned(), path.to_string()),

@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, ensure};
 use bytes::Bytes;
-use logstore::cleaner::Cleaner;
-use logstore::compactor::{Compactor, CompactorConfig, Skipped, Step, StepHook};
-use logstore::{LogId, LogStorage, SystemClock};
+use logstore::{LogId, LogReader, LogStorage, SystemClock};
+use maintenance::cleaner::Cleaner;
+use maintenance::compactor::{
+    Compactor, CompactorConfig, IdleLogs, Skipped, Step, StepHook, compact_all,
+};
 use objstore::object_store::ObjectStoreExt;
 
 use crate::env::Env;
@@ -35,6 +37,7 @@ both_envs!(
     an_old_range_of_many_small_flushes_is_merged_and_reads_back_in_one_get_per_segment,
     a_segment_made_under_a_claim_is_not_merged_again_under_it,
     a_read_by_index_serves_only_entries_of_the_log_it_names,
+    a_log_that_cannot_be_compacted_does_not_stop_the_cycle,
 );
 
 /// A read by index is authorized by the log it names (the gRPC guard checks that log), so it
@@ -134,7 +137,7 @@ async fn a_segment_made_under_a_claim_is_not_merged_again_under_it(env: Env) -> 
 async fn an_old_range_of_many_small_flushes_is_merged_and_reads_back_in_one_get_per_segment(
     env: Env,
 ) -> Result<()> {
-    use logstore::compactor::{IdleLogs, compact_all};
+    use maintenance::compactor::{IdleLogs, compact_all};
     const TARGET: u64 = 1 << 20;
     let w = env.writer("w").await?;
     let log = w.create_log().await?;
@@ -615,9 +618,9 @@ async fn soak_appends_reads_compaction_and_cleaning_keep_every_acked_record(
     let reader_for_compaction =
         logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
     let cfg = CompactorConfig { min_chunks: 8, ..Default::default() };
-    let idle = logstore::compactor::IdleLogs::default();
+    let idle = maintenance::compactor::IdleLogs::default();
     let compact = || {
-        logstore::compactor::compact_all(
+        maintenance::compactor::compact_all(
             reader_for_compaction.clone(),
             "soak",
             cfg.clone(),
@@ -715,10 +718,10 @@ async fn a_stalled_flush_is_never_passed_by_the_cutoff_while_a_later_one_commits
     // Compaction (which recomputes floors) and cleaning run all through the stall.
     let reader = logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
     let cfg = CompactorConfig { min_chunks: 1, ..Default::default() };
-    let idle = logstore::compactor::IdleLogs::default();
+    let idle = maintenance::compactor::IdleLogs::default();
     let mut cl = cleaner(&env);
     while !(first.is_finished() && second.is_finished()) {
-        logstore::compactor::compact_all(reader.clone(), "c", cfg.clone(), None, &idle).await?;
+        maintenance::compactor::compact_all(reader.clone(), "c", cfg.clone(), None, &idle).await?;
         cl.cycle().await?;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -818,7 +821,7 @@ async fn a_writer_that_lost_its_lease_mid_upload_leaves_no_dangling_reference(
             std::time::Instant::now() < deadline,
             "the cutoff never passed the stalled sequence (below {handed_out})"
         );
-        logstore::compactor::compact_all(reader.clone(), "c", cfg.clone(), None, &idle).await?;
+        maintenance::compactor::compact_all(reader.clone(), "c", cfg.clone(), None, &idle).await?;
         passed |= cl.cycle().await?.cutoff.cutoff >= handed_out;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -945,6 +948,33 @@ async fn a_read_whose_index_pages_are_compacted_under_it_returns_every_entry_onc
     let offsets: Vec<u64> = got.iter().map(|e| e.header.offset).collect();
     ensure!(offsets == (0..200).collect::<Vec<_>>(), "offsets read: {offsets:?}");
     ensure!(got.iter().all(|e| before.get(&e.header.offset) == Some(&e.payload)));
+    w.shutdown().await;
+    Ok(())
+}
+
+async fn a_log_that_cannot_be_compacted_does_not_stop_the_cycle(env: Env) -> Result<()> {
+    let w = env.writer("w").await?;
+    let broken = w.create_log().await?;
+    let fine = w.create_log().await?;
+    for i in 0..24u8 {
+        w.append(broken, 1, Bytes::from(vec![i]), None).await?;
+    }
+    for i in 0..24u8 {
+        w.append(fine, 1, Bytes::from(vec![i]), None).await?;
+    }
+    // One of the broken log's WAL objects is gone (lost by the store, deleted by hand).
+    let idx = w.read_index_range(broken, 0, 1).await?;
+    env.objects.delete(&idx[0].object).await?;
+    let reader = LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster);
+    let cfg = CompactorConfig { min_chunks: 8, ..Default::default() };
+    let r = compact_all(reader, "c", cfg, None, &IdleLogs::default()).await?;
+    ensure!(
+        r.failed.iter().any(|(l, _)| *l == broken),
+        "the broken log's failure was not reported: {r:?}"
+    );
+    ensure!(r.compacted.iter().any(|c| c.log == fine), "the next log was not compacted: {r:?}");
+    let got = w.read_entries(fine, 0, 100, u64::MAX).await?;
+    ensure!(got.len() == 24 && got.iter().enumerate().all(|(i, e)| e.payload[0] == i as u8));
     w.shutdown().await;
     Ok(())
 }

@@ -40,11 +40,11 @@ pub use plan::{
     Rewrite, choose, plan,
 };
 
-use crate::keys::{Keys, parse_u64};
 use crate::lakes::{self, LakeLogs};
-use crate::reader::LogReader;
-use crate::records::{IndexPage, LogHead, LogState};
-use crate::{Clock, LogError, LogId, decode};
+use logstore::LogReader;
+use logstore::keys::{Keys, parse_u64};
+use logstore::records::{IndexPage, LogHead, LogState};
+use logstore::{Clock, LogError, LogId, decode};
 
 /// When a log is worth compacting, and how large its segments grow.
 #[derive(Clone, Debug)]
@@ -74,7 +74,7 @@ impl Default for CompactorConfig {
             target_segment_bytes: 64 << 20,
             settle_after: DEFAULT_SETTLE_AFTER,
             lakes: Default::default(),
-            clock: Arc::new(crate::SystemClock),
+            clock: Arc::new(logstore::SystemClock),
         }
     }
 }
@@ -372,7 +372,7 @@ impl Compactor {
             |v: &[u8]| parse_u64(v).ok_or_else(|| LogError::Corrupt("a WAL sequence".to_owned()));
         let mut min_mark = next_seq.kvs.first().map_or(Ok(0), |kv| seq(&kv.value))?;
         for kv in &marks.kvs {
-            if crate::mutations::on(crate::mutations::Mutation::IgnoreLowWater) {
+            if logstore::mutations::on(logstore::mutations::Mutation::IgnoreLowWater) {
                 break;
             }
             min_mark = min_mark.min(seq(&kv.value)?);

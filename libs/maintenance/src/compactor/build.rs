@@ -7,9 +7,9 @@ use futures::StreamExt;
 
 use super::plan::{LakeView, Rewrite};
 use crate::lakes::{self, LakeLogs};
-use crate::reader::LogReader;
-use crate::records::{LakeFile, Locator};
-use crate::{LogEntry, LogError, LogId};
+use logstore::LogReader;
+use logstore::records::{LakeFile, Locator};
+use logstore::{LogEntry, LogError, LogId};
 
 /// Runs a rewrite fetches at once.
 const RUN_FETCHES: usize = 16;
@@ -60,7 +60,7 @@ pub(crate) async fn build(
                 if loc.lake.is_some() {
                     return Ok(Run::Rows(reader.lake_served(log, &loc).await?));
                 }
-                let ingest_ms = lakes::ingest_of(&loc);
+                let ingest_ms = loc.ingest_time();
                 Ok::<_, LogError>(Run::Entries(reader.run_entries(log, &loc).await?, ingest_ms))
             }
         })
@@ -107,7 +107,7 @@ pub(crate) async fn build(
         cumulative_before: first.cumulative_before,
         payload_bytes: rw.runs.iter().map(|l| l.payload_bytes).sum(),
         compacted_claim: claim,
-        ingest_ms: rw.runs.iter().map(lakes::ingest_of).max().unwrap_or_default(),
+        ingest_ms: rw.runs.iter().map(Locator::ingest_time).max().unwrap_or_default(),
         lake: None,
     };
     let (object, lake) = match writer.finish(log)? {
@@ -256,7 +256,7 @@ impl SegmentWriter {
                 tracing::warn!(%log, offset, error = %source, "an entry of a lake log is no record batch; its segment is written as a plain one");
                 plain_of(log, rows)
             }
-            Err(e) => Err(e.into()),
+            Err(e) => Err(lakes::lake_error(e)),
         }
     }
 }

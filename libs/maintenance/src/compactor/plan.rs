@@ -5,9 +5,9 @@
 
 use std::collections::HashSet;
 
-use crate::LogId;
 use crate::lakes::{self, LakeLog};
-use crate::records::{IndexPage, Locator, LogHead};
+use logstore::LogId;
+use logstore::records::{IndexPage, Locator, LogHead};
 
 /// When a rewrite is worth doing, and how large segments grow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -343,7 +343,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::records::LakeFile;
+    use logstore::records::LakeFile;
 
     const DAY: i64 = 86_400_000;
 
@@ -565,7 +565,7 @@ mod tests {
                 .runs
                 .iter()
                 .map(|l| {
-                    ingest = ingest.max(lakes::ingest_of(l));
+                    ingest = ingest.max(l.ingest_time());
                     ingest.div_euclid(DAY)
                 })
                 .collect();

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, ensure};
 use bytes::Bytes;
-use logstore::cleaner::{CleanReport, Cleaner, Holder, read_cutoff};
-use logstore::compactor::{CompactorConfig, CycleReport, IdleLogs, compact_all};
 use logstore::keys::Keys;
 use logstore::{LogId, LogReader, LogStorage, SystemClock};
+use maintenance::cleaner::{CleanReport, Cleaner, Holder, read_cutoff};
+use maintenance::compactor::{CompactorConfig, CycleReport, IdleLogs, compact_all};
 use objstore::object_store::ObjectStoreExt;
 
 use crate::env::Env;

@@ -18,8 +18,8 @@ use futures::{StreamExt, TryStreamExt};
 use metadata::{MetaError, MetadataStore, OpResult, RangeRequest, Txn, TxnOp};
 use objstore::object_store::ObjectStore;
 
-use crate::keys::{Keys, parse_u64};
-use crate::{Clock, LogError, LogId};
+use logstore::keys::{Keys, parse_u64};
+use logstore::{Clock, LogError, LogId};
 
 /// Keys a paginated read of the floors fetches at once (every page at the same revision).
 const FLOOR_PAGE: i64 = 1000;
@@ -102,7 +102,7 @@ pub async fn read_cutoff(meta: &dyn MetadataStore, keys: &Keys) -> Result<Cutoff
         .push((Holder::NextSeq, next.kvs.first().map_or(Ok(0), |kv| seq(&kv.value, "next_seq"))?));
     let mark_prefix = keys.low_water_prefix();
     for kv in marks.kvs {
-        if crate::mutations::on(crate::mutations::Mutation::IgnoreLowWater) {
+        if logstore::mutations::on(logstore::mutations::Mutation::IgnoreLowWater) {
             continue;
         }
         let writer = String::from_utf8_lossy(&kv.key[mark_prefix.len()..]).into_owned();
@@ -457,12 +457,15 @@ impl Cleaner {
                 ));
             };
             let referenced = match page.kvs.first() {
-                Some(kv) => crate::decode::<crate::records::IndexPage>("index page", &kv.value)?
-                    .locators
-                    .iter()
-                    .any(|l| {
-                        l.compacted_claim == k.claim_revision && l.first_offset == k.first_offset
-                    }),
+                Some(kv) => {
+                    logstore::decode::<logstore::records::IndexPage>("index page", &kv.value)?
+                        .locators
+                        .iter()
+                        .any(|l| {
+                            l.compacted_claim == k.claim_revision
+                                && l.first_offset == k.first_offset
+                        })
+                }
                 None => false,
             };
             let claimed = claim
@@ -503,7 +506,7 @@ impl Cleaner {
             if let OpResult::Get(g) = r
                 && let Some(kv) = g.kvs.first()
             {
-                let head: crate::records::LogHead = crate::decode("log head", &kv.value)?;
+                let head: logstore::records::LogHead = logstore::decode("log head", &kv.value)?;
                 if let Some(route) = head.route {
                     streams.insert(route.stream_identity);
                 }

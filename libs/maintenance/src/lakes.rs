@@ -10,8 +10,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use objstore::object_store::ObjectStoreExt;
 
-use crate::records::{LakeFile, Locator, RowGroupRef};
-use crate::{LogError, LogId};
+use logstore::records::{LakeFile, Locator, RowGroupRef};
+use logstore::{LogError, LogId};
 
 /// A log that is one partition of a lake stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,19 +85,13 @@ pub(crate) fn table_uuid(identity: &str) -> String {
 /// takes no more segments.
 pub const MAX_TABLE_STATE: usize = 1 << 20;
 
-/// The ingest time of a run's entries: its own, or (a run written before ingest times were
-/// kept) its running maximum timestamp.
-pub(crate) fn ingest_of(l: &Locator) -> i64 {
-    if l.ingest_ms != 0 { l.ingest_ms } else { l.max_timestamp }
-}
-
 /// The first of `runs` (one log's, in offset order) that starts a new UTC day by the running
 /// maximum of their ingest times: a lake segment holds one day, so it ends before it.
 pub(crate) fn day_cut(runs: &[&Locator]) -> Option<usize> {
     let mut ingest = i64::MIN;
     let mut day = None;
     for (i, l) in runs.iter().enumerate() {
-        ingest = ingest.max(ingest_of(l));
+        ingest = ingest.max(l.ingest_time());
         let d = lake::segment::day_of(ingest);
         if day.is_some_and(|first| first != d) {
             return Some(i);
@@ -182,7 +176,7 @@ pub(crate) async fn read_manifests(
             LogError::Internal(format!("manifest {} outside {}", m.path, lakes.base_uri))
         })?;
         let bytes = objects.get(&path).await?.bytes().await?;
-        out.push((m.path.clone(), lake::iceberg::read_manifest(&bytes)?));
+        out.push((m.path.clone(), lake::iceberg::read_manifest(&bytes).map_err(lake_error)?));
     }
     Ok(out)
 }
@@ -198,7 +192,7 @@ pub(crate) const TABLE_RETRIES: usize = 32;
 pub async fn retain_table(
     meta: &dyn metadata::MetadataStore,
     objects: &Arc<dyn objstore::object_store::ObjectStore>,
-    keys: &crate::keys::Keys,
+    keys: &logstore::keys::Keys,
     base_uri: &str,
     identity: &str,
     retention_ms: i64,
@@ -239,12 +233,12 @@ pub async fn retain_table(
     )))
 }
 
-impl From<lake::LakeError> for LogError {
-    fn from(e: lake::LakeError) -> Self {
-        match e {
-            lake::LakeError::Invalid(m) => LogError::Internal(m),
-            e => LogError::Corrupt(e.to_string()),
-        }
+/// A lake table or segment error as a log error: invalid input is this code's fault, anything
+/// else is something stored that does not read back.
+pub(crate) fn lake_error(e: lake::LakeError) -> LogError {
+    match e {
+        lake::LakeError::Invalid(m) => LogError::Internal(m),
+        e => LogError::Corrupt(e.to_string()),
     }
 }
 
@@ -269,7 +263,7 @@ mod tests {
         assert_eq!(day_cut(&refs), Some(2));
         // Runs without an ingest time use their running maximum timestamp.
         let old = Locator { max_timestamp: 2 * DAY, ..run(0, 0) };
-        assert_eq!(ingest_of(&old), 2 * DAY);
+        assert_eq!(old.ingest_time(), 2 * DAY);
     }
 
     #[test]
