@@ -8,6 +8,13 @@
 4. Only the `config` crate parses YAML (serde_norway / serde_yaml / serde_yml).
 5. `testkit` is only ever a dev-dependency.
 6. `e2e` is black-box: it runs the `lakelog` binary and never depends on a service crate.
+7. The crate docs' "never"s (NEVER below), on each crate's own dependencies: the Kafka front end
+   knows no log store; Level 1 no catalog, Kafka, gRPC or maintenance; the client SDK links no
+   server crate; formats know no store; maintenance no catalog, Kafka or gRPC; metadata is the
+   floor.
+8. What a crate must not reach at all, through any chain of normal dependencies (what
+   `cargo tree -e normal -p <crate>` shows): Level 1 reaches neither lake tables nor what
+   maintains it.
 Exits 1 with one line per broken rule.
 """
 import json
@@ -43,6 +50,41 @@ for name, (area, pkg) in members.items():
             errors.append(f"{name}: only the metadata crate may import etcd-client")
         if d in YAML and name != "config" and kind != "dev":
             errors.append(f"{name}: only the config crate may parse YAML ({d})")
+
+# 7. Direct normal dependencies a crate's doc says it never takes.
+SERVERS = {"logstore", "metadata", "objstore", "kafka", "brokers", "catalog", "role",
+           "logservice", "maintenance", "security"}
+NEVER = {
+    "kafka": {"logstore", "metadata", "objstore", "brokers", "catalog", "maintenance"},
+    "logstore": {"catalog", "kafka", "brokers", "proto", "logservice", "role", "lake",
+                 "maintenance", "security", "config"},
+    "client": SERVERS,
+    "wal": {"metadata", "objstore", "logstore"},
+    "recordbatch": {"metadata", "objstore", "logstore"},
+    "columnar": {"metadata", "objstore", "logstore", "lake"},
+    "lake": {"metadata", "objstore", "logstore", "maintenance"},
+    "maintenance": {"catalog", "kafka", "brokers", "proto", "logservice", "role"},
+    "metadata": set(members) - {"metadata", "config"},
+}
+normal = {
+    name: {d["name"] for d in pkg["dependencies"]
+           if d["name"] in members and (d.get("kind") or "normal") == "normal"}
+    for name, (_, pkg) in members.items()
+}
+for name, never in NEVER.items():
+    for d in sorted(normal.get(name, set()) & never):
+        errors.append(f"{name}: must never depend on {d} (its crate doc)")
+
+# 8. Never reached through any chain of normal dependencies.
+NEVER_REACHED = {"logstore": {"lake", "maintenance", "kafka", "catalog", "proto"}}
+for name, never in NEVER_REACHED.items():
+    seen, todo = set(), [name]
+    while todo:
+        for d in normal.get(todo.pop(), set()) - seen:
+            seen.add(d)
+            todo.append(d)
+    for d in sorted(seen & never):
+        errors.append(f"{name}: reaches {d} through its dependencies (cargo tree -e normal -p {name})")
 
 for e in errors:
     print(f"check-deps: {e}")

@@ -86,6 +86,33 @@ pub struct DataFile {
     pub split_offsets: Vec<i64>,
 }
 
+/// The segment `seg` as a data file of its table, at `path`, of stream partition `partition`.
+/// A segment spanning two ingest days is refused: cut it at [`crate::segment::day_cuts`].
+pub fn data_file(
+    seg: &crate::segment::Segment,
+    path: impl Into<String>,
+    partition: i32,
+) -> Result<DataFile, crate::LakeError> {
+    let day_of = crate::segment::day_of;
+    let (first, last) = (day_of(seg.ingest_ms.0), day_of(seg.ingest_ms.1));
+    if first != last {
+        return Err(crate::LakeError::Invalid(format!(
+            "the segment spans ingest days {first} to {last}: one day a segment"
+        )));
+    }
+    Ok(DataFile {
+        path: path.into(),
+        file_size: seg.file.len() as u64,
+        record_count: seg.end_offset - seg.first_offset,
+        ingest_day: first,
+        offsets: (seg.first_offset as i64, seg.end_offset as i64 - 1),
+        timestamps_ms: seg.timestamps_ms,
+        ingest_ms: seg.ingest_ms,
+        partition,
+        split_offsets: seg.row_groups.iter().map(|g| g.start as i64).collect(),
+    })
+}
+
 /// A file's bounds for a field: Iceberg's single-value serialization (little-endian).
 fn bounds(f: &DataFile, lower: bool) -> Value {
     let pick = |(lo, hi): (i64, i64)| if lower { lo } else { hi };
@@ -421,6 +448,36 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_segment_is_a_data_file_of_one_ingest_day() {
+        use crate::segment::{Entry, Options, write};
+        let day = 86_400_000i64;
+        let batch = |offset: u64, ingest_ms: i64| {
+            let r = recordbatch::Record {
+                offset_delta: 0,
+                timestamp_ms: 5,
+                key: None,
+                value: Some(bytes::Bytes::from_static(b"v")),
+                headers: vec![],
+            };
+            let batch = recordbatch::encode(
+                &[r.clone(), recordbatch::Record { offset_delta: 1, ..r }],
+                recordbatch::ProducerFields::NONE,
+            )
+            .unwrap();
+            Entry { offset, ingest_ms, batch }
+        };
+        let input =
+            [batch(100, 19_000 * day + 5), batch(102, 19_001 * day - 1), batch(104, 19_001 * day)];
+        let one_day = write(&input[..2], &Options::default()).unwrap();
+        let f = data_file(&one_day, "s3://b/t/data/x.parquet", 4).unwrap();
+        assert_eq!((f.ingest_day, f.partition, f.record_count), (19_000, 4, 4));
+        assert_eq!(f.offsets, (100, 103));
+        assert_eq!(f.split_offsets.len(), one_day.row_groups.len());
+        let two_days = write(&input, &Options::default()).unwrap();
+        assert!(matches!(data_file(&two_days, "p", 0), Err(crate::LakeError::Invalid(_))));
+    }
 
     /// The table schema's field ids are the Parquet schema's, leaf for leaf.
     #[test]

@@ -87,7 +87,7 @@ fn scan_a_table_of(n: i64) -> Result<TableState, Box<dyn std::error::Error>> {
         let name = format!("{first:020}");
         let path = at(&format!("data/{name}.parquet"));
         std::fs::write(&path, &seg.file)?;
-        let file = seg.data_file(path, 2)?;
+        let file = lake::iceberg::data_file(&seg, path, 2)?;
         let summary = vec![("lakelog.end-offset".to_owned(), seg.end_offset.to_string())];
         let append = Append { segment: name, file, now_ms: 1_700_000_000_000 + s, summary };
         let mut read = Vec::new();

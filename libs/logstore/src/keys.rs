@@ -17,7 +17,7 @@
 //! | `kafka/next_producer_id` | the next Kafka producer id to hand out (decimal) | writers, a block at a time ([`producer_ids`](crate::membership::producer_ids)) | writers |
 //! | `wal/next_seq` | next unallocated WAL sequence (decimal) | writers, a block at a time | `create_log`, the cleaner |
 //! | `compaction/tasks/<log>` | the claiming compactor's id (under its lease); create_revision = the claim revision in its segment's key | a compactor (create-only) | compactors, the swap (compare) |
-//! | `lake/<stream identity>/table` | a lake table's state (JSON, [`TableState`](lake::table::TableState)): its metadata JSON's location, snapshots, live manifests | the compaction swap that adds a segment (compare-and-set, in the same transaction) | compactors, the cleaner, the Iceberg catalog |
+//! | `lake/<stream identity>/table` | a lake table's state (JSON, `lake::table::TableState`): its metadata JSON's location, snapshots, live manifests | the compaction swap that adds a segment (compare-and-set, in the same transaction) | compactors, the cleaner, the Iceberg catalog |
 //! | `auth/tokens/<id>`, `auth/users/<name>`, `auth/acls/<digest>` | bearer tokens (SHA-256 of the secret), SASL users (salted SCRAM credentials), ACLs: the `security` crate's keys (`security::store`), listed here so this table is whole | the AuthService, Kafka's ACL APIs, bootstrap files | every role (a watched view) |
 //! | `wal/low_water/<writer>` | lowest WAL sequence the writer may still commit (under its lease) | its writer: created with its first block, raised by commits | the cleaner |
 

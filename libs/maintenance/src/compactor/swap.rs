@@ -128,7 +128,8 @@ impl Compactor {
         let claim = built.locator.compacted_claim;
         let segment = format!("{:020}-{a:020}-{claim:020}", log.0);
         let partition = i32::try_from(l.log.partition).unwrap_or(i32::MAX);
-        let file = seg.data_file(lakes_cfg.uri(path), partition).map_err(lakes::lake_error)?;
+        let file = lake::iceberg::data_file(seg, lakes_cfg.uri(path), partition)
+            .map_err(lakes::lake_error)?;
         let summary = vec![
             ("lakelog.log-id".to_owned(), log.0.to_string()),
             ("lakelog.segment".to_owned(), path.to_string()),

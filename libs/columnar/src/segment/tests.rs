@@ -284,13 +284,6 @@ fn segments_are_cut_at_utc_days_of_their_running_ingest_time() {
     assert_eq!(day_cuts(&input), [2, 4]);
     assert_eq!(day_cuts(&input[..2]), Vec::<usize>::new());
     assert_eq!((day_of(-1), day_of(0), day_of(day)), (-1, 0, 1));
-    let one_day = write(&input[..2], &Options::default()).unwrap();
-    let f = one_day.data_file("s3://b/t/data/x.parquet", 4).unwrap();
-    assert_eq!((f.ingest_day, f.partition, f.record_count), (19_000, 4, 4));
-    assert_eq!(f.offsets, (100, 103));
-    assert_eq!(f.split_offsets.len(), one_day.row_groups.len());
-    let two_days = write(&input[..3], &Options::default()).unwrap();
-    assert!(matches!(two_days.data_file("p", 0), Err(LakeError::Invalid(_))));
 }
 
 #[test]

@@ -147,34 +147,6 @@ pub fn day_cuts(entries: &[Entry]) -> Vec<usize> {
     cuts
 }
 
-impl Segment {
-    /// The segment as a data file of its table, at `path`, of stream partition `partition`.
-    /// A segment spanning two ingest days is refused: cut it at [`day_cuts`].
-    pub fn data_file(
-        &self,
-        path: impl Into<String>,
-        partition: i32,
-    ) -> Result<crate::iceberg::DataFile, LakeError> {
-        let (first, last) = (day_of(self.ingest_ms.0), day_of(self.ingest_ms.1));
-        if first != last {
-            return Err(LakeError::Invalid(format!(
-                "the segment spans ingest days {first} to {last}: one day a segment"
-            )));
-        }
-        Ok(crate::iceberg::DataFile {
-            path: path.into(),
-            file_size: self.file.len() as u64,
-            record_count: self.end_offset - self.first_offset,
-            ingest_day: first,
-            offsets: (self.first_offset as i64, self.end_offset as i64 - 1),
-            timestamps_ms: self.timestamps_ms,
-            ingest_ms: self.ingest_ms,
-            partition,
-            split_offsets: self.row_groups.iter().map(|g| g.start as i64).collect(),
-        })
-    }
-}
-
 /// What a row holds besides its record: its place and its batch's framing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct RowFields {
@@ -212,7 +184,7 @@ fn row_crc(f: &RowFields, r: &Record) -> u32 {
 }
 
 /// Microseconds of Iceberg's `timestamptz` from Kafka's milliseconds (saturating).
-pub(crate) fn micros(ms: i64) -> i64 {
+pub fn micros(ms: i64) -> i64 {
     ms.saturating_mul(1000)
 }
 
