@@ -20,6 +20,10 @@ use security::acl::{Acl, CLUSTER, Operation, PatternType, Permission, ResourceTy
 use security::store::AuthStore;
 
 use crate::code;
+use kafka_protocol::messages::ApiKey;
+
+use crate::api::{Admission, Ctx, Handler};
+use crate::session::Session;
 
 /// Kafka's answer when no authorizer is configured.
 pub const SECURITY_DISABLED: i16 = 54;
@@ -335,4 +339,73 @@ pub async fn delete(req: DeleteAclsRequest, store: Option<&AuthStore>) -> Delete
         results.push(result);
     }
     DeleteAclsResponse::default().with_filter_results(results)
+}
+
+// The ACL APIs: DESCRIBE on the cluster to list ACLs, ALTER to change them (as in Kafka).
+
+/// DescribeAcls.
+#[derive(Debug)]
+pub struct DescribeAcls;
+
+impl Handler for DescribeAcls {
+    const KEY: ApiKey = ApiKey::DescribeAcls;
+    const VERSIONS: (i16, i16) = (1, 3);
+    type Request = DescribeAclsRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let access = ctx.access();
+        if !crate::authz::cluster(access, Operation::Describe) {
+            let resp = DescribeAclsResponse::default()
+                .with_error_code(crate::authz::CLUSTER_AUTHORIZATION_FAILED)
+                .with_error_message(crate::authz::refused_message(access, "describe ACLs"));
+            return ctx.now(&resp);
+        }
+        ctx.later(|ctx| async move { describe(req, ctx.cfg.acls.as_ref()).await })
+    }
+}
+
+/// CreateAcls.
+#[derive(Debug)]
+pub struct CreateAcls;
+
+impl Handler for CreateAcls {
+    const KEY: ApiKey = ApiKey::CreateAcls;
+    const VERSIONS: (i16, i16) = (1, 3);
+    type Request = CreateAclsRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let access = ctx.access();
+        if !crate::authz::cluster(access, Operation::Alter) {
+            let refused = AclCreationResult::default()
+                .with_error_code(crate::authz::CLUSTER_AUTHORIZATION_FAILED)
+                .with_error_message(crate::authz::refused_message(access, "create ACLs"));
+            let resp = CreateAclsResponse::default()
+                .with_results(req.creations.iter().map(|_| refused.clone()).collect());
+            return ctx.now(&resp);
+        }
+        ctx.later(|ctx| async move { create(req, ctx.cfg.acls.as_ref()).await })
+    }
+}
+
+/// DeleteAcls.
+#[derive(Debug)]
+pub struct DeleteAcls;
+
+impl Handler for DeleteAcls {
+    const KEY: ApiKey = ApiKey::DeleteAcls;
+    const VERSIONS: (i16, i16) = (1, 3);
+    type Request = DeleteAclsRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let access = ctx.access();
+        if !crate::authz::cluster(access, Operation::Alter) {
+            let refused = DeleteAclsFilterResult::default()
+                .with_error_code(crate::authz::CLUSTER_AUTHORIZATION_FAILED)
+                .with_error_message(crate::authz::refused_message(access, "delete ACLs"));
+            let resp = DeleteAclsResponse::default()
+                .with_filter_results(req.filters.iter().map(|_| refused.clone()).collect());
+            return ctx.now(&resp);
+        }
+        ctx.later(|ctx| async move { delete(req, ctx.cfg.acls.as_ref()).await })
+    }
 }

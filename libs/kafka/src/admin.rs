@@ -19,6 +19,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use crate::{Broker, KafkaConfig, Refused, code};
+use kafka_protocol::messages::ApiKey;
+use security::acl::Operation;
+
+use crate::api::{Admission, Ctx, Handler};
+use crate::session::Session;
 
 pub(crate) async fn create_topics(
     req: CreateTopicsRequest,
@@ -210,3 +215,102 @@ pub(crate) async fn describe_cluster(
 const BROKERS_ENDPOINT: i8 = 1;
 /// Kafka's UNSUPPORTED_ENDPOINT_TYPE.
 const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
+
+/// CreateTopics: CREATE on each topic (or the cluster); refused topics answered apart.
+#[derive(Debug)]
+pub struct CreateTopics;
+
+impl Handler for CreateTopics {
+    const KEY: ApiKey = ApiKey::CreateTopics;
+    const VERSIONS: (i16, i16) = (2, 7);
+    type Request = CreateTopicsRequest;
+
+    fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let refused = crate::authz::create_topics(ctx.access(), &mut req);
+        ctx.later(|ctx| async move {
+            let mut resp = create_topics(req, ctx.version, ctx.broker.as_ref(), &ctx.cfg).await;
+            resp.topics.extend(refused);
+            resp
+        })
+    }
+}
+
+/// DeleteTopics: DELETE on each topic.
+#[derive(Debug)]
+pub struct DeleteTopics;
+
+impl Handler for DeleteTopics {
+    const KEY: ApiKey = ApiKey::DeleteTopics;
+    const VERSIONS: (i16, i16) = (1, 6);
+    type Request = DeleteTopicsRequest;
+
+    fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let refused = crate::authz::delete_topics(ctx.access(), &mut req);
+        ctx.later(|ctx| async move {
+            let mut resp = delete_topics(req, ctx.version, ctx.broker.as_ref()).await;
+            resp.responses.extend(refused);
+            resp
+        })
+    }
+}
+
+/// CreatePartitions: ALTER on each topic.
+#[derive(Debug)]
+pub struct CreatePartitions;
+
+impl Handler for CreatePartitions {
+    const KEY: ApiKey = ApiKey::CreatePartitions;
+    const VERSIONS: (i16, i16) = (0, 3);
+    type Request = CreatePartitionsRequest;
+
+    fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let refused = crate::authz::create_partitions(ctx.access(), &mut req);
+        ctx.later(|ctx| async move {
+            let mut resp = create_partitions(req, ctx.broker.as_ref()).await;
+            resp.results.extend(refused);
+            resp
+        })
+    }
+}
+
+/// DeleteRecords (a soft trim): DELETE on each topic.
+#[derive(Debug)]
+pub struct DeleteRecords;
+
+impl Handler for DeleteRecords {
+    const KEY: ApiKey = ApiKey::DeleteRecords;
+    const VERSIONS: (i16, i16) = (0, 2);
+    type Request = DeleteRecordsRequest;
+
+    fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let refused = crate::authz::delete_records(ctx.access(), &mut req);
+        ctx.later(|ctx| async move {
+            let mut resp = delete_records(req, &ctx.client_id, ctx.broker.as_ref()).await;
+            resp.topics.extend(refused);
+            resp
+        })
+    }
+}
+
+/// DescribeCluster: DESCRIBE on the cluster.
+#[derive(Debug)]
+pub struct DescribeCluster;
+
+impl Handler for DescribeCluster {
+    const KEY: ApiKey = ApiKey::DescribeCluster;
+    const VERSIONS: (i16, i16) = (0, 2);
+    type Request = DescribeClusterRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let access = ctx.access();
+        if !crate::authz::cluster(access, Operation::Describe) {
+            let resp = DescribeClusterResponse::default()
+                .with_error_code(crate::authz::CLUSTER_AUTHORIZATION_FAILED)
+                .with_error_message(crate::authz::refused_message(access, "describe the cluster"));
+            return ctx.now(&resp);
+        }
+        ctx.later(
+            |ctx| async move { describe_cluster(req, ctx.version, ctx.broker.as_ref()).await },
+        )
+    }
+}

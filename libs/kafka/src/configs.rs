@@ -19,6 +19,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use crate::{Broker, KafkaConfig, Refused, TopicSettings, code};
+use kafka_protocol::messages::ApiKey;
+
+use crate::api::{Admission, Ctx, Handler};
+use crate::session::Session;
 
 /// Kafka's resource types.
 const TOPIC: i8 = 2;
@@ -360,5 +364,62 @@ mod tests {
             let r = apply(TopicSettings::default(), n, Some(v), &cfg);
             assert_eq!(r.map_err(|e| e.code), Err(code::INVALID_CONFIG), "{n}={v}");
         }
+    }
+}
+
+/// DescribeConfigs: DESCRIBE_CONFIGS on each resource.
+#[derive(Debug)]
+pub struct DescribeConfigs;
+
+impl Handler for DescribeConfigs {
+    const KEY: ApiKey = ApiKey::DescribeConfigs;
+    const VERSIONS: (i16, i16) = (1, 4);
+    type Request = DescribeConfigsRequest;
+
+    fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let refused = crate::authz::describe_configs(ctx.access(), &mut req);
+        ctx.later(|ctx| async move {
+            let mut resp = describe(req, ctx.version, ctx.broker.as_ref(), &ctx.cfg).await;
+            resp.results.extend(refused);
+            resp
+        })
+    }
+}
+
+/// AlterConfigs: ALTER_CONFIGS on each resource.
+#[derive(Debug)]
+pub struct AlterConfigs;
+
+impl Handler for AlterConfigs {
+    const KEY: ApiKey = ApiKey::AlterConfigs;
+    const VERSIONS: (i16, i16) = (0, 2);
+    type Request = AlterConfigsRequest;
+
+    fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let refused = crate::authz::alter_configs(ctx.access(), &mut req);
+        ctx.later(|ctx| async move {
+            let mut resp = alter(req, ctx.broker.as_ref(), &ctx.cfg).await;
+            resp.responses.extend(refused);
+            resp
+        })
+    }
+}
+
+/// IncrementalAlterConfigs: ALTER_CONFIGS on each resource.
+#[derive(Debug)]
+pub struct IncrementalAlterConfigs;
+
+impl Handler for IncrementalAlterConfigs {
+    const KEY: ApiKey = ApiKey::IncrementalAlterConfigs;
+    const VERSIONS: (i16, i16) = (0, 1);
+    type Request = IncrementalAlterConfigsRequest;
+
+    fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let refused = crate::authz::incremental_alter_configs(ctx.access(), &mut req);
+        ctx.later(|ctx| async move {
+            let mut resp = incremental_alter(req, ctx.broker.as_ref(), &ctx.cfg).await;
+            resp.responses.extend(refused);
+            resp
+        })
     }
 }

@@ -22,6 +22,11 @@ use crate::groups::Groups;
 use crate::groups::consumer::{Assignment, Heartbeat, TopicView, Wanted};
 use crate::groups::errors::*;
 use crate::{Broker, code};
+use kafka_protocol::messages::ApiKey;
+use security::acl::Operation;
+
+use crate::api::{Admission, Ctx, Handler};
+use crate::session::Session;
 
 fn wire(a: &Assignment) -> WireAssignment {
     WireAssignment::default().with_topic_partitions(
@@ -180,4 +185,57 @@ pub(crate) async fn describe(
         out.push(d);
     }
     ConsumerGroupDescribeResponse::default().with_groups(out)
+}
+
+/// ConsumerGroupHeartbeat: CONSUME on the group, then DESCRIBE on each topic it names
+/// (refused whole, as Kafka does).
+#[derive(Debug)]
+pub struct ConsumerGroupHeartbeat;
+
+impl Handler for ConsumerGroupHeartbeat {
+    const KEY: ApiKey = ApiKey::ConsumerGroupHeartbeat;
+    const VERSIONS: (i16, i16) = (0, 1);
+    type Request = ConsumerGroupHeartbeatRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let access = ctx.access();
+        let refusal = if !crate::authz::group(access, Operation::Consume, &req.group_id) {
+            Some((crate::authz::GROUP_AUTHORIZATION_FAILED, "consume in the group"))
+        } else if !crate::authz::consumer_subscription(access, &req) {
+            Some((crate::authz::TOPIC_AUTHORIZATION_FAILED, "describe every subscribed topic"))
+        } else {
+            None
+        };
+        if let Some((code, what)) = refusal {
+            let resp = ConsumerGroupHeartbeatResponse::default()
+                .with_error_code(code)
+                .with_error_message(crate::authz::refused_message(access, what));
+            return ctx.now(&resp);
+        }
+        ctx.later(|ctx| async move {
+            let (broker, groups) = (ctx.broker.as_ref(), &ctx.groups);
+            heartbeat(req, &ctx.client_id, &ctx.client_host, broker, groups, ctx.access()).await
+        })
+    }
+}
+
+/// ConsumerGroupDescribe: DESCRIBE on each group; topics the principal may not DESCRIBE are
+/// left out of what is shown.
+#[derive(Debug)]
+pub struct ConsumerGroupDescribe;
+
+impl Handler for ConsumerGroupDescribe {
+    const KEY: ApiKey = ApiKey::ConsumerGroupDescribe;
+    const VERSIONS: (i16, i16) = (0, 1);
+    type Request = ConsumerGroupDescribeRequest;
+
+    fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let refused = crate::authz::consumer_group_describe(ctx.access(), &mut req);
+        ctx.later(|ctx| async move {
+            let mut resp = describe(req, ctx.broker.as_ref(), &ctx.groups).await;
+            crate::authz::consumer_group_described(ctx.access(), &mut resp);
+            resp.groups.extend(refused);
+            resp
+        })
+    }
 }

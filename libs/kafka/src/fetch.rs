@@ -20,6 +20,10 @@ use kafka_protocol::messages::{
 };
 
 use crate::{Broker, Refused, StoredBatch};
+use kafka_protocol::messages::ApiKey;
+
+use crate::api::{Admission, Ctx, Handler, admitted};
+use crate::session::Session;
 
 /// The longest a fetch waits, whatever the client asks.
 const MAX_WAIT: Duration = Duration::from_secs(30);
@@ -330,5 +334,44 @@ mod tests {
         assert_eq!(kept(&[], 10), 0);
         let past = first_batches(batches(&[100, 50]), 10, false);
         assert!(past.is_empty(), "no batch past the budget but the first partition's");
+    }
+}
+
+/// Fetch: READ on each topic; refused partitions answered apart. Stored batches go out by
+/// reference ([`crate::splice`]).
+#[derive(Debug)]
+pub struct Fetch;
+
+impl Handler for Fetch {
+    const KEY: ApiKey = ApiKey::Fetch;
+    const VERSIONS: (i16, i16) = (4, 12);
+    type Request = FetchRequest;
+
+    fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let refused = crate::authz::fetch(ctx.access(), &mut req);
+        admitted(Box::pin(async move {
+            let mut answer = fetch(req, &ctx.client_id, ctx.broker.as_ref()).await;
+            answer.resp.responses.extend(refused);
+            ctx.reply.encode_fetch(answer).map(Some)
+        }))
+    }
+}
+
+/// ListOffsets: DESCRIBE on each topic.
+#[derive(Debug)]
+pub struct ListOffsets;
+
+impl Handler for ListOffsets {
+    const KEY: ApiKey = ApiKey::ListOffsets;
+    const VERSIONS: (i16, i16) = (1, 8);
+    type Request = ListOffsetsRequest;
+
+    fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let refused = crate::authz::list_offsets(ctx.access(), &mut req);
+        ctx.later(|ctx| async move {
+            let mut resp = list_offsets(req, &ctx.client_id, ctx.broker.as_ref()).await;
+            resp.topics.extend(refused);
+            resp
+        })
     }
 }

@@ -31,6 +31,11 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::groups::{Groups, Join, errors::*};
 use crate::{Broker, CommittedOffset, OffsetCommit, code};
+use kafka_protocol::messages::{ApiKey, OffsetDeleteRequest};
+use security::acl::Operation;
+
+use crate::api::{Admission, Ctx, Handler};
+use crate::session::Session;
 
 /// Kafka's `offset.metadata.max.bytes`.
 pub const MAX_OFFSET_METADATA: usize = 4096;
@@ -598,4 +603,253 @@ pub(crate) async fn offset_delete(
         );
     }
     resp
+}
+
+// The classic group APIs: CONSUME on a group to take part, DESCRIBE to read it, DELETE to
+// delete it or its offsets; READ on each topic a commit names (as in Kafka).
+
+/// A group refused whole: `resp` with GROUP_AUTHORIZATION_FAILED.
+fn group_refused<M: kafka_protocol::protocol::Encodable>(ctx: &Ctx, resp: M) -> Admission<'static> {
+    ctx.now(&resp)
+}
+
+/// FindCoordinator: DESCRIBE on each group (before v4 one key, refused whole; from v4 a
+/// batch, each key on its own).
+#[derive(Debug)]
+pub struct FindCoordinator;
+
+impl Handler for FindCoordinator {
+    const KEY: ApiKey = ApiKey::FindCoordinator;
+    const VERSIONS: (i16, i16) = (0, 6);
+    type Request = FindCoordinatorRequest;
+
+    fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let access = ctx.access();
+        if ctx.version < 4
+            && req.key_type == 0
+            && !crate::authz::group(access, Operation::Describe, &req.key)
+        {
+            let resp = FindCoordinatorResponse::default()
+                .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED)
+                .with_node_id(BrokerId(-1))
+                .with_port(-1);
+            return group_refused(&ctx, resp);
+        }
+        let refused = crate::authz::find_coordinator(access, &mut req);
+        ctx.later(|ctx| async move {
+            let mut resp = find_coordinator(req, ctx.version, ctx.broker.as_ref()).await;
+            resp.coordinators.extend(refused);
+            resp
+        })
+    }
+}
+
+/// JoinGroup.
+#[derive(Debug)]
+pub struct JoinGroup;
+
+impl Handler for JoinGroup {
+    const KEY: ApiKey = ApiKey::JoinGroup;
+    const VERSIONS: (i16, i16) = (0, 9);
+    type Request = JoinGroupRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        if !crate::authz::group(ctx.access(), Operation::Consume, &req.group_id) {
+            let resp = JoinGroupResponse::default()
+                .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED)
+                .with_generation_id(-1);
+            return group_refused(&ctx, resp);
+        }
+        ctx.later(|ctx| async move {
+            let (broker, groups) = (ctx.broker.as_ref(), &ctx.groups);
+            join_group(req, ctx.version, &ctx.client_id, &ctx.client_host, broker, groups).await
+        })
+    }
+}
+
+/// SyncGroup.
+#[derive(Debug)]
+pub struct SyncGroup;
+
+impl Handler for SyncGroup {
+    const KEY: ApiKey = ApiKey::SyncGroup;
+    const VERSIONS: (i16, i16) = (0, 5);
+    type Request = SyncGroupRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        if !crate::authz::group(ctx.access(), Operation::Consume, &req.group_id) {
+            let resp = SyncGroupResponse::default()
+                .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED);
+            return group_refused(&ctx, resp);
+        }
+        ctx.later(|ctx| async move { sync_group(req, ctx.broker.as_ref(), &ctx.groups).await })
+    }
+}
+
+/// Heartbeat.
+#[derive(Debug)]
+pub struct Heartbeat;
+
+impl Handler for Heartbeat {
+    const KEY: ApiKey = ApiKey::Heartbeat;
+    const VERSIONS: (i16, i16) = (0, 4);
+    type Request = HeartbeatRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        if !crate::authz::group(ctx.access(), Operation::Consume, &req.group_id) {
+            let resp = HeartbeatResponse::default()
+                .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED);
+            return group_refused(&ctx, resp);
+        }
+        ctx.later(|ctx| async move { heartbeat(req, ctx.broker.as_ref(), &ctx.groups).await })
+    }
+}
+
+/// LeaveGroup.
+#[derive(Debug)]
+pub struct LeaveGroup;
+
+impl Handler for LeaveGroup {
+    const KEY: ApiKey = ApiKey::LeaveGroup;
+    const VERSIONS: (i16, i16) = (0, 5);
+    type Request = LeaveGroupRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        if !crate::authz::group(ctx.access(), Operation::Consume, &req.group_id) {
+            let resp = LeaveGroupResponse::default()
+                .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED);
+            return group_refused(&ctx, resp);
+        }
+        ctx.later(|ctx| async move {
+            leave_group(req, ctx.version, ctx.broker.as_ref(), &ctx.groups).await
+        })
+    }
+}
+
+/// OffsetCommit: READ on each topic; the group's CONSUME refuses every topic.
+#[derive(Debug)]
+pub struct CommitOffsets;
+
+impl Handler for CommitOffsets {
+    const KEY: ApiKey = ApiKey::OffsetCommit;
+    const VERSIONS: (i16, i16) = (2, 9);
+    type Request = OffsetCommitRequest;
+
+    fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let refused = crate::authz::offset_commit(ctx.access(), &mut req);
+        ctx.later(|ctx| async move {
+            let mut resp = match req.topics.is_empty() && !refused.is_empty() {
+                true => OffsetCommitResponse::default(),
+                false => offset_commit(req, ctx.version, ctx.broker.as_ref(), &ctx.groups).await,
+            };
+            resp.topics.extend(refused);
+            resp
+        })
+    }
+}
+
+/// OffsetFetch: DESCRIBE on each group (before v8 one group, refused whole), then only the
+/// topics the principal may DESCRIBE are shown.
+#[derive(Debug)]
+pub struct OffsetFetch;
+
+impl Handler for OffsetFetch {
+    const KEY: ApiKey = ApiKey::OffsetFetch;
+    const VERSIONS: (i16, i16) = (1, 9);
+    type Request = OffsetFetchRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        if ctx.version < 8 && !crate::authz::group(ctx.access(), Operation::Describe, &req.group_id)
+        {
+            let resp = OffsetFetchResponse::default()
+                .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED);
+            return group_refused(&ctx, resp);
+        }
+        ctx.later(|ctx| async move {
+            let mut resp = offset_fetch(req, ctx.version, ctx.broker.as_ref(), &ctx.groups).await;
+            crate::authz::offset_fetch(ctx.access(), &mut resp);
+            resp
+        })
+    }
+}
+
+/// ListGroups: only the groups the principal may DESCRIBE are listed.
+#[derive(Debug)]
+pub struct ListGroups;
+
+impl Handler for ListGroups {
+    const KEY: ApiKey = ApiKey::ListGroups;
+    const VERSIONS: (i16, i16) = (0, 5);
+    type Request = ListGroupsRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        ctx.later(|ctx| async move {
+            let mut resp = list_groups(req, ctx.broker.as_ref(), &ctx.groups).await;
+            crate::authz::list_groups(ctx.access(), &mut resp);
+            resp
+        })
+    }
+}
+
+/// DescribeGroups: DESCRIBE on each group.
+#[derive(Debug)]
+pub struct DescribeGroups;
+
+impl Handler for DescribeGroups {
+    const KEY: ApiKey = ApiKey::DescribeGroups;
+    const VERSIONS: (i16, i16) = (0, 5);
+    type Request = DescribeGroupsRequest;
+
+    fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let refused = crate::authz::describe_groups(ctx.access(), &mut req);
+        ctx.later(|ctx| async move {
+            let mut resp = describe_groups(req, ctx.broker.as_ref(), &ctx.groups).await;
+            resp.groups.extend(refused);
+            resp
+        })
+    }
+}
+
+/// DeleteGroups: DELETE on each group.
+#[derive(Debug)]
+pub struct DeleteGroups;
+
+impl Handler for DeleteGroups {
+    const KEY: ApiKey = ApiKey::DeleteGroups;
+    const VERSIONS: (i16, i16) = (0, 2);
+    type Request = DeleteGroupsRequest;
+
+    fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let refused = crate::authz::delete_groups(ctx.access(), &mut req);
+        ctx.later(|ctx| async move {
+            let mut resp = delete_groups(req, ctx.broker.as_ref(), &ctx.groups).await;
+            resp.results.extend(refused);
+            resp
+        })
+    }
+}
+
+/// OffsetDelete: DELETE on the group, READ on each topic.
+#[derive(Debug)]
+pub struct OffsetDelete;
+
+impl Handler for OffsetDelete {
+    const KEY: ApiKey = ApiKey::OffsetDelete;
+    const VERSIONS: (i16, i16) = (0, 0);
+    type Request = OffsetDeleteRequest;
+
+    fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let access = ctx.access();
+        if !crate::authz::group(access, Operation::Delete, &req.group_id) {
+            let resp = kafka_protocol::messages::OffsetDeleteResponse::default()
+                .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED);
+            return group_refused(&ctx, resp);
+        }
+        let refused = crate::authz::offset_delete(access, &mut req);
+        ctx.later(|ctx| async move {
+            let mut resp = offset_delete(req, ctx.broker.as_ref(), &ctx.groups).await;
+            resp.topics.extend(refused);
+            resp
+        })
+    }
 }

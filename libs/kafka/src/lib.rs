@@ -11,7 +11,7 @@
 //! reader). Topics are streams, partition p is the stream's log p, a partition's leader is the
 //! owner the routing function picks for the client's zone (`zone_id=` in `client.id`).
 //!
-//! Served: the APIs of [`api::SUPPORTED`] — produce (idempotent: [`producers`]), fetch, the
+//! Served: the APIs of [`registry::APIS`], one [`api::Handler`] each — produce (idempotent: [`producers`]), fetch, the
 //! admin and config APIs, and consumer groups, classic and KIP-848 ([`groups`]). Transactions
 //! are not; ApiVersions does not advertise them.
 //!
@@ -29,8 +29,10 @@ mod fetch;
 pub mod frame;
 mod group_api;
 pub mod groups;
+mod metadata;
 mod produce;
 pub mod producers;
+pub mod registry;
 mod server;
 pub mod session;
 pub mod splice;

@@ -11,6 +11,10 @@ use kafka_protocol::protocol::StrBytes;
 use recordbatch::BatchError;
 
 use crate::{Broker, KafkaConfig, Refused, code};
+use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+
+use crate::api::{Admission, Answer, Close, Ctx, Handler};
+use crate::session::Session;
 
 /// Checks and admits every partition's batch, in the request's order (so a connection's
 /// batches commit in the order it sent them); returns the future of the response, which
@@ -152,4 +156,91 @@ async fn validate(batch: Bytes) -> Result<recordbatch::BatchHeader, BatchError> 
         }
     }
     last
+}
+
+/// Produce: WRITE on each topic; each partition's batch admitted in connection order, then
+/// answered once committed.
+#[derive(Debug)]
+pub struct Produce;
+
+impl Handler for Produce {
+    const KEY: ApiKey = ApiKey::Produce;
+    const VERSIONS: (i16, i16) = (3, 12);
+    type Request = ProduceRequest;
+
+    fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        Box::pin(async move {
+            let acks = req.acks;
+            let refused = crate::authz::produce(ctx.access(), &mut req);
+            let committing = admit(req, &ctx.client_id, ctx.broker.as_ref(), &ctx.cfg).await;
+            let reply = ctx.reply;
+            let answer: Answer = Box::pin(async move {
+                let mut resp = committing.await;
+                resp.responses.extend(refused);
+                if acks == 0 {
+                    return fire_and_forget(&resp);
+                }
+                reply.encode(&resp).map(Some)
+            });
+            Ok(answer)
+        })
+    }
+}
+
+/// acks=0: the client expects no answer. One that failed closes the connection, as Kafka
+/// does: the producer then refreshes its metadata (a moved leader) instead of sending on into
+/// the void.
+fn fire_and_forget(resp: &ProduceResponse) -> Result<Option<crate::splice::Outgoing>, Close> {
+    let failed = resp
+        .responses
+        .iter()
+        .flat_map(|t| t.partition_responses.iter().map(move |p| (t, p)))
+        .find(|(_, p)| p.error_code != 0);
+    match failed {
+        Some((t, p)) => Err(Close::FireAndForgetFailed {
+            topic: t.name.0.to_string(),
+            partition: p.index,
+            code: p.error_code,
+        }),
+        None => Ok(None),
+    }
+}
+
+/// InitProducerId: IDEMPOTENT_WRITE on the cluster (or WRITE on a topic); idempotent producers
+/// only (a transactional id is INVALID_REQUEST until transactions exist).
+#[derive(Debug)]
+pub struct InitProducerId;
+
+impl Handler for InitProducerId {
+    const KEY: ApiKey = ApiKey::InitProducerId;
+    const VERSIONS: (i16, i16) = (0, 4);
+    type Request = InitProducerIdRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        if !crate::authz::init_producer_id(ctx.access()) {
+            let resp = InitProducerIdResponse::default()
+                .with_error_code(crate::authz::CLUSTER_AUTHORIZATION_FAILED)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1);
+            return ctx.now(&resp);
+        }
+        ctx.later(|ctx| async move { init_producer_id(req, ctx.broker.as_ref()).await })
+    }
+}
+
+async fn init_producer_id(
+    req: InitProducerIdRequest,
+    broker: &dyn Broker,
+) -> InitProducerIdResponse {
+    let resp = InitProducerIdResponse::default();
+    if req.transactional_id.is_some() {
+        return resp.with_error_code(code::INVALID_REQUEST);
+    }
+    let current = (req.producer_id.0 >= 0).then_some((req.producer_id.0, req.producer_epoch));
+    match broker.init_producer_id(current).await {
+        Ok((id, epoch)) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(epoch),
+        Err(code) => {
+            resp.with_error_code(code).with_producer_id(ProducerId(-1)).with_producer_epoch(-1)
+        }
+    }
 }

@@ -424,7 +424,7 @@ where
                     let Some(mut s) = session.take() else { break };
                     let (broker, cfg, groups, host) = (broker.clone(), cfg.clone(), groups.clone(), host.clone());
                     admitting = Some(Box::pin(async move {
-                        let admitted = api::admit(f, &mut s, broker, cfg, groups, host).await;
+                        let admitted = api::handle(f, &mut s, broker, cfg, groups, host).await;
                         (s, admitted)
                     }));
                 }

@@ -234,3 +234,62 @@ async fn check_password(credential: Option<security::scram::Credential>, passwor
         .await
         .unwrap_or(false)
 }
+
+/// ApiVersions: every API of the registry and its versions (served before authentication).
+#[derive(Debug)]
+pub struct ApiVersions;
+
+impl crate::api::Handler for ApiVersions {
+    const KEY: kafka_protocol::messages::ApiKey = kafka_protocol::messages::ApiKey::ApiVersions;
+    const VERSIONS: (i16, i16) = (0, 4);
+    const BEFORE_AUTH: bool = true;
+    type Request = kafka_protocol::messages::ApiVersionsRequest;
+
+    fn serve(_: Self::Request, ctx: crate::api::Ctx, _: &mut Session) -> crate::api::Admission<'_> {
+        ctx.now(&crate::api::api_versions(crate::code::NONE))
+    }
+}
+
+/// SaslHandshake: the mechanism the next SaslAuthenticate speaks. v0 is advertised because
+/// librdkafka requires it to use SASL at all; the v0 exchange's raw tokens are not served
+/// (every current client sends SaslAuthenticate after v1).
+#[derive(Debug)]
+pub struct Handshake;
+
+impl crate::api::Handler for Handshake {
+    const KEY: kafka_protocol::messages::ApiKey = kafka_protocol::messages::ApiKey::SaslHandshake;
+    const VERSIONS: (i16, i16) = (0, 1);
+    const BEFORE_AUTH: bool = true;
+    type Request = SaslHandshakeRequest;
+
+    fn serve(
+        req: Self::Request,
+        ctx: crate::api::Ctx,
+        session: &mut Session,
+    ) -> crate::api::Admission<'_> {
+        ctx.now(&session.handshake(&req))
+    }
+}
+
+/// SaslAuthenticate: one step of the mechanism, in connection order (the session moves on).
+#[derive(Debug)]
+pub struct Authenticate;
+
+impl crate::api::Handler for Authenticate {
+    const KEY: kafka_protocol::messages::ApiKey =
+        kafka_protocol::messages::ApiKey::SaslAuthenticate;
+    const VERSIONS: (i16, i16) = (0, 2);
+    const BEFORE_AUTH: bool = true;
+    type Request = SaslAuthenticateRequest;
+
+    fn serve(
+        req: Self::Request,
+        ctx: crate::api::Ctx,
+        session: &mut Session,
+    ) -> crate::api::Admission<'_> {
+        Box::pin(async move {
+            let body = session.authenticate(&req, &ctx.cfg.authz).await;
+            ctx.now(&body).await
+        })
+    }
+}
