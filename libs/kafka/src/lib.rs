@@ -29,6 +29,7 @@ mod fetch;
 pub mod frame;
 mod group_api;
 pub mod groups;
+mod leader_epoch;
 mod metadata;
 mod produce;
 pub mod producers;

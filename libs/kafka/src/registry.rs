@@ -3,7 +3,10 @@
 //! lives in its area's module, next to what it serves.
 
 use crate::api::{Registration, register};
-use crate::{acl_api, admin, configs, consumer_api, fetch, group_api, metadata, produce, session};
+use crate::{
+    acl_api, admin, configs, consumer_api, fetch, group_api, leader_epoch, metadata, produce,
+    session,
+};
 
 /// The APIs served, in the order ApiVersions lists them.
 pub static APIS: &[Registration] = &[
@@ -39,4 +42,5 @@ pub static APIS: &[Registration] = &[
     register::<acl_api::DescribeAcls>(),
     register::<acl_api::CreateAcls>(),
     register::<acl_api::DeleteAcls>(),
+    register::<leader_epoch::OffsetForLeaderEpoch>(),
 ];

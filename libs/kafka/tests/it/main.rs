@@ -1730,3 +1730,61 @@ async fn consumer_group_heartbeats_assign_revoke_and_fence_at_both_versions() ->
     }
     Ok(())
 }
+
+/// OffsetForLeaderEpoch, added as one handler file and one registration line: advertised at
+/// v2-4, and answered as Kafka answers a log without leader epochs at each version.
+#[tokio::test]
+async fn offset_for_leader_epoch_answers_as_kafka_does_without_leader_epochs() -> Result<()> {
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
+    let s = server(KafkaConfig::default()).await?;
+    let r: ApiVersionsResponse =
+        ask(s.addr, ApiKey::ApiVersions, 3, "t", &ApiVersionsRequest::default()).await?;
+    ensure!(
+        r.api_keys.iter().any(|k| (k.api_key, k.min_version, k.max_version) == (23, 2, 4)),
+        "OffsetForLeaderEpoch not advertised at v2-4: {:?}",
+        r.api_keys
+    );
+    let part = |partition: i32, current: i32| {
+        OffsetForLeaderPartition::default()
+            .with_partition(partition)
+            .with_current_leader_epoch(current)
+            .with_leader_epoch(0)
+    };
+    let topic = |name: &'static str, partitions| {
+        OffsetForLeaderTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str(name)))
+            .with_partitions(partitions)
+    };
+    let req = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_topics(vec![
+            // Partition 0 is led here (node 10), 1 by node 11; 7 does not exist.
+            topic("orders", vec![part(0, -1), part(1, -1), part(7, -1), part(0, 3)]),
+            topic("nowhere", vec![part(0, -1)]),
+        ]);
+    for v in 2..=4 {
+        let r: OffsetForLeaderEpochResponse =
+            ask(s.addr, ApiKey::OffsetForLeaderEpoch, v, "t", &req).await?;
+        let got: Vec<(String, i32, i16, i32, i64)> = r
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(move |p| {
+                    (t.topic.0.to_string(), p.partition, p.error_code, p.leader_epoch, p.end_offset)
+                })
+            })
+            .collect();
+        let want = vec![
+            ("orders".to_owned(), 0, 0, -1, -1),
+            ("orders".to_owned(), 1, kafka::code::NOT_LEADER_OR_FOLLOWER, -1, -1),
+            ("orders".to_owned(), 7, kafka::code::UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
+            ("orders".to_owned(), 0, 75, -1, -1), // UNKNOWN_LEADER_EPOCH
+            ("nowhere".to_owned(), 0, kafka::code::UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
+        ];
+        ensure!(got == want, "v{v}: {got:?}");
+    }
+    Ok(())
+}
