@@ -229,9 +229,10 @@ pub struct CommittedOffset {
     pub error: i16,
 }
 
-/// What the front end needs of the role it runs in.
+/// The cluster as a client sees it: its id, the live brokers, topics and their leaders, and
+/// group coordinators.
 #[async_trait::async_trait]
-pub trait Broker: Send + Sync + 'static {
+pub trait Cluster: Send + Sync + 'static {
     /// Kafka's cluster id.
     fn cluster_id(&self) -> String;
 
@@ -248,6 +249,18 @@ pub trait Broker: Send + Sync + 'static {
         create: Option<u32>,
     ) -> Result<Vec<TopicInfo>, BrokerError>;
 
+    /// This broker's node id.
+    fn node_id(&self) -> i32;
+
+    /// The broker that coordinates group `key`, if any lives: the same answer from every
+    /// broker (ARCHITECTURE §11: the owner function over live writers, on the group id).
+    async fn coordinator(&self, key: &str) -> Result<Option<BrokerNode>, BrokerError>;
+}
+
+/// A partition's records: produce (idempotence included), fetch and its long poll, offsets by
+/// timestamp, trims.
+#[async_trait::async_trait]
+pub trait Partitions: Send + Sync + 'static {
     /// Admits one record batch (as sent; `header` is its header, validated by the front end)
     /// to a partition this broker leads for a client in `zone`: returns once it is queued
     /// behind every batch admitted before it (the front end admits a connection's batches in
@@ -279,11 +292,36 @@ pub trait Broker: Send + Sync + 'static {
     /// offset, or after `max_wait`; registered before it looks, so no commit is missed.
     async fn wait_for(&self, targets: Vec<(String, i32, i64)>, max_wait: std::time::Duration);
 
+    /// ListOffsets: the offset for `timestamp` (-2: the log start, -1: the high watermark;
+    /// otherwise the first entry whose timestamp is at or after it, or the high watermark),
+    /// and the timestamp it answers with (-1 for -2 and -1).
+    async fn list_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+        zone: Option<&str>,
+        timestamp: i64,
+    ) -> Result<(i64, i64), Refused>;
+
+    /// DeleteRecords: makes the records below `offset` (-1: the high watermark) of a partition
+    /// this broker leads unreadable; the partition's start after.
+    async fn delete_records(
+        &self,
+        topic: &str,
+        partition: i32,
+        zone: Option<&str>,
+        offset: i64,
+    ) -> Result<i64, Refused>;
+
     /// InitProducerId for an idempotent (not transactional) producer: a new producer id at
     /// epoch 0, or, given the producer's current id and epoch (KIP-360), the same id at the
     /// next epoch. Kafka's error code otherwise.
     async fn init_producer_id(&self, current: Option<(i64, i16)>) -> Result<(i64, i16), i16>;
+}
 
+/// Topics administered: created, deleted, grown, configured.
+#[async_trait::async_trait]
+pub trait Topics: Send + Sync + 'static {
     /// Creates a topic (a stream) of `partitions` partitions; with `validate_only`, only
     /// checks that it could. Its id on success.
     async fn create_topic(
@@ -315,24 +353,12 @@ pub trait Broker: Send + Sync + 'static {
         settings: TopicSettings,
         validate_only: bool,
     ) -> Result<(), Refused>;
+}
 
-    /// DeleteRecords: makes the records below `offset` (-1: the high watermark) of a partition
-    /// this broker leads unreadable; the partition's start after.
-    async fn delete_records(
-        &self,
-        topic: &str,
-        partition: i32,
-        zone: Option<&str>,
-        offset: i64,
-    ) -> Result<i64, Refused>;
-
-    /// This broker's node id.
-    fn node_id(&self) -> i32;
-
-    /// The broker that coordinates group `key`, if any lives: the same answer from every
-    /// broker (ARCHITECTURE §11: the owner function over live writers, on the group id).
-    async fn coordinator(&self, key: &str) -> Result<Option<BrokerNode>, BrokerError>;
-
+/// Consumer groups' committed offsets (their membership is the front end's own, in
+/// [`groups`]).
+#[async_trait::async_trait]
+pub trait GroupOffsets: Send + Sync + 'static {
     /// Stores a group's committed offsets; Kafka's error code per item, in order.
     async fn commit_offsets(&self, group: &str, offsets: Vec<OffsetCommit>) -> Vec<i16>;
 
@@ -353,18 +379,13 @@ pub trait Broker: Send + Sync + 'static {
 
     /// Deletes a group's committed offset on one partition (OffsetDelete); Kafka's error code.
     async fn delete_offset(&self, group: &str, topic: &str, partition: i32) -> i16;
-
-    /// ListOffsets: the offset for `timestamp` (-2: the log start, -1: the high watermark;
-    /// otherwise the first entry whose timestamp is at or after it, or the high watermark),
-    /// and the timestamp it answers with (-1 for -2 and -1).
-    async fn list_offset(
-        &self,
-        topic: &str,
-        partition: i32,
-        zone: Option<&str>,
-        timestamp: i64,
-    ) -> Result<(i64, i64), Refused>;
 }
+
+/// What the front end needs of the role it runs in: the four capabilities above. A role
+/// implements each; handlers take a `&dyn Broker`.
+pub trait Broker: Cluster + Partitions + Topics + GroupOffsets {}
+
+impl<T: Cluster + Partitions + Topics + GroupOffsets> Broker for T {}
 
 /// The zone a client names in its `client.id` with a `zone_id=<zone>` token (seed 002);
 /// tokens are separated by commas, semicolons or spaces.

@@ -11,8 +11,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result, ensure};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka::{
-    Broker, BrokerError, BrokerNode, Fetched, KafkaConfig, PartitionInfo, Produced, Refused,
-    TopicInfo,
+    BrokerError, BrokerNode, Fetched, KafkaConfig, PartitionInfo, Produced, Refused, TopicInfo,
 };
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -67,7 +66,7 @@ fn lagging_batch() -> Bytes {
 }
 
 #[async_trait::async_trait]
-impl Broker for FakeBroker {
+impl kafka::Cluster for FakeBroker {
     fn cluster_id(&self) -> String {
         "test-cluster".to_owned()
     }
@@ -130,6 +129,17 @@ impl Broker for FakeBroker {
         Ok(out)
     }
 
+    fn node_id(&self) -> i32 {
+        10
+    }
+
+    async fn coordinator(&self, _key: &str) -> Result<Option<BrokerNode>, BrokerError> {
+        Ok(self.brokers().await?.into_iter().next())
+    }
+}
+
+#[async_trait::async_trait]
+impl kafka::Partitions for FakeBroker {
     async fn produce(
         &self,
         topic: &str,
@@ -247,10 +257,42 @@ impl Broker for FakeBroker {
         tokio::time::sleep(max_wait.min(std::time::Duration::from_millis(100))).await;
     }
 
+    async fn list_offset(
+        &self,
+        _topic: &str,
+        _partition: i32,
+        _zone: Option<&str>,
+        timestamp: i64,
+    ) -> Result<(i64, i64), Refused> {
+        match timestamp {
+            -2 => Ok((0, -1)),
+            -1 => Ok((42, -1)),
+            t => Ok((7, t)),
+        }
+    }
+
+    async fn delete_records(
+        &self,
+        topic: &str,
+        partition: i32,
+        _zone: Option<&str>,
+        offset: i64,
+    ) -> Result<i64, Refused> {
+        self.deleted.lock().map_err(|_| Refused::new(-1, "poisoned"))?.push((
+            topic.to_owned(),
+            partition,
+            offset,
+        ));
+        Ok(if offset == -1 { 42 } else { offset })
+    }
+
     async fn init_producer_id(&self, current: Option<(i64, i16)>) -> Result<(i64, i16), i16> {
         Ok(current.map_or((1000, 0), |(id, e)| (id, e + 1)))
     }
+}
 
+#[async_trait::async_trait]
+impl kafka::Topics for FakeBroker {
     async fn create_topic(
         &self,
         name: &str,
@@ -303,30 +345,10 @@ impl Broker for FakeBroker {
         }
         Ok(())
     }
+}
 
-    async fn delete_records(
-        &self,
-        topic: &str,
-        partition: i32,
-        _zone: Option<&str>,
-        offset: i64,
-    ) -> Result<i64, Refused> {
-        self.deleted.lock().map_err(|_| Refused::new(-1, "poisoned"))?.push((
-            topic.to_owned(),
-            partition,
-            offset,
-        ));
-        Ok(if offset == -1 { 42 } else { offset })
-    }
-
-    fn node_id(&self) -> i32 {
-        10
-    }
-
-    async fn coordinator(&self, _key: &str) -> Result<Option<BrokerNode>, BrokerError> {
-        Ok(self.brokers().await?.into_iter().next())
-    }
-
+#[async_trait::async_trait]
+impl kafka::GroupOffsets for FakeBroker {
     async fn commit_offsets(&self, group: &str, offsets: Vec<kafka::OffsetCommit>) -> Vec<i16> {
         let mut stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
         offsets
@@ -390,20 +412,6 @@ impl Broker for FakeBroker {
         let mut stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
         stored.remove(&(group.to_owned(), topic.to_owned(), partition));
         0
-    }
-
-    async fn list_offset(
-        &self,
-        _topic: &str,
-        _partition: i32,
-        _zone: Option<&str>,
-        timestamp: i64,
-    ) -> Result<(i64, i64), Refused> {
-        match timestamp {
-            -2 => Ok((0, -1)),
-            -1 => Ok((42, -1)),
-            t => Ok((7, t)),
-        }
     }
 }
 

@@ -1,0 +1,288 @@
+//! A partition's records: produce (admitted in order behind idempotence's checks), fetch
+//! (from the writer's tail or object storage; a preferred reader for far-behind consumers), the
+//! long poll, offsets by timestamp, DeleteRecords, producer ids.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use futures::FutureExt;
+use kafka::producers::Check;
+use kafka::{Fetched, Refused, code};
+use logstore::LogId;
+
+use crate::{
+    LogBroker, MAX_FETCH_RECORDS, PRODUCER_ID_BLOCK, SlotProducers, commit, conditions, lock,
+    refused, to_i64,
+};
+
+#[async_trait::async_trait]
+impl kafka::Partitions for LogBroker {
+    async fn produce(
+        &self,
+        topic: &str,
+        partition: i32,
+        zone: Option<&str>,
+        batch: bytes::Bytes,
+        header: &recordbatch::BatchHeader,
+    ) -> Result<kafka::Commit, Refused> {
+        let (log, slot, props) = self.led_with_props(topic, partition, zone).await?;
+        if let Some(max) = props.max_message_bytes
+            && batch.len() as u64 > max
+        {
+            return Err(Refused::new(
+                code::MESSAGE_TOO_LARGE,
+                format!(
+                    "a batch of {} bytes; topic {topic} takes at most {max} (max.message.bytes)",
+                    batch.len()
+                ),
+            ));
+        }
+        // validate() checked the count is last_offset_delta + 1 and at least 1.
+        let record_count = u32::try_from(header.record_count)
+            .map_err(|_| Refused::new(code::CORRUPT_MESSAGE, "record count"))?;
+        let p = header.producer;
+        if p.producer_id < 0 {
+            let committing = self
+                .store()?
+                .submit_in_slot(
+                    log,
+                    &slot,
+                    record_count,
+                    batch,
+                    conditions(header, self.store()?.now_ms(), None)?,
+                )
+                .await
+                .map_err(refused)?;
+            return Ok(commit(committing));
+        }
+        let epoch = self.ready(log, &slot).await?;
+        let key = (log, slot);
+        let (first, last) = (p.base_sequence, header.last_sequence());
+        let check =
+            |producers: &Mutex<BTreeMap<(LogId, String), SlotProducers>>| match lock(producers)
+                .get_mut(&key)
+            {
+                Some(SlotProducers::Ready(t)) if t.epoch == epoch => {
+                    Ok(t.producers.check(p.producer_id, p.producer_epoch, first, last))
+                }
+                _ => Err(Refused::new(code::NOT_LEADER_OR_FOLLOWER, "partition changed owner")),
+            };
+        // A producer's first batch in this tenure: it may come from another owner slot (its
+        // zone's writers went or came) with batches in the log this state never saw, one of
+        // them perhaps this very batch, sent there with its answer lost.
+        let first_here = match lock(&self.producers).get(&key) {
+            Some(SlotProducers::Ready(t)) => !t.producers.admitted_here(p.producer_id),
+            _ => false,
+        };
+        // Only if another slot ever took idempotent batches (each saves a checkpoint before
+        // its first): in a log served by this slot alone, every batch of any producer since
+        // the tenure began was admitted here, and those before it were replayed.
+        if first_here && self.other_slots_take_producers(log, &key.1).await {
+            self.catch_up(log, &key.1, epoch, None).await?;
+        }
+        let check = match check(&self.producers)? {
+            // A gap: it may have been elsewhere since; look in the log before calling it real.
+            Check::Refuse(r) if r.code == code::OUT_OF_ORDER_SEQUENCE_NUMBER => {
+                self.catch_up(log, &key.1, epoch, Some(p.producer_id)).await?;
+                check(&self.producers)?
+            }
+            c => c,
+        };
+        match check {
+            Check::Append => {}
+            Check::Duplicate(original) => return Ok(Box::pin(original)),
+            Check::Refuse(r) => return Err(self.confirm_refusal(log, &key.1, epoch, r).await),
+        }
+        // Commits only in this tenure: the state checked belongs to it.
+        let committing = self
+            .store()?
+            .submit_in_slot(
+                log,
+                &key.1,
+                record_count,
+                batch,
+                conditions(header, self.store()?.now_ms(), Some(epoch))?,
+            )
+            .await
+            .map_err(refused)?;
+        let shared = kafka::producers::shared(commit(committing));
+        // Resolved whether or not anyone awaits it (a client may hang up), so the state and
+        // its checkpoints see the outcome.
+        tokio::spawn(shared.clone().map(drop));
+        if let Some(SlotProducers::Ready(t)) = lock(&self.producers).get_mut(&key)
+            && t.epoch == epoch
+        {
+            t.producers.admitted(p.producer_id, p.producer_epoch, first, last, shared.clone());
+            t.dirty += 1;
+        }
+        Ok(Box::pin(shared))
+    }
+
+    async fn fetch(
+        &self,
+        topic: &str,
+        partition: i32,
+        zone: Option<&str>,
+        rack: Option<&str>,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<Fetched, Refused> {
+        let log = self.readable(topic, partition, zone).await?;
+        let info = self.reader.info(log).await.map_err(refused)?;
+        let (hw, start) = (to_i64(info.next_offset)?, to_i64(info.first_offset)?);
+        if offset < start || offset > hw {
+            return Err(Refused::new(
+                code::OFFSET_OUT_OF_RANGE,
+                format!("offset {offset} is outside [{start}, {hw}]"),
+            ));
+        }
+        let mut fetched =
+            Fetched { high_watermark: hw, log_start_offset: start, ..Default::default() };
+        // Nothing to send, or no room to send it in (a fetch's budget is spent): the offsets.
+        if offset == hw || max_bytes == 0 {
+            return Ok(fetched);
+        }
+        if let Some(rack) = rack {
+            let behind = (hw - offset) as u64;
+            if let Some(node) = self.preferred_reader(log, partition, rack, behind).await {
+                fetched.preferred_read_replica = Some(node);
+                return Ok(fetched);
+            }
+        }
+        let entries = self
+            .reader
+            .read_entries(log, offset as u64, MAX_FETCH_RECORDS, max_bytes as u64)
+            .await
+            .map_err(refused)?;
+        let mut batches = Vec::with_capacity(entries.len());
+        for e in entries {
+            // Nothing at or past the high watermark this answer names (entries committed
+            // since it was read), as Kafka answers: a client's lag is never negative.
+            if to_i64(e.header.offset)? >= hw {
+                break;
+            }
+            // Entries that are not Kafka batches (written in Lakelog's first record format)
+            // are left out: a Kafka client could not read them.
+            if recordbatch::BatchHeader::parse(&e.payload).is_err() {
+                continue;
+            }
+            // Sent as read, by reference; its base offset is written as it goes out.
+            batches.push(kafka::StoredBatch {
+                base_offset: to_i64(e.header.offset)?,
+                bytes: e.payload,
+            });
+        }
+        let bytes: usize = batches.iter().map(kafka::StoredBatch::len).sum();
+        fetched.records = batches;
+        self.fetched.fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(fetched)
+    }
+
+    async fn wait_for(&self, targets: Vec<(String, i32, i64)>, max_wait: std::time::Duration) {
+        let reader = &self.reader;
+        let mut waits = Vec::with_capacity(targets.len());
+        for (topic, partition, offset) in targets {
+            let (Ok(p), Ok(offset)) = (u32::try_from(partition), u64::try_from(offset)) else {
+                continue;
+            };
+            let Ok(log) = self.catalog.route(&topic, p).await else { continue };
+            waits.push(Box::pin(async move {
+                let _ = reader.wait_beyond(log, offset, max_wait).await;
+            }));
+        }
+        if waits.is_empty() {
+            tokio::time::sleep(max_wait).await;
+            return;
+        }
+        // The first partition with more, or the wait's end (each wait ends by then too).
+        let _ = tokio::time::timeout(max_wait, futures::future::select_all(waits)).await;
+    }
+
+    async fn list_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+        zone: Option<&str>,
+        timestamp: i64,
+    ) -> Result<(i64, i64), Refused> {
+        let log = self.readable(topic, partition, zone).await?;
+        let info = self.reader.info(log).await.map_err(refused)?;
+        let reader = &self.reader;
+        match timestamp {
+            // -4, earliest local (KIP-405): all of the log is as near as any of it.
+            -2 | -4 => Ok((to_i64(info.first_offset)?, -1)),
+            -1 => Ok((to_i64(info.next_offset)?, -1)),
+            // The record with the largest timestamp (KIP-734); none in an empty log.
+            -3 if info.first_offset == info.next_offset => Ok((-1, -1)),
+            -3 => {
+                let found = logstore::retention::find_by_timestamp(reader, log, info.max_timestamp)
+                    .await
+                    .map_err(refused)?;
+                match found {
+                    Some(h) => self.record_with_timestamp(log, &h, info.max_timestamp, true).await,
+                    None => Ok((-1, -1)),
+                }
+            }
+            t if t < 0 => Err(Refused::new(
+                code::INVALID_REQUEST,
+                format!("timestamp {t}: -1, -2, -3, -4 or a time are served"),
+            )),
+            t => {
+                // The running-max index finds the first entry that may hold a record at or
+                // after `t`; its records' own timestamps say which one.
+                let found = logstore::retention::find_by_timestamp(reader, log, t)
+                    .await
+                    .map_err(refused)?;
+                match found {
+                    Some(h) => self.record_with_timestamp(log, &h, t, false).await,
+                    // No record is that recent: Kafka answers no offset.
+                    None => Ok((-1, -1)),
+                }
+            }
+        }
+    }
+
+    async fn delete_records(
+        &self,
+        topic: &str,
+        partition: i32,
+        zone: Option<&str>,
+        offset: i64,
+    ) -> Result<i64, Refused> {
+        let (log, _) = self.led(topic, partition, zone).await?;
+        let to = match offset {
+            -1 => self.reader.info(log).await.map_err(refused)?.next_offset,
+            o => u64::try_from(o)
+                .map_err(|_| Refused::new(code::OFFSET_OUT_OF_RANGE, format!("offset {o}")))?,
+        };
+        // A soft trim: the records below become unreadable at once; retention's hard trim and
+        // the cleaner reclaim their storage later.
+        let start = logstore::retention::soft_trim(&self.reader, log, to).await.map_err(refused)?;
+        to_i64(start)
+    }
+
+    async fn init_producer_id(&self, current: Option<(i64, i16)>) -> Result<(i64, i16), i16> {
+        // KIP-360: the same producer at its next epoch, while epochs last.
+        if let Some((id, epoch)) = current
+            && (0..i16::MAX - 1).contains(&epoch)
+        {
+            return Ok((id, epoch + 1));
+        }
+        let mut ids = self.producer_ids.lock().await;
+        if ids.is_empty() {
+            *ids = logstore::membership::producer_ids(
+                self.reader.meta().as_ref(),
+                &self.cluster,
+                PRODUCER_ID_BLOCK,
+            )
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "Kafka: no producer ids");
+                code::COORDINATOR_NOT_AVAILABLE
+            })?;
+        }
+        let id = ids.start;
+        ids.start += 1;
+        Ok((id, 0))
+    }
+}
