@@ -21,12 +21,14 @@ use logstore::{LogError, LogId, LogReader, LogStorage};
 
 mod cluster;
 mod idempotence;
+mod listener;
 mod offsets;
 mod partitions;
 mod topics;
 
 pub use idempotence::{CHECKPOINT_BATCHES, CHECKPOINT_IDLE, CHECKPOINT_INTERVAL};
 pub(crate) use idempotence::{PRODUCER_ID_BLOCK, SlotProducers};
+pub use listener::{kafka_config, listen};
 
 /// The Kafka broker of one writer (or standalone), or of one reader.
 #[derive(Clone, Debug)]

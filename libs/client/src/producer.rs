@@ -218,6 +218,14 @@ struct Batch {
 }
 
 impl Batch {
+    /// Answers each record: appended at `offset` on, by `writer`.
+    fn acked(self, partition: u32, offset: u64, writer: &str) {
+        for (i, reply) in self.replies.into_iter().enumerate() {
+            let ack = RecordAck { partition, offset: offset + i as u64, writer: writer.to_owned() };
+            let _ = reply.send(Ok(ack));
+        }
+    }
+
     fn fail(self, e: &ClientError) {
         for r in self.replies {
             let _ = r.send(Err(e.clone()));
@@ -386,29 +394,14 @@ async fn sender(inner: &Inner, partition: u32, mut batches: mpsc::Receiver<Batch
                     let Some((b, _)) = in_flight.pop_front() else { continue };
                     match a {
                         Ok(h) => {
-                            let writer = p.route.owner_id.clone();
-                            for (i, reply) in b.replies.into_iter().enumerate() {
-                                let ack = RecordAck {
-                                    partition,
-                                    offset: h.offset + i as u64,
-                                    writer: writer.clone(),
-                                };
-                                let _ = reply.send(Ok(ack));
-                            }
+                            b.acked(partition, h.offset, &p.route.owner_id);
                             backoff = Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
                         }
                         Err((e, owner)) => {
                             if !p.broken {
                                 // The first failure: it says where to go next.
                                 p.broken = true;
-                                route = match owner {
-                                    Some((id, address)) if e.code == "NOT_OWNER" && !address.is_empty() => {
-                                        Some(Route { owner_id: id, owner_address: address, ..p.route.clone() })
-                                    }
-                                    // Busy, not moved: the same writer, after the back-off.
-                                    _ if e.code == "RESOURCE_EXHAUSTED" => Some(p.route.clone()),
-                                    _ => None,
-                                };
+                                route = next_route(&p.route, &e, owner);
                             }
                             if e.is_retryable() && Instant::now() < b.give_up {
                                 tracing::debug!(stream = %inner.stream, partition, error = %e, "append retried");
@@ -451,6 +444,19 @@ async fn sender(inner: &Inner, partition: u32, mut batches: mpsc::Receiver<Batch
                 None => open = false,
             },
         }
+    }
+}
+
+/// Where a partition's appends go after its stream's first failure `e`: to the owner it names
+/// (NOT_OWNER), to the same writer after the back-off (busy, not moved), or wherever the
+/// catalog says (anything else).
+fn next_route(now: &Route, e: &ClientError, owner: Option<(String, String)>) -> Option<Route> {
+    match owner {
+        Some((id, address)) if e.code == "NOT_OWNER" && !address.is_empty() => {
+            Some(Route { owner_id: id, owner_address: address, ..now.clone() })
+        }
+        _ if e.code == "RESOURCE_EXHAUSTED" => Some(now.clone()),
+        _ => None,
     }
 }
 

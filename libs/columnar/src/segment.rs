@@ -618,6 +618,118 @@ where
     Ok((values, def, rep))
 }
 
+/// A batch framed again from its records, at its first offset `start`, with the length it
+/// was stored with; why not, if it cannot be.
+fn framed(
+    records: Vec<Record>,
+    framing: Framing,
+    start: i64,
+    ingest_ms: i64,
+    stored: i32,
+) -> Result<Served, String> {
+    let framed = recordbatch::encode_framed(&records, framing).map_err(|e| e.to_string())?;
+    let mut framed = framed.to_vec();
+    recordbatch::set_base_offset(&mut framed, start).map_err(|e| e.to_string())?;
+    let entry = Entry { offset: start as u64, ingest_ms, batch: Bytes::from(framed) };
+    let stored_len =
+        u32::try_from(stored).map_err(|_| format!("the batch at {start} is {stored} bytes"))?;
+    Ok(Served { entry, stored_len, attributes: framing.attributes })
+}
+
+/// A row group's columns as read, each checked to hold one value (or level) a row.
+struct ReadColumns {
+    offset: Vec<i64>,
+    timestamp: Vec<i64>,
+    ingest: Vec<i64>,
+    partition: Vec<i32>,
+    key: Vec<ByteArray>,
+    key_def: Vec<i16>,
+    value: Vec<ByteArray>,
+    value_def: Vec<i16>,
+    hkey: Vec<ByteArray>,
+    hkey_def: Vec<i16>,
+    hrep: Vec<i16>,
+    hvalue: Vec<ByteArray>,
+    hvalue_def: Vec<i16>,
+    crc: Vec<i32>,
+    batch_offset: Vec<i64>,
+    attributes: Vec<i32>,
+    base_ts: Vec<i64>,
+    max_ts: Vec<i64>,
+    producer_id: Vec<i64>,
+    producer_epoch: Vec<i32>,
+    base_sequence: Vec<i32>,
+    delta: Vec<i64>,
+    batch_bytes: Vec<i32>,
+}
+
+impl ReadColumns {
+    /// Every column of row group `index` (`rows` rows) from `rg`.
+    fn of(rg: &dyn RowGroupReader, rows: usize, index: usize) -> Result<Self, LakeError> {
+        let flat = (false, false);
+        let i64s = |i| read_column::<Int64Type>(rg, i, rows, flat).map(|c| c.0);
+        let i32s = |i| read_column::<Int32Type>(rg, i, rows, flat).map(|c| c.0);
+        let bytes = |i, levels| read_column::<ByteArrayType>(rg, i, rows, levels);
+        let (key, key_def, _) = bytes(col::KEY, (true, false))?;
+        let (value, value_def, _) = bytes(col::VALUE, (true, false))?;
+        let (hkey, hkey_def, hrep) = bytes(col::HEADER_KEY, (true, true))?;
+        let (hvalue, hvalue_def, hvrep) = bytes(col::HEADER_VALUE, (true, true))?;
+        let c = ReadColumns {
+            offset: i64s(col::OFFSET)?,
+            timestamp: i64s(col::TIMESTAMP)?,
+            ingest: i64s(col::INGEST_TS)?,
+            partition: i32s(col::PARTITION)?,
+            key,
+            key_def,
+            value,
+            value_def,
+            hkey,
+            hkey_def,
+            hrep,
+            hvalue,
+            hvalue_def,
+            crc: i32s(col::CRC)?,
+            batch_offset: i64s(col::BATCH_OFFSET)?,
+            attributes: i32s(col::BATCH_ATTRIBUTES)?,
+            base_ts: i64s(col::BATCH_BASE_TIMESTAMP)?,
+            max_ts: i64s(col::BATCH_MAX_TIMESTAMP)?,
+            producer_id: i64s(col::PRODUCER_ID)?,
+            producer_epoch: i32s(col::PRODUCER_EPOCH)?,
+            base_sequence: i32s(col::BASE_SEQUENCE)?,
+            delta: i64s(col::TIMESTAMP_DELTA)?,
+            batch_bytes: i32s(col::BATCH_BYTES)?,
+        };
+        let corrupt = |m: String| LakeError::Corrupt(format!("row group {index}: {m}"));
+        for (name, n) in [
+            ("offset", c.offset.len()),
+            ("timestamp", c.timestamp.len()),
+            ("ingest_ts", c.ingest.len()),
+            ("partition", c.partition.len()),
+            ("key levels", c.key_def.len()),
+            ("value levels", c.value_def.len()),
+            ("crc32c", c.crc.len()),
+            ("batch_offset", c.batch_offset.len()),
+            ("batch_attributes", c.attributes.len()),
+            ("batch_base_timestamp", c.base_ts.len()),
+            ("batch_max_timestamp", c.max_ts.len()),
+            ("producer_id", c.producer_id.len()),
+            ("producer_epoch", c.producer_epoch.len()),
+            ("base_sequence", c.base_sequence.len()),
+            ("timestamp_delta", c.delta.len()),
+            ("batch_bytes", c.batch_bytes.len()),
+        ] {
+            if n != rows {
+                return Err(corrupt(format!("{name} has {n} values for {rows} rows")));
+            }
+        }
+        if c.hkey_def.len() != c.hrep.len() || c.hrep != hvrep || c.hvalue_def.len() != c.hrep.len()
+        {
+            return Err(corrupt("the headers' key and value levels disagree".to_owned()));
+        }
+        Ok(c)
+    }
+}
+
 /// Reads row group `index` from its bytes (`bytes` starts at its `start`) and frames its
 /// records as batches again, each at its first offset, every record's checksum verified.
 /// Batches are uncompressed; their records, timestamps, producer fields and timestamp type
@@ -654,56 +766,32 @@ pub fn read_row_group(
     let chunk = Arc::new(Fetched { start: place.start, bytes });
     let props = Arc::new(ReaderProperties::builder().build());
     let rg = SerializedRowGroupReader::new(chunk, meta, None, props)?;
-    let rg: &dyn RowGroupReader = &rg;
-    let flat = (false, false);
-    let i64s = |i| read_column::<Int64Type>(rg, i, rows, flat).map(|c| c.0);
-    let i32s = |i| read_column::<Int32Type>(rg, i, rows, flat).map(|c| c.0);
-    let offset = i64s(col::OFFSET)?;
-    let timestamp = i64s(col::TIMESTAMP)?;
-    let ingest = i64s(col::INGEST_TS)?;
-    let partition = i32s(col::PARTITION)?;
-    let (key, key_def, _) = read_column::<ByteArrayType>(rg, col::KEY, rows, (true, false))?;
-    let (value, value_def, _) = read_column::<ByteArrayType>(rg, col::VALUE, rows, (true, false))?;
-    let (hkey, hkey_def, hrep) =
-        read_column::<ByteArrayType>(rg, col::HEADER_KEY, rows, (true, true))?;
-    let (hvalue, hvalue_def, hvrep) =
-        read_column::<ByteArrayType>(rg, col::HEADER_VALUE, rows, (true, true))?;
-    let crc = i32s(col::CRC)?;
-    let batch_offset = i64s(col::BATCH_OFFSET)?;
-    let attributes = i32s(col::BATCH_ATTRIBUTES)?;
-    let base_ts = i64s(col::BATCH_BASE_TIMESTAMP)?;
-    let max_ts = i64s(col::BATCH_MAX_TIMESTAMP)?;
-    let producer_id = i64s(col::PRODUCER_ID)?;
-    let producer_epoch = i32s(col::PRODUCER_EPOCH)?;
-    let base_sequence = i32s(col::BASE_SEQUENCE)?;
-    let delta = i64s(col::TIMESTAMP_DELTA)?;
-    let batch_bytes = i32s(col::BATCH_BYTES)?;
+    let ReadColumns {
+        offset,
+        timestamp,
+        ingest,
+        partition,
+        key,
+        key_def,
+        value,
+        value_def,
+        hkey,
+        hkey_def,
+        hrep,
+        hvalue,
+        hvalue_def,
+        crc,
+        batch_offset,
+        attributes,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        delta,
+        batch_bytes,
+    } = ReadColumns::of(&rg, rows, index)?;
     let corrupt = |m: String| LakeError::Corrupt(format!("row group {index}: {m}"));
-    for (name, n) in [
-        ("offset", offset.len()),
-        ("timestamp", timestamp.len()),
-        ("ingest_ts", ingest.len()),
-        ("partition", partition.len()),
-        ("key levels", key_def.len()),
-        ("value levels", value_def.len()),
-        ("crc32c", crc.len()),
-        ("batch_offset", batch_offset.len()),
-        ("batch_attributes", attributes.len()),
-        ("batch_base_timestamp", base_ts.len()),
-        ("batch_max_timestamp", max_ts.len()),
-        ("producer_id", producer_id.len()),
-        ("producer_epoch", producer_epoch.len()),
-        ("base_sequence", base_sequence.len()),
-        ("timestamp_delta", delta.len()),
-        ("batch_bytes", batch_bytes.len()),
-    ] {
-        if n != rows {
-            return Err(corrupt(format!("{name} has {n} values for {rows} rows")));
-        }
-    }
-    if hkey_def.len() != hrep.len() || hrep != hvrep || hvalue_def.len() != hrep.len() {
-        return Err(corrupt("the headers' key and value levels disagree".to_owned()));
-    }
     let mut values = (key.into_iter(), value.into_iter(), hkey.into_iter(), hvalue.into_iter());
     // (The decoder sets every value's bytes.)
     let take = |it: &mut std::vec::IntoIter<ByteArray>, what: &str| {
@@ -782,15 +870,10 @@ pub fn read_row_group(
         let last = row + 1 == rows || batch_offset[row + 1] != start;
         if last {
             batch_framing = None;
-            let framed = recordbatch::encode_framed(&std::mem::take(&mut batch), framing)
-                .map_err(|e| corrupt(e.to_string()))?;
-            let mut framed = framed.to_vec();
-            recordbatch::set_base_offset(&mut framed, start).map_err(|e| corrupt(e.to_string()))?;
-            let entry = Entry { offset: start as u64, ingest_ms, batch: Bytes::from(framed) };
-            let stored_len = u32::try_from(batch_bytes[row]).map_err(|_| {
-                corrupt(format!("the batch at {start} is {} bytes", batch_bytes[row]))
-            })?;
-            out.push(Served { entry, stored_len, attributes: framing.attributes });
+            let records = std::mem::take(&mut batch);
+            out.push(
+                framed(records, framing, start, ingest_ms, batch_bytes[row]).map_err(corrupt)?,
+            );
         }
     }
     if level != hrep.len() {

@@ -17,6 +17,7 @@
 
 use std::time::Duration;
 
+use kafka::Partitions as _;
 use kafka::code;
 use recordbatch::{ProducerFields, Record};
 
@@ -58,7 +59,6 @@ fn broker(shared: &SharedRef, node: Option<i32>) -> Option<std::sync::Arc<broker
 /// InitProducerId at any live broker until it answers: a new producer, or (given the current
 /// one) the same at its next epoch. `None` if no broker answered for a minute.
 async fn init(shared: &SharedRef, current: Option<(i64, i16)>) -> Option<(i64, i16)> {
-    use kafka::Broker as _;
     for _ in 0..600 {
         if let Some(b) = broker(shared, None)
             && let Ok(Ok(p)) =
@@ -80,7 +80,6 @@ pub(crate) async fn producer(
     zone: Option<String>,
     shared: SharedRef,
 ) {
-    use kafka::Broker as _;
     let Some(mut me) = init(&shared, None).await else { return };
     // Every other producer starts just below the sequence wrap (Kafka's sequences run to
     // i32::MAX, then 0), so each run's windows cross it; a new epoch starts from 0 (KIP-360).
@@ -203,7 +202,6 @@ fn batches(records: &bytes::Bytes) -> Vec<crate::history::Seen> {
 /// anywhere below — at the reader's broker or a writer's, until stopped; each answer's batches
 /// go into the history as a read.
 pub(crate) async fn consumer(c: u64, logs: Vec<u64>, shared: SharedRef) {
-    use kafka::Broker as _;
     let mut ends = vec![0u64; logs.len()];
     loop {
         let (partition, from, at_reader, think) = {

@@ -48,24 +48,12 @@ pub async fn run(
         let broker = brokers::LogBroker::reader(catalog, &node.cluster, reader.clone())
             .with_node_id(node_id);
         fetched = Some(broker.clone());
-        let cfg = kafka::KafkaConfig {
-            max_frame_bytes: usize::try_from(k.max_request_size.0).unwrap_or(usize::MAX),
-            request_budget: ::kafka::budget::RequestBudget::new(
-                usize::try_from(k.request_budget.0).unwrap_or(usize::MAX),
-            ),
-            max_connections: k.max_connections,
-            max_connections_per_ip: k.max_connections_per_ip,
-            connections_max_idle: k.connections_max_idle.0,
-            // A reader creates no topics.
-            auto_create_topics: false,
-            tls,
-            authz: role.authorizer(),
-            acls: role.authorizer().enabled().then(|| role.auth_store()),
-            ..Default::default()
-        };
+        let mut cfg = brokers::kafka_config(k, &role, tls);
+        // A reader creates no topics.
+        cfg.auto_create_topics = false;
         tracing::info!(addr = %k.listen, advertised = %k.advertised(), node_id, "Kafka serving (read-only)");
         let broker = std::sync::Arc::new(broker);
-        role.spawn(move |shutdown| kafka::serve(listener, broker, cfg, shutdown.wait()));
+        brokers::listen(&mut role, listener, broker, cfg);
     }
     let (for_hits, for_misses) = (reader.clone(), reader.clone());
     let follow = telemetry::follow_counts(vec![

@@ -95,25 +95,10 @@ pub async fn run_with(
             brokers::LogBroker::writer(catalog, &node.cluster, storage.clone())
                 .with_node_id(node_id),
         );
-        let cfg = ::kafka::KafkaConfig {
-            max_frame_bytes: usize::try_from(k.max_request_size.0).unwrap_or(usize::MAX),
-            request_budget: ::kafka::budget::RequestBudget::new(
-                usize::try_from(k.request_budget.0).unwrap_or(usize::MAX),
-            ),
-            max_connections: k.max_connections,
-            max_connections_per_ip: k.max_connections_per_ip,
-            connections_max_idle: k.connections_max_idle.0,
-            // Kafka's max.message.bytes: the largest entry this writer takes.
-            max_batch_bytes: storage.config().max_entry_bytes,
-            auto_create_topics: k.auto_create_topics,
-            default_partitions: k.default_partitions,
-            consumer_session_timeout: k.consumer_session_timeout.0,
-            consumer_heartbeat_interval: k.consumer_heartbeat_interval.0,
-            tls,
-            authz: role.authorizer(),
-            acls: role.authorizer().enabled().then(|| role.auth_store()),
-            ..Default::default()
-        };
+        let mut cfg = brokers::kafka_config(k, &role, tls);
+        // Kafka's max.message.bytes: the largest entry this writer takes.
+        cfg.max_batch_bytes = storage.config().max_entry_bytes;
+        cfg.auto_create_topics = k.auto_create_topics;
         tracing::info!(addr = %k.listen, advertised = %k.advertised(), "Kafka serving");
         let counted = broker.as_ref().clone();
         follow = Some(telemetry::follow_counts(vec![(
@@ -123,7 +108,7 @@ pub async fn run_with(
         )]));
         let checkpoints = broker.as_ref().clone();
         role.spawn(move |shutdown| checkpoints.checkpoints(shutdown));
-        role.spawn(move |shutdown| ::kafka::serve(listener, broker, cfg, shutdown.wait()));
+        brokers::listen(&mut role, listener, broker, cfg);
     }
     let served = serve_on(role, storage, shutdown, extra).await;
     if let Some(f) = follow {

@@ -416,30 +416,10 @@ pub(super) async fn commit_chunks(
                 }
             }
         }
-        // Group logs into transactions within etcd's limits: one compare per log plus the
-        // member compare; the head, its spilled pages and the low-water mark as puts.
-        let mut groups: Vec<Vec<(Parts, Served, Plan)>> = Vec::new();
-        let (mut compares, mut puts) = (0, 0);
-        for item in plans {
-            let need = 1 + item.2.pages.len();
-            if groups.is_empty()
-                || compares + 1 > metadata::MAX_TXN_OPS
-                || puts + need > metadata::MAX_TXN_OPS
-            {
-                groups.push(Vec::new());
-                compares = 1;
-                puts = 1;
-            }
-            compares += 1;
-            puts += need;
-            if let Some(g) = groups.last_mut() {
-                g.push(item);
-            }
-        }
         // One transaction at a time, each timed for the commit budget: sent together, they
         // queued behind each other in a store that applies one at a time (the embedded one),
         // which the budget then read as a slow store.
-        for group in groups {
+        for group in txn_groups(plans) {
             let sent = Instant::now();
             let outcome = commit_group(core, seq, deadline, member_revision, &group).await;
             latencies.push(sent.elapsed());
@@ -509,6 +489,34 @@ pub(super) async fn commit_chunks(
         }
     }
     (failures, latencies)
+}
+
+/// The planned logs grouped into transactions within etcd's limits: one compare per log plus
+/// the member compare; the head, its spilled pages and the low-water mark as puts.
+fn txn_groups(plans: Vec<(Parts, Served, Plan)>) -> Vec<Vec<(Parts, Served, Plan)>> {
+    let mut groups: Vec<Vec<(Parts, Served, Plan)>> = Vec::new();
+    let (mut compares, mut puts) = (0, 0);
+    for item in plans {
+        let need = 1 + item.2.pages.len();
+        if groups.is_empty()
+            || compares + 1 > metadata::MAX_TXN_OPS
+            || puts + need > metadata::MAX_TXN_OPS
+        {
+            groups.push(Vec::new());
+            compares = 1;
+            puts = 1;
+        }
+        compares += 1;
+        puts += need;
+        if let Some(g) = groups.last_mut() {
+            g.push(item);
+        }
+    }
+    debug_assert!(
+        groups.iter().all(|g| g.len() < metadata::MAX_TXN_OPS),
+        "a commit transaction within etcd's limit of operations"
+    );
+    groups
 }
 
 pub(super) const INCARNATION_ENDED: &str =

@@ -467,7 +467,7 @@ fn idempotent_batch(epoch: i16, seq: i32, n: usize) -> Result<Bytes> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kafka_idempotent_batches_are_appended_once_and_answered_with_their_first_offset()
 -> Result<()> {
-    use kafka::Broker;
+    use kafka::Partitions as _;
     let s = serve_writer().await?;
     let cluster = s.storage.config().cluster.clone();
     let catalog = catalog::Catalog::new(s.storage.metadata(), s.storage.reader().clone(), &cluster);
@@ -514,7 +514,7 @@ async fn kafka_idempotent_batches_are_appended_once_and_answered_with_their_firs
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_new_idempotent_producers_first_batch_reads_nothing_of_a_log_one_slot_serves()
 -> Result<()> {
-    use kafka::Broker;
+    use kafka::Partitions as _;
     let s = serve_writer().await?;
     let cluster = s.storage.config().cluster.clone();
     let catalog = catalog::Catalog::new(s.storage.metadata(), s.storage.reader().clone(), &cluster);
@@ -595,7 +595,7 @@ impl Stores {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kafka_idempotent_state_survives_a_change_of_owner() -> Result<()> {
-    use kafka::Broker;
+    use kafka::Partitions as _;
     let stores = Stores::new("handoff").await?;
     let (cluster, meta) = (&stores.cluster, &stores.meta);
     let produce = |broker: brokers::LogBroker, seq: i32, n: usize| async move {
@@ -655,7 +655,7 @@ async fn kafka_idempotent_state_is_rebuilt_from_the_log_when_a_checkpoint_is_los
 }
 
 async fn follow_a_producer_between_slots(lose_checkpoint: bool) -> Result<()> {
-    use kafka::Broker;
+    use kafka::Partitions as _;
     use objstore::object_store::ObjectStoreExt;
     let stores = Stores::new("zones").await?;
     let (cluster, meta, objects) = (&stores.cluster, &stores.meta, &stores.objects);
