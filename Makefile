@@ -23,11 +23,12 @@ test: deps ## Run every test: unit, conformance (etcd, embedded, local dir, Seaw
 	cargo test --workspace --doc
 	cargo test -p sim --features mutants --test mutants
 
-lint: deps ## rustfmt check, clippy -D warnings, dependency-direction rules, the Helm chart and the compose file
+lint: deps ## rustfmt check, clippy -D warnings (and the mutation test's build), dependency-direction rules, no function over 150 lines, the Helm chart and the compose file
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy -p sim --features mutants --all-targets -- -D warnings
 	./scripts/check-deps.py
+	python3 scripts/fn-lengths.py --max 150
 	$(MAKE) helm-check
 	$(MAKE) compose-check
 

@@ -400,41 +400,10 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
         }
     }
     let Some(Some(first)) = writers.first() else { return failed(seed, "no writer".into()) };
-    let mut logs = Vec::new();
-    // The Kafka topic is a lake stream: its compacted segments are its table's Parquet files,
-    // and consumers read compacted ranges from their row groups.
-    let mut lakes =
-        maintenance::lakes::LakeLogs { base_uri: "memory://sim".to_owned(), ..Default::default() };
-    if plan.kafka {
-        // The topic's identity seeds owner selection: from the seed, so owners are alike in
-        // every run of it.
-        let catalog = catalog::Catalog::new(meta.clone(), first.reader().clone(), "sim");
-        let partitions = u32::try_from(plan.logs).unwrap_or(1);
-        let identity = format!("sim-topic-{}", root.fork(6).next_u64());
-        match catalog
-            .create_with_identity(crate::kafka::TOPIC, partitions, Default::default(), identity)
-            .await
-        {
-            Ok(info) => {
-                logs.extend(info.partitions.iter().map(|l| l.0));
-                for (partition, log) in info.partitions.iter().enumerate() {
-                    let lake = maintenance::lakes::LakeLog {
-                        stream_identity: info.identity.clone(),
-                        partition: u32::try_from(partition).unwrap_or(0),
-                    };
-                    lakes.logs.insert(*log, lake);
-                }
-            }
-            Err(e) => return failed(seed, format!("create topic: {e}")),
-        }
-    } else {
-        for _ in 0..plan.logs {
-            match first.create_log().await {
-                Ok(l) => logs.push(l.0),
-                Err(e) => return failed(seed, format!("create_log: {e}")),
-            }
-        }
-    }
+    let (logs, lakes) = match create_logs(&plan, first, &meta, &root).await {
+        Ok(created) => created,
+        Err(e) => return failed(seed, e),
+    };
     let reader_node = plan.kafka.then(|| reader_broker(&meta, &objects));
     let shared: SharedRef = Arc::new(Mutex::new(Shared {
         rng: root.fork(2),
@@ -523,15 +492,7 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
         Ok((w, _, _)) => w,
         Err(e) => return failed(seed, e),
     };
-    for log in &logs {
-        let (start, entries, error) = read_all(&reader, *log, plan.kafka).await;
-        let mut s = lock(&shared);
-        s.history.finals.insert(*log, entries);
-        s.history.starts.insert(*log, start);
-        if let Some((at, e)) = error {
-            s.history.unreadable.push((*log, at, e));
-        }
-    }
+    read_finals(&reader, &logs, plan.kafka, &shared).await;
     {
         let s = lock(&shared);
         for w in s.writers.iter().flatten() {
@@ -550,6 +511,69 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
         Ok(n) => s.history.orphans = n,
         Err(e) => return failed(seed, format!("orphan check: {e}")),
     }
+    report(seed, &mut s, start, crashes, &stores, &faulty_meta)
+}
+
+/// The plan's logs: a Kafka topic's partitions (a lake stream, its identity from the seed so
+/// owners are alike in every run of it), or plain logs; and the lake logs among them.
+async fn create_logs(
+    plan: &Plan,
+    first: &LogStorage,
+    meta: &Arc<dyn MetadataStore>,
+    root: &Rng,
+) -> Result<(Vec<u64>, maintenance::lakes::LakeLogs), String> {
+    let mut logs = Vec::new();
+    // The Kafka topic is a lake stream: its compacted segments are its table's Parquet files,
+    // and consumers read compacted ranges from their row groups.
+    let mut lakes =
+        maintenance::lakes::LakeLogs { base_uri: "memory://sim".to_owned(), ..Default::default() };
+    if plan.kafka {
+        let catalog = catalog::Catalog::new(meta.clone(), first.reader().clone(), "sim");
+        let partitions = u32::try_from(plan.logs).unwrap_or(1);
+        let identity = format!("sim-topic-{}", root.fork(6).next_u64());
+        let info = catalog
+            .create_with_identity(crate::kafka::TOPIC, partitions, Default::default(), identity)
+            .await
+            .map_err(|e| format!("create topic: {e}"))?;
+        logs.extend(info.partitions.iter().map(|l| l.0));
+        for (partition, log) in info.partitions.iter().enumerate() {
+            let lake = maintenance::lakes::LakeLog {
+                stream_identity: info.identity.clone(),
+                partition: u32::try_from(partition).unwrap_or(0),
+            };
+            lakes.logs.insert(*log, lake);
+        }
+    } else {
+        for _ in 0..plan.logs {
+            logs.push(first.create_log().await.map_err(|e| format!("create_log: {e}"))?.0);
+        }
+    }
+    Ok((logs, lakes))
+}
+
+/// Reads every log to its end through `reader` into the history (what it holds, where it
+/// starts, what could not be read).
+async fn read_finals(reader: &LogStorage, logs: &[u64], kafka: bool, shared: &SharedRef) {
+    for log in logs {
+        let (start, entries, error) = read_all(reader, *log, kafka).await;
+        let mut s = lock(shared);
+        s.history.finals.insert(*log, entries);
+        s.history.starts.insert(*log, start);
+        if let Some((at, e)) = error {
+            s.history.unreadable.push((*log, at, e));
+        }
+    }
+}
+
+/// The run's report from its history, checked; then the run's state is let go.
+fn report(
+    seed: u64,
+    s: &mut Shared,
+    start: tokio::time::Instant,
+    crashes: usize,
+    stores: &Stores,
+    faulty_meta: &FaultyMeta,
+) -> Report {
     let finals: Vec<(u64, Vec<Seen>)> =
         s.history.finals.iter().map(|(l, e)| (*l, e.clone())).collect();
     finals.hash(&mut s.trace.hash);

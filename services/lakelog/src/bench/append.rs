@@ -229,6 +229,125 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    let logs = create_and_warm(&target, &args).await?;
+    let byte_goal = args.bytes.map_or(u64::MAX, |b| b.0);
+    let (puts0, txns0) = counts(&target);
+
+    let Driven { elapsed, cpu0, ack, bytes, entries: n_entries, errors, refused } =
+        drive(&target, &logs, &args, &payload, pace, duration, byte_goal).await?;
+    let cpu1 = (process_cpu_seconds("/proc/self/stat"), store_cpu_seconds(args.store_pid));
+    let (puts1, txns1) = counts(&target);
+    let mb_s = bytes as f64 / elapsed / 1e6;
+    let gib = bytes as f64 / (1u64 << 30) as f64;
+    let puts = puts1.0.saturating_sub(puts0.0);
+    let put_bytes = puts1.1.saturating_sub(puts0.1);
+    let flushes = puts1.2.saturating_sub(puts0.2);
+    let meta_txns = txns1.0.saturating_sub(txns0.0);
+    let log_commits = txns1.1.saturating_sub(txns0.1);
+
+    let mut report = Report {
+        rows: vec![
+            ("append MB/s".into(), format!("{mb_s:.2}")),
+            ("entries/s".into(), format!("{:.0}", n_entries as f64 / elapsed)),
+            (
+                "ack ms p50/p90/p99/p999/max".into(),
+                format!(
+                    "{:.1} / {:.1} / {:.1} / {:.1} / {:.1}",
+                    ack.p50, ack.p90, ack.p99, ack.p999, ack.max
+                ),
+            ),
+            ("errors".into(), errors.to_string()),
+            ("refused (busy, retried)".into(), refused.to_string()),
+        ],
+        json: vec![
+            ("append_mb_per_s".into(), format!("{mb_s:.3}")),
+            ("entries_per_s".into(), format!("{:.1}", n_entries as f64 / elapsed)),
+            ("ack_ms".into(), ack.json()),
+            ("errors".into(), errors.to_string()),
+            ("refused".into(), refused.to_string()),
+            ("logs".into(), args.logs.to_string()),
+            ("concurrency".into(), args.concurrency.to_string()),
+            ("entry_bytes".into(), entry_bytes.to_string()),
+            (
+                "flush_interval_ms".into(),
+                format!("{:.1}", args.flush_interval.0.as_secs_f64() * 1e3),
+            ),
+            (
+                "min_flush_interval_ms".into(),
+                args.min_flush_interval
+                    .map_or("null".to_owned(), |d| format!("{:.1}", d.0.as_secs_f64() * 1e3)),
+            ),
+            (
+                "commit_interval_ms".into(),
+                args.commit_interval
+                    .map_or("null".to_owned(), |d| format!("{:.1}", d.0.as_secs_f64() * 1e3)),
+            ),
+            (
+                "rate_mb_per_s".into(),
+                args.rate.map_or("null".to_owned(), |r| format!("{:.3}", r.0 as f64 / 1e6)),
+            ),
+            ("duration_s".into(), format!("{elapsed:.2}")),
+        ],
+    };
+    let local = matches!(*target, Target::Local { .. });
+    let stored = Stored { puts, put_bytes, flushes, meta_txns, log_commits };
+    store_rows(&mut report, local, &stored, elapsed, gib);
+    commit_rows(&mut report, &target);
+    report
+        .rows
+        .push(("RSS peak MiB".into(), rss_peak_mb().map_or("?".into(), |m| format!("{m:.1}"))));
+    let per_gb = |a: Option<f64>, b: Option<f64>| {
+        b.zip(a).map(|(b, a)| (b - a) / (bytes as f64 / 1e9).max(1e-9))
+    };
+    let (cpu_gb, store_gb) = (per_gb(cpu0.0, cpu1.0), per_gb(cpu0.1, cpu1.1));
+    if let Some(c) = cpu_gb {
+        let mut row = format!("{c:.2} in this process");
+        if let Some(s) = store_gb {
+            row += &format!(", {s:.2} in the object store's");
+        }
+        report.rows.push(("appends: CPU s per GB".into(), row));
+        report.json.push(("cpu_s_per_gb".into(), json_opt(cpu_gb)));
+        report.json.push(("store_cpu_s_per_gb".into(), json_opt(store_gb)));
+    }
+
+    let target = Arc::try_unwrap(target)
+        .map_err(|_| anyhow::anyhow!("bench tasks still hold the writer"))?;
+    if let Target::Local { storage, objects, meta, .. } = target {
+        let buffer_bytes = storage.config().buffer_bytes as u64;
+        storage.shutdown().await;
+        if let Some(before) = before {
+            let flush = (put_bytes / puts.max(1)).max(1);
+            // As many PUTs in flight as the writer can have: its buffer holds that many flushes.
+            let in_flight = (buffer_bytes / flush).clamp(1, 16);
+            // PUTs for as long as the appends ran: a local disk's writeback and a server's
+            // compactions show only in a sustained run, so a short burst would flatter the store.
+            let put_for = Duration::from_secs_f64(elapsed);
+            let body = wal_like_object(&payload, args.records_per_entry, args.logs, flush)?;
+            let after =
+                put_baseline(objects.as_ref(), body, in_flight, put_for, args.store_pid).await?;
+            let b = baseline(meta.as_ref(), before, after).await?;
+            baseline_rows(&mut report, &b, mb_s, ack.p99, &args, flush, in_flight);
+        }
+    }
+    report.print(args.json);
+    Ok(())
+}
+
+/// What a load run counted.
+struct Driven {
+    elapsed: f64,
+    /// This process's and the object store's CPU seconds when the run began.
+    cpu0: (Option<f64>, Option<f64>),
+    ack: Percentiles,
+    bytes: u64,
+    entries: u64,
+    errors: u64,
+    refused: u64,
+}
+
+/// Creates the logs, then appends one entry to each, so each log's one-time slot takeover is
+/// not measured.
+async fn create_and_warm(target: &Arc<Target>, args: &AppendArgs) -> anyhow::Result<Arc<Vec<u64>>> {
     let mut logs = Vec::with_capacity(args.logs as usize);
     let started = Instant::now();
     for i in 0..args.logs {
@@ -257,9 +376,20 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
     for w in warmers {
         w.await??;
     }
-    let byte_goal = args.bytes.map_or(u64::MAX, |b| b.0);
-    let (puts0, txns0) = counts(&target);
+    Ok(logs)
+}
 
+/// Appends `payload` from `args.concurrency` tasks (at `pace` each, if set) until `duration`
+/// passes or `byte_goal` bytes are appended, printing progress each second.
+async fn drive(
+    target: &Arc<Target>,
+    logs: &Arc<Vec<u64>>,
+    args: &AppendArgs,
+    payload: &Bytes,
+    pace: Option<Duration>,
+    duration: Duration,
+    byte_goal: u64,
+) -> anyhow::Result<Driven> {
     let stop = Arc::new(AtomicBool::new(false));
     let appended = Arc::new(AtomicU64::new(0));
     let entries = Arc::new(AtomicU64::new(0));
@@ -344,94 +474,69 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
         t.await?;
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let cpu1 = (process_cpu_seconds("/proc/self/stat"), store_cpu_seconds(args.store_pid));
-    let (puts1, txns1) = counts(&target);
-    let ack = lat.percentiles();
-    let bytes = appended.load(Ordering::Relaxed);
-    let n_entries = entries.load(Ordering::Relaxed);
-    let mb_s = bytes as f64 / elapsed / 1e6;
-    let gib = bytes as f64 / (1u64 << 30) as f64;
-    let puts = puts1.0.saturating_sub(puts0.0);
-    let put_bytes = puts1.1.saturating_sub(puts0.1);
-    let flushes = puts1.2.saturating_sub(puts0.2);
-    let meta_txns = txns1.0.saturating_sub(txns0.0);
-    let log_commits = txns1.1.saturating_sub(txns0.1);
+    Ok(Driven {
+        elapsed,
+        cpu0,
+        ack: lat.percentiles(),
+        bytes: appended.load(Ordering::Relaxed),
+        entries: entries.load(Ordering::Relaxed),
+        errors: errors.load(Ordering::Relaxed),
+        refused: refused.load(Ordering::Relaxed),
+    })
+}
 
-    let mut report = Report {
-        rows: vec![
-            ("append MB/s".into(), format!("{mb_s:.2}")),
-            ("entries/s".into(), format!("{:.0}", n_entries as f64 / elapsed)),
-            (
-                "ack ms p50/p90/p99/p999/max".into(),
-                format!(
-                    "{:.1} / {:.1} / {:.1} / {:.1} / {:.1}",
-                    ack.p50, ack.p90, ack.p99, ack.p999, ack.max
-                ),
-            ),
-            ("errors".into(), errors.load(Ordering::Relaxed).to_string()),
-            ("refused (busy, retried)".into(), refused.load(Ordering::Relaxed).to_string()),
-        ],
-        json: vec![
-            ("append_mb_per_s".into(), format!("{mb_s:.3}")),
-            ("entries_per_s".into(), format!("{:.1}", n_entries as f64 / elapsed)),
-            ("ack_ms".into(), ack.json()),
-            ("errors".into(), errors.load(Ordering::Relaxed).to_string()),
-            ("refused".into(), refused.load(Ordering::Relaxed).to_string()),
-            ("logs".into(), args.logs.to_string()),
-            ("concurrency".into(), args.concurrency.to_string()),
-            ("entry_bytes".into(), entry_bytes.to_string()),
-            (
-                "flush_interval_ms".into(),
-                format!("{:.1}", args.flush_interval.0.as_secs_f64() * 1e3),
-            ),
-            (
-                "min_flush_interval_ms".into(),
-                args.min_flush_interval
-                    .map_or("null".to_owned(), |d| format!("{:.1}", d.0.as_secs_f64() * 1e3)),
-            ),
-            (
-                "commit_interval_ms".into(),
-                args.commit_interval
-                    .map_or("null".to_owned(), |d| format!("{:.1}", d.0.as_secs_f64() * 1e3)),
-            ),
-            (
-                "rate_mb_per_s".into(),
-                args.rate.map_or("null".to_owned(), |r| format!("{:.3}", r.0 as f64 / 1e6)),
-            ),
-            ("duration_s".into(), format!("{elapsed:.2}")),
-        ],
-    };
-    let local = matches!(*target, Target::Local { .. });
+/// What the stores counted during a load run (the in-process writer's only).
+struct Stored {
+    puts: u64,
+    put_bytes: u64,
+    flushes: u64,
+    meta_txns: u64,
+    log_commits: u64,
+}
+
+/// PUTs, flushes and metadata transactions: rows for an in-process writer, and the JSON
+/// fields (`null` for a remote one).
+fn store_rows(report: &mut Report, local: bool, st: &Stored, elapsed: f64, gib: f64) {
     let opt = |v: f64| if local { format!("{v:.3}") } else { "null".to_owned() };
     let per_gib = |n: u64| if gib > 0.0 { n as f64 / gib } else { 0.0 };
     report.json.extend([
-        ("puts".into(), opt(puts as f64)),
-        ("put_bytes".into(), opt(put_bytes as f64)),
-        ("flushes".into(), opt(flushes as f64)),
-        ("metadata_txns".into(), opt(meta_txns as f64)),
-        ("log_commits".into(), opt(log_commits as f64)),
-        ("log_commits_per_s".into(), opt(log_commits as f64 / elapsed)),
-        ("puts_per_gib".into(), opt(per_gib(puts))),
-        ("puts_per_s".into(), opt(puts as f64 / elapsed)),
-        ("metadata_txns_per_gib".into(), opt(per_gib(meta_txns))),
+        ("puts".into(), opt(st.puts as f64)),
+        ("put_bytes".into(), opt(st.put_bytes as f64)),
+        ("flushes".into(), opt(st.flushes as f64)),
+        ("metadata_txns".into(), opt(st.meta_txns as f64)),
+        ("log_commits".into(), opt(st.log_commits as f64)),
+        ("log_commits_per_s".into(), opt(st.log_commits as f64 / elapsed)),
+        ("puts_per_gib".into(), opt(per_gib(st.puts))),
+        ("puts_per_s".into(), opt(st.puts as f64 / elapsed)),
+        ("metadata_txns_per_gib".into(), opt(per_gib(st.meta_txns))),
         ("rss_peak_mb".into(), rss_peak_mb().map_or("null".to_owned(), |m| format!("{m:.1}"))),
     ]);
     if local {
         report.rows.extend([
-            ("PUTs / flushes".into(), format!("{puts} / {flushes}")),
-            ("mean flush bytes".into(), format!("{:.0}", put_bytes as f64 / puts.max(1) as f64)),
-            ("metadata write txns".into(), meta_txns.to_string()),
-            ("txns per flush".into(), format!("{:.2}", meta_txns as f64 / flushes.max(1) as f64)),
-            ("log commits/s".into(), format!("{:.0}", log_commits as f64 / elapsed)),
+            ("PUTs / flushes".into(), format!("{} / {}", st.puts, st.flushes)),
+            (
+                "mean flush bytes".into(),
+                format!("{:.0}", st.put_bytes as f64 / st.puts.max(1) as f64),
+            ),
+            ("metadata write txns".into(), st.meta_txns.to_string()),
+            (
+                "txns per flush".into(),
+                format!("{:.2}", st.meta_txns as f64 / st.flushes.max(1) as f64),
+            ),
+            ("log commits/s".into(), format!("{:.0}", st.log_commits as f64 / elapsed)),
             (
                 "log commits per flush".into(),
-                format!("{:.1}", log_commits as f64 / flushes.max(1) as f64),
+                format!("{:.1}", st.log_commits as f64 / st.flushes.max(1) as f64),
             ),
-            ("PUTs per GiB".into(), format!("{:.0}", per_gib(puts))),
-            ("PUTs/s".into(), format!("{:.1}", puts as f64 / elapsed)),
+            ("PUTs per GiB".into(), format!("{:.0}", per_gib(st.puts))),
+            ("PUTs/s".into(), format!("{:.1}", st.puts as f64 / elapsed)),
         ]);
     }
-    if let Target::Local { commits, .. } = &*target {
+}
+
+/// The in-process writer's commit rounds and longest commit interval.
+fn commit_rows(report: &mut Report, target: &Target) {
+    if let Target::Local { commits, .. } = target {
         let mut rounds = commits.round_us.lock().map(|v| v.clone()).unwrap_or_default();
         let round = Percentiles::of(&mut rounds);
         let longest = commits.longest_interval.lock().map(|d| *d).unwrap_or_default();
@@ -447,93 +552,63 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
             ("commit_interval_longest_ms".into(), format!("{:.1}", longest.as_secs_f64() * 1e3)),
         ]);
     }
-    report
-        .rows
-        .push(("RSS peak MiB".into(), rss_peak_mb().map_or("?".into(), |m| format!("{m:.1}"))));
-    let per_gb = |a: Option<f64>, b: Option<f64>| {
-        b.zip(a).map(|(b, a)| (b - a) / (bytes as f64 / 1e9).max(1e-9))
-    };
-    let (cpu_gb, store_gb) = (per_gb(cpu0.0, cpu1.0), per_gb(cpu0.1, cpu1.1));
-    if let Some(c) = cpu_gb {
-        let mut row = format!("{c:.2} in this process");
-        if let Some(s) = store_gb {
-            row += &format!(", {s:.2} in the object store's");
-        }
-        report.rows.push(("appends: CPU s per GB".into(), row));
-        report.json.push(("cpu_s_per_gb".into(), json_opt(cpu_gb)));
-        report.json.push(("store_cpu_s_per_gb".into(), json_opt(store_gb)));
-    }
+}
 
-    let target = Arc::try_unwrap(target)
-        .map_err(|_| anyhow::anyhow!("bench tasks still hold the writer"))?;
-    if let Target::Local { storage, objects, meta, .. } = target {
-        let buffer_bytes = storage.config().buffer_bytes as u64;
-        storage.shutdown().await;
-        if let Some(before) = before {
-            let flush = (put_bytes / puts.max(1)).max(1);
-            // As many PUTs in flight as the writer can have: its buffer holds that many flushes.
-            let in_flight = (buffer_bytes / flush).clamp(1, 16);
-            // PUTs for as long as the appends ran: a local disk's writeback and a server's
-            // compactions show only in a sustained run, so a short burst would flatter the store.
-            let put_for = Duration::from_secs_f64(elapsed);
-            let body = wal_like_object(&payload, args.records_per_entry, args.logs, flush)?;
-            let after =
-                put_baseline(objects.as_ref(), body, in_flight, put_for, args.store_pid).await?;
-            let b = baseline(meta.as_ref(), before, after).await?;
-            let put_mb_s = (b.put_mb_s_before + b.put_mb_s_after) / 2.0;
-            report.rows.extend([
-                ("baseline PUT MB/s (flush-size objects)".into(), format!("{put_mb_s:.2}")),
-                (
-                    "baseline PUT MB/s before / after the appends".into(),
-                    format!("{:.2} / {:.2}", b.put_mb_s_before, b.put_mb_s_after),
-                ),
-                (
-                    "baseline PUTs: object store's CPU s per GB before / after".into(),
-                    format!(
-                        "{} / {}",
-                        b.store_cpu_s_per_gb.0.map_or("?".into(), |c| format!("{c:.2}")),
-                        b.store_cpu_s_per_gb.1.map_or("?".into(), |c| format!("{c:.2}"))
-                    ),
-                ),
-                (
-                    "baseline PUT ms p50/p99".into(),
-                    format!("{:.1} / {:.1}", b.put_ms.p50, b.put_ms.p99),
-                ),
-                ("baseline metadata txns/s".into(), format!("{:.0}", b.txn_per_s)),
-                ("baseline txn ms p99".into(), format!("{:.1}", b.txn_ms.p99)),
-                (
-                    "ratio append / raw PUT throughput".into(),
-                    format!("{:.2}", mb_s / put_mb_s.max(1e-9)),
-                ),
-                (
-                    "p99 ack / (flush_interval + 2×(PUT p99 + txn p99))".into(),
-                    format!(
-                        "{:.2}",
-                        ack.p99
-                            / (args.flush_interval.0.as_secs_f64() * 1e3
-                                + 2.0 * (b.put_ms.p99 + b.txn_ms.p99))
-                    ),
-                ),
-            ]);
-            report.json.extend([
-                ("baseline_put_mb_per_s".into(), format!("{put_mb_s:.3}")),
-                ("baseline_put_mb_per_s_before".into(), format!("{:.3}", b.put_mb_s_before)),
-                ("baseline_put_mb_per_s_after".into(), format!("{:.3}", b.put_mb_s_after)),
-                ("baseline_store_cpu_s_per_gb_before".into(), json_opt(b.store_cpu_s_per_gb.0)),
-                ("baseline_store_cpu_s_per_gb_after".into(), json_opt(b.store_cpu_s_per_gb.1)),
-                (
-                    "baseline_put_ms".into(),
-                    format!("{{\"p50\":{:.3},\"p99\":{:.3}}}", b.put_ms.p50, b.put_ms.p99),
-                ),
-                ("baseline_txn_per_s".into(), format!("{:.1}", b.txn_per_s)),
-                ("baseline_txn_ms_p99".into(), format!("{:.3}", b.txn_ms.p99)),
-                ("baseline_flush_bytes".into(), flush.to_string()),
-                ("baseline_puts_in_flight".into(), in_flight.to_string()),
-            ]);
-        }
-    }
-    report.print(args.json);
-    Ok(())
+/// The baseline's rows: raw PUTs and metadata transactions on the same stores, and the
+/// appends' throughput and p99 acknowledgement against them.
+fn baseline_rows(
+    report: &mut Report,
+    b: &Baseline,
+    mb_s: f64,
+    ack_p99: f64,
+    args: &AppendArgs,
+    flush: u64,
+    in_flight: u64,
+) {
+    let put_mb_s = (b.put_mb_s_before + b.put_mb_s_after) / 2.0;
+    report.rows.extend([
+        ("baseline PUT MB/s (flush-size objects)".into(), format!("{put_mb_s:.2}")),
+        (
+            "baseline PUT MB/s before / after the appends".into(),
+            format!("{:.2} / {:.2}", b.put_mb_s_before, b.put_mb_s_after),
+        ),
+        (
+            "baseline PUTs: object store's CPU s per GB before / after".into(),
+            format!(
+                "{} / {}",
+                b.store_cpu_s_per_gb.0.map_or("?".into(), |c| format!("{c:.2}")),
+                b.store_cpu_s_per_gb.1.map_or("?".into(), |c| format!("{c:.2}"))
+            ),
+        ),
+        ("baseline PUT ms p50/p99".into(), format!("{:.1} / {:.1}", b.put_ms.p50, b.put_ms.p99)),
+        ("baseline metadata txns/s".into(), format!("{:.0}", b.txn_per_s)),
+        ("baseline txn ms p99".into(), format!("{:.1}", b.txn_ms.p99)),
+        ("ratio append / raw PUT throughput".into(), format!("{:.2}", mb_s / put_mb_s.max(1e-9))),
+        (
+            "p99 ack / (flush_interval + 2×(PUT p99 + txn p99))".into(),
+            format!(
+                "{:.2}",
+                ack_p99
+                    / (args.flush_interval.0.as_secs_f64() * 1e3
+                        + 2.0 * (b.put_ms.p99 + b.txn_ms.p99))
+            ),
+        ),
+    ]);
+    report.json.extend([
+        ("baseline_put_mb_per_s".into(), format!("{put_mb_s:.3}")),
+        ("baseline_put_mb_per_s_before".into(), format!("{:.3}", b.put_mb_s_before)),
+        ("baseline_put_mb_per_s_after".into(), format!("{:.3}", b.put_mb_s_after)),
+        ("baseline_store_cpu_s_per_gb_before".into(), json_opt(b.store_cpu_s_per_gb.0)),
+        ("baseline_store_cpu_s_per_gb_after".into(), json_opt(b.store_cpu_s_per_gb.1)),
+        (
+            "baseline_put_ms".into(),
+            format!("{{\"p50\":{:.3},\"p99\":{:.3}}}", b.put_ms.p50, b.put_ms.p99),
+        ),
+        ("baseline_txn_per_s".into(), format!("{:.1}", b.txn_per_s)),
+        ("baseline_txn_ms_p99".into(), format!("{:.3}", b.txn_ms.p99)),
+        ("baseline_flush_bytes".into(), flush.to_string()),
+        ("baseline_puts_in_flight".into(), in_flight.to_string()),
+    ]);
 }
 
 /// ((PUTs, PUT bytes, flushes), (metadata write transactions, log commits)) so far.

@@ -197,83 +197,10 @@ pub async fn run(args: LakeCompactArgs) -> anyhow::Result<()> {
     let per_wall = |wall: f64| mb / wall.max(1e-9);
 
     // 2. Freshness at the compaction interval.
-    let mut freshness: Vec<f64> = Vec::new();
-    let mut unseen = 0usize;
-    if !args.freshness_for.0.is_zero() {
-        let log = storage.create_log().await?;
-        let identity = format!("bench-{}", log.0);
-        let cfg = CompactorConfig { lakes: lakes(&[(log, &identity)]), ..Default::default() };
-        let small = crate::bench::lake::batches_of(64 << 10, 100, 10)?;
-        ensure!(!small.is_empty(), "no batch to produce");
-        let acks = Arc::new(std::sync::Mutex::new(Vec::<(u64, Instant)>::new()));
-        let producer = {
-            let (storage, acks, every, until) =
-                (storage.clone(), acks.clone(), args.produce_every.0, args.freshness_for.0);
-            tokio::spawn(async move {
-                let started = Instant::now();
-                let mut tick = tokio::time::interval(every);
-                let mut i = 0usize;
-                while started.elapsed() < until {
-                    tick.tick().await;
-                    let e = &small[i % small.len()];
-                    i += 1;
-                    let h = recordbatch::BatchHeader::parse(&e.batch)?;
-                    let opts = logstore::Conditions {
-                        timestamp: Some(h.max_timestamp),
-                        ..Default::default()
-                    };
-                    let c = storage
-                        .submit_in_slot(
-                            log,
-                            "*",
-                            u32::try_from(h.record_count)?,
-                            e.batch.clone(),
-                            opts,
-                        )
-                        .await?;
-                    let acks = acks.clone();
-                    tokio::spawn(async move {
-                        if let Ok(h) = c.await {
-                            acks.lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .push((h.end_offset(), Instant::now()));
-                        }
-                    });
-                }
-                anyhow::Ok(())
-            })
-        };
-        let idle = IdleLogs::default();
-        let started = Instant::now();
-        let mut seen = 0usize;
-        while started.elapsed() < args.freshness_for.0 {
-            tokio::time::sleep(
-                args.interval.0.min(args.freshness_for.0.saturating_sub(started.elapsed())),
-            )
-            .await;
-            let r = compact_all(reader.clone(), "bench", cfg.clone(), Some(log), &idle).await?;
-            if let Some((_, e)) = r.failed.first() {
-                bail!("compaction failed: {e}");
-            }
-            let visible = table_end(&reader, &identity, log).await?;
-            let now = Instant::now();
-            let mut acked = acks.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            acked.sort_by_key(|a| a.0);
-            for (end, at) in acked.iter().skip(seen).take_while(|(end, _)| *end <= visible) {
-                let _ = end;
-                freshness.push(now.duration_since(*at).as_secs_f64());
-                seen += 1;
-            }
-            eprintln!(
-                "cycle at {:.0} s: table holds [0, {visible}), {} appends acked",
-                started.elapsed().as_secs_f64(),
-                acked.len()
-            );
-        }
-        producer.await??;
-        unseen = acks.lock().unwrap_or_else(|e| e.into_inner()).len() - seen;
-        freshness.sort_by(f64::total_cmp);
-    }
+    let (freshness, unseen) = match args.freshness_for.0.is_zero() {
+        true => (Vec::new(), 0),
+        false => freshness(&storage, &reader, &args).await?,
+    };
     storage.shutdown().await;
 
     let report = crate::bench::Report {
@@ -325,4 +252,81 @@ pub async fn run(args: LakeCompactArgs) -> anyhow::Result<()> {
     };
     report.print(args.json);
     Ok(())
+}
+
+/// Table freshness: appends every `args.produce_every` for `args.freshness_for` while a
+/// compaction cycle runs every `args.interval`; each append's time from its ack to its table
+/// holding it (sorted), and how many appends no cycle made visible.
+async fn freshness(
+    storage: &logstore::LogStorage,
+    reader: &LogReader,
+    args: &LakeCompactArgs,
+) -> anyhow::Result<(Vec<f64>, usize)> {
+    let mut freshness: Vec<f64> = Vec::new();
+    let log = storage.create_log().await?;
+    let identity = format!("bench-{}", log.0);
+    let cfg = CompactorConfig { lakes: lakes(&[(log, &identity)]), ..Default::default() };
+    let small = crate::bench::lake::batches_of(64 << 10, 100, 10)?;
+    ensure!(!small.is_empty(), "no batch to produce");
+    let acks = Arc::new(std::sync::Mutex::new(Vec::<(u64, Instant)>::new()));
+    let producer = {
+        let (storage, acks, every, until) =
+            (storage.clone(), acks.clone(), args.produce_every.0, args.freshness_for.0);
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let mut tick = tokio::time::interval(every);
+            let mut i = 0usize;
+            while started.elapsed() < until {
+                tick.tick().await;
+                let e = &small[i % small.len()];
+                i += 1;
+                let h = recordbatch::BatchHeader::parse(&e.batch)?;
+                let opts =
+                    logstore::Conditions { timestamp: Some(h.max_timestamp), ..Default::default() };
+                let c = storage
+                    .submit_in_slot(log, "*", u32::try_from(h.record_count)?, e.batch.clone(), opts)
+                    .await?;
+                let acks = acks.clone();
+                tokio::spawn(async move {
+                    if let Ok(h) = c.await {
+                        acks.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push((h.end_offset(), Instant::now()));
+                    }
+                });
+            }
+            anyhow::Ok(())
+        })
+    };
+    let idle = IdleLogs::default();
+    let started = Instant::now();
+    let mut seen = 0usize;
+    while started.elapsed() < args.freshness_for.0 {
+        tokio::time::sleep(
+            args.interval.0.min(args.freshness_for.0.saturating_sub(started.elapsed())),
+        )
+        .await;
+        let r = compact_all(reader.clone(), "bench", cfg.clone(), Some(log), &idle).await?;
+        if let Some((_, e)) = r.failed.first() {
+            bail!("compaction failed: {e}");
+        }
+        let visible = table_end(reader, &identity, log).await?;
+        let now = Instant::now();
+        let mut acked = acks.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        acked.sort_by_key(|a| a.0);
+        for (end, at) in acked.iter().skip(seen).take_while(|(end, _)| *end <= visible) {
+            let _ = end;
+            freshness.push(now.duration_since(*at).as_secs_f64());
+            seen += 1;
+        }
+        eprintln!(
+            "cycle at {:.0} s: table holds [0, {visible}), {} appends acked",
+            started.elapsed().as_secs_f64(),
+            acked.len()
+        );
+    }
+    producer.await??;
+    let unseen = acks.lock().unwrap_or_else(|e| e.into_inner()).len() - seen;
+    freshness.sort_by(f64::total_cmp);
+    Ok((freshness, unseen))
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use bytes::Bytes;
 use client::LogClient;
+use logstore::{LogId, LogStorage};
 use objstore::object_store::{ObjectStore, ObjectStoreExt};
 
 use super::append::{AppendArgs, Target, open_target};
@@ -166,84 +167,12 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
     let log = storage.create_log().await?;
     let body = vec![0x3c; (args.entry_size.0 as usize).max(8)];
 
-    // Tail: one appender, one long-polling reader; each payload starts with its sequence.
-    let sent: Arc<std::sync::Mutex<Vec<Instant>>> = Arc::default();
-    let reader = {
-        let (storage, sent) = (storage.clone(), sent.clone());
-        let run_for = args.duration.0;
-        tokio::spawn(async move {
-            let mut lat = Vec::new();
-            let mut at = 0u64;
-            let start = Instant::now();
-            while start.elapsed() < run_for + Duration::from_secs(2) {
-                storage.reader().wait_beyond(log, at, Duration::from_millis(500)).await?;
-                for e in storage.read_entries(log, at, u64::MAX, 4 << 20).await? {
-                    let seq = u64::from_le_bytes(e.payload[..8].try_into()?);
-                    let t0 = sent
-                        .lock()
-                        .map_err(|_| anyhow::anyhow!("poisoned"))?
-                        .get(seq as usize)
-                        .copied();
-                    if let Some(t0) = t0 {
-                        lat.push(t0.elapsed().as_micros() as u64);
-                    }
-                    at = e.header.end_offset();
-                }
-                if start.elapsed() >= run_for
-                    && at as usize >= sent.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.len()
-                {
-                    break;
-                }
-            }
-            anyhow::Ok(lat)
-        })
-    };
-    let start = Instant::now();
-    let mut seq = 0u64;
-    while start.elapsed() < args.duration.0 {
-        let mut p = body.clone();
-        p[..8].copy_from_slice(&seq.to_le_bytes());
-        sent.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.push(Instant::now());
-        storage.append(log, 1, Bytes::from(p), None).await?;
-        seq += 1;
-        if seq.is_multiple_of(20) {
-            eprintln!("[{:>5.1}s] tail: {seq} entries appended", start.elapsed().as_secs_f64());
-        }
-    }
-    let mut tail = reader.await??;
-    let tail_ms = Percentiles::of(&mut tail);
+    let tail_ms = tail(&storage, log, &body, args.duration.0).await?;
 
     // Backlog: append it with many in flight, then read it back from the start.
-    let backlog_log = storage.create_log().await?;
     let entry = Bytes::from(body.clone());
     let n_entries = (args.backlog.0 / entry.len() as u64).max(1);
-    let next = Arc::new(AtomicU64::new(0));
-    let mut writers = Vec::new();
-    for _ in 0..args.backlog_in_flight {
-        let (storage, entry, next) = (storage.clone(), entry.clone(), next.clone());
-        writers.push(tokio::spawn(async move {
-            while next.fetch_add(1, Ordering::Relaxed) < n_entries {
-                storage.append(backlog_log, 1, entry.clone(), None).await?;
-            }
-            anyhow::Ok(())
-        }));
-    }
-    let progress = {
-        let next = next.clone();
-        tokio::spawn(async move {
-            let start = Instant::now();
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let sent = next.load(Ordering::Relaxed).min(n_entries);
-                let at = start.elapsed().as_secs_f64();
-                eprintln!("[{at:>5.1}s] backlog: {sent}/{n_entries} entries sent");
-            }
-        })
-    };
-    for w in writers {
-        w.await??;
-    }
-    progress.abort();
+    let backlog_log = write_backlog(&storage, entry, n_entries, args.backlog_in_flight).await?;
     eprintln!("backlog of {n_entries} entries written; reading it back");
     let hw = storage.info(backlog_log).await?.next_offset;
     // The raw GET baseline runs before the reads and after them (an object store may cache
@@ -345,4 +274,98 @@ pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
     };
     report.print(args.json);
     Ok(())
+}
+
+/// Tail latency: one appender for `run_for`, each payload starting with its sequence, and one
+/// long-polling reader timing each entry from its append's start to seen.
+async fn tail(
+    storage: &LogStorage,
+    log: LogId,
+    body: &[u8],
+    run_for: Duration,
+) -> anyhow::Result<Percentiles> {
+    // Tail: one appender, one long-polling reader; each payload starts with its sequence.
+    let sent: Arc<std::sync::Mutex<Vec<Instant>>> = Arc::default();
+    let reader = {
+        let (storage, sent) = (storage.clone(), sent.clone());
+        tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut at = 0u64;
+            let start = Instant::now();
+            while start.elapsed() < run_for + Duration::from_secs(2) {
+                storage.reader().wait_beyond(log, at, Duration::from_millis(500)).await?;
+                for e in storage.read_entries(log, at, u64::MAX, 4 << 20).await? {
+                    let seq = u64::from_le_bytes(e.payload[..8].try_into()?);
+                    let t0 = sent
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("poisoned"))?
+                        .get(seq as usize)
+                        .copied();
+                    if let Some(t0) = t0 {
+                        lat.push(t0.elapsed().as_micros() as u64);
+                    }
+                    at = e.header.end_offset();
+                }
+                if start.elapsed() >= run_for
+                    && at as usize >= sent.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.len()
+                {
+                    break;
+                }
+            }
+            anyhow::Ok(lat)
+        })
+    };
+    let start = Instant::now();
+    let mut seq = 0u64;
+    while start.elapsed() < run_for {
+        let mut p = body.to_vec();
+        p[..8].copy_from_slice(&seq.to_le_bytes());
+        sent.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.push(Instant::now());
+        storage.append(log, 1, Bytes::from(p), None).await?;
+        seq += 1;
+        if seq.is_multiple_of(20) {
+            eprintln!("[{:>5.1}s] tail: {seq} entries appended", start.elapsed().as_secs_f64());
+        }
+    }
+    let mut tail = reader.await??;
+    let tail_ms = Percentiles::of(&mut tail);
+    Ok(tail_ms)
+}
+
+/// A backlog of `n_entries` entries appended to a new log with `in_flight` appends at once.
+async fn write_backlog(
+    storage: &LogStorage,
+    entry: Bytes,
+    n_entries: u64,
+    in_flight: u64,
+) -> anyhow::Result<LogId> {
+    let backlog_log = storage.create_log().await?;
+    let next = Arc::new(AtomicU64::new(0));
+    let mut writers = Vec::new();
+    for _ in 0..in_flight {
+        let (storage, entry, next) = (storage.clone(), entry.clone(), next.clone());
+        writers.push(tokio::spawn(async move {
+            while next.fetch_add(1, Ordering::Relaxed) < n_entries {
+                storage.append(backlog_log, 1, entry.clone(), None).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    let progress = {
+        let next = next.clone();
+        tokio::spawn(async move {
+            let start = Instant::now();
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let sent = next.load(Ordering::Relaxed).min(n_entries);
+                let at = start.elapsed().as_secs_f64();
+                eprintln!("[{at:>5.1}s] backlog: {sent}/{n_entries} entries sent");
+            }
+        })
+    };
+    for w in writers {
+        w.await??;
+    }
+    progress.abort();
+    Ok(backlog_log)
 }
