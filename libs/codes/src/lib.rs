@@ -2,7 +2,8 @@
 //! a server adapter sends a code in the `lakelog-code` gRPC metadata entry ([`CODE_KEY`]), and
 //! the client parses it back, so both sides spell each code once, here.
 //!
-//! Depends on nothing; everything that answers or reads a Lakelog error depends on it.
+//! Depends on nothing (with the `grpc` feature, tonic, for [`grpc`]: the servers' statuses);
+//! everything that answers or reads a Lakelog error depends on it.
 
 /// gRPC metadata entry holding a failed call's [`Code`] (its [`Code::as_str`]).
 pub const CODE_KEY: &str = "lakelog-code";
@@ -127,5 +128,89 @@ mod tests {
             retryable,
             [Code::Fenced, Code::NotOwner, Code::Unavailable, Code::ResourceExhausted]
         );
+    }
+}
+
+/// The one place a Lakelog code becomes a gRPC status (with the `grpc` feature): every server
+/// adapter (the log service, the catalog, auth, maintenance roles, the request guard) answers
+/// through it, so a code travels the same way from each.
+#[cfg(feature = "grpc")]
+pub mod grpc {
+    use std::sync::Arc;
+
+    use tonic::metadata::MetadataValue;
+
+    use super::{CODE_KEY, Code, OUTCOME_KEY, OUTCOME_UNKNOWN};
+
+    /// The gRPC status code a Lakelog code travels under (the exact code goes in
+    /// `lakelog-code`).
+    pub fn code(code: Code) -> tonic::Code {
+        match code {
+            Code::NotFound => tonic::Code::NotFound,
+            Code::AlreadyExists => tonic::Code::AlreadyExists,
+            Code::Fenced | Code::NotOwner => tonic::Code::FailedPrecondition,
+            Code::ReadOnly => tonic::Code::Unimplemented,
+            Code::Unauthenticated => tonic::Code::Unauthenticated,
+            Code::PermissionDenied => tonic::Code::PermissionDenied,
+            Code::OffsetOutOfRange => tonic::Code::OutOfRange,
+            Code::OffsetMismatch => tonic::Code::Aborted,
+            Code::InvalidArgument => tonic::Code::InvalidArgument,
+            Code::Unavailable => tonic::Code::Unavailable,
+            Code::ResourceExhausted => tonic::Code::ResourceExhausted,
+            Code::Internal => tonic::Code::Internal,
+        }
+    }
+
+    /// A status of `code` (under its gRPC code) saying `message`.
+    pub fn status(code: Code, message: impl Into<String>) -> tonic::Status {
+        status_under(self::code(code), code, message.into(), false)
+    }
+
+    /// A status under gRPC code `grpc` carrying `code` in `lakelog-code`, and
+    /// `lakelog-outcome: unknown` if `unknown` (an append that may have committed).
+    pub fn status_under(
+        grpc: tonic::Code,
+        code: Code,
+        message: String,
+        unknown: bool,
+    ) -> tonic::Status {
+        let mut status = tonic::Status::new(grpc, message);
+        status.metadata_mut().insert(CODE_KEY, MetadataValue::from_static(code.as_str()));
+        if unknown {
+            status.metadata_mut().insert(OUTCOME_KEY, MetadataValue::from_static(OUTCOME_UNKNOWN));
+        }
+        status
+    }
+
+    /// Error `e` as a status of `code`, its message `e`'s, `e` kept as the status's source.
+    pub fn error<E>(code: Code, e: E, unknown: bool) -> tonic::Status
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let mut status = status_under(self::code(code), code, e.to_string(), unknown);
+        status.set_source(Arc::new(e));
+        status
+    }
+}
+
+#[cfg(all(test, feature = "grpc"))]
+mod grpc_tests {
+    use super::{CODE_KEY, Code, OUTCOME_KEY};
+
+    /// Every code travels in `lakelog-code` under its gRPC code; an error's source is kept.
+    #[test]
+    fn a_status_carries_its_code_and_an_error_its_source() {
+        for code in Code::ALL {
+            let s = super::grpc::status(code, "m");
+            assert_eq!(s.code(), super::grpc::code(code));
+            let sent = s.metadata().get(CODE_KEY).and_then(|v| v.to_str().ok());
+            assert_eq!(sent.and_then(Code::parse), Some(code), "{code:?}");
+            assert!(s.metadata().get(OUTCOME_KEY).is_none());
+        }
+        let e = super::grpc::error(Code::NotFound, std::io::Error::other("gone"), true);
+        let source = std::error::Error::source(&e).map(|s| s.to_string());
+        assert_eq!(source.as_deref(), Some("gone"));
+        assert_eq!(e.message(), "gone");
+        assert!(e.metadata().get(OUTCOME_KEY).is_some());
     }
 }

@@ -1,48 +1,22 @@
-//! The one place log-storage errors become gRPC statuses. The exact code travels in the
-//! `lakelog-code` metadata entry; `lakelog-outcome: unknown` marks appends that may have
-//! committed.
+//! Log-storage errors as gRPC statuses (through `codes::grpc`, the one status helper): the
+//! exact code travels in the `lakelog-code` metadata entry; `lakelog-outcome: unknown` marks
+//! appends that may have committed; a fence and the slot's owner in their own entries.
 
-use logstore::{Code, LogError};
+use logstore::LogError;
 use tonic::metadata::MetadataValue;
 
-/// The gRPC status code a Lakelog code travels under (the exact code goes in `lakelog-code`).
-pub fn grpc_code(code: Code) -> tonic::Code {
-    match code {
-        Code::NotFound => tonic::Code::NotFound,
-        Code::AlreadyExists => tonic::Code::AlreadyExists,
-        Code::Fenced | Code::NotOwner => tonic::Code::FailedPrecondition,
-        Code::ReadOnly => tonic::Code::Unimplemented,
-        Code::Unauthenticated => tonic::Code::Unauthenticated,
-        Code::PermissionDenied => tonic::Code::PermissionDenied,
-        Code::OffsetOutOfRange => tonic::Code::OutOfRange,
-        Code::OffsetMismatch => tonic::Code::Aborted,
-        Code::InvalidArgument => tonic::Code::InvalidArgument,
-        Code::Unavailable => tonic::Code::Unavailable,
-        Code::ResourceExhausted => tonic::Code::ResourceExhausted,
-        Code::Internal => tonic::Code::Internal,
-    }
-}
-
-/// A status carrying `code` in `lakelog-code`, and `lakelog-outcome: unknown` if `unknown`.
-pub fn status(grpc: tonic::Code, code: Code, message: String, unknown: bool) -> tonic::Status {
-    let mut status = tonic::Status::new(grpc, message);
-    status.metadata_mut().insert(codes::CODE_KEY, MetadataValue::from_static(code.as_str()));
-    if unknown {
-        status
-            .metadata_mut()
-            .insert(codes::OUTCOME_KEY, MetadataValue::from_static(codes::OUTCOME_UNKNOWN));
-    }
-    status
-}
-
+/// A log-storage error as a status: corruption under DATA_LOSS, anything else under its code's
+/// gRPC code; what fenced it and who owns the slot, when known, in metadata; the error kept as
+/// the status's source.
 pub fn to_status(e: LogError) -> tonic::Status {
     let code = e.code();
     let grpc = match &e {
         LogError::Corrupt(_) => tonic::Code::DataLoss,
-        _ => grpc_code(code),
+        _ => codes::grpc::code(code),
     };
     let a = append_error(&e);
-    let mut status = status(grpc, code, a.message, a.outcome_unknown);
+    let mut status = codes::grpc::status_under(grpc, code, a.message, a.outcome_unknown);
+    status.set_source(std::sync::Arc::new(e));
     // Fenced kinds, addresses and ids are ASCII; anything else is left out rather than mangled.
     let mut insert = |key: &'static str, value: &str| {
         if !value.is_empty()

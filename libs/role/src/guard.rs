@@ -104,20 +104,13 @@ impl std::fmt::Debug for Guard {
     }
 }
 
-fn status(code: tonic::Code, lakelog: codes::Code, message: String) -> tonic::Status {
-    let mut s = tonic::Status::new(code, message);
-    s.metadata_mut()
-        .insert(codes::CODE_KEY, tonic::metadata::MetadataValue::from_static(lakelog.as_str()));
-    s
-}
-
 /// A request the guard cannot read (malformed, compressed, over its caps).
 fn invalid(message: impl Into<String>) -> tonic::Status {
-    status(tonic::Code::InvalidArgument, codes::Code::InvalidArgument, message.into())
+    codes::grpc::status(codes::Code::InvalidArgument, message.into())
 }
 
 fn unauthenticated(message: &str) -> tonic::Status {
-    status(tonic::Code::Unauthenticated, codes::Code::Unauthenticated, message.to_owned())
+    codes::grpc::status(codes::Code::Unauthenticated, message.to_owned())
 }
 
 impl Guard {
@@ -161,8 +154,7 @@ impl Guard {
         kind: ResourceType,
         name: &str,
     ) -> tonic::Status {
-        status(
-            tonic::Code::PermissionDenied,
+        codes::grpc::status(
             codes::Code::PermissionDenied,
             format!("{p} may not {op} {kind} `{name}`"),
         )

@@ -40,7 +40,7 @@ fn to_status(e: AuthError) -> Status {
         AuthError::Invalid(m) | AuthError::NotFound(m) => m,
         AuthError::Meta(m) => m.to_string(),
     };
-    logservice::status::status(logservice::status::grpc_code(code), code, message, false)
+    codes::grpc::status(code, message)
 }
 
 fn invalid(m: String) -> Status {

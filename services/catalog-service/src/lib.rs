@@ -91,7 +91,7 @@ pub fn to_status(e: CatalogError) -> Status {
         CatalogError::Log(l) => (l.code(), l.outcome_unknown()),
         CatalogError::Meta(_) | CatalogError::Corrupt(_) => (Code::Internal, false),
     };
-    logservice::status::status(logservice::status::grpc_code(code), code, e.to_string(), unknown)
+    codes::grpc::error(code, e, unknown)
 }
 
 fn stream(s: StreamInfo) -> pb::Stream {

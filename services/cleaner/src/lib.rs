@@ -247,11 +247,9 @@ impl pb::cleaner_service_server::CleanerService for CleanerRole {
         let grace = req.into_inner().grace_ms.map(Duration::from_millis);
         let cycle = self.cycle(grace, true).await;
         if !cycle.error.is_empty() {
-            return Err(logservice::status::status(
-                tonic::Code::Unavailable,
+            return Err(codes::grpc::status(
                 codes::Code::Unavailable,
                 format!("cleaner cycle failed: {}", cycle.error),
-                false,
             ));
         }
         Ok(Response::new(pb::CleanNowResponse { cycle: Some(cycle) }))

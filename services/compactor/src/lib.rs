@@ -356,22 +356,18 @@ impl pb::compactor_service_server::CompactorService for Compactor {
         let req = req.into_inner();
         let min_chunks = match req.min_chunks {
             Some(0) => {
-                return Err(logservice::status::status(
-                    tonic::Code::InvalidArgument,
+                return Err(codes::grpc::status(
                     codes::Code::InvalidArgument,
                     "min_chunks must be at least 1".to_owned(),
-                    false,
                 ));
             }
             m => m.map(|m| m as usize),
         };
         let cycle = self.cycle(req.log_id.map(LogId), min_chunks, true).await;
         if !cycle.error.is_empty() {
-            return Err(logservice::status::status(
-                tonic::Code::Unavailable,
+            return Err(codes::grpc::status(
                 codes::Code::Unavailable,
                 format!("compaction cycle failed: {}", cycle.error),
-                false,
             ));
         }
         Ok(Response::new(pb::CompactNowResponse { cycle: Some(cycle) }))
