@@ -16,7 +16,7 @@ use kafka::producers::Producers;
 use kafka::{Refused, code};
 use logstore::{LogError, LogId};
 
-use crate::{LogBroker, lock, refused, to_i64};
+use crate::{LogBroker, refused, to_i64};
 
 /// A slot's idempotent producers: being rebuilt from its checkpoint and the log, or ready.
 pub(crate) enum SlotProducers {
@@ -75,7 +75,7 @@ impl LogBroker {
         for _ in 0..3 {
             let served = self.store()?.served_epoch(log, slot);
             let loading = {
-                let mut map = lock(&self.producers);
+                let mut map = self.producers.lock();
                 match map.get(&key) {
                     Some(SlotProducers::Ready(t)) if Some(t.epoch) == served => return Ok(t.epoch),
                     Some(SlotProducers::Loading(f)) => f.clone(),
@@ -103,7 +103,7 @@ impl LogBroker {
     pub(crate) async fn rebuild(self, log: LogId, slot: String) -> Result<(), Refused> {
         let started = Instant::now();
         let built = self.load(log, &slot).await;
-        let mut map = lock(&self.producers);
+        let mut map = self.producers.lock();
         match built {
             Ok(t) => {
                 tracing::info!(
@@ -262,7 +262,9 @@ impl LogBroker {
 
     /// Checkpoints the ready slots that are due, or `all` of them.
     pub(crate) async fn checkpoint_due(&self, all: bool) {
-        let due: Vec<(LogId, String, i64)> = lock(&self.producers)
+        let due: Vec<(LogId, String, i64)> = self
+            .producers
+            .lock()
             .iter()
             .filter_map(|(k, v)| match v {
                 SlotProducers::Ready(t) => {
@@ -293,14 +295,14 @@ impl LogBroker {
         let key = (log, slot.to_owned());
         let Some(end) = logstore::slot_state::end_if_served(reader, log, slot, epoch).await? else {
             // Another owner took the slot, or the log is gone: this state is stale.
-            let mut map = lock(&self.producers);
+            let mut map = self.producers.lock();
             if matches!(map.get(&key), Some(SlotProducers::Ready(t)) if t.epoch == epoch) {
                 map.remove(&key);
             }
             return Ok(());
         };
         let (state, upto, dirty, saved_upto) = {
-            let map = lock(&self.producers);
+            let map = self.producers.lock();
             let Some(SlotProducers::Ready(t)) = map.get(&key) else { return Ok(()) };
             if t.epoch != epoch {
                 return Ok(());
@@ -310,7 +312,7 @@ impl LogBroker {
         };
         let saved = upto > saved_upto
             && logstore::slot_state::save(reader, log, slot, epoch, upto, state.into()).await?;
-        let mut map = lock(&self.producers);
+        let mut map = self.producers.lock();
         if let Some(SlotProducers::Ready(t)) = map.get_mut(&key)
             && t.epoch == epoch
         {
@@ -348,7 +350,7 @@ impl LogBroker {
         only: Option<i64>,
     ) -> Result<(), Refused> {
         let key = (log, slot.to_owned());
-        let from = match lock(&self.producers).get(&key) {
+        let from = match self.producers.lock().get(&key) {
             Some(SlotProducers::Ready(t)) if t.epoch == epoch => match only {
                 Some(id) => t
                     .producers
@@ -396,7 +398,7 @@ impl LogBroker {
                 }
             }
         }
-        if let Some(SlotProducers::Ready(t)) = lock(&self.producers).get_mut(&key)
+        if let Some(SlotProducers::Ready(t)) = self.producers.lock().get_mut(&key)
             && t.epoch == epoch
         {
             for (id, producer_epoch, first, last, offset) in found {
@@ -434,7 +436,7 @@ impl LogBroker {
             Ok(Some(_)) => refusal,
             Ok(None) => {
                 let key = (log, slot.to_owned());
-                let mut map = lock(&self.producers);
+                let mut map = self.producers.lock();
                 if matches!(map.get(&key), Some(SlotProducers::Ready(t)) if t.epoch == epoch) {
                     map.remove(&key);
                 }

@@ -8,8 +8,9 @@
 //!
 //! Depends on libs only: the writer and reader roles both build theirs from here.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 // Tokio's clock (the std one outside tests): virtual under the simulation's paused runtime.
 
@@ -324,10 +325,6 @@ pub(crate) fn node_of(m: routing::Member, read_only: bool) -> Option<BrokerNode>
         rack: (m.zone != "*").then_some(m.zone),
         read_only,
     })
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// How far ahead of this writer's clock a batch's timestamps may be (Kafka 4's

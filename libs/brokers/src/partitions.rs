@@ -2,8 +2,8 @@
 //! (from the writer's tail or object storage; a preferred reader for far-behind consumers), the
 //! long poll, offsets by timestamp, DeleteRecords, producer ids.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 
 use futures::FutureExt;
 use kafka::producers::Check;
@@ -11,8 +11,8 @@ use kafka::{Fetched, Refused, code};
 use logstore::LogId;
 
 use crate::{
-    LogBroker, MAX_FETCH_RECORDS, PRODUCER_ID_BLOCK, SlotProducers, commit, conditions, lock,
-    refused, to_i64,
+    LogBroker, MAX_FETCH_RECORDS, PRODUCER_ID_BLOCK, SlotProducers, commit, conditions, refused,
+    to_i64,
 };
 
 #[async_trait::async_trait]
@@ -58,19 +58,19 @@ impl kafka::Partitions for LogBroker {
         let epoch = self.ready(log, &slot).await?;
         let key = (log, slot);
         let (first, last) = (p.base_sequence, header.last_sequence());
-        let check =
-            |producers: &Mutex<BTreeMap<(LogId, String), SlotProducers>>| match lock(producers)
-                .get_mut(&key)
-            {
-                Some(SlotProducers::Ready(t)) if t.epoch == epoch => {
-                    Ok(t.producers.check(p.producer_id, p.producer_epoch, first, last))
-                }
-                _ => Err(Refused::new(code::NOT_LEADER_OR_FOLLOWER, "partition changed owner")),
-            };
+        let check = |producers: &Mutex<BTreeMap<(LogId, String), SlotProducers>>| match producers
+            .lock()
+            .get_mut(&key)
+        {
+            Some(SlotProducers::Ready(t)) if t.epoch == epoch => {
+                Ok(t.producers.check(p.producer_id, p.producer_epoch, first, last))
+            }
+            _ => Err(Refused::new(code::NOT_LEADER_OR_FOLLOWER, "partition changed owner")),
+        };
         // A producer's first batch in this tenure: it may come from another owner slot (its
         // zone's writers went or came) with batches in the log this state never saw, one of
         // them perhaps this very batch, sent there with its answer lost.
-        let first_here = match lock(&self.producers).get(&key) {
+        let first_here = match self.producers.lock().get(&key) {
             Some(SlotProducers::Ready(t)) => !t.producers.admitted_here(p.producer_id),
             _ => false,
         };
@@ -109,7 +109,7 @@ impl kafka::Partitions for LogBroker {
         // Resolved whether or not anyone awaits it (a client may hang up), so the state and
         // its checkpoints see the outcome.
         tokio::spawn(shared.clone().map(drop));
-        if let Some(SlotProducers::Ready(t)) = lock(&self.producers).get_mut(&key)
+        if let Some(SlotProducers::Ready(t)) = self.producers.lock().get_mut(&key)
             && t.epoch == epoch
         {
             t.producers.admitted(p.producer_id, p.producer_epoch, first, last, shared.clone());

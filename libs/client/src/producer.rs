@@ -14,9 +14,10 @@
 //! committed, and a retry could write it twice. Its records fail with `outcome_unknown` set;
 //! the caller decides.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -180,13 +181,13 @@ impl Producer {
     }
 
     fn queue(&self, partition: u32) -> mpsc::Sender<Item> {
-        let mut queues = self.inner.queues.lock().unwrap_or_else(|e| e.into_inner());
+        let mut queues = self.inner.queues.lock();
         queues
             .entry(partition)
             .or_insert_with(|| {
                 let (tx, rx) = mpsc::channel(self.inner.cfg.queue_records);
                 let task = tokio::spawn(partition_task(self.inner.clone(), partition, rx));
-                self.inner.tasks.lock().unwrap_or_else(|e| e.into_inner()).push(task);
+                self.inner.tasks.lock().push(task);
                 tx
             })
             .clone()
@@ -194,9 +195,8 @@ impl Producer {
 
     /// Sends what is queued and waits until every record sent so far has its outcome.
     pub async fn close(self) {
-        self.inner.queues.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        let tasks =
-            std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        self.inner.queues.lock().clear();
+        let tasks = std::mem::take(&mut *self.inner.tasks.lock());
         for t in tasks {
             let _ = t.await;
         }

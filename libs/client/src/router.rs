@@ -1,8 +1,8 @@
 //! Finding a stream partition's log and serving writer through the catalog, and keeping one
 //! connection per writer.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::{CatalogClient, ClientError, LogClient, Security, Stream};
@@ -71,7 +71,7 @@ impl Connections {
     }
 
     pub async fn get(&self, address: &str, timeout: Duration) -> Result<LogClient, ClientError> {
-        if let Some(c) = self.open.lock().unwrap_or_else(|e| e.into_inner()).get(address) {
+        if let Some(c) = self.open.lock().get(address) {
             return Ok(c.clone());
         }
         let connect = LogClient::connect_with(address, &self.security);
@@ -84,7 +84,7 @@ impl Connections {
                 ));
             }
         };
-        self.open.lock().unwrap_or_else(|e| e.into_inner()).insert(address.to_owned(), c.clone());
+        self.open.lock().insert(address.to_owned(), c.clone());
         Ok(c)
     }
 }

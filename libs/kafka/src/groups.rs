@@ -11,8 +11,8 @@
 //! Time is passed in (`now`), so the rules are tested without sleeping; [`Groups::tick`] is
 //! called periodically by the server.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -402,10 +402,6 @@ impl Groups {
         self
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
-        self.groups.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     fn new_member_id(&self, client_id: &str) -> String {
         let n = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         format!("{client_id}-{}-{n}", uuid::Uuid::new_v4().simple())
@@ -432,7 +428,7 @@ impl Groups {
         if j.protocol_type.is_empty() || j.protocols.is_empty() {
             return fail(INCONSISTENT_GROUP_PROTOCOL);
         }
-        let mut groups = self.lock();
+        let mut groups = self.groups.lock();
         if !groups.contains_key(&j.group) && groups.len() >= MAX_GROUPS {
             return fail(COORDINATOR_NOT_AVAILABLE);
         }
@@ -544,7 +540,7 @@ impl Groups {
         now: Instant,
     ) -> Synced {
         let rx = {
-            let mut groups = self.lock();
+            let mut groups = self.groups.lock();
             let fail = |c: i16| (c, None, None, Bytes::new());
             let Some(g) = groups.get_mut(group) else { return fail(UNKNOWN_MEMBER_ID) };
             if let Some(e) = check_member(g, member_id, instance_id) {
@@ -603,7 +599,7 @@ impl Groups {
         instance_id: Option<&str>,
         now: Instant,
     ) -> i16 {
-        let mut groups = self.lock();
+        let mut groups = self.groups.lock();
         let Some(g) = groups.get_mut(group) else { return UNKNOWN_MEMBER_ID };
         if let Some(e) = check_member(g, member_id, instance_id) {
             return e;
@@ -626,7 +622,7 @@ impl Groups {
         members: &[(String, Option<String>)],
         now: Instant,
     ) -> Vec<i16> {
-        let mut groups = self.lock();
+        let mut groups = self.groups.lock();
         let Some(g) = groups.get_mut(group) else {
             return vec![UNKNOWN_MEMBER_ID; members.len()];
         };
@@ -672,7 +668,7 @@ impl Groups {
         if let Some(code) = self.consumer_check_commit(group, generation, member_id, version) {
             return code;
         }
-        let groups = self.lock();
+        let groups = self.groups.lock();
         let Some(g) = groups.get(group) else {
             return if generation < 0 { code::NONE } else { ILLEGAL_GENERATION };
         };
@@ -693,7 +689,7 @@ impl Groups {
 
     /// Ends sessions past their timeout and rebalances past their deadline.
     pub fn tick(&self, now: Instant) {
-        let mut groups = self.lock();
+        let mut groups = self.groups.lock();
         for (name, g) in groups.iter_mut() {
             g.pending.retain(|_, at| {
                 now.duration_since(*at) < MAX_SESSION_TIMEOUT.min(Duration::from_secs(300))
@@ -729,7 +725,7 @@ impl Groups {
     /// new coordinator.
     pub fn forget(&self, group: &str) {
         self.consumer_forget(group);
-        if let Some(mut g) = self.lock().remove(group) {
+        if let Some(mut g) = self.groups.lock().remove(group) {
             let ids: Vec<String> = g.members.keys().cloned().collect();
             for id in ids {
                 if let Some(m) = g.members.get_mut(&id) {
@@ -747,6 +743,7 @@ impl Groups {
     /// The groups held: name, protocol type, state.
     pub fn list(&self) -> Vec<(String, String, State)> {
         let mut v: Vec<_> = self
+            .groups
             .lock()
             .iter()
             .map(|(n, g)| (n.clone(), g.protocol_type.clone().unwrap_or_default(), g.state))
@@ -756,7 +753,7 @@ impl Groups {
     }
 
     pub fn describe(&self, group: &str) -> Option<Described> {
-        let groups = self.lock();
+        let groups = self.groups.lock();
         let g = groups.get(group)?;
         let protocol = g.protocol.clone().unwrap_or_default();
         let mut members: Vec<(&String, &Member)> = g.members.iter().collect();
@@ -792,7 +789,7 @@ impl Groups {
         if let Some(topics) = self.consumer_subscribed(group) {
             return Some(topics);
         }
-        let groups = self.lock();
+        let groups = self.groups.lock();
         let g = groups.get(group).filter(|g| !g.members.is_empty())?;
         let mut topics = Vec::new();
         for m in g.members.values() {
@@ -820,7 +817,7 @@ impl Groups {
 
     /// Whether the group has members now (DeleteGroups refuses those: NON_EMPTY_GROUP).
     pub fn has_members(&self, group: &str) -> bool {
-        self.lock().get(group).is_some_and(|g| !g.members.is_empty())
+        self.groups.lock().get(group).is_some_and(|g| !g.members.is_empty())
             || self.is_consumer_group(group)
     }
 }
@@ -986,7 +983,7 @@ mod tests {
             }
         }
         assert_eq!(refused, 100_000 - MAX_MEMBERS);
-        assert_eq!(g.lock().get("g").map(|g| g.pending.len()), Some(MAX_MEMBERS));
+        assert_eq!(g.groups.lock().get("g").map(|g| g.pending.len()), Some(MAX_MEMBERS));
     }
 
     #[tokio::test]

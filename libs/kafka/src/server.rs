@@ -13,10 +13,11 @@
 //! size). A connection refused at accept is closed at once, and said in a warning at most
 //! every 10 s with how many were.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -127,13 +128,9 @@ struct PreAuthPlace {
     ip: IpAddr,
 }
 
-fn lock(open: &Mutex<Open>) -> std::sync::MutexGuard<'_, Open> {
-    open.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Drop for Place {
     fn drop(&mut self) {
-        let mut o = lock(&self.open);
+        let mut o = self.open.lock();
         o.total = o.total.saturating_sub(1);
         if let Some(n) = o.by_ip.get_mut(&self.ip) {
             n.0 = n.0.saturating_sub(1);
@@ -146,7 +143,7 @@ impl Drop for Place {
 
 impl Drop for PreAuthPlace {
     fn drop(&mut self) {
-        let mut o = lock(&self.open);
+        let mut o = self.open.lock();
         o.unauthenticated = o.unauthenticated.saturating_sub(1);
         if let Some(n) = o.by_ip.get_mut(&self.ip) {
             n.1 = n.1.saturating_sub(1);
@@ -185,7 +182,7 @@ fn admit_connection(
     ip: IpAddr,
     pre_auth: bool,
 ) -> Result<(Place, Option<PreAuthPlace>), Full> {
-    let mut o = lock(open);
+    let mut o = open.lock();
     let (n, unauth) = o.by_ip.get(&ip).copied().unwrap_or((0, 0));
     if o.total >= cfg.max_connections {
         return Err(Full::Listener(o.total));

@@ -13,9 +13,10 @@
 //! requests hold while they are received is inside `buffer_size`, not beside it. Streams
 //! (AppendStream) are not gated: each holds at most one message waiting for room.
 
+use parking_lot::Mutex;
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
@@ -53,23 +54,19 @@ struct Held {
 }
 
 impl Slot {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     pub fn release(&self) {
-        self.lock().place.take();
+        self.0.lock().place.take();
     }
 
     /// The buffer room taken for the append (once), for `Conditions::reserved`.
     pub fn take_room(&self) -> Option<Reserved> {
-        self.lock().room.take()
+        self.0.lock().room.take()
     }
 
     /// Holds at least `bytes` of buffer room, taking more from `storage` if needed (at once or
     /// not at all).
     fn grow(&self, storage: &LogStorage, bytes: usize) -> Result<(), LogError> {
-        let mut held = self.lock();
+        let mut held = self.0.lock();
         let has = held.room.as_ref().map_or(0, Reserved::bytes);
         if bytes > has {
             let more = storage.reserve(bytes - has)?;
@@ -253,7 +250,7 @@ mod tests {
 
         fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
             if let Some(s) = req.extensions().get::<Slot>() {
-                self.0.lock().unwrap().push(s.clone());
+                self.0.lock().push(s.clone());
             }
             std::future::ready(Ok(http::Response::new(tonic::body::Body::default())))
         }
@@ -286,12 +283,12 @@ mod tests {
         let read = svc.call(request("/lakelog.log.v1.LogService/ReadEntries")).await.unwrap();
         assert_eq!(code(&read), None);
         // A handler releasing its slot (admission answered) lets the next one in.
-        held.0.lock().unwrap().remove(0).release();
+        held.0.lock().remove(0).release();
         assert_eq!(svc.in_reception(), 1);
         let ok = svc.call(request(APPEND_PATH)).await.unwrap();
         assert_eq!(code(&ok), None);
         // So does dropping a request that never reached admission.
-        held.0.lock().unwrap().clear();
+        held.0.lock().clear();
         assert_eq!(svc.in_reception(), 0);
     }
 }

@@ -28,7 +28,7 @@ pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
 const OPEN_CURSORS_MAX: usize = 1024;
 
 /// A kept cursor handle: a call takes it out, and puts it back when done.
-type Kept = std::sync::Arc<std::sync::Mutex<Option<LogCursor>>>;
+type Kept = std::sync::Arc<parking_lot::Mutex<Option<LogCursor>>>;
 type OpenCursors = std::sync::Arc<quick_cache::sync::Cache<(u64, String), Kept>>;
 
 /// The LogService over one writer's log storage, or read-only over a log reader.
@@ -69,10 +69,8 @@ impl LogServiceImpl {
 
     /// A cursor handle, up to date: from the cache (refreshed) or opened.
     async fn cursor(&self, log: u64, name: &str) -> Result<LogCursor, Status> {
-        let cached = self
-            .cursors
-            .remove(&(log, name.to_owned()))
-            .and_then(|(_, kept)| kept.lock().unwrap_or_else(|e| e.into_inner()).take());
+        let cached =
+            self.cursors.remove(&(log, name.to_owned())).and_then(|(_, kept)| kept.lock().take());
         match cached {
             Some(mut c) => {
                 c.refresh().await.map_err(to_status)?;
@@ -85,7 +83,7 @@ impl LogServiceImpl {
     /// Keeps a handle for the next call.
     fn keep(&self, c: LogCursor) {
         let key = (c.log().0, c.name().to_owned());
-        self.cursors.insert(key, std::sync::Arc::new(std::sync::Mutex::new(Some(c))));
+        self.cursors.insert(key, std::sync::Arc::new(parking_lot::Mutex::new(Some(c))));
     }
 }
 

@@ -227,7 +227,7 @@ pub fn member_prefix(cluster: &str, role: &str) -> Vec<u8> {
 pub struct Registration {
     meta: Arc<dyn MetadataStore>,
     key: Vec<u8>,
-    lease: Arc<std::sync::Mutex<LeaseId>>,
+    lease: Arc<parking_lot::Mutex<LeaseId>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -242,7 +242,7 @@ pub async fn register(
     let key = Keys::new(cluster).member(&record.role, &record.id);
     let value = record.encode_to_vec();
     let lease = put_member(meta.as_ref(), &key, &value, ttl).await?;
-    let lease = Arc::new(std::sync::Mutex::new(lease));
+    let lease = Arc::new(parking_lot::Mutex::new(lease));
     let task =
         tokio::spawn(keep_member_alive(meta.clone(), key.clone(), value, ttl, lease.clone()));
     Ok(Registration { meta, key, lease, task })
@@ -273,17 +273,17 @@ async fn keep_member_alive(
     key: Vec<u8>,
     value: Vec<u8>,
     ttl: Duration,
-    lease: Arc<std::sync::Mutex<LeaseId>>,
+    lease: Arc<parking_lot::Mutex<LeaseId>>,
 ) {
     loop {
         tokio::time::sleep(ttl / 3).await;
-        let current = *lease.lock().unwrap_or_else(|e| e.into_inner());
+        let current = *lease.lock();
         match meta.lease_keep_alive(current).await {
             Ok(_) => {}
             Err(MetaError::LeaseNotFound(_)) => {
                 tracing::warn!(key = %String::from_utf8_lossy(&key), "member lease lost; registering again");
                 if let Ok(l) = put_member(meta.as_ref(), &key, &value, ttl).await {
-                    *lease.lock().unwrap_or_else(|e| e.into_inner()) = l;
+                    *lease.lock() = l;
                 }
             }
             Err(e) => tracing::warn!(error = %e, "member lease keep-alive failed"),
@@ -295,7 +295,7 @@ impl Registration {
     /// Deregisters: stops the keep-alive and revokes the lease (the key goes with it).
     pub async fn close(self) {
         self.task.abort();
-        let lease = *self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        let lease = *self.lease.lock();
         let _ = self.meta.lease_revoke(lease).await;
     }
 

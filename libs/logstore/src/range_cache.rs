@@ -1,8 +1,9 @@
 //! A bounded cache of object byte ranges for readers, in which concurrent requests for one
 //! range share one GET (single flight).
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore};
@@ -73,7 +74,7 @@ impl RangeCache {
 
     /// Drops the oldest entries until `bytes` were given back (or the cache is empty).
     pub fn shrink(&self, bytes: usize) {
-        let mut i = self.lock();
+        let mut i = self.inner.lock();
         let mut freed = 0;
         while freed < bytes
             && let Some(len) = i.evict_oldest()
@@ -84,11 +85,7 @@ impl RangeCache {
 
     /// Bytes cached now.
     pub fn len_bytes(&self) -> usize {
-        self.lock().bytes
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock().bytes
     }
 
     /// The bytes it holds at most.
@@ -98,7 +95,7 @@ impl RangeCache {
 
     /// (hits, misses) so far.
     pub fn counts(&self) -> (u64, u64) {
-        let i = self.lock();
+        let i = self.inner.lock();
         (i.hits, i.misses)
     }
 
@@ -108,7 +105,7 @@ impl RangeCache {
     /// MiB object, a few cached: the whole 8 MiB held for a few hundred KiB counted).
     pub fn insert_object(&self, object: &str, bytes: Bytes) {
         let len = bytes.len() as u64;
-        let mut i = self.lock();
+        let mut i = self.inner.lock();
         if i.whole.contains_key(object) {
             return;
         }
@@ -152,7 +149,7 @@ impl RangeCache {
     {
         let key = (object.to_owned(), start, end);
         let cell = {
-            let mut i = self.lock();
+            let mut i = self.inner.lock();
             if let Some(b) = i.cached.get(&key) {
                 let b = b.clone();
                 i.hits += 1;
@@ -171,7 +168,7 @@ impl RangeCache {
             i.inflight.entry(key.clone()).or_default().clone()
         };
         let r = cell.get_or_try_init(fetch).await.cloned();
-        let mut i = self.lock();
+        let mut i = self.inner.lock();
         if let Some(c) = i.inflight.get(&key)
             && Arc::ptr_eq(c, &cell)
         {
@@ -281,7 +278,7 @@ mod tests {
             );
             assert!(r.await.is_ok());
         }
-        let i = cache.lock();
+        let i = cache.inner.lock();
         assert!(i.bytes <= 100 && i.cached.len() == 2, "{} bytes in {}", i.bytes, i.cached.len());
     }
 

@@ -79,7 +79,7 @@ pub struct Conditions {
 pub struct LogStorage {
     core: Arc<Core>,
     guard: Arc<CloseGuard>,
-    tasks: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    tasks: Arc<parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
 }
 
 impl std::fmt::Debug for LogStorage {
@@ -102,7 +102,7 @@ impl LogStorage {
         Ok(LogStorage {
             guard: Arc::new(CloseGuard(core.clone())),
             core,
-            tasks: Arc::new(std::sync::Mutex::new(tasks)),
+            tasks: Arc::new(parking_lot::Mutex::new(tasks)),
         })
     }
 
@@ -120,8 +120,7 @@ impl LogStorage {
     pub async fn drain(&self) {
         self.core.close();
         self.core.wake();
-        let tasks: Vec<_> =
-            std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        let tasks: Vec<_> = std::mem::take(&mut *self.tasks.lock());
         if tasks.is_empty() {
             return; // drained (or aborted) already
         }
@@ -144,7 +143,7 @@ impl LogStorage {
     /// answered, nothing more is committed, the lease is left to expire. For tests.
     pub fn abort(&self) {
         self.core.close();
-        for t in self.tasks.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        for t in self.tasks.lock().drain(..) {
             t.abort();
         }
     }

@@ -18,9 +18,10 @@
 //! its full TTL again, as etcd does after a leader change. All writes, and watch registration,
 //! run under one mutex, so watchers receive events in revision order with no gap.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -98,12 +99,6 @@ fn internal(e: impl std::fmt::Display) -> MetaError {
     MetaError::Internal(e.to_string())
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A poisoned lock means a panic elsewhere; the data it guards is still consistent
-    // because every mutation commits through redb first.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 struct Lease {
     ttl: Duration,
     deadline: Instant,
@@ -157,7 +152,9 @@ async fn expire_leases(inner: Weak<Inner>) {
         tokio::time::sleep(LEASE_TICK).await;
         let Some(inner) = inner.upgrade() else { return };
         let now = Instant::now();
-        let expired: Vec<LeaseId> = lock(&inner.leases)
+        let expired: Vec<LeaseId> = inner
+            .leases
+            .lock()
             .iter()
             .filter(|(_, l)| l.deadline <= now)
             .map(|(id, _)| *id)
@@ -224,7 +221,7 @@ impl Inner {
     }
 
     fn txn(&self, txn: &Txn) -> Result<TxnResponse, MetaError> {
-        let mut watchers = lock(&self.watchers);
+        let mut watchers = self.watchers.lock();
         let wtx = self.db.begin_write().map_err(internal)?;
         let (current, compacted) = {
             let meta = wtx.open_table(META).map_err(internal)?;
@@ -329,7 +326,7 @@ impl Inner {
     }
 
     fn grant(&self, ttl: Duration) -> Result<LeaseId, MetaError> {
-        let _writer = lock(&self.watchers);
+        let _writer = self.watchers.lock();
         let secs = ttl_secs(ttl);
         let wtx = self.db.begin_write().map_err(internal)?;
         let id = {
@@ -341,12 +338,12 @@ impl Inner {
         };
         wtx.commit().map_err(internal)?;
         let ttl = Duration::from_secs(secs.unsigned_abs());
-        lock(&self.leases).insert(id, Lease { ttl, deadline: Instant::now() + ttl });
+        self.leases.lock().insert(id, Lease { ttl, deadline: Instant::now() + ttl });
         Ok(id)
     }
 
     fn keep_alive(&self, id: LeaseId) -> Result<Duration, MetaError> {
-        let mut leases = lock(&self.leases);
+        let mut leases = self.leases.lock();
         let lease = leases.get_mut(&id).ok_or(MetaError::LeaseNotFound(id))?;
         let now = Instant::now();
         if lease.deadline <= now {
@@ -359,9 +356,9 @@ impl Inner {
     /// Revokes a lease; with `expired_at`, only if it is still expired then (a keep-alive may
     /// have renewed it since the expiry scan).
     fn revoke(&self, id: LeaseId, expired_at: Option<Instant>) -> Result<(), MetaError> {
-        let mut watchers = lock(&self.watchers);
+        let mut watchers = self.watchers.lock();
         {
-            let leases = lock(&self.leases);
+            let leases = self.leases.lock();
             match (leases.get(&id), expired_at) {
                 (None, _) => return Err(MetaError::LeaseNotFound(id)),
                 (Some(l), Some(at)) if l.deadline > at => return Ok(()),
@@ -403,14 +400,14 @@ impl Inner {
             }
         }
         wtx.commit().map_err(internal)?;
-        lock(&self.leases).remove(&id);
+        self.leases.lock().remove(&id);
         publish(&mut watchers, &events);
         Ok(())
     }
 
     /// Registers a watcher; its stream replays the past events first.
     fn watch(&self, req: &WatchRequest) -> Result<WatchStream, MetaError> {
-        let mut watchers = lock(&self.watchers);
+        let mut watchers = self.watchers.lock();
         let rtx = self.db.begin_read().map_err(internal)?;
         let meta = rtx.open_table(META).map_err(internal)?;
         let current = meta_get(&meta, REVISION)?;
@@ -439,7 +436,7 @@ impl Inner {
     }
 
     fn compact(&self, revision: Revision) -> Result<(), MetaError> {
-        let _writer = lock(&self.watchers);
+        let _writer = self.watchers.lock();
         let wtx = self.db.begin_write().map_err(internal)?;
         {
             let mut meta = wtx.open_table(META).map_err(internal)?;

@@ -5,9 +5,10 @@
 //! written. Ordered maps only, so its behaviour never depends on hash order. The conformance
 //! suite runs against it as against etcd and the embedded store.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -47,7 +48,7 @@ pub struct MemoryStore {
 
 impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryStore").field("revision", &self.lock().revision).finish()
+        f.debug_struct("MemoryStore").field("revision", &self.state.lock().revision).finish()
     }
 }
 
@@ -71,13 +72,9 @@ impl MemoryStore {
         MemoryStore { state }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The current revision.
     pub fn revision(&self) -> Revision {
-        self.lock().revision
+        self.state.lock().revision
     }
 }
 
@@ -85,7 +82,7 @@ async fn expire_leases(state: Weak<Mutex<State>>) {
     loop {
         tokio::time::sleep(LEASE_TICK).await;
         let Some(state) = state.upgrade() else { return };
-        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = state.lock();
         let now = Instant::now();
         let expired: Vec<LeaseId> =
             s.leases.iter().filter(|(_, l)| l.deadline <= now).map(|(id, _)| *id).collect();
@@ -320,17 +317,17 @@ impl State {
 impl MetadataStore for MemoryStore {
     async fn range(&self, req: RangeRequest) -> Result<RangeResponse, MetaError> {
         req.validate()?;
-        let s = self.lock();
+        let s = self.state.lock();
         s.read(&req, s.revision)
     }
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, MetaError> {
         txn.validate()?;
-        self.lock().txn(&txn)
+        self.state.lock().txn(&txn)
     }
 
     async fn lease_grant(&self, ttl: Duration) -> Result<LeaseId, MetaError> {
-        let mut s = self.lock();
+        let mut s = self.state.lock();
         let id = s.next_lease;
         s.next_lease += 1;
         let ttl = Duration::from_secs(ttl_secs(ttl).unsigned_abs());
@@ -339,7 +336,7 @@ impl MetadataStore for MemoryStore {
     }
 
     async fn lease_keep_alive(&self, lease: LeaseId) -> Result<Duration, MetaError> {
-        let mut s = self.lock();
+        let mut s = self.state.lock();
         let now = Instant::now();
         let l = s.leases.get_mut(&lease).ok_or(MetaError::LeaseNotFound(lease))?;
         if l.deadline <= now {
@@ -350,12 +347,12 @@ impl MetadataStore for MemoryStore {
     }
 
     async fn lease_revoke(&self, lease: LeaseId) -> Result<(), MetaError> {
-        if self.lock().revoke(lease) { Ok(()) } else { Err(MetaError::LeaseNotFound(lease)) }
+        if self.state.lock().revoke(lease) { Ok(()) } else { Err(MetaError::LeaseNotFound(lease)) }
     }
 
     async fn watch(&self, req: WatchRequest) -> Result<WatchStream, MetaError> {
         req.range.validate()?;
-        let mut s = self.lock();
+        let mut s = self.state.lock();
         if req.start_revision != 0 && req.start_revision < s.compacted {
             return Err(MetaError::Compacted {
                 requested: req.start_revision,
@@ -379,6 +376,6 @@ impl MetadataStore for MemoryStore {
     }
 
     async fn compact(&self, revision: Revision) -> Result<(), MetaError> {
-        self.lock().compact(revision)
+        self.state.lock().compact(revision)
     }
 }

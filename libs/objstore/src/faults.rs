@@ -5,9 +5,10 @@
 //! Rules are changed at run time through a [`FaultHandle`], so a test can let a writer start
 //! cleanly and then break its store mid-flight.
 
+use parking_lot::Mutex;
 use std::fmt;
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -93,7 +94,7 @@ impl FaultHandle {
             Trigger::Fraction { seed, .. } => seed,
             _ => 0,
         };
-        self.lock().rules.push(Rule { op, trigger, action, seen: 0, rng, spent: false });
+        self.state.lock().rules.push(Rule { op, trigger, action, seen: 0, rng, spent: false });
     }
 
     pub fn fail_nth(&self, op: Op, n: u64, error: FaultError) {
@@ -114,32 +115,28 @@ impl FaultHandle {
 
     /// Removes every rule; counts stay.
     pub fn clear(&self) {
-        self.lock().rules.clear();
+        self.state.lock().rules.clear();
     }
 
     /// How many calls of this kind reached the wrapper.
     pub fn calls(&self, op: Op) -> u64 {
-        self.lock().calls.get(&op).copied().unwrap_or(0)
+        self.state.lock().calls.get(&op).copied().unwrap_or(0)
     }
 
     /// How many `delete_stream` calls were made (one per batch of deletions; a single
     /// `delete` is one too).
     pub fn delete_streams(&self) -> u64 {
-        self.lock().delete_streams
+        self.state.lock().delete_streams
     }
 
     /// How many faults (failures and lost responses, not delays) were injected.
     pub fn injected(&self) -> u64 {
-        self.lock().injected
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock().injected
     }
 
     /// Counts the call and returns the action of the first rule that fires.
     fn decide(&self, op: Op) -> Option<Action> {
-        let mut st = self.lock();
+        let mut st = self.state.lock();
         *st.calls.entry(op).or_default() += 1;
         let mut fired = None;
         for r in st.rules.iter_mut().filter(|r| r.op == op && !r.spent) {
@@ -260,7 +257,7 @@ impl ObjectStore for FaultyStore {
     ) -> BoxStream<'static, Result<Path>> {
         let inner = self.inner.clone();
         let faults = self.faults.clone();
-        faults.lock().delete_streams += 1;
+        faults.state.lock().delete_streams += 1;
         locations
             .and_then(move |path| {
                 let inner = inner.clone();

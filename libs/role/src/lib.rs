@@ -480,7 +480,7 @@ pub mod tower_like {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
 
     async fn role(dir: &std::path::Path, listen: bool) -> Result<Role, Box<dyn std::error::Error>> {
         let meta = metadata::open(&config::MetadataConfig::Embedded(config::EmbeddedConfig {
@@ -520,7 +520,7 @@ mod tests {
                 shutdown.wait().await;
                 // A cycle under way when the signal came: it finishes first.
                 tokio::time::sleep(Duration::from_millis(100 * (n + 1))).await;
-                order.lock().unwrap_or_else(|e| e.into_inner()).push(format!("loop {n}"));
+                order.lock().push(format!("loop {n}"));
             });
         }
         let early = role.shutdown();
@@ -532,7 +532,7 @@ mod tests {
                 let _ = signalled.await;
             },
             async move {
-                drained.lock().unwrap_or_else(|e| e.into_inner()).push("drain".to_owned());
+                drained.lock().push("drain".to_owned());
             },
         ));
         let (live, _) =
@@ -541,7 +541,7 @@ mod tests {
         let _ = signal.send(());
         served.await??;
         assert!(early.is_set());
-        let order = order.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let order = order.lock().clone();
         assert_eq!(order, ["loop 0", "loop 1", "drain"]);
         let (live, _) =
             logstore::membership::live_members(meta.as_ref(), "role-test", "tester").await?;

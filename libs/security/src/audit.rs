@@ -3,7 +3,7 @@
 //! [`WINDOW`] (a flood of refusals cannot flood the log), the next line saying how many were
 //! held back.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -33,7 +33,7 @@ impl RateLimit {
     /// Whether a line may be said now, and if so how many were held back since the last;
     /// if not, it is counted as held back.
     pub fn allow(&self) -> Option<u64> {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.state.lock();
         let now = Instant::now();
         if s.0.is_none_or(|t| now.duration_since(t) >= self.window) {
             *s = (Some(now), 0);

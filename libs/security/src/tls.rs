@@ -5,10 +5,11 @@
 //! written before its certificate) is ignored with a warning, and the old one served until
 //! the set is whole.
 
+use parking_lot::Mutex;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use config::{ClientAuth, TlsConfig};
@@ -189,14 +190,10 @@ impl ServerTls {
         self.reloads.load(Ordering::Relaxed)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Loaded> {
-        self.loaded.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The config new connections get: the files read again first if they changed since
     /// (looked at once a second at most).
     pub fn config(&self) -> Arc<rustls::ServerConfig> {
-        let mut loaded = self.lock();
+        let mut loaded = self.loaded.lock();
         if loaded.checked.elapsed() < CHECK_EVERY {
             return loaded.config.clone();
         }

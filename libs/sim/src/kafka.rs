@@ -22,7 +22,7 @@ use kafka::code;
 use recordbatch::{ProducerFields, Record};
 
 use crate::history::{Append, Outcome, id_of, payload};
-use crate::scenario::{SharedRef, lock};
+use crate::scenario::SharedRef;
 
 /// The topic the Kafka plan produces to.
 pub const TOPIC: &str = "sim";
@@ -45,7 +45,7 @@ pub(crate) fn id_in(batch: &bytes::Bytes) -> Option<u64> {
 
 /// A live broker: the one of node `node` if it lives, else one chosen by the run's generator.
 fn broker(shared: &SharedRef, node: Option<i32>) -> Option<std::sync::Arc<brokers::LogBroker>> {
-    let mut s = lock(shared);
+    let mut s = shared.lock();
     if let Some(n) = node
         && let Some(b) = s.brokers.iter().flatten().find(|b| b.node == n)
     {
@@ -90,7 +90,7 @@ pub(crate) async fn producer(
     let mut sent: Vec<Vec<u64>> = vec![Vec::new(); logs.len()];
     for b in 0..batches as u64 {
         let (partition, count, think) = {
-            let mut s = lock(&shared);
+            let mut s = shared.lock();
             let r = &mut s.rng;
             (r.below(logs.len() as u64) as usize, 1 + r.below(3) as u32, r.below(20))
         };
@@ -126,7 +126,7 @@ pub(crate) async fn producer(
             match tokio::time::timeout(REQUEST_TIMEOUT, attempt).await {
                 Ok(Ok(done)) => {
                     let offset = u64::try_from(done.base_offset).unwrap_or(u64::MAX);
-                    let mut s = lock(&shared);
+                    let mut s = shared.lock();
                     s.history.answers.push((id, offset));
                     s.trace.record(("answered", id, offset));
                     answered = Some(offset);
@@ -140,7 +140,7 @@ pub(crate) async fn producer(
                         if std::env::var_os("SIM_DEBUG").is_some() {
                             eprintln!("sim: batch {id} refused: {refused:?}");
                         }
-                        let mut s = lock(&shared);
+                        let mut s = shared.lock();
                         s.history.refusals.push((id, refused.code));
                         s.trace.record(("refused", id, refused.code));
                         fatal = true;
@@ -150,11 +150,11 @@ pub(crate) async fn producer(
                 },
                 Err(_) => leader = None,
             }
-            let backoff = lock(&shared).rng.below(80) + 20;
+            let backoff = shared.lock().rng.below(80) + 20;
             tokio::time::sleep(Duration::from_millis(backoff)).await;
         }
         {
-            let mut s = lock(&shared);
+            let mut s = shared.lock();
             let outcome = answered.map_or(Outcome::Unknown, Outcome::Ok);
             s.history.appends.push(Append { id, log, records: count, outcome });
             s.trace.record(("batch", id, log, outcome));
@@ -170,7 +170,7 @@ pub(crate) async fn producer(
         }
         tokio::time::sleep(Duration::from_millis(think)).await;
     }
-    let mut s = lock(&shared);
+    let mut s = shared.lock();
     for ids in sent.into_iter().filter(|ids| ids.len() > 1) {
         s.history.pipelined.push(ids);
     }
@@ -205,7 +205,7 @@ pub(crate) async fn consumer(c: u64, logs: Vec<u64>, shared: SharedRef) {
     let mut ends = vec![0u64; logs.len()];
     loop {
         let (partition, from, at_reader, think) = {
-            let mut s = lock(&shared);
+            let mut s = shared.lock();
             let r = &mut s.rng;
             let p = r.below(logs.len() as u64) as usize;
             let from = match r.below(3) {
@@ -216,10 +216,10 @@ pub(crate) async fn consumer(c: u64, logs: Vec<u64>, shared: SharedRef) {
             (p, from, r.chance(0.5), r.below(40) + 10)
         };
         tokio::time::sleep(Duration::from_millis(think)).await;
-        let to = if at_reader { lock(&shared).reader.clone() } else { broker(&shared, None) };
+        let to = if at_reader { shared.lock().reader.clone() } else { broker(&shared, None) };
         let Some(to) = to else { continue };
         let log = logs[partition];
-        let floor = lock(&shared).floors.get(&log).copied().unwrap_or(0);
+        let floor = shared.lock().floors.get(&log).copied().unwrap_or(0);
         let Ok(offset) = i64::try_from(from) else { continue };
         let fetched = tokio::time::timeout(
             REQUEST_TIMEOUT,
@@ -231,7 +231,7 @@ pub(crate) async fn consumer(c: u64, logs: Vec<u64>, shared: SharedRef) {
         // The batches as they go out on the wire, base offsets written in.
         let wire: Vec<bytes::Bytes> = f.records.iter().map(kafka::StoredBatch::to_wire).collect();
         let seen = batches(&wire.concat().into());
-        let mut s = lock(&shared);
+        let mut s = shared.lock();
         s.trace.record(("fetched", c, log, offset, &seen));
         let high = u64::try_from(f.high_watermark).ok();
         s.history.reads.push(crate::history::Read { log, floor, seen, high });

@@ -6,8 +6,9 @@
 //! a slow etcd member's watch delivers them). Each decision is drawn from the run's generator
 //! and counted.
 
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -87,7 +88,7 @@ impl FaultyMeta {
     }
 
     fn draw<T>(&self, f: impl FnOnce(&mut Rng) -> T) -> T {
-        f(&mut self.rng.lock().unwrap_or_else(|e| e.into_inner()))
+        f(&mut self.rng.lock())
     }
 
     /// The delay (maybe) and fate of one call; `write` allows the lost-answer fates.
@@ -194,7 +195,7 @@ impl MetadataStore for FaultyMeta {
             (self.rng.clone(), self.on.clone(), self.counts.clone(), self.plan);
         let late = futures::StreamExt::then(stream, move |item| {
             let hold = on.load(Ordering::SeqCst).then(|| {
-                let mut r = rng.lock().unwrap_or_else(|e| e.into_inner());
+                let mut r = rng.lock();
                 r.chance(p.delay).then(|| {
                     let max = u64::try_from(p.max_delay.as_micros()).unwrap_or(u64::MAX).max(1);
                     Duration::from_micros(r.below(max))
@@ -254,12 +255,12 @@ impl Gated {
 
     /// Every call from now until `until` waits for it.
     pub fn pause_until(&self, until: tokio::time::Instant) {
-        *self.until.lock().unwrap_or_else(|e| e.into_inner()) = Some(until);
+        *self.until.lock() = Some(until);
     }
 
     async fn wait(&self) {
         loop {
-            let until = *self.until.lock().unwrap_or_else(|e| e.into_inner());
+            let until = *self.until.lock();
             match until {
                 Some(t) if tokio::time::Instant::now() < t => tokio::time::sleep_until(t).await,
                 _ => return,
@@ -276,7 +277,7 @@ impl MetadataStore for Gated {
     }
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, MetaError> {
-        let until = *self.until.lock().unwrap_or_else(|e| e.into_inner());
+        let until = *self.until.lock();
         let held = until.is_some_and(|t| t > tokio::time::Instant::now());
         // An incarnation's head write (a commit, a slot takeover): it compares the writer's
         // member key. (A compactor's spill through this writer's reader writes the head too,

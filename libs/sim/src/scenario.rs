@@ -9,8 +9,9 @@
 //! when every task waits, straight to the next timer, so a run of minutes of virtual time takes
 //! milliseconds and its interleaving depends only on the seed.
 
+use parking_lot::Mutex;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use logstore::{Clock, Conditions, LogId, LogStorage, LogStorageConfig, WriterStep};
@@ -258,10 +259,6 @@ pub(crate) struct Shared {
 
 pub(crate) type SharedRef = Arc<Mutex<Shared>>;
 
-pub(crate) fn lock(s: &SharedRef) -> std::sync::MutexGuard<'_, Shared> {
-    s.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn config(id: &str, zone: &str, kafka: bool) -> LogStorageConfig {
     let mut c = LogStorageConfig::new("sim", id);
     c.zone = zone.to_owned();
@@ -417,7 +414,7 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
         armed: None,
     }));
     for slot in 0..plan.writers {
-        let w = lock(&shared).writers[slot].clone();
+        let w = shared.lock().writers[slot].clone();
         if let Some(w) = w {
             arm_hook(&shared, slot, &w);
         }
@@ -494,7 +491,7 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
     };
     read_finals(&reader, &logs, plan.kafka, &shared).await;
     {
-        let s = lock(&shared);
+        let s = shared.lock();
         for w in s.writers.iter().flatten() {
             w.abort();
         }
@@ -504,7 +501,7 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
     }
     let orphans = orphans(&reader, &meta, &objects, &clock, Arc::new(lakes)).await;
     reader.abort();
-    let mut s = lock(&shared);
+    let mut s = shared.lock();
     s.history.zombies = stores.zombies.landed.load(std::sync::atomic::Ordering::Relaxed);
     match orphans {
         Ok(0) => {}
@@ -556,7 +553,7 @@ async fn create_logs(
 async fn read_finals(reader: &LogStorage, logs: &[u64], kafka: bool, shared: &SharedRef) {
     for log in logs {
         let (start, entries, error) = read_all(reader, *log, kafka).await;
-        let mut s = lock(shared);
+        let mut s = shared.lock();
         s.history.finals.insert(*log, entries);
         s.history.starts.insert(*log, start);
         if let Some((at, e)) = error {
@@ -681,7 +678,7 @@ pub(crate) fn pick_live<T>(rng: &mut Rng, slots: &[Option<T>]) -> Option<usize> 
 
 /// A live writer, chosen by the run's generator.
 fn pick(shared: &SharedRef) -> Option<LogStorage> {
-    let mut s = lock(shared);
+    let mut s = shared.lock();
     let s = &mut *s;
     let i = pick_live(&mut s.rng, &s.writers)?;
     s.writers[i].clone()
@@ -714,7 +711,7 @@ async fn client(c: u64, appends: usize, logs: Vec<u64>, shared: SharedRef) {
     while i < appends as u64 {
         // Now and then several appends in flight at once to one writer and log.
         let (log, think, read_back, burst) = {
-            let mut s = lock(&shared);
+            let mut s = shared.lock();
             let log = logs[usize::try_from(s.rng.below(logs.len() as u64)).unwrap_or(0)];
             let burst = if s.rng.chance(0.3) { 2 + s.rng.below(3) } else { 1 };
             (log, s.rng.below(20), s.rng.chance(0.2), burst)
@@ -746,7 +743,7 @@ async fn client(c: u64, appends: usize, logs: Vec<u64>, shared: SharedRef) {
         }
         let answers = futures::future::join_all(calls).await;
         {
-            let mut s = lock(&shared);
+            let mut s = shared.lock();
             for (id, outcome) in &answers {
                 s.history.appends.push(Append { id: *id, log, records: 1, outcome: *outcome });
                 s.trace.record(("append", *id, log, *outcome));
@@ -762,15 +759,15 @@ async fn client(c: u64, appends: usize, logs: Vec<u64>, shared: SharedRef) {
         if read_back && let Some(offset) = acked {
             // Near what it appended, or anywhere below (trimmed ranges included).
             let from = {
-                let mut s = lock(&shared);
+                let mut s = shared.lock();
                 if s.rng.chance(0.5) { offset.saturating_sub(3) } else { s.rng.below(offset + 1) }
             };
-            let floor = lock(&shared).floors.get(&log).copied().unwrap_or(0);
+            let floor = shared.lock().floors.get(&log).copied().unwrap_or(0);
             if let Ok(entries) = w.read_entries(LogId(log), from, 8, 1 << 20).await {
                 let seen: Vec<Seen> = entries.iter().map(|e| seen(e, false)).collect();
                 // The end after the read: everything the read returned is below it.
                 let high = w.info(LogId(log)).await.ok().map(|i| i.next_offset);
-                let mut s = lock(&shared);
+                let mut s = shared.lock();
                 s.trace.record(("read", log, &seen));
                 s.history.reads.push(crate::history::Read { log, floor, seen, high });
             }
@@ -785,7 +782,7 @@ fn arm_hook(shared: &SharedRef, slot: usize, w: &LogStorage) {
     let shared = shared.clone();
     w.set_step_hook(Arc::new(move |step| {
         let fire = {
-            let mut s = lock(&shared);
+            let mut s = shared.lock();
             match &s.armed {
                 Some((at, armed_step, _)) if *at == slot && *armed_step == step => s.armed.take(),
                 _ => None,
@@ -809,7 +806,7 @@ async fn nemesis(plan: &Plan, shared: SharedRef, stores: Stores) -> usize {
     let mut done = 0;
     for k in 0..rounds {
         let (wait, victim, gap, action, pause) = {
-            let mut s = lock(&shared);
+            let mut s = shared.lock();
             let r = &mut s.rng;
             let kinds = if plan.kafka { 5 } else { 4 };
             (
@@ -825,7 +822,7 @@ async fn nemesis(plan: &Plan, shared: SharedRef, stores: Stores) -> usize {
         if action == 4 {
             // The reader role restarted: a new one, caches cold.
             let fresh = reader_broker(meta, objects);
-            let mut s = lock(&shared);
+            let mut s = shared.lock();
             s.reader = Some(fresh);
             s.trace.record(("reader restarted", k));
             done += 1;
@@ -834,10 +831,10 @@ async fn nemesis(plan: &Plan, shared: SharedRef, stores: Stores) -> usize {
         if action == 3 {
             // Paused past its 4 s lease, then running on (its calls resume; a commit it had
             // sent applies late, unless refused).
-            let gate = lock(&shared).gates.get(slot).cloned().flatten();
+            let gate = shared.lock().gates.get(slot).cloned().flatten();
             if let Some(g) = gate {
                 g.pause_until(tokio::time::Instant::now() + Duration::from_millis(5000 + pause));
-                lock(&shared).trace.record(("pause", k, slot));
+                shared.lock().trace.record(("pause", k, slot));
                 done += 1;
             }
             continue;
@@ -845,13 +842,13 @@ async fn nemesis(plan: &Plan, shared: SharedRef, stores: Stores) -> usize {
         if action > 0 {
             let step = if action == 1 { WriterStep::Written } else { WriterStep::Committed };
             let (told, fired) = tokio::sync::oneshot::channel();
-            lock(&shared).armed = Some((slot, step, told));
+            shared.lock().armed = Some((slot, step, told));
             let hit = tokio::time::timeout(Duration::from_secs(2), fired).await.is_ok();
-            lock(&shared).armed = None;
-            lock(&shared).trace.record(("crash point", k, slot, action, hit));
+            shared.lock().armed = None;
+            shared.lock().trace.record(("crash point", k, slot, action, hit));
         }
         let (crashed, broker) = {
-            let mut s = lock(&shared);
+            let mut s = shared.lock();
             let b = s.brokers.get_mut(slot).and_then(Option::take);
             (s.writers.get_mut(slot).and_then(Option::take), b)
         };
@@ -861,13 +858,13 @@ async fn nemesis(plan: &Plan, shared: SharedRef, stores: Stores) -> usize {
         if let Some(w) = crashed {
             w.abort();
             done += 1;
-            lock(&shared).trace.record(("crash", k, slot));
+            shared.lock().trace.record(("crash", k, slot));
         }
         tokio::time::sleep(Duration::from_millis(gap)).await;
         let id = format!("w{}-{k}", slot);
         if let Ok((w, g, b)) = open(&id, &plan.zone(slot), plan.kafka, &stores).await {
             arm_hook(&shared, slot, &w);
-            let mut s = lock(&shared);
+            let mut s = shared.lock();
             if let Some(place) = s.writers.get_mut(slot) {
                 *place = Some(w);
             }
@@ -889,7 +886,7 @@ async fn observe(logs: Vec<u64>, shared: SharedRef) {
         let Some(w) = pick(&shared) else { continue };
         for log in &logs {
             if let Ok(info) = w.info(LogId(*log)).await {
-                let mut s = lock(&shared);
+                let mut s = shared.lock();
                 s.trace.record(("end", *log, info.next_offset));
                 s.history.watermarks.push((*log, info.next_offset));
             }
@@ -951,7 +948,7 @@ async fn compact(
     let mut crashed = 0u64;
     loop {
         let (wait, crash, log, at) = {
-            let mut s = lock(&shared);
+            let mut s = shared.lock();
             let log = logs[usize::try_from(s.rng.below(logs.len() as u64)).unwrap_or(0)];
             (s.rng.below(150) + 30, s.rng.chance(0.2), log, s.rng.below(4))
         };
@@ -979,7 +976,7 @@ async fn compact(
                 c.compact_log_with(LogId(log), Some(hook)),
             )
             .await;
-            lock(&shared).trace.record(("compactor crash", log, at, ended.is_err()));
+            shared.lock().trace.record(("compactor crash", log, at, ended.is_err()));
             continue;
         }
         let report =
@@ -988,7 +985,7 @@ async fn compact(
         let (compacted, lake) = report.map_or((0, 0), |r| {
             (r.compacted.len(), r.compacted.iter().filter(|c| c.table_snapshot.is_some()).count())
         });
-        lock(&shared).trace.record(("compacted", compacted, lake));
+        shared.lock().trace.record(("compacted", compacted, lake));
     }
 }
 
@@ -1009,7 +1006,7 @@ async fn clean(
         let shared = shared.clone();
         maintenance::cleaner::Hook(Arc::new(move || {
             let pause = {
-                let mut s = lock(&shared);
+                let mut s = shared.lock();
                 s.rng.chance(0.2).then(|| 500 + s.rng.below(2500))
             };
             Box::pin(async move {
@@ -1022,13 +1019,13 @@ async fn clean(
     cleaner.after_cutoff = Some(stall);
     cleaner.history = Some(Duration::from_secs(2));
     loop {
-        let wait = lock(&shared).rng.below(150) + 30;
+        let wait = shared.lock().rng.below(150) + 30;
         tokio::time::sleep(Duration::from_millis(wait)).await;
         let (deleted, cutoff) = cleaner
             .cycle()
             .await
             .map_or((-1, 0), |r| ((r.deleted + r.segments_deleted) as i64, r.cutoff.cutoff));
-        lock(&shared).trace.record(("cleaned", deleted, cutoff));
+        shared.lock().trace.record(("cleaned", deleted, cutoff));
     }
 }
 
@@ -1036,19 +1033,19 @@ async fn clean(
 async fn trim(logs: Vec<u64>, shared: SharedRef) {
     loop {
         let (wait, log, cut) = {
-            let mut s = lock(&shared);
+            let mut s = shared.lock();
             let log = logs[usize::try_from(s.rng.below(logs.len() as u64)).unwrap_or(0)];
             (s.rng.below(600) + 300, log, s.rng.next_u64())
         };
         tokio::time::sleep(Duration::from_millis(wait)).await;
         let end = {
-            let s = lock(&shared);
+            let s = shared.lock();
             s.history.watermarks.iter().rev().find(|(l, _)| *l == log).map_or(0, |(_, e)| *e)
         };
         let to = if end == 0 { continue } else { cut % (end / 2 + 1) };
         let Some(w) = pick(&shared) else { continue };
         if w.hard_trim(LogId(log), to).await.is_ok() {
-            let mut s = lock(&shared);
+            let mut s = shared.lock();
             let floor = s.floors.entry(log).or_insert(0);
             *floor = (*floor).max(to);
             s.trace.record(("trimmed", log, to));

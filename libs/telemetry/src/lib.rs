@@ -10,7 +10,8 @@
 //!
 //! Depends on no Lakelog crate but `config`.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use parking_lot::Mutex;
+use std::sync::{Arc, OnceLock};
 
 mod grpc;
 mod http;
@@ -205,20 +206,16 @@ impl Metrics {
         help: &str,
         metric: impl prometheus_client::registry::Metric,
     ) {
-        self.lock().register(name, help, metric);
+        self.registry.lock().register(name, help, metric);
     }
 
     /// The text exposition format, as served on `/metrics`.
     pub fn encode(&self) -> String {
         let mut out = String::new();
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.lock()) {
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry.lock()) {
             tracing::error!(error = %e, "metrics encoding failed");
         }
         out
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
-        self.registry.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -25,13 +25,14 @@
 pub mod certs;
 mod sys;
 
+use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Why a server could not be started.
@@ -86,7 +87,7 @@ pub fn free_port() -> Result<u16, TestkitError> {
     static ISSUED: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     loop {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        if ISSUED.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
+        if ISSUED.lock().insert(port) {
             return Ok(port);
         }
     }
@@ -679,7 +680,7 @@ fn shared<T: Server + Send + Sync + 'static>(
     start: fn() -> Result<T, TestkitError>,
 ) -> Result<&'static T, TestkitError> {
     static STARTING: Mutex<()> = Mutex::new(());
-    let _one_at_a_time = STARTING.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = STARTING.lock();
     cell.get_or_init(|| {
         let server = start().map_err(|e| e.to_string())?;
         // A static is never dropped: kill the server and remove its dir at exit instead.

@@ -1,9 +1,10 @@
 //! The unsafe corner of the test kit: tying children to the test process, signals, free space.
 
+use parking_lot::Mutex;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
+use std::sync::OnceLock;
 use std::sync::mpsc;
-use std::sync::{Mutex, OnceLock};
 
 use crate::TestkitError;
 
@@ -44,7 +45,6 @@ pub(crate) fn spawn_tied_to_test_process(mut cmd: Command) -> Result<Child, Test
     let (reply_tx, reply_rx) = mpsc::channel();
     spawner
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
         .send((cmd, reply_tx))
         .map_err(|_| std::io::Error::other("testkit spawner thread is gone"))?;
     Ok(reply_rx.recv().map_err(|_| std::io::Error::other("testkit spawner thread is gone"))??)
@@ -115,7 +115,7 @@ pub(crate) fn kill_and_remove_at_exit(pid: u32, dir: std::path::PathBuf) {
     static AT_EXIT: Mutex<Vec<(u32, std::path::PathBuf)>> = Mutex::new(Vec::new());
     static REGISTER: std::sync::Once = std::sync::Once::new();
     extern "C" fn run() {
-        let servers = std::mem::take(&mut *AT_EXIT.lock().unwrap_or_else(|e| e.into_inner()));
+        let servers = std::mem::take(&mut *AT_EXIT.lock());
         for (pid, dir) in servers {
             if let Ok(pid) = libc::pid_t::try_from(pid) {
                 // SAFETY: kill(2) and waitpid(2) on a child this process spawned and has not
@@ -128,7 +128,7 @@ pub(crate) fn kill_and_remove_at_exit(pid: u32, dir: std::path::PathBuf) {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
-    AT_EXIT.lock().unwrap_or_else(|e| e.into_inner()).push((pid, dir));
+    AT_EXIT.lock().push((pid, dir));
     // SAFETY: `run` is an `extern "C" fn()` that does not unwind (no panicking calls).
     REGISTER.call_once(|| unsafe {
         libc::atexit(run);

@@ -111,7 +111,7 @@ struct State {
     cleaner: tokio::sync::Mutex<Cleaner>,
     settings: config::MaintenanceSection,
     metrics: CleanerMetrics,
-    last: std::sync::Mutex<Option<pb::CleanCycle>>,
+    last: parking_lot::Mutex<Option<pb::CleanCycle>>,
     cycles: AtomicU64,
 }
 
@@ -129,7 +129,7 @@ impl CleanerRole {
             cleaner: tokio::sync::Mutex::new(cleaner),
             settings,
             metrics,
-            last: std::sync::Mutex::new(None),
+            last: parking_lot::Mutex::new(None),
             cycles: AtomicU64::new(0),
         }))
     }
@@ -198,7 +198,7 @@ impl CleanerRole {
         }
         out.took_ms = millis(start.elapsed());
         s.cycles.fetch_add(1, Ordering::Relaxed);
-        *s.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(out.clone());
+        *s.last.lock() = Some(out.clone());
         out
     }
 
@@ -222,7 +222,7 @@ impl CleanerRole {
             grace_ms: millis(s.settings.grace.0),
             interval_ms: millis(s.settings.interval.0),
             cycles: s.cycles.load(Ordering::Relaxed),
-            last_cycle: s.last.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            last_cycle: s.last.lock().clone(),
         })
     }
 }

@@ -65,7 +65,7 @@ struct State {
     // Kept across cycles: a log idle for a whole cycle has its head spilled and compacted.
     idle: maintenance::compactor::IdleLogs,
     one_at_a_time: tokio::sync::Mutex<()>,
-    last: std::sync::Mutex<Option<pb::CompactionCycle>>,
+    last: parking_lot::Mutex<Option<pb::CompactionCycle>>,
     cycles: AtomicU64,
     /// The object store's root as lake tables name their files.
     base_uri: String,
@@ -85,7 +85,7 @@ impl Compactor {
             metrics,
             idle: Default::default(),
             one_at_a_time: tokio::sync::Mutex::new(()),
-            last: std::sync::Mutex::new(None),
+            last: parking_lot::Mutex::new(None),
             cycles: AtomicU64::new(0),
             base_uri: "memory://".to_owned(),
         }))
@@ -195,7 +195,7 @@ impl Compactor {
         }
         out.took_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
         s.cycles.fetch_add(1, Ordering::Relaxed);
-        *s.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(out.clone());
+        *s.last.lock() = Some(out.clone());
         out
     }
 
@@ -285,7 +285,7 @@ impl Compactor {
             interval_ms: millis(s.settings.interval.0),
             min_chunks: u32::try_from(s.settings.min_chunks).unwrap_or(u32::MAX),
             cycles: s.cycles.load(Ordering::Relaxed),
-            last_cycle: s.last.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            last_cycle: s.last.lock().clone(),
             claims: held
                 .into_iter()
                 .map(|(log, holder)| pb::Claim { log_id: log.0, holder })

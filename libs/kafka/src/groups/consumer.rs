@@ -601,8 +601,8 @@ pub struct Described {
 }
 
 impl Groups {
-    pub(super) fn consumer_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
-        self.consumer.lock().unwrap_or_else(|e| e.into_inner())
+    pub(super) fn consumer_lock(&self) -> parking_lot::MutexGuard<'_, HashMap<String, Group>> {
+        self.consumer.lock()
     }
 
     /// The topics a heartbeat needs looked up: the group's and the request's subscriptions.
@@ -637,7 +637,7 @@ impl Groups {
             return Beat::error(code, message);
         }
         // Lock order: classic groups, then consumer groups.
-        let classic = self.lock();
+        let classic = self.groups.lock();
         if classic.get(&hb.group).is_some_and(|g| !g.members.is_empty()) {
             return Beat::error(
                 GROUP_ID_NOT_FOUND,

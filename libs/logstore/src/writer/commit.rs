@@ -378,12 +378,12 @@ pub(super) async fn commit_chunks(
     let mut ready = Vec::new();
     for parts in group_by_log(chunks, |c| c.log) {
         let (log, slot) = (parts[0].log, parts[0].slot.clone());
-        let served = lock(&core.served).get(&(log, slot.clone())).cloned();
+        let served = core.served.lock().get(&(log, slot.clone())).cloned();
         match served {
             Some(s) => ready.push((parts, s)),
             None => match take_slot(core, log, &slot, &me).await {
                 Ok(s) => {
-                    lock(&core.served).insert((log, slot), s.clone());
+                    core.served.lock().insert((log, slot), s.clone());
                     ready.push((parts, s));
                 }
                 Err(e) => fail(parts, e, &mut failures),
@@ -434,7 +434,7 @@ pub(super) async fn commit_chunks(
                             head: p.new_head.clone(),
                             head_revision: revision,
                         };
-                        lock(&core.served).insert((p.log, parts[0].slot.clone()), served);
+                        core.served.lock().insert((p.log, parts[0].slot.clone()), served);
                         cache_runs(core, &p, objects);
                         acknowledge(parts, p);
                     }
@@ -448,7 +448,7 @@ pub(super) async fn commit_chunks(
                                     head: head.clone(),
                                     head_revision: *rev,
                                 };
-                                lock(&core.served).insert((p.log, parts[0].slot.clone()), served);
+                                core.served.lock().insert((p.log, parts[0].slot.clone()), served);
                             }
                             None => core.forget(p.log),
                         }
@@ -464,7 +464,7 @@ pub(super) async fn commit_chunks(
                             continue;
                         };
                         let s = Served { epoch: s.epoch, head: head.clone(), head_revision: *rev };
-                        lock(&core.served).insert((p.log, parts[0].slot.clone()), s.clone());
+                        core.served.lock().insert((p.log, parts[0].slot.clone()), s.clone());
                         pending.push((parts, s));
                     }
                 }

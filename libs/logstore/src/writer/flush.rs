@@ -11,7 +11,7 @@ pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) 
         // Read under the buffer's lock with `closing`: an append enqueued after this saw
         // `closing` too and was refused, so stopping on an empty buffer strands nothing.
         let (due, closing, bytes) = {
-            let b = lock(&core.buffer);
+            let b = core.buffer.lock();
             (
                 b.since.map(|s| due_at(&core.cfg, s, last)),
                 core.closing.load(Ordering::SeqCst),
@@ -122,7 +122,7 @@ pub(super) fn fail_unstamped(core: &Core, entries: Vec<Pending>, e: &LogError) {
 /// wait. A flush holds one chunk per log, so when one log has appends in two slots (this
 /// writer owns both), the later slot's appends wait for the next flush, in their order.
 pub(super) fn take_buffer(core: &Core) -> Buffer {
-    let mut b = lock(&core.buffer);
+    let mut b = core.buffer.lock();
     let mut taken = std::mem::take(&mut *b);
     let mut slot_of: HashMap<LogId, String> = HashMap::new();
     // Once one entry does not fit, no later one is taken (a log's appends keep their order).

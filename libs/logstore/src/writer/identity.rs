@@ -234,7 +234,7 @@ pub(super) async fn reincarnate(core: &Arc<Core>) {
     core.reincarnating.store(true, Ordering::SeqCst);
     let _done = Reincarnated(core);
     let _ = core.meta.lease_revoke(id.lease).await;
-    lock(&core.served).clear();
+    core.served.lock().clear();
     loop {
         match register(core.meta.as_ref(), &core.keys, &core.cfg).await {
             Ok(new) => {

@@ -35,9 +35,10 @@ use self::flush::*;
 use self::identity::*;
 use self::slots::*;
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -119,7 +120,7 @@ impl Chain {
     /// Why the chain's later appends fail, once one of its appends failed: retryable, and
     /// never "outcome unknown" (they are refused before their commit).
     pub fn broken(&self) -> Option<LogError> {
-        lock(&self.0).as_ref().map(|(_, e)| e.clone())
+        self.0.lock().as_ref().map(|(_, e)| e.clone())
     }
 
     /// Marks the chain failed from its start by `e` of an append to `log`: every append of it
@@ -132,7 +133,7 @@ impl Chain {
     /// after number `admitted` (the failed one's, or the last admitted when one is refused at
     /// admission) fail, and so does every later one.
     pub(crate) fn fail_after(&self, admitted: u64, log: LogId, e: &LogError) {
-        let mut failed = lock(&self.0);
+        let mut failed = self.0.lock();
         match failed.as_mut() {
             Some((at, _)) => *at = (*at).min(admitted),
             None => {
@@ -146,7 +147,7 @@ impl Chain {
 
     /// Whether the append admitted as number `admitted` must fail, and why.
     fn dooms(&self, admitted: u64) -> Option<LogError> {
-        lock(&self.0).as_ref().filter(|(at, _)| admitted > *at).map(|(_, e)| e.clone())
+        self.0.lock().as_ref().filter(|(at, _)| admitted > *at).map(|(_, e)| e.clone())
     }
 }
 
@@ -381,10 +382,6 @@ fn group_by_log<T>(items: impl IntoIterator<Item = T>, log: impl Fn(&T) -> LogId
     groups
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Core {
     pub(crate) async fn start(
         meta: Arc<dyn MetadataStore>,
@@ -439,7 +436,7 @@ impl Core {
     /// applied): checked under the buffer's lock, which the flusher holds when it decides the
     /// buffer is empty and stops, so no append is left behind with no flusher.
     pub(crate) fn enqueue(&self, mut p: Pending) {
-        let mut b = lock(&self.buffer);
+        let mut b = self.buffer.lock();
         if self.closing.load(Ordering::SeqCst) {
             drop(b);
             // Refused after everything admitted so far: only its chain's later appends fail.
@@ -486,12 +483,12 @@ impl Core {
 
     /// The epoch this writer holds for a log's slot, if it serves that slot.
     pub(crate) fn served_epoch(&self, log: LogId, slot: &str) -> Option<i64> {
-        lock(&self.served).get(&(log, slot.to_owned())).map(|s| s.epoch)
+        self.served.lock().get(&(log, slot.to_owned())).map(|s| s.epoch)
     }
 
     /// Takes `slot` of `log` unless it is served; its epoch and the log's next offset after.
     pub(crate) async fn serve_slot(&self, log: LogId, slot: &str) -> Result<(i64, u64), LogError> {
-        let served = lock(&self.served).get(&(log, slot.to_owned())).map(|s| s.epoch);
+        let served = self.served.lock().get(&(log, slot.to_owned())).map(|s| s.epoch);
         if let Some(epoch) = served {
             // Served already: every earlier owner's commit is in the head as it is now.
             let snap = self.reader.snapshot(log).await?;
@@ -502,7 +499,7 @@ impl Core {
         let s = slots::take_slot(self, log, slot, &me).await?;
         let next = s.head.next_offset;
         let epoch = s.epoch;
-        let mut served = lock(&self.served);
+        let mut served = self.served.lock();
         // A commit may have taken it meanwhile (the same epoch: the takeover was ours).
         served.entry((log, slot.to_owned())).or_insert(s);
         Ok((served.get(&(log, slot.to_owned())).map_or(epoch, |s| s.epoch), next))
@@ -510,11 +507,11 @@ impl Core {
 
     /// Stops serving every slot of a log.
     pub(crate) fn forget(&self, log: LogId) {
-        lock(&self.served).retain(|(l, _), _| *l != log);
+        self.served.lock().retain(|(l, _), _| *l != log);
     }
 
     fn forget_slot(&self, log: LogId, slot: &str) {
-        lock(&self.served).remove(&(log, slot.to_owned()));
+        self.served.lock().remove(&(log, slot.to_owned()));
     }
 
     /// Whether this writer owns `slot` of a stream partition under the member view as last
@@ -525,7 +522,7 @@ impl Core {
         route: &StreamRoute,
         slot: &str,
     ) -> Result<(), LogError> {
-        let view = lock(&self.members).clone();
+        let view = self.members.lock().clone();
         match view {
             Some(set) => self.check_owner(log, route, slot, &set.members),
             None => Ok(()),
@@ -606,7 +603,7 @@ impl Core {
     /// them.
     fn poison(&self, log: LogId, e: &LogError) {
         let upto = self.admitted.load(Ordering::SeqCst);
-        lock(&self.poisoned).insert(log, (upto, e.clone()));
+        self.poisoned.lock().insert(log, (upto, e.clone()));
     }
 
     /// Fails what `poison` doomed of a chunk; the rest of the chunk (appends admitted after
@@ -614,7 +611,7 @@ impl Core {
     /// Appends whose chain broke fail too: a chain's earlier appends were resolved before
     /// (flushes are resolved in admission order), so its failure is known by now.
     fn cull(&self, mut c: Chunk) -> Option<Chunk> {
-        let doom = lock(&self.poisoned).get(&c.log).cloned();
+        let doom = self.poisoned.lock().get(&c.log).cloned();
         if doom.is_some() || c.entries.iter().any(|(p, _, _)| p.chain.is_some()) {
             // In order: a poisoned append's failure breaks its chain for the ones after it.
             let mut live = Vec::with_capacity(c.entries.len());
@@ -637,6 +634,6 @@ impl Core {
     /// admission order, so once one whose oldest append came after a failure is met, nothing
     /// older is left.
     fn unpoison_before(&self, oldest_admitted: u64) {
-        lock(&self.poisoned).retain(|_, (upto, _)| *upto >= oldest_admitted);
+        self.poisoned.lock().retain(|_, (upto, _)| *upto >= oldest_admitted);
     }
 }

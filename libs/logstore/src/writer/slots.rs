@@ -11,10 +11,10 @@ pub(super) async fn watch_members(core: Arc<Core>) {
         crate::membership::MemberWatch::start(core.meta.clone(), &core.cfg.cluster, "writer");
     while !core.closing.load(Ordering::SeqCst) {
         if let Some(set) = watch.current()
-            && !lock(&core.members).as_ref().is_some_and(|s| Arc::ptr_eq(s, &set))
+            && !core.members.lock().as_ref().is_some_and(|s| Arc::ptr_eq(s, &set))
         {
             release_lost_slots(&core, &set.members);
-            *lock(&core.members) = Some(set);
+            *core.members.lock() = Some(set);
         }
         // The timeout only lets a closed writer's task end.
         if let Ok(false) = tokio::time::timeout(Duration::from_secs(1), watch.changed()).await {
@@ -25,7 +25,7 @@ pub(super) async fn watch_members(core: Arc<Core>) {
 
 /// Drops the served stream slots that the owner function no longer gives to this writer.
 pub(super) fn release_lost_slots(core: &Core, members: &[Member]) {
-    let mut served = lock(&core.served);
+    let mut served = core.served.lock();
     served.retain(|(log, slot), s| match &s.head.route {
         Some(route) => {
             let keep = core.check_owner(*log, route, slot, members).is_ok();

@@ -496,7 +496,7 @@ pub struct CycleReport {
 /// Cheap to clone (shared).
 #[derive(Clone, Debug, Default)]
 pub struct IdleLogs(
-    Arc<std::sync::Mutex<std::collections::HashMap<LogId, (i64, tokio::time::Instant)>>>,
+    Arc<parking_lot::Mutex<std::collections::HashMap<LogId, (i64, tokio::time::Instant)>>>,
 );
 
 impl IdleLogs {
@@ -509,7 +509,7 @@ impl IdleLogs {
         settle_after: std::time::Duration,
     ) -> Activity {
         let now = tokio::time::Instant::now();
-        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = self.0.lock();
         match seen.get(&log) {
             Some((rev, since)) if *rev == head_revision => {
                 if now.duration_since(*since) >= settle_after {
@@ -528,7 +528,7 @@ impl IdleLogs {
     /// Forgets logs not in `live` (deleted ones), so the map stays as large as the log set.
     fn retain(&self, live: &[LogId]) {
         let live: std::collections::HashSet<&LogId> = live.iter().collect();
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).retain(|l, _| live.contains(l));
+        self.0.lock().retain(|l, _| live.contains(l));
     }
 }
 

@@ -96,22 +96,19 @@ pub(crate) enum Target {
 /// the commit budget's interval (the longest it reached).
 #[derive(Default)]
 pub(crate) struct Commits {
-    round_us: std::sync::Mutex<Vec<u64>>,
-    longest_interval: std::sync::Mutex<Duration>,
+    round_us: parking_lot::Mutex<Vec<u64>>,
+    longest_interval: parking_lot::Mutex<Duration>,
 }
 
 impl logstore::FlushObserver for Commits {
     fn flushed(&self, _: usize, _: usize, _: usize) {}
     fn put(&self, _: Duration, _: bool) {}
     fn committed(&self, elapsed: Duration, _: Duration) {
-        if let Ok(mut v) = self.round_us.lock() {
-            v.push(elapsed.as_micros() as u64);
-        }
+        self.round_us.lock().push(elapsed.as_micros() as u64);
     }
     fn commit_interval(&self, interval: Duration) {
-        if let Ok(mut l) = self.longest_interval.lock() {
-            *l = (*l).max(interval);
-        }
+        let mut l = self.longest_interval.lock();
+        *l = (*l).max(interval);
     }
 }
 
@@ -537,9 +534,9 @@ fn store_rows(report: &mut Report, local: bool, st: &Stored, elapsed: f64, gib: 
 /// The in-process writer's commit rounds and longest commit interval.
 fn commit_rows(report: &mut Report, target: &Target) {
     if let Target::Local { commits, .. } = target {
-        let mut rounds = commits.round_us.lock().map(|v| v.clone()).unwrap_or_default();
+        let mut rounds = commits.round_us.lock().clone();
         let round = Percentiles::of(&mut rounds);
-        let longest = commits.longest_interval.lock().map(|d| *d).unwrap_or_default();
+        let longest = *commits.longest_interval.lock();
         report.rows.extend([
             (
                 "commit round ms p50/p99 (per flush)".into(),

@@ -99,7 +99,7 @@ pub async fn run(args: CatchupArgs, endpoint: &str) -> anyhow::Result<()> {
     let (stop, stopped) = watch::channel(false);
     let read = Arc::new(Counts::default());
     let mut members = tokio::task::JoinSet::new();
-    let owned = Arc::new(std::sync::Mutex::new(BTreeMap::<usize, usize>::new()));
+    let owned = Arc::new(parking_lot::Mutex::new(BTreeMap::<usize, usize>::new()));
     for i in 0..args.members as usize {
         let m = Member {
             bootstrap: args.kafka.clone(),
@@ -115,7 +115,7 @@ pub async fn run(args: CatchupArgs, endpoint: &str) -> anyhow::Result<()> {
     // Ingest starts once the group owns every partition of the backlog.
     let formed = Instant::now();
     loop {
-        let total: usize = owned.lock().unwrap_or_else(|e| e.into_inner()).values().sum();
+        let total: usize = owned.lock().values().sum();
         if total == args.partitions as usize {
             break;
         }
@@ -298,7 +298,7 @@ struct Member {
     rack: String,
     read: Arc<Counts>,
     /// Partitions each member owns now (for the bench to see the group formed).
-    owned: Arc<std::sync::Mutex<BTreeMap<usize, usize>>>,
+    owned: Arc<parking_lot::Mutex<BTreeMap<usize, usize>>>,
     index: usize,
 }
 
@@ -352,7 +352,7 @@ impl Member {
         // What the fetch loop's current round fetches: a revoked partition is committed once
         // no round that fetches it is under way.
         let (fetching_tx, mut fetching_rx) = watch::channel(BTreeSet::<i32>::new());
-        let positions = Arc::new(std::sync::Mutex::new(BTreeMap::<i32, i64>::new()));
+        let positions = Arc::new(parking_lot::Mutex::new(BTreeMap::<i32, i64>::new()));
         let fetching = {
             let (read, positions, stopped) =
                 (self.read.clone(), positions.clone(), stopped.clone());
@@ -393,7 +393,7 @@ impl Member {
                     epoch = 0;
                     owned.clear();
                     let _ = assigned_tx.send(owned.clone());
-                    positions.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                    positions.lock().clear();
                     continue;
                 }
                 code => bail!("{}: heartbeat of group {}", error_name(code), self.group),
@@ -417,27 +417,21 @@ impl Member {
                         let quiet = fetching_rx.wait_for(|f| f.is_subset(&keep));
                         let _ = tokio::time::timeout(Duration::from_secs(30), quiet).await;
                         self.commit(&mut coord, &member_id, epoch, &positions).await?;
-                        positions
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .retain(|p, _| next.contains(p));
+                        positions.lock().retain(|p, _| next.contains(p));
                     }
                     // Assigned: start where the group committed (its previous owner committed
                     // before it let go), else at 0.
                     let added: Vec<i32> = next.difference(&owned).copied().collect();
                     if !added.is_empty() {
                         let at = self.committed(&mut coord, &member_id, epoch, &added).await?;
-                        let mut pos = positions.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut pos = positions.lock();
                         for p in added {
                             pos.insert(p, at.get(&p).copied().unwrap_or(0));
                         }
                     }
                     owned = next;
                     let _ = assigned_tx.send(owned.clone());
-                    self.owned
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(self.index, owned.len());
+                    self.owned.lock().insert(self.index, owned.len());
                 }
                 None => self.commit(&mut coord, &member_id, epoch, &positions).await?,
             }
@@ -492,14 +486,9 @@ impl Member {
         coord: &mut Conn,
         member_id: &str,
         epoch: i32,
-        positions: &std::sync::Mutex<BTreeMap<i32, i64>>,
+        positions: &parking_lot::Mutex<BTreeMap<i32, i64>>,
     ) -> anyhow::Result<()> {
-        let at: Vec<(i32, i64)> = positions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(p, o)| (*p, *o))
-            .collect();
+        let at: Vec<(i32, i64)> = positions.lock().iter().map(|(p, o)| (*p, *o)).collect();
         if at.is_empty() || epoch <= 0 {
             return Ok(());
         }
@@ -545,7 +534,7 @@ async fn fetch_loop(
     rack: String,
     mut assigned: watch::Receiver<BTreeSet<i32>>,
     fetching: watch::Sender<BTreeSet<i32>>,
-    positions: Arc<std::sync::Mutex<BTreeMap<i32, i64>>>,
+    positions: Arc<parking_lot::Mutex<BTreeMap<i32, i64>>>,
     read: Arc<Counts>,
     stopped: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
@@ -561,8 +550,7 @@ async fn fetch_loop(
         // Positions are set by the member when it is assigned a partition.
         let mut by_node: BTreeMap<i32, Vec<(i32, i64)>> = BTreeMap::new();
         for p in &now {
-            let Some(at) = positions.lock().unwrap_or_else(|e| e.into_inner()).get(p).copied()
-            else {
+            let Some(at) = positions.lock().get(p).copied() else {
                 continue;
             };
             let node = replica.get(p).copied().unwrap_or_else(|| {
@@ -634,7 +622,7 @@ async fn fetch_loop(
                         rest = &rest[len..];
                     }
                     if let Some(next) = at {
-                        let mut pos = positions.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut pos = positions.lock();
                         if let Some(o) = pos.get_mut(&p.partition_index) {
                             *o = (*o).max(next);
                         }

@@ -268,7 +268,7 @@ async fn freshness(
     let cfg = CompactorConfig { lakes: lakes(&[(log, &identity)]), ..Default::default() };
     let small = crate::bench::lake::batches_of(64 << 10, 100, 10)?;
     ensure!(!small.is_empty(), "no batch to produce");
-    let acks = Arc::new(std::sync::Mutex::new(Vec::<(u64, Instant)>::new()));
+    let acks = Arc::new(parking_lot::Mutex::new(Vec::<(u64, Instant)>::new()));
     let producer = {
         let (storage, acks, every, until) =
             (storage.clone(), acks.clone(), args.produce_every.0, args.freshness_for.0);
@@ -289,9 +289,7 @@ async fn freshness(
                 let acks = acks.clone();
                 tokio::spawn(async move {
                     if let Ok(h) = c.await {
-                        acks.lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push((h.end_offset(), Instant::now()));
+                        acks.lock().push((h.end_offset(), Instant::now()));
                     }
                 });
             }
@@ -312,7 +310,7 @@ async fn freshness(
         }
         let visible = table_end(reader, &identity, log).await?;
         let now = Instant::now();
-        let mut acked = acks.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut acked = acks.lock().clone();
         acked.sort_by_key(|a| a.0);
         for (end, at) in acked.iter().skip(seen).take_while(|(end, _)| *end <= visible) {
             let _ = end;
@@ -326,7 +324,7 @@ async fn freshness(
         );
     }
     producer.await??;
-    let unseen = acks.lock().unwrap_or_else(|e| e.into_inner()).len() - seen;
+    let unseen = acks.lock().len() - seen;
     freshness.sort_by(f64::total_cmp);
     Ok((freshness, unseen))
 }

@@ -285,7 +285,7 @@ async fn tail(
     run_for: Duration,
 ) -> anyhow::Result<Percentiles> {
     // Tail: one appender, one long-polling reader; each payload starts with its sequence.
-    let sent: Arc<std::sync::Mutex<Vec<Instant>>> = Arc::default();
+    let sent: Arc<parking_lot::Mutex<Vec<Instant>>> = Arc::default();
     let reader = {
         let (storage, sent) = (storage.clone(), sent.clone());
         tokio::spawn(async move {
@@ -296,19 +296,13 @@ async fn tail(
                 storage.reader().wait_beyond(log, at, Duration::from_millis(500)).await?;
                 for e in storage.read_entries(log, at, u64::MAX, 4 << 20).await? {
                     let seq = u64::from_le_bytes(e.payload[..8].try_into()?);
-                    let t0 = sent
-                        .lock()
-                        .map_err(|_| anyhow::anyhow!("poisoned"))?
-                        .get(seq as usize)
-                        .copied();
+                    let t0 = sent.lock().get(seq as usize).copied();
                     if let Some(t0) = t0 {
                         lat.push(t0.elapsed().as_micros() as u64);
                     }
                     at = e.header.end_offset();
                 }
-                if start.elapsed() >= run_for
-                    && at as usize >= sent.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.len()
-                {
+                if start.elapsed() >= run_for && at as usize >= sent.lock().len() {
                     break;
                 }
             }
@@ -320,7 +314,7 @@ async fn tail(
     while start.elapsed() < run_for {
         let mut p = body.to_vec();
         p[..8].copy_from_slice(&seq.to_le_bytes());
-        sent.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.push(Instant::now());
+        sent.lock().push(Instant::now());
         storage.append(log, 1, Bytes::from(p), None).await?;
         seq += 1;
         if seq.is_multiple_of(20) {
