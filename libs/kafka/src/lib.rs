@@ -7,16 +7,17 @@
 //! bounded by the bytes present), answers it through a [`Broker`], and encodes the response in
 //! the version asked for.
 //!
-//! The roles implement [`Broker`]: what the front end needs of a writer (and, later, of a
-//! reader). Topics are streams, partition p is the stream's log p, a partition's leader is the
+//! The roles implement [`Broker`]: what the front end needs of a writer or a reader, in four
+//! capabilities ([`Cluster`], [`Partitions`], [`Topics`], [`GroupOffsets`]). Topics are streams, partition p is the stream's log p, a partition's leader is the
 //! owner the routing function picks for the client's zone (`zone_id=` in `client.id`).
 //!
-//! Served: the APIs of [`registry::APIS`], one [`api::Handler`] each — produce (idempotent: [`producers`]), fetch, the
-//! admin and config APIs, and consumer groups, classic and KIP-848 ([`groups`]). Transactions
-//! are not; ApiVersions does not advertise them.
+//! Served: the APIs of [`registry::APIS`], one [`api::Handler`] each — produce (idempotent:
+//! [`producers`]), fetch, the admin and config APIs, and consumer groups, classic and KIP-848
+//! ([`groups`]). Transactions are not; ApiVersions does not advertise them.
 //!
-//! Depends on the codec and `security` (TLS) only; never on a storage crate (the roles adapt
-//! their stores to [`Broker`]).
+//! Depends on the codec, `recordbatch` and `security` (TLS, SASL, ACLs); never on a storage
+//! crate, the metadata store or the object store (the roles adapt their stores to
+//! [`Broker`]; `scripts/check-deps.py` checks it).
 
 pub mod acl_api;
 mod admin;

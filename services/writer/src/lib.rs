@@ -155,7 +155,7 @@ async fn serve_on(
     // per connection, a cap on streams (HTTP/2 makes the client wait beyond) and on bytes
     // received ahead of reading; for the whole writer, a cap on unary Appends being received
     // and buffer room taken for each from its headers on (beyond either they are refused
-    // unread); storage bounds those waiting for room (beyond a quarter of the buffer it
+    // unread); storage bounds those waiting for room (beyond an eighth of the buffer it
     // refuses) and counts what an answered-later append holds.
     role.limit_streams_per_connection(MAX_STREAMS_PER_CONNECTION);
     role.limit_receive_window(RECEIVE_WINDOW);

@@ -85,7 +85,7 @@ impl FlushMetrics {
         );
         m.register(
             "writer_appends_refused",
-            "Appends refused at once with RESOURCE_EXHAUSTED: the buffer was full and a quarter \
+            "Appends refused at once with RESOURCE_EXHAUSTED: the buffer was full and an eighth \
              of it already waited for room",
             f.refused.clone(),
         );
