@@ -3,16 +3,16 @@
 //! checkpoint and a replay of the log since ([`LogBroker::load`]); the state is checkpointed
 //! every N batches or T seconds and when idle; a producer not known here is looked for in
 //! the log before a gap is refused ([`LogBroker::catch_up`]). The sequence rules themselves are
-//! [`kafka::producers`]'; their persistence is `logstore::slot_state`'s.
+//! [`crate::producers`]'; their persistence is `logstore::slot_state`'s.
 
 use std::time::Duration;
 
 // Tokio's clock (the std one outside tests): virtual under the simulation's paused runtime.
 use tokio::time::Instant;
 
+use crate::producers::Producers;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
-use kafka::producers::Producers;
 use kafka::{Refused, code};
 use logstore::{LogError, LogId};
 

@@ -25,6 +25,7 @@ mod idempotence;
 mod listener;
 mod offsets;
 mod partitions;
+pub mod producers;
 mod topics;
 
 pub use idempotence::{CHECKPOINT_BATCHES, CHECKPOINT_IDLE, CHECKPOINT_INTERVAL};
@@ -431,8 +432,8 @@ pub fn refused(e: LogError) -> Refused {
 
 #[cfg(test)]
 mod tests {
+    use crate::producers::{Check, Producers, SharedCommit};
     use futures::FutureExt;
-    use kafka::producers::{Check, Producers, SharedCommit};
 
     use super::*;
 

@@ -5,8 +5,8 @@
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 
+use crate::producers::Check;
 use futures::FutureExt;
-use kafka::producers::Check;
 use kafka::{Fetched, Refused, code};
 use logstore::LogId;
 
@@ -105,7 +105,7 @@ impl kafka::Partitions for LogBroker {
             )
             .await
             .map_err(refused)?;
-        let shared = kafka::producers::shared(commit(committing));
+        let shared = crate::producers::shared(commit(committing));
         // Resolved whether or not anyone awaits it (a client may hang up), so the state and
         // its checkpoints see the outcome.
         tokio::spawn(shared.clone().map(drop));

@@ -11,8 +11,8 @@
 //! capabilities ([`Cluster`], [`Partitions`], [`Topics`], [`GroupOffsets`]). Topics are streams, partition p is the stream's log p, a partition's leader is the
 //! owner the routing function picks for the client's zone (`zone_id=` in `client.id`).
 //!
-//! Served: the APIs of [`registry::APIS`], one [`api::Handler`] each — produce (idempotent:
-//! [`producers`]), fetch, the admin and config APIs, and consumer groups, classic and KIP-848
+//! Served: the APIs of [`registry::APIS`], one [`api::Handler`] each — produce (idempotent: the
+//! brokers' idempotence), fetch, the admin and config APIs, and consumer groups, classic and KIP-848
 //! ([`groups`]). Transactions are not; ApiVersions does not advertise them.
 //!
 //! Depends on the codec, `recordbatch` and `security` (TLS, SASL, ACLs); never on a storage
@@ -33,7 +33,7 @@ pub mod groups;
 mod leader_epoch;
 mod metadata;
 mod produce;
-pub mod producers;
+
 pub mod registry;
 mod server;
 pub mod session;

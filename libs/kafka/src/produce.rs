@@ -1,8 +1,9 @@
 //! Produce (ARCHITECTURE §11): each partition's record batch checked (exactly one RecordBatch
 //! v2, its CRC, lengths and counts, at most `max.message.bytes`; transactional and control
 //! batches refused until transactions exist; an idempotent batch's sequence is the broker's to
-//! check, with [`crate::producers`]), then admitted as one entry, in request order; the answer is the commit, so acks=1 and acks=-1 both mean durable. Each partition
-//! gets its own error.
+//! check, with the role's idempotence, `brokers::producers`), then admitted as one entry, in
+//! request order; the answer is the commit, so acks=1 and acks=-1 both mean durable. Each
+//! partition gets its own error.
 
 use bytes::Bytes;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};

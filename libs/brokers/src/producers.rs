@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, VecDeque};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 
-use crate::{Produced, Refused, code};
+use kafka::{Produced, Refused, code};
 
 /// Batches remembered per producer: Kafka's `NUM_BATCHES_TO_RETAIN`.
 pub const WINDOW: usize = 5;
@@ -421,7 +421,7 @@ impl Producers {
 }
 
 /// A commit future made shareable.
-pub fn shared(commit: crate::Commit) -> SharedCommit {
+pub fn shared(commit: kafka::Commit) -> SharedCommit {
     commit.shared()
 }
 
