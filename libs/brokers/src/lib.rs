@@ -331,8 +331,6 @@ pub(crate) fn node_of(m: routing::Member, read_only: bool) -> Option<BrokerNode>
 /// How far ahead of this writer's clock a batch's timestamps may be (Kafka 4's
 /// `log.message.timestamp.after.max.ms`).
 const TIMESTAMP_AFTER_MAX_MS: i64 = 3_600_000;
-/// Kafka's INVALID_TIMESTAMP.
-const INVALID_TIMESTAMP: i16 = 32;
 
 /// A batch's append conditions: its entry carries the batch's largest record timestamp
 /// (CreateTime, as Kafka's time index and retention use it), or the writer's clock when the
@@ -347,7 +345,7 @@ pub(crate) fn conditions(
         && ts > now.saturating_add(TIMESTAMP_AFTER_MAX_MS)
     {
         return Err(Refused::new(
-            INVALID_TIMESTAMP,
+            code::INVALID_TIMESTAMP,
             format!(
                 "timestamp {ts} is more than {TIMESTAMP_AFTER_MAX_MS} ms ahead of the broker's clock"
             ),

@@ -26,7 +26,7 @@ use crate::api::{Admission, Ctx, Handler};
 use crate::session::Session;
 
 /// Kafka's answer when no authorizer is configured.
-pub const SECURITY_DISABLED: i16 = 54;
+pub const SECURITY_DISABLED: i16 = kafka_protocol::ResponseError::SecurityDisabled.code();
 
 /// Kafka's name of its cluster resource.
 const KAFKA_CLUSTER: &str = "kafka-cluster";

@@ -214,7 +214,8 @@ pub(crate) async fn describe_cluster(
 /// DescribeCluster's endpoint types: brokers (1), controllers (2).
 const BROKERS_ENDPOINT: i8 = 1;
 /// Kafka's UNSUPPORTED_ENDPOINT_TYPE.
-const UNSUPPORTED_ENDPOINT_TYPE: i16 = 115;
+const UNSUPPORTED_ENDPOINT_TYPE: i16 =
+    kafka_protocol::ResponseError::UnsupportedEndpointType.code();
 
 /// CreateTopics: CREATE on each topic (or the cluster); refused topics answered apart.
 #[derive(Debug)]

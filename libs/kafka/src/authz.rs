@@ -12,9 +12,12 @@ use kafka_protocol::protocol::StrBytes;
 use security::acl::{CLUSTER, Operation, ResourceType};
 use security::{Authorizer, Principal};
 
-pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
-pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
-pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+pub const TOPIC_AUTHORIZATION_FAILED: i16 =
+    kafka_protocol::ResponseError::TopicAuthorizationFailed.code();
+pub const GROUP_AUTHORIZATION_FAILED: i16 =
+    kafka_protocol::ResponseError::GroupAuthorizationFailed.code();
+pub const CLUSTER_AUTHORIZATION_FAILED: i16 =
+    kafka_protocol::ResponseError::ClusterAuthorizationFailed.code();
 
 /// Kafka's config resource types.
 const TOPIC_RESOURCE: i8 = 2;

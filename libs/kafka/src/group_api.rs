@@ -563,7 +563,7 @@ pub(crate) async fn delete_groups(
 }
 
 /// Kafka's GROUP_SUBSCRIBED_TO_TOPIC.
-const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
+const GROUP_SUBSCRIBED_TO_TOPIC: i16 = kafka_protocol::ResponseError::GroupSubscribedToTopic.code();
 
 /// OffsetDelete: a group's committed offsets on the partitions named, unless a member
 /// subscribes to the topic (GROUP_SUBSCRIBED_TO_TOPIC, as Kafka).

@@ -24,20 +24,26 @@ pub mod consumer;
 
 /// Kafka's group error codes.
 pub mod errors {
-    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    pub const NOT_COORDINATOR: i16 = 16;
-    pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
-    pub const ILLEGAL_GENERATION: i16 = 22;
-    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
-    pub const INVALID_GROUP_ID: i16 = 24;
-    pub const UNKNOWN_MEMBER_ID: i16 = 25;
-    pub const INVALID_SESSION_TIMEOUT: i16 = 26;
-    pub const REBALANCE_IN_PROGRESS: i16 = 27;
-    pub const GROUP_ID_NOT_FOUND: i16 = 69;
-    pub const NON_EMPTY_GROUP: i16 = 68;
-    pub const MEMBER_ID_REQUIRED: i16 = 79;
-    pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
-    pub const FENCED_INSTANCE_ID: i16 = 82;
+    pub const COORDINATOR_NOT_AVAILABLE: i16 =
+        kafka_protocol::ResponseError::CoordinatorNotAvailable.code();
+    pub const NOT_COORDINATOR: i16 = kafka_protocol::ResponseError::NotCoordinator.code();
+    pub const OFFSET_METADATA_TOO_LARGE: i16 =
+        kafka_protocol::ResponseError::OffsetMetadataTooLarge.code();
+    pub const ILLEGAL_GENERATION: i16 = kafka_protocol::ResponseError::IllegalGeneration.code();
+    pub const INCONSISTENT_GROUP_PROTOCOL: i16 =
+        kafka_protocol::ResponseError::InconsistentGroupProtocol.code();
+    pub const INVALID_GROUP_ID: i16 = kafka_protocol::ResponseError::InvalidGroupId.code();
+    pub const UNKNOWN_MEMBER_ID: i16 = kafka_protocol::ResponseError::UnknownMemberId.code();
+    pub const INVALID_SESSION_TIMEOUT: i16 =
+        kafka_protocol::ResponseError::InvalidSessionTimeout.code();
+    pub const REBALANCE_IN_PROGRESS: i16 =
+        kafka_protocol::ResponseError::RebalanceInProgress.code();
+    pub const GROUP_ID_NOT_FOUND: i16 = kafka_protocol::ResponseError::GroupIdNotFound.code();
+    pub const NON_EMPTY_GROUP: i16 = kafka_protocol::ResponseError::NonEmptyGroup.code();
+    pub const MEMBER_ID_REQUIRED: i16 = kafka_protocol::ResponseError::MemberIdRequired.code();
+    pub const GROUP_MAX_SIZE_REACHED: i16 =
+        kafka_protocol::ResponseError::GroupMaxSizeReached.code();
+    pub const FENCED_INSTANCE_ID: i16 = kafka_protocol::ResponseError::FencedInstanceId.code();
 }
 use errors::*;
 

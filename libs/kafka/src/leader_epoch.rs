@@ -21,7 +21,7 @@ use crate::session::Session;
 use crate::{Broker, code};
 
 /// Kafka's UNKNOWN_LEADER_EPOCH: the epoch named is above the broker's.
-pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
+pub const UNKNOWN_LEADER_EPOCH: i16 = kafka_protocol::ResponseError::UnknownLeaderEpoch.code();
 
 /// OffsetForLeaderEpoch.
 #[derive(Debug)]

@@ -41,34 +41,39 @@ pub mod splice;
 
 pub use server::{KafkaConfig, serve};
 
-/// Kafka's error codes this front end answers with (the `ResponseError` numbers).
+/// Kafka's error codes this front end answers with: the protocol crate's `ResponseError`
+/// numbers (none typed here), as the `i16` a response's `error_code` holds.
 pub mod code {
+    use kafka_protocol::ResponseError;
+
     pub const NONE: i16 = 0;
-    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
-    pub const CORRUPT_MESSAGE: i16 = 2;
-    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-    pub const LEADER_NOT_AVAILABLE: i16 = 5;
-    pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-    pub const REQUEST_TIMED_OUT: i16 = 7;
-    pub const MESSAGE_TOO_LARGE: i16 = 10;
-    pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
-    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
-    pub const INVALID_PARTITIONS: i16 = 37;
-    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
-    pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
-    pub const INVALID_CONFIG: i16 = 40;
-    pub const INVALID_REQUIRED_ACKS: i16 = 21;
-    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+    pub const OFFSET_OUT_OF_RANGE: i16 = ResponseError::OffsetOutOfRange.code();
+    pub const CORRUPT_MESSAGE: i16 = ResponseError::CorruptMessage.code();
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = ResponseError::UnknownTopicOrPartition.code();
+    pub const LEADER_NOT_AVAILABLE: i16 = ResponseError::LeaderNotAvailable.code();
+    pub const NOT_LEADER_OR_FOLLOWER: i16 = ResponseError::NotLeaderOrFollower.code();
+    pub const REQUEST_TIMED_OUT: i16 = ResponseError::RequestTimedOut.code();
+    pub const MESSAGE_TOO_LARGE: i16 = ResponseError::MessageTooLarge.code();
+    pub const INVALID_TOPIC_EXCEPTION: i16 = ResponseError::InvalidTopicException.code();
+    pub const TOPIC_ALREADY_EXISTS: i16 = ResponseError::TopicAlreadyExists.code();
+    pub const INVALID_PARTITIONS: i16 = ResponseError::InvalidPartitions.code();
+    pub const INVALID_REPLICATION_FACTOR: i16 = ResponseError::InvalidReplicationFactor.code();
+    pub const INVALID_REPLICA_ASSIGNMENT: i16 = ResponseError::InvalidReplicaAssignment.code();
+    pub const INVALID_CONFIG: i16 = ResponseError::InvalidConfig.code();
+    pub const INVALID_REQUIRED_ACKS: i16 = ResponseError::InvalidRequiredAcks.code();
+    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = ResponseError::OutOfOrderSequenceNumber.code();
     /// Retryable after a metadata refresh (Java's `KafkaStorageException`): storage refused
     /// the write definitely, nothing of it applied.
-    pub const KAFKA_STORAGE_ERROR: i16 = 56;
-    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
-    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    pub const UNSUPPORTED_VERSION: i16 = 35;
-    pub const INVALID_REQUEST: i16 = 42;
-    pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
-    pub const INVALID_RECORD: i16 = 87;
-    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+    pub const KAFKA_STORAGE_ERROR: i16 = ResponseError::KafkaStorageError.code();
+    pub const INVALID_PRODUCER_EPOCH: i16 = ResponseError::InvalidProducerEpoch.code();
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = ResponseError::CoordinatorNotAvailable.code();
+    pub const UNSUPPORTED_VERSION: i16 = ResponseError::UnsupportedVersion.code();
+    pub const INVALID_REQUEST: i16 = ResponseError::InvalidRequest.code();
+    pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 =
+        ResponseError::UnsupportedForMessageFormat.code();
+    pub const INVALID_RECORD: i16 = ResponseError::InvalidRecord.code();
+    pub const UNKNOWN_SERVER_ERROR: i16 = ResponseError::UnknownServerError.code();
+    pub const INVALID_TIMESTAMP: i16 = ResponseError::InvalidTimestamp.code();
 }
 
 /// A live broker: a member that serves Kafka.

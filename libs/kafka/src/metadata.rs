@@ -136,7 +136,7 @@ async fn metadata(
 }
 
 /// Kafka's UNKNOWN_TOPIC_ID.
-const UNKNOWN_TOPIC_ID: i16 = 100;
+const UNKNOWN_TOPIC_ID: i16 = kafka_protocol::ResponseError::UnknownTopicId.code();
 
 enum MetadataAsk {
     Name(String),

@@ -25,9 +25,11 @@ pub const PRE_AUTH_FRAME_BYTES: usize = 512 << 10;
 pub const PRE_AUTH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Kafka's SASL error codes.
-pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
-pub const ILLEGAL_SASL_STATE: i16 = 34;
-pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
+pub const UNSUPPORTED_SASL_MECHANISM: i16 =
+    kafka_protocol::ResponseError::UnsupportedSaslMechanism.code();
+pub const ILLEGAL_SASL_STATE: i16 = kafka_protocol::ResponseError::IllegalSaslState.code();
+pub const SASL_AUTHENTICATION_FAILED: i16 =
+    kafka_protocol::ResponseError::SaslAuthenticationFailed.code();
 
 #[derive(Debug)]
 enum Sasl {

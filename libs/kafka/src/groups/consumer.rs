@@ -34,11 +34,13 @@ use crate::code;
 
 /// Kafka's KIP-848 error codes.
 pub mod errors {
-    pub const FENCED_MEMBER_EPOCH: i16 = 110;
-    pub const UNRELEASED_INSTANCE_ID: i16 = 111;
-    pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
-    pub const STALE_MEMBER_EPOCH: i16 = 113;
-    pub const INVALID_REGULAR_EXPRESSION: i16 = 128;
+    pub const FENCED_MEMBER_EPOCH: i16 = kafka_protocol::ResponseError::FencedMemberEpoch.code();
+    pub const UNRELEASED_INSTANCE_ID: i16 =
+        kafka_protocol::ResponseError::UnreleasedInstanceId.code();
+    pub const UNSUPPORTED_ASSIGNOR: i16 = kafka_protocol::ResponseError::UnsupportedAssignor.code();
+    pub const STALE_MEMBER_EPOCH: i16 = kafka_protocol::ResponseError::StaleMemberEpoch.code();
+    pub const INVALID_REGULAR_EXPRESSION: i16 =
+        kafka_protocol::ResponseError::InvalidRegularExpression.code();
 }
 use errors::*;
 
