@@ -1,7 +1,7 @@
 //! The cluster as Kafka clients see it: brokers (the live members that serve Kafka), topics
 //! and their leaders for a client's zone, group coordinators.
 
-use kafka::{BrokerError, BrokerNode, TopicInfo};
+use kafka::{BrokerNode, Refused, TopicInfo};
 
 use crate::{LogBroker, node_of, serves_kafka};
 
@@ -11,7 +11,7 @@ impl kafka::Cluster for LogBroker {
         self.cluster.clone()
     }
 
-    async fn brokers(&self) -> Result<Vec<BrokerNode>, BrokerError> {
+    async fn brokers(&self) -> Result<Vec<BrokerNode>, Refused> {
         let writers = self.writers().await?.into_iter().filter_map(|m| node_of(m, false));
         let readers = self.kafka_readers().await.into_iter().filter_map(|m| node_of(m, true));
         let mut out: Vec<BrokerNode> = writers.chain(readers).collect();
@@ -24,11 +24,11 @@ impl kafka::Cluster for LogBroker {
         names: Option<&[String]>,
         zone: Option<&str>,
         create: Option<u32>,
-    ) -> Result<Vec<TopicInfo>, BrokerError> {
+    ) -> Result<Vec<TopicInfo>, Refused> {
         let writers = self.writers().await?;
         let readers: Vec<i32> = self.kafka_readers().await.iter().map(|m| m.node_id).collect();
         let Some(names) = names else {
-            let all = self.catalog.list().await.map_err(|e| BrokerError(e.to_string()))?;
+            let all = self.catalog.list().await.map_err(Refused::server)?;
             return Ok(all.iter().map(|s| Self::topic(s, &writers, &readers, zone)).collect());
         };
         let mut out = Vec::with_capacity(names.len());
@@ -45,7 +45,7 @@ impl kafka::Cluster for LogBroker {
         self.node_id
     }
 
-    async fn coordinator(&self, key: &str) -> Result<Option<BrokerNode>, BrokerError> {
+    async fn coordinator(&self, key: &str) -> Result<Option<BrokerNode>, Refused> {
         // Over the writers that serve Kafka, by the group id: every writer picks the same one.
         // Every group request asks this: the watched writers only, no read of the readers.
         let writers: Vec<routing::Member> =

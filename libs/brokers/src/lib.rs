@@ -15,9 +15,7 @@ use std::sync::Arc;
 // Tokio's clock (the std one outside tests): virtual under the simulation's paused runtime.
 
 use catalog::{Catalog, CatalogError, StreamInfo, StreamProps, Target};
-use kafka::{
-    BrokerError, BrokerNode, PartitionInfo, Produced, Refused, TopicInfo, TopicSettings, code,
-};
+use kafka::{BrokerNode, PartitionInfo, Produced, Refused, TopicInfo, TopicSettings, code};
 use logstore::{LogError, LogId, LogReader, LogStorage};
 
 mod cluster;
@@ -249,8 +247,8 @@ impl LogBroker {
         routing::choose_owner(&readers, &format!("kafka-reads/{log}"), p, None).map(|m| m.node_id)
     }
 
-    async fn writers(&self) -> Result<Vec<routing::Member>, BrokerError> {
-        self.catalog.members("writer").await.map_err(|e| BrokerError(e.to_string()))
+    async fn writers(&self) -> Result<Vec<routing::Member>, Refused> {
+        self.catalog.members("writer").await.map_err(Refused::server)
     }
 
     /// A stream as a topic, each partition led by its owner for `zone`, with the readers

@@ -3,44 +3,51 @@
 use std::collections::HashMap;
 
 use catalog::CatalogError;
-use kafka::{CommittedOffset, OffsetCommit, code};
+use kafka::{CommittedOffset, OffsetCommit, Refused, code};
 use logstore::{LogError, LogId};
 
 use crate::{LEADER_EPOCH, LogBroker, METADATA, refused, to_i64};
 
 #[async_trait::async_trait]
 impl kafka::GroupOffsets for LogBroker {
-    async fn commit_offsets(&self, group: &str, offsets: Vec<OffsetCommit>) -> Vec<i16> {
+    async fn commit_offsets(
+        &self,
+        group: &str,
+        offsets: Vec<OffsetCommit>,
+    ) -> Vec<Result<(), Refused>> {
         let Some(name) = kafka::groups::cursor_name(group) else {
-            return vec![kafka::groups::errors::INVALID_GROUP_ID; offsets.len()];
+            return offsets.iter().map(|_| Err(invalid_group(group))).collect();
         };
         let reader = &self.reader;
-        let mut logs: HashMap<String, Result<Vec<LogId>, i16>> = HashMap::new();
+        let mut logs: HashMap<String, Result<Vec<LogId>, Refused>> = HashMap::new();
         let mut out = Vec::with_capacity(offsets.len());
         for o in offsets {
             if !logs.contains_key(&o.topic) {
                 let found = self.partition_logs(&o.topic).await.map_err(|e| match e {
                     CatalogError::NotFound(_) | CatalogError::InvalidArgument(_) => {
-                        code::UNKNOWN_TOPIC_OR_PARTITION
+                        Refused::new(code::UNKNOWN_TOPIC_OR_PARTITION, e.to_string())
                     }
-                    _ => code::UNKNOWN_SERVER_ERROR,
+                    e => Refused::server(e),
                 });
                 logs.insert(o.topic.clone(), found);
             }
             let log = match logs.get(&o.topic) {
                 Some(Ok(l)) => usize::try_from(o.partition).ok().and_then(|p| l.get(p).copied()),
                 Some(Err(e)) => {
-                    out.push(*e);
+                    out.push(Err(e.clone()));
                     continue;
                 }
                 None => None,
             };
             let (Some(log), Ok(offset)) = (log, u64::try_from(o.offset)) else {
-                out.push(if o.offset < 0 {
-                    code::OFFSET_OUT_OF_RANGE
+                out.push(Err(if o.offset < 0 {
+                    Refused::new(code::OFFSET_OUT_OF_RANGE, format!("offset {}", o.offset))
                 } else {
-                    code::UNKNOWN_TOPIC_OR_PARTITION
-                });
+                    Refused::new(
+                        code::UNKNOWN_TOPIC_OR_PARTITION,
+                        format!("{}-{}", o.topic, o.partition),
+                    )
+                }));
                 continue;
             };
             let position = logstore::cursor::Position {
@@ -48,10 +55,9 @@ impl kafka::GroupOffsets for LogBroker {
                 properties: [(LEADER_EPOCH.to_owned(), i64::from(o.leader_epoch))].into(),
                 labels: o.metadata.map(|m| (METADATA.to_owned(), m)).into_iter().collect(),
             };
-            out.push(match logstore::cursor::set_position(reader, log, &name, position).await {
-                Ok(()) => code::NONE,
-                Err(e) => refused(e).code,
-            });
+            out.push(
+                logstore::cursor::set_position(reader, log, &name, position).await.map_err(refused),
+            );
         }
         out
     }
@@ -60,9 +66,8 @@ impl kafka::GroupOffsets for LogBroker {
         &self,
         group: &str,
         partitions: Option<Vec<(String, Vec<i32>)>>,
-    ) -> Result<Vec<CommittedOffset>, i16> {
-        let name =
-            kafka::groups::cursor_name(group).ok_or(kafka::groups::errors::INVALID_GROUP_ID)?;
+    ) -> Result<Vec<CommittedOffset>, Refused> {
+        let name = kafka::groups::cursor_name(group).ok_or_else(|| invalid_group(group))?;
         let reader = &self.reader;
         let all = partitions.is_none();
         let asked: Vec<(String, Vec<i32>)> = match partitions {
@@ -71,7 +76,7 @@ impl kafka::GroupOffsets for LogBroker {
                 .catalog
                 .list()
                 .await
-                .map_err(|_| code::UNKNOWN_SERVER_ERROR)?
+                .map_err(Refused::server)?
                 .into_iter()
                 .map(|s| (s.name, (0..s.partitions.len() as i32).collect()))
                 .collect(),
@@ -115,8 +120,8 @@ impl kafka::GroupOffsets for LogBroker {
         Ok(out)
     }
 
-    async fn groups_with_offsets(&self) -> Result<Vec<String>, i16> {
-        let streams = self.catalog.list().await.map_err(|_| code::UNKNOWN_SERVER_ERROR)?;
+    async fn groups_with_offsets(&self) -> Result<Vec<String>, Refused> {
+        let streams = self.catalog.list().await.map_err(Refused::server)?;
         let mut groups = std::collections::BTreeSet::new();
         for s in streams {
             for log in s.partitions {
@@ -124,46 +129,48 @@ impl kafka::GroupOffsets for LogBroker {
                     Ok(names) => groups
                         .extend(names.iter().filter_map(|n| kafka::groups::group_of_cursor(n))),
                     Err(LogError::NotFound(_)) => {}
-                    Err(e) => return Err(refused(e).code),
+                    Err(e) => return Err(refused(e)),
                 }
             }
         }
         Ok(groups.into_iter().collect())
     }
 
-    async fn delete_offsets(&self, group: &str) -> Result<usize, i16> {
-        let name =
-            kafka::groups::cursor_name(group).ok_or(kafka::groups::errors::INVALID_GROUP_ID)?;
+    async fn delete_offsets(&self, group: &str) -> Result<usize, Refused> {
+        let name = kafka::groups::cursor_name(group).ok_or_else(|| invalid_group(group))?;
         let reader = &self.reader;
-        let streams = self.catalog.list().await.map_err(|_| code::UNKNOWN_SERVER_ERROR)?;
+        let streams = self.catalog.list().await.map_err(Refused::server)?;
         let mut deleted = 0;
         for s in streams {
             for log in s.partitions {
                 match logstore::LogCursor::delete(reader, log, &name).await {
                     Ok(()) => deleted += 1,
                     Err(LogError::CursorNotFound { .. }) | Err(LogError::NotFound(_)) => {}
-                    Err(e) => return Err(refused(e).code),
+                    Err(e) => return Err(refused(e)),
                 }
             }
         }
         Ok(deleted)
     }
 
-    async fn delete_offset(&self, group: &str, topic: &str, partition: i32) -> i16 {
-        let Some(name) = kafka::groups::cursor_name(group) else {
-            return kafka::groups::errors::INVALID_GROUP_ID;
-        };
-        let logs = match self.partition_logs(topic).await {
-            Ok(l) => l,
-            Err(_) => return code::UNKNOWN_TOPIC_OR_PARTITION,
-        };
-        let Some(log) = usize::try_from(partition).ok().and_then(|p| logs.get(p).copied()) else {
-            return code::UNKNOWN_TOPIC_OR_PARTITION;
-        };
+    async fn delete_offset(&self, group: &str, topic: &str, partition: i32) -> Result<(), Refused> {
+        let name = kafka::groups::cursor_name(group).ok_or_else(|| invalid_group(group))?;
+        let unknown =
+            || Refused::new(code::UNKNOWN_TOPIC_OR_PARTITION, format!("{topic}-{partition}"));
+        let logs = self.partition_logs(topic).await.map_err(|_| unknown())?;
+        let log = usize::try_from(partition)
+            .ok()
+            .and_then(|p| logs.get(p).copied())
+            .ok_or_else(unknown)?;
         match logstore::LogCursor::delete(&self.reader, log, &name).await {
             // No offset there: nothing to delete, as Kafka answers.
-            Ok(()) | Err(LogError::CursorNotFound { .. }) => code::NONE,
-            Err(e) => refused(e).code,
+            Ok(()) | Err(LogError::CursorNotFound { .. }) => Ok(()),
+            Err(e) => Err(refused(e)),
         }
     }
+}
+
+/// A group id no cursor can be named after.
+fn invalid_group(group: &str) -> Refused {
+    Refused::new(kafka::groups::errors::INVALID_GROUP_ID, format!("group id `{group}`"))
 }

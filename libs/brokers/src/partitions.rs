@@ -261,7 +261,7 @@ impl kafka::Partitions for LogBroker {
         to_i64(start)
     }
 
-    async fn init_producer_id(&self, current: Option<(i64, i16)>) -> Result<(i64, i16), i16> {
+    async fn init_producer_id(&self, current: Option<(i64, i16)>) -> Result<(i64, i16), Refused> {
         // KIP-360: the same producer at its next epoch, while epochs last.
         if let Some((id, epoch)) = current
             && (0..i16::MAX - 1).contains(&epoch)
@@ -278,7 +278,7 @@ impl kafka::Partitions for LogBroker {
             .await
             .map_err(|e| {
                 tracing::warn!(error = %e, "Kafka: no producer ids");
-                code::COORDINATOR_NOT_AVAILABLE
+                Refused::new(code::COORDINATOR_NOT_AVAILABLE, format!("no producer ids: {e}"))
             })?;
         }
         let id = ids.start;

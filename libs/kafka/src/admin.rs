@@ -205,7 +205,7 @@ pub(crate) async fn describe_cluster(
         }
         Err(e) => {
             resp.error_code = code::UNKNOWN_SERVER_ERROR;
-            resp.error_message = Some(StrBytes::from_string(e.0));
+            resp.error_message = Some(StrBytes::from_string(e.message));
         }
     }
     resp

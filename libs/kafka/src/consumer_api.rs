@@ -104,7 +104,7 @@ pub(crate) async fn heartbeat(
                 looked: names.map(|n| n.into_iter().collect()).unwrap_or_else(BTreeSet::new),
                 complete,
             },
-            Err(e) => return fail(COORDINATOR_NOT_AVAILABLE, Some(e.0)),
+            Err(e) => return fail(COORDINATOR_NOT_AVAILABLE, Some(e.message)),
         }
     };
     let beat = groups.consumer_heartbeat(hb, &view, Instant::now());

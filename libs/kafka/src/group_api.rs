@@ -312,7 +312,11 @@ pub(crate) async fn offset_commit(
                     .zip(per)
                     .map(|(p, code)| {
                         let code = if code == i16::MIN {
-                            stored.next().unwrap_or(code::UNKNOWN_SERVER_ERROR)
+                            match stored.next() {
+                                Some(Ok(())) => code::NONE,
+                                Some(Err(e)) => e.code,
+                                None => code::UNKNOWN_SERVER_ERROR,
+                            }
                         } else {
                             code
                         };
@@ -337,7 +341,7 @@ async fn fetch_one(
     if let Some(e) = check_coordinator(broker, groups, group).await {
         return Err(e);
     }
-    broker.committed_offsets(group, asked).await
+    broker.committed_offsets(group, asked).await.map_err(|e| e.code)
 }
 
 /// Topic → its partitions' offsets, in the order met.
@@ -465,7 +469,7 @@ pub(crate) async fn list_groups(
             }
             all.sort();
         }
-        Err(e) => return ListGroupsResponse::default().with_error_code(e),
+        Err(e) => return ListGroupsResponse::default().with_error_code(e.code),
     }
     // Kafka matches both filters without regard to case.
     let listed = all
@@ -554,7 +558,7 @@ pub(crate) async fn delete_groups(
             None => match broker.delete_offsets(&name).await {
                 Ok(0) => GROUP_ID_NOT_FOUND,
                 Ok(_) => code::NONE,
-                Err(e) => e,
+                Err(e) => e.code,
             },
         };
         results.push(DeletableGroupResult::default().with_group_id(g).with_error_code(code));
@@ -590,7 +594,10 @@ pub(crate) async fn offset_delete(
             let code = if busy {
                 GROUP_SUBSCRIBED_TO_TOPIC
             } else {
-                broker.delete_offset(&group, &topic, p.partition_index).await
+                match broker.delete_offset(&group, &topic, p.partition_index).await {
+                    Ok(()) => code::NONE,
+                    Err(e) => e.code,
+                }
             };
             partitions.push(
                 OffsetDeleteResponsePartition::default()

@@ -125,10 +125,6 @@ impl TopicInfo {
 
 /// A failure of the store behind the broker: the request is answered with
 /// UNKNOWN_SERVER_ERROR (or the API's nearest retryable code), never a closed connection.
-#[derive(Clone, Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct BrokerError(pub String);
-
 /// An admitted batch's commit.
 pub type Commit = futures::future::BoxFuture<'static, Result<Produced, Refused>>;
 
@@ -151,7 +147,21 @@ impl Refused {
     pub fn new(code: i16, message: impl Into<String>) -> Self {
         Refused { code, message: message.into(), leader: None }
     }
+
+    /// What the role could not read or write (its stores): UNKNOWN_SERVER_ERROR, the
+    /// handlers answering with their API's own code where Kafka has one.
+    pub fn server(message: impl std::fmt::Display) -> Self {
+        Refused::new(code::UNKNOWN_SERVER_ERROR, message.to_string())
+    }
 }
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "error {}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for Refused {}
 
 /// A partition's records from an offset: whole batches (the first may start before it), each
 /// with the base offset it is sent at.
@@ -243,7 +253,7 @@ pub trait Cluster: Send + Sync + 'static {
     fn cluster_id(&self) -> String;
 
     /// The live brokers, sorted by node id.
-    async fn brokers(&self) -> Result<Vec<BrokerNode>, BrokerError>;
+    async fn brokers(&self) -> Result<Vec<BrokerNode>, Refused>;
 
     /// The topics named (every topic when `None`), each partition's leader for a client in
     /// `zone`. With `create` set, a topic that does not exist is created with that many
@@ -253,14 +263,14 @@ pub trait Cluster: Send + Sync + 'static {
         names: Option<&[String]>,
         zone: Option<&str>,
         create: Option<u32>,
-    ) -> Result<Vec<TopicInfo>, BrokerError>;
+    ) -> Result<Vec<TopicInfo>, Refused>;
 
     /// This broker's node id.
     fn node_id(&self) -> i32;
 
     /// The broker that coordinates group `key`, if any lives: the same answer from every
     /// broker (ARCHITECTURE §11: the owner function over live writers, on the group id).
-    async fn coordinator(&self, key: &str) -> Result<Option<BrokerNode>, BrokerError>;
+    async fn coordinator(&self, key: &str) -> Result<Option<BrokerNode>, Refused>;
 }
 
 /// A partition's records: produce (idempotence included), fetch and its long poll, offsets by
@@ -322,7 +332,7 @@ pub trait Partitions: Send + Sync + 'static {
     /// InitProducerId for an idempotent (not transactional) producer: a new producer id at
     /// epoch 0, or, given the producer's current id and epoch (KIP-360), the same id at the
     /// next epoch. Kafka's error code otherwise.
-    async fn init_producer_id(&self, current: Option<(i64, i16)>) -> Result<(i64, i16), i16>;
+    async fn init_producer_id(&self, current: Option<(i64, i16)>) -> Result<(i64, i16), Refused>;
 }
 
 /// Topics administered: created, deleted, grown, configured.
@@ -365,8 +375,12 @@ pub trait Topics: Send + Sync + 'static {
 /// [`groups`]).
 #[async_trait::async_trait]
 pub trait GroupOffsets: Send + Sync + 'static {
-    /// Stores a group's committed offsets; Kafka's error code per item, in order.
-    async fn commit_offsets(&self, group: &str, offsets: Vec<OffsetCommit>) -> Vec<i16>;
+    /// Stores a group's committed offsets; each item's outcome, in order.
+    async fn commit_offsets(
+        &self,
+        group: &str,
+        offsets: Vec<OffsetCommit>,
+    ) -> Vec<Result<(), Refused>>;
 
     /// A group's committed offsets for the partitions named (topic, partitions), or every
     /// partition it has one for when `None`; a group-wide error code otherwise.
@@ -374,17 +388,17 @@ pub trait GroupOffsets: Send + Sync + 'static {
         &self,
         group: &str,
         partitions: Option<Vec<(String, Vec<i32>)>>,
-    ) -> Result<Vec<CommittedOffset>, i16>;
+    ) -> Result<Vec<CommittedOffset>, Refused>;
 
     /// The groups that have committed offsets (ListGroups lists those without members as
     /// Empty, as Kafka does).
-    async fn groups_with_offsets(&self) -> Result<Vec<String>, i16>;
+    async fn groups_with_offsets(&self) -> Result<Vec<String>, Refused>;
 
     /// Deletes every committed offset of a group (DeleteGroups); how many there were.
-    async fn delete_offsets(&self, group: &str) -> Result<usize, i16>;
+    async fn delete_offsets(&self, group: &str) -> Result<usize, Refused>;
 
-    /// Deletes a group's committed offset on one partition (OffsetDelete); Kafka's error code.
-    async fn delete_offset(&self, group: &str, topic: &str, partition: i32) -> i16;
+    /// Deletes a group's committed offset on one partition (OffsetDelete).
+    async fn delete_offset(&self, group: &str, topic: &str, partition: i32) -> Result<(), Refused>;
 }
 
 /// What the front end needs of the role it runs in: the four capabilities above. A role

@@ -240,8 +240,8 @@ async fn init_producer_id(
     let current = (req.producer_id.0 >= 0).then_some((req.producer_id.0, req.producer_epoch));
     match broker.init_producer_id(current).await {
         Ok((id, epoch)) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(epoch),
-        Err(code) => {
-            resp.with_error_code(code).with_producer_id(ProducerId(-1)).with_producer_epoch(-1)
+        Err(e) => {
+            resp.with_error_code(e.code).with_producer_id(ProducerId(-1)).with_producer_epoch(-1)
         }
     }
 }

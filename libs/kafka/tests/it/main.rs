@@ -10,9 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, ensure};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka::{
-    BrokerError, BrokerNode, Fetched, KafkaConfig, PartitionInfo, Produced, Refused, TopicInfo,
-};
+use kafka::{BrokerNode, Fetched, KafkaConfig, PartitionInfo, Produced, Refused, TopicInfo};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
@@ -71,7 +69,7 @@ impl kafka::Cluster for FakeBroker {
         "test-cluster".to_owned()
     }
 
-    async fn brokers(&self) -> Result<Vec<BrokerNode>, BrokerError> {
+    async fn brokers(&self) -> Result<Vec<BrokerNode>, Refused> {
         Ok(vec![
             BrokerNode {
                 node_id: 10,
@@ -95,8 +93,8 @@ impl kafka::Cluster for FakeBroker {
         names: Option<&[String]>,
         zone: Option<&str>,
         create: Option<u32>,
-    ) -> Result<Vec<TopicInfo>, BrokerError> {
-        let mut topics = self.topics.lock().map_err(|_| BrokerError("poisoned".into()))?;
+    ) -> Result<Vec<TopicInfo>, Refused> {
+        let mut topics = self.topics.lock().map_err(|_| Refused::server("poisoned"))?;
         let info = |(name, id, n): &(String, uuid::Uuid, u32)| TopicInfo {
             name: name.clone(),
             error: kafka::code::NONE,
@@ -118,7 +116,7 @@ impl kafka::Cluster for FakeBroker {
                 let t = (n.clone(), uuid::Uuid::new_v4(), parts);
                 self.created
                     .lock()
-                    .map_err(|_| BrokerError("poisoned".into()))?
+                    .map_err(|_| Refused::server("poisoned"))?
                     .push((n.clone(), parts));
                 out.push(info(&t));
                 topics.push(t);
@@ -133,7 +131,7 @@ impl kafka::Cluster for FakeBroker {
         10
     }
 
-    async fn coordinator(&self, _key: &str) -> Result<Option<BrokerNode>, BrokerError> {
+    async fn coordinator(&self, _key: &str) -> Result<Option<BrokerNode>, Refused> {
         Ok(self.brokers().await?.into_iter().next())
     }
 }
@@ -286,7 +284,7 @@ impl kafka::Partitions for FakeBroker {
         Ok(if offset == -1 { 42 } else { offset })
     }
 
-    async fn init_producer_id(&self, current: Option<(i64, i16)>) -> Result<(i64, i16), i16> {
+    async fn init_producer_id(&self, current: Option<(i64, i16)>) -> Result<(i64, i16), Refused> {
         Ok(current.map_or((1000, 0), |(id, e)| (id, e + 1)))
     }
 }
@@ -349,13 +347,17 @@ impl kafka::Topics for FakeBroker {
 
 #[async_trait::async_trait]
 impl kafka::GroupOffsets for FakeBroker {
-    async fn commit_offsets(&self, group: &str, offsets: Vec<kafka::OffsetCommit>) -> Vec<i16> {
+    async fn commit_offsets(
+        &self,
+        group: &str,
+        offsets: Vec<kafka::OffsetCommit>,
+    ) -> Vec<Result<(), Refused>> {
         let mut stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
         offsets
             .into_iter()
             .map(|o| {
                 stored.insert((group.to_owned(), o.topic.clone(), o.partition), o);
-                0
+                Ok(())
             })
             .collect()
     }
@@ -364,7 +366,7 @@ impl kafka::GroupOffsets for FakeBroker {
         &self,
         group: &str,
         partitions: Option<Vec<(String, Vec<i32>)>>,
-    ) -> Result<Vec<kafka::CommittedOffset>, i16> {
+    ) -> Result<Vec<kafka::CommittedOffset>, Refused> {
         let stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
         let of = |o: &kafka::OffsetCommit| kafka::CommittedOffset {
             topic: o.topic.clone(),
@@ -394,24 +396,24 @@ impl kafka::GroupOffsets for FakeBroker {
         })
     }
 
-    async fn groups_with_offsets(&self) -> Result<Vec<String>, i16> {
+    async fn groups_with_offsets(&self) -> Result<Vec<String>, Refused> {
         let stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
         let mut groups: Vec<String> = stored.keys().map(|(g, _, _)| g.clone()).collect();
         groups.dedup();
         Ok(groups)
     }
 
-    async fn delete_offsets(&self, group: &str) -> Result<usize, i16> {
+    async fn delete_offsets(&self, group: &str) -> Result<usize, Refused> {
         let mut stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
         let before = stored.len();
         stored.retain(|(g, _, _), _| g != group);
         Ok(before - stored.len())
     }
 
-    async fn delete_offset(&self, group: &str, topic: &str, partition: i32) -> i16 {
+    async fn delete_offset(&self, group: &str, topic: &str, partition: i32) -> Result<(), Refused> {
         let mut stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
         stored.remove(&(group.to_owned(), topic.to_owned(), partition));
-        0
+        Ok(())
     }
 }
 
