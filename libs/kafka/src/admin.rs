@@ -227,7 +227,7 @@ impl Handler for CreateTopics {
     type Request = CreateTopicsRequest;
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
-        let refused = crate::authz::create_topics(ctx.access(), &mut req);
+        let refused = authorize::create_topics(ctx.access(), &mut req);
         ctx.later(|ctx| async move {
             let mut resp = create_topics(req, ctx.version, ctx.broker.as_ref(), &ctx.cfg).await;
             resp.topics.extend(refused);
@@ -246,7 +246,7 @@ impl Handler for DeleteTopics {
     type Request = DeleteTopicsRequest;
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
-        let refused = crate::authz::delete_topics(ctx.access(), &mut req);
+        let refused = authorize::delete_topics(ctx.access(), &mut req);
         ctx.later(|ctx| async move {
             let mut resp = delete_topics(req, ctx.version, ctx.broker.as_ref()).await;
             resp.responses.extend(refused);
@@ -265,7 +265,7 @@ impl Handler for CreatePartitions {
     type Request = CreatePartitionsRequest;
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
-        let refused = crate::authz::create_partitions(ctx.access(), &mut req);
+        let refused = authorize::create_partitions(ctx.access(), &mut req);
         ctx.later(|ctx| async move {
             let mut resp = create_partitions(req, ctx.broker.as_ref()).await;
             resp.results.extend(refused);
@@ -284,7 +284,7 @@ impl Handler for DeleteRecords {
     type Request = DeleteRecordsRequest;
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
-        let refused = crate::authz::delete_records(ctx.access(), &mut req);
+        let refused = authorize::delete_records(ctx.access(), &mut req);
         ctx.later(|ctx| async move {
             let mut resp = delete_records(req, &ctx.client_id, ctx.broker.as_ref()).await;
             resp.topics.extend(refused);
@@ -313,5 +313,113 @@ impl Handler for DescribeCluster {
         ctx.later(
             |ctx| async move { describe_cluster(req, ctx.version, ctx.broker.as_ref()).await },
         )
+    }
+}
+
+/// What this area's APIs need of the connection's principal (the helpers are
+/// [`crate::authz`]'s).
+mod authorize {
+    use kafka_protocol::messages::*;
+
+    use security::acl::Operation;
+
+    use crate::authz::{Access, TOPIC_AUTHORIZATION_FAILED, split};
+
+    pub fn create_topics(
+        a: Access<'_>,
+        req: &mut CreateTopicsRequest,
+    ) -> Vec<create_topics_response::CreatableTopicResult> {
+        if !a.checks() {
+            return Vec::new();
+        }
+        split(&mut req.topics, |t| a.create(&t.name))
+            .into_iter()
+            .map(|t| {
+                create_topics_response::CreatableTopicResult::default()
+                    .with_name(t.name)
+                    .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1)
+            })
+            .collect()
+    }
+
+    pub fn delete_topics(
+        a: Access<'_>,
+        req: &mut DeleteTopicsRequest,
+    ) -> Vec<delete_topics_response::DeletableTopicResult> {
+        use delete_topics_response::DeletableTopicResult;
+        if !a.checks() {
+            return Vec::new();
+        }
+        let refused = |name: TopicName| {
+            DeletableTopicResult::default()
+                .with_name(Some(name))
+                .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+        };
+        let mut out: Vec<DeletableTopicResult> =
+            split(&mut req.topic_names, |n| a.topic(Operation::Delete, n))
+                .into_iter()
+                .map(refused)
+                .collect();
+        // v6: topics by name or by id. One named only by its id is allowed only to a principal
+        // that may delete every stream (`*`: no stream is named so, so only a wildcard grants it).
+        out.extend(
+            split(&mut req.topics, |t| match &t.name {
+                Some(n) => a.topic(Operation::Delete, n),
+                None => a.topic(Operation::Delete, "*"),
+            })
+            .into_iter()
+            .map(|t| match t.name {
+                Some(n) => refused(n),
+                None => DeletableTopicResult::default()
+                    .with_topic_id(t.topic_id)
+                    .with_error_code(TOPIC_AUTHORIZATION_FAILED),
+            }),
+        );
+        out
+    }
+
+    pub fn create_partitions(
+        a: Access<'_>,
+        req: &mut CreatePartitionsRequest,
+    ) -> Vec<create_partitions_response::CreatePartitionsTopicResult> {
+        if !a.checks() {
+            return Vec::new();
+        }
+        split(&mut req.topics, |t| a.topic(Operation::Alter, &t.name))
+            .into_iter()
+            .map(|t| {
+                create_partitions_response::CreatePartitionsTopicResult::default()
+                    .with_name(t.name)
+                    .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+            })
+            .collect()
+    }
+
+    pub fn delete_records(
+        a: Access<'_>,
+        req: &mut DeleteRecordsRequest,
+    ) -> Vec<delete_records_response::DeleteRecordsTopicResult> {
+        use delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
+        if !a.checks() {
+            return Vec::new();
+        }
+        split(&mut req.topics, |t| a.topic(Operation::Delete, &t.name))
+            .into_iter()
+            .map(|t| {
+                DeleteRecordsTopicResult::default().with_name(t.name).with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            DeleteRecordsPartitionResult::default()
+                                .with_partition_index(p.partition_index)
+                                .with_low_watermark(-1)
+                                .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                        })
+                        .collect(),
+                )
+            })
+            .collect()
     }
 }

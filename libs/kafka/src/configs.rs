@@ -377,7 +377,7 @@ impl Handler for DescribeConfigs {
     type Request = DescribeConfigsRequest;
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
-        let refused = crate::authz::describe_configs(ctx.access(), &mut req);
+        let refused = authorize::describe_configs(ctx.access(), &mut req);
         ctx.later(|ctx| async move {
             let mut resp = describe(req, ctx.version, ctx.broker.as_ref(), &ctx.cfg).await;
             resp.results.extend(refused);
@@ -396,7 +396,7 @@ impl Handler for AlterConfigs {
     type Request = AlterConfigsRequest;
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
-        let refused = crate::authz::alter_configs(ctx.access(), &mut req);
+        let refused = authorize::alter_configs(ctx.access(), &mut req);
         ctx.later(|ctx| async move {
             let mut resp = alter(req, ctx.broker.as_ref(), &ctx.cfg).await;
             resp.responses.extend(refused);
@@ -415,11 +415,111 @@ impl Handler for IncrementalAlterConfigs {
     type Request = IncrementalAlterConfigsRequest;
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
-        let refused = crate::authz::incremental_alter_configs(ctx.access(), &mut req);
+        let refused = authorize::incremental_alter_configs(ctx.access(), &mut req);
         ctx.later(|ctx| async move {
             let mut resp = incremental_alter(req, ctx.broker.as_ref(), &ctx.cfg).await;
             resp.responses.extend(refused);
             resp
         })
+    }
+}
+
+/// What this area's APIs need of the connection's principal (the helpers are
+/// [`crate::authz`]'s).
+mod authorize {
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    use security::acl::Operation;
+
+    use crate::authz::{
+        Access, CLUSTER_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, TOPIC_RESOURCE,
+    };
+
+    /// A config resource's refusal for `op`, none when allowed: a topic's right, or the
+    /// cluster's for a broker.
+    fn config_refusal(a: Access<'_>, op: Operation, resource_type: i8, name: &str) -> Option<i16> {
+        let (allowed, code) = match resource_type {
+            TOPIC_RESOURCE => (a.topic(op, name), TOPIC_AUTHORIZATION_FAILED),
+            _ => (a.cluster(op), CLUSTER_AUTHORIZATION_FAILED),
+        };
+        (!allowed).then_some(code)
+    }
+
+    /// Takes the config resources `op` is not allowed on out of `resources` (each named by `key`)
+    /// and answers each with `answer` and its refusal code: the config APIs' one split.
+    fn refuse_configs<R, O>(
+        a: Access<'_>,
+        op: Operation,
+        resources: &mut Vec<R>,
+        key: fn(&R) -> (i8, &StrBytes),
+        answer: fn(R, i16) -> O,
+    ) -> Vec<O> {
+        if !a.checks() {
+            return Vec::new();
+        }
+        let (mut keep, mut refused) = (Vec::new(), Vec::new());
+        for r in std::mem::take(resources) {
+            let (resource_type, name) = key(&r);
+            match config_refusal(a, op, resource_type, name) {
+                None => keep.push(r),
+                Some(code) => refused.push(answer(r, code)),
+            }
+        }
+        *resources = keep;
+        refused
+    }
+
+    pub fn describe_configs(
+        a: Access<'_>,
+        req: &mut DescribeConfigsRequest,
+    ) -> Vec<describe_configs_response::DescribeConfigsResult> {
+        refuse_configs(
+            a,
+            Operation::DescribeConfigs,
+            &mut req.resources,
+            |r| (r.resource_type, &r.resource_name),
+            |r, code| {
+                describe_configs_response::DescribeConfigsResult::default()
+                    .with_error_code(code)
+                    .with_resource_type(r.resource_type)
+                    .with_resource_name(r.resource_name)
+            },
+        )
+    }
+
+    pub fn alter_configs(
+        a: Access<'_>,
+        req: &mut AlterConfigsRequest,
+    ) -> Vec<alter_configs_response::AlterConfigsResourceResponse> {
+        refuse_configs(
+            a,
+            Operation::AlterConfigs,
+            &mut req.resources,
+            |r| (r.resource_type, &r.resource_name),
+            |r, code| {
+                alter_configs_response::AlterConfigsResourceResponse::default()
+                    .with_error_code(code)
+                    .with_resource_type(r.resource_type)
+                    .with_resource_name(r.resource_name)
+            },
+        )
+    }
+
+    pub fn incremental_alter_configs(
+        a: Access<'_>,
+        req: &mut IncrementalAlterConfigsRequest,
+    ) -> Vec<incremental_alter_configs_response::AlterConfigsResourceResponse> {
+        refuse_configs(
+            a,
+            Operation::AlterConfigs,
+            &mut req.resources,
+            |r| (r.resource_type, &r.resource_name),
+            |r, code| {
+                incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                    .with_error_code(code)
+                    .with_resource_type(r.resource_type)
+                    .with_resource_name(r.resource_name)
+            },
+        )
     }
 }

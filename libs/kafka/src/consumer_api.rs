@@ -201,7 +201,7 @@ impl Handler for ConsumerGroupHeartbeat {
         let access = ctx.access();
         let refusal = if !crate::authz::group(access, Operation::Consume, &req.group_id) {
             Some((crate::authz::GROUP_AUTHORIZATION_FAILED, "consume in the group"))
-        } else if !crate::authz::consumer_subscription(access, &req) {
+        } else if !authorize::consumer_subscription(access, &req) {
             Some((crate::authz::TOPIC_AUTHORIZATION_FAILED, "describe every subscribed topic"))
         } else {
             None
@@ -230,12 +230,74 @@ impl Handler for ConsumerGroupDescribe {
     type Request = ConsumerGroupDescribeRequest;
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
-        let refused = crate::authz::consumer_group_describe(ctx.access(), &mut req);
+        let refused = authorize::consumer_group_describe(ctx.access(), &mut req);
         ctx.later(|ctx| async move {
             let mut resp = describe(req, ctx.broker.as_ref(), &ctx.groups).await;
-            crate::authz::consumer_group_described(ctx.access(), &mut resp);
+            authorize::consumer_group_described(ctx.access(), &mut resp);
             resp.groups.extend(refused);
             resp
         })
+    }
+}
+
+/// What this area's APIs need of the connection's principal (the helpers are
+/// [`crate::authz`]'s).
+mod authorize {
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    use security::acl::Operation;
+
+    use crate::authz::{Access, GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, split};
+
+    /// ConsumerGroupHeartbeat: DESCRIBE on every topic the member names (a regex's matches are
+    /// filtered where they are resolved).
+    pub fn consumer_subscription(a: Access<'_>, req: &ConsumerGroupHeartbeatRequest) -> bool {
+        !a.checks()
+            || req.subscribed_topic_names.iter().flatten().all(|t| a.topic(Operation::Describe, t))
+    }
+
+    /// ConsumerGroupDescribe, answered: a group whose members subscribe to, hold or are to hold a
+    /// topic the caller may not describe is answered TOPIC_AUTHORIZATION_FAILED with no members,
+    /// as Kafka answers, so no topic's name or layout reaches a principal that may not see it.
+    pub fn consumer_group_described(a: Access<'_>, resp: &mut ConsumerGroupDescribeResponse) {
+        if !a.checks() {
+            return;
+        }
+        for g in &mut resp.groups {
+            let hidden = g.members.iter().any(|m| {
+                let held = [&m.assignment, &m.target_assignment]
+                    .into_iter()
+                    .flat_map(|x| x.topic_partitions.iter().map(|t| &t.topic_name));
+                m.subscribed_topic_names
+                    .iter()
+                    .chain(held)
+                    .any(|t| !a.topic(Operation::Describe, t))
+            });
+            if hidden {
+                g.error_code = TOPIC_AUTHORIZATION_FAILED;
+                g.error_message = Some(StrBytes::from_static_str(
+                    "The group has described topic(s) that the client is not authorized to describe.",
+                ));
+                g.members.clear();
+                g.assignor_name = StrBytes::default();
+            }
+        }
+    }
+
+    pub fn consumer_group_describe(
+        a: Access<'_>,
+        req: &mut ConsumerGroupDescribeRequest,
+    ) -> Vec<consumer_group_describe_response::DescribedGroup> {
+        if !a.checks() {
+            return Vec::new();
+        }
+        split(&mut req.group_ids, |g| a.group(Operation::Describe, g))
+            .into_iter()
+            .map(|g| {
+                consumer_group_describe_response::DescribedGroup::default()
+                    .with_group_id(g)
+                    .with_error_code(GROUP_AUTHORIZATION_FAILED)
+            })
+            .collect()
     }
 }

@@ -348,7 +348,7 @@ impl Handler for Fetch {
     type Request = FetchRequest;
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
-        let refused = crate::authz::fetch(ctx.access(), &mut req);
+        let refused = authorize::fetch(ctx.access(), &mut req);
         admitted(Box::pin(async move {
             let mut answer = fetch(req, &ctx.client_id, ctx.broker.as_ref()).await;
             answer.resp.responses.extend(refused);
@@ -367,11 +367,76 @@ impl Handler for ListOffsets {
     type Request = ListOffsetsRequest;
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
-        let refused = crate::authz::list_offsets(ctx.access(), &mut req);
+        let refused = authorize::list_offsets(ctx.access(), &mut req);
         ctx.later(|ctx| async move {
             let mut resp = list_offsets(req, &ctx.client_id, ctx.broker.as_ref()).await;
             resp.topics.extend(refused);
             resp
         })
+    }
+}
+
+/// What this area's APIs need of the connection's principal (the helpers are
+/// [`crate::authz`]'s).
+mod authorize {
+    use kafka_protocol::messages::*;
+
+    use security::acl::Operation;
+
+    use crate::authz::{Access, TOPIC_AUTHORIZATION_FAILED, split};
+
+    pub fn fetch(
+        a: Access<'_>,
+        req: &mut FetchRequest,
+    ) -> Vec<fetch_response::FetchableTopicResponse> {
+        use fetch_response::{FetchableTopicResponse, PartitionData};
+        if !a.checks() {
+            return Vec::new();
+        }
+        split(&mut req.topics, |t| a.topic(Operation::Consume, &t.topic))
+            .into_iter()
+            .map(|t| {
+                FetchableTopicResponse::default().with_topic(t.topic).with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            PartitionData::default()
+                                .with_partition_index(p.partition)
+                                .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                                .with_high_watermark(-1)
+                                .with_last_stable_offset(-1)
+                                .with_log_start_offset(-1)
+                        })
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    pub fn list_offsets(
+        a: Access<'_>,
+        req: &mut ListOffsetsRequest,
+    ) -> Vec<list_offsets_response::ListOffsetsTopicResponse> {
+        use list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+        if !a.checks() {
+            return Vec::new();
+        }
+        split(&mut req.topics, |t| a.topic(Operation::Describe, &t.name))
+            .into_iter()
+            .map(|t| {
+                ListOffsetsTopicResponse::default().with_name(t.name).with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            ListOffsetsPartitionResponse::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                                .with_timestamp(-1)
+                                .with_offset(-1)
+                        })
+                        .collect(),
+                )
+            })
+            .collect()
     }
 }

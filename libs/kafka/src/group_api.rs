@@ -642,7 +642,7 @@ impl Handler for FindCoordinator {
                 .with_port(-1);
             return group_refused(&ctx, resp);
         }
-        let refused = crate::authz::find_coordinator(access, &mut req);
+        let refused = authorize::find_coordinator(access, &mut req);
         ctx.later(|ctx| async move {
             let mut resp = find_coordinator(req, ctx.version, ctx.broker.as_ref()).await;
             resp.coordinators.extend(refused);
@@ -743,7 +743,7 @@ impl Handler for CommitOffsets {
     type Request = OffsetCommitRequest;
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
-        let refused = crate::authz::offset_commit(ctx.access(), &mut req);
+        let refused = authorize::offset_commit(ctx.access(), &mut req);
         ctx.later(|ctx| async move {
             let mut resp = match req.topics.is_empty() && !refused.is_empty() {
                 true => OffsetCommitResponse::default(),
@@ -774,7 +774,7 @@ impl Handler for OffsetFetch {
         }
         ctx.later(|ctx| async move {
             let mut resp = offset_fetch(req, ctx.version, ctx.broker.as_ref(), &ctx.groups).await;
-            crate::authz::offset_fetch(ctx.access(), &mut resp);
+            authorize::offset_fetch(ctx.access(), &mut resp);
             resp
         })
     }
@@ -792,7 +792,7 @@ impl Handler for ListGroups {
     fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
         ctx.later(|ctx| async move {
             let mut resp = list_groups(req, ctx.broker.as_ref(), &ctx.groups).await;
-            crate::authz::list_groups(ctx.access(), &mut resp);
+            authorize::list_groups(ctx.access(), &mut resp);
             resp
         })
     }
@@ -808,7 +808,7 @@ impl Handler for DescribeGroups {
     type Request = DescribeGroupsRequest;
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
-        let refused = crate::authz::describe_groups(ctx.access(), &mut req);
+        let refused = authorize::describe_groups(ctx.access(), &mut req);
         ctx.later(|ctx| async move {
             let mut resp = describe_groups(req, ctx.broker.as_ref(), &ctx.groups).await;
             resp.groups.extend(refused);
@@ -827,7 +827,7 @@ impl Handler for DeleteGroups {
     type Request = DeleteGroupsRequest;
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
-        let refused = crate::authz::delete_groups(ctx.access(), &mut req);
+        let refused = authorize::delete_groups(ctx.access(), &mut req);
         ctx.later(|ctx| async move {
             let mut resp = delete_groups(req, ctx.broker.as_ref(), &ctx.groups).await;
             resp.results.extend(refused);
@@ -852,11 +852,175 @@ impl Handler for OffsetDelete {
                 .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED);
             return group_refused(&ctx, resp);
         }
-        let refused = crate::authz::offset_delete(access, &mut req);
+        let refused = authorize::offset_delete(access, &mut req);
         ctx.later(|ctx| async move {
             let mut resp = offset_delete(req, ctx.broker.as_ref(), &ctx.groups).await;
             resp.topics.extend(refused);
             resp
         })
+    }
+}
+
+/// What this area's APIs need of the connection's principal (the helpers are
+/// [`crate::authz`]'s).
+mod authorize {
+    use kafka_protocol::messages::*;
+
+    use security::acl::Operation;
+
+    use crate::authz::{
+        Access, GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, group, split,
+    };
+
+    /// FindCoordinator v4+: the keys not allowed (DESCRIBE on the group), answered refused.
+    pub fn find_coordinator(
+        a: Access<'_>,
+        req: &mut FindCoordinatorRequest,
+    ) -> Vec<find_coordinator_response::Coordinator> {
+        if !a.checks() {
+            return Vec::new();
+        }
+        split(&mut req.coordinator_keys, |k| a.group(Operation::Describe, k))
+            .into_iter()
+            .map(|k| {
+                find_coordinator_response::Coordinator::default()
+                    .with_key(k)
+                    .with_node_id(BrokerId(-1))
+                    .with_port(-1)
+                    .with_error_code(GROUP_AUTHORIZATION_FAILED)
+            })
+            .collect()
+    }
+
+    /// OffsetCommit: the group's READ (refused whole by the caller) and each topic's READ.
+    pub fn offset_commit(
+        a: Access<'_>,
+        req: &mut OffsetCommitRequest,
+    ) -> Vec<offset_commit_response::OffsetCommitResponseTopic> {
+        use offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+        let refuse_all = !group(a, Operation::Consume, &req.group_id);
+        if !a.checks() {
+            return Vec::new();
+        }
+        let code = |whole: bool| {
+            if whole { GROUP_AUTHORIZATION_FAILED } else { TOPIC_AUTHORIZATION_FAILED }
+        };
+        split(&mut req.topics, |t| !refuse_all && a.topic(Operation::Consume, &t.name))
+            .into_iter()
+            .map(|t| {
+                OffsetCommitResponseTopic::default().with_name(t.name).with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            OffsetCommitResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(code(refuse_all))
+                        })
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// OffsetDelete: DELETE on the group (refused whole by the caller), READ on each topic.
+    pub fn offset_delete(
+        a: Access<'_>,
+        req: &mut OffsetDeleteRequest,
+    ) -> Vec<offset_delete_response::OffsetDeleteResponseTopic> {
+        use offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
+        if !a.checks() {
+            return Vec::new();
+        }
+        split(&mut req.topics, |t| a.topic(Operation::Consume, &t.name))
+            .into_iter()
+            .map(|t| {
+                OffsetDeleteResponseTopic::default().with_name(t.name).with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            OffsetDeleteResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                        })
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// DescribeGroups: each group's DESCRIBE.
+    pub fn describe_groups(
+        a: Access<'_>,
+        req: &mut DescribeGroupsRequest,
+    ) -> Vec<describe_groups_response::DescribedGroup> {
+        if !a.checks() {
+            return Vec::new();
+        }
+        split(&mut req.groups, |g| a.group(Operation::Describe, g))
+            .into_iter()
+            .map(|g| {
+                describe_groups_response::DescribedGroup::default()
+                    .with_group_id(g)
+                    .with_error_code(GROUP_AUTHORIZATION_FAILED)
+            })
+            .collect()
+    }
+
+    /// DeleteGroups: each group's DELETE.
+    pub fn delete_groups(
+        a: Access<'_>,
+        req: &mut DeleteGroupsRequest,
+    ) -> Vec<delete_groups_response::DeletableGroupResult> {
+        if !a.checks() {
+            return Vec::new();
+        }
+        split(&mut req.groups_names, |g| a.group(Operation::Delete, g))
+            .into_iter()
+            .map(|g| {
+                delete_groups_response::DeletableGroupResult::default()
+                    .with_group_id(g)
+                    .with_error_code(GROUP_AUTHORIZATION_FAILED)
+            })
+            .collect()
+    }
+
+    /// ListGroups: every group with DESCRIBE on the cluster, else those the principal may
+    /// describe.
+    pub fn list_groups(a: Access<'_>, resp: &mut ListGroupsResponse) {
+        if a.checks() && !a.cluster(Operation::Describe) {
+            resp.groups.retain(|g| a.group(Operation::Describe, &g.group_id));
+        }
+    }
+
+    /// OffsetFetch: the groups' DESCRIBE (v8+: per group; before: the one group, refused whole
+    /// by the caller) and the topics' DESCRIBE: a topic not allowed is answered refused, and a
+    /// fetch of every topic leaves it out.
+    pub fn offset_fetch(a: Access<'_>, resp: &mut OffsetFetchResponse) {
+        if !a.checks() {
+            return;
+        }
+        for t in &mut resp.topics {
+            if !a.topic(Operation::Describe, &t.name) {
+                for p in &mut t.partitions {
+                    (p.committed_offset, p.metadata, p.error_code) =
+                        (-1, None, TOPIC_AUTHORIZATION_FAILED);
+                }
+            }
+        }
+        for g in &mut resp.groups {
+            if !a.group(Operation::Describe, &g.group_id) {
+                g.topics.clear();
+                g.error_code = GROUP_AUTHORIZATION_FAILED;
+                continue;
+            }
+            for t in &mut g.topics {
+                if !a.topic(Operation::Describe, &t.name) {
+                    for p in &mut t.partitions {
+                        (p.committed_offset, p.metadata, p.error_code) =
+                            (-1, None, TOPIC_AUTHORIZATION_FAILED);
+                    }
+                }
+            }
+        }
     }
 }

@@ -110,7 +110,7 @@ async fn metadata(
                     got
                 }),
                 (false, false) => {
-                    let create = create.filter(|_| crate::authz::may_auto_create(access, &names));
+                    let create = create.filter(|_| authorize::may_auto_create(access, &names));
                     broker.topics(Some(&names), zone, create).await
                 }
             }
@@ -131,7 +131,7 @@ async fn metadata(
         }
     };
     resp.topics = topics.into_iter().map(|t| topic(t, version)).collect();
-    crate::authz::metadata(access, &mut resp, asked_all);
+    authorize::metadata(access, &mut resp, asked_all);
     resp
 }
 
@@ -173,4 +173,42 @@ fn topic(t: TopicInfo, version: i16) -> MetadataResponseTopic {
         out.topic_id = t.id;
     }
     out
+}
+
+/// What this area's APIs need of the connection's principal (the helpers are
+/// [`crate::authz`]'s).
+mod authorize {
+    use kafka_protocol::messages::*;
+
+    use security::acl::Operation;
+
+    use crate::authz::{Access, TOPIC_AUTHORIZATION_FAILED};
+
+    /// Metadata: topics asked by name need DESCRIBE (refused: TOPIC_AUTHORIZATION_FAILED); a
+    /// listing of every topic shows those the principal may describe. Auto-creation needs CREATE.
+    pub fn metadata(a: Access<'_>, resp: &mut MetadataResponse, asked_all: bool) {
+        if !a.checks() {
+            return;
+        }
+        if asked_all {
+            resp.topics
+                .retain(|t| t.name.as_ref().is_some_and(|n| a.topic(Operation::Describe, n)));
+            return;
+        }
+        for t in &mut resp.topics {
+            if let Some(n) = &t.name
+                && !a.topic(Operation::Describe, n)
+            {
+                t.error_code = TOPIC_AUTHORIZATION_FAILED;
+                t.partitions.clear();
+                t.topic_id = Default::default();
+            }
+        }
+    }
+
+    /// Whether a Metadata request may create the topics it names that do not exist: CREATE (on
+    /// the cluster or each topic) and DESCRIBE on every one.
+    pub fn may_auto_create(a: Access<'_>, names: &[String]) -> bool {
+        !a.checks() || names.iter().all(|n| a.create(n) && a.topic(Operation::Describe, n))
+    }
 }

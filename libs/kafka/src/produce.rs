@@ -172,7 +172,7 @@ impl Handler for Produce {
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
         Box::pin(async move {
             let acks = req.acks;
-            let refused = crate::authz::produce(ctx.access(), &mut req);
+            let refused = authorize::produce(ctx.access(), &mut req);
             let committing = admit(req, &ctx.client_id, ctx.broker.as_ref(), &ctx.cfg).await;
             let reply = ctx.reply;
             let answer: Answer = Box::pin(async move {
@@ -218,7 +218,7 @@ impl Handler for InitProducerId {
     type Request = InitProducerIdRequest;
 
     fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
-        if !crate::authz::init_producer_id(ctx.access()) {
+        if !authorize::init_producer_id(ctx.access()) {
             let resp = InitProducerIdResponse::default()
                 .with_error_code(crate::authz::CLUSTER_AUTHORIZATION_FAILED)
                 .with_producer_id(ProducerId(-1))
@@ -243,5 +243,48 @@ async fn init_producer_id(
         Err(e) => {
             resp.with_error_code(e.code).with_producer_id(ProducerId(-1)).with_producer_epoch(-1)
         }
+    }
+}
+
+/// What this area's APIs need of the connection's principal (the helpers are
+/// [`crate::authz`]'s).
+mod authorize {
+    use kafka_protocol::messages::*;
+
+    use security::acl::{Operation, ResourceType};
+
+    use crate::authz::{Access, TOPIC_AUTHORIZATION_FAILED, split};
+
+    pub fn produce(
+        a: Access<'_>,
+        req: &mut ProduceRequest,
+    ) -> Vec<produce_response::TopicProduceResponse> {
+        use produce_response::{PartitionProduceResponse, TopicProduceResponse};
+        if !a.checks() {
+            return Vec::new();
+        }
+        split(&mut req.topic_data, |t| a.topic(Operation::Produce, &t.name))
+            .into_iter()
+            .map(|t| {
+                TopicProduceResponse::default().with_name(t.name).with_partition_responses(
+                    t.partition_data
+                        .iter()
+                        .map(|p| {
+                            PartitionProduceResponse::default()
+                                .with_index(p.index)
+                                .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                                .with_base_offset(-1)
+                        })
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// InitProducerId: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (as Kafka 3).
+    pub fn init_producer_id(a: Access<'_>) -> bool {
+        !a.checks()
+            || a.cluster(Operation::Produce)
+            || a.authz.may_anywhere(a.principal, Operation::Produce, ResourceType::Stream)
     }
 }
