@@ -229,7 +229,8 @@ impl Handler for CreateTopics {
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
         let refused = authorize::create_topics(ctx.access(), &mut req);
         ctx.later(|ctx| async move {
-            let mut resp = create_topics(req, ctx.version, ctx.broker.as_ref(), &ctx.cfg).await;
+            let mut resp =
+                create_topics(req, ctx.reply.version, ctx.broker.as_ref(), &ctx.cfg).await;
             resp.topics.extend(refused);
             resp
         })
@@ -248,7 +249,7 @@ impl Handler for DeleteTopics {
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
         let refused = authorize::delete_topics(ctx.access(), &mut req);
         ctx.later(|ctx| async move {
-            let mut resp = delete_topics(req, ctx.version, ctx.broker.as_ref()).await;
+            let mut resp = delete_topics(req, ctx.reply.version, ctx.broker.as_ref()).await;
             resp.responses.extend(refused);
             resp
         })
@@ -310,9 +311,9 @@ impl Handler for DescribeCluster {
                 .with_error_message(crate::authz::refused_message(access, "describe the cluster"));
             return ctx.now(&resp);
         }
-        ctx.later(
-            |ctx| async move { describe_cluster(req, ctx.version, ctx.broker.as_ref()).await },
-        )
+        ctx.later(|ctx| async move {
+            describe_cluster(req, ctx.reply.version, ctx.broker.as_ref()).await
+        })
     }
 }
 

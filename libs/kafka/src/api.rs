@@ -160,9 +160,8 @@ impl Reply {
 /// Everything a handler serves a request with.
 #[derive(Clone)]
 pub struct Ctx {
+    /// The request's API, version and correlation id.
     pub reply: Reply,
-    /// The request's version (`reply.version`).
-    pub version: i16,
     pub client_id: String,
     /// The client's address, as Kafka shows it (`/<ip>`).
     pub client_host: Arc<str>,
@@ -251,7 +250,6 @@ pub async fn handle(
     };
     let ctx = Ctx {
         reply,
-        version: reply.version,
         client_id,
         client_host,
         broker,

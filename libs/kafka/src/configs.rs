@@ -379,7 +379,7 @@ impl Handler for DescribeConfigs {
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
         let refused = authorize::describe_configs(ctx.access(), &mut req);
         ctx.later(|ctx| async move {
-            let mut resp = describe(req, ctx.version, ctx.broker.as_ref(), &ctx.cfg).await;
+            let mut resp = describe(req, ctx.reply.version, ctx.broker.as_ref(), &ctx.cfg).await;
             resp.results.extend(refused);
             resp
         })

@@ -632,7 +632,7 @@ impl Handler for FindCoordinator {
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
         let access = ctx.access();
-        if ctx.version < 4
+        if ctx.reply.version < 4
             && req.key_type == 0
             && !crate::authz::group(access, Operation::Describe, &req.key)
         {
@@ -644,7 +644,7 @@ impl Handler for FindCoordinator {
         }
         let refused = authorize::find_coordinator(access, &mut req);
         ctx.later(|ctx| async move {
-            let mut resp = find_coordinator(req, ctx.version, ctx.broker.as_ref()).await;
+            let mut resp = find_coordinator(req, ctx.reply.version, ctx.broker.as_ref()).await;
             resp.coordinators.extend(refused);
             resp
         })
@@ -669,7 +669,8 @@ impl Handler for JoinGroup {
         }
         ctx.later(|ctx| async move {
             let (broker, groups) = (ctx.broker.as_ref(), &ctx.groups);
-            join_group(req, ctx.version, &ctx.client_id, &ctx.client_host, broker, groups).await
+            join_group(req, ctx.reply.version, &ctx.client_id, &ctx.client_host, broker, groups)
+                .await
         })
     }
 }
@@ -728,7 +729,7 @@ impl Handler for LeaveGroup {
             return group_refused(&ctx, resp);
         }
         ctx.later(|ctx| async move {
-            leave_group(req, ctx.version, ctx.broker.as_ref(), &ctx.groups).await
+            leave_group(req, ctx.reply.version, ctx.broker.as_ref(), &ctx.groups).await
         })
     }
 }
@@ -747,7 +748,9 @@ impl Handler for CommitOffsets {
         ctx.later(|ctx| async move {
             let mut resp = match req.topics.is_empty() && !refused.is_empty() {
                 true => OffsetCommitResponse::default(),
-                false => offset_commit(req, ctx.version, ctx.broker.as_ref(), &ctx.groups).await,
+                false => {
+                    offset_commit(req, ctx.reply.version, ctx.broker.as_ref(), &ctx.groups).await
+                }
             };
             resp.topics.extend(refused);
             resp
@@ -766,14 +769,16 @@ impl Handler for OffsetFetch {
     type Request = OffsetFetchRequest;
 
     fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
-        if ctx.version < 8 && !crate::authz::group(ctx.access(), Operation::Describe, &req.group_id)
+        if ctx.reply.version < 8
+            && !crate::authz::group(ctx.access(), Operation::Describe, &req.group_id)
         {
             let resp = OffsetFetchResponse::default()
                 .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED);
             return group_refused(&ctx, resp);
         }
         ctx.later(|ctx| async move {
-            let mut resp = offset_fetch(req, ctx.version, ctx.broker.as_ref(), &ctx.groups).await;
+            let mut resp =
+                offset_fetch(req, ctx.reply.version, ctx.broker.as_ref(), &ctx.groups).await;
             authorize::offset_fetch(ctx.access(), &mut resp);
             resp
         })

@@ -34,23 +34,20 @@ impl Handler for OffsetForLeaderEpoch {
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
         let access = ctx.access();
-        let (allowed, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut req.topics)
-            .into_iter()
-            .partition(|t| access.topic(Operation::Describe, &t.topic));
-        let refused: Vec<OffsetForLeaderTopicResult> = refused
-            .into_iter()
-            .map(|t| {
-                let partitions = t
-                    .partitions
-                    .iter()
-                    .map(|p| answer(p.partition, crate::authz::TOPIC_AUTHORIZATION_FAILED))
-                    .collect();
-                OffsetForLeaderTopicResult::default()
-                    .with_topic(t.topic)
-                    .with_partitions(partitions)
-            })
-            .collect();
-        req.topics = allowed;
+        let refused: Vec<OffsetForLeaderTopicResult> =
+            crate::authz::split(&mut req.topics, |t| access.topic(Operation::Describe, &t.topic))
+                .into_iter()
+                .map(|t| {
+                    let partitions = t
+                        .partitions
+                        .iter()
+                        .map(|p| answer(p.partition, crate::authz::TOPIC_AUTHORIZATION_FAILED))
+                        .collect();
+                    OffsetForLeaderTopicResult::default()
+                        .with_topic(t.topic)
+                        .with_partitions(partitions)
+                })
+                .collect();
         ctx.later(|ctx| async move {
             let zone = crate::zone_of(&ctx.client_id);
             let mut topics = end_offsets(req, ctx.broker.as_ref(), zone).await;

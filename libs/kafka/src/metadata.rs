@@ -24,7 +24,7 @@ impl Handler for Metadata {
     fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
         ctx.later(|ctx| async move {
             let (broker, cfg) = (ctx.broker.as_ref(), &ctx.cfg);
-            metadata(req, ctx.version, &ctx.client_id, broker, cfg, ctx.access()).await
+            metadata(req, ctx.reply.version, &ctx.client_id, broker, cfg, ctx.access()).await
         })
     }
 }

@@ -159,8 +159,7 @@ pub(crate) enum Written {
 impl SegmentWriter {
     /// A plain segment of `log`, about `capacity` bytes.
     pub(crate) fn plain(log: LogId, capacity: usize) -> Self {
-        let mut builder = wal::ObjectBuilder::with_capacity(wal::ObjectKind::Segment, capacity);
-        builder.begin_chunk(log.0);
+        let builder = plain_builder(log, capacity);
         SegmentWriter { format: Format::Plain { builder }, merged_lake: 0 }
     }
 
@@ -263,12 +262,18 @@ impl SegmentWriter {
 
 /// A lake log's rows as a plain segment.
 fn plain_of(log: LogId, rows: Vec<Row>) -> Result<Written, LogError> {
-    let mut builder = wal::ObjectBuilder::with_capacity(wal::ObjectKind::Segment, 0);
-    builder.begin_chunk(log.0);
+    let mut builder = plain_builder(log, 0);
     for r in rows {
         builder.push_entry(r.record_count, r.timestamp, &r.served.entry.batch)?;
     }
     plain(builder)
+}
+
+/// A plain segment's object, about `capacity` bytes, its one chunk `log`'s.
+fn plain_builder(log: LogId, capacity: usize) -> wal::ObjectBuilder {
+    let mut builder = wal::ObjectBuilder::with_capacity(wal::ObjectKind::Segment, capacity);
+    builder.begin_chunk(log.0);
+    builder
 }
 
 fn plain(builder: wal::ObjectBuilder) -> Result<Written, LogError> {

@@ -6,13 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
 use bytes::Bytes;
 use client::LogClient;
 use logstore::{LogId, LogStorage};
 use objstore::object_store::{ObjectStore, ObjectStoreExt};
 
-use super::append::{AppendArgs, Target, open_target};
 use super::{Percentiles, Report, json_opt, process_cpu_seconds, store_cpu_seconds};
 
 /// Options of `lakelog bench read`.
@@ -143,27 +141,9 @@ async fn raw_get(objects: &Arc<dyn ObjectStore>) -> anyhow::Result<u64> {
 /// Runs `lakelog bench read`: tail latency (append start → seen by a long-polling reader) and
 /// catch-up throughput over a backlog, against a raw GET baseline of the backlog's objects.
 pub async fn read(args: ReadArgs) -> anyhow::Result<()> {
-    let append_args = AppendArgs {
-        data_dir: args.data_dir.clone(),
-        config: args.config.clone(),
-        logs: 1,
-        record_size: args.entry_size,
-        records_per_entry: 1,
-        concurrency: 1,
-        flush_interval: args.flush_interval,
-        min_flush_interval: None,
-        commit_interval: None,
-        rate: None,
-        duration: None,
-        bytes: None,
-        baseline: false,
-        store_pid: None,
-        json: false,
-    };
-    let target = open_target(&append_args, "").await?;
-    let Target::Local { storage, objects, .. } = target else {
-        bail!("INVALID_ARGUMENT: bench read runs in process: give --data-dir or --config");
-    };
+    let (storage, objects, _, _) =
+        super::open_local(args.data_dir.clone(), args.config.clone(), args.flush_interval, None)
+            .await?;
     let log = storage.create_log().await?;
     let body = vec![0x3c; (args.entry_size.0 as usize).max(8)];
 
