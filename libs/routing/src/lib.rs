@@ -54,29 +54,57 @@ pub struct Member {
     pub node_id: i32,
 }
 
-/// The writer that owns (stream identity, partition): live writers sorted by id, restricted
-/// to `zone` while any writer of that zone lives (else all), indexed by a hash of the stream's
-/// identity and the partition. Deterministic for a member set; `None` when none lives.
+/// The writer that owns (stream identity, partition): among the live writers — restricted to
+/// `zone` while any writer of that zone lives, else all — the one with the highest rendezvous
+/// weight [`weight`]`(identity, partition, id)` (highest-random-weight hashing). A member
+/// joining takes only the slots it now wins; a member leaving hands on only the slots it held;
+/// so a change of N members moves about 1/N of the slots. Deterministic for a member set
+/// whatever its order; `None` when none lives.
 pub fn choose_owner<'a>(
     members: &'a [Member],
     stream_identity: &str,
     partition: u32,
     zone: Option<&str>,
 ) -> Option<&'a Member> {
-    let mut candidates: Vec<&Member> = match zone {
-        Some(z) if members.iter().any(|m| m.zone == z) => {
-            members.iter().filter(|m| m.zone == z).collect()
+    let in_zone = zone.filter(|z| members.iter().any(|m| m.zone == *z));
+    members
+        .iter()
+        .filter(|m| in_zone.is_none_or(|z| m.zone == z))
+        // Ties (a 2^-64 chance) go to the smaller id, so the order given never matters.
+        .max_by(|a, b| {
+            let (wa, wb) = (
+                weight(stream_identity, partition, &a.id),
+                weight(stream_identity, partition, &b.id),
+            );
+            wa.cmp(&wb).then_with(|| b.id.cmp(&a.id))
+        })
+}
+
+/// The rendezvous weight of member `id` for (identity, partition): FNV-1a over the three
+/// (each length-prefixed, so no two triples share an input), finished with a 64-bit avalanche
+/// mix. Part of the cluster's contract: every role and version must compute the same
+/// weights, or owners disagree; changing it moves every slot.
+pub fn weight(stream_identity: &str, partition: u32, id: &str) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = OFFSET;
+    let mut feed = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(PRIME);
         }
-        _ => members.iter().collect(),
     };
-    if candidates.is_empty() {
-        return None;
-    }
-    candidates.sort_by(|a, b| a.id.cmp(&b.id));
-    let mut key = stream_identity.as_bytes().to_vec();
-    key.extend_from_slice(&partition.to_be_bytes());
-    let i = partition_for_key(&key, candidates.len() as u32) as usize;
-    candidates.get(i).copied()
+    feed(&(stream_identity.len() as u64).to_be_bytes());
+    feed(stream_identity.as_bytes());
+    feed(&partition.to_be_bytes());
+    feed(&(id.len() as u64).to_be_bytes());
+    feed(id.as_bytes());
+    // MurmurHash3's fmix64: FNV's low bits alone spread poorly.
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
 }
 
 #[cfg(test)]
@@ -134,6 +162,60 @@ mod tests {
         fn key_partition_is_in_range(key in proptest::collection::vec(any::<u8>(), 0..40), n in 1u32..1000) {
             prop_assert!(partition_for_key(&key, n) < n);
         }
+    }
+
+    /// Owners of 10,000 (identity, partition) pairs among `ms`.
+    fn owners(ms: &[Member], zone: Option<&str>) -> Vec<String> {
+        (0..10_000u32)
+            .map(|i| {
+                let id = format!("{:08x}", i / 100);
+                choose_owner(ms, &id, i % 100, zone).map(|m| m.id.clone()).unwrap_or_default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_writer_joining_moves_only_what_it_gains_and_one_leaving_only_what_it_held() {
+        for zone in [None, Some("a")] {
+            let three = members(3, &["a"]);
+            let mut four = three.clone();
+            four.push(Member { id: "w03".into(), zone: "a".into(), ..three[0].clone() });
+            let (before, after) = (owners(&three, zone), owners(&four, zone));
+            let moved: Vec<usize> = (0..before.len()).filter(|i| before[*i] != after[*i]).collect();
+            // Every slot that moved went to the newcomer, and about a quarter moved.
+            assert!(
+                moved.iter().all(|i| after[*i] == "w03"),
+                "a join moved slots between old members"
+            );
+            assert!(moved.len() <= 2_700, "a 4th writer moved {} of 10,000 slots", moved.len());
+            assert!(moved.len() >= 2_300, "a 4th writer took only {} of 10,000 slots", moved.len());
+            // Removing w01: only the slots it held move.
+            let without: Vec<Member> = four.iter().filter(|m| m.id != "w01").cloned().collect();
+            let left = owners(&without, zone);
+            for i in 0..after.len() {
+                assert!(
+                    after[i] == "w01" || left[i] == after[i],
+                    "slot {i} moved from {}",
+                    after[i]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_zone_hint_keeps_its_owners_when_another_zone_changes() {
+        let ms = members(6, &["a", "b"]);
+        let before = owners(&ms, Some("a"));
+        let fewer: Vec<Member> = ms.iter().filter(|m| m.id != "w01").cloned().collect();
+        assert_eq!(ms[1].zone, "b");
+        assert_eq!(owners(&fewer, Some("a")), before, "zone b's loss moved zone a's owners");
+    }
+
+    #[test]
+    fn weights_are_stable() {
+        // The contract between versions: a change here moves every slot of every cluster.
+        assert_eq!(weight("3f2a9c1e", 0, "w00"), 5_918_099_026_363_420_477);
+        assert_ne!(weight("ab", 0, "c"), weight("a", 0, "bc"));
     }
 
     #[test]
