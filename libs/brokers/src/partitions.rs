@@ -128,7 +128,8 @@ impl kafka::Partitions for LogBroker {
         max_bytes: usize,
     ) -> Result<Fetched, Refused> {
         let log = self.readable(topic, partition, zone).await?;
-        let info = self.reader.info(log).await.map_err(refused)?;
+        // The followed head: a caught-up consumer's poll costs the metadata store nothing.
+        let info = self.reader.tail_info(log).await.map_err(refused)?;
         let (hw, start) = (to_i64(info.next_offset)?, to_i64(info.first_offset)?);
         if offset < start || offset > hw {
             return Err(Refused::new(
@@ -151,7 +152,7 @@ impl kafka::Partitions for LogBroker {
         }
         let entries = self
             .reader
-            .read_entries(log, offset as u64, MAX_FETCH_RECORDS, max_bytes as u64)
+            .read_tail(log, offset as u64, MAX_FETCH_RECORDS, max_bytes as u64)
             .await
             .map_err(refused)?;
         let mut batches = Vec::with_capacity(entries.len());
@@ -206,7 +207,7 @@ impl kafka::Partitions for LogBroker {
         timestamp: i64,
     ) -> Result<(i64, i64), Refused> {
         let log = self.readable(topic, partition, zone).await?;
-        let info = self.reader.info(log).await.map_err(refused)?;
+        let info = self.reader.tail_info(log).await.map_err(refused)?;
         let reader = &self.reader;
         match timestamp {
             // -4, earliest local (KIP-405): all of the log is as near as any of it.

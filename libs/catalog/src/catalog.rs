@@ -158,7 +158,20 @@ pub struct Catalog {
     deleting_root: String,
     /// Live writers, watched; `None` outside a Tokio runtime (routes then read them).
     writers: Option<MemberWatch>,
+    /// Live readers, watched by a serving role's catalog ([`Catalog::with_followed_streams`]).
+    readers: Option<MemberWatch>,
+    /// Every stream by name, followed by a serving role's catalog once its first read answers
+    /// (until then, and in every other catalog, each lookup reads the store).
+    streams: Option<Arc<std::sync::OnceLock<FollowedStreams>>>,
 }
+
+/// Every stream by name, kept current by a watch of `streams/`.
+type FollowedStreams =
+    metadata::follow::Followed<std::collections::HashMap<String, Arc<StreamInfo>>>;
+
+/// How long a catalog write waits for its own change to reach the followed streams, so the
+/// process that made it reads it next.
+const OWN_WRITE_SEEN: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl std::fmt::Debug for Catalog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -179,12 +192,69 @@ impl Catalog {
             .map(|_| MemberWatch::start(meta.clone(), cluster, "writer"));
         Catalog {
             writers,
+            readers: None,
+            streams: None,
             meta,
             logs,
             keys: Keys::new(cluster),
             cluster: cluster.to_owned(),
             root: format!("/{cluster}/streams/"),
             deleting_root: format!("/{cluster}/catalog/deleting/"),
+        }
+    }
+
+    /// Follows every stream (one watch of `streams/`) and the live readers, so routing a
+    /// request reads no metadata (ARCHITECTURE §11: a caught-up client costs the metadata store
+    /// nothing). A stream found in the followed view may trail the store by a watch round trip
+    /// (another process's create, delete or change of properties); one not found there is read
+    /// from the store. This process's own catalog writes are seen before they return. For the
+    /// serving roles; needs a Tokio runtime.
+    pub fn with_followed_streams(mut self) -> Self {
+        let cell: Arc<std::sync::OnceLock<FollowedStreams>> = Default::default();
+        let weak = Arc::downgrade(&cell);
+        let (meta, root) = (self.meta.clone(), self.root.clone());
+        tokio::spawn(async move {
+            loop {
+                let r = root.clone();
+                let build = move |kvs: Vec<metadata::KeyValue>| {
+                    kvs.iter()
+                        .filter_map(|kv| {
+                            let name = String::from_utf8_lossy(&kv.key[r.len()..]).into_owned();
+                            Self::info(&name, &kv.value).ok().map(|i| (name, Arc::new(i)))
+                        })
+                        .collect()
+                };
+                match metadata::follow::follow(meta.clone(), root.clone().into_bytes(), build).await
+                {
+                    Ok(f) => {
+                        if let Some(cell) = weak.upgrade() {
+                            let _ = cell.set(f);
+                        }
+                        return;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "following the streams failed; retrying"),
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                if weak.strong_count() == 0 {
+                    return;
+                }
+            }
+        });
+        self.streams = Some(cell);
+        self.readers = Some(MemberWatch::start(self.meta.clone(), &self.cluster, "reader"));
+        self
+    }
+
+    /// The followed view of every stream, once it answers.
+    fn followed(&self) -> Option<&FollowedStreams> {
+        self.streams.as_ref().and_then(|c| c.get())
+    }
+
+    /// After this process's catalog write at `revision`: waits (a little) until the followed
+    /// view shows it.
+    async fn seen(&self, revision: i64) {
+        if let Some(f) = self.followed() {
+            let _ = f.clone().caught_up(revision, OWN_WRITE_SEEN).await;
         }
     }
 
@@ -260,10 +330,12 @@ impl Catalog {
         let txn = Txn::new()
             .when([Compare::create_revision(self.key(name), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(self.key(name), Self::record(&info))]);
-        if !self.meta.txn(txn).await?.succeeded {
+        let resp = self.meta.txn(txn).await?;
+        if !resp.succeeded {
             self.delete_logs(&logs).await;
             return Err(CatalogError::AlreadyExists(name.to_owned()));
         }
+        self.seen(resp.revision).await;
         Ok(info)
     }
 
@@ -312,7 +384,9 @@ impl Catalog {
             let txn = Txn::new()
                 .when([Compare::mod_revision(self.key(name), CompareOp::Equal, rev)])
                 .and_then([TxnOp::put(self.key(name), Self::record(&info))]);
-            if self.meta.txn(txn).await?.succeeded {
+            let resp = self.meta.txn(txn).await?;
+            if resp.succeeded {
+                self.seen(resp.revision).await;
                 return Ok(info);
             }
         }
@@ -403,8 +477,17 @@ impl Catalog {
         Ok((Self::info(name, &kv.value)?, kv.mod_revision))
     }
 
+    /// A stream: from the followed view when it holds it, else read from the store.
     pub async fn get(&self, name: &str) -> Result<StreamInfo, CatalogError> {
-        Ok(self.get_with_revision(name).await?.0)
+        Ok(Arc::unwrap_or_clone(self.stream(name).await?))
+    }
+
+    /// [`Self::get`], shared.
+    async fn stream(&self, name: &str) -> Result<Arc<StreamInfo>, CatalogError> {
+        if let Some(info) = self.followed().and_then(|f| f.current().0.get(name).cloned()) {
+            return Ok(info);
+        }
+        Ok(Arc::new(self.get_with_revision(name).await?.0))
     }
 
     /// Every stream, by name.
@@ -438,7 +521,9 @@ impl Catalog {
             let txn = Txn::new()
                 .when([Compare::mod_revision(self.key(name), CompareOp::Equal, rev)])
                 .and_then([TxnOp::put(self.key(name), Self::record(&info))]);
-            if self.meta.txn(txn).await?.succeeded {
+            let resp = self.meta.txn(txn).await?;
+            if resp.succeeded {
+                self.seen(resp.revision).await;
                 return Ok(info);
             }
             self.delete_logs(&added).await;
@@ -464,11 +549,13 @@ impl Catalog {
                 TxnOp::delete(KeyRange::key(self.keys.lake_table(&info.identity))),
                 TxnOp::put(self.deleting_key(&info.identity), logs.join(",")),
             ]);
-        if !self.meta.txn(txn).await?.succeeded {
+        let resp = self.meta.txn(txn).await?;
+        if !resp.succeeded {
             return Err(CatalogError::Meta(MetaError::Unavailable(format!(
                 "stream {name} changed while being deleted; try again"
             ))));
         }
+        self.seen(resp.revision).await;
         // Best effort now; the maintenance cycle finishes what is left.
         if let Err(e) = self.finish_deletion(&info.identity, &info.partitions).await {
             tracing::warn!(stream = name, error = %e, "deleting a stream's logs: left for the maintenance cycle");
@@ -478,7 +565,7 @@ impl Catalog {
 
     /// The log of a partition.
     pub async fn route(&self, name: &str, partition: u32) -> Result<LogId, CatalogError> {
-        Ok(locate(&self.get(name).await?, Target::Partition(partition))?.1)
+        Ok(locate(&*self.stream(name).await?, Target::Partition(partition))?.1)
     }
 
     /// Where a partition or a key's partition goes, and which live writer serves it for a
@@ -489,7 +576,7 @@ impl Catalog {
         target: Target<'_>,
         zone: Option<&str>,
     ) -> Result<Route, CatalogError> {
-        let info = self.get(name).await?;
+        let info = self.stream(name).await?;
         let n = info.partitions.len() as u32;
         let (partition, log) = locate(&info, target)?;
         let members = match self.writers.as_ref().and_then(MemberWatch::current) {
@@ -509,19 +596,23 @@ impl Catalog {
         Ok(Route {
             partition,
             log,
-            identity: info.identity,
+            identity: info.identity.clone(),
             partitions: n,
             owner,
             slot,
-            props: info.props,
+            props: info.props.clone(),
         })
     }
 
-    /// The live members of a role, sorted by id (writers as watched).
+    /// The live members of a role, sorted by id (writers as watched, and readers when
+    /// followed).
     pub async fn members(&self, role: &str) -> Result<Vec<Member>, CatalogError> {
-        if role == "writer"
-            && let Some(set) = self.writers.as_ref().and_then(MemberWatch::current)
-        {
+        let watched = match role {
+            "writer" => self.writers.as_ref(),
+            "reader" => self.readers.as_ref(),
+            _ => None,
+        };
+        if let Some(set) = watched.and_then(MemberWatch::current) {
             return Ok(set.members.clone());
         }
         if !matches!(role, "writer" | "reader" | "catalog") {
@@ -534,7 +625,7 @@ impl Catalog {
 
     /// The partition and log of a key.
     pub async fn route_key(&self, name: &str, key: &[u8]) -> Result<(u32, LogId), CatalogError> {
-        locate(&self.get(name).await?, Target::Key(key))
+        locate(&*self.stream(name).await?, Target::Key(key))
     }
 }
 

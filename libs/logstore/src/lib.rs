@@ -36,7 +36,8 @@ mod writer;
 pub use cursor::{CursorStart, CursorStats, LogCursor};
 pub use log::Log;
 pub use reader::{
-    DEFAULT_INDEX_PAGES, LogReader, MAX_BY_INDEX_BYTES, MAX_BY_INDEX_ENTRIES, StoredRun,
+    DEFAULT_FOLLOWED_HEADS, DEFAULT_INDEX_PAGES, LogReader, MAX_BY_INDEX_BYTES,
+    MAX_BY_INDEX_ENTRIES, StoredRun,
 };
 pub use storage::{Committing, Conditions, LogStorage, Reserved};
 pub use writer::{Chain, LogStorageConfig};

@@ -34,6 +34,7 @@ pub async fn soft_trim(reader: &LogReader, log: LogId, offset: u64) -> Result<u6
             .when([Compare::mod_revision(keys.start(log), CompareOp::Equal, snap.start_revision)])
             .and_then([TxnOp::put(keys.start(log), offset.to_string())]);
         if meta.txn(txn).await?.succeeded {
+            reader.moved_start(log);
             return Ok(offset);
         }
     }

@@ -20,6 +20,8 @@ pub struct MetaCounts {
     /// Puts of a log's head (`…/head`) by transactions that succeeded: log commits, the unit of
     /// the commit budget (ARCHITECTURE §4).
     pub log_commits: AtomicU64,
+    /// Watches started (each a request, and a stream the store keeps).
+    pub watches: AtomicU64,
 }
 
 /// Counts every request that reaches the inner store.
@@ -72,6 +74,7 @@ impl MetadataStore for CountingMeta {
     }
 
     async fn watch(&self, req: WatchRequest) -> Result<WatchStream, MetaError> {
+        self.counts.watches.fetch_add(1, Ordering::Relaxed);
         self.inner.watch(req).await
     }
 

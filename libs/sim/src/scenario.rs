@@ -310,7 +310,8 @@ async fn open(id: &str, zone: &str, kafka: bool, stores: &Stores) -> Result<Open
             Ok(w) if !kafka => return Ok((w, gate, None)),
             Ok(w) => match logstore::membership::node_id(through.as_ref(), "sim", id).await {
                 Ok(node) => {
-                    let catalog = catalog::Catalog::new(through, w.reader().clone(), "sim");
+                    let catalog = catalog::Catalog::new(through, w.reader().clone(), "sim")
+                        .with_followed_streams();
                     let broker = Arc::new(
                         brokers::LogBroker::writer(catalog, "sim", w.clone()).with_node_id(node),
                     );

@@ -35,7 +35,8 @@ pub async fn run(
         kafka: String::new(),
     })
     .await?;
-    let catalog = Catalog::new(role.meta().clone(), role.reader(), &node.cluster);
+    let catalog =
+        Catalog::new(role.meta().clone(), role.reader(), &node.cluster).with_followed_streams();
     install(&mut role, catalog, &node.object_store);
     tracing::info!(addr = %c.listen, catalog = %id, "catalog serving");
     role.serve(shutdown, async {}).await

@@ -103,7 +103,8 @@ pub(crate) async fn standalone(
     // drain.
     writer::run_with(&node, "standalone", crate::shutdown_signal(), |storage, role| {
         let catalog =
-            catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
+            catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster)
+                .with_followed_streams();
         catalog_service::install(role, catalog.clone(), &node.object_store);
         let base_uri = objstore::base_uri(&node.object_store);
         compactor::install(role, catalog, "standalone".to_owned(), &node.maintenance, base_uri);

@@ -28,7 +28,10 @@ pub async fn run(
         None => None,
     };
     let cache = usize::try_from(r.cache_size.0).unwrap_or(usize::MAX);
-    let reader = role.reader().with_caches(cache, r.index_cache_pages);
+    let reader = role
+        .reader()
+        .with_caches(cache, r.index_cache_pages)
+        .with_followed_heads(logstore::DEFAULT_FOLLOWED_HEADS);
     let id = r.id.clone().unwrap_or_else(|| logstore::membership::random_id("reader"));
     role.register(Member {
         role: "reader".to_owned(),
@@ -44,7 +47,8 @@ pub async fn run(
     if let Some((k, listener, tls)) = kafka_listener {
         let node_id =
             logstore::membership::node_id(role.meta().as_ref(), &node.cluster, &id).await?;
-        let catalog = catalog::Catalog::new(role.meta().clone(), reader.clone(), &node.cluster);
+        let catalog = catalog::Catalog::new(role.meta().clone(), reader.clone(), &node.cluster)
+            .with_followed_streams();
         let broker = brokers::LogBroker::reader(catalog, &node.cluster, reader.clone())
             .with_node_id(node_id);
         fetched = Some(broker.clone());

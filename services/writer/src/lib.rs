@@ -83,7 +83,8 @@ pub async fn run_with(
     let mut follow = None;
     if let Some((k, listener, tls)) = kafka_listener {
         let catalog =
-            catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster);
+            catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster)
+                .with_followed_streams();
         // Taken when the writer registered (create-only per writer id): this reads it back.
         let node_id = logstore::membership::node_id(
             storage.metadata().as_ref(),

@@ -3,7 +3,10 @@
 //! chunks and plain segments (`libs/wal`'s format, read here) or lake segments (Parquet, read
 //! in [`lake`] alone).
 
+mod heads;
 mod lake;
+
+pub use heads::DEFAULT_FOLLOWED_HEADS;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -225,6 +228,9 @@ pub struct LogReader {
     footers: Arc<FooterCache>,
     lake_footers: Arc<LakeFooterCache>,
     tables: Arc<ChunkTables>,
+    /// Followed heads of the logs read through `tail_*` and long polls; `None`: each reads
+    /// the store.
+    heads: Option<Arc<heads::Heads>>,
 }
 
 /// Lake segment footers kept.
@@ -248,6 +254,56 @@ impl LogReader {
             footers: footer_cache(0),
             lake_footers: Arc::new(LakeFooterCache::new(LAKE_FOOTERS)),
             tables: chunk_tables(),
+            heads: None,
+        }
+    }
+
+    /// Follows the heads of up to `logs` logs read through [`Self::tail_info`],
+    /// [`Self::read_tail`] and [`Self::wait_beyond`] (a serving role's reader): one watch each
+    /// instead of a read per request. Needs a Tokio runtime.
+    pub fn with_followed_heads(mut self, logs: usize) -> Self {
+        self.heads = Some(Arc::new(heads::Heads::new(self.meta.clone(), self.keys.clone(), logs)));
+        self
+    }
+
+    /// Logs whose heads are followed now.
+    pub fn followed_heads(&self) -> usize {
+        self.heads.as_ref().map_or(0, |h| h.len())
+    }
+
+    /// A head this process committed at `revision`, for the followed heads.
+    pub(crate) fn committed_head(&self, log: LogId, head: &LogHead, revision: i64) {
+        if let Some(h) = &self.heads {
+            h.committed(log, head, revision);
+        }
+    }
+
+    /// This process changed `log`'s start: the followed head is read again.
+    pub(crate) fn moved_start(&self, log: LogId) {
+        if let Some(h) = &self.heads {
+            h.forget(log);
+        }
+    }
+
+    /// The log's followed snapshot and its changes: followed from now on if it was not (one
+    /// linearizable read and a watch), else no request at all. `None` without followed heads.
+    async fn followed(
+        &self,
+        log: LogId,
+    ) -> Result<Option<tokio::sync::watch::Receiver<Arc<Snapshot>>>, LogError> {
+        let Some(heads) = &self.heads else { return Ok(None) };
+        if let Some(rx) = heads.current(log) {
+            return Ok(Some(rx));
+        }
+        let snap = self.snapshot(log).await?;
+        Ok(Some(heads.follow(snap).await?))
+    }
+
+    /// A snapshot for a tail read: the followed one, else one read now.
+    async fn tail_snapshot(&self, log: LogId) -> Result<Arc<Snapshot>, LogError> {
+        match self.followed(log).await? {
+            Some(rx) => Ok(rx.borrow().clone()),
+            None => Ok(Arc::new(self.snapshot(log).await?)),
         }
     }
 
@@ -348,9 +404,19 @@ impl LogReader {
 
     /// What a log looks like now.
     pub async fn info(&self, log: LogId) -> Result<LogInfo, LogError> {
-        let s = self.snapshot(log).await?;
-        Ok(LogInfo {
-            log,
+        Ok(Self::info_of(&self.snapshot(log).await?))
+    }
+
+    /// What a log looks like as its followed head says (it may trail the store by a watch
+    /// round trip, never this process's own commits): no metadata request once followed.
+    /// [`Self::info`] without followed heads.
+    pub async fn tail_info(&self, log: LogId) -> Result<LogInfo, LogError> {
+        Ok(Self::info_of(&*self.tail_snapshot(log).await?))
+    }
+
+    fn info_of(s: &Snapshot) -> LogInfo {
+        LogInfo {
+            log: s.log,
             state: s.head.log_state(),
             epoch: s.head.epoch,
             first_offset: s.start,
@@ -359,7 +425,7 @@ impl LogReader {
             bytes: s.head.cumulative_bytes,
             max_timestamp: s.head.max_timestamp,
             revision: s.revision,
-        })
+        }
     }
 
     /// The page a keys-only listing found: from the cache if it holds the version listed.
@@ -755,8 +821,29 @@ impl LogReader {
         max_records: u64,
         max_bytes: u64,
     ) -> Result<Vec<LogEntry>, LogError> {
+        let want =
+            Want { from: start, max_records, max_bytes, max_entries: usize::MAX, verify: true };
         Ok(self
-            .scan(log, start, max_records, max_bytes, usize::MAX, true)
+            .scan(log, want, false)
+            .await?
+            .into_iter()
+            .map(|l| LogEntry { header: l.header, payload: l.payload })
+            .collect())
+    }
+
+    /// [`Self::read_entries`] from the followed head ([`Self::tail_info`]): a read of the
+    /// log's recent runs costs no metadata request; the index is listed only further back.
+    pub async fn read_tail(
+        &self,
+        log: LogId,
+        start: u64,
+        max_records: u64,
+        max_bytes: u64,
+    ) -> Result<Vec<LogEntry>, LogError> {
+        let want =
+            Want { from: start, max_records, max_bytes, max_entries: usize::MAX, verify: true };
+        Ok(self
+            .scan(log, want, true)
             .await?
             .into_iter()
             .map(|l| LogEntry { header: l.header, payload: l.payload })
@@ -776,7 +863,9 @@ impl LogReader {
         // Each run with the bytes it was fetched in and its range in them.
         let mut runs: Vec<(StoredRun, Bytes, Range<usize>)> = Vec::new();
         // The client checks every entry's checksum (split_stored): not checked here too.
-        for l in self.scan(log, start, max_records, max_bytes, usize::MAX, false).await? {
+        let want =
+            Want { from: start, max_records, max_bytes, max_entries: usize::MAX, verify: false };
+        for l in self.scan(log, want, false).await? {
             let end = l.at + l.byte_len as usize;
             if let Some((run, fetched, range)) = runs.last_mut()
                 && fetched.as_ptr() == l.fetched.as_ptr()
@@ -812,7 +901,7 @@ impl LogReader {
             return Err(LogError::InvalidArgument("max_entries must be at least 1".to_owned()));
         }
         Ok(self
-            .scan(log, start, u64::MAX, u64::MAX, max_entries, true)
+            .scan(log, Want { from: start, max_entries, ..Want::ALL }, false)
             .await?
             .into_iter()
             .map(|l| EntryIndex {
@@ -825,22 +914,29 @@ impl LogReader {
             .collect())
     }
 
-    /// Entries from the one holding `start` within the limits; `verify`: checksum each one
-    /// taken from a whole run (entries read in blocks are always checked).
-    async fn scan(
-        &self,
-        log: LogId,
-        start: u64,
-        max_records: u64,
-        max_bytes: u64,
-        max_entries: usize,
-        verify: bool,
-    ) -> Result<Vec<Located>, LogError> {
+    /// Entries from the one holding `want.from` within its limits (`want.verify`: checksum
+    /// each one taken from a whole run; entries read in blocks are always checked). `tail`:
+    /// from the followed head, listing the index only when the head's recent runs do not
+    /// hold the start (no metadata request at all for a read of the tail).
+    async fn scan(&self, log: LogId, want: Want, tail: bool) -> Result<Vec<Located>, LogError> {
+        let Want { from: start, max_records, max_bytes, max_entries, .. } = want;
         if max_records == 0 {
             return Err(LogError::InvalidArgument("max_records must be at least 1".to_owned()));
         }
-        // One transaction: the head, the start and a listing of the index pages from `start`.
-        let (snap, listed) = self.snapshot_and(log, self.page_reads(log, start)).await?;
+        let (snap, listed) = if tail {
+            let snap = self.tail_snapshot(log).await?;
+            let hw = snap.head.next_offset;
+            let listed = if start >= hw || snap.head.recent.iter().any(|l| l.contains(start)) {
+                Vec::new()
+            } else {
+                self.meta.txn(Txn::new().and_then(self.page_reads(log, start))).await?.results
+            };
+            (snap, listed)
+        } else {
+            // One transaction: the head, the start and a listing of the index pages from `start`.
+            let (snap, listed) = self.snapshot_and(log, self.page_reads(log, start)).await?;
+            (Arc::new(snap), listed)
+        };
         snap.check_readable()?;
         let hw = snap.head.next_offset;
         let below =
@@ -888,7 +984,6 @@ impl LogReader {
             }
         }
         use futures::{StreamExt, TryStreamExt};
-        let want = Want { from: start, max_records, max_bytes, max_entries, verify };
         let runs: Vec<Vec<Located>> = futures::stream::iter(
             plan.into_iter().map(|loc| self.fetch_run_resolving(log, loc, want)),
         )
@@ -1181,7 +1276,16 @@ impl LogReader {
     async fn re_resolve(&self, idx: &EntryIndex) -> Result<LogEntry, LogError> {
         let h = idx.header;
         let found = self
-            .scan(idx.log, h.offset, u64::from(h.record_count.max(1)), u64::MAX, 1, true)
+            .scan(
+                idx.log,
+                Want {
+                    from: h.offset,
+                    max_records: u64::from(h.record_count.max(1)),
+                    max_entries: 1,
+                    ..Want::ALL
+                },
+                false,
+            )
             .await?;
         match found.into_iter().next() {
             Some(e) if e.header == h => Ok(LogEntry { header: e.header, payload: e.payload }),
@@ -1249,6 +1353,20 @@ impl LogReader {
         offset: u64,
         max_wait: std::time::Duration,
     ) -> Result<(), LogError> {
+        if let Some(mut rx) = self.followed(log).await? {
+            // The followed head: no request of its own (a commit seen here or by the watch
+            // wakes it); it stops early, harmlessly, if the log stops being followed.
+            let moved = |s: &Arc<Snapshot>| {
+                s.head.next_offset > offset || s.head.log_state() != LogState::Normal
+            };
+            let s = rx.borrow().clone();
+            s.check_readable()?;
+            if moved(&s) || max_wait.is_zero() {
+                return Ok(());
+            }
+            let _ = tokio::time::timeout(max_wait, rx.wait_for(moved)).await;
+            return Ok(());
+        }
         use futures::StreamExt;
         let snap = self.snapshot(log).await?;
         snap.check_readable()?;

@@ -436,6 +436,7 @@ pub(super) async fn commit_chunks(
                         };
                         core.served.lock().insert((p.log, parts[0].slot.clone()), served);
                         cache_runs(core, &p, objects);
+                        core.reader.committed_head(p.log, &p.new_head, revision);
                         acknowledge(parts, p);
                     }
                 }

@@ -395,7 +395,8 @@ impl Core {
         let space = Arc::new(Semaphore::new(cfg.buffer_bytes));
         let reader = LogReader::new(meta.clone(), objects.clone(), &cfg.cluster)
             .with_caches(cfg.tail_cache_bytes, crate::DEFAULT_INDEX_PAGES)
-            .with_cache_budget(space.clone());
+            .with_cache_budget(space.clone())
+            .with_followed_heads(crate::DEFAULT_FOLLOWED_HEADS);
         let identity = register(meta.as_ref(), &keys, &cfg).await?;
         let core = Arc::new(Core {
             space,
