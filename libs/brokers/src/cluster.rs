@@ -46,11 +46,15 @@ impl kafka::Cluster for LogBroker {
     }
 
     async fn coordinator(&self, key: &str) -> Result<Option<BrokerNode>, Refused> {
+        Ok(self.coordinator_view(key).await?.0)
+    }
+
+    async fn coordinator_view(&self, key: &str) -> Result<(Option<BrokerNode>, i64), Refused> {
         // Over the writers that serve Kafka, by the group id: every writer picks the same one.
         // Every group request asks this: the watched writers only, no read of the readers.
-        let writers: Vec<routing::Member> =
-            self.writers().await?.into_iter().filter(serves_kafka).collect();
+        let (writers, view) = self.catalog.members_at("writer").await.map_err(Refused::server)?;
+        let writers: Vec<routing::Member> = writers.into_iter().filter(serves_kafka).collect();
         let owner = routing::choose_owner(&writers, &format!("kafka-group/{key}"), 0, None);
-        Ok(owner.and_then(|m| node_of(m.clone(), false)))
+        Ok((owner.and_then(|m| node_of(m.clone(), false)), view))
     }
 }

@@ -607,20 +607,25 @@ impl Catalog {
     /// The live members of a role, sorted by id (writers as watched, and readers when
     /// followed).
     pub async fn members(&self, role: &str) -> Result<Vec<Member>, CatalogError> {
+        Ok(self.members_at(role).await?.0)
+    }
+
+    /// [`Self::members`], with the revision of the member set they were read at.
+    pub async fn members_at(&self, role: &str) -> Result<(Vec<Member>, i64), CatalogError> {
         let watched = match role {
             "writer" => self.writers.as_ref(),
             "reader" => self.readers.as_ref(),
             _ => None,
         };
         if let Some(set) = watched.and_then(MemberWatch::current) {
-            return Ok(set.members.clone());
+            return Ok((set.members.clone(), set.revision));
         }
         if !matches!(role, "writer" | "reader" | "catalog") {
             return Err(CatalogError::InvalidArgument(format!(
                 "role `{role}`: one of writer, reader, catalog"
             )));
         }
-        Ok(logstore::membership::live_members(self.meta.as_ref(), &self.cluster, role).await?.0)
+        Ok(logstore::membership::live_members(self.meta.as_ref(), &self.cluster, role).await?)
     }
 
     /// The partition and log of a key.

@@ -2,7 +2,8 @@
 //! (coordinator choice and committed offsets, durable): FindCoordinator, JoinGroup, SyncGroup,
 //! Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
 //! Every request about a group this broker does not coordinate is NOT_COORDINATOR (and what it
-//! held of the group is dropped): clients find the coordinator again and rejoin there.
+//! held of the group is dropped): clients find the coordinator again, which resumes the group
+//! from its stored state ([`Groups::hold`]).
 
 use std::time::{Duration, Instant};
 
@@ -44,7 +45,8 @@ pub(crate) fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
 }
 
-/// NOT_COORDINATOR (forgetting the group) unless this broker coordinates `group`.
+/// NOT_COORDINATOR (forgetting the group) unless this broker coordinates `group`; if it does,
+/// the group is held here (taken from the store, resumed, when it was not).
 pub(crate) async fn check_coordinator(
     broker: &dyn Broker,
     groups: &Groups,
@@ -54,13 +56,15 @@ pub(crate) async fn check_coordinator(
     if crate::groups::cursor_name(group).is_none() {
         return Some(INVALID_GROUP_ID);
     }
-    match broker.coordinator(group).await {
-        Ok(Some(c)) if c.node_id == broker.node_id() => None,
-        Ok(Some(_)) => {
+    match broker.coordinator_view(group).await {
+        Ok((Some(c), view)) if c.node_id == broker.node_id() => {
+            groups.hold(group, view, broker, Instant::now()).await.err()
+        }
+        Ok((Some(_), _)) => {
             groups.forget(group);
             Some(NOT_COORDINATOR)
         }
-        Ok(None) | Err(_) => Some(COORDINATOR_NOT_AVAILABLE),
+        Ok((None, _)) | Err(_) => Some(COORDINATOR_NOT_AVAILABLE),
     }
 }
 
@@ -144,6 +148,8 @@ pub(crate) async fn join_group(
         require_known_member: version >= 4,
     };
     let j = groups.join(join, Instant::now()).await;
+    // A static member that took its old incarnation's place is stored before it is answered.
+    groups.store_changed(broker).await;
     let mut resp = JoinGroupResponse::default()
         .with_error_code(j.error)
         .with_generation_id(j.generation)
@@ -187,6 +193,7 @@ pub(crate) async fn sync_group(
             req.protocol_type.as_deref(),
             req.protocol_name.as_deref(),
             assignments,
+            broker,
             Instant::now(),
         )
         .await;
@@ -236,6 +243,8 @@ pub(crate) async fn leave_group(
         vec![(req.member_id.to_string(), None)]
     };
     let codes = groups.leave(&group, &members, Instant::now());
+    // A group the last member left is stored empty (its offsets expire from then).
+    groups.store_changed(broker).await;
     if version < 3 {
         return LeaveGroupResponse::default().with_error_code(codes.first().copied().unwrap_or(0));
     }
@@ -300,7 +309,24 @@ pub(crate) async fn offset_commit(
         }
         codes.push(per);
     }
-    let mut stored = broker.commit_offsets(&group, items).await.into_iter();
+    let mut stored = match (refused, groups.tenure(&group)) {
+        (None, Some(tenure)) => {
+            let outcomes = broker.commit_offsets(&group, tenure, items).await;
+            if outcomes.iter().any(Result::is_ok) {
+                groups.ensure_stored(&group, broker).await;
+            }
+            // Refused as another coordinator's: this one lets the group go.
+            if outcomes.iter().any(|o| o.as_ref().is_err_and(|r| r.code == NOT_COORDINATOR)) {
+                groups.forget(&group);
+            }
+            outcomes
+        }
+        (None, None) => {
+            items.iter().map(|_| Err(crate::Refused::new(NOT_COORDINATOR, "not held"))).collect()
+        }
+        (Some(_), _) => Vec::new(),
+    }
+    .into_iter();
     let topics = req
         .topics
         .iter()
@@ -453,18 +479,23 @@ pub(crate) async fn list_groups(
             .into_iter()
             .map(|(n, state)| (n, "consumer".to_owned(), state.name(), "consumer")),
     );
-    // Groups with committed offsets and no members here are Empty, if this broker is their
-    // coordinator.
-    match broker.groups_with_offsets().await {
+    // Stored groups this broker coordinates that it does not hold yet are taken (resumed),
+    // as Kafka loads a coordinator's groups, then listed with the rest.
+    match broker.stored_groups().await {
         Ok(names) => {
             for name in names {
-                if all.iter().any(|(n, ..)| *n == name) {
+                if groups.tenure(&name).is_some() {
                     continue;
                 }
                 if let Ok(Some(c)) = broker.coordinator(&name).await
                     && c.node_id == broker.node_id()
+                    && check_coordinator(broker, groups, &name).await.is_none()
+                    && !all.iter().any(|(n, ..)| *n == name)
                 {
-                    all.push((name, "consumer".to_owned(), "Empty", "classic"));
+                    match groups.list().into_iter().find(|(n, ..)| *n == name) {
+                        Some((n, ptype, state)) => all.push((n, ptype, state.name(), "classic")),
+                        None => all.push((name, String::new(), "Empty", "classic")),
+                    }
                 }
             }
             all.sort();
@@ -555,10 +586,16 @@ pub(crate) async fn delete_groups(
         let code = match check_coordinator(broker, groups, &name).await {
             Some(e) => e,
             None if groups.has_members(&name) => NON_EMPTY_GROUP,
-            None => match broker.delete_offsets(&name).await {
-                Ok(0) => GROUP_ID_NOT_FOUND,
-                Ok(_) => code::NONE,
-                Err(e) => e.code,
+            None => match groups.tenure(&name) {
+                None => NOT_COORDINATOR,
+                Some(tenure) => match broker.delete_group(&name, tenure).await {
+                    Ok(existed) => {
+                        // Its coordinator record went with it: the next request takes it anew.
+                        groups.forget(&name);
+                        if existed { code::NONE } else { GROUP_ID_NOT_FOUND }
+                    }
+                    Err(e) => e.code,
+                },
             },
         };
         results.push(DeletableGroupResult::default().with_group_id(g).with_error_code(code));
@@ -586,6 +623,10 @@ pub(crate) async fn offset_delete(
         return resp;
     }
     let subscribed = groups.subscribed(&group).unwrap_or_default();
+    let Some(tenure) = groups.tenure(&group) else {
+        resp.error_code = NOT_COORDINATOR;
+        return resp;
+    };
     for t in req.topics {
         let topic = t.name.0.to_string();
         let busy = subscribed.iter().any(|s| *s == topic || s == "*");
@@ -594,7 +635,7 @@ pub(crate) async fn offset_delete(
             let code = if busy {
                 GROUP_SUBSCRIBED_TO_TOPIC
             } else {
-                match broker.delete_offset(&group, &topic, p.partition_index).await {
+                match broker.delete_offset(&group, tenure, &topic, p.partition_index).await {
                     Ok(()) => code::NONE,
                     Err(e) => e.code,
                 }
@@ -745,13 +786,21 @@ impl Handler for CommitOffsets {
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
         let refused = authorize::offset_commit(ctx.access(), &mut req);
+        // Its place in the group's order is taken as it is admitted (a connection's requests
+        // are admitted in order): it is applied after every commit of the group admitted
+        // before it, as Kafka applies them, so a later commit never lands first.
+        let (before, applied) = ctx.groups.commit_turn(&req.group_id.0);
         ctx.later(|ctx| async move {
+            if let Some(before) = before {
+                let _ = before.await;
+            }
             let mut resp = match req.topics.is_empty() && !refused.is_empty() {
                 true => OffsetCommitResponse::default(),
                 false => {
                     offset_commit(req, ctx.reply.version, ctx.broker.as_ref(), &ctx.groups).await
                 }
             };
+            let _ = applied.send(());
             resp.topics.extend(refused);
             resp
         })

@@ -5,8 +5,10 @@
 //! every member has rejoined or its deadline passes (the members that did not are removed); a
 //! group formed from empty waits the initial delay for more members first, as Kafka's
 //! `group.initial.rebalance.delay.ms` does. Members that miss heartbeats for their session
-//! timeout are removed and the group rebalances. Membership is memory only: a new coordinator
-//! starts empty and members rejoin (committed offsets are durable, in the Broker).
+//! timeout are removed and the group rebalances. Membership is durable ([`stored`]): a
+//! coordinator takes a group under a tenure ([`Groups::hold`]) and resumes what the previous
+//! one stored, so a coordinator change alone rebalances nothing; every write it makes for the
+//! group (membership, offsets) is refused once another coordinator has taken it.
 //!
 //! Time is passed in (`now`), so the rules are tested without sleeping; [`Groups::tick`] is
 //! called periodically by the server.
@@ -18,9 +20,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use crate::code;
+use crate::{GroupOffsets, Tenure, code};
 
 pub mod consumer;
+mod stored;
+
+pub use stored::MAX_STORED_BYTES;
 
 /// Kafka's group error codes.
 pub mod errors {
@@ -210,6 +215,14 @@ struct Group {
     /// A group formed from empty waits until then for more members.
     not_before: Option<Instant>,
     next_order: u64,
+    /// When it last became empty (ms since the Unix epoch; 0 while it has members).
+    emptied_at_ms: i64,
+    /// Changed in a way its stored state must learn (it emptied; a static member came back).
+    unstored: bool,
+    /// The leader's assignments are being stored (the rebalance completes once they are).
+    storing: bool,
+    /// Empty, stored and unasked since then.
+    idle_since: Option<Instant>,
 }
 
 impl Group {
@@ -226,6 +239,10 @@ impl Group {
             deadline: None,
             not_before: None,
             next_order: 0,
+            emptied_at_ms: 0,
+            unstored: false,
+            storing: false,
+            idle_since: None,
         }
     }
 
@@ -242,6 +259,7 @@ impl Group {
         }
         self.deadline = Some(now + timeout);
         self.state = State::PreparingRebalance;
+        self.storing = false;
         for m in self.members.values_mut() {
             if let Some(s) = m.syncing.take() {
                 let _ = s.send((REBALANCE_IN_PROGRESS, None, None, Bytes::new()));
@@ -278,6 +296,8 @@ impl Group {
         self.state = State::Empty;
         self.protocol = None;
         self.leader = None;
+        self.emptied_at_ms = unix_ms();
+        self.unstored = true;
     }
 
     fn remove(&mut self, id: &str) {
@@ -294,6 +314,63 @@ impl Group {
         }
         if self.leader.as_deref() == Some(id) {
             self.leader = None;
+        }
+    }
+
+    /// Moves static member `old` to a new member id `new` (its instance id's new incarnation),
+    /// keeping its assignment and place; the old incarnation's waiting requests are fenced.
+    fn replace(&mut self, old: &str, new: &str, j: &Join, now: Instant) {
+        let Some(mut m) = self.members.remove(old) else { return };
+        if let Some(w) = m.joining.take() {
+            let _ = w.send(Joined::error(FENCED_INSTANCE_ID, old));
+        }
+        if let Some(w) = m.syncing.take() {
+            let _ = w.send((FENCED_INSTANCE_ID, None, None, Bytes::new()));
+        }
+        m.protocols = j.protocols.clone();
+        m.session_timeout = j.session_timeout;
+        m.rebalance_timeout = j.rebalance_timeout;
+        m.client_id = j.client_id.clone();
+        m.client_host = j.client_host.clone();
+        m.last_heard = now;
+        if let Some(i) = &m.instance_id {
+            self.instances.insert(i.clone(), new.to_owned());
+        }
+        self.members.insert(new.to_owned(), m);
+        if self.leader.as_deref() == Some(old) {
+            self.leader = Some(new.to_owned());
+        }
+    }
+
+    /// A JoinGroup answer naming the current generation (no rebalance): the member list only
+    /// for a leader asked to assign (`members`). `leader` is named as given: a static member
+    /// that took the leader's place is told the old id, so it does not assign again.
+    fn current(&self, id: &str, leader: String, members: bool) -> Joined {
+        let protocol = self.protocol.clone().unwrap_or_default();
+        let everyone = if members {
+            let mut v: Vec<(&String, &Member)> = self.members.iter().collect();
+            v.sort_by_key(|(_, m)| m.order);
+            v.into_iter()
+                .map(|(id, m)| {
+                    let meta = m.protocols.iter().find(|(n, _)| *n == protocol);
+                    (
+                        id.clone(),
+                        m.instance_id.clone(),
+                        meta.map(|(_, b)| b.clone()).unwrap_or_default(),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Joined {
+            error: code::NONE,
+            generation: self.generation,
+            protocol_type: self.protocol_type.clone(),
+            protocol: self.protocol.clone(),
+            leader,
+            member_id: id.to_owned(),
+            members: everyone,
         }
     }
 
@@ -379,6 +456,36 @@ pub struct Groups {
     /// KIP-848: how often members heartbeat (`group.consumer.heartbeat.interval.ms`, 5 s).
     heartbeat_interval: Duration,
     ids: std::sync::atomic::AtomicU64,
+    /// The groups this coordinator has taken: the tenure it writes under, the member view it
+    /// took them at.
+    held: Mutex<HashMap<String, Held>>,
+    /// Takes under way, one at a time per group.
+    taking: Mutex<HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+    /// Each group's last offset commit admitted, done when it has been applied: a commit is
+    /// applied after those admitted before it, as Kafka applies a group's commits in order.
+    commits: Mutex<HashMap<String, Applied>>,
+}
+
+/// A group as this coordinator holds it.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    tenure: Tenure,
+    view: i64,
+    /// The group has a stored state (it exists in the store, and is listed).
+    stored: bool,
+}
+
+/// An offset commit's completion, awaited by the next commit of its group.
+type Applied = futures::future::Shared<oneshot::Receiver<()>>;
+
+/// Empty groups idle this long leave memory (taken again from the store when asked for).
+const IDLE_EMPTY: Duration = Duration::from_secs(600);
+
+/// Now, in ms since the Unix epoch (when a group emptied: what offsets' expiry counts from).
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl std::fmt::Debug for Groups {
@@ -398,6 +505,148 @@ impl Groups {
             consumer_session_timeout: Duration::from_secs(45),
             heartbeat_interval: Duration::from_secs(5),
             ids: Default::default(),
+            held: Default::default(),
+            taking: Default::default(),
+            commits: Default::default(),
+        }
+    }
+
+    /// Holds `group` as its coordinator, chosen from the member view at revision `view`:
+    /// taken from the store (its stored membership resumed) if this coordinator does not hold
+    /// it, or holds it from an earlier view (it may have been taken since, then given back);
+    /// otherwise no request at all. The tenure its writes go under, or the error code for the
+    /// client (NOT_COORDINATOR: the group is another's; it is forgotten here).
+    pub async fn hold(
+        &self,
+        group: &str,
+        view: i64,
+        store: &dyn GroupOffsets,
+        now: Instant,
+    ) -> Result<Tenure, i16> {
+        if let Some(h) = self.held.lock().get(group).filter(|h| h.view == view) {
+            return Ok(h.tenure);
+        }
+        let turn = self.taking.lock().entry(group.to_owned()).or_default().clone();
+        let _turn = turn.lock().await;
+        let prior = self.held.lock().get(group).copied();
+        if let Some(h) = prior.filter(|h| h.view == view) {
+            return Ok(h.tenure);
+        }
+        let taken = store.take_group(group, view, prior.map(|h| h.tenure)).await;
+        self.taking.lock().remove(group);
+        let taken = match taken {
+            Ok(t) => t,
+            Err(r) => {
+                tracing::debug!(group, code = r.code, error = %r.message, "Kafka group not taken");
+                self.forget(group);
+                return Err(r.code);
+            }
+        };
+        if !taken.kept {
+            // Whatever was held of it is stale: the stored state is the group now.
+            self.forget(group);
+            if let Some(bytes) = &taken.state {
+                match stored::decode(bytes, now) {
+                    Some(g) => {
+                        tracing::info!(
+                            group,
+                            generation = g.generation,
+                            members = g.members.len(),
+                            "Kafka group resumed from its stored state"
+                        );
+                        self.groups.lock().insert(group.to_owned(), g);
+                    }
+                    None => tracing::warn!(
+                        group,
+                        "a stored Kafka group does not decode: it starts empty"
+                    ),
+                }
+            }
+        }
+        let stored =
+            if taken.kept { prior.is_some_and(|h| h.stored) } else { taken.state.is_some() };
+        self.held.lock().insert(group.to_owned(), Held { tenure: taken.tenure, view, stored });
+        Ok(taken.tenure)
+    }
+
+    /// The tenure `group` is held under here, if it is.
+    pub fn tenure(&self, group: &str) -> Option<Tenure> {
+        self.held.lock().get(group).map(|h| h.tenure)
+    }
+
+    /// A held group's state was stored.
+    fn stored(&self, group: &str) {
+        if let Some(h) = self.held.lock().get_mut(group) {
+            h.stored = true;
+        }
+    }
+
+    /// Stores a held group that has no stored state yet (it committed offsets without ever
+    /// forming: a simple consumer's), Empty, so it is listed and its offsets expire.
+    pub async fn ensure_stored(&self, group: &str, store: &dyn GroupOffsets) {
+        let Some(h) = self.held.lock().get(group).copied().filter(|h| !h.stored) else { return };
+        let state = {
+            let groups = self.groups.lock();
+            match groups.get(group) {
+                Some(g) => stored::encode(g, None),
+                None => {
+                    let mut g = Group::new();
+                    g.emptied_at_ms = unix_ms();
+                    stored::encode(&g, None)
+                }
+            }
+        };
+        let Some(state) = state else { return };
+        match store.store_group(group, h.tenure, state).await {
+            Ok(()) => self.stored(group),
+            Err(r) if r.code == NOT_COORDINATOR => self.forget(group),
+            Err(r) => tracing::warn!(group, error = %r.message, "storing a Kafka group failed"),
+        }
+    }
+
+    /// Takes the next place in `group`'s order of offset commits: the commit admitted before
+    /// it (to await before applying), and what to complete once applied.
+    pub fn commit_turn(&self, group: &str) -> (Option<Applied>, oneshot::Sender<()>) {
+        use futures::FutureExt;
+        let (tx, rx) = oneshot::channel();
+        let mut commits = self.commits.lock();
+        // Those applied already need no awaiting.
+        commits.retain(|_, a| a.peek().is_none());
+        let before = commits.insert(group.to_owned(), rx.shared());
+        (before, tx)
+    }
+
+    /// Stores what changed in the groups held since it was last stored (groups that emptied,
+    /// static members that came back); a group found taken by another coordinator is
+    /// forgotten, one not stored for another reason is tried again next time.
+    pub async fn store_changed(&self, store: &dyn GroupOffsets) {
+        let changed: Vec<(String, Tenure, Option<Bytes>)> = {
+            let mut groups = self.groups.lock();
+            let held = self.held.lock();
+            groups
+                .iter_mut()
+                .filter(|(_, g)| g.unstored)
+                .filter_map(|(name, g)| {
+                    g.unstored = false;
+                    Some((name.clone(), held.get(name)?.tenure, stored::encode(g, None)))
+                })
+                .collect()
+        };
+        for (group, tenure, state) in changed {
+            let Some(state) = state else {
+                tracing::warn!(group, "a Kafka group too large to store: kept in memory only");
+                continue;
+            };
+            match store.store_group(&group, tenure, state).await {
+                Ok(()) => self.stored(&group),
+                Err(r) if r.code == NOT_COORDINATOR => self.forget(&group),
+                Err(r) => {
+                    tracing::warn!(group, error = %r.message, "storing a Kafka group failed; retrying");
+                    if let Some(g) = self.groups.lock().get_mut(&group) {
+                        g.unstored = true;
+                    }
+                }
+            }
         }
     }
 
@@ -459,13 +708,22 @@ impl Groups {
             }
         }
         let mut id = j.member_id.clone();
+        let mut replaced = false;
         if id.is_empty() {
             match &j.instance_id {
-                // A static member coming back under a new incarnation replaces its old one.
+                // A static member coming back under a new incarnation takes its old one's
+                // place (KIP-345): its assignment, and no rebalance while the group is stable
+                // and the protocol it would choose stays the same.
                 Some(instance) => {
                     id = self.new_member_id(&j.client_id);
                     if let Some(old) = g.instances.get(instance).cloned() {
-                        g.remove(&old);
+                        let leader = g.leader.clone().unwrap_or_default();
+                        g.replace(&old, &id, &j, now);
+                        replaced = true;
+                        if g.state == State::Stable && g.choose_protocol() == g.protocol {
+                            g.unstored = true;
+                            return Err(Box::new(g.current(&id, leader, false)));
+                        }
                     }
                 }
                 None if j.require_known_member => {
@@ -489,6 +747,27 @@ impl Groups {
         }
         if !g.members.contains_key(&id) && g.members.len() >= MAX_MEMBERS {
             return fail(GROUP_MAX_SIZE_REACHED);
+        }
+        // A known member rejoining with the metadata it has (it lost an answer, or restarted
+        // its consumer): the current generation, no rebalance, as Kafka answers — unless it
+        // leads a stable group (its JoinGroup asks for a rebalance).
+        if let Some(m) = g.members.get_mut(&id).filter(|_| !replaced)
+            && m.protocols == j.protocols
+            && m.joining.is_none()
+        {
+            let leader = g.leader.clone().unwrap_or_default();
+            let leads = leader == id;
+            match g.state {
+                State::Stable if !leads => {
+                    m.last_heard = now;
+                    return Err(Box::new(g.current(&id, leader, false)));
+                }
+                State::CompletingRebalance => {
+                    m.last_heard = now;
+                    return Err(Box::new(g.current(&id, leader, leads)));
+                }
+                _ => {}
+            }
         }
         let (tx, rx) = oneshot::channel();
         let order = g.next_order;
@@ -531,8 +810,9 @@ impl Groups {
         Ok(rx)
     }
 
-    /// SyncGroup: the leader's assignments complete the rebalance; every member's answer is
-    /// its own assignment (a follower's answer waits for the leader's SyncGroup).
+    /// SyncGroup: the leader's assignments complete the rebalance, once stored (a new
+    /// coordinator resumes the group from them); every member's answer is its own assignment
+    /// (a follower's answer waits for the leader's SyncGroup).
     #[allow(clippy::too_many_arguments)]
     pub async fn sync(
         &self,
@@ -543,9 +823,10 @@ impl Groups {
         protocol_type: Option<&str>,
         protocol: Option<&str>,
         assignments: Vec<(String, Bytes)>,
+        store: &dyn GroupOffsets,
         now: Instant,
     ) -> Synced {
-        let rx = {
+        let (rx, completes) = {
             let mut groups = self.groups.lock();
             let fail = |c: i16| (c, None, None, Bytes::new());
             let Some(g) = groups.get_mut(group) else { return fail(UNKNOWN_MEMBER_ID) };
@@ -575,25 +856,77 @@ impl Groups {
                 m.last_heard = now;
                 m.syncing = Some(tx);
             }
-            // Only the leader's assignments count, as in Kafka.
-            if g.leader.as_deref() == Some(member_id) {
-                let mut given: HashMap<String, Bytes> = assignments.into_iter().collect();
-                for (id, m) in g.members.iter_mut() {
-                    m.assignment = given.remove(id).unwrap_or_default();
-                    if let Some(s) = m.syncing.take() {
-                        let _ = s.send((
-                            code::NONE,
-                            ptype.clone(),
-                            pname.clone(),
-                            m.assignment.clone(),
-                        ));
-                    }
-                }
-                g.state = State::Stable;
-            }
-            rx
+            // Only the leader's assignments count, as in Kafka; a second SyncGroup of the
+            // leader while they are stored adds nothing.
+            let leads = g.leader.as_deref() == Some(member_id) && !g.storing;
+            let completes = leads.then(|| {
+                g.storing = true;
+                let given: HashMap<String, Bytes> = assignments.into_iter().collect();
+                (stored::encode(g, Some(&given)), given)
+            });
+            (rx, completes)
         };
+        if let Some((state, given)) = completes {
+            self.complete(group, generation, state, given, store, now).await;
+        }
         rx.await.unwrap_or((REBALANCE_IN_PROGRESS, None, None, Bytes::new()))
+    }
+
+    /// Completes a rebalance with the leader's assignments: stored under the tenure, then
+    /// answered to every member waiting in SyncGroup. Not stored: a coordinator that lost
+    /// the group forgets it (NOT_COORDINATOR to all); otherwise the members are told
+    /// COORDINATOR_NOT_AVAILABLE and the group rebalances, as Kafka does.
+    async fn complete(
+        &self,
+        group: &str,
+        generation: i32,
+        state: Option<Bytes>,
+        given: HashMap<String, Bytes>,
+        store: &dyn GroupOffsets,
+        now: Instant,
+    ) {
+        let outcome = match (self.tenure(group), state) {
+            (Some(t), Some(state)) => store.store_group(group, t, state).await.map_err(|r| r.code),
+            (Some(_), None) => {
+                tracing::warn!(group, "a Kafka group too large to store: kept in memory only");
+                Ok(())
+            }
+            (None, _) => Err(NOT_COORDINATOR),
+        };
+        if outcome == Err(NOT_COORDINATOR) {
+            self.forget(group);
+            return;
+        }
+        if outcome.is_ok() {
+            self.stored(group);
+        }
+        let mut groups = self.groups.lock();
+        let Some(g) = groups.get_mut(group) else { return };
+        // A rebalance began meanwhile: its members were told to rejoin.
+        if g.generation != generation || g.state != State::CompletingRebalance {
+            return;
+        }
+        g.storing = false;
+        let (ptype, pname) = (g.protocol_type.clone(), g.protocol.clone());
+        for (id, m) in g.members.iter_mut() {
+            m.assignment = given.get(id).cloned().unwrap_or_default();
+            let answer = match outcome {
+                Ok(()) => (code::NONE, ptype.clone(), pname.clone(), m.assignment.clone()),
+                Err(_) => (COORDINATOR_NOT_AVAILABLE, None, None, Bytes::new()),
+            };
+            if let Some(s) = m.syncing.take() {
+                let _ = s.send(answer);
+            }
+        }
+        match outcome {
+            Ok(()) => g.state = State::Stable,
+            Err(_) => {
+                for m in g.members.values_mut() {
+                    m.assignment = Bytes::new();
+                }
+                g.prepare(now, Duration::ZERO);
+            }
+        }
     }
 
     /// Heartbeat: keeps the member's session; REBALANCE_IN_PROGRESS tells it to rejoin.
@@ -720,16 +1053,36 @@ impl Groups {
                 }
             }
             g.maybe_complete(now);
+            if g.state != State::Empty || g.unstored || !g.pending.is_empty() {
+                g.idle_since = None;
+            } else if g.idle_since.is_none() {
+                g.idle_since = Some(now);
+            }
         }
-        // Empty groups hold nothing worth keeping: their offsets are the Broker's.
-        groups.retain(|_, g| g.state != State::Empty || !g.pending.is_empty());
+        // Empty groups, stored, leave memory once idle: the next request takes them again.
+        let idle: Vec<String> = groups
+            .iter()
+            .filter(|(_, g)| g.idle_since.is_some_and(|t| now.duration_since(t) >= IDLE_EMPTY))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in &idle {
+            groups.remove(name);
+        }
         drop(groups);
         self.consumer_tick(now);
+        let consumer = self.consumer_lock();
+        let mut held = self.held.lock();
+        for name in idle {
+            if !consumer.contains_key(&name) {
+                held.remove(&name);
+            }
+        }
     }
 
     /// Forgets a group (this coordinator no longer owns it): its members are told to find the
     /// new coordinator.
     pub fn forget(&self, group: &str) {
+        self.held.lock().remove(group);
         self.consumer_forget(group);
         if let Some(mut g) = self.groups.lock().remove(group) {
             let ids: Vec<String> = g.members.keys().cloned().collect();
@@ -842,6 +1195,73 @@ fn check_member(g: &Group, member_id: &str, instance_id: Option<&str>) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{CommittedOffset, OffsetCommit, Refused, Taken};
+
+    /// Groups' stored part in memory: tenures and states (offsets are the Broker's tests').
+    #[derive(Default)]
+    struct Store {
+        tenures: Mutex<HashMap<String, i64>>,
+        states: Mutex<HashMap<String, Bytes>>,
+        next: std::sync::atomic::AtomicI64,
+    }
+
+    impl Store {
+        fn fenced(&self, group: &str, tenure: Tenure) -> Result<(), Refused> {
+            match self.tenures.lock().get(group) {
+                Some(t) if *t == tenure.0 => Ok(()),
+                _ => Err(Refused::new(NOT_COORDINATOR, "taken")),
+            }
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl GroupOffsets for Store {
+        async fn take_group(
+            &self,
+            g: &str,
+            _: i64,
+            held: Option<Tenure>,
+        ) -> Result<Taken, Refused> {
+            let mut tenures = self.tenures.lock();
+            if let Some(h) = held.filter(|h| tenures.get(g) == Some(&h.0)) {
+                return Ok(Taken { tenure: h, state: None, kept: true });
+            }
+            let t = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            tenures.insert(g.to_owned(), t);
+            let state = self.states.lock().get(g).cloned();
+            Ok(Taken { tenure: Tenure(t), state, kept: false })
+        }
+        async fn store_group(&self, g: &str, t: Tenure, state: Bytes) -> Result<(), Refused> {
+            self.fenced(g, t)?;
+            self.states.lock().insert(g.to_owned(), state);
+            Ok(())
+        }
+        async fn commit_offsets(
+            &self,
+            g: &str,
+            t: Tenure,
+            o: Vec<OffsetCommit>,
+        ) -> Vec<Result<(), Refused>> {
+            o.iter().map(|_| self.fenced(g, t)).collect()
+        }
+        async fn committed_offsets(
+            &self,
+            _: &str,
+            _: Option<Vec<(String, Vec<i32>)>>,
+        ) -> Result<Vec<CommittedOffset>, Refused> {
+            Ok(Vec::new())
+        }
+        async fn stored_groups(&self) -> Result<Vec<String>, Refused> {
+            Ok(self.states.lock().keys().cloned().collect())
+        }
+        async fn delete_group(&self, g: &str, t: Tenure) -> Result<bool, Refused> {
+            self.fenced(g, t)?;
+            Ok(self.states.lock().remove(g).is_some())
+        }
+        async fn delete_offset(&self, g: &str, t: Tenure, _: &str, _: i32) -> Result<(), Refused> {
+            self.fenced(g, t)
+        }
+    }
 
     fn join(group: &str, member: &str, client: &str) -> Join {
         Join {
@@ -869,6 +1289,8 @@ mod tests {
     async fn members_join_sync_and_rebalance_when_one_joins_leaves_or_goes_silent() {
         let t0 = Instant::now();
         let g = Groups::new(Duration::from_secs(3));
+        let store = Store::default();
+        g.hold("g", 1, &store, t0).await.expect("held");
         let a = member_id(&g, "g", "a", t0);
         // A new group waits the initial delay for more members.
         let ja = g.admit_join(join("g", &a, "a"), t0).expect("admitted");
@@ -885,8 +1307,17 @@ mod tests {
         assert_eq!(ja.protocol.as_deref(), Some("range"));
         // A follower's SyncGroup waits for the leader's; a follower's assignments are ignored.
         let now = t0 + Duration::from_secs(4);
-        let follower =
-            g.sync("g", 1, &b, None, None, None, vec![(a.clone(), Bytes::from_static(b"x"))], now);
+        let follower = g.sync(
+            "g",
+            1,
+            &b,
+            None,
+            None,
+            None,
+            vec![(a.clone(), Bytes::from_static(b"x"))],
+            &store,
+            now,
+        );
         let leader = g.sync(
             "g",
             1,
@@ -895,6 +1326,7 @@ mod tests {
             Some("consumer"),
             Some("range"),
             vec![(a.clone(), Bytes::from_static(b"A")), (b.clone(), Bytes::from_static(b"B"))],
+            &store,
             now,
         );
         let (f, l) = tokio::join!(follower, leader);
@@ -1031,5 +1463,98 @@ mod tests {
             FENCED_INSTANCE_ID
         );
         assert_eq!(g.describe("g").map(|d| d.members.len()), Some(1));
+    }
+
+    /// A group "g" of `a` (the leader; static `pod-a` when `static_a`) and `b`, stable at
+    /// generation 1 with assignments "A" and "B", held by `g` from `store`.
+    async fn stable(g: &Groups, store: &Store, t0: Instant, static_a: bool) -> (String, String) {
+        g.hold("g", 1, store, t0).await.expect("held");
+        let mut ja = join("g", "", "a");
+        let wa = if static_a {
+            // A static member joins at once, without being asked to join again.
+            ja.instance_id = Some("pod-a".to_owned());
+            g.admit_join(ja, t0).expect("admitted")
+        } else {
+            ja.member_id = member_id(g, "g", "a", t0);
+            g.admit_join(ja, t0).expect("admitted")
+        };
+        let b = member_id(g, "g", "b", t0);
+        let wb = g.admit_join(join("g", &b, "b"), t0).expect("admitted");
+        g.tick(t0 + Duration::from_secs(3));
+        let (ja, jb) = (wa.await.expect("a"), wb.await.expect("b"));
+        let a = ja.member_id.clone();
+        assert_eq!((ja.generation, jb.generation, ja.leader.as_str()), (1, 1, a.as_str()));
+        let now = t0 + Duration::from_secs(3);
+        let assign =
+            vec![(a.clone(), Bytes::from_static(b"A")), (b.clone(), Bytes::from_static(b"B"))];
+        let (l, f) = tokio::join!(
+            g.sync("g", 1, &a, None, None, None, assign, store, now),
+            g.sync("g", 1, &b, None, None, None, Vec::new(), store, now)
+        );
+        assert_eq!((l.0, f.0, f.3.as_ref()), (0, 0, b"B".as_slice()));
+        (a, b)
+    }
+
+    #[tokio::test]
+    async fn a_new_coordinator_resumes_a_stable_group_and_the_old_one_writes_nothing() {
+        let t0 = Instant::now();
+        let store = Store::default();
+        let old = Groups::new(Duration::from_secs(3));
+        let (a, b) = stable(&old, &store, t0, false).await;
+        let stale = old.tenure("g").expect("held");
+        // The group's coordinator moves: the new one resumes it from what was stored.
+        let new = Groups::new(Duration::from_secs(3));
+        let now = t0 + Duration::from_secs(5);
+        new.hold("g", 2, &store, now).await.expect("taken");
+        assert_eq!(new.describe("g").map(|d| (d.state, d.members.len())), Some((State::Stable, 2)));
+        assert_eq!(new.heartbeat("g", 1, &a, None, now), 0, "members keep heartbeating");
+        assert_eq!(new.heartbeat("g", 1, &b, None, now), 0);
+        assert_eq!(new.check_commit("g", 1, &b, None, 9), 0, "and committing at their generation");
+        let synced = new.sync("g", 1, &b, None, None, None, Vec::new(), &store, now).await;
+        assert_eq!((synced.0, synced.3.as_ref()), (0, b"B".as_slice()), "assignments kept");
+        // The old coordinator's writes are refused, whatever it still holds in memory.
+        let commit = OffsetCommit {
+            topic: "t".into(),
+            partition: 0,
+            offset: 5,
+            leader_epoch: -1,
+            metadata: None,
+        };
+        let refused = store.commit_offsets("g", stale, vec![commit]).await;
+        assert!(matches!(refused.as_slice(), [Err(r)] if r.code == NOT_COORDINATOR));
+        // Its members' sessions run from the move: silent ones leave after their timeout.
+        assert_eq!(new.heartbeat("g", 1, &a, None, now + Duration::from_secs(6)), 0);
+        new.tick(now + Duration::from_secs(11));
+        assert_eq!(new.describe("g").map(|d| d.state), Some(State::PreparingRebalance));
+    }
+
+    #[tokio::test]
+    async fn a_static_member_coming_back_to_a_stable_group_takes_its_place_without_a_rebalance() {
+        let t0 = Instant::now();
+        let store = Store::default();
+        let g = Groups::new(Duration::from_secs(3));
+        let (a, b) = stable(&g, &store, t0, true).await;
+        let now = t0 + Duration::from_secs(4);
+        let mut back = join("g", "", "a");
+        back.instance_id = Some("pod-a".to_owned());
+        let again = g.admit_join(back, now).err().map(|j| *j).expect("answered at once");
+        assert_eq!((again.error, again.generation), (0, 1), "{again:?}");
+        assert_ne!(again.member_id, a);
+        assert_eq!(again.leader, a, "told the old leader id: it does not assign again");
+        assert_eq!(g.heartbeat("g", 1, &b, None, now), 0, "the others see no rebalance");
+        assert_eq!(g.heartbeat("g", 1, &a, Some("pod-a"), now), FENCED_INSTANCE_ID);
+        let synced = g
+            .sync("g", 1, &again.member_id, Some("pod-a"), None, None, Vec::new(), &store, now)
+            .await;
+        assert_eq!((synced.0, synced.3.as_ref()), (0, b"A".as_slice()), "its assignment kept");
+        // Stored: a new coordinator knows the new incarnation.
+        g.store_changed(&store).await;
+        let next = Groups::new(Duration::from_secs(3));
+        next.hold("g", 2, &store, now).await.expect("taken");
+        assert_eq!(next.heartbeat("g", 1, &again.member_id, Some("pod-a"), now), 0);
+        // A follower rejoining with its metadata unchanged: the current generation, as is.
+        let rejoin = g.admit_join(join("g", &b, "b"), now).err().map(|j| *j).expect("at once");
+        assert_eq!((rejoin.error, rejoin.generation), (0, 1));
+        assert_eq!(g.describe("g").map(|d| d.state), Some(State::Stable));
     }
 }

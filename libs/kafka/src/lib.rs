@@ -271,6 +271,10 @@ pub trait Cluster: Send + Sync + 'static {
     /// The broker that coordinates group `key`, if any lives: the same answer from every
     /// broker (ARCHITECTURE §11: the owner function over live writers, on the group id).
     async fn coordinator(&self, key: &str) -> Result<Option<BrokerNode>, Refused>;
+
+    /// [`Self::coordinator`], with the revision of the member view it was chosen from (a
+    /// coordinator takes a group under that view: [`GroupOffsets::take_group`]).
+    async fn coordinator_view(&self, key: &str) -> Result<(Option<BrokerNode>, i64), Refused>;
 }
 
 /// A partition's records: produce (idempotence included), fetch and its long poll, offsets by
@@ -371,14 +375,52 @@ pub trait Topics: Send + Sync + 'static {
     ) -> Result<(), Refused>;
 }
 
-/// Consumer groups' committed offsets (their membership is the front end's own, in
-/// [`groups`]).
+/// A group coordinator's tenure: every write it makes for the group compares it, so once
+/// another coordinator takes the group the old one writes nothing (ARCHITECTURE §11 "Groups").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tenure(pub i64);
+
+/// A group as a coordinator takes it ([`GroupOffsets::take_group`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Taken {
+    pub tenure: Tenure,
+    /// The group's membership as last stored (`None`: none stored, or `kept`).
+    pub state: Option<bytes::Bytes>,
+    /// The group was still this coordinator's under the tenure it held: what it holds in
+    /// memory is current.
+    pub kept: bool,
+}
+
+/// Consumer groups' durable part: who coordinates each (a tenure per take), their stored
+/// membership, and their committed offsets (their live membership is the front end's own,
+/// in [`groups`]). Every write is under the coordinator's tenure: NOT_COORDINATOR once
+/// another coordinator has taken the group.
 #[async_trait::async_trait]
 pub trait GroupOffsets: Send + Sync + 'static {
-    /// Stores a group's committed offsets; each item's outcome, in order.
+    /// Becomes `group`'s coordinator, chosen from the member view at revision `view`: from
+    /// now on, writes under an earlier tenure fail. With `held` (the tenure this coordinator
+    /// holds it under) still current, nothing is written (`kept`). NOT_COORDINATOR when a
+    /// coordinator chosen from a newer view holds it (this broker's view trails).
+    async fn take_group(
+        &self,
+        group: &str,
+        view: i64,
+        held: Option<Tenure>,
+    ) -> Result<Taken, Refused>;
+
+    /// Stores a group's membership under `tenure`.
+    async fn store_group(
+        &self,
+        group: &str,
+        tenure: Tenure,
+        state: bytes::Bytes,
+    ) -> Result<(), Refused>;
+
+    /// Stores a group's committed offsets under `tenure`; each item's outcome, in order.
     async fn commit_offsets(
         &self,
         group: &str,
+        tenure: Tenure,
         offsets: Vec<OffsetCommit>,
     ) -> Vec<Result<(), Refused>>;
 
@@ -390,15 +432,22 @@ pub trait GroupOffsets: Send + Sync + 'static {
         partitions: Option<Vec<(String, Vec<i32>)>>,
     ) -> Result<Vec<CommittedOffset>, Refused>;
 
-    /// The groups that have committed offsets (ListGroups lists those without members as
-    /// Empty, as Kafka does).
-    async fn groups_with_offsets(&self) -> Result<Vec<String>, Refused>;
+    /// Every group with a stored state (a group that committed offsets has one): one read,
+    /// whatever the number of partitions.
+    async fn stored_groups(&self) -> Result<Vec<String>, Refused>;
 
-    /// Deletes every committed offset of a group (DeleteGroups); how many there were.
-    async fn delete_offsets(&self, group: &str) -> Result<usize, Refused>;
+    /// Deletes a group: its committed offsets, its stored state and its coordinator record
+    /// (DeleteGroups, expiry); whether it had any of them stored.
+    async fn delete_group(&self, group: &str, tenure: Tenure) -> Result<bool, Refused>;
 
     /// Deletes a group's committed offset on one partition (OffsetDelete).
-    async fn delete_offset(&self, group: &str, topic: &str, partition: i32) -> Result<(), Refused>;
+    async fn delete_offset(
+        &self,
+        group: &str,
+        tenure: Tenure,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), Refused>;
 }
 
 /// What the front end needs of the role it runs in: the four capabilities above. A role

@@ -223,12 +223,14 @@ pub async fn serve(
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
     // Sessions end and rebalances complete on time, whether or not requests come in.
-    let ticking = groups.clone();
+    // What that changed of the groups (emptied ones) is stored after each tick.
+    let (ticking, storing) = (groups.clone(), broker.clone());
     let ticker = tokio::spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_millis(200));
         loop {
             every.tick().await;
             ticking.tick(std::time::Instant::now());
+            ticking.store_changed(storing.as_ref()).await;
         }
     });
     tokio::pin!(shutdown);

@@ -73,6 +73,34 @@ pub async fn position(
     Ok(Some(Position { offset: r.acked_before, properties: r.properties, labels: r.labels }))
 }
 
+/// A position as its cursor's stored state holds it.
+pub fn decode_position(value: &[u8]) -> Result<Position, LogError> {
+    let r: CursorRecord = decode("cursor state", value)?;
+    Ok(Position { offset: r.acked_before, properties: r.properties, labels: r.labels })
+}
+
+/// What sets the named cursor's position, whatever it was (its state put, its individual
+/// acknowledgements dropped), for a caller committing it in a transaction of its own: a Kafka
+/// group's offset commit, under its coordinator's tenure. Any offset is taken, as Kafka takes
+/// any committed offset.
+pub fn position_ops(
+    keys: &Keys,
+    log: LogId,
+    name: &str,
+    position: Position,
+) -> Result<[TxnOp; 2], LogError> {
+    validate_cursor_name(name)?;
+    let record = CursorRecord {
+        acked_before: position.offset,
+        properties: position.properties,
+        labels: position.labels,
+    };
+    Ok([
+        TxnOp::put(keys.cursor_state(log, name), record.encode_to_vec()),
+        TxnOp::delete(KeyRange::prefix(keys.cursor_acks_prefix(log, name))),
+    ])
+}
+
 /// Sets the named cursor's position, creating the cursor if the log has none of that name: a
 /// Kafka group's offset commit. Any offset up to the high watermark is taken (one below the
 /// log's start stands for it, as a commit of a trimmed offset does in Kafka); individually

@@ -14,6 +14,9 @@
 //! | `members/<role>/<id>` | [`MemberRecord`](crate::records::MemberRecord): gRPC and Kafka addresses, zone, node id (under its lease); create_revision = incarnation | each role at start | commits (compare), the catalog, Kafka Metadata |
 //! | `kafka/node_ids/<member id>` | the member's Kafka node id (decimal); never changes | [`node_id`](crate::membership::node_id), create-only | the member at start |
 //! | `kafka/next_node_id` | the next node id to hand out (decimal) | `node_id` (compare-and-set) | `node_id` |
+//! | `kafka/groups/coordinators/<group>` | `<view> <incarnation> <writer id>`: the group's coordinator, the member-set revision it chose itself at and its incarnation; mod_revision = its tenure, compared by every write of the group | the coordinator taking the group (compare-and-set) | coordinators |
+//! | `kafka/groups/states/<group>` | the group's membership as its coordinator last stored it (the `kafka` crate's `StoredGroup`) | the coordinator, under its tenure (a group that commits offsets has one) | the next coordinator; ListGroups (keys) |
+//! | `kafka/groups/offsets/<group>/<log>` | `<partition> <topic>`: the group has a committed offset (the log's cursor `kafka.<group>`) | offset commits, under the tenure | OffsetFetch of all, DeleteGroups, expiry |
 //! | `kafka/next_producer_id` | the next Kafka producer id to hand out (decimal) | writers, a block at a time ([`producer_ids`](crate::membership::producer_ids)) | writers |
 //! | `wal/next_seq` | next unallocated WAL sequence (decimal) | writers, a block at a time | `create_log`, the cleaner |
 //! | `compaction/tasks/<log>` | the claiming compactor's id (under its lease); create_revision = the claim revision in its segment's key | a compactor (create-only) | compactors, the swap (compare) |
@@ -129,6 +132,36 @@ impl Keys {
     /// A member's Kafka node id.
     pub fn node_id(&self, member: &str) -> Vec<u8> {
         self.key(format_args!("kafka/node_ids/{member}"))
+    }
+
+    /// Every Kafka group's coordinator record.
+    pub fn group_coordinators(&self) -> Vec<u8> {
+        self.key(format_args!("kafka/groups/coordinators/"))
+    }
+
+    /// A Kafka group's coordinator record; `group` is its encoded id (safe in a key).
+    pub fn group_coordinator(&self, group: &str) -> Vec<u8> {
+        self.key(format_args!("kafka/groups/coordinators/{group}"))
+    }
+
+    /// Every Kafka group's stored state (one key per group that exists: the group roster).
+    pub fn group_states(&self) -> Vec<u8> {
+        self.key(format_args!("kafka/groups/states/"))
+    }
+
+    /// A Kafka group's stored membership.
+    pub fn group_state(&self, group: &str) -> Vec<u8> {
+        self.key(format_args!("kafka/groups/states/{group}"))
+    }
+
+    /// The logs a Kafka group has committed offsets on.
+    pub fn group_offsets(&self, group: &str) -> Vec<u8> {
+        self.key(format_args!("kafka/groups/offsets/{group}/"))
+    }
+
+    /// That a Kafka group has a committed offset on `log`.
+    pub fn group_offset(&self, group: &str, log: LogId) -> Vec<u8> {
+        self.key(format_args!("kafka/groups/offsets/{group}/{:020}", log.0))
     }
 
     /// The next Kafka producer id to hand out.

@@ -198,6 +198,9 @@ fn batches(records: &bytes::Bytes) -> Vec<crate::history::Seen> {
     out
 }
 
+/// How long a trim takes at most to reach every writer's Kafka broker in the simulation.
+const TRIM_REACHES_BROKERS: Duration = Duration::from_secs(2);
+
 /// Consumer `c` fetches a partition now and then — from its start, near the end last seen, or
 /// anywhere below — at the reader's broker or a writer's, until stopped; each answer's batches
 /// go into the history as a read.
@@ -219,7 +222,20 @@ pub(crate) async fn consumer(c: u64, logs: Vec<u64>, shared: SharedRef) {
         let to = if at_reader { shared.lock().reader.clone() } else { broker(&shared, None) };
         let Some(to) = to else { continue };
         let log = logs[partition];
-        let floor = shared.lock().floors.get(&log).copied().unwrap_or(0);
+        // A writer's broker reads the log's start from its followed head, which learns of a
+        // trim another process made by its watch (ARCHITECTURE §11): a fetch is held to the
+        // trims done long enough before it to have reached it (the watch batches the
+        // simulation delays, each up to 200 ms, in order).
+        let floor = {
+            let s = shared.lock();
+            let seen_by = tokio::time::Instant::now().checked_sub(TRIM_REACHES_BROKERS);
+            s.trims
+                .iter()
+                .filter(|(at, l, _)| *l == log && seen_by.is_some_and(|t| *at <= t))
+                .map(|(_, _, to)| *to)
+                .max()
+                .unwrap_or(0)
+        };
         let Ok(offset) = i64::try_from(from) else { continue };
         let fetched = tokio::time::timeout(
             REQUEST_TIMEOUT,

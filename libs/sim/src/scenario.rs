@@ -250,6 +250,9 @@ pub(crate) struct Shared {
     pub(crate) trace: Trace,
     /// The highest hard trim of each log completed so far.
     pub(crate) floors: std::collections::BTreeMap<u64, u64>,
+    /// Each hard trim completed: when, of which log, to where (what Kafka reads are checked
+    /// against once it has had time to reach every broker).
+    pub(crate) trims: Vec<(tokio::time::Instant, u64, u64)>,
     /// Each writer slot's gate to the metadata store (the nemesis pauses it).
     gates: Vec<Option<Arc<Gated>>>,
     /// A crash point armed by the nemesis: the writer of this slot stops for good at this step
@@ -411,6 +414,7 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
         history: History::default(),
         trace: Trace::new(),
         floors: Default::default(),
+        trims: Vec::new(),
         gates,
         armed: None,
     }));
@@ -1049,6 +1053,7 @@ async fn trim(logs: Vec<u64>, shared: SharedRef) {
             let mut s = shared.lock();
             let floor = s.floors.entry(log).or_insert(0);
             *floor = (*floor).max(to);
+            s.trims.push((tokio::time::Instant::now(), log, to));
             s.trace.record(("trimmed", log, to));
         }
     }

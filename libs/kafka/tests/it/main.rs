@@ -39,6 +39,10 @@ struct FakeBroker {
     deleted: Mutex<Vec<(String, i32, i64)>>,
     /// Committed offsets by (group, topic, partition).
     offsets: Mutex<std::collections::BTreeMap<(String, String, i32), kafka::OffsetCommit>>,
+    /// Each group's coordinator tenure and stored state, and the last tenure handed out.
+    tenures: Mutex<std::collections::HashMap<String, i64>>,
+    states: Mutex<std::collections::HashMap<String, Bytes>>,
+    revision: std::sync::atomic::AtomicI64,
     /// Reads of topic `lagging`: bytes asked for, bytes returned, reads.
     lagging: Mutex<(u64, u64, u64)>,
     /// Produces to topic `slow`: admitted so far; their commits wait until this is true.
@@ -133,6 +137,21 @@ impl kafka::Cluster for FakeBroker {
 
     async fn coordinator(&self, _key: &str) -> Result<Option<BrokerNode>, Refused> {
         Ok(self.brokers().await?.into_iter().next())
+    }
+
+    async fn coordinator_view(&self, key: &str) -> Result<(Option<BrokerNode>, i64), Refused> {
+        Ok((self.coordinator(key).await?, 1))
+    }
+}
+
+impl FakeBroker {
+    /// NOT_COORDINATOR unless `tenure` is the group's current one.
+    fn fenced(&self, group: &str, tenure: kafka::Tenure) -> Result<(), Refused> {
+        let tenures = self.tenures.lock().unwrap_or_else(|e| e.into_inner());
+        match tenures.get(group) {
+            Some(t) if *t == tenure.0 => Ok(()),
+            _ => Err(Refused::new(kafka::groups::errors::NOT_COORDINATOR, "taken")),
+        }
     }
 }
 
@@ -347,11 +366,44 @@ impl kafka::Topics for FakeBroker {
 
 #[async_trait::async_trait]
 impl kafka::GroupOffsets for FakeBroker {
+    async fn take_group(
+        &self,
+        group: &str,
+        _view: i64,
+        held: Option<kafka::Tenure>,
+    ) -> Result<kafka::Taken, Refused> {
+        let mut tenures = self.tenures.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(h) = held
+            && tenures.get(group) == Some(&h.0)
+        {
+            return Ok(kafka::Taken { tenure: h, state: None, kept: true });
+        }
+        let t = self.revision.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        tenures.insert(group.to_owned(), t);
+        let state = self.states.lock().unwrap_or_else(|e| e.into_inner()).get(group).cloned();
+        Ok(kafka::Taken { tenure: kafka::Tenure(t), state, kept: false })
+    }
+
+    async fn store_group(
+        &self,
+        group: &str,
+        tenure: kafka::Tenure,
+        state: Bytes,
+    ) -> Result<(), Refused> {
+        self.fenced(group, tenure)?;
+        self.states.lock().unwrap_or_else(|e| e.into_inner()).insert(group.to_owned(), state);
+        Ok(())
+    }
+
     async fn commit_offsets(
         &self,
         group: &str,
+        tenure: kafka::Tenure,
         offsets: Vec<kafka::OffsetCommit>,
     ) -> Vec<Result<(), Refused>> {
+        if let Err(r) = self.fenced(group, tenure) {
+            return offsets.iter().map(|_| Err(r.clone())).collect();
+        }
         let mut stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
         offsets
             .into_iter()
@@ -396,21 +448,31 @@ impl kafka::GroupOffsets for FakeBroker {
         })
     }
 
-    async fn groups_with_offsets(&self) -> Result<Vec<String>, Refused> {
-        let stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
-        let mut groups: Vec<String> = stored.keys().map(|(g, _, _)| g.clone()).collect();
-        groups.dedup();
+    async fn stored_groups(&self) -> Result<Vec<String>, Refused> {
+        let mut groups: Vec<String> =
+            self.states.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
+        groups.sort();
         Ok(groups)
     }
 
-    async fn delete_offsets(&self, group: &str) -> Result<usize, Refused> {
+    async fn delete_group(&self, group: &str, tenure: kafka::Tenure) -> Result<bool, Refused> {
+        self.fenced(group, tenure)?;
         let mut stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
         let before = stored.len();
         stored.retain(|(g, _, _), _| g != group);
-        Ok(before - stored.len())
+        let state = self.states.lock().unwrap_or_else(|e| e.into_inner()).remove(group);
+        self.tenures.lock().unwrap_or_else(|e| e.into_inner()).remove(group);
+        Ok(before != stored.len() || state.is_some())
     }
 
-    async fn delete_offset(&self, group: &str, topic: &str, partition: i32) -> Result<(), Refused> {
+    async fn delete_offset(
+        &self,
+        group: &str,
+        tenure: kafka::Tenure,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), Refused> {
+        self.fenced(group, tenure)?;
         let mut stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
         stored.remove(&(group.to_owned(), topic.to_owned(), partition));
         Ok(())
