@@ -484,18 +484,24 @@ pub(crate) async fn list_groups(
     match broker.stored_groups().await {
         Ok(names) => {
             for name in names {
-                if groups.tenure(&name).is_some() {
+                if all.iter().any(|(n, ..)| *n == name) {
                     continue;
                 }
-                if let Ok(Some(c)) = broker.coordinator(&name).await
-                    && c.node_id == broker.node_id()
-                    && check_coordinator(broker, groups, &name).await.is_none()
-                    && !all.iter().any(|(n, ..)| *n == name)
-                {
-                    match groups.list().into_iter().find(|(n, ..)| *n == name) {
-                        Some((n, ptype, state)) => all.push((n, ptype, state.name(), "classic")),
-                        None => all.push((name, String::new(), "Empty", "classic")),
+                let here = match groups.tenure(&name) {
+                    Some(_) => true,
+                    None => {
+                        matches!(broker.coordinator(&name).await, Ok(Some(c)) if c.node_id == broker.node_id())
+                            && check_coordinator(broker, groups, &name).await.is_none()
                     }
+                };
+                if !here {
+                    continue;
+                }
+                // Its membership as held now; a group with no members here (offsets only, or
+                // a KIP-848 group whose members left) is Empty, as Kafka lists it.
+                match groups.list().into_iter().find(|(n, ..)| *n == name) {
+                    Some((n, ptype, state)) => all.push((n, ptype, state.name(), "classic")),
+                    None => all.push((name, "consumer".to_owned(), "Empty", "classic")),
                 }
             }
             all.sort();
