@@ -107,7 +107,14 @@ pub(crate) async fn heartbeat(
             Err(e) => return fail(COORDINATOR_NOT_AVAILABLE, Some(e.message)),
         }
     };
+    let group = hb.group.clone();
     let beat = groups.consumer_heartbeat(hb, &view, Instant::now());
+    // What it changed is stored before it is answered: a new coordinator resumes from it.
+    if beat.error == code::NONE
+        && let Err(e) = groups.store_consumer(&group, broker).await
+    {
+        return fail(e, None);
+    }
     ConsumerGroupHeartbeatResponse::default()
         .with_error_code(beat.error)
         .with_error_message(beat.message.map(s))

@@ -546,15 +546,19 @@ impl Groups {
             // Whatever was held of it is stale: the stored state is the group now.
             self.forget(group);
             if let Some(bytes) = &taken.state {
-                match stored::decode(bytes, now) {
-                    Some(g) => {
+                match stored::decode_any(bytes, now) {
+                    Some(stored::Stored::Classic(g)) => {
                         tracing::info!(
                             group,
                             generation = g.generation,
                             members = g.members.len(),
                             "Kafka group resumed from its stored state"
                         );
-                        self.groups.lock().insert(group.to_owned(), g);
+                        self.groups.lock().insert(group.to_owned(), *g);
+                    }
+                    Some(stored::Stored::Consumer(c)) => {
+                        tracing::info!(group, "Kafka consumer group resumed from its stored state");
+                        self.consumer_resume(group, c, bytes.clone(), now);
                     }
                     None => tracing::warn!(
                         group,
@@ -616,6 +620,32 @@ impl Groups {
         (before, tx)
     }
 
+    /// Stores a KIP-848 group's state if a heartbeat (or a tick) changed it, before the
+    /// heartbeat is answered; the error code to answer when it could not be (NOT_COORDINATOR:
+    /// the group is another's now, and is forgotten).
+    pub async fn store_consumer(&self, group: &str, store: &dyn GroupOffsets) -> Result<(), i16> {
+        let Some(state) = self.consumer_changed(group) else { return Ok(()) };
+        let Some(tenure) = self.tenure(group) else { return Err(NOT_COORDINATOR) };
+        match store.store_group(group, tenure, state.clone()).await {
+            Ok(()) => {
+                self.consumer_stored(group, state);
+                self.stored(group);
+                Ok(())
+            }
+            Err(r) if r.code == NOT_COORDINATOR => {
+                self.forget(group);
+                Err(NOT_COORDINATOR)
+            }
+            Err(r) => {
+                tracing::warn!(group, error = %r.message, "storing a Kafka consumer group failed");
+                if let Some(g) = self.consumer_lock().get_mut(group) {
+                    g.mark_dirty();
+                }
+                Err(COORDINATOR_NOT_AVAILABLE)
+            }
+        }
+    }
+
     /// Stores what changed in the groups held since it was last stored (groups that emptied,
     /// static members that came back); a group found taken by another coordinator is
     /// forgotten, one not stored for another reason is tried again next time.
@@ -632,6 +662,11 @@ impl Groups {
                 })
                 .collect()
         };
+        for group in self.consumer_dirty() {
+            if let Err(code) = self.store_consumer(&group, store).await {
+                tracing::warn!(group, code, "storing a Kafka consumer group failed");
+            }
+        }
         for (group, tenure, state) in changed {
             let Some(state) = state else {
                 tracing::warn!(group, "a Kafka group too large to store: kept in memory only");
@@ -1069,11 +1104,12 @@ impl Groups {
             groups.remove(name);
         }
         drop(groups);
-        self.consumer_tick(now);
+        let gone = self.consumer_tick(now);
+        let classic = self.groups.lock();
         let consumer = self.consumer_lock();
         let mut held = self.held.lock();
-        for name in idle {
-            if !consumer.contains_key(&name) {
+        for name in idle.into_iter().chain(gone) {
+            if !consumer.contains_key(&name) && !classic.contains_key(&name) {
                 held.remove(&name);
             }
         }
@@ -1556,5 +1592,50 @@ mod tests {
         let rejoin = g.admit_join(join("g", &b, "b"), now).err().map(|j| *j).expect("at once");
         assert_eq!((rejoin.error, rejoin.generation), (0, 1));
         assert_eq!(g.describe("g").map(|d| d.state), Some(State::Stable));
+    }
+
+    #[tokio::test]
+    async fn a_new_coordinator_resumes_a_consumer_group_at_its_epochs() {
+        use consumer::{Assignment, Heartbeat, TopicView};
+        let now = Instant::now();
+        let store = Store::default();
+        let topic = uuid::Uuid::from_u128(1);
+        let view = TopicView {
+            topics: [("t".to_owned(), (topic, 4))].into(),
+            looked: Default::default(),
+            complete: true,
+        };
+        let hb = |epoch: i32, owned: Assignment| Heartbeat {
+            group: "g".into(),
+            member_id: "m1".into(),
+            member_epoch: epoch,
+            rebalance_timeout: (epoch == 0).then(|| Duration::from_secs(30)),
+            topic_names: (epoch == 0).then(|| vec!["t".to_owned()]),
+            owned: Some(owned),
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            ..Default::default()
+        };
+        let old = Groups::new(Duration::ZERO);
+        old.hold("g", 1, &store, now).await.expect("held");
+        let joined = old.consumer_heartbeat(hb(0, Assignment::new()), &view, now);
+        assert_eq!(joined.error, 0, "{joined:?}");
+        old.store_consumer("g", &store).await.expect("stored");
+        let owned = joined.assignment.clone().expect("assigned");
+        assert_eq!(owned.get(&topic).map(|p| p.len()), Some(4));
+        let steady = old.consumer_heartbeat(hb(joined.member_epoch, owned.clone()), &view, now);
+        old.store_consumer("g", &store).await.expect("stored");
+        let before = old.consumer_describe("g").expect("described");
+        // The coordinator moves: the new one resumes the group at its epochs.
+        let new = Groups::new(Duration::ZERO);
+        new.hold("g", 2, &store, now).await.expect("taken");
+        let after = new.consumer_describe("g").expect("resumed");
+        assert_eq!((after.epoch, after.assignment_epoch), (before.epoch, before.assignment_epoch));
+        assert_eq!(after.members, before.members);
+        let next = new.consumer_heartbeat(hb(steady.member_epoch, owned), &view, now);
+        assert_eq!((next.error, next.member_epoch), (0, steady.member_epoch), "{next:?}");
+        let still = new.consumer_describe("g").expect("described");
+        assert_eq!(still.epoch, before.epoch, "no new group epoch: nothing rebalanced");
+        assert_eq!(still.state, consumer::State::Stable);
     }
 }

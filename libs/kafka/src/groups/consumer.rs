@@ -17,9 +17,11 @@
 //!   timeout, are removed. A static member (instance id) that leaves with epoch -2 keeps its
 //!   partitions until its session ends; a member rejoining with its instance id takes them over.
 //!
-//! Membership is memory only, as for classic groups: a new coordinator answers members it does
-//! not know UNKNOWN_MEMBER_ID and they rejoin (committed offsets are durable, in the Broker).
-//! One deviation from Kafka, which fences it: a known member that rejoins with epoch 0 (it
+//! Membership is durable, as for classic groups: the group epoch, the target assignment and
+//! every member's epochs, assignment, partitions being revoked and subscription are stored
+//! (with the topics as the group last saw them) before a heartbeat that changed them is
+//! answered, so a new coordinator resumes the group and its members go on heartbeating at
+//! their epochs. One deviation from Kafka, which fences it: a known member that rejoins with epoch 0 (it
 //! dropped its partitions) is taken back at epoch 0 instead of being fenced again.
 //! Time is passed in, as for classic groups.
 
@@ -269,6 +271,10 @@ pub(super) struct Group {
     target: HashMap<String, Assignment>,
     /// The subscribed topics as last seen: name → (id, partitions).
     metadata: BTreeMap<String, (Uuid, u32)>,
+    /// The group as last stored (or taken), to store only what changed.
+    stored: Option<bytes::Bytes>,
+    /// Changed by a tick or a leave: stored by the next store of changed groups.
+    dirty: bool,
 }
 
 impl Group {
@@ -280,7 +286,13 @@ impl Group {
             instances: HashMap::new(),
             target: HashMap::new(),
             metadata: BTreeMap::new(),
+            stored: None,
+            dirty: false,
         }
+    }
+
+    pub(super) fn mark_dirty(&mut self) {
+        self.dirty = true;
     }
 
     pub(super) fn has_members(&self) -> bool {
@@ -773,7 +785,7 @@ impl Groups {
 
     /// Removes members silent past the session timeout and members that did not revoke
     /// within their rebalance timeout; forgets groups left without members.
-    pub(super) fn consumer_tick(&self, now: Instant) {
+    pub(super) fn consumer_tick(&self, now: Instant) -> Vec<String> {
         let mut groups = self.consumer_lock();
         for (name, g) in groups.iter_mut() {
             let gone: Vec<(String, &'static str)> = g
@@ -792,9 +804,20 @@ impl Groups {
             for (id, why) in gone {
                 tracing::info!(group = %name, member = %id, "Kafka consumer group: {why}");
                 g.remove(&id);
+                g.dirty = true;
             }
         }
-        groups.retain(|_, g| !g.members.is_empty());
+        // Groups left without members leave memory once stored so (the next request takes
+        // them again, with their epoch).
+        let gone: Vec<String> = groups
+            .iter()
+            .filter(|(_, g)| g.members.is_empty() && !g.dirty)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in &gone {
+            groups.remove(n);
+        }
+        gone
     }
 
     pub(super) fn consumer_forget(&self, group: &str) {
@@ -979,10 +1002,8 @@ fn leave(groups: &mut HashMap<String, Group>, hb: &Heartbeat, interval: Duration
         }
     } else {
         g.remove(&id);
-        if g.members.is_empty() {
-            groups.remove(&hb.group);
-        }
     }
+    g.dirty = true;
     Beat {
         error: code::NONE,
         message: None,
@@ -990,6 +1011,234 @@ fn leave(groups: &mut HashMap<String, Group>, hb: &Heartbeat, interval: Duration
         member_epoch: hb.member_epoch,
         heartbeat_interval: interval,
         assignment: None,
+    }
+}
+
+/// A consumer group as its coordinator stores it (inside the classic group's stored record).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(super) struct StoredConsumer {
+    #[prost(int32, tag = "1")]
+    epoch: i32,
+    #[prost(int32, tag = "2")]
+    assignment_epoch: i32,
+    #[prost(message, repeated, tag = "3")]
+    members: Vec<StoredMember>,
+    #[prost(message, repeated, tag = "4")]
+    target: Vec<StoredTarget>,
+    #[prost(message, repeated, tag = "5")]
+    metadata: Vec<StoredTopic>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct StoredMember {
+    #[prost(string, tag = "1")]
+    id: String,
+    #[prost(int32, tag = "2")]
+    epoch: i32,
+    #[prost(int32, tag = "3")]
+    previous_epoch: i32,
+    /// 0 stable, 1 unrevoked, 2 unreleased.
+    #[prost(uint32, tag = "4")]
+    state: u32,
+    #[prost(message, repeated, tag = "5")]
+    assigned: Vec<StoredPartitions>,
+    #[prost(message, repeated, tag = "6")]
+    revoking: Vec<StoredPartitions>,
+    #[prost(string, optional, tag = "7")]
+    instance_id: Option<String>,
+    #[prost(string, optional, tag = "8")]
+    rack_id: Option<String>,
+    #[prost(string, tag = "9")]
+    client_id: String,
+    #[prost(string, tag = "10")]
+    client_host: String,
+    #[prost(string, repeated, tag = "11")]
+    topic_names: Vec<String>,
+    #[prost(string, optional, tag = "12")]
+    topic_regex: Option<String>,
+    #[prost(string, optional, tag = "13")]
+    assignor: Option<String>,
+    #[prost(uint64, tag = "14")]
+    rebalance_timeout_ms: u64,
+    #[prost(bool, tag = "15")]
+    away: bool,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct StoredPartitions {
+    #[prost(bytes = "vec", tag = "1")]
+    topic_id: Vec<u8>,
+    #[prost(int32, repeated, tag = "2")]
+    partitions: Vec<i32>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct StoredTarget {
+    #[prost(string, tag = "1")]
+    member: String,
+    #[prost(message, repeated, tag = "2")]
+    assignment: Vec<StoredPartitions>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct StoredTopic {
+    #[prost(string, tag = "1")]
+    name: String,
+    #[prost(bytes = "vec", tag = "2")]
+    id: Vec<u8>,
+    #[prost(uint32, tag = "3")]
+    partitions: u32,
+}
+
+fn stored_partitions(a: &Assignment) -> Vec<StoredPartitions> {
+    a.iter()
+        .map(|(t, ps)| StoredPartitions {
+            topic_id: t.as_bytes().to_vec(),
+            partitions: ps.iter().copied().collect(),
+        })
+        .collect()
+}
+
+fn assignment_of(stored: Vec<StoredPartitions>) -> Assignment {
+    stored
+        .into_iter()
+        .filter_map(|p| {
+            Some((Uuid::from_slice(&p.topic_id).ok()?, p.partitions.into_iter().collect()))
+        })
+        .collect()
+}
+
+impl Group {
+    /// The group as stored (members sorted, so equal groups encode equal).
+    pub(super) fn to_stored(&self) -> StoredConsumer {
+        let mut members: Vec<StoredMember> = self
+            .members
+            .iter()
+            .map(|(id, m)| StoredMember {
+                id: id.clone(),
+                epoch: m.epoch,
+                previous_epoch: m.previous_epoch,
+                state: match m.state {
+                    Reconciling::Stable => 0,
+                    Reconciling::Unrevoked => 1,
+                    Reconciling::Unreleased => 2,
+                },
+                assigned: stored_partitions(&m.assigned),
+                revoking: stored_partitions(&m.revoking),
+                instance_id: m.instance_id.clone(),
+                rack_id: m.rack_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                topic_names: m.topic_names.clone(),
+                topic_regex: m.topic_regex.clone(),
+                assignor: m.assignor.clone(),
+                rebalance_timeout_ms: m.rebalance_timeout.as_millis() as u64,
+                away: m.away,
+            })
+            .collect();
+        members.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut target: Vec<StoredTarget> = self
+            .target
+            .iter()
+            .map(|(m, a)| StoredTarget { member: m.clone(), assignment: stored_partitions(a) })
+            .collect();
+        target.sort_by(|a, b| a.member.cmp(&b.member));
+        StoredConsumer {
+            epoch: self.epoch,
+            assignment_epoch: self.assignment_epoch,
+            members,
+            target,
+            metadata: self
+                .metadata
+                .iter()
+                .map(|(name, (id, n))| StoredTopic {
+                    name: name.clone(),
+                    id: id.as_bytes().to_vec(),
+                    partitions: *n,
+                })
+                .collect(),
+        }
+    }
+
+    /// The group a stored state describes, its members heard from `now` (a member still to
+    /// revoke has its rebalance timeout from now).
+    pub(super) fn from_stored(s: StoredConsumer, now: Instant) -> Group {
+        let mut g = Group::new();
+        g.epoch = s.epoch;
+        g.assignment_epoch = s.assignment_epoch;
+        for m in s.members {
+            let mut member = Member::new(now);
+            member.epoch = m.epoch;
+            member.previous_epoch = m.previous_epoch;
+            member.state = match m.state {
+                1 => Reconciling::Unrevoked,
+                2 => Reconciling::Unreleased,
+                _ => Reconciling::Stable,
+            };
+            member.assigned = assignment_of(m.assigned);
+            member.revoking = assignment_of(m.revoking);
+            member.rack_id = m.rack_id;
+            member.client_id = m.client_id;
+            member.client_host = m.client_host;
+            member.topic_names = m.topic_names;
+            member.regex = m.topic_regex.as_deref().and_then(|r| compile(r).ok());
+            member.topic_regex = m.topic_regex;
+            member.assignor = m.assignor;
+            member.rebalance_timeout = Duration::from_millis(m.rebalance_timeout_ms);
+            member.away = m.away;
+            if member.state == Reconciling::Unrevoked {
+                member.revoke_deadline = Some(now + member.rebalance_timeout);
+            }
+            if let Some(i) = &m.instance_id {
+                g.instances.insert(i.clone(), m.id.clone());
+            }
+            member.instance_id = m.instance_id;
+            g.members.insert(m.id, member);
+        }
+        g.target = s.target.into_iter().map(|t| (t.member, assignment_of(t.assignment))).collect();
+        g.metadata = s
+            .metadata
+            .into_iter()
+            .filter_map(|t| Some((t.name, (Uuid::from_slice(&t.id).ok()?, t.partitions))))
+            .collect();
+        g
+    }
+}
+
+impl Groups {
+    /// A consumer group resumed from its stored state.
+    pub(super) fn consumer_resume(
+        &self,
+        group: &str,
+        s: StoredConsumer,
+        bytes: bytes::Bytes,
+        now: Instant,
+    ) {
+        let mut g = Group::from_stored(s, now);
+        g.stored = Some(bytes);
+        self.consumer_lock().insert(group.to_owned(), g);
+    }
+
+    /// The consumer group's state to store, if it changed since it was last stored (`all`:
+    /// whatever changed it; else only what a tick or a leave changed).
+    pub(super) fn consumer_changed(&self, group: &str) -> Option<bytes::Bytes> {
+        let mut groups = self.consumer_lock();
+        let g = groups.get_mut(group)?;
+        let state = super::stored::encode_consumer(g.to_stored())?;
+        g.dirty = false;
+        (g.stored.as_ref() != Some(&state)).then_some(state)
+    }
+
+    /// The consumer groups a tick or a leave changed.
+    pub(super) fn consumer_dirty(&self) -> Vec<String> {
+        self.consumer_lock().iter().filter(|(_, g)| g.dirty).map(|(n, _)| n.clone()).collect()
+    }
+
+    /// The consumer group's state as stored now.
+    pub(super) fn consumer_stored(&self, group: &str, state: bytes::Bytes) {
+        if let Some(g) = self.consumer_lock().get_mut(group) {
+            g.stored = Some(state);
+        }
     }
 }
 
@@ -1173,9 +1422,11 @@ mod tests {
         let gone = g.consumer_heartbeat(beat("g", "m1", one.member_epoch, None), &v, t0);
         assert_eq!(gone.error, UNKNOWN_MEMBER_ID);
 
-        // Silence past the session timeout (45 s) removes m2 and the group with it.
+        // Silence past the session timeout (45 s) removes m2: the group is empty (kept until
+        // stored so, then it leaves memory).
         g.tick(t0 + Duration::from_secs(31 + 46));
-        assert!(g.consumer_describe("g").is_none());
+        let left = g.consumer_describe("g").map(|d| (d.state, d.members.len()));
+        assert_eq!(left, Some((State::Empty, 0)));
 
         // Leaving: the rest take over at once.
         let a = g.consumer_heartbeat(join("h", "a", &["a"]), &v, t0);

@@ -33,6 +33,30 @@ struct StoredGroup {
     /// When the group last became empty (ms since the Unix epoch; 0 while it has members).
     #[prost(int64, tag = "6")]
     emptied_at_ms: i64,
+    /// A KIP-848 consumer group's state (then the classic fields are empty).
+    #[prost(message, optional, tag = "7")]
+    consumer: Option<super::consumer::StoredConsumer>,
+}
+
+/// A consumer group's state as stored; `None` past [`MAX_STORED_BYTES`].
+pub(super) fn encode_consumer(c: super::consumer::StoredConsumer) -> Option<Bytes> {
+    let bytes = StoredGroup { consumer: Some(c), ..Default::default() }.encode_to_vec();
+    (bytes.len() <= MAX_STORED_BYTES).then(|| Bytes::from(bytes))
+}
+
+/// What a stored state holds: a classic group, or a KIP-848 consumer group.
+pub(super) enum Stored {
+    Classic(Box<Group>),
+    Consumer(super::consumer::StoredConsumer),
+}
+
+/// [`decode`], telling the two kinds apart.
+pub(super) fn decode_any(bytes: &[u8], now: Instant) -> Option<Stored> {
+    let s = StoredGroup::decode(bytes).ok()?;
+    match s.consumer {
+        Some(c) => Some(Stored::Consumer(c)),
+        None => decode(bytes, now).map(|g| Stored::Classic(Box::new(g))),
+    }
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -103,6 +127,7 @@ pub(super) fn encode(g: &Group, given: Option<&HashMap<String, Bytes>>) -> Optio
         leader: g.leader.clone().unwrap_or_default(),
         members,
         emptied_at_ms: g.emptied_at_ms,
+        consumer: None,
     };
     let bytes = stored.encode_to_vec();
     (bytes.len() <= MAX_STORED_BYTES).then(|| Bytes::from(bytes))
