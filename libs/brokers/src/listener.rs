@@ -25,6 +25,7 @@ pub fn kafka_config(
         default_partitions: k.default_partitions,
         consumer_session_timeout: k.consumer_session_timeout.0,
         consumer_heartbeat_interval: k.consumer_heartbeat_interval.0,
+        offsets_retention: k.offsets_retention.0,
         tls,
         authz: role.authorizer(),
         acls: role.authorizer().enabled().then(|| role.auth_store()),

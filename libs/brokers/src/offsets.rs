@@ -380,20 +380,21 @@ impl kafka::GroupOffsets for LogBroker {
         Ok(out)
     }
 
-    async fn stored_groups(&self) -> Result<Vec<String>, Refused> {
+    async fn stored_groups(&self) -> Result<Vec<(String, Bytes)>, Refused> {
         let prefix = self.reader.keys().group_states();
         let resp = self
             .reader
             .meta()
-            .range(RangeRequest::prefix(prefix.clone()).keys_only())
+            .range(RangeRequest::prefix(prefix.clone()))
             .await
             .map_err(Refused::server)?;
         Ok(resp
             .kvs
-            .iter()
+            .into_iter()
             .filter_map(|kv| {
                 let enc = std::str::from_utf8(&kv.key[prefix.len()..]).ok()?;
-                kafka::groups::group_of_cursor(&format!("kafka.{enc}"))
+                let group = kafka::groups::group_of_cursor(&format!("kafka.{enc}"))?;
+                Some((group, Bytes::from(kv.value)))
             })
             .collect())
     }

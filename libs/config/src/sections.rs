@@ -376,6 +376,10 @@ pub struct KafkaSection {
     /// below `consumer_session_timeout`.
     #[serde(default = "default_consumer_heartbeat_interval")]
     pub consumer_heartbeat_interval: Duration,
+    /// A group's committed offsets are deleted once it has had no member for this long (and
+    /// none was committed meanwhile): Kafka's `offsets.retention.minutes`, 7 days.
+    #[serde(default = "default_offsets_retention")]
+    pub offsets_retention: Duration,
     /// TLS on the Kafka listener (clients' `security.protocol=SSL`); plaintext when absent.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
@@ -386,6 +390,9 @@ fn default_consumer_session_timeout() -> Duration {
 }
 fn default_consumer_heartbeat_interval() -> Duration {
     Duration(std::time::Duration::from_secs(5))
+}
+fn default_offsets_retention() -> Duration {
+    Duration(std::time::Duration::from_secs(7 * 24 * 3600))
 }
 
 fn default_partitions() -> u32 {
@@ -422,6 +429,7 @@ impl KafkaSection {
             connections_max_idle: default_connections_max_idle(),
             consumer_session_timeout: default_consumer_session_timeout(),
             consumer_heartbeat_interval: default_consumer_heartbeat_interval(),
+            offsets_retention: default_offsets_retention(),
             tls: None,
         }
     }
@@ -474,6 +482,9 @@ impl KafkaSection {
                 format!("{key}.consumer_heartbeat_interval"),
                 format!("must be at least 100ms and below {key}.consumer_session_timeout"),
             ));
+        }
+        if self.offsets_retention.0 < std::time::Duration::from_secs(1) {
+            return Err(Invalid::new(format!("{key}.offsets_retention"), "must be at least 1s"));
         }
         match &self.tls {
             Some(t) => t.check_listener(&format!("{key}.tls")),

@@ -314,6 +314,7 @@ pub(crate) async fn offset_commit(
             let outcomes = broker.commit_offsets(&group, tenure, items).await;
             if outcomes.iter().any(Result::is_ok) {
                 groups.ensure_stored(&group, broker).await;
+                groups.committed(&group);
             }
             // Refused as another coordinator's: this one lets the group go.
             if outcomes.iter().any(|o| o.as_ref().is_err_and(|r| r.code == NOT_COORDINATOR)) {
@@ -482,8 +483,8 @@ pub(crate) async fn list_groups(
     // Stored groups this broker coordinates that it does not hold yet are taken (resumed),
     // as Kafka loads a coordinator's groups, then listed with the rest.
     match broker.stored_groups().await {
-        Ok(names) => {
-            for name in names {
+        Ok(stored) => {
+            for (name, _) in stored {
                 if all.iter().any(|(n, ..)| *n == name) {
                     continue;
                 }

@@ -456,6 +456,8 @@ pub struct Groups {
     /// KIP-848: how often members heartbeat (`group.consumer.heartbeat.interval.ms`, 5 s).
     heartbeat_interval: Duration,
     ids: std::sync::atomic::AtomicU64,
+    /// A group's offsets expire once it has had no member this long (and none was committed).
+    offsets_retention: Duration,
     /// The groups this coordinator has taken: the tenure it writes under, the member view it
     /// took them at.
     held: Mutex<HashMap<String, Held>>,
@@ -481,6 +483,10 @@ type Applied = futures::future::Shared<oneshot::Receiver<()>>;
 /// Empty groups idle this long leave memory (taken again from the store when asked for).
 const IDLE_EMPTY: Duration = Duration::from_secs(600);
 
+/// How often groups' offsets are checked for expiry (Kafka's
+/// `offsets.retention.check.interval.ms`, 10 minutes).
+pub const RETENTION_CHECK_INTERVAL: Duration = Duration::from_secs(600);
+
 /// Now, in ms since the Unix epoch (when a group emptied: what offsets' expiry counts from).
 fn unix_ms() -> i64 {
     std::time::SystemTime::now()
@@ -505,9 +511,97 @@ impl Groups {
             consumer_session_timeout: Duration::from_secs(45),
             heartbeat_interval: Duration::from_secs(5),
             ids: Default::default(),
+            offsets_retention: Duration::from_secs(7 * 24 * 3600),
             held: Default::default(),
             taking: Default::default(),
             commits: Default::default(),
+        }
+    }
+
+    /// How long a group's offsets outlive its last member (Kafka's
+    /// `offsets.retention.minutes`, 7 days).
+    pub fn with_offsets_retention(mut self, retention: Duration) -> Groups {
+        self.offsets_retention = retention;
+        self
+    }
+
+    /// Deletes the offsets (and stored state) of every group this coordinator coordinates
+    /// that has had no member for the offsets' retention and took no commit meanwhile: one
+    /// read of the stored groups, then a take and a deletion of each expired one.
+    pub async fn expire(&self, broker: &dyn crate::Broker) {
+        let stored = match broker.stored_groups().await {
+            Ok(s) => s,
+            Err(r) => {
+                tracing::warn!(error = %r.message, "Kafka offsets' expiry: groups unreadable");
+                return;
+            }
+        };
+        let retention = i64::try_from(self.offsets_retention.as_millis()).unwrap_or(i64::MAX);
+        let now = unix_ms();
+        for (group, state) in stored {
+            // What is held here is newer than what is stored (a commit since, say).
+            let quiet = match self.quiet_since(&group) {
+                Some(q) => q,
+                None => match stored::quiet_since(&state) {
+                    Some(q) if self.tenure(&group).is_none() => q,
+                    _ => continue,
+                },
+            };
+            if now.saturating_sub(quiet) < retention {
+                continue;
+            }
+            let Ok((Some(c), view)) = broker.coordinator_view(&group).await else { continue };
+            if c.node_id != broker.node_id() {
+                continue;
+            }
+            let Ok(tenure) = self.hold(&group, view, broker, Instant::now()).await else {
+                continue;
+            };
+            // Taken again: what the store said may have changed under another coordinator.
+            if self.quiet_since(&group).is_none_or(|q| now.saturating_sub(q) < retention) {
+                continue;
+            }
+            match broker.delete_group(&group, tenure).await {
+                Ok(_) => {
+                    tracing::info!(group, "Kafka group's offsets expired (offsets.retention)");
+                    self.forget(&group);
+                }
+                Err(r) => {
+                    tracing::warn!(group, error = %r.message, "expiring a Kafka group failed")
+                }
+            }
+        }
+    }
+
+    /// Since when a group held here has had no member (ms since the Unix epoch): `None` if it
+    /// has members, or is not held in memory.
+    fn quiet_since(&self, group: &str) -> Option<i64> {
+        if let Some(g) = self.groups.lock().get(group) {
+            return g.members.is_empty().then_some(g.emptied_at_ms);
+        }
+        let consumer = self.consumer_lock();
+        let g = consumer.get(group)?;
+        (!g.has_members()).then_some(g.quiet_since_ms)
+    }
+
+    /// A commit landed on `group`: a group without members counts its offsets' retention from
+    /// now (stored again at most every tenth of the retention, so commits cost no extra write).
+    pub fn committed(&self, group: &str) {
+        let now = unix_ms();
+        let step = i64::try_from(self.offsets_retention.as_millis() / 10).unwrap_or(i64::MAX);
+        if let Some(g) = self.groups.lock().get_mut(group) {
+            if g.members.is_empty() && now.saturating_sub(g.emptied_at_ms) > step {
+                g.emptied_at_ms = now;
+                g.unstored = true;
+            }
+            return;
+        }
+        if let Some(g) = self.consumer_lock().get_mut(group)
+            && !g.has_members()
+            && now.saturating_sub(g.quiet_since_ms) > step
+        {
+            g.quiet_since_ms = now;
+            g.mark_dirty();
         }
     }
 
@@ -556,9 +650,9 @@ impl Groups {
                         );
                         self.groups.lock().insert(group.to_owned(), *g);
                     }
-                    Some(stored::Stored::Consumer(c)) => {
+                    Some(stored::Stored::Consumer(c, quiet)) => {
                         tracing::info!(group, "Kafka consumer group resumed from its stored state");
-                        self.consumer_resume(group, c, bytes.clone(), now);
+                        self.consumer_resume(group, c, quiet, bytes.clone(), now);
                     }
                     None => tracing::warn!(
                         group,
@@ -590,15 +684,17 @@ impl Groups {
     pub async fn ensure_stored(&self, group: &str, store: &dyn GroupOffsets) {
         let Some(h) = self.held.lock().get(group).copied().filter(|h| !h.stored) else { return };
         let state = {
-            let groups = self.groups.lock();
-            match groups.get(group) {
-                Some(g) => stored::encode(g, None),
-                None => {
-                    let mut g = Group::new();
-                    g.emptied_at_ms = unix_ms();
-                    stored::encode(&g, None)
-                }
+            let mut groups = self.groups.lock();
+            if self.consumer_lock().contains_key(group) {
+                // A KIP-848 group is stored by its heartbeats.
+                return;
             }
+            let g = groups.entry(group.to_owned()).or_insert_with(|| {
+                let mut g = Group::new();
+                g.emptied_at_ms = unix_ms();
+                g
+            });
+            stored::encode(g, None)
         };
         let Some(state) = state else { return };
         match store.store_group(group, h.tenure, state).await {
@@ -1287,8 +1383,8 @@ mod tests {
         ) -> Result<Vec<CommittedOffset>, Refused> {
             Ok(Vec::new())
         }
-        async fn stored_groups(&self) -> Result<Vec<String>, Refused> {
-            Ok(self.states.lock().keys().cloned().collect())
+        async fn stored_groups(&self) -> Result<Vec<(String, Bytes)>, Refused> {
+            Ok(self.states.lock().iter().map(|(g, s)| (g.clone(), s.clone())).collect())
         }
         async fn delete_group(&self, g: &str, t: Tenure) -> Result<bool, Refused> {
             self.fenced(g, t)?;

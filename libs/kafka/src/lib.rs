@@ -432,9 +432,9 @@ pub trait GroupOffsets: Send + Sync + 'static {
         partitions: Option<Vec<(String, Vec<i32>)>>,
     ) -> Result<Vec<CommittedOffset>, Refused>;
 
-    /// Every group with a stored state (a group that committed offsets has one): one read,
-    /// whatever the number of partitions.
-    async fn stored_groups(&self) -> Result<Vec<String>, Refused>;
+    /// Every group with a stored state (a group that committed offsets has one), with that
+    /// state: one read, whatever the number of partitions.
+    async fn stored_groups(&self) -> Result<Vec<(String, bytes::Bytes)>, Refused>;
 
     /// Deletes a group: its committed offsets, its stored state and its coordinator record
     /// (DeleteGroups, expiry); whether it had any of them stored.

@@ -64,6 +64,12 @@ pub struct KafkaConfig {
     pub consumer_session_timeout: std::time::Duration,
     /// KIP-848 groups: the heartbeat interval members are told (5 s).
     pub consumer_heartbeat_interval: std::time::Duration,
+    /// A group's offsets expire once it has had no member this long (Kafka's
+    /// `offsets.retention.minutes`, 7 days).
+    pub offsets_retention: std::time::Duration,
+    /// How often offsets are checked for expiry (Kafka's
+    /// `offsets.retention.check.interval.ms`, 10 minutes).
+    pub offsets_retention_check: std::time::Duration,
     /// TLS on the listener (clients' `security.protocol=SSL`); none: plaintext.
     pub tls: Option<Arc<security::ServerTls>>,
     /// Who may do what ([`crate::session`]); off by default.
@@ -98,6 +104,8 @@ impl Default for KafkaConfig {
             initial_rebalance_delay: std::time::Duration::from_secs(3),
             consumer_session_timeout: std::time::Duration::from_secs(45),
             consumer_heartbeat_interval: std::time::Duration::from_secs(5),
+            offsets_retention: std::time::Duration::from_secs(7 * 24 * 3600),
+            offsets_retention_check: crate::groups::RETENTION_CHECK_INTERVAL,
             tls: None,
             authz: security::Authorizer::off(),
             acls: None,
@@ -213,7 +221,8 @@ pub async fn serve(
 ) {
     let groups = Arc::new(
         crate::groups::Groups::new(cfg.initial_rebalance_delay)
-            .with_consumer_timeouts(cfg.consumer_session_timeout, cfg.consumer_heartbeat_interval),
+            .with_consumer_timeouts(cfg.consumer_session_timeout, cfg.consumer_heartbeat_interval)
+            .with_offsets_retention(cfg.offsets_retention),
     );
     let cfg = Arc::new(cfg);
     let open = Arc::new(Mutex::new(Open::default()));
@@ -224,13 +233,19 @@ pub async fn serve(
     let mut connections = tokio::task::JoinSet::new();
     // Sessions end and rebalances complete on time, whether or not requests come in.
     // What that changed of the groups (emptied ones) is stored after each tick.
-    let (ticking, storing) = (groups.clone(), broker.clone());
+    // Offsets of groups empty past their retention are deleted once a check interval.
+    let (ticking, storing, check) = (groups.clone(), broker.clone(), cfg.offsets_retention_check);
     let ticker = tokio::spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_millis(200));
+        let mut checked = std::time::Instant::now();
         loop {
             every.tick().await;
             ticking.tick(std::time::Instant::now());
             ticking.store_changed(storing.as_ref()).await;
+            if checked.elapsed() >= check {
+                checked = std::time::Instant::now();
+                ticking.expire(storing.as_ref()).await;
+            }
         }
     });
     tokio::pin!(shutdown);

@@ -561,6 +561,83 @@ async fn a_kip848_group_assigns_on_the_coordinator_through_member_and_coordinato
     Ok(())
 }
 
+/// Issue 40's group promise: a stable group, classic and KIP-848, keeps its members,
+/// generation and assignment when its coordinator stops (a rolling restart's step): the next
+/// coordinator resumes it from its stored state. Two confluent-kafka members split 6
+/// partitions; the coordinator writer gets SIGTERM; records produced after are consumed with
+/// no rebalance (no member's assignment changes: librdkafka reports every one) and no record
+/// consumed twice (every commit before and after the move held).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stable_group_keeps_its_members_and_commits_when_its_coordinator_stops() -> Result<()> {
+    for protocol in ["classic", "consumer"] {
+        group_through_a_coordinator_stop(protocol).await.with_context(|| protocol.to_owned())?;
+    }
+    Ok(())
+}
+
+async fn group_through_a_coordinator_stop(protocol: &str) -> Result<()> {
+    use std::collections::BTreeSet;
+    let cluster = Cluster::start()?;
+    let (mut writers, bootstrap) = kafka_writers(&cluster, &["w1", "w2", "w3"])?;
+    let meta = cluster.meta().await?;
+    super::wait_role(&meta, &cluster.name, "writer", 3).await?;
+    let catalog = client::CatalogClient::connect(&cluster.catalog_url).await?;
+    catalog.create("events", 6, None, None).await?;
+    let all = bootstrap.join(",");
+    produce_keyed(&all, "events", 0..2000)?;
+    let out = |name: &str| cluster.dir.path().join(format!("{name}.txt"));
+    let member = |name: &str| protocol_member(&all, "events", "steady", &out(name), protocol);
+    let consumed = || consumers_of(cluster.dir.path(), &["a", "b"]);
+    // Every assignment a member was told of, in order.
+    let changes = |name: &str| {
+        let text = std::fs::read_to_string(out(name)).unwrap_or_default();
+        text.lines().filter(|l| l.starts_with("# assigned")).count()
+    };
+    let split = || {
+        let owned: Vec<u32> =
+            ["a", "b"].iter().flat_map(|m| member_output(&out(m)).1.unwrap_or_default()).collect();
+        let distinct: BTreeSet<u32> = owned.iter().copied().collect();
+        owned.len() == 6 && distinct.len() == 6
+    };
+    let mut a = member("a")?;
+    let mut b = member("b")?;
+    until(std::time::Duration::from_secs(60), "two members splitting 6 partitions", split).await?;
+    until(std::time::Duration::from_secs(30), "the first 2000 consumed", || {
+        consumed().len() >= 2000
+    })
+    .await?;
+    // Settled: commits landed (every 500 ms), no assignment pending.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let before = (changes("a"), changes("b"));
+    let (coordinator, left) =
+        stop_coordinator(&cluster, &meta, &mut writers, &bootstrap, "steady", true).await?;
+    super::wait_role(&meta, &cluster.name, "writer", 2).await?;
+    produce_keyed(&left.join(","), "events", 2000..4000)?;
+    until(std::time::Duration::from_secs(60), "all 4000 consumed after the stop", || {
+        consumed().len() >= 4000
+    })
+    .await?;
+    // Heartbeats went on at the new coordinator for a few more sessions.
+    tokio::time::sleep(std::time::Duration::from_secs(8)).await;
+    let after = (changes("a"), changes("b"));
+    ensure!(
+        after == before,
+        "the group rebalanced when its coordinator {coordinator} stopped: assignments told {before:?} before, {after:?} after"
+    );
+    let seen = consumed();
+    let twice: Vec<&String> = seen.iter().filter(|(_, by)| by.len() > 1).map(|(v, _)| v).collect();
+    ensure!(twice.is_empty(), "{} records consumed twice, e.g. {}", twice.len(), twice[0]);
+    for m in ["a", "b"] {
+        std::fs::write(cluster.dir.path().join(format!("{m}.txt.stop")), "")?;
+    }
+    a.wait()?;
+    b.wait()?;
+    eprintln!(
+        "e2e: {protocol} group: coordinator {coordinator} stopped; 4000 records consumed once each, no rebalance"
+    );
+    Ok(())
+}
+
 /// SIGKILLs the writer coordinating `group` (as confluent-kafka's AdminClient finds it) among
 /// `writers` (w1, w2, w3 with Kafka addresses `bootstrap`): its id, and the others' addresses.
 async fn kill_coordinator(
@@ -569,6 +646,19 @@ async fn kill_coordinator(
     writers: &mut std::collections::BTreeMap<String, testkit::Service>,
     bootstrap: &[String],
     group: &str,
+) -> Result<(String, Vec<String>)> {
+    stop_coordinator(cluster, meta, writers, bootstrap, group, false).await
+}
+
+/// [`kill_coordinator`], stopping it gracefully (SIGTERM: it leaves the member set at once,
+/// as in a rolling restart) when `graceful`.
+async fn stop_coordinator(
+    cluster: &Cluster,
+    meta: &std::sync::Arc<dyn metadata::MetadataStore>,
+    writers: &mut std::collections::BTreeMap<String, testkit::Service>,
+    bootstrap: &[String],
+    group: &str,
+    graceful: bool,
 ) -> Result<(String, Vec<String>)> {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let find = std::process::Command::new(format!("{root}/.tools/venv/bin/python"))
@@ -587,7 +677,12 @@ async fn kill_coordinator(
         .with_context(|| format!("coordinator: {}", String::from_utf8_lossy(&find.stderr)))?;
     let coordinator =
         writer_of_node(cluster, meta, node).await?.context("the coordinator's writer id")?;
-    writers.get_mut(&coordinator).context("the coordinator")?.kill9()?;
+    let w = writers.get_mut(&coordinator).context("the coordinator")?;
+    if graceful {
+        w.terminate(std::time::Duration::from_secs(30))?;
+    } else {
+        w.kill9()?;
+    }
     let left = ["w1", "w2", "w3"]
         .iter()
         .zip(bootstrap)

@@ -275,6 +275,9 @@ pub(super) struct Group {
     stored: Option<bytes::Bytes>,
     /// Changed by a tick or a leave: stored by the next store of changed groups.
     dirty: bool,
+    /// When it last had no member left, or last took a commit without members (ms since the
+    /// Unix epoch): its offsets expire from then.
+    pub(super) quiet_since_ms: i64,
 }
 
 impl Group {
@@ -288,6 +291,7 @@ impl Group {
             metadata: BTreeMap::new(),
             stored: None,
             dirty: false,
+            quiet_since_ms: 0,
         }
     }
 
@@ -324,6 +328,9 @@ impl Group {
         }
         self.target.remove(id);
         self.epoch += 1;
+        if self.members.is_empty() {
+            self.quiet_since_ms = super::unix_ms();
+        }
     }
 
     /// The assignor most members ask for (the default when none does).
@@ -1090,6 +1097,12 @@ struct StoredTopic {
     partitions: u32,
 }
 
+impl StoredConsumer {
+    pub(super) fn member_count(&self) -> usize {
+        self.members.len()
+    }
+}
+
 fn stored_partitions(a: &Assignment) -> Vec<StoredPartitions> {
     a.iter()
         .map(|(t, ps)| StoredPartitions {
@@ -1211,11 +1224,13 @@ impl Groups {
         &self,
         group: &str,
         s: StoredConsumer,
+        quiet_since_ms: i64,
         bytes: bytes::Bytes,
         now: Instant,
     ) {
         let mut g = Group::from_stored(s, now);
         g.stored = Some(bytes);
+        g.quiet_since_ms = quiet_since_ms;
         self.consumer_lock().insert(group.to_owned(), g);
     }
 
@@ -1224,7 +1239,8 @@ impl Groups {
     pub(super) fn consumer_changed(&self, group: &str) -> Option<bytes::Bytes> {
         let mut groups = self.consumer_lock();
         let g = groups.get_mut(group)?;
-        let state = super::stored::encode_consumer(g.to_stored())?;
+        let quiet = if g.members.is_empty() { g.quiet_since_ms } else { 0 };
+        let state = super::stored::encode_consumer(g.to_stored(), quiet)?;
         g.dirty = false;
         (g.stored.as_ref() != Some(&state)).then_some(state)
     }

@@ -39,22 +39,39 @@ struct StoredGroup {
 }
 
 /// A consumer group's state as stored; `None` past [`MAX_STORED_BYTES`].
-pub(super) fn encode_consumer(c: super::consumer::StoredConsumer) -> Option<Bytes> {
-    let bytes = StoredGroup { consumer: Some(c), ..Default::default() }.encode_to_vec();
+pub(super) fn encode_consumer(
+    c: super::consumer::StoredConsumer,
+    emptied_at_ms: i64,
+) -> Option<Bytes> {
+    let bytes =
+        StoredGroup { consumer: Some(c), emptied_at_ms, ..Default::default() }.encode_to_vec();
     (bytes.len() <= MAX_STORED_BYTES).then(|| Bytes::from(bytes))
+}
+
+/// Whether a stored group has no members, and since when (ms since the Unix epoch): what
+/// its offsets' expiry counts from. `None` for a group with members, or a state that does not
+/// decode.
+pub(super) fn quiet_since(bytes: &[u8]) -> Option<i64> {
+    let s = StoredGroup::decode(bytes).ok()?;
+    let members = match &s.consumer {
+        Some(c) => c.member_count(),
+        None => s.members.len(),
+    };
+    (members == 0).then_some(s.emptied_at_ms)
 }
 
 /// What a stored state holds: a classic group, or a KIP-848 consumer group.
 pub(super) enum Stored {
     Classic(Box<Group>),
-    Consumer(super::consumer::StoredConsumer),
+    /// With when it last became empty (0: it has members).
+    Consumer(super::consumer::StoredConsumer, i64),
 }
 
 /// [`decode`], telling the two kinds apart.
 pub(super) fn decode_any(bytes: &[u8], now: Instant) -> Option<Stored> {
     let s = StoredGroup::decode(bytes).ok()?;
     match s.consumer {
-        Some(c) => Some(Stored::Consumer(c)),
+        Some(c) => Some(Stored::Consumer(c, s.emptied_at_ms)),
         None => decode(bytes, now).map(|g| Stored::Classic(Box::new(g))),
     }
 }

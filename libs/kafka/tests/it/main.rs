@@ -448,9 +448,10 @@ impl kafka::GroupOffsets for FakeBroker {
         })
     }
 
-    async fn stored_groups(&self) -> Result<Vec<String>, Refused> {
-        let mut groups: Vec<String> =
-            self.states.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
+    async fn stored_groups(&self) -> Result<Vec<(String, Bytes)>, Refused> {
+        let states = self.states.lock().unwrap_or_else(|e| e.into_inner());
+        let mut groups: Vec<(String, Bytes)> =
+            states.iter().map(|(g, s)| (g.clone(), s.clone())).collect();
         groups.sort();
         Ok(groups)
     }
@@ -1858,5 +1859,73 @@ async fn offset_for_leader_epoch_answers_as_kafka_does_without_leader_epochs() -
         ];
         ensure!(got == want, "v{v}: {got:?}");
     }
+    Ok(())
+}
+
+/// Kafka's `offsets.retention.minutes`: a group's offsets go once it has had no member for
+/// the retention and took no commit meanwhile; a group that keeps committing keeps them.
+#[tokio::test]
+async fn a_groups_offsets_expire_once_it_has_been_empty_for_the_retention() -> Result<()> {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::*;
+    let cfg = KafkaConfig {
+        offsets_retention: std::time::Duration::from_secs(1),
+        offsets_retention_check: std::time::Duration::from_millis(100),
+        ..Default::default()
+    };
+    let s = server(cfg).await?;
+    let str = |v: &str| StrBytes::from_string(v.to_owned());
+    let commit = |group: &str, offset: i64| {
+        OffsetCommitRequest::default()
+            .with_group_id(GroupId(str(group)))
+            .with_generation_id_or_member_epoch(-1)
+            .with_topics(vec![
+                OffsetCommitRequestTopic::default()
+                    .with_name(TopicName(str("orders")))
+                    .with_partitions(vec![
+                        OffsetCommitRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_committed_offset(offset),
+                    ]),
+            ])
+    };
+    let committed = |group: &str| {
+        let req = OffsetFetchRequest::default().with_group_id(GroupId(str(group))).with_topics(
+            Some(vec![
+                OffsetFetchRequestTopic::default()
+                    .with_name(TopicName(str("orders")))
+                    .with_partition_indexes(vec![0]),
+            ]),
+        );
+        let addr = s.addr;
+        async move {
+            let r: OffsetFetchResponse = ask(addr, ApiKey::OffsetFetch, 7, "t", &req).await?;
+            Ok::<i64, anyhow::Error>(r.topics[0].partitions[0].committed_offset)
+        }
+    };
+    for group in ["old", "kept"] {
+        let r: OffsetCommitResponse =
+            ask(s.addr, ApiKey::OffsetCommit, 7, "t", &commit(group, 5)).await?;
+        ensure!(r.topics[0].partitions[0].error_code == 0, "{r:?}");
+    }
+    ensure!(committed("old").await? == 5);
+    let start = std::time::Instant::now();
+    let mut n = 5;
+    while start.elapsed() < std::time::Duration::from_millis(2500) {
+        n += 1;
+        let r: OffsetCommitResponse =
+            ask(s.addr, ApiKey::OffsetCommit, 7, "t", &commit("kept", n)).await?;
+        ensure!(r.topics[0].partitions[0].error_code == 0, "{r:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    ensure!(committed("old").await? == -1, "the idle group's offsets outlived its retention");
+    ensure!(committed("kept").await? == n, "a group committing all along lost its offsets");
+    let r: ListGroupsResponse =
+        ask(s.addr, ApiKey::ListGroups, 4, "t", &ListGroupsRequest::default()).await?;
+    let listed: Vec<&str> = r.groups.iter().map(|g| g.group_id.0.as_str()).collect();
+    ensure!(listed == ["kept"], "{listed:?}");
     Ok(())
 }

@@ -1,0 +1,143 @@
+//! Consumer groups' durable part in the metadata store: a coordinator's tenure fences every
+//! write of the group, a coordinator with a trailing member view does not take a group back,
+//! a deleted (or expired) group leaves no key behind, and listing groups or a group's offsets
+//! costs reads independent of the partitions in the cluster.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use anyhow::{Result, anyhow, ensure};
+use brokers::LogBroker;
+use catalog::Catalog;
+use kafka::{GroupOffsets, OffsetCommit, Tenure};
+use logstore::{LogStorage, LogStorageConfig, SystemClock};
+use metadata::counting::CountingMeta;
+use metadata::{MetadataStore, RangeRequest};
+use objstore::object_store::ObjectStore;
+
+const CLUSTER: &str = "g";
+const NOT_COORDINATOR: i16 = kafka::groups::errors::NOT_COORDINATOR;
+
+async fn writer(
+    meta: &Arc<dyn MetadataStore>,
+    objects: &Arc<dyn ObjectStore>,
+    id: &str,
+) -> Result<(LogStorage, LogBroker)> {
+    let mut cfg = LogStorageConfig::new(CLUSTER, id);
+    cfg.kafka_advertise = format!("{id}.test:9092");
+    cfg.flush_interval = Duration::from_millis(5);
+    let w = LogStorage::open(meta.clone(), objects.clone(), cfg, Arc::new(SystemClock)).await?;
+    let node = logstore::membership::node_id(meta.as_ref(), CLUSTER, id).await?;
+    let catalog = Catalog::new(meta.clone(), w.reader().clone(), CLUSTER).with_followed_streams();
+    let broker = LogBroker::writer(catalog, CLUSTER, w.clone()).with_node_id(node);
+    Ok((w, broker))
+}
+
+fn offsets(topic: &str, partitions: i32, offset: i64) -> Vec<OffsetCommit> {
+    (0..partitions)
+        .map(|p| OffsetCommit {
+            topic: topic.to_owned(),
+            partition: p,
+            offset,
+            leader_epoch: 3,
+            metadata: Some(format!("m{p}")),
+        })
+        .collect()
+}
+
+/// Keys under `/g/<prefix>` whose key contains `part`.
+async fn keys(meta: &Arc<dyn MetadataStore>, prefix: &str, part: &str) -> Result<usize> {
+    let r = meta.range(RangeRequest::prefix(format!("/{CLUSTER}/{prefix}")).keys_only()).await?;
+    Ok(r.kvs.iter().filter(|kv| String::from_utf8_lossy(&kv.key).contains(part)).count())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_groups_old_coordinator_writes_nothing_and_does_not_take_it_back() -> Result<()> {
+    let meta: Arc<dyn MetadataStore> = Arc::new(metadata::MemoryStore::new());
+    let objects: Arc<dyn ObjectStore> = Arc::new(objstore::object_store::memory::InMemory::new());
+    let (wa, a) = writer(&meta, &objects, "wa").await?;
+    let (wb, b) = writer(&meta, &objects, "wb").await?;
+    Catalog::new(meta.clone(), wa.reader().clone(), CLUSTER)
+        .create("t", 2, Default::default())
+        .await?;
+    let ta = a.take_group("app", 10, None).await.map_err(|r| anyhow!("{r:?}"))?;
+    ensure!(!ta.kept && ta.state.is_none());
+    ensure!(a.commit_offsets("app", ta.tenure, offsets("t", 2, 7)).await.iter().all(Result::is_ok));
+    a.store_group("app", ta.tenure, bytes::Bytes::from_static(b"state-a"))
+        .await
+        .map_err(|r| anyhow!("{r:?}"))?;
+    // Held, same view: kept, nothing written.
+    let again = a.take_group("app", 10, Some(ta.tenure)).await.map_err(|r| anyhow!("{r:?}"))?;
+    ensure!(again.kept && again.tenure == ta.tenure);
+    // B, from a newer member view, takes it: it gets A's stored state, and A is fenced.
+    let tb = b.take_group("app", 11, None).await.map_err(|r| anyhow!("{r:?}"))?;
+    ensure!(tb.state.as_deref() == Some(b"state-a".as_slice()), "{tb:?}");
+    let stale = a.commit_offsets("app", ta.tenure, offsets("t", 2, 3)).await;
+    ensure!(
+        stale.iter().all(|r| r.as_ref().is_err_and(|e| e.code == NOT_COORDINATOR)),
+        "{stale:?}"
+    );
+    let refused = a.store_group("app", ta.tenure, bytes::Bytes::from_static(b"old")).await;
+    ensure!(refused.is_err_and(|e| e.code == NOT_COORDINATOR));
+    ensure!(a.delete_group("app", ta.tenure).await.is_err_and(|e| e.code == NOT_COORDINATOR));
+    // A's view trails B's: it does not take the group back.
+    let back = a.take_group("app", 10, Some(ta.tenure)).await;
+    ensure!(back.is_err_and(|e| e.code == NOT_COORDINATOR));
+    // The offsets are B's tenure's and A's commit never landed.
+    let got = b.committed_offsets("app", None).await.map_err(|r| anyhow!("{r:?}"))?;
+    let seen: Vec<(i32, i64, i32, Option<String>)> =
+        got.iter().map(|o| (o.partition, o.offset, o.leader_epoch, o.metadata.clone())).collect();
+    ensure!(seen == [(0, 7, 3, Some("m0".into())), (1, 7, 3, Some("m1".into()))], "{seen:?}");
+    // Any offset is taken, past the log's end included (Kafka holds none against it).
+    ensure!(b.commit_offsets("app", tb.tenure, offsets("t", 1, 1 << 40)).await[0].is_ok());
+    // A tenure that never was: refused.
+    ensure!(b.commit_offsets("app", Tenure(1), offsets("t", 1, 1)).await[0].is_err());
+    wa.shutdown().await;
+    wb.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_are_listed_read_and_deleted_without_a_scan_and_leave_no_key() -> Result<()> {
+    let (counting, c) = CountingMeta::new(Arc::new(metadata::MemoryStore::new()));
+    let meta: Arc<dyn MetadataStore> = counting;
+    let objects: Arc<dyn ObjectStore> = Arc::new(objstore::object_store::memory::InMemory::new());
+    let (w, b) = writer(&meta, &objects, "w").await?;
+    let catalog = Catalog::new(meta.clone(), w.reader().clone(), CLUSTER).with_followed_streams();
+    catalog.create("big", 50, Default::default()).await?;
+    catalog.create("other", 200, Default::default()).await?;
+    let mut tenures = Vec::new();
+    for g in 0..10 {
+        let name = format!("g{g}");
+        let t = b.take_group(&name, 1, None).await.map_err(|r| anyhow!("{r:?}"))?.tenure;
+        b.store_group(&name, t, bytes::Bytes::from_static(b"x"))
+            .await
+            .map_err(|r| anyhow!("{r:?}"))?;
+        let out = b.commit_offsets(&name, t, offsets("big", 50, 9)).await;
+        ensure!(out.iter().all(Result::is_ok), "{out:?}");
+        tenures.push((name, t));
+    }
+    ensure!(keys(&meta, "logs/", "/cursors/kafka.g").await? == 500);
+    ensure!(keys(&meta, "kafka/groups/offsets/", "").await? == 500);
+    // Listing the groups: one read, whatever the 250 partitions.
+    let before = c.reads.load(Relaxed);
+    let listed = b.stored_groups().await.map_err(|r| anyhow!("{r:?}"))?;
+    ensure!(listed.len() == 10 && c.reads.load(Relaxed) - before == 1);
+    // A group's offsets: its index, then its cursors in one batched read.
+    let before = c.reads.load(Relaxed);
+    let all = b.committed_offsets("g3", None).await.map_err(|r| anyhow!("{r:?}"))?;
+    ensure!(all.len() == 50 && all.iter().all(|o| o.offset == 9));
+    let reads = c.reads.load(Relaxed) - before;
+    ensure!(reads <= 2, "OffsetFetch of all cost {reads} reads");
+    for (name, t) in &tenures {
+        ensure!(b.delete_group(name, *t).await.map_err(|r| anyhow!("{r:?}"))?);
+    }
+    ensure!(keys(&meta, "logs/", "/cursors/kafka.").await? == 0);
+    ensure!(keys(&meta, "kafka/groups/", "").await? == 0);
+    // Deleting what is gone: nothing was there.
+    let t = b.take_group("g0", 1, None).await.map_err(|r| anyhow!("{r:?}"))?.tenure;
+    ensure!(!b.delete_group("g0", t).await.map_err(|r| anyhow!("{r:?}"))?);
+    w.shutdown().await;
+    Ok(())
+}
