@@ -825,6 +825,27 @@ fn lakelog_group_lists_describes_resets_and_deletes_a_kafka_consumer_group() -> 
     group_cli_round("classic")
 }
 
+/// A cooperative-sticky classic group settles after the many subscription changes of
+/// librdkafka's own test of them (e2e/kafka/cooperative_playbook.py): 8 consumers, each of
+/// the three variations of the other subscription (both topics, the second, none).
+#[test]
+fn a_cooperative_sticky_group_settles_through_repeated_subscription_changes() -> Result<()> {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let dir = tempfile::tempdir()?;
+    let s = Standalone::start(dir.path(), testkit::free_port()?)?;
+    for variation in ["0", "1", "2"] {
+        let out = Command::new(format!("{root}/.tools/venv/bin/python"))
+            .arg(format!("{root}/e2e/kafka/cooperative_playbook.py"))
+            .args([s.kafka.as_str(), variation])
+            .output()
+            .context("confluent-kafka (`make deps` installs it in .tools/venv)")?;
+        let said = String::from_utf8_lossy(&out.stdout);
+        ensure!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+        eprintln!("{}", said.trim());
+    }
+    Ok(())
+}
+
 /// The same with the KIP-848 protocol: `describe` shows the coordinator's assignment
 /// (ConsumerGroupDescribe), and `reset` is refused while the member is in the group.
 #[test]
