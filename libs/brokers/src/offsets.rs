@@ -83,6 +83,9 @@ impl LogBroker {
     /// The compares of a write of `group` under `tenure`.
     async fn fence(&self, group: &str, enc: &str, tenure: Tenure) -> Result<Vec<Compare>, Refused> {
         let (_, _, alive) = self.coordinator_self(group).await?;
+        if logstore::mutations::on(logstore::mutations::Mutation::UnfencedGroupWrites) {
+            return Ok(Vec::new());
+        }
         let record = self.reader.keys().group_coordinator(enc);
         Ok(vec![Compare::mod_revision(record, CompareOp::Equal, tenure.0), alive])
     }
@@ -274,6 +277,9 @@ impl kafka::GroupOffsets for LogBroker {
                 Some(OpResult::Get(g)) => g.kvs.first().map(|kv| Bytes::from(kv.value.clone())),
                 _ => None,
             };
+            let stored = stored.filter(|_| {
+                !logstore::mutations::on(logstore::mutations::Mutation::ForgetGroupState)
+            });
             tracing::debug!(group, tenure = resp.revision, view, "Kafka group taken");
             return Ok(Taken { tenure: Tenure(resp.revision), state: stored, kept: false });
         }

@@ -4,7 +4,7 @@
 //! reaches the assignment at the next heartbeat.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kafka_protocol::messages::consumer_group_describe_response::{
     self as describe_resp, DescribedGroup,
@@ -17,7 +17,7 @@ use kafka_protocol::messages::{
     ConsumerGroupHeartbeatResponse, TopicName,
 };
 
-use crate::group_api::{check_coordinator, s};
+use crate::group_api::{check_coordinator, clock_now, s};
 use crate::groups::Groups;
 use crate::groups::consumer::{Assignment, Heartbeat, TopicView, Wanted};
 use crate::groups::errors::*;
@@ -108,7 +108,7 @@ pub(crate) async fn heartbeat(
         }
     };
     let group = hb.group.clone();
-    let beat = groups.consumer_heartbeat(hb, &view, Instant::now());
+    let beat = groups.consumer_heartbeat(hb, &view, clock_now());
     // What it changed is stored before it is answered: a new coordinator resumes from it.
     if beat.error == code::NONE
         && let Err(e) = groups.store_consumer(&group, broker).await

@@ -38,6 +38,12 @@ use security::acl::Operation;
 use crate::api::{Admission, Ctx, Handler};
 use crate::session::Session;
 
+/// Now, on Tokio's clock (the system's outside tests; virtual under the simulation's paused
+/// runtime, so its groups' sessions and rebalances keep virtual time).
+pub(crate) fn clock_now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 /// Kafka's `offset.metadata.max.bytes`.
 pub const MAX_OFFSET_METADATA: usize = 4096;
 
@@ -58,7 +64,7 @@ pub(crate) async fn check_coordinator(
     }
     match broker.coordinator_view(group).await {
         Ok((Some(c), view)) if c.node_id == broker.node_id() => {
-            groups.hold(group, view, broker, Instant::now()).await.err()
+            groups.hold(group, view, broker, clock_now()).await.err()
         }
         Ok((Some(_), _)) => {
             groups.forget(group);
@@ -111,7 +117,7 @@ pub(crate) async fn find_coordinator(
     resp
 }
 
-pub(crate) async fn join_group(
+pub async fn join_group(
     req: JoinGroupRequest,
     version: i16,
     client_id: &str,
@@ -147,7 +153,7 @@ pub(crate) async fn join_group(
         protocols: req.protocols.iter().map(|p| (p.name.to_string(), p.metadata.clone())).collect(),
         require_known_member: version >= 4,
     };
-    let j = groups.join(join, Instant::now()).await;
+    let j = groups.join(join, clock_now()).await;
     // A static member that took its old incarnation's place is stored before it is answered.
     groups.store_changed(broker).await;
     let mut resp = JoinGroupResponse::default()
@@ -173,7 +179,7 @@ pub(crate) async fn join_group(
     resp
 }
 
-pub(crate) async fn sync_group(
+pub async fn sync_group(
     req: SyncGroupRequest,
     broker: &dyn Broker,
     groups: &Groups,
@@ -194,7 +200,7 @@ pub(crate) async fn sync_group(
             req.protocol_name.as_deref(),
             assignments,
             broker,
-            Instant::now(),
+            clock_now(),
         )
         .await;
     SyncGroupResponse::default()
@@ -204,7 +210,7 @@ pub(crate) async fn sync_group(
         .with_assignment(assignment)
 }
 
-pub(crate) async fn heartbeat(
+pub async fn heartbeat(
     req: HeartbeatRequest,
     broker: &dyn Broker,
     groups: &Groups,
@@ -217,7 +223,7 @@ pub(crate) async fn heartbeat(
             req.generation_id,
             &req.member_id,
             req.group_instance_id.as_deref(),
-            Instant::now(),
+            clock_now(),
         ),
     };
     HeartbeatResponse::default().with_error_code(code)
@@ -242,7 +248,7 @@ pub(crate) async fn leave_group(
     } else {
         vec![(req.member_id.to_string(), None)]
     };
-    let codes = groups.leave(&group, &members, Instant::now());
+    let codes = groups.leave(&group, &members, clock_now());
     // A group the last member left is stored empty (its offsets expire from then).
     groups.store_changed(broker).await;
     if version < 3 {
@@ -262,7 +268,7 @@ pub(crate) async fn leave_group(
     )
 }
 
-pub(crate) async fn offset_commit(
+pub async fn offset_commit(
     req: OffsetCommitRequest,
     version: i16,
     broker: &dyn Broker,
@@ -383,7 +389,7 @@ fn by_topic(offsets: Vec<CommittedOffset>) -> Vec<(String, Vec<CommittedOffset>)
     out
 }
 
-pub(crate) async fn offset_fetch(
+pub async fn offset_fetch(
     req: OffsetFetchRequest,
     version: i16,
     broker: &dyn Broker,

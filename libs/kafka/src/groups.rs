@@ -205,11 +205,13 @@ struct Group {
     protocol_type: Option<String>,
     protocol: Option<String>,
     leader: Option<String>,
-    members: HashMap<String, Member>,
+    /// Ordered maps throughout: what a tick or a completed rebalance answers goes out in one
+    /// order every run (the simulation replays runs exactly).
+    members: BTreeMap<String, Member>,
     /// Ids handed out with MEMBER_ID_REQUIRED, not joined yet, and when.
-    pending: HashMap<String, Instant>,
+    pending: BTreeMap<String, Instant>,
     /// Static members: instance id → member id.
-    instances: HashMap<String, String>,
+    instances: BTreeMap<String, String>,
     /// When the current rebalance completes at the latest.
     deadline: Option<Instant>,
     /// A group formed from empty waits until then for more members.
@@ -233,9 +235,9 @@ impl Group {
             protocol_type: None,
             protocol: None,
             leader: None,
-            members: HashMap::new(),
-            pending: HashMap::new(),
-            instances: HashMap::new(),
+            members: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            instances: BTreeMap::new(),
             deadline: None,
             not_before: None,
             next_order: 0,
@@ -446,7 +448,7 @@ impl Group {
 
 /// Every group this coordinator holds.
 pub struct Groups {
-    groups: Mutex<HashMap<String, Group>>,
+    groups: Mutex<BTreeMap<String, Group>>,
     /// KIP-848 groups ([`consumer`]); locked after `groups` when both are.
     consumer: Mutex<HashMap<String, consumer::Group>>,
     initial_delay: Duration,
@@ -505,7 +507,7 @@ impl Groups {
     /// `group.initial.rebalance.delay.ms`, 3 s).
     pub fn new(initial_delay: Duration) -> Groups {
         Groups {
-            groups: Mutex::new(HashMap::new()),
+            groups: Mutex::new(BTreeMap::new()),
             consumer: Mutex::new(HashMap::new()),
             initial_delay,
             consumer_session_timeout: Duration::from_secs(45),
@@ -554,7 +556,8 @@ impl Groups {
             if c.node_id != broker.node_id() {
                 continue;
             }
-            let Ok(tenure) = self.hold(&group, view, broker, Instant::now()).await else {
+            let at = tokio::time::Instant::now().into_std();
+            let Ok(tenure) = self.hold(&group, view, broker, at).await else {
                 continue;
             };
             // Taken again: what the store said may have changed under another coordinator.

@@ -29,6 +29,12 @@ mod consumer_api;
 mod fetch;
 pub mod frame;
 mod group_api;
+
+/// The classic group APIs as their handlers run them (the coordinator check, then the group's
+/// state), without the wire or authorization: for the simulation's group members.
+pub mod coordination {
+    pub use crate::group_api::{heartbeat, join_group, offset_commit, offset_fetch, sync_group};
+}
 pub mod groups;
 mod leader_epoch;
 mod metadata;

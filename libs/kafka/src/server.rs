@@ -237,13 +237,13 @@ pub async fn serve(
     let (ticking, storing, check) = (groups.clone(), broker.clone(), cfg.offsets_retention_check);
     let ticker = tokio::spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_millis(200));
-        let mut checked = std::time::Instant::now();
+        let mut checked = tokio::time::Instant::now();
         loop {
             every.tick().await;
-            ticking.tick(std::time::Instant::now());
+            ticking.tick(tokio::time::Instant::now().into_std());
             ticking.store_changed(storing.as_ref()).await;
             if checked.elapsed() >= check {
-                checked = std::time::Instant::now();
+                checked = tokio::time::Instant::now();
                 ticking.expire(storing.as_ref()).await;
             }
         }

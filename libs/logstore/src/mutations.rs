@@ -27,11 +27,17 @@ pub enum Mutation {
     /// A read below the log's start (after a hard trim) is served from whatever index is still
     /// found instead of refused.
     ReadBelowStart,
+    /// A Kafka group coordinator's writes (offset commits, membership) compare neither its
+    /// tenure nor its incarnation: a coordinator the group was taken from still writes (§11).
+    UnfencedGroupWrites,
+    /// A coordinator taking a Kafka group does not resume its stored membership: it starts the
+    /// group empty, and its members rejoin (§11: a coordinator change alone rebalances nothing).
+    ForgetGroupState,
 }
 
 #[cfg(feature = "mutants")]
-static SWITCHES: [std::sync::atomic::AtomicBool; 5] =
-    [const { std::sync::atomic::AtomicBool::new(false) }; 5];
+static SWITCHES: [std::sync::atomic::AtomicBool; 7] =
+    [const { std::sync::atomic::AtomicBool::new(false) }; 7];
 
 /// Whether the bug is switched on.
 #[cfg(feature = "mutants")]

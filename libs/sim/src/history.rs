@@ -26,7 +26,12 @@
 //!   before or during the pause, and it succeeded after (the incarnation's compares must
 //!   refuse it);
 //! - orphans left: WAL objects still stored after, at the end, every chunk was compacted and
-//!   the cleaner ran with no grace (an object nothing references that is never reclaimed).
+//!   the cleaner ran with no grace (an object nothing references that is never reclaimed);
+//! - for Kafka consumer groups: a committed offset gone backwards (a read of a group's offsets
+//!   that began after a commit was acknowledged saw an older one: a lost commit, or a stale
+//!   coordinator's applied after a newer one), and a stable group rebalanced (once every
+//!   member had synced at one generation, a member joined at a later one, though no member
+//!   left and no session could end: a coordinator change alone must rebalance nothing).
 //!
 //! Offsets below a log's final start (hard-trimmed) are not checked against the final log.
 //!
@@ -99,6 +104,15 @@ pub struct History {
     /// Head writes (commits, takeovers) a writer sent before or during a pause that outlived
     /// its lease and that then succeeded: zombie commits under an old incarnation.
     pub zombies: u64,
+    /// Kafka group offset commits acknowledged: group, partition, offset, when (virtual ms).
+    pub commits: Vec<(u64, i32, i64, u64)>,
+    /// Reads of groups' committed offsets: group, partition, offset seen, when the read began.
+    pub offset_reads: Vec<(u64, i32, i64, u64)>,
+    /// Group members' JoinGroup and SyncGroup answers: group, member, generation, and whether
+    /// it was a sync; in the order answered.
+    pub memberships: Vec<(u64, u64, i32, bool)>,
+    /// Members of each group (none ever leaves).
+    pub group_sizes: BTreeMap<u64, u64>,
 }
 
 /// A payload carrying `id` and `pad` more bytes.
@@ -199,6 +213,21 @@ pub enum Violation {
     ZombieCommits {
         count: u64,
     },
+    /// A read of a group's committed offset saw `seen` after `acked` had been acknowledged.
+    CommitRegressed {
+        group: u64,
+        partition: i32,
+        acked: i64,
+        seen: i64,
+    },
+    /// Every member of the group had synced at generation `stable`; then one joined at
+    /// `generation`.
+    StableGroupRebalanced {
+        group: u64,
+        member: u64,
+        stable: i32,
+        generation: i32,
+    },
 }
 
 impl Violation {
@@ -221,7 +250,9 @@ impl Violation {
             | WatermarkRegression { .. }
             | Unreadable { .. }
             | OrphansLeft { .. }
-            | ZombieCommits { .. } => Vec::new(),
+            | ZombieCommits { .. }
+            | CommitRegressed { .. }
+            | StableGroupRebalanced { .. } => Vec::new(),
         }
     }
 }
@@ -349,6 +380,7 @@ pub fn check(h: &History) -> Vec<Violation> {
     if h.zombies > 0 {
         out.push(Violation::ZombieCommits { count: h.zombies });
     }
+    check_groups(h, &mut out);
     let mut last: BTreeMap<u64, u64> = BTreeMap::new();
     for (log, end) in &h.watermarks {
         if let Some(prev) = last.get(log)
@@ -359,6 +391,53 @@ pub fn check(h: &History) -> Vec<Violation> {
         last.insert(*log, *end);
     }
     out
+}
+
+/// The consumer-group rules: committed offsets never go backwards, stable groups stay so.
+fn check_groups(h: &History, out: &mut Vec<Violation>) {
+    for &(group, partition, seen, began) in &h.offset_reads {
+        let acked = h
+            .commits
+            .iter()
+            .filter(|c| c.0 == group && c.1 == partition && c.3 < began)
+            .map(|c| c.2)
+            .max();
+        if let Some(acked) = acked
+            && seen < acked
+        {
+            out.push(Violation::CommitRegressed { group, partition, acked, seen });
+        }
+    }
+    for (&group, &size) in &h.group_sizes {
+        // Per generation, the members that synced at it; the first complete one is stable.
+        let mut synced: BTreeMap<i32, BTreeSet<u64>> = BTreeMap::new();
+        let mut stable: Option<i32> = None;
+        for &(g, member, generation, sync) in &h.memberships {
+            if g != group {
+                continue;
+            }
+            match stable {
+                Some(st) if generation > st => {
+                    out.push(Violation::StableGroupRebalanced {
+                        group,
+                        member,
+                        stable: st,
+                        generation,
+                    });
+                    break;
+                }
+                Some(_) => {}
+                None if sync => {
+                    let at = synced.entry(generation).or_default();
+                    at.insert(member);
+                    if at.len() as u64 == size {
+                        stable = Some(generation);
+                    }
+                }
+                None => {}
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -392,7 +471,39 @@ mod tests {
             unreadable: vec![],
             orphans: 0,
             zombies: 0,
+            // Group 0 of 2 members: both synced at generation 2; a commit of 7 then reads of
+            // 7 and more; a join at generation 1 before it was stable.
+            commits: vec![(0, 3, 7, 10)],
+            offset_reads: vec![(0, 3, 5, 10), (0, 3, 7, 11), (0, 3, 9, 12)],
+            memberships: vec![(0, 0, 1, false), (0, 0, 2, true), (0, 1, 2, true)],
+            group_sizes: [(0, 2)].into_iter().collect(),
         }
+    }
+
+    #[test]
+    fn a_committed_offset_read_older_than_an_acknowledged_commit_is_caught() {
+        let mut h = clean();
+        h.offset_reads.push((0, 3, 6, 20));
+        let want = Violation::CommitRegressed { group: 0, partition: 3, acked: 7, seen: 6 };
+        assert_eq!(check(&h), vec![want]);
+        // One begun before the commit was acknowledged may see the older offset.
+        let mut h = clean();
+        h.offset_reads.push((0, 3, 6, 9));
+        assert_eq!(check(&h), vec![]);
+    }
+
+    #[test]
+    fn a_stable_group_joined_at_a_later_generation_is_caught() {
+        let mut h = clean();
+        h.memberships.push((0, 1, 3, false));
+        let want =
+            Violation::StableGroupRebalanced { group: 0, member: 1, stable: 2, generation: 3 };
+        assert_eq!(check(&h), vec![want]);
+        // Before every member synced, rebalances are the group forming.
+        let mut h = clean();
+        h.memberships.insert(1, (0, 1, 2, false));
+        h.memberships.insert(2, (0, 0, 2, false));
+        assert_eq!(check(&h), vec![]);
     }
 
     #[test]

@@ -44,7 +44,10 @@ pub(crate) fn id_in(batch: &bytes::Bytes) -> Option<u64> {
 }
 
 /// A live broker: the one of node `node` if it lives, else one chosen by the run's generator.
-fn broker(shared: &SharedRef, node: Option<i32>) -> Option<std::sync::Arc<brokers::LogBroker>> {
+pub(crate) fn broker(
+    shared: &SharedRef,
+    node: Option<i32>,
+) -> Option<std::sync::Arc<brokers::LogBroker>> {
     let mut s = shared.lock();
     if let Some(n) = node
         && let Some(b) = s.brokers.iter().flatten().find(|b| b.node == n)

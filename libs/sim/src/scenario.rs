@@ -55,6 +55,10 @@ pub struct Plan {
     /// Kafka producers in zones too (a third each: none, the first zone, the second), so they
     /// use the zones' owner slots, and fall back to `*` while their zone has no writer.
     pub producer_zones: bool,
+    /// Kafka consumer groups (`members` each) consuming the topic and committing offsets
+    /// through the writers' coordinators ([`crate::groups`]); none: no groups.
+    pub groups: u64,
+    pub members: u64,
 }
 
 impl Plan {
@@ -81,6 +85,8 @@ impl Plan {
             zones: Vec::new(),
             kafka: false,
             producer_zones: false,
+            groups: 0,
+            members: 0,
         }
     }
 
@@ -109,6 +115,23 @@ impl Plan {
     /// use their zone's owner slot, fall back to `*` while it has no writer, and move back.
     pub fn kafka_zones() -> Plan {
         Plan { producer_zones: true, ..Plan::kafka() }
+    }
+
+    /// Consumer groups through coordinator changes: 3 groups of 3 members on a topic of 120
+    /// partitions served by 3 writers that crash, pause and start 10 times over the run (each
+    /// change moves about a third of the partitions and of the groups' coordinators), with 2
+    /// idempotent producers, every metadata and object fault on.
+    pub fn groups() -> Plan {
+        Plan {
+            kafka: true,
+            logs: 120,
+            clients: 2,
+            appends: 40,
+            crashes: 10,
+            groups: 3,
+            members: 3,
+            ..Plan::writers()
+        }
     }
 
     /// The zone of writer slot `i`.
@@ -189,6 +212,11 @@ impl Trace {
         }
     }
 
+    /// Virtual milliseconds since the run started.
+    pub(crate) fn now_ms(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
     pub(crate) fn record(&mut self, what: impl Hash + std::fmt::Debug) {
         let at = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
         let text = format!("{what:?}");
@@ -231,10 +259,12 @@ impl Trace {
     }
 }
 
-/// A writer's Kafka broker, its node id, and its checkpoint task (aborted when it crashes).
+/// A writer's Kafka broker, its node id, its group coordinator's state, and its tasks
+/// (checkpoints, the coordinator's ticks; aborted when it crashes).
 pub(crate) struct Broker {
     pub(crate) broker: Arc<brokers::LogBroker>,
     pub(crate) node: i32,
+    pub(crate) groups: Arc<kafka::groups::Groups>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -320,11 +350,21 @@ async fn open(id: &str, zone: &str, kafka: bool, stores: &Stores) -> Result<Open
                     );
                     let (stop, shutdown) = role::Shutdown::channel();
                     let b = broker.as_ref().clone();
+                    let groups = Arc::new(kafka::groups::Groups::new(Duration::ZERO));
+                    let (ticking, storing) = (groups.clone(), broker.clone());
                     let task = tokio::spawn(async move {
                         let _stop = stop;
-                        b.checkpoints(shutdown).await
+                        // The coordinator's ticks, as the Kafka listener runs them.
+                        let ticks = async move {
+                            loop {
+                                tokio::time::sleep(Duration::from_millis(200)).await;
+                                ticking.tick(tokio::time::Instant::now().into_std());
+                                ticking.store_changed(storing.as_ref()).await;
+                            }
+                        };
+                        tokio::join!(b.checkpoints(shutdown), ticks);
                     });
-                    return Ok((w, gate, Some(Broker { broker, node, task })));
+                    return Ok((w, gate, Some(Broker { broker, node, groups, task })));
                 }
                 Err(e) => {
                     w.abort();
@@ -468,7 +508,7 @@ async fn simulate(seed: u64, plan: Plan) -> Report {
         upkeep.push(tokio::spawn(async move { clean(s2, m, o, c).await }));
         upkeep.push(tokio::spawn(async move { trim(l, s3).await }));
     }
-    let mut consumers = Vec::new();
+    let mut consumers = crate::groups::spawn(&plan, &shared);
     if plan.kafka {
         for c in 0..2u64 {
             let (shared, logs) = (shared.clone(), logs.clone());

@@ -43,20 +43,22 @@ fn caught(m: Mutation, plan: &Plan) -> Option<(u64, String)> {
 #[test]
 fn every_deliberate_bug_is_caught_within_200_seeds() {
     let mut report = Vec::new();
-    let (writers, upkeep) = (Plan::writers(), Plan::maintenance());
+    let (writers, upkeep, groups) = (Plan::writers(), Plan::maintenance(), Plan::groups());
     for (name, m, plan) in [
         ("commits out of flush order", Mutation::CommitOutOfOrder, &writers),
         ("the head's revision not compared in the commit", Mutation::SkipHeadCompare, &writers),
         ("an ambiguous commit re-based instead of resolved", Mutation::ForgetAmbiguity, &writers),
         ("the cleaner ignoring the writers' low-water marks", Mutation::IgnoreLowWater, &upkeep),
         ("a read below a hard trim served from the index", Mutation::ReadBelowStart, &upkeep),
+        ("a group coordinator's writes unfenced", Mutation::UnfencedGroupWrites, &groups),
+        ("a group's stored membership not resumed", Mutation::ForgetGroupState, &groups),
     ] {
         let found = caught(m, plan);
         assert!(found.is_some(), "{name}: not caught in 200 seeds");
         report.push(format!("{name}: seed {:?}", found));
     }
     // Switched off, the same seeds run clean (the bugs, not the harness, were caught).
-    for plan in [&writers, &upkeep] {
+    for plan in [&writers, &upkeep, &groups] {
         let r = run(0, plan);
         assert!(r.violations.is_empty() && r.error.is_none(), "{r:?}");
     }

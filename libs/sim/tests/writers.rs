@@ -3,12 +3,12 @@
 
 use sim::scenario::{Plan, run};
 
-/// The seeds of one `cargo test` run of the group: 200 from 0, or `SIM_SEEDS` from `SIM_FROM`
-/// (`make dst` splits more over processes).
-fn seeds() -> std::ops::Range<u64> {
+/// The seeds of one `cargo test` run of the group: `default` from 0, or `SIM_SEEDS` from
+/// `SIM_FROM` (`make dst` splits more over processes).
+fn seeds(default: u64) -> std::ops::Range<u64> {
     let var = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
     let from = var("SIM_FROM").unwrap_or(0);
-    from..from + var("SIM_SEEDS").unwrap_or(200)
+    from..from + var("SIM_SEEDS").unwrap_or(default)
 }
 
 /// A group's plan by name.
@@ -17,6 +17,7 @@ fn plan(group: &str) -> Plan {
         "maintenance" => Plan::maintenance(),
         "kafka" => Plan::kafka(),
         "kafka-zones" => Plan::kafka_zones(),
+        "groups" => Plan::groups(),
         _ => Plan::writers(),
     }
 }
@@ -45,7 +46,7 @@ fn regression_seeds_run_clean() {
 #[test]
 fn a_seed_run_twice_gives_the_same_trace() {
     let seeds: u64 = std::env::var("SIM_DET_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
-    for group in ["writers", "maintenance", "kafka", "kafka-zones"] {
+    for group in ["writers", "maintenance", "kafka", "kafka-zones", "groups"] {
         let plan = plan(group);
         let mut differ = Vec::new();
         for seed in 0..seeds {
@@ -81,10 +82,16 @@ fn kafka_producers_in_zones_moving_between_owner_slots_lose_nothing_and_duplicat
     sweep("kafka-zones", &Plan::kafka_zones());
 }
 
+#[test]
+fn consumer_groups_through_coordinator_changes_lose_nothing_and_never_rebalance_when_stable() {
+    sweep("groups", &Plan::groups());
+}
+
 fn sweep(group: &str, plan: &Plan) {
     let (mut acked, mut unknown, mut failed, mut faults, mut crashes) = (0, 0, 0, 0, 0);
     let (mut reads, mut read_entries, mut zombies) = (0, 0, 0);
-    let range = seeds();
+    // The groups plan runs several times longer a seed: half the seeds in `cargo test`.
+    let range = seeds(if group == "groups" { 100 } else { 200 });
     let mut bad = Vec::new();
     for seed in range.clone() {
         let r = run(seed, plan);
