@@ -458,6 +458,7 @@ pub struct Groups {
     /// KIP-848: how often members heartbeat (`group.consumer.heartbeat.interval.ms`, 5 s).
     heartbeat_interval: Duration,
     ids: std::sync::atomic::AtomicU64,
+    id_prefix: String,
     /// A group's offsets expire once it has had no member this long (and none was committed).
     offsets_retention: Duration,
     /// The groups this coordinator has taken: the tenure it writes under, the member view it
@@ -513,6 +514,7 @@ impl Groups {
             consumer_session_timeout: Duration::from_secs(45),
             heartbeat_interval: Duration::from_secs(5),
             ids: Default::default(),
+            id_prefix: uuid::Uuid::new_v4().simple().to_string(),
             offsets_retention: Duration::from_secs(7 * 24 * 3600),
             held: Default::default(),
             taking: Default::default(),
@@ -793,7 +795,15 @@ impl Groups {
 
     fn new_member_id(&self, client_id: &str) -> String {
         let n = self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        format!("{client_id}-{}-{n}", uuid::Uuid::new_v4().simple())
+        format!("{client_id}-{}-{n}", self.id_prefix)
+    }
+
+    /// Member ids this coordinator hands out are `<client id>-<prefix>-<n>`: the prefix is
+    /// random per coordinator by default (ids never repeat across coordinators, whose groups
+    /// move between them); the simulation gives one from its seed, so runs replay exactly.
+    pub fn with_member_id_prefix(mut self, prefix: String) -> Groups {
+        self.id_prefix = prefix;
+        self
     }
 
     /// JoinGroup: resolves when the rebalance it takes part in completes.

@@ -350,7 +350,10 @@ async fn open(id: &str, zone: &str, kafka: bool, stores: &Stores) -> Result<Open
                     );
                     let (stop, shutdown) = role::Shutdown::channel();
                     let b = broker.as_ref().clone();
-                    let groups = Arc::new(kafka::groups::Groups::new(Duration::ZERO));
+                    let groups = Arc::new(
+                        kafka::groups::Groups::new(Duration::ZERO)
+                            .with_member_id_prefix(format!("{id}-{node}")),
+                    );
                     let (ticking, storing) = (groups.clone(), broker.clone());
                     let task = tokio::spawn(async move {
                         let _stop = stop;
