@@ -178,10 +178,9 @@ impl LogBroker {
         Ok(out)
     }
 
-    /// The logs a group has committed offsets on, from its index: (log, topic, partition).
-    async fn indexed(&self, enc: &str) -> Result<Vec<(LogId, String, i32)>, Refused> {
-        let keys = self.reader.keys();
-        let prefix = keys.group_offsets(enc);
+    /// Every key under `prefix` (one read), as (the key past the prefix, the value); keys that
+    /// are not text are left out.
+    async fn under(&self, prefix: Vec<u8>) -> Result<Vec<(String, Vec<u8>)>, Refused> {
         let resp = self
             .reader
             .meta()
@@ -190,11 +189,22 @@ impl LogBroker {
             .map_err(Refused::server)?;
         Ok(resp
             .kvs
-            .iter()
+            .into_iter()
             .filter_map(|kv| {
-                let log = std::str::from_utf8(&kv.key[prefix.len()..]).ok()?.parse().ok()?;
-                let (p, topic) = std::str::from_utf8(&kv.value).ok()?.split_once(' ')?;
-                Some((LogId(log), topic.to_owned(), p.parse().ok()?))
+                let rest = std::str::from_utf8(&kv.key[prefix.len()..]).ok()?.to_owned();
+                Some((rest, kv.value))
+            })
+            .collect())
+    }
+
+    /// The logs a group has committed offsets on, from its index: (log, topic, partition).
+    async fn indexed(&self, enc: &str) -> Result<Vec<(LogId, String, i32)>, Refused> {
+        let listed = self.under(self.reader.keys().group_offsets(enc)).await?;
+        Ok(listed
+            .iter()
+            .filter_map(|(log, value)| {
+                let (p, topic) = std::str::from_utf8(value).ok()?.split_once(' ')?;
+                Some((LogId(log.parse().ok()?), topic.to_owned(), p.parse().ok()?))
             })
             .collect())
     }
@@ -387,20 +397,12 @@ impl kafka::GroupOffsets for LogBroker {
     }
 
     async fn stored_groups(&self) -> Result<Vec<(String, Bytes)>, Refused> {
-        let prefix = self.reader.keys().group_states();
-        let resp = self
-            .reader
-            .meta()
-            .range(RangeRequest::prefix(prefix.clone()))
-            .await
-            .map_err(Refused::server)?;
-        Ok(resp
-            .kvs
+        let listed = self.under(self.reader.keys().group_states()).await?;
+        Ok(listed
             .into_iter()
-            .filter_map(|kv| {
-                let enc = std::str::from_utf8(&kv.key[prefix.len()..]).ok()?;
+            .filter_map(|(enc, value)| {
                 let group = kafka::groups::group_of_cursor(&format!("kafka.{enc}"))?;
-                Some((group, Bytes::from(kv.value)))
+                Some((group, Bytes::from(value)))
             })
             .collect())
     }
@@ -409,19 +411,10 @@ impl kafka::GroupOffsets for LogBroker {
         let enc = encoded(group)?;
         let fence = self.fence(group, &enc, tenure).await?;
         let keys = self.reader.keys().clone();
-        let name = format!("kafka.{enc}");
         let indexed = self.indexed(&enc).await?;
         for chunk in indexed.chunks(OFFSETS_PER_TXN) {
-            let ops: Vec<TxnOp> = chunk
-                .iter()
-                .flat_map(|(log, ..)| {
-                    [
-                        TxnOp::delete(KeyRange::key(keys.cursor_state(*log, &name))),
-                        TxnOp::delete(KeyRange::prefix(keys.cursor_acks_prefix(*log, &name))),
-                        TxnOp::delete(KeyRange::key(keys.group_offset(&enc, *log))),
-                    ]
-                })
-                .collect();
+            let ops: Vec<TxnOp> =
+                chunk.iter().flat_map(|(log, ..)| forget_offset(&keys, &enc, *log)).collect();
             self.fenced(group, fence.clone(), ops).await?;
         }
         // The records last: a deletion cut short is finished by the next one.
@@ -455,16 +448,21 @@ impl kafka::GroupOffsets for LogBroker {
             .and_then(|p| logs.get(p).copied())
             .ok_or_else(unknown)?;
         let fence = self.fence(group, &enc, tenure).await?;
-        let keys = self.reader.keys();
-        let name = format!("kafka.{enc}");
-        let ops = vec![
-            TxnOp::delete(KeyRange::key(keys.cursor_state(log, &name))),
-            TxnOp::delete(KeyRange::prefix(keys.cursor_acks_prefix(log, &name))),
-            TxnOp::delete(KeyRange::key(keys.group_offset(&enc, log))),
-        ];
+        let ops = forget_offset(self.reader.keys(), &enc, log).to_vec();
         // No offset there: nothing to delete, as Kafka answers.
         self.fenced(group, fence, ops).await
     }
+}
+
+/// What deletes a group's committed offset on `log`: its cursor's state and acknowledgements,
+/// and its entry in the group's index.
+fn forget_offset(keys: &logstore::keys::Keys, enc: &str, log: LogId) -> [TxnOp; 3] {
+    let name = format!("kafka.{enc}");
+    [
+        TxnOp::delete(KeyRange::key(keys.cursor_state(log, &name))),
+        TxnOp::delete(KeyRange::prefix(keys.cursor_acks_prefix(log, &name))),
+        TxnOp::delete(KeyRange::key(keys.group_offset(enc, log))),
+    ]
 }
 
 /// A group id no cursor can be named after.

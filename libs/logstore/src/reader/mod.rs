@@ -821,14 +821,7 @@ impl LogReader {
         max_records: u64,
         max_bytes: u64,
     ) -> Result<Vec<LogEntry>, LogError> {
-        let want =
-            Want { from: start, max_records, max_bytes, max_entries: usize::MAX, verify: true };
-        Ok(self
-            .scan(log, want, false)
-            .await?
-            .into_iter()
-            .map(|l| LogEntry { header: l.header, payload: l.payload })
-            .collect())
+        self.entries(log, start, max_records, max_bytes, false).await
     }
 
     /// [`Self::read_entries`] from the followed head ([`Self::tail_info`]): a read of the
@@ -840,10 +833,22 @@ impl LogReader {
         max_records: u64,
         max_bytes: u64,
     ) -> Result<Vec<LogEntry>, LogError> {
+        self.entries(log, start, max_records, max_bytes, true).await
+    }
+
+    /// Checked entries within the limits, from a fresh snapshot or the followed head (`tail`).
+    async fn entries(
+        &self,
+        log: LogId,
+        start: u64,
+        max_records: u64,
+        max_bytes: u64,
+        tail: bool,
+    ) -> Result<Vec<LogEntry>, LogError> {
         let want =
             Want { from: start, max_records, max_bytes, max_entries: usize::MAX, verify: true };
         Ok(self
-            .scan(log, want, true)
+            .scan(log, want, tail)
             .await?
             .into_iter()
             .map(|l| LogEntry { header: l.header, payload: l.payload })
