@@ -478,7 +478,14 @@ struct Held {
     view: i64,
     /// The group has a stored state (it exists in the store, and is listed).
     stored: bool,
+    /// When it was taken: one held with nothing in memory (a group only described or
+    /// fetched) is let go once it is older than [`UNUSED_HELD`].
+    since: Instant,
 }
+
+/// How long a group taken but holding nothing in memory stays held: the tenures of groups a
+/// client only asks about cannot pile up.
+const UNUSED_HELD: Duration = Duration::from_secs(60);
 
 /// An offset commit's completion, awaited by the next commit of its group.
 type Applied = futures::future::Shared<oneshot::Receiver<()>>;
@@ -668,7 +675,8 @@ impl Groups {
         }
         let stored =
             if taken.kept { prior.is_some_and(|h| h.stored) } else { taken.state.is_some() };
-        self.held.lock().insert(group.to_owned(), Held { tenure: taken.tenure, view, stored });
+        let held = Held { tenure: taken.tenure, view, stored, since: now };
+        self.held.lock().insert(group.to_owned(), held);
         Ok(taken.tenure)
     }
 
@@ -1222,6 +1230,11 @@ impl Groups {
                 held.remove(&name);
             }
         }
+        held.retain(|name, h| {
+            classic.contains_key(name)
+                || consumer.contains_key(name)
+                || now.saturating_duration_since(h.since) < UNUSED_HELD
+        });
     }
 
     /// Forgets a group (this coordinator no longer owns it): its members are told to find the
@@ -1746,5 +1759,20 @@ mod tests {
         let still = new.consumer_describe("g").expect("described");
         assert_eq!(still.epoch, before.epoch, "no new group epoch: nothing rebalanced");
         assert_eq!(still.state, consumer::State::Stable);
+    }
+
+    #[tokio::test]
+    async fn groups_only_asked_about_are_let_go_and_formed_ones_kept() {
+        let t0 = Instant::now();
+        let store = Store::default();
+        let g = Groups::new(Duration::from_secs(3));
+        stable(&g, &store, t0, false).await;
+        g.hold("ghost", 1, &store, t0).await.expect("held");
+        assert!(g.tenure("ghost").is_some());
+        g.tick(t0 + Duration::from_secs(30));
+        assert!(g.tenure("ghost").is_some(), "let go too soon");
+        g.tick(t0 + UNUSED_HELD + Duration::from_secs(1));
+        assert!(g.tenure("ghost").is_none(), "a group held with nothing in memory stays held");
+        assert!(g.tenure("g").is_some(), "a formed group was let go");
     }
 }
