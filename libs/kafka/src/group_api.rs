@@ -30,7 +30,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::groups::{Groups, Join, errors::*};
+use crate::groups::{Groups, Join, MayCommit, errors::*};
 use crate::{Broker, CommittedOffset, OffsetCommit, code};
 use kafka_protocol::messages::{ApiKey, OffsetDeleteRequest};
 use security::acl::Operation;
@@ -275,31 +275,28 @@ pub async fn offset_commit(
     groups: &Groups,
 ) -> OffsetCommitResponse {
     let group = req.group_id.0.to_string();
-    let refused = match check_coordinator(broker, groups, &group).await {
-        Some(e) => Some(e),
-        None => match groups.check_commit(
+    let may = match check_coordinator(broker, groups, &group).await {
+        Some(e) => MayCommit::refused(e),
+        None => groups.check_commit(
             &group,
             req.generation_id_or_member_epoch,
             &req.member_id,
             req.group_instance_id.as_deref(),
             version,
-        ) {
-            code::NONE => None,
-            e => Some(e),
-        },
+        ),
     };
+    let refused = may.refusal();
     let mut items = Vec::new();
     let mut codes: Vec<Vec<i16>> = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
         let mut per = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
             let metadata = p.committed_metadata.as_ref().map(|m| m.to_string());
-            let code = match refused {
-                Some(e) => e,
-                None if metadata.as_ref().is_some_and(|m| m.len() > MAX_OFFSET_METADATA) => {
+            let code = match may.code(&t.name.0, p.partition_index) {
+                code::NONE if metadata.as_ref().is_some_and(|m| m.len() > MAX_OFFSET_METADATA) => {
                     OFFSET_METADATA_TOO_LARGE
                 }
-                None => {
+                code::NONE => {
                     items.push(OffsetCommit {
                         topic: t.name.0.to_string(),
                         partition: p.partition_index,
@@ -310,12 +307,14 @@ pub async fn offset_commit(
                     // Filled in from the broker's answer below.
                     i16::MIN
                 }
+                refused => refused,
             };
             per.push(code);
         }
         codes.push(per);
     }
     let mut stored = match (refused, groups.tenure(&group)) {
+        (None, _) if items.is_empty() => Vec::new(),
         (None, Some(tenure)) => {
             let outcomes = broker.commit_offsets(&group, tenure, items).await;
             if outcomes.iter().any(Result::is_ok) {

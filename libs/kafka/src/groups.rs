@@ -52,6 +52,39 @@ pub mod errors {
 }
 use errors::*;
 
+/// Which partitions an OffsetCommit may commit, by its group, member and generation (epoch).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MayCommit {
+    /// All of them, or (another code) none, refused with that code.
+    All(i16),
+    /// Only these (topic, partition): a KIP-848 member committing at an epoch older than its
+    /// own may commit what it has held since that epoch (KIP-1251).
+    Only(std::collections::BTreeSet<(String, i32)>),
+}
+
+impl MayCommit {
+    pub fn refused(code: i16) -> MayCommit {
+        MayCommit::All(code)
+    }
+
+    /// The refusal of the whole commit, if it is refused whole.
+    pub fn refusal(&self) -> Option<i16> {
+        match self {
+            MayCommit::All(code::NONE) | MayCommit::Only(_) => None,
+            MayCommit::All(e) => Some(*e),
+        }
+    }
+
+    /// The code for committing this partition: NONE, or why not.
+    pub fn code(&self, topic: &str, partition: i32) -> i16 {
+        match self {
+            MayCommit::All(e) => *e,
+            MayCommit::Only(held) if held.contains(&(topic.to_owned(), partition)) => code::NONE,
+            MayCommit::Only(_) => consumer::errors::STALE_MEMBER_EPOCH,
+        }
+    }
+}
+
 /// Kafka's `group.min.session.timeout.ms` and `group.max.session.timeout.ms`.
 pub const MIN_SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 pub const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -1155,10 +1188,21 @@ impl Groups {
         member_id: &str,
         instance_id: Option<&str>,
         version: i16,
-    ) -> i16 {
-        if let Some(code) = self.consumer_check_commit(group, generation, member_id, version) {
-            return code;
+    ) -> MayCommit {
+        if let Some(may) = self.consumer_check_commit(group, generation, member_id, version) {
+            return may;
         }
+        MayCommit::refused(self.classic_check_commit(group, generation, member_id, instance_id))
+    }
+
+    /// A classic group's member may commit at its generation only.
+    fn classic_check_commit(
+        &self,
+        group: &str,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> i16 {
         let groups = self.groups.lock();
         let Some(g) = groups.get(group) else {
             return if generation < 0 { code::NONE } else { ILLEGAL_GENERATION };
@@ -1494,11 +1538,11 @@ mod tests {
         assert_eq!(g.heartbeat("g", 1, &a, None, now), 0);
         assert_eq!(g.heartbeat("g", 0, &a, None, now), ILLEGAL_GENERATION);
         assert_eq!(g.heartbeat("g", 1, "stranger", None, now), UNKNOWN_MEMBER_ID);
-        assert_eq!(g.check_commit("g", 1, &a, None, 9), 0);
-        assert_eq!(g.check_commit("g", 0, &a, None, 9), ILLEGAL_GENERATION);
+        assert_eq!(g.check_commit("g", 1, &a, None, 9), MayCommit::All(0));
+        assert_eq!(g.check_commit("g", 0, &a, None, 9), MayCommit::All(ILLEGAL_GENERATION));
         assert_eq!(
             g.check_commit("g", -1, "", None, 9),
-            UNKNOWN_MEMBER_ID,
+            MayCommit::All(UNKNOWN_MEMBER_ID),
             "the group has members"
         );
         // A third joins: the others are told by heartbeat and rejoin; generation 2.
@@ -1667,7 +1711,11 @@ mod tests {
         assert_eq!(new.describe("g").map(|d| (d.state, d.members.len())), Some((State::Stable, 2)));
         assert_eq!(new.heartbeat("g", 1, &a, None, now), 0, "members keep heartbeating");
         assert_eq!(new.heartbeat("g", 1, &b, None, now), 0);
-        assert_eq!(new.check_commit("g", 1, &b, None, 9), 0, "and committing at their generation");
+        assert_eq!(
+            new.check_commit("g", 1, &b, None, 9),
+            MayCommit::All(0),
+            "and committing at their generation"
+        );
         let synced = new.sync("g", 1, &b, None, None, None, Vec::new(), &store, now).await;
         assert_eq!((synced.0, synced.3.as_ref()), (0, b"B".as_slice()), "assignments kept");
         // The old coordinator's writes are refused, whatever it still holds in memory.

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use super::errors::*;
-use super::{Groups, MAX_GROUPS, MAX_MEMBERS};
+use super::{Groups, MAX_GROUPS, MAX_MEMBERS, MayCommit};
 use crate::code;
 
 /// Kafka's KIP-848 error codes.
@@ -187,6 +187,10 @@ struct Member {
     state: Reconciling,
     assigned: Assignment,
     revoking: Assignment,
+    /// The member epoch at which each partition it holds (assigned or being revoked) became
+    /// its: KIP-1251's assignment epoch. A commit at an epoch older than the member's is
+    /// accepted for a partition held since then. Missing: since the member's current epoch.
+    since: BTreeMap<(Uuid, i32), i32>,
     instance_id: Option<String>,
     rack_id: Option<String>,
     client_id: String,
@@ -210,6 +214,7 @@ impl Member {
             state: Reconciling::Stable,
             assigned: Assignment::new(),
             revoking: Assignment::new(),
+            since: BTreeMap::new(),
             instance_id: None,
             rack_id: None,
             client_id: String::new(),
@@ -232,7 +237,15 @@ impl Member {
         self.state = Reconciling::Stable;
         self.assigned.clear();
         self.revoking.clear();
+        self.since.clear();
         self.revoke_deadline = None;
+    }
+
+    /// The epoch since which it holds the partition (assigned or being revoked), if it does.
+    fn held_since(&self, topic: &Uuid, p: i32) -> Option<i32> {
+        let holds = |a: &Assignment| a.get(topic).is_some_and(|s| s.contains(&p));
+        (holds(&self.assigned) || holds(&self.revoking))
+            .then(|| self.since.get(&(*topic, p)).copied().unwrap_or(self.epoch))
     }
 
     /// The topics of `metadata` it subscribes to.
@@ -474,6 +487,14 @@ impl Group {
                 m.previous_epoch = m.epoch;
                 m.epoch = epoch;
             }
+            for (t, ps) in &assigned {
+                for p in ps {
+                    if !current.get(t).is_some_and(|s| s.contains(p)) {
+                        m.since.insert((*t, *p), epoch);
+                    }
+                }
+            }
+            m.since.retain(|(t, p), _| assigned.get(t).is_some_and(|s| s.contains(p)));
             m.assigned = assigned;
             m.revoking.clear();
             m.revoke_deadline = None;
@@ -754,24 +775,51 @@ impl Groups {
 
     /// May a member commit offsets (OffsetCommit `version`) at `epoch`? `None` when `group`
     /// is not a consumer group (the classic rules apply).
+    ///
+    /// At the member's epoch, any partition; at an older one, those it has held since that
+    /// epoch or before (KIP-1251): its raised epoch may not have reached it yet (the answer
+    /// waits for the group to be stored), while a zombie commit for a partition it gave up,
+    /// or that another member holds, stays fenced.
     pub(super) fn consumer_check_commit(
         &self,
         group: &str,
         epoch: i32,
         member_id: &str,
         version: i16,
-    ) -> Option<i16> {
+    ) -> Option<MayCommit> {
         let groups = self.consumer_lock();
         let g = groups.get(group)?;
         // An admin or simple consumer commits only while the group has no members.
         if epoch < 0 && member_id.is_empty() {
-            return Some(if g.members.is_empty() { code::NONE } else { UNKNOWN_MEMBER_ID });
+            return Some(MayCommit::refused(if g.members.is_empty() {
+                code::NONE
+            } else {
+                UNKNOWN_MEMBER_ID
+            }));
         }
-        let Some(m) = g.members.get(member_id) else { return Some(UNKNOWN_MEMBER_ID) };
+        let Some(m) = g.members.get(member_id) else {
+            return Some(MayCommit::refused(UNKNOWN_MEMBER_ID));
+        };
         if version < 9 {
-            return Some(code::UNSUPPORTED_VERSION);
+            return Some(MayCommit::refused(code::UNSUPPORTED_VERSION));
         }
-        Some(if epoch == m.epoch { code::NONE } else { STALE_MEMBER_EPOCH })
+        if epoch >= m.epoch {
+            return Some(MayCommit::refused(if epoch == m.epoch {
+                code::NONE
+            } else {
+                STALE_MEMBER_EPOCH
+            }));
+        }
+        let held = g
+            .metadata
+            .iter()
+            .flat_map(|(name, (id, _))| {
+                let ps = m.assigned.get(id).into_iter().chain(m.revoking.get(id)).flatten();
+                ps.filter(|p| m.held_since(id, **p).is_some_and(|since| since <= epoch))
+                    .map(move |p| (name.clone(), *p))
+            })
+            .collect();
+        Some(MayCommit::Only(held))
     }
 
     /// OffsetFetch v9's member check: UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH for a consumer
@@ -917,6 +965,8 @@ fn admit(g: &mut Group, hb: &Heartbeat, member_id: &str, now: Instant) -> Result
                     if let Some(mut m) = g.members.remove(&old) {
                         m.epoch = 0;
                         m.previous_epoch = 0;
+                        // It held nothing at any earlier epoch.
+                        m.since.clear();
                         m.away = false;
                         g.members.insert(member_id.to_owned(), m);
                     }
@@ -1077,6 +1127,9 @@ struct StoredPartitions {
     topic_id: Vec<u8>,
     #[prost(int32, repeated, tag = "2")]
     partitions: Vec<i32>,
+    /// A member's: the epoch since which it holds each partition (none for a target).
+    #[prost(int32, repeated, tag = "3")]
+    since: Vec<i32>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -1108,8 +1161,26 @@ fn stored_partitions(a: &Assignment) -> Vec<StoredPartitions> {
         .map(|(t, ps)| StoredPartitions {
             topic_id: t.as_bytes().to_vec(),
             partitions: ps.iter().copied().collect(),
+            since: Vec::new(),
         })
         .collect()
+}
+
+/// A member's partitions as stored, each with the epoch since which it holds it.
+fn stored_held(a: &Assignment, m: &Member) -> Vec<StoredPartitions> {
+    let mut stored = stored_partitions(a);
+    for (s, (t, ps)) in stored.iter_mut().zip(a) {
+        s.since = ps.iter().map(|p| m.held_since(t, *p).unwrap_or(m.epoch)).collect();
+    }
+    stored
+}
+
+/// The epochs since which a member holds its stored partitions (those stored with one).
+fn since_of(stored: &[StoredPartitions]) -> impl Iterator<Item = ((Uuid, i32), i32)> + '_ {
+    stored.iter().flat_map(|s| {
+        let topic = Uuid::from_slice(&s.topic_id).ok();
+        s.partitions.iter().zip(&s.since).filter_map(move |(p, e)| Some(((topic?, *p), *e)))
+    })
 }
 
 fn assignment_of(stored: Vec<StoredPartitions>) -> Assignment {
@@ -1136,8 +1207,8 @@ impl Group {
                     Reconciling::Unrevoked => 1,
                     Reconciling::Unreleased => 2,
                 },
-                assigned: stored_partitions(&m.assigned),
-                revoking: stored_partitions(&m.revoking),
+                assigned: stored_held(&m.assigned, m),
+                revoking: stored_held(&m.revoking, m),
                 instance_id: m.instance_id.clone(),
                 rack_id: m.rack_id.clone(),
                 client_id: m.client_id.clone(),
@@ -1188,6 +1259,7 @@ impl Group {
                 2 => Reconciling::Unreleased,
                 _ => Reconciling::Stable,
             };
+            member.since = since_of(&m.assigned).chain(since_of(&m.revoking)).collect();
             member.assigned = assignment_of(m.assigned);
             member.revoking = assignment_of(m.revoking);
             member.rack_id = m.rack_id;
@@ -1398,12 +1470,27 @@ mod tests {
         assert_eq!(b.error, UNKNOWN_MEMBER_ID);
         let b = g.consumer_heartbeat(beat("h", "m1", 2, None), &v, t0);
         assert_eq!(b.error, UNKNOWN_MEMBER_ID);
-        // Commits: only at the member's epoch, at OffsetCommit v9+.
-        assert_eq!(g.check_commit("g", 2, "m1", None, 9), code::NONE);
-        assert_eq!(g.check_commit("g", 1, "m1", None, 9), STALE_MEMBER_EPOCH);
-        assert_eq!(g.check_commit("g", 2, "m1", None, 8), code::UNSUPPORTED_VERSION);
-        assert_eq!(g.check_commit("g", 2, "zz", None, 9), UNKNOWN_MEMBER_ID);
-        assert_eq!(g.check_commit("g", -1, "", None, 9), UNKNOWN_MEMBER_ID);
+        // Commits at OffsetCommit v9+: at the member's epoch, any partition; at an older
+        // epoch, the partitions held since then (KIP-1251); never at a newer one.
+        let commit = |epoch, p| g.check_commit("g", epoch, "m1", None, 9).code("a", p);
+        let held = |p: &i32| kept.get(&T1).is_some_and(|s| s.contains(p));
+        for p in 0..2 {
+            assert_eq!(commit(2, p), code::NONE);
+            let at_one = if held(&p) { code::NONE } else { STALE_MEMBER_EPOCH };
+            assert_eq!(commit(1, p), at_one, "partition {p} at epoch 1");
+            assert_eq!(commit(0, p), STALE_MEMBER_EPOCH, "partition {p} at epoch 0");
+            assert_eq!(commit(3, p), STALE_MEMBER_EPOCH, "partition {p} at epoch 3");
+        }
+        assert_eq!(g.check_commit("g", 1, "m1", None, 9).code("b", 0), STALE_MEMBER_EPOCH);
+        // The epochs since which partitions are held survive the group being stored.
+        let stored = g.consumer_lock()["g"].to_stored();
+        let resumed = Group::from_stored(stored.clone(), t0).to_stored();
+        assert_eq!(resumed, stored);
+        assert!(stored.members.iter().all(|m| m.assigned.iter().all(|a| !a.since.is_empty())));
+        let refused = |epoch, member: &str, v| g.check_commit("g", epoch, member, None, v);
+        assert_eq!(refused(2, "m1", 8), MayCommit::All(code::UNSUPPORTED_VERSION));
+        assert_eq!(refused(2, "zz", 9), MayCommit::All(UNKNOWN_MEMBER_ID));
+        assert_eq!(refused(-1, "", 9), MayCommit::All(UNKNOWN_MEMBER_ID));
         assert_eq!(g.check_offset_fetch("g", Some("m1"), 1), STALE_MEMBER_EPOCH);
         assert_eq!(g.check_offset_fetch("g", Some("m1"), 2), code::NONE);
         assert_eq!(g.check_offset_fetch("g", None, -1), code::NONE);

@@ -48,6 +48,9 @@ struct FakeBroker {
     /// Produces to topic `slow`: admitted so far; their commits wait until this is true.
     slow: std::sync::atomic::AtomicUsize,
     slow_gate: tokio::sync::watch::Sender<bool>,
+    /// While true, group state stores wait (counted in `stores_waiting`).
+    stores_held: tokio::sync::watch::Sender<bool>,
+    stores_waiting: std::sync::atomic::AtomicUsize,
 }
 
 /// Batches of each partition of topic `lagging` (any partition number), one record each.
@@ -390,6 +393,11 @@ impl kafka::GroupOffsets for FakeBroker {
         tenure: kafka::Tenure,
         state: Bytes,
     ) -> Result<(), Refused> {
+        let mut held = self.stores_held.subscribe();
+        if *held.borrow() {
+            self.stores_waiting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = held.wait_for(|held| !*held).await;
+        }
         self.fenced(group, tenure)?;
         self.states.lock().unwrap_or_else(|e| e.into_inner()).insert(group.to_owned(), state);
         Ok(())
@@ -1801,6 +1809,99 @@ async fn consumer_group_heartbeats_assign_revoke_and_fence_at_both_versions() ->
         let r: ConsumerGroupHeartbeatResponse = ask(s.addr, hb, 1, "t", &req).await?;
         ensure!(r.error_code == want, "want {want}: {r:?}");
     }
+    Ok(())
+}
+
+/// KIP-1251: a heartbeat that raised a member's epoch is answered only once the group is
+/// stored; a commit the member sends meanwhile, at the epoch it still knows, is accepted for
+/// the partitions it held at that epoch, and refused for those it has given up.
+#[tokio::test]
+async fn a_commit_at_the_epoch_a_member_knows_is_accepted_while_its_raised_epoch_is_stored()
+-> Result<()> {
+    use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::*;
+    use std::sync::atomic::Ordering::SeqCst;
+    let s = server(KafkaConfig::default()).await?;
+    let orders = s.broker.topics.lock().map_err(|_| anyhow::anyhow!("poisoned"))?[0].1;
+    let str = |v: &str| StrBytes::from_string(v.to_owned());
+    let join = |member: &str| {
+        ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(str("k")))
+            .with_member_id(str(member))
+            .with_member_epoch(0)
+            .with_rebalance_timeout_ms(30_000)
+            .with_subscribed_topic_names(Some(vec![TopicName(str("orders"))]))
+            .with_topic_partitions(Some(Vec::new()))
+    };
+    let beat = |epoch: i32, owned: &[i32]| {
+        ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(str("k")))
+            .with_member_id(str("m1"))
+            .with_member_epoch(epoch)
+            .with_rebalance_timeout_ms(-1)
+            .with_topic_partitions(Some(vec![
+                TopicPartitions::default().with_topic_id(orders).with_partitions(owned.to_vec()),
+            ]))
+    };
+    let commit = |epoch: i32, partition: i32| {
+        OffsetCommitRequest::default()
+            .with_group_id(GroupId(str("k")))
+            .with_member_id(str("m1"))
+            .with_generation_id_or_member_epoch(epoch)
+            .with_topics(vec![
+                OffsetCommitRequestTopic::default()
+                    .with_name(TopicName(str("orders")))
+                    .with_partitions(vec![
+                        OffsetCommitRequestPartition::default()
+                            .with_partition_index(partition)
+                            .with_committed_offset(5),
+                    ]),
+            ])
+    };
+    let hb = ApiKey::ConsumerGroupHeartbeat;
+    let r: ConsumerGroupHeartbeatResponse = ask(s.addr, hb, 1, "t", &join("m1")).await?;
+    ensure!(r.member_epoch == 1, "{r:?}");
+    let r: ConsumerGroupHeartbeatResponse = ask(s.addr, hb, 1, "t", &join("m2")).await?;
+    ensure!(r.member_epoch == 2, "{r:?}");
+    let r: ConsumerGroupHeartbeatResponse = ask(s.addr, hb, 1, "t", &beat(1, &[0, 1, 2])).await?;
+    let kept: Vec<i32> = r
+        .assignment
+        .as_ref()
+        .map(|a| a.topic_partitions.iter().flat_map(|t| t.partitions.clone()).collect())
+        .unwrap_or_default();
+    ensure!(r.member_epoch == 1 && kept.len() == 2, "m1 is to give one up: {r:?}");
+    let given_up = (0..3).find(|p| !kept.contains(p)).context("one given up")?;
+    // m1 has given it up and says so: its epoch becomes 2, stored before it is answered.
+    s.broker.stores_held.send_replace(true);
+    let addr = s.addr;
+    let revoked = beat(1, &kept);
+    let answer = tokio::spawn(async move {
+        ask::<_, ConsumerGroupHeartbeatResponse>(addr, hb, 1, "t", &revoked).await
+    });
+    while s.broker.stores_waiting.load(SeqCst) == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // Meanwhile m1, still at epoch 1, commits what it holds, and what it gave up.
+    let ask_commit = |epoch, partition| {
+        let req = commit(epoch, partition);
+        tokio::spawn(async move {
+            ask::<_, OffsetCommitResponse>(addr, ApiKey::OffsetCommit, 9, "t", &req).await
+        })
+    };
+    let held = ask_commit(1, kept[0]);
+    let gone = ask_commit(1, given_up);
+    let newer = ask_commit(3, kept[0]);
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    s.broker.stores_held.send_replace(false);
+    let code = |r: OffsetCommitResponse| r.topics[0].partitions[0].error_code;
+    ensure!(code(held.await??) == 0, "a partition m1 held at epoch 1");
+    ensure!(code(gone.await??) == 113, "STALE_MEMBER_EPOCH: the partition it gave up");
+    ensure!(code(newer.await??) == 113, "STALE_MEMBER_EPOCH: an epoch it was never given");
+    let r = answer.await??;
+    ensure!(r.error_code == 0 && r.member_epoch == 2, "{r:?}");
     Ok(())
 }
 
