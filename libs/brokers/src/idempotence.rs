@@ -80,7 +80,17 @@ impl LogBroker {
                     Some(SlotProducers::Ready(t)) if Some(t.epoch) == served => return Ok(t.epoch),
                     Some(SlotProducers::Loading(f)) => f.clone(),
                     _ => {
-                        let f = self.clone().rebuild(log, slot.to_owned()).boxed().shared();
+                        // A task of its own: it runs on when every batch waiting for it
+                        // gave up, and the map holds no future owning this broker (which
+                        // owns the map: a cycle that outlived a broker stopped mid-rebuild).
+                        let rebuild = tokio::spawn(self.clone().rebuild(log, slot.to_owned()));
+                        let f = async move {
+                            rebuild.await.unwrap_or_else(|e| {
+                                Err(Refused::server(format!("rebuilding producers: {e}")))
+                            })
+                        }
+                        .boxed()
+                        .shared();
                         map.insert(key.clone(), SlotProducers::Loading(f.clone()));
                         f
                     }
