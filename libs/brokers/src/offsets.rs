@@ -432,6 +432,28 @@ impl kafka::GroupOffsets for LogBroker {
         Ok(had_state || !indexed.is_empty())
     }
 
+    async fn release_group(&self, group: &str, tenure: Tenure) -> Result<(), Refused> {
+        let enc = encoded(group)?;
+        let keys = self.reader.keys();
+        let record = keys.group_coordinator(&enc);
+        // Not fenced by liveness: a writer whose lease lapsed still removes what it left.
+        let txn = Txn::new()
+            .when([
+                Compare::mod_revision(record.clone(), CompareOp::Equal, tenure.0),
+                Compare::version(keys.group_state(&enc), CompareOp::Equal, 0),
+            ])
+            .and_then([TxnOp::delete(KeyRange::key(record))]);
+        let resp = self.reader.meta().txn(txn).await.map_err(unavailable)?;
+        if resp.succeeded {
+            tracing::debug!(
+                group,
+                tenure = tenure.0,
+                "Kafka group never formed: its record removed"
+            );
+        }
+        Ok(())
+    }
+
     async fn delete_offset(
         &self,
         group: &str,

@@ -502,6 +502,9 @@ pub struct Groups {
     /// Each group's last offset commit admitted, done when it has been applied: a commit is
     /// applied after those admitted before it, as Kafka applies a group's commits in order.
     commits: Mutex<HashMap<String, Applied>>,
+    /// Groups let go that were never stored (only asked about): their coordinator records,
+    /// to remove.
+    released: Mutex<Vec<(String, Tenure)>>,
 }
 
 /// A group as this coordinator holds it.
@@ -559,6 +562,7 @@ impl Groups {
             held: Default::default(),
             taking: Default::default(),
             commits: Default::default(),
+            released: Default::default(),
         }
     }
 
@@ -790,7 +794,8 @@ impl Groups {
 
     /// Stores what changed in the groups held since it was last stored (groups that emptied,
     /// static members that came back); a group found taken by another coordinator is
-    /// forgotten, one not stored for another reason is tried again next time.
+    /// forgotten, one not stored for another reason is tried again next time. Removes the
+    /// coordinator records of groups let go that never formed.
     pub async fn store_changed(&self, store: &dyn GroupOffsets) {
         let changed: Vec<(String, Tenure, Option<Bytes>)> = {
             let mut groups = self.groups.lock();
@@ -804,6 +809,12 @@ impl Groups {
                 })
                 .collect()
         };
+        let released = std::mem::take(&mut *self.released.lock());
+        for (group, tenure) in released {
+            if let Err(r) = store.release_group(&group, tenure).await {
+                tracing::debug!(group, error = %r.message, "removing a group's record failed");
+            }
+        }
         for group in self.consumer_dirty() {
             if let Err(code) = self.store_consumer(&group, store).await {
                 tracing::warn!(group, code, "storing a Kafka consumer group failed");
@@ -1274,10 +1285,17 @@ impl Groups {
                 held.remove(&name);
             }
         }
+        let committing = self.commits.lock();
+        let mut released = self.released.lock();
         held.retain(|name, h| {
-            classic.contains_key(name)
+            let keep = classic.contains_key(name)
                 || consumer.contains_key(name)
                 || now.saturating_duration_since(h.since) < UNUSED_HELD
+                || committing.get(name).is_some_and(|a| a.peek().is_none());
+            if !keep && !h.stored {
+                released.push((name.clone(), h.tenure));
+            }
+            keep
         });
     }
 
@@ -1459,6 +1477,12 @@ mod tests {
         async fn delete_group(&self, g: &str, t: Tenure) -> Result<bool, Refused> {
             self.fenced(g, t)?;
             Ok(self.states.lock().remove(g).is_some())
+        }
+        async fn release_group(&self, g: &str, t: Tenure) -> Result<(), Refused> {
+            if self.fenced(g, t).is_ok() && !self.states.lock().contains_key(g) {
+                self.tenures.lock().remove(g);
+            }
+            Ok(())
         }
         async fn delete_offset(&self, g: &str, t: Tenure, _: &str, _: i32) -> Result<(), Refused> {
             self.fenced(g, t)
@@ -1822,5 +1846,8 @@ mod tests {
         g.tick(t0 + UNUSED_HELD + Duration::from_secs(1));
         assert!(g.tenure("ghost").is_none(), "a group held with nothing in memory stays held");
         assert!(g.tenure("g").is_some(), "a formed group was let go");
+        g.store_changed(&store).await;
+        assert!(!store.tenures.lock().contains_key("ghost"), "its coordinator record stays");
+        assert!(store.tenures.lock().contains_key("g"));
     }
 }

@@ -446,6 +446,11 @@ pub trait GroupOffsets: Send + Sync + 'static {
     /// (DeleteGroups, expiry); whether it had any of them stored.
     async fn delete_group(&self, group: &str, tenure: Tenure) -> Result<bool, Refused>;
 
+    /// Deletes the group's coordinator record if it is still `tenure`'s and the group has no
+    /// stored state: what taking a group that never formed (to describe it, or fetch its
+    /// offsets) left behind, once let go.
+    async fn release_group(&self, group: &str, tenure: Tenure) -> Result<(), Refused>;
+
     /// Deletes a group's committed offset on one partition (OffsetDelete).
     async fn delete_offset(
         &self,

@@ -141,3 +141,40 @@ async fn groups_are_listed_read_and_deleted_without_a_scan_and_leave_no_key() ->
     w.shutdown().await;
     Ok(())
 }
+
+/// A group a client only asked about (DescribeGroups or OffsetFetch of a group that never
+/// existed) is taken to answer it; once let go, its coordinator record goes too. A group
+/// with a stored state, and a record another coordinator has taken since, stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_only_asked_about_leaves_no_coordinator_record_once_let_go() -> Result<()> {
+    let meta: Arc<dyn MetadataStore> = Arc::new(metadata::MemoryStore::new());
+    let objects: Arc<dyn ObjectStore> = Arc::new(objstore::object_store::memory::InMemory::new());
+    let (wa, a) = writer(&meta, &objects, "wa").await?;
+    let (wb, b) = writer(&meta, &objects, "wb").await?;
+    Catalog::new(meta.clone(), wa.reader().clone(), CLUSTER)
+        .create("t", 2, Default::default())
+        .await?;
+    let t0 = std::time::Instant::now();
+    let groups = kafka::groups::Groups::new(Duration::ZERO);
+    let held = |g: &'static str| {
+        let (groups, a) = (&groups, &a);
+        async move { groups.hold(g, 1, a, t0).await.map_err(|c| anyhow!("{g}: {c}")) }
+    };
+    held("ghost").await?;
+    held("moved").await?;
+    let formed = held("formed").await?;
+    ensure!(a.commit_offsets("formed", formed, offsets("t", 2, 4)).await.iter().all(Result::is_ok));
+    groups.ensure_stored("formed", &a).await;
+    // Another coordinator, from a newer view, takes "moved" meanwhile.
+    b.take_group("moved", 2, None).await.map_err(|r| anyhow!("{r:?}"))?;
+    ensure!(keys(&meta, "kafka/groups/coordinators/", "").await? == 3);
+    groups.tick(t0 + Duration::from_secs(61));
+    groups.store_changed(&a).await;
+    ensure!(groups.tenure("ghost").is_none(), "ghost is still held");
+    let left = keys(&meta, "kafka/groups/coordinators/", "").await?;
+    ensure!(keys(&meta, "kafka/groups/coordinators/", "ghost").await? == 0, "ghost's record left");
+    ensure!(left == 2, "{left} records: formed's and moved's stay");
+    wa.shutdown().await;
+    wb.shutdown().await;
+    Ok(())
+}

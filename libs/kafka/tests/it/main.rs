@@ -474,6 +474,15 @@ impl kafka::GroupOffsets for FakeBroker {
         Ok(before != stored.len() || state.is_some())
     }
 
+    async fn release_group(&self, group: &str, tenure: kafka::Tenure) -> Result<(), Refused> {
+        let mut tenures = self.tenures.lock().unwrap_or_else(|e| e.into_inner());
+        let stored = self.states.lock().unwrap_or_else(|e| e.into_inner()).contains_key(group);
+        if tenures.get(group) == Some(&tenure.0) && !stored {
+            tenures.remove(group);
+        }
+        Ok(())
+    }
+
     async fn delete_offset(
         &self,
         group: &str,
