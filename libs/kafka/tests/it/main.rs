@@ -412,6 +412,13 @@ impl kafka::GroupOffsets for FakeBroker {
         if let Err(r) = self.fenced(group, tenure) {
             return offsets.iter().map(|_| Err(r.clone())).collect();
         }
+        // Group `pipe`'s commits of smaller offsets take longer to store.
+        if group == "pipe"
+            && let Some(o) = offsets.first()
+        {
+            let ms = 5 * u64::try_from(10 - o.offset.clamp(0, 10)).unwrap_or(0);
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
         let mut stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
         offsets
             .into_iter()
@@ -1228,6 +1235,55 @@ async fn pipelined_produces_are_admitted_in_request_order_and_answered_in_it() -
         );
         expect += n;
     }
+    Ok(())
+}
+
+/// A group's commits pipelined on one connection are applied in the order sent, whatever
+/// each takes to store (the fake stores smaller offsets slower): the last one sent is the
+/// one that stays, as with Kafka.
+#[tokio::test]
+async fn pipelined_offset_commits_are_applied_in_the_order_sent() -> Result<()> {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::{
+        GroupId, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    };
+    let s = server(KafkaConfig { max_in_flight: 8, ..Default::default() }).await?;
+    let str = |v: &str| StrBytes::from_string(v.to_owned());
+    let mut c = tokio::net::TcpStream::connect(s.addr).await?;
+    let mut all = BytesMut::new();
+    for offset in 1..=8i64 {
+        let req = OffsetCommitRequest::default()
+            .with_group_id(GroupId(str("pipe")))
+            .with_generation_id_or_member_epoch(-1)
+            .with_topics(vec![
+                OffsetCommitRequestTopic::default()
+                    .with_name(TopicName(str("orders")))
+                    .with_partitions(vec![
+                        OffsetCommitRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_committed_offset(offset),
+                    ]),
+            ]);
+        all.put_slice(&request(ApiKey::OffsetCommit, 8, offset as i32, "t", &req)?);
+    }
+    c.write_all(&all).await?;
+    for id in 1..=8 {
+        let b = read_response(&mut c).await?.context("answer missing")?;
+        let (got, r) = decode::<OffsetCommitResponse>(ApiKey::OffsetCommit, 8, b)?;
+        ensure!(got == id && r.topics[0].partitions[0].error_code == 0, "{got}: {r:?}");
+    }
+    let fetch =
+        OffsetFetchRequest::default().with_group_id(GroupId(str("pipe"))).with_topics(Some(vec![
+            OffsetFetchRequestTopic::default()
+                .with_name(TopicName(str("orders")))
+                .with_partition_indexes(vec![0]),
+        ]));
+    let r: OffsetFetchResponse = ask(s.addr, ApiKey::OffsetFetch, 7, "t", &fetch).await?;
+    let committed = r.topics[0].partitions[0].committed_offset;
+    ensure!(committed == 8, "the last commit sent was 8; {committed} stayed");
     Ok(())
 }
 
