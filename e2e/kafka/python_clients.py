@@ -105,6 +105,17 @@ while len(seen) < count and time.time() < deadline:
                 continue
             fail(f"confluent-kafka consume: {m.error()}")
         seen.append((m.value().decode(), m.partition(), m.offset()))
+# Any offset is committed, past the partition's end included, with its metadata (Kafka holds
+# none against the log): a tool resetting offsets, or a consumer's own bookkeeping, relies on it.
+far = [confluent_kafka.TopicPartition(topic, 0, 1 << 40, metadata="far"),
+       confluent_kafka.TopicPartition(topic, 1, 0, metadata="")]
+for tp in c.commit(offsets=far, asynchronous=False):
+    if tp.error:
+        fail(f"commit {tp}: {tp.error}")
+back = {tp.partition: (tp.offset, tp.metadata)
+        for tp in c.committed([confluent_kafka.TopicPartition(topic, p) for p in (0, 1)], timeout=10)}
+if back != {0: (1 << 40, "far"), 1: (0, "")}:
+    fail(f"committed offsets read back as {back}")
 c.close()
 check("confluent-kafka", seen)
 
