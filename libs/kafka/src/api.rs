@@ -296,6 +296,9 @@ pub fn decode_counted(frame: &Bytes) -> Result<(Decoded, usize), Close> {
     Ok((decoded?, allocated))
 }
 
+/// Bytes after a request's body that are ignored (a client's unfilled placeholder).
+const MAX_BYTES_AFTER_BODY: usize = 8;
+
 fn decode_whole(frame: &Bytes) -> Result<Decoded, Close> {
     let (key, version) = frame::peek_api(frame).ok_or(Close::Short)?;
     let api = ApiKey::try_from(key).map_err(|_| Close::UnknownApi(key))?;
@@ -312,9 +315,11 @@ fn decode_whole(frame: &Bytes) -> Result<Decoded, Close> {
     let header =
         RequestHeader::decode(&mut buf, api.request_header_version(version)).map_err(malformed)?;
     let request = (r.decode)(&mut buf, version).map_err(malformed)?;
-    // A frame is one request: bytes after its body are refused, not carried along (a
-    // produce's batches are slices of the frame, alive until it is answered).
-    if !buf.is_empty() {
+    // A frame is one request. A few bytes after its body are ignored, as Kafka ignores them:
+    // librdkafka 2.16 leaves three after Metadata's null topic count (the rest of its 4-byte
+    // placeholder). More are refused, not carried along: a padded produce would pin its whole
+    // frame while it commits (its batches are slices of the frame).
+    if buf.len() > MAX_BYTES_AFTER_BODY {
         return Err(Close::Malformed {
             api,
             version,
@@ -405,8 +410,9 @@ mod tests {
         StoredBatch { base_offset: base, bytes: Bytes::from(b) }
     }
 
-    /// A frame holds one request and nothing after it: a valid ApiVersions padded with 1 MiB
-    /// is refused (a padded produce would pin its whole frame while it commits).
+    /// A frame holds one request and at most a few bytes after it: a valid ApiVersions padded
+    /// with 1 MiB is refused (a padded produce would pin its whole frame while it commits),
+    /// one with three bytes more (librdkafka's unfilled placeholder) is answered.
     #[test]
     fn bytes_after_a_request_body_close_the_connection() {
         use kafka_protocol::messages::{ApiVersionsRequest, RequestHeader};
@@ -422,6 +428,8 @@ mod tests {
         ApiVersionsRequest::default().encode(&mut b, 3).expect("encodes");
         let whole = b.clone().freeze();
         assert!(matches!(decode(&whole), Ok(Decoded::Request { correlation_id: 7, .. })));
+        b.extend_from_slice(&[1, 0, 0]);
+        assert!(matches!(decode(&b.clone().freeze()), Ok(Decoded::Request { .. })));
         b.extend_from_slice(&vec![0u8; 1 << 20]);
         assert!(
             matches!(decode(&b.freeze()), Err(Close::Malformed { .. })),

@@ -1287,6 +1287,33 @@ async fn pipelined_offset_commits_are_applied_in_the_order_sent() -> Result<()> 
     Ok(())
 }
 
+/// librdkafka 2.16 asks Metadata v12 for all topics (AdminClient.list_topics) leaving the
+/// topic count's 4-byte placeholder in: a null count, then three bytes it meant for nothing.
+/// Kafka reads the body and ignores what follows it, so the request is answered, not closed.
+#[tokio::test]
+async fn a_request_with_bytes_after_its_body_is_answered_as_kafka_does() -> Result<()> {
+    use kafka_protocol::messages::MetadataResponse;
+    let s = server(KafkaConfig::default()).await?;
+    // As captured: header v2 (key 3, v12, correlation 3, client "rdkafka", no tags), then
+    // 00 00 00 00 01 00 00.
+    let frame: Vec<u8> = [
+        &[0x00, 0x03, 0x00, 0x0c, 0x00, 0x00, 0x00, 0x03, 0x00, 0x07][..],
+        b"rdkafka",
+        &[0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00],
+    ]
+    .concat();
+    let mut c = tokio::net::TcpStream::connect(s.addr).await?;
+    c.write_all(&(frame.len() as i32).to_be_bytes()).await?;
+    c.write_all(&frame).await?;
+    let b = read_response(&mut c).await?.context("the connection was closed unanswered")?;
+    let (id, r) = decode::<MetadataResponse>(ApiKey::Metadata, 12, b)?;
+    ensure!(id == 3, "correlation id {id}");
+    let names: Vec<String> =
+        r.topics.iter().filter_map(|t| t.name.as_ref().map(|n| n.to_string())).collect();
+    ensure!(names.contains(&"orders".to_owned()), "all topics asked: {names:?}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn admin_requests_are_answered_at_every_advertised_version() -> Result<()> {
     use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
