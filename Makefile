@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export PATH := $(CURDIR)/.tools/venv/bin:$(PATH)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: help deps build test lint run bench bench-memory bench-kafka bench-catchup cluster cluster-stop helm-check compose-check fuzz dst soak
+.PHONY: help deps build test lint run bench bench-memory bench-kafka bench-catchup bench-scale cluster cluster-stop helm-check compose-check fuzz dst soak
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
@@ -84,6 +84,10 @@ bench-catchup: deps ## Ingest with and without a catch-up consumer group reading
 	cargo build --release --bin lakelog
 	LAKELOG_BIN=$(CURDIR)/target/release/lakelog ./scripts/cluster.sh
 	target/release/lakelog --endpoint http://127.0.0.1:7541 bench catchup --kafka 127.0.0.1:9092,127.0.0.1:9093 --duration 10s; s=$$?; ./scripts/cluster.sh stop; exit $$s
+
+bench-scale: deps ## Writers joining, leaving and restarting under 2,000 partitions, 20 groups (classic and KIP-848) and steady produce: owners moved, p99, rebalances, failed commits, lost/duplicated, etcd requests/s per step; BASELINE=<older lakelog> runs it first; release build, about 6 minutes a binary
+	cargo build --release --bin lakelog
+	.tools/venv/bin/python scripts/bench-scale.py --bin target/release/lakelog $(if $(BASELINE),--baseline $(BASELINE))
 
 SEEDS ?= 10000
 dst: ## The deterministic simulation over SEEDS seeds (10000) of every group in parallel processes; `make dst SEED=n [GROUP=kafka]` replays one seed
