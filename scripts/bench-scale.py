@@ -46,7 +46,7 @@ ap.add_argument("--topics", type=int, default=20)
 ap.add_argument("--partitions", type=int, default=100, help="partitions per topic")
 ap.add_argument("--groups", type=int, default=20, help="one per topic, at most --topics")
 ap.add_argument("--members", type=int, default=2)
-ap.add_argument("--rate", type=int, default=2000, help="records produced per second")
+ap.add_argument("--rate", type=int, default=400, help="records produced per second")
 ap.add_argument("--window", type=float, default=20, help="seconds each step is measured")
 ap.add_argument("--warmup", type=float, default=45,
                 help="seconds produced before the steady step (each partition's first idempotent "
