@@ -46,6 +46,18 @@ fn offsets(topic: &str, partitions: i32, offset: i64) -> Vec<OffsetCommit> {
         .collect()
 }
 
+/// Two writers `wa` and `wb` on fresh in-memory stores, with topic `t` of 2 partitions.
+async fn two_writers() -> Result<(Arc<dyn MetadataStore>, [(LogStorage, LogBroker); 2])> {
+    let meta: Arc<dyn MetadataStore> = Arc::new(metadata::MemoryStore::new());
+    let objects: Arc<dyn ObjectStore> = Arc::new(objstore::object_store::memory::InMemory::new());
+    let a = writer(&meta, &objects, "wa").await?;
+    let b = writer(&meta, &objects, "wb").await?;
+    Catalog::new(meta.clone(), a.0.reader().clone(), CLUSTER)
+        .create("t", 2, Default::default())
+        .await?;
+    Ok((meta, [a, b]))
+}
+
 /// Keys under `/g/<prefix>` whose key contains `part`.
 async fn keys(meta: &Arc<dyn MetadataStore>, prefix: &str, part: &str) -> Result<usize> {
     let r = meta.range(RangeRequest::prefix(format!("/{CLUSTER}/{prefix}")).keys_only()).await?;
@@ -54,13 +66,7 @@ async fn keys(meta: &Arc<dyn MetadataStore>, prefix: &str, part: &str) -> Result
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_taken_groups_old_coordinator_writes_nothing_and_does_not_take_it_back() -> Result<()> {
-    let meta: Arc<dyn MetadataStore> = Arc::new(metadata::MemoryStore::new());
-    let objects: Arc<dyn ObjectStore> = Arc::new(objstore::object_store::memory::InMemory::new());
-    let (wa, a) = writer(&meta, &objects, "wa").await?;
-    let (wb, b) = writer(&meta, &objects, "wb").await?;
-    Catalog::new(meta.clone(), wa.reader().clone(), CLUSTER)
-        .create("t", 2, Default::default())
-        .await?;
+    let (_, [(wa, a), (wb, b)]) = two_writers().await?;
     let ta = a.take_group("app", 10, None).await.map_err(|r| anyhow!("{r:?}"))?;
     ensure!(!ta.kept && ta.state.is_none());
     ensure!(a.commit_offsets("app", ta.tenure, offsets("t", 2, 7)).await.iter().all(Result::is_ok));
@@ -147,13 +153,7 @@ async fn groups_are_listed_read_and_deleted_without_a_scan_and_leave_no_key() ->
 /// with a stored state, and a record another coordinator has taken since, stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_only_asked_about_leaves_no_coordinator_record_once_let_go() -> Result<()> {
-    let meta: Arc<dyn MetadataStore> = Arc::new(metadata::MemoryStore::new());
-    let objects: Arc<dyn ObjectStore> = Arc::new(objstore::object_store::memory::InMemory::new());
-    let (wa, a) = writer(&meta, &objects, "wa").await?;
-    let (wb, b) = writer(&meta, &objects, "wb").await?;
-    Catalog::new(meta.clone(), wa.reader().clone(), CLUSTER)
-        .create("t", 2, Default::default())
-        .await?;
+    let (meta, [(wa, a), (wb, b)]) = two_writers().await?;
     let t0 = std::time::Instant::now();
     let groups = kafka::groups::Groups::new(Duration::ZERO);
     let held = |g: &'static str| {

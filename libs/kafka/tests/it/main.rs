@@ -1243,30 +1243,17 @@ async fn pipelined_produces_are_admitted_in_request_order_and_answered_in_it() -
 /// one that stays, as with Kafka.
 #[tokio::test]
 async fn pipelined_offset_commits_are_applied_in_the_order_sent() -> Result<()> {
-    use kafka_protocol::messages::offset_commit_request::{
-        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-    };
     use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
     use kafka_protocol::messages::{
-        GroupId, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+        GroupId, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
     };
     let s = server(KafkaConfig { max_in_flight: 8, ..Default::default() }).await?;
     let str = |v: &str| StrBytes::from_string(v.to_owned());
     let mut c = tokio::net::TcpStream::connect(s.addr).await?;
     let mut all = BytesMut::new();
     for offset in 1..=8i64 {
-        let req = OffsetCommitRequest::default()
-            .with_group_id(GroupId(str("pipe")))
-            .with_generation_id_or_member_epoch(-1)
-            .with_topics(vec![
-                OffsetCommitRequestTopic::default()
-                    .with_name(TopicName(str("orders")))
-                    .with_partitions(vec![
-                        OffsetCommitRequestPartition::default()
-                            .with_partition_index(0)
-                            .with_committed_offset(offset),
-                    ]),
-            ]);
+        // A simple consumer's commit: no member, generation -1.
+        let req = commit_one("pipe", "", -1, 0, offset);
         all.put_slice(&request(ApiKey::OffsetCommit, 8, offset as i32, "t", &req)?);
     }
     c.write_all(&all).await?;
@@ -1773,35 +1760,82 @@ async fn group_apis_are_answered_at_every_version_and_refuse_bad_input() -> Resu
 /// ConsumerGroupDescribe shows both; commits go by member epoch (STALE_MEMBER_EPOCH at an old
 /// one, UNSUPPORTED_VERSION before OffsetCommit v9); a classic JoinGroup to the group is
 /// INCONSISTENT_GROUP_PROTOCOL, and bad heartbeats get Kafka's codes.
-#[tokio::test]
-async fn consumer_group_heartbeats_assign_revoke_and_fence_at_both_versions() -> Result<()> {
+/// A KIP-848 member of `group` joining (epoch 0), subscribed to topic `orders`.
+fn kip848_join(
+    group: &str,
+    member: &str,
+) -> kafka_protocol::messages::ConsumerGroupHeartbeatRequest {
+    use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, GroupId};
+    let str = |v: &str| StrBytes::from_string(v.to_owned());
+    ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(str(group)))
+        .with_member_id(str(member))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![TopicName(str("orders"))]))
+        .with_topic_partitions(Some(Vec::new()))
+}
+
+/// A KIP-848 member's heartbeat at `epoch`, owning `owned` of topic `orders` (id `orders`).
+fn kip848_beat(
+    group: &str,
+    member: &str,
+    epoch: i32,
+    orders: uuid::Uuid,
+    owned: &[i32],
+) -> kafka_protocol::messages::ConsumerGroupHeartbeatRequest {
     use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
-    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, GroupId};
+    let str = |v: &str| StrBytes::from_string(v.to_owned());
+    ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(str(group)))
+        .with_member_id(str(member))
+        .with_member_epoch(epoch)
+        .with_rebalance_timeout_ms(-1)
+        .with_topic_partitions(Some(vec![
+            TopicPartitions::default().with_topic_id(orders).with_partitions(owned.to_vec()),
+        ]))
+}
+
+/// An OffsetCommit of one partition of topic `orders` at `offset`, by `member` of `group` at
+/// `epoch` (generation, or member epoch).
+fn commit_one(
+    group: &str,
+    member: &str,
+    epoch: i32,
+    partition: i32,
+    offset: i64,
+) -> kafka_protocol::messages::OffsetCommitRequest {
     use kafka_protocol::messages::offset_commit_request::{
         OffsetCommitRequestPartition, OffsetCommitRequestTopic,
     };
+    use kafka_protocol::messages::{GroupId, OffsetCommitRequest};
+    let str = |v: &str| StrBytes::from_string(v.to_owned());
+    OffsetCommitRequest::default()
+        .with_group_id(GroupId(str(group)))
+        .with_member_id(str(member))
+        .with_generation_id_or_member_epoch(epoch)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(str("orders")))
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(partition)
+                        .with_committed_offset(offset),
+                ]),
+        ])
+}
+
+#[tokio::test]
+async fn consumer_group_heartbeats_assign_revoke_and_fence_at_both_versions() -> Result<()> {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
     use kafka_protocol::messages::*;
     let s = server(KafkaConfig::default()).await?;
     let orders = s.broker.topics.lock().map_err(|_| anyhow::anyhow!("poisoned"))?[0].1;
     let str = |v: &str| StrBytes::from_string(v.to_owned());
-    let join = |group: &str, member: &str| {
-        ConsumerGroupHeartbeatRequest::default()
-            .with_group_id(GroupId(str(group)))
-            .with_member_id(str(member))
-            .with_member_epoch(0)
-            .with_rebalance_timeout_ms(30_000)
-            .with_subscribed_topic_names(Some(vec![TopicName(str("orders"))]))
-            .with_topic_partitions(Some(Vec::new()))
-    };
+    let join = kip848_join;
     let beat = |group: &str, member: &str, epoch: i32, owned: &[i32]| {
-        ConsumerGroupHeartbeatRequest::default()
-            .with_group_id(GroupId(str(group)))
-            .with_member_id(str(member))
-            .with_member_epoch(epoch)
-            .with_rebalance_timeout_ms(-1)
-            .with_topic_partitions(Some(vec![
-                TopicPartitions::default().with_topic_id(orders).with_partitions(owned.to_vec()),
-            ]))
+        kip848_beat(group, member, epoch, orders, owned)
     };
     let partitions = |r: &ConsumerGroupHeartbeatResponse| -> Option<Vec<i32>> {
         let a = r.assignment.as_ref()?;
@@ -1859,21 +1893,7 @@ async fn consumer_group_heartbeats_assign_revoke_and_fence_at_both_versions() ->
         ensure!(r.groups[1].error_code == 69, "v{v}: GROUP_ID_NOT_FOUND: {r:?}");
     }
     // Commits by member epoch.
-    let commit = |epoch: i32| {
-        OffsetCommitRequest::default()
-            .with_group_id(GroupId(str("k1")))
-            .with_member_id(str("m2"))
-            .with_generation_id_or_member_epoch(epoch)
-            .with_topics(vec![
-                OffsetCommitRequestTopic::default()
-                    .with_name(TopicName(str("orders")))
-                    .with_partitions(vec![
-                        OffsetCommitRequestPartition::default()
-                            .with_partition_index(got[0])
-                            .with_committed_offset(3),
-                    ]),
-            ])
-    };
+    let commit = |epoch: i32| commit_one("k1", "m2", epoch, got[0], 3);
     for (v, epoch, want) in [(9, 2, 0), (9, 1, 113), (8, 2, 35)] {
         let r: OffsetCommitResponse =
             ask(s.addr, ApiKey::OffsetCommit, v, "t", &commit(epoch)).await?;
@@ -1910,49 +1930,13 @@ async fn consumer_group_heartbeats_assign_revoke_and_fence_at_both_versions() ->
 #[tokio::test]
 async fn a_commit_at_the_epoch_a_member_knows_is_accepted_while_its_raised_epoch_is_stored()
 -> Result<()> {
-    use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
-    use kafka_protocol::messages::offset_commit_request::{
-        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-    };
     use kafka_protocol::messages::*;
     use std::sync::atomic::Ordering::SeqCst;
     let s = server(KafkaConfig::default()).await?;
     let orders = s.broker.topics.lock().map_err(|_| anyhow::anyhow!("poisoned"))?[0].1;
-    let str = |v: &str| StrBytes::from_string(v.to_owned());
-    let join = |member: &str| {
-        ConsumerGroupHeartbeatRequest::default()
-            .with_group_id(GroupId(str("k")))
-            .with_member_id(str(member))
-            .with_member_epoch(0)
-            .with_rebalance_timeout_ms(30_000)
-            .with_subscribed_topic_names(Some(vec![TopicName(str("orders"))]))
-            .with_topic_partitions(Some(Vec::new()))
-    };
-    let beat = |epoch: i32, owned: &[i32]| {
-        ConsumerGroupHeartbeatRequest::default()
-            .with_group_id(GroupId(str("k")))
-            .with_member_id(str("m1"))
-            .with_member_epoch(epoch)
-            .with_rebalance_timeout_ms(-1)
-            .with_topic_partitions(Some(vec![
-                TopicPartitions::default().with_topic_id(orders).with_partitions(owned.to_vec()),
-            ]))
-    };
-    let commit = |epoch: i32, partition: i32| {
-        OffsetCommitRequest::default()
-            .with_group_id(GroupId(str("k")))
-            .with_member_id(str("m1"))
-            .with_generation_id_or_member_epoch(epoch)
-            .with_topics(vec![
-                OffsetCommitRequestTopic::default()
-                    .with_name(TopicName(str("orders")))
-                    .with_partitions(vec![
-                        OffsetCommitRequestPartition::default()
-                            .with_partition_index(partition)
-                            .with_committed_offset(5),
-                    ]),
-            ])
-    };
+    let join = |member: &str| kip848_join("k", member);
+    let beat = |epoch: i32, owned: &[i32]| kip848_beat("k", "m1", epoch, orders, owned);
+    let commit = |epoch: i32, partition: i32| commit_one("k", "m1", epoch, partition, 5);
     let hb = ApiKey::ConsumerGroupHeartbeat;
     let r: ConsumerGroupHeartbeatResponse = ask(s.addr, hb, 1, "t", &join("m1")).await?;
     ensure!(r.member_epoch == 1, "{r:?}");
