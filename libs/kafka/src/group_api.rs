@@ -276,7 +276,7 @@ pub async fn offset_commit(
 ) -> OffsetCommitResponse {
     let group = req.group_id.0.to_string();
     let may = match check_coordinator(broker, groups, &group).await {
-        Some(e) => MayCommit::refused(e),
+        Some(e) => MayCommit::All(e),
         None => groups.check_commit(
             &group,
             req.generation_id_or_member_epoch,

@@ -55,7 +55,7 @@ use errors::*;
 /// Which partitions an OffsetCommit may commit, by its group, member and generation (epoch).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MayCommit {
-    /// All of them, or (another code) none, refused with that code.
+    /// All of them (NONE), or none, refused with that code.
     All(i16),
     /// Only these (topic, partition): a KIP-848 member committing at an epoch older than its
     /// own may commit what it has held since that epoch (KIP-1251).
@@ -63,10 +63,6 @@ pub enum MayCommit {
 }
 
 impl MayCommit {
-    pub fn refused(code: i16) -> MayCommit {
-        MayCommit::All(code)
-    }
-
     /// The refusal of the whole commit, if it is refused whole.
     pub fn refusal(&self) -> Option<i16> {
         match self {
@@ -1203,7 +1199,7 @@ impl Groups {
         if let Some(may) = self.consumer_check_commit(group, generation, member_id, version) {
             return may;
         }
-        MayCommit::refused(self.classic_check_commit(group, generation, member_id, instance_id))
+        MayCommit::All(self.classic_check_commit(group, generation, member_id, instance_id))
     }
 
     /// A classic group's member may commit at its generation only.

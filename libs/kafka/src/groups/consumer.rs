@@ -791,20 +791,20 @@ impl Groups {
         let g = groups.get(group)?;
         // An admin or simple consumer commits only while the group has no members.
         if epoch < 0 && member_id.is_empty() {
-            return Some(MayCommit::refused(if g.members.is_empty() {
+            return Some(MayCommit::All(if g.members.is_empty() {
                 code::NONE
             } else {
                 UNKNOWN_MEMBER_ID
             }));
         }
         let Some(m) = g.members.get(member_id) else {
-            return Some(MayCommit::refused(UNKNOWN_MEMBER_ID));
+            return Some(MayCommit::All(UNKNOWN_MEMBER_ID));
         };
         if version < 9 {
-            return Some(MayCommit::refused(code::UNSUPPORTED_VERSION));
+            return Some(MayCommit::All(code::UNSUPPORTED_VERSION));
         }
         if epoch >= m.epoch {
-            return Some(MayCommit::refused(if epoch == m.epoch {
+            return Some(MayCommit::All(if epoch == m.epoch {
                 code::NONE
             } else {
                 STALE_MEMBER_EPOCH
