@@ -26,8 +26,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,7 +34,7 @@ import uuid
 
 import confluent_kafka
 
-from benchlib import free_port, pct
+from benchlib import free_port, pct, stop, wait_port
 from confluent_kafka.admin import AdminClient, NewTopic
 
 ap = argparse.ArgumentParser()
@@ -71,31 +69,13 @@ def du(path):
     return total
 
 
-def wait_port(port, proc, what, seconds=60):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"bench-peers: {what} exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    sys.exit(f"bench-peers: {what} did not listen on {port} within {seconds} s")
-
-
 class Server:
     def __init__(self, name, proc, bootstrap, data, durability):
         self.name, self.proc, self.bootstrap, self.data = name, proc, bootstrap, data
         self.durability = durability
 
     def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop(self.proc)
 
 
 def start_kafka(name, tmp, fsync):

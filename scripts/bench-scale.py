@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,7 @@ import urllib.request
 import confluent_kafka
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from benchlib import free_port, pct
+from benchlib import free_port, pct, stop, wait_port
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bin", default="target/release/lakelog")
@@ -63,18 +62,6 @@ def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def wait_port(port, seconds=60):
-    import socket
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        with socket.socket() as s:
-            s.settimeout(0.5)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise SystemExit(f"bench-scale: nothing listens on 127.0.0.1:{port}")
-
-
 class Stores:
     """etcd and SeaweedFS on free ports in a temporary directory."""
 
@@ -98,8 +85,8 @@ class Stores:
                                  "-bucket=lakelog", "-webdav=false", "-admin.ui=false"]
                    + [f"-{f}={p}" for f, p in ports.items()],
                    env={"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}, cwd=f"{d}/s3")
-        wait_port(self.etcd_port)
-        wait_port(self.s3_port, 90)
+        wait_port(self.etcd_port, self.procs[0], "etcd")
+        wait_port(self.s3_port, self.procs[1], "SeaweedFS", 90)
         # The filer takes writes (SeaweedFS on a nearly full disk answers reads only).
         filer = f"http://127.0.0.1:{ports['filer.port']}/bench/ready"
         for _ in range(60):
@@ -172,18 +159,13 @@ writer:
         self.proc = subprocess.Popen(
             [self.binary, "writer", "--config", self.cfg], stdout=out, stderr=out,
             env={**os.environ, "LAKELOG_S3_ACCESS_KEY_ID": KEY, "LAKELOG_S3_SECRET_ACCESS_KEY": SECRET})
-        wait_port(self.kafka)
+        wait_port(self.kafka, self.proc, self.id)
 
     def stop(self):
         if self.proc and self.proc.poll() not in (None, 0):
             log(f"{self.id} had exited with {self.proc.returncode} (see its log)")
         if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop(self.proc)
 
 
 class Load:
