@@ -94,17 +94,21 @@ pub fn free_port() -> Result<u16, TestkitError> {
 }
 
 /// Starts a server, again (with new ports) up to twice if a port it was given was taken
-/// before it could bind it.
+/// before it could bind it (etcd says "address already in use"; SeaweedFS checks its ports
+/// first and says "Port allocation failed").
 fn with_fresh_ports<T>(start: impl Fn() -> Result<T, TestkitError>) -> Result<T, TestkitError> {
     let mut attempt = 1;
     loop {
         match start() {
-            Err(e) if attempt < 3 && e.to_string().contains("address already in use") => {
-                attempt += 1;
-            }
+            Err(e) if attempt < 3 && port_taken(&e.to_string()) => attempt += 1,
             r => return r,
         }
     }
+}
+
+/// Whether a server's start-up failure says a port it was given was taken.
+fn port_taken(failure: &str) -> bool {
+    failure.contains("address already in use") || failure.contains("Port allocation failed")
 }
 
 /// A prefix no other test in any process shares: `<name>-<pid>-<n>`.
@@ -744,6 +748,15 @@ mod tests {
         let name = dir.path().file_name().and_then(|n| n.to_str()).unwrap_or_default();
         assert!(name.starts_with(&format!("lakelog-etcd-{}-", std::process::id())), "{name}");
         Ok(())
+    }
+
+    #[test]
+    fn a_port_taken_is_recognised_in_etcds_words_and_seaweedfss() {
+        assert!(port_taken("listen tcp 127.0.0.1:4001: bind: address already in use"));
+        assert!(port_taken(
+            "mini.go:1244 Port allocation failed: port 41865 for Admin (specified by flag admin.port) is not available"
+        ));
+        assert!(!port_taken("exited during start-up with exit status: 1"));
     }
 
     #[test]
