@@ -65,6 +65,7 @@ NEVER = {
     "lake": {"metadata", "objstore", "logstore", "maintenance"},
     "maintenance": {"catalog", "kafka", "brokers", "proto", "logservice", "role"},
     "metadata": set(members) - {"metadata", "config"},
+    "streamconfig": set(members) - {"streamconfig"},
 }
 normal = {
     name: {d["name"] for d in pkg["dependencies"]

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Kafka's admin API through a Lakelog Kafka listener, with PyPI confluent-kafka's AdminClient:
 create a topic (partitions, retention.ms), see it in Metadata, grow it, refuse what Kafka
-refuses (an existing name, compaction, fewer partitions, a lake.retention.ms below
-retention.ms), create a lake topic, describe and alter its configs
-(max.message.bytes then holds for Produce), delete records below an offset, describe the
-cluster, delete the topic.
+refuses (an existing name whatever its configs, an unknown config, fewer partitions, a
+lake.retention.ms below retention.ms), create a compacted topic (which refuses a record
+without a key) and a lake topic, describe and alter configs (every Kafka topic config is
+listed; max.message.bytes then holds for Produce), delete records below an offset, describe
+the cluster, delete the topic.
 
 Usage: python_admin.py BOOTSTRAP    Exits 1 with a line saying what differed.
 """
@@ -49,8 +50,17 @@ if "admin-made" not in admin.list_topics(timeout=10).topics:
     fail("listing every topic does not show admin-made")
 if (code := result(admin.create_topics([NewTopic("admin-made", num_partitions=1)]))) != KafkaError.TOPIC_ALREADY_EXISTS:
     fail(f"creating it again answered {code}")
-compacted = NewTopic("compacted", num_partitions=1, config={"cleanup.policy": "compact"})
-if (code := result(admin.create_topics([compacted]))) != KafkaError.INVALID_CONFIG:
+# Kafka checks the name first: an existing topic is TOPIC_ALREADY_EXISTS whatever the configs.
+again = NewTopic("admin-made", num_partitions=1, config={"cleanup.policy": "compacted"})
+if (code := result(admin.create_topics([again]))) != KafkaError.TOPIC_ALREADY_EXISTS:
+    fail(f"creating it again with a bad config answered {code}")
+unknown = NewTopic("unknown-config", num_partitions=1, config={"no.such.config": "1"})
+if (code := result(admin.create_topics([unknown]))) != KafkaError.INVALID_CONFIG:
+    fail(f"an unknown config answered {code}")
+compacted = NewTopic("compacted", num_partitions=1,
+                     config={"cleanup.policy": "compact", "min.compaction.lag.ms": "1000",
+                             "segment.bytes": "1048576"})
+if (code := result(admin.create_topics([compacted]))) is not None:
     fail(f"a compacted topic answered {code}")
 # A lake table keeps at least what its log keeps: a shorter lake.retention.ms is the configs'
 # error, validated or not; a longer one is a lake topic.
@@ -94,9 +104,25 @@ c = configs("admin-made")
 if c["max.message.bytes"].value != "2000" or c["retention.ms"].value != "3600000":
     fail(f"after the incremental alter: {c['max.message.bytes']}, {c['retention.ms']}")
 bad = ConfigResource(ResourceType.TOPIC, "admin-made", incremental_configs=[
-    ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+    ConfigEntry("cleanup.policy", "compacted", incremental_operation=AlterConfigOpType.SET)])
 if (code := result(admin.incremental_alter_configs([bad]))) != KafkaError.INVALID_CONFIG:
-    fail(f"compaction by alter answered {code}")
+    fail(f"cleanup.policy=compacted by alter answered {code}")
+c = configs("compacted")
+want = {"cleanup.policy": "compact", "min.compaction.lag.ms": "1000", "segment.bytes": "1048576",
+        "delete.retention.ms": "86400000", "min.insync.replicas": "1"}
+if {k: c[k].value for k in want} != want or len(c) != 39:
+    fail(f"the compacted topic's configs read {({k: c[k].value for k in want}, len(c))}")
+
+# A compacted topic takes keyed records and refuses one without a key (INVALID_RECORD).
+answered = []
+p = Producer({"bootstrap.servers": sys.argv[1], "linger.ms": 0})
+p.produce("compacted", key=b"k", value=b"v", on_delivery=lambda e, m: answered.append(e))
+p.flush(30)
+p.produce("compacted", value=b"no key", on_delivery=lambda e, m: answered.append(e))
+p.flush(30)
+if len(answered) != 2 or answered[0] is not None or answered[1] is None \
+        or answered[1].code() != KafkaError.INVALID_RECORD:
+    fail(f"a keyed and an unkeyed record to the compacted topic were answered {answered}")
 
 # The topic's max.message.bytes holds for Produce; small records go through.
 delivered = []
@@ -143,6 +169,36 @@ for spec, want in [
 ]:
     if (got := offset_for(spec)) != want:
         fail(f"list_offsets {spec}: {got}, want {want}")
+
+# message.timestamp.type=LogAppendTime: the writer's time, as Kafka stamps it; and a CreateTime
+# topic's bounds: a record a day old is refused under message.timestamp.before.max.ms=1h.
+stamped = NewTopic("stamped", num_partitions=1, config={"message.timestamp.type": "LogAppendTime"})
+bounded = NewTopic("bounded", num_partitions=1, config={"message.timestamp.before.max.ms": "3600000"})
+if (code := result(admin.create_topics([stamped]))) is not None or \
+        (code := result(admin.create_topics([bounded]))) is not None:
+    fail(f"the timestamp topics answered {code}")
+answered = []
+p.produce("stamped", key=b"k", value=b"v", timestamp=t0, on_delivery=lambda e, m: answered.append((e, m.timestamp())))
+p.produce("bounded", key=b"k", value=b"old", timestamp=t0 - 86_400_000,
+          on_delivery=lambda e, m: answered.append((e, None)))
+p.flush(30)
+p.produce("bounded", key=b"k", value=b"new", on_delivery=lambda e, m: answered.append((e, None)))
+p.flush(30)
+now = int(time.time() * 1000)
+if len(answered) != 3 or answered[0][0] is not None or answered[2][0] is not None:
+    fail(f"the timestamp topics' produces were answered {answered}")
+if answered[1][0] is None or answered[1][0].code() != KafkaError.INVALID_TIMESTAMP:
+    fail(f"a record a day old under before.max.ms=1h was answered {answered[1]}")
+consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "stamped", "auto.offset.reset": "earliest"})
+consumer.assign([TopicPartition("stamped", 0, 0)])
+m = consumer.poll(10)
+consumer.close()
+if m is None or m.error():
+    fail(f"reading the stamped topic: {m and m.error()}")
+(kind, ts) = m.timestamp()
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+if kind != TIMESTAMP_LOG_APPEND_TIME or not now - 60_000 <= ts <= now:
+    fail(f"the stamped record reads {(kind, ts)}, want the writer's time near {now} (sent {t0})")
 
 cluster = admin.describe_cluster().result(timeout=30)
 if not cluster.nodes or cluster.controller is None or not cluster.cluster_id:

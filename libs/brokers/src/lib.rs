@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 // Tokio's clock (the std one outside tests): virtual under the simulation's paused runtime.
 
-use catalog::{Catalog, CatalogError, StreamInfo, StreamProps, Target};
-use kafka::{BrokerNode, PartitionInfo, Produced, Refused, TopicInfo, TopicSettings, code};
+use catalog::{Catalog, CatalogError, StreamConfig, StreamInfo, Target};
+use kafka::{BrokerNode, PartitionInfo, Produced, Refused, TopicInfo, code};
 use logstore::{LogError, LogId, LogReader, LogStorage};
 
 mod cluster;
@@ -144,17 +144,17 @@ impl LogBroker {
         partition: i32,
         zone: Option<&str>,
     ) -> Result<(logstore::LogId, String), Refused> {
-        let (log, slot, _) = self.led_with_props(topic, partition, zone).await?;
+        let (log, slot, _) = self.led_with_config(topic, partition, zone).await?;
         Ok((log, slot))
     }
 
-    /// [`led`](Self::led), with the stream's properties as read for the route.
-    async fn led_with_props(
+    /// [`led`](Self::led), with the stream's configs as read for the route.
+    async fn led_with_config(
         &self,
         topic: &str,
         partition: i32,
         zone: Option<&str>,
-    ) -> Result<(logstore::LogId, String, StreamProps), Refused> {
+    ) -> Result<(logstore::LogId, String, StreamConfig), Refused> {
         let unknown = || {
             Refused::new(
                 code::UNKNOWN_TOPIC_OR_PARTITION,
@@ -171,7 +171,7 @@ impl LogBroker {
         };
         match &route.owner {
             Some(o) if self.storage.as_ref().is_some_and(|s| o.id == s.config().writer_id) => {
-                Ok((route.log, route.slot, route.props))
+                Ok((route.log, route.slot, route.config))
             }
             Some(o) => Err(Refused {
                 code: code::NOT_LEADER_OR_FOLLOWER,
@@ -289,7 +289,7 @@ impl LogBroker {
         match (self.catalog.get(name).await, create) {
             (Ok(s), _) => Ok(s),
             (Err(CatalogError::NotFound(_)), Some(n)) => {
-                match self.catalog.create(name, n, StreamProps::default()).await {
+                match self.catalog.create(name, n, StreamConfig::default()).await {
                     Ok(s) => {
                         tracing::info!(topic = name, partitions = n, "Kafka: topic auto-created");
                         Ok(s)
@@ -326,10 +326,6 @@ pub(crate) fn node_of(m: routing::Member, read_only: bool) -> Option<BrokerNode>
     })
 }
 
-/// How far ahead of this writer's clock a batch's timestamps may be (Kafka 4's
-/// `log.message.timestamp.after.max.ms`).
-const TIMESTAMP_AFTER_MAX_MS: i64 = 3_600_000;
-
 /// A batch's append conditions: its entry carries the batch's largest record timestamp
 /// (CreateTime, as Kafka's time index and retention use it), or the writer's clock when the
 /// batch has none; a batch too far ahead of `now` is INVALID_TIMESTAMP, as in Kafka.
@@ -337,37 +333,60 @@ pub(crate) fn conditions(
     h: &recordbatch::BatchHeader,
     now: i64,
     tenure: Option<i64>,
+    config: &StreamConfig,
 ) -> Result<logstore::Conditions, Refused> {
-    let ts = (h.max_timestamp >= 0 && !h.log_append_time()).then_some(h.max_timestamp);
-    if let Some(ts) = ts
-        && ts > now.saturating_add(TIMESTAMP_AFTER_MAX_MS)
-    {
-        return Err(Refused::new(
+    // A LogAppendTime batch was stamped with `now` ([`stamp`]); its entry has that time.
+    if h.log_append_time() {
+        return Ok(logstore::Conditions { tenure, timestamp: Some(now), ..Default::default() });
+    }
+    let ts = (h.max_timestamp >= 0).then_some(h.max_timestamp);
+    let (before, after) = config.timestamp_bounds_ms();
+    // Kafka checks each record; the batch's first and largest timestamps stand for them here.
+    let first = (h.base_timestamp >= 0).then_some(h.base_timestamp);
+    let refuse = |ts: i64, what: &str, bound: i64| {
+        Err(Refused::new(
             code::INVALID_TIMESTAMP,
-            format!(
-                "timestamp {ts} is more than {TIMESTAMP_AFTER_MAX_MS} ms ahead of the broker's clock"
-            ),
-        ));
+            format!("timestamp {ts} is more than {bound} ms {what} the broker's clock ({now})"),
+        ))
+    };
+    if let Some(ts) = ts
+        && ts > now.saturating_add(after)
+    {
+        return refuse(ts, "ahead of", after);
+    }
+    if let Some(first) = first
+        && first < now.saturating_sub(before)
+    {
+        return refuse(first, "behind", before);
     }
     Ok(logstore::Conditions { tenure, timestamp: ts, ..Default::default() })
 }
 
-/// A commit as the Kafka front end awaits it.
-pub(crate) fn commit(committing: logstore::Committing) -> kafka::Commit {
-    Box::pin(async move {
-        let h = committing.await.map_err(refused)?;
-        Ok(Produced { base_offset: to_i64(h.offset)? })
-    })
+/// For a LogAppendTime topic (`message.timestamp.type`), `batch` stamped with the writer's
+/// time `now` (a copy: the batch as sent is shared) and its header; else both as they are.
+pub(crate) fn stamp(
+    batch: bytes::Bytes,
+    header: &recordbatch::BatchHeader,
+    config: &StreamConfig,
+    now: i64,
+) -> Result<(bytes::Bytes, recordbatch::BatchHeader, i64), Refused> {
+    if !config.log_append_time() {
+        return Ok((batch, *header, -1));
+    }
+    let mut b = batch.to_vec();
+    recordbatch::stamp_log_append_time(&mut b, now)
+        .map_err(|e| Refused::new(code::CORRUPT_MESSAGE, e.to_string()))?;
+    let h = recordbatch::BatchHeader::parse(&b)
+        .map_err(|e| Refused::new(code::CORRUPT_MESSAGE, e.to_string()))?;
+    Ok((bytes::Bytes::from(b), h, now))
 }
 
-pub(crate) fn props_of(s: TopicSettings) -> StreamProps {
-    StreamProps {
-        retention_ms: s.retention_ms,
-        retention_bytes: s.retention_bytes,
-        max_message_bytes: s.max_message_bytes,
-        lake_table: s.lake_table,
-        lake_retention_ms: s.lake_retention_ms,
-    }
+/// A commit as the Kafka front end awaits it.
+pub(crate) fn commit(committing: logstore::Committing, log_append_time_ms: i64) -> kafka::Commit {
+    Box::pin(async move {
+        let h = committing.await.map_err(refused)?;
+        Ok(Produced { base_offset: to_i64(h.offset)?, log_append_time_ms })
+    })
 }
 
 /// [`admin_refused`] where an invalid argument is the topic's name or a setting.

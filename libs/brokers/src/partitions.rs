@@ -25,8 +25,8 @@ impl kafka::Partitions for LogBroker {
         batch: bytes::Bytes,
         header: &recordbatch::BatchHeader,
     ) -> Result<kafka::Commit, Refused> {
-        let (log, slot, props) = self.led_with_props(topic, partition, zone).await?;
-        if let Some(max) = props.max_message_bytes
+        let (log, slot, config) = self.led_with_config(topic, partition, zone).await?;
+        if let Some(max) = config.max_message_bytes()
             && batch.len() as u64 > max
         {
             return Err(Refused::new(
@@ -37,6 +37,26 @@ impl kafka::Partitions for LogBroker {
                 ),
             ));
         }
+        // A compacted log keeps each key's latest record: a record without a key has no
+        // place in it (Kafka's answer and words).
+        if config.cleanup().compact {
+            let cap = recordbatch::compression::MAX_DECOMPRESSED;
+            match recordbatch::first_unkeyed(&batch, cap) {
+                Ok(None) => {}
+                Ok(Some(_)) => {
+                    return Err(Refused::new(
+                        code::INVALID_RECORD,
+                        format!(
+                            "Compacted topic cannot accept message without key in topic partition {topic}-{partition}"
+                        ),
+                    ));
+                }
+                Err(e) => return Err(Refused::new(code::CORRUPT_MESSAGE, e.to_string())),
+            }
+        }
+        let now = self.store()?.now_ms();
+        let (batch, stamped, append_time) = crate::stamp(batch, header, &config, now)?;
+        let header = &stamped;
         // validate() checked the count is last_offset_delta + 1 and at least 1.
         let record_count = u32::try_from(header.record_count)
             .map_err(|_| Refused::new(code::CORRUPT_MESSAGE, "record count"))?;
@@ -49,11 +69,11 @@ impl kafka::Partitions for LogBroker {
                     &slot,
                     record_count,
                     batch,
-                    conditions(header, self.store()?.now_ms(), None)?,
+                    conditions(header, now, None, &config)?,
                 )
                 .await
                 .map_err(refused)?;
-            return Ok(commit(committing));
+            return Ok(commit(committing, append_time));
         }
         let epoch = self.ready(log, &slot).await?;
         let key = (log, slot);
@@ -101,11 +121,11 @@ impl kafka::Partitions for LogBroker {
                 &key.1,
                 record_count,
                 batch,
-                conditions(header, self.store()?.now_ms(), Some(epoch))?,
+                conditions(header, now, Some(epoch), &config)?,
             )
             .await
             .map_err(refused)?;
-        let shared = crate::producers::shared(commit(committing));
+        let shared = crate::producers::shared(commit(committing, append_time));
         // Resolved whether or not anyone awaits it (a client may hang up), so the state and
         // its checkpoints see the outcome.
         tokio::spawn(shared.clone().map(drop));

@@ -216,7 +216,7 @@ impl Producers {
             return;
         }
         w.behind = false;
-        let commit = shared(Box::pin(async move { Ok(Produced { base_offset: offset }) }));
+        let commit = shared(Box::pin(async move { Ok(Produced::at(offset)) }));
         w.insert(Seen { first, last, commit });
     }
 
@@ -430,7 +430,7 @@ mod tests {
     use super::*;
 
     fn done(offset: i64) -> SharedCommit {
-        shared(Box::pin(async move { Ok(Produced { base_offset: offset }) }))
+        shared(Box::pin(async move { Ok(Produced::at(offset)) }))
     }
 
     fn failed() -> SharedCommit {
@@ -456,7 +456,7 @@ mod tests {
         p.admitted(7, 0, 45, 49, done(105));
         assert_eq!(code_of(&p.check(7, 0, 51, 55)), code::OUT_OF_ORDER_SEQUENCE_NUMBER);
         match p.check(7, 0, 40, 44) {
-            Check::Duplicate(first) => assert_eq!(first.await, Ok(Produced { base_offset: 100 })),
+            Check::Duplicate(first) => assert_eq!(first.await, Ok(Produced::at(100))),
             other => assert_eq!(code_of(&other), -100, "not a duplicate"),
         }
         // An older epoch is fenced; a newer one starts at 0.
@@ -618,7 +618,7 @@ mod tests {
         // Both slots' batches of producer 1 are known, in sequence.
         for (first, offset) in [(0, 10), (1, 11), (2, 20)] {
             match m.check(1, 0, first, first) {
-                Check::Duplicate(c) => assert_eq!(c.await, Ok(Produced { base_offset: offset })),
+                Check::Duplicate(c) => assert_eq!(c.await, Ok(Produced::at(offset))),
                 other => assert_eq!(code_of(&other), -100, "sequence {first} not a duplicate"),
             }
         }
@@ -640,13 +640,12 @@ mod tests {
     async fn a_duplicate_of_a_batch_still_committing_waits_for_its_commit() {
         let mut p = Producers::default();
         let (tx, rx) = tokio::sync::oneshot::channel::<i64>();
-        let commit =
-            shared(Box::pin(async move { Ok(Produced { base_offset: rx.await.unwrap_or(-1) }) }));
+        let commit = shared(Box::pin(async move { Ok(Produced::at(rx.await.unwrap_or(-1))) }));
         p.admitted(4, 0, 0, 0, commit);
         match p.check(4, 0, 0, 0) {
             Check::Duplicate(d) => {
                 let _ = tx.send(42);
-                assert_eq!(d.await, Ok(Produced { base_offset: 42 }));
+                assert_eq!(d.await, Ok(Produced::at(42)));
             }
             other => assert_eq!(code_of(&other), -100, "not a duplicate"),
         }
@@ -663,7 +662,7 @@ mod tests {
         let mut q = Producers::restore(&state).expect("restores");
         assert_eq!(q.len(), 2);
         match q.check(1, 2, 5, 9) {
-            Check::Duplicate(c) => assert_eq!(c.await, Ok(Produced { base_offset: 15 })),
+            Check::Duplicate(c) => assert_eq!(c.await, Ok(Produced::at(15))),
             other => assert_eq!(code_of(&other), -100, "not a duplicate"),
         }
         assert_eq!(code_of(&q.check(1, 2, 11, 11)), code::OUT_OF_ORDER_SEQUENCE_NUMBER);
@@ -672,8 +671,7 @@ mod tests {
         // A batch still committing lowers the checkpoint to its producer's previous batch, or
         // to the tenure's floor for a producer with none; a failed one is left out.
         let (tx, rx) = tokio::sync::oneshot::channel::<i64>();
-        let pending =
-            shared(Box::pin(async move { Ok(Produced { base_offset: rx.await.unwrap_or(-1) }) }));
+        let pending = shared(Box::pin(async move { Ok(Produced::at(rx.await.unwrap_or(-1))) }));
         p.admitted(1, 2, 10, 10, pending.clone());
         assert_eq!(p.checkpoint(8, 30).1, 15);
         p.admitted(3, 0, 0, 0, failed());

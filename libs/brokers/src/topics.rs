@@ -1,9 +1,9 @@
 //! Topics administered through the catalog: created, deleted, grown, configured.
 
 use catalog::CatalogError;
-use kafka::{Refused, TopicSettings, code};
+use kafka::{Refused, StreamConfig, code};
 
-use crate::{LogBroker, admin_refused, props_of, topic_refused};
+use crate::{LogBroker, admin_refused, topic_refused};
 
 #[async_trait::async_trait]
 impl kafka::Topics for LogBroker {
@@ -11,7 +11,7 @@ impl kafka::Topics for LogBroker {
         &self,
         name: &str,
         partitions: u32,
-        settings: TopicSettings,
+        config: StreamConfig,
         validate_only: bool,
     ) -> Result<uuid::Uuid, Refused> {
         // The name first, then the count, as the catalog checks them.
@@ -19,10 +19,9 @@ impl kafka::Topics for LogBroker {
         if partitions == 0 || partitions > catalog::MAX_PARTITIONS {
             return Err(Refused::new(code::INVALID_PARTITIONS, format!("{partitions} partitions")));
         }
-        let props = props_of(settings);
         // Configs that do not go together (lake.retention.ms below retention.ms) are the
         // configs' error, not the topic's.
-        catalog::Catalog::check_props(&props)
+        catalog::Catalog::check_config(&config)
             .map_err(|e| admin_refused(e, code::INVALID_CONFIG))?;
         if validate_only {
             return match self.catalog.get(name).await {
@@ -31,7 +30,7 @@ impl kafka::Topics for LogBroker {
                 Err(e) => Err(topic_refused(e)),
             };
         }
-        let s = self.catalog.create(name, partitions, props).await.map_err(topic_refused)?;
+        let s = self.catalog.create(name, partitions, config).await.map_err(topic_refused)?;
         Ok(uuid::Uuid::parse_str(&s.identity).unwrap_or_default())
     }
 
@@ -68,31 +67,23 @@ impl kafka::Topics for LogBroker {
         Ok(())
     }
 
-    async fn topic_settings(&self, name: &str) -> Result<TopicSettings, Refused> {
-        let p = self.catalog.get(name).await.map_err(topic_refused)?.props;
-        Ok(TopicSettings {
-            retention_ms: p.retention_ms,
-            retention_bytes: p.retention_bytes,
-            max_message_bytes: p.max_message_bytes,
-            lake_table: p.lake_table,
-            lake_retention_ms: p.lake_retention_ms,
-        })
+    async fn topic_config(&self, name: &str) -> Result<StreamConfig, Refused> {
+        Ok(self.catalog.get(name).await.map_err(topic_refused)?.config)
     }
 
-    async fn set_topic_settings(
+    async fn set_topic_config(
         &self,
         name: &str,
-        settings: TopicSettings,
+        config: StreamConfig,
         validate_only: bool,
     ) -> Result<(), Refused> {
-        let props = props_of(settings);
         if validate_only {
             self.catalog.get(name).await.map_err(topic_refused)?;
-            return catalog::Catalog::check_props(&props)
+            return catalog::Catalog::check_config(&config)
                 .map_err(|e| admin_refused(e, code::INVALID_CONFIG));
         }
         self.catalog
-            .set_props(name, props)
+            .set_config(name, config)
             .await
             .map_err(|e| admin_refused(e, code::INVALID_CONFIG))?;
         tracing::info!(topic = name, "Kafka: topic configs altered");

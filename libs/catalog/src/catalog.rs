@@ -13,6 +13,7 @@ use metadata::{Compare, CompareOp, KeyRange, MetaError, MetadataStore, RangeRequ
 use prost::Message;
 
 use crate::routing::{Member, choose_owner, partition_for_key};
+pub use streamconfig::StreamConfig;
 
 /// What to route: a partition, or a key hashed to one.
 #[derive(Clone, Copy, Debug)]
@@ -33,8 +34,8 @@ pub struct Route {
     pub owner: Option<Member>,
     /// The owner slot to append in: the zone asked for while a writer of it lives, else `*`.
     pub slot: String,
-    /// The stream's properties as read for this route.
-    pub props: StreamProps,
+    /// The stream's configs as read for this route.
+    pub config: StreamConfig,
 }
 
 /// Most partitions one stream may have.
@@ -46,6 +47,9 @@ struct StreamRecord {
     identity: String,
     #[prost(uint64, repeated, tag = "2")]
     partitions: Vec<u64>,
+    // Tags 3 to 7 are the configs records held before `configs` (tag 8) had them all: still
+    // written (as they apply: no retention for a compact-only stream), so a role of the
+    // previous release acts the same, and read under `configs`.
     #[prost(int64, optional, tag = "3")]
     retention_ms: Option<i64>,
     #[prost(uint64, optional, tag = "4")]
@@ -56,24 +60,32 @@ struct StreamRecord {
     lake_table: bool,
     #[prost(int64, optional, tag = "7")]
     lake_retention_ms: Option<i64>,
+    /// Every config set, by name ([`StreamConfig`]).
+    #[prost(btree_map = "string, string", tag = "8")]
+    configs: std::collections::BTreeMap<String, String>,
 }
 
-/// A stream's properties.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StreamProps {
-    /// Trim what is older than this (by running-max timestamp).
-    pub retention_ms: Option<i64>,
-    /// Keep at most this many payload bytes per partition.
-    pub retention_bytes: Option<u64>,
-    /// The largest entry (a Kafka record batch) appended through the Kafka front end; the
-    /// writer's own maximum when unset (Kafka's topic `max.message.bytes`).
-    pub max_message_bytes: Option<u64>,
-    /// `lake.table`: the stream's compacted segments are the Parquet data files of its
-    /// Iceberg table (docs/lake.md), from the next compaction on.
-    pub lake_table: bool,
-    /// `lake.retention.ms`: the table's days wholly older than this leave the table (a delete
-    /// snapshot), whatever the log keeps; at least `retention_ms`. Unset: the table keeps all.
-    pub lake_retention_ms: Option<i64>,
+impl StreamRecord {
+    /// The stream's configs: `configs`, over the fields older records held them in.
+    fn config(&self) -> Result<StreamConfig, streamconfig::Invalid> {
+        let legacy = [
+            ("retention.ms", self.retention_ms.map(|v| v.to_string())),
+            ("retention.bytes", self.retention_bytes.map(|v| v.to_string())),
+            ("max.message.bytes", self.max_message_bytes.map(|v| v.to_string())),
+            ("lake.table", self.lake_table.then(|| "true".to_owned())),
+            ("lake.retention.ms", self.lake_retention_ms.map(|v| v.to_string())),
+        ];
+        let mut c = StreamConfig::default();
+        for (name, value) in legacy {
+            if let Some(v) = value {
+                c.set(name, &v)?;
+            }
+        }
+        for (name, value) in &self.configs {
+            c.set(name, value)?;
+        }
+        Ok(c)
+    }
 }
 
 /// A stream as the catalog holds it.
@@ -84,7 +96,7 @@ pub struct StreamInfo {
     pub identity: String,
     /// Partition i is served by log `partitions[i]`.
     pub partitions: Vec<LogId>,
-    pub props: StreamProps,
+    pub config: StreamConfig,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -264,29 +276,26 @@ impl Catalog {
 
     fn info(name: &str, value: &[u8]) -> Result<StreamInfo, CatalogError> {
         let r = StreamRecord::decode(value).map_err(|_| CatalogError::Corrupt(name.to_owned()))?;
+        let config = r.config().map_err(|_| CatalogError::Corrupt(name.to_owned()))?;
         Ok(StreamInfo {
             name: name.to_owned(),
             identity: r.identity,
             partitions: r.partitions.into_iter().map(LogId).collect(),
-            props: StreamProps {
-                retention_ms: r.retention_ms,
-                retention_bytes: r.retention_bytes,
-                max_message_bytes: r.max_message_bytes,
-                lake_table: r.lake_table,
-                lake_retention_ms: r.lake_retention_ms,
-            },
+            config,
         })
     }
 
     fn record(info: &StreamInfo) -> Vec<u8> {
+        let c = &info.config;
         StreamRecord {
             identity: info.identity.clone(),
             partitions: info.partitions.iter().map(|l| l.0).collect(),
-            retention_ms: info.props.retention_ms,
-            retention_bytes: info.props.retention_bytes,
-            max_message_bytes: info.props.max_message_bytes,
-            lake_table: info.props.lake_table,
-            lake_retention_ms: info.props.lake_retention_ms,
+            retention_ms: c.retention_ms(),
+            retention_bytes: c.retention_bytes(),
+            max_message_bytes: c.max_message_bytes(),
+            lake_table: c.lake_table(),
+            lake_retention_ms: c.lake_retention_ms(),
+            configs: c.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
         }
         .encode_to_vec()
     }
@@ -305,9 +314,9 @@ impl Catalog {
         &self,
         name: &str,
         partitions: u32,
-        props: StreamProps,
+        config: StreamConfig,
     ) -> Result<StreamInfo, CatalogError> {
-        self.create_with_identity(name, partitions, props, uuid::Uuid::new_v4().to_string()).await
+        self.create_with_identity(name, partitions, config, uuid::Uuid::new_v4().to_string()).await
     }
 
     /// [`create`](Self::create) with the identity given (it seeds owner selection: the
@@ -316,17 +325,17 @@ impl Catalog {
         &self,
         name: &str,
         partitions: u32,
-        props: StreamProps,
+        config: StreamConfig,
         identity: String,
     ) -> Result<StreamInfo, CatalogError> {
         validate_name(name)?;
         Self::check_partitions(partitions)?;
-        Self::check_props(&props)?;
+        Self::check_config(&config)?;
         if self.meta.get(&self.key(name)).await?.is_some() {
             return Err(CatalogError::AlreadyExists(name.to_owned()));
         }
         let logs = self.create_logs(&identity, 0, partitions).await?;
-        let info = StreamInfo { name: name.to_owned(), identity, partitions: logs.clone(), props };
+        let info = StreamInfo { name: name.to_owned(), identity, partitions: logs.clone(), config };
         let txn = Txn::new()
             .when([Compare::create_revision(self.key(name), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(self.key(name), Self::record(&info))]);
@@ -339,48 +348,25 @@ impl Catalog {
         Ok(info)
     }
 
-    /// Checks properties as `create` and `set_props` do (each alone, and together: a lake
-    /// table keeps at least what its log keeps), without touching the store.
-    pub fn check_props(props: &StreamProps) -> Result<(), CatalogError> {
-        let bad = |m: &str| Err(CatalogError::InvalidArgument(m.to_owned()));
-        if props.retention_ms.is_some_and(|ms| ms <= 0) {
-            return bad("retention_ms must be positive");
-        }
-        if props.max_message_bytes == Some(0) {
-            return bad("max_message_bytes must be positive");
-        }
-        if let Some(lake) = props.lake_retention_ms {
-            if lake <= 0 {
-                return bad("lake_retention_ms must be positive");
-            }
-            match props.retention_ms {
-                Some(log) if lake >= log => {}
-                Some(_) => {
-                    return bad("lake_retention_ms must be at least retention_ms (the log's)");
-                }
-                None => {
-                    return bad(
-                        "lake_retention_ms needs retention_ms set (the log keeps everything without it, and the table keeps at least what the log does)",
-                    );
-                }
-            }
-        }
-        Ok(())
+    /// Checks configs as `create` and `set_config` do (together: a lake table keeps at least
+    /// what its log keeps), without touching the store.
+    pub fn check_config(config: &StreamConfig) -> Result<(), CatalogError> {
+        config.check().map_err(|e| CatalogError::InvalidArgument(e.to_string()))
     }
 
-    /// Replaces a stream's properties (compare-and-set on its record); the stream after.
-    pub async fn set_props(
+    /// Replaces a stream's configs (compare-and-set on its record); the stream after.
+    pub async fn set_config(
         &self,
         name: &str,
-        props: StreamProps,
+        config: StreamConfig,
     ) -> Result<StreamInfo, CatalogError> {
-        Self::check_props(&props)?;
+        Self::check_config(&config)?;
         for _ in 0..100 {
             let (mut info, rev) = self.get_with_revision(name).await?;
-            if info.props == props {
+            if info.config == config {
                 return Ok(info);
             }
-            info.props = props.clone();
+            info.config = config.clone();
             let txn = Txn::new()
                 .when([Compare::mod_revision(self.key(name), CompareOp::Equal, rev)])
                 .and_then([TxnOp::put(self.key(name), Self::record(&info))]);
@@ -600,7 +586,7 @@ impl Catalog {
             partitions: n,
             owner,
             slot,
-            props: info.props.clone(),
+            config: info.config.clone(),
         })
     }
 
@@ -652,4 +638,51 @@ fn locate(info: &StreamInfo, target: Target<'_>) -> Result<(u32, LogId), Catalog
         .get(partition as usize)
         .ok_or_else(|| CatalogError::Corrupt(info.name.clone()))?;
     Ok((partition, *log))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streams_configs_round_trip_and_older_records_read_the_same() {
+        let config = StreamConfig::from_pairs([
+            ("cleanup.policy", "compact,delete"),
+            ("retention.ms", "60000"),
+            ("min.insync.replicas", "2"),
+            ("max.message.bytes", "8388608"),
+        ])
+        .expect("valid");
+        let info = StreamInfo {
+            name: "s".into(),
+            identity: "id".into(),
+            partitions: vec![LogId(7)],
+            config: config.clone(),
+        };
+        let back = Catalog::info("s", &Catalog::record(&info)).expect("decodes");
+        assert_eq!(back, info);
+        // A record of the previous release: its configs in the typed fields alone.
+        let old = StreamRecord {
+            identity: "id".into(),
+            partitions: vec![7],
+            retention_ms: Some(60_000),
+            retention_bytes: Some(10),
+            max_message_bytes: Some(1000),
+            lake_table: true,
+            lake_retention_ms: Some(120_000),
+            configs: Default::default(),
+        };
+        let read = old.config().expect("valid");
+        assert_eq!(
+            (read.retention_ms(), read.retention_bytes(), read.max_message_bytes()),
+            (Some(60_000), Some(10), Some(1000))
+        );
+        assert_eq!((read.lake_table(), read.lake_retention_ms()), (true, Some(120_000)));
+        // And the typed fields are still written, for a role of the previous release.
+        let written = StreamRecord::decode(Catalog::record(&info).as_slice()).expect("decodes");
+        assert_eq!(
+            (written.retention_ms, written.max_message_bytes),
+            (Some(60_000), Some(8_388_608))
+        );
+    }
 }

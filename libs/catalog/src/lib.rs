@@ -14,6 +14,6 @@ pub mod retention;
 pub use logstore::{membership, routing};
 
 pub use catalog::{
-    Catalog, CatalogError, LogStreams, MAX_PARTITIONS, Route, StreamInfo, StreamProps, Target,
+    Catalog, CatalogError, LogStreams, MAX_PARTITIONS, Route, StreamConfig, StreamInfo, Target,
     follow_log_streams, validate_name,
 };

@@ -21,7 +21,7 @@ pub struct Trimmed {
 pub async fn apply_all(catalog: &Catalog, now_ms: i64) -> Result<Vec<Trimmed>, CatalogError> {
     let mut out = Vec::new();
     for s in catalog.list().await? {
-        let (ms, bytes) = (s.props.retention_ms, s.props.retention_bytes);
+        let (ms, bytes) = (s.config.retention_ms(), s.config.retention_bytes());
         if ms.is_none() && bytes.is_none() {
             continue;
         }

@@ -387,6 +387,7 @@ impl CatalogClient {
             retention_bytes,
             lake_table: false,
             lake_retention_ms: None,
+            configs: Default::default(),
         };
         self.create_with(req).await
     }

@@ -5,7 +5,9 @@
 //! DeleteRecords, which moves a partition's start (a soft trim), and DescribeCluster.
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
-use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
@@ -44,7 +46,8 @@ pub(crate) async fn create_topics(
             .iter()
             .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
             .collect();
-        let r = match (partitions, crate::configs::settings(&configs, cfg)) {
+        let config = crate::configs::config_of(&configs, cfg);
+        let r = match (partitions, config) {
             _ if !t.assignments.is_empty() => Err(Refused::new(
                 code::INVALID_REPLICA_ASSIGNMENT,
                 "replica assignments do not apply: brokers hold no replicas",
@@ -53,18 +56,31 @@ pub(crate) async fn create_topics(
                 code::INVALID_REPLICATION_FACTOR,
                 format!("replication factor {}", t.replication_factor),
             )),
-            (Err(e), _) | (_, Err(e)) => Err(e),
-            (Ok(n), Ok(s)) => {
-                broker.create_topic(&name, n, s, req.validate_only).await.map(|id| (id, n))
+            // A topic that exists is TOPIC_ALREADY_EXISTS whatever its request's configs, as
+            // Kafka checks the name first.
+            (_, Err(e))
+                if e.code == code::INVALID_CONFIG && broker.topic_config(&name).await.is_ok() =>
+            {
+                Err(Refused::new(
+                    code::TOPIC_ALREADY_EXISTS,
+                    format!("topic {name} already exists"),
+                ))
             }
+            (Err(e), _) | (_, Err(e)) => Err(e),
+            (Ok(n), Ok(c)) => broker
+                .create_topic(&name, n, c.clone(), req.validate_only)
+                .await
+                .map(|id| (id, n, c)),
         };
         let mut out = CreatableTopicResult::default().with_name(t.name);
         match r {
-            // num_partitions and replication_factor exist from v5, the topic id from v7.
-            Ok((id, n)) => {
+            // num_partitions, replication_factor and the configs exist from v5, the topic id
+            // from v7.
+            Ok((id, n, c)) => {
                 if version >= 5 {
                     out.num_partitions = n as i32;
                     out.replication_factor = 1;
+                    out.configs = Some(created_configs(&c, cfg));
                 }
                 if version >= 7 {
                     out.topic_id = id;
@@ -78,6 +94,18 @@ pub(crate) async fn create_topics(
         topics.push(out);
     }
     CreateTopicsResponse::default().with_topics(topics)
+}
+
+/// A created topic's configs as CreateTopics v5+ answers them.
+fn created_configs(c: &crate::StreamConfig, cfg: &KafkaConfig) -> Vec<CreatableTopicConfigs> {
+    crate::configs::topic_configs(c, cfg)
+        .map(|(name, value, source, ..)| {
+            CreatableTopicConfigs::default()
+                .with_name(StrBytes::from_static_str(name))
+                .with_value(Some(StrBytes::from_string(value)))
+                .with_config_source(source)
+        })
+        .collect()
 }
 
 pub(crate) async fn delete_topics(

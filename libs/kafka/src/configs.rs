@@ -1,12 +1,10 @@
-//! Topic configs (ARCHITECTURE §11: topic configs map to stream properties): which Kafka
-//! configs a topic has, how a value is checked, and DescribeConfigs, AlterConfigs and
-//! IncrementalAlterConfigs over them. A topic has `cleanup.policy` (delete only, until key
-//! compaction exists), `retention.ms`, `retention.bytes`, `max.message.bytes` and Lakelog's
-//! `lake.table` (the topic's compacted segments are its Iceberg table's files) and
-//! `lake.retention.ms` (how long the table keeps a day); a config
-//! Lakelog has no meaning for is INVALID_CONFIG, except the replication ones, accepted and
-//! ignored (object storage keeps the data durable). Broker configs are the writer's config
-//! file: described, never altered.
+//! Topic configs (ARCHITECTURE §11: topic configs are stream configs): every config Kafka
+//! 4.4 gives a topic, and Lakelog's `lake.table` and `lake.retention.ms`, one model with the
+//! SDK's stream configs ([`streamconfig`]: names, types, ranges, defaults, what each does
+//! here). DescribeConfigs lists them all, with their source, type and documentation;
+//! AlterConfigs and IncrementalAlterConfigs set them; an unknown name or a value out of range
+//! is INVALID_CONFIG, as in Kafka. Broker configs are the writer's config file: described,
+//! never altered.
 
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult,
@@ -17,8 +15,9 @@ use kafka_protocol::messages::{
     incremental_alter_configs_response,
 };
 use kafka_protocol::protocol::StrBytes;
+use streamconfig::{DEFS, StreamConfig};
 
-use crate::{Broker, KafkaConfig, Refused, TopicSettings, code};
+use crate::{Broker, KafkaConfig, Refused, code};
 use kafka_protocol::messages::ApiKey;
 
 use crate::api::{Admission, Ctx, Handler};
@@ -29,13 +28,11 @@ const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
 
 /// Kafka's config sources and types (DescribeConfigs v1+, v3+).
-const DYNAMIC_TOPIC_CONFIG: i8 = 1;
+pub(crate) const DYNAMIC_TOPIC_CONFIG: i8 = 1;
 const STATIC_BROKER_CONFIG: i8 = 4;
-const DEFAULT_CONFIG: i8 = 5;
+pub(crate) const DEFAULT_CONFIG: i8 = 5;
 const BOOLEAN: i8 = 1;
 const INT: i8 = 3;
-const LONG: i8 = 5;
-const LIST: i8 = 7;
 
 /// IncrementalAlterConfigs' operations.
 const SET: i8 = 0;
@@ -43,108 +40,65 @@ const DELETE: i8 = 1;
 const APPEND: i8 = 2;
 const SUBTRACT: i8 = 3;
 
-/// Configs that concern replicas: accepted, and meaningless here.
-const IGNORED: &[&str] = &["min.insync.replicas", "unclean.leader.election.enable"];
-
-/// A topic's configs as Kafka names them.
-pub const TOPIC_CONFIGS: &[&str] = &[
-    "cleanup.policy",
-    "lake.retention.ms",
-    "lake.table",
-    "max.message.bytes",
-    "retention.bytes",
-    "retention.ms",
-];
-
-fn invalid(m: String) -> Refused {
-    Refused::new(code::INVALID_CONFIG, m)
+fn invalid(m: impl std::fmt::Display) -> Refused {
+    Refused::new(code::INVALID_CONFIG, m.to_string())
 }
 
-/// `s` with config `name` set to `value`, or reset to its default when `value` is `None`.
+/// `c` with config `name` set to `value`, or back to its default when `value` is `None`.
+/// `max.message.bytes` is at most the writer's largest entry.
 pub(crate) fn apply(
-    mut s: TopicSettings,
+    c: &mut StreamConfig,
     name: &str,
     value: Option<&str>,
     cfg: &KafkaConfig,
-) -> Result<TopicSettings, Refused> {
-    match (name, value) {
-        ("retention.ms", None) => s.retention_ms = None,
-        ("retention.ms", Some(v)) => match v.parse::<i64>() {
-            Ok(-1) => s.retention_ms = None,
-            Ok(ms) if ms > 0 => s.retention_ms = Some(ms),
-            _ => return Err(invalid(format!("retention.ms `{v}`: a positive number or -1"))),
-        },
-        ("retention.bytes", None) => s.retention_bytes = None,
-        ("retention.bytes", Some(v)) => match v.parse::<i64>() {
-            Ok(-1) => s.retention_bytes = None,
-            Ok(b) if b > 0 => s.retention_bytes = Some(b as u64),
-            _ => return Err(invalid(format!("retention.bytes `{v}`: a positive number or -1"))),
-        },
-        ("max.message.bytes", None) => s.max_message_bytes = None,
-        ("max.message.bytes", Some(v)) => match v.parse::<u64>() {
-            Ok(b) if b > 0 && b <= cfg.max_batch_bytes as u64 => s.max_message_bytes = Some(b),
-            _ => {
-                return Err(invalid(format!(
-                    "max.message.bytes `{v}`: from 1 to the writer's maximum entry size, {}",
-                    cfg.max_batch_bytes
-                )));
+) -> Result<(), Refused> {
+    match value {
+        None => c.reset(name).map_err(invalid),
+        Some(v) => {
+            c.set(name, v).map_err(invalid)?;
+            match c.max_message_bytes() {
+                Some(b) if name == "max.message.bytes" && b > cfg.max_batch_bytes as u64 => {
+                    Err(invalid(format!(
+                        "invalid value {v} for config max.message.bytes: at most the writer's largest entry, {} (writer.max_entry_size)",
+                        cfg.max_batch_bytes
+                    )))
+                }
+                _ => Ok(()),
             }
-        },
-        ("lake.retention.ms", None) => s.lake_retention_ms = None,
-        ("lake.retention.ms", Some(v)) => match v.parse::<i64>() {
-            Ok(-1) => s.lake_retention_ms = None,
-            Ok(ms) if ms > 0 => s.lake_retention_ms = Some(ms),
-            _ => return Err(invalid(format!("lake.retention.ms `{v}`: a positive number or -1"))),
-        },
-        ("lake.table", None) => s.lake_table = false,
-        ("lake.table", Some(v)) => match v {
-            "true" => s.lake_table = true,
-            "false" => s.lake_table = false,
-            _ => return Err(invalid(format!("lake.table `{v}`: true or false"))),
-        },
-        ("cleanup.policy", None) | ("cleanup.policy", Some("delete")) => {}
-        ("cleanup.policy", Some(v)) => {
-            return Err(invalid(format!(
-                "cleanup.policy `{v}`: only delete (no key compaction yet)"
-            )));
-        }
-        (n, _) if IGNORED.contains(&n) => {}
-        (n, _) => {
-            return Err(invalid(format!(
-                "config {n} is not supported (cleanup.policy=delete, lake.retention.ms, lake.table, max.message.bytes, retention.bytes, retention.ms are)"
-            )));
         }
     }
-    Ok(s)
 }
 
-/// The settings `configs` ask for, over the defaults (CreateTopics, AlterConfigs).
-pub(crate) fn settings(
+/// The configs `configs` ask for, over the defaults, checked alone and together (CreateTopics,
+/// AlterConfigs).
+pub(crate) fn config_of(
     configs: &[(String, Option<String>)],
     cfg: &KafkaConfig,
-) -> Result<TopicSettings, Refused> {
-    configs.iter().try_fold(TopicSettings::default(), |s, (n, v)| apply(s, n, v.as_deref(), cfg))
+) -> Result<StreamConfig, Refused> {
+    let mut c = StreamConfig::default();
+    for (n, v) in configs {
+        apply(&mut c, n, v.as_deref(), cfg)?;
+    }
+    c.check().map_err(invalid)?;
+    Ok(c)
 }
 
-/// One config of a topic as DescribeConfigs answers it: value, source, type.
-fn topic_config(name: &str, s: &TopicSettings, cfg: &KafkaConfig) -> (String, i8, i8) {
-    let set_or = |v: Option<String>, default: String, ty: i8| match v {
-        Some(v) => (v, DYNAMIC_TOPIC_CONFIG, ty),
-        None => (default, DEFAULT_CONFIG, ty),
-    };
-    match name {
-        "retention.ms" => set_or(s.retention_ms.map(|v| v.to_string()), "-1".into(), LONG),
-        "retention.bytes" => set_or(s.retention_bytes.map(|v| v.to_string()), "-1".into(), LONG),
-        "max.message.bytes" => {
-            set_or(s.max_message_bytes.map(|v| v.to_string()), cfg.max_batch_bytes.to_string(), INT)
-        }
-        "lake.retention.ms" => {
-            set_or(s.lake_retention_ms.map(|v| v.to_string()), "-1".into(), LONG)
-        }
-        "lake.table" if s.lake_table => ("true".into(), DYNAMIC_TOPIC_CONFIG, BOOLEAN),
-        "lake.table" => ("false".into(), DEFAULT_CONFIG, BOOLEAN),
-        _ => ("delete".into(), DEFAULT_CONFIG, LIST),
-    }
+/// Every config of a topic: name, value, source, type and documentation, as DescribeConfigs
+/// and CreateTopics (v5+) answer them. A `max.message.bytes` not set is the writer's largest
+/// entry.
+pub(crate) fn topic_configs(
+    c: &StreamConfig,
+    cfg: &KafkaConfig,
+) -> impl Iterator<Item = (&'static str, String, i8, i8, &'static str)> {
+    let writer_max = cfg.max_batch_bytes.to_string();
+    DEFS.iter().map(move |d| {
+        let (value, source) = match c.get(d.name) {
+            Some(v) => (v.to_owned(), DYNAMIC_TOPIC_CONFIG),
+            None if d.name == "max.message.bytes" => (writer_max.clone(), DEFAULT_CONFIG),
+            None => (d.default.to_owned(), DEFAULT_CONFIG),
+        };
+        (d.name, value, source, d.ty.kafka_code(), d.doc)
+    })
 }
 
 fn entry(
@@ -161,16 +115,35 @@ fn entry(
     if version >= 3 {
         e.config_type = ty;
     }
+    // Null unless asked for (the codec's default is an empty string).
+    e.documentation = None;
     e
 }
 
-/// The configs asked for among `known`: all when `keys` is null or empty, as in Kafka.
-fn wanted<'a>(known: &[&'a str], keys: &Option<Vec<StrBytes>>) -> Vec<&'a str> {
-    let keys = keys.as_ref().filter(|ks| !ks.is_empty());
+/// Whether config `name` is asked for: all are when `keys` is null or empty, as in Kafka.
+fn wanted(name: &str, keys: &Option<Vec<StrBytes>>) -> bool {
+    keys.as_ref().filter(|ks| !ks.is_empty()).is_none_or(|ks| ks.iter().any(|k| k.as_str() == name))
+}
+
+/// A broker's configs: the writer's, read-only.
+fn broker_configs(
+    keys: &Option<Vec<StrBytes>>,
+    version: i16,
+    cfg: &KafkaConfig,
+) -> Vec<DescribeConfigsResourceResult> {
+    let known = [
+        ("auto.create.topics.enable", cfg.auto_create_topics.to_string(), BOOLEAN),
+        ("message.max.bytes", cfg.max_batch_bytes.to_string(), INT),
+        ("num.partitions", cfg.default_partitions.to_string(), INT),
+    ];
     known
-        .iter()
-        .copied()
-        .filter(|k| keys.is_none_or(|ks| ks.iter().any(|x| x.as_str() == *k)))
+        .into_iter()
+        .filter(|(k, _, _)| wanted(k, keys))
+        .map(|(k, value, ty)| {
+            let mut e = entry(k, value, STATIC_BROKER_CONFIG, ty, version);
+            e.read_only = true;
+            e
+        })
         .collect()
 }
 
@@ -180,38 +153,28 @@ pub(crate) async fn describe(
     broker: &dyn Broker,
     cfg: &KafkaConfig,
 ) -> DescribeConfigsResponse {
+    let docs = version >= 3 && req.include_documentation;
     let mut results = Vec::with_capacity(req.resources.len());
     for r in req.resources {
         let mut out = DescribeConfigsResult::default()
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name.clone());
+        let keys = &r.configuration_keys;
         let configs: Result<Vec<DescribeConfigsResourceResult>, Refused> = match r.resource_type {
-            TOPIC => broker.topic_settings(&r.resource_name).await.map(|s| {
-                wanted(TOPIC_CONFIGS, &r.configuration_keys)
-                    .into_iter()
-                    .map(|k| {
-                        let (value, source, ty) = topic_config(k, &s, cfg);
-                        entry(k, value, source, ty, version)
+            TOPIC => broker.topic_config(&r.resource_name).await.map(|c| {
+                topic_configs(&c, cfg)
+                    .filter(|(name, ..)| wanted(name, keys))
+                    .map(|(name, value, source, ty, doc)| {
+                        let mut e = entry(name, value, source, ty, version);
+                        if docs {
+                            e.documentation = Some(StrBytes::from_static_str(doc));
+                        }
+                        e
                     })
                     .collect()
             }),
             BROKER if r.resource_name.is_empty() || r.resource_name.parse::<i32>().is_ok() => {
-                let known = ["auto.create.topics.enable", "message.max.bytes", "num.partitions"];
-                Ok(wanted(&known, &r.configuration_keys)
-                    .into_iter()
-                    .map(|k| {
-                        let (value, ty) = match k {
-                            "auto.create.topics.enable" => {
-                                (cfg.auto_create_topics.to_string(), BOOLEAN)
-                            }
-                            "message.max.bytes" => (cfg.max_batch_bytes.to_string(), INT),
-                            _ => (cfg.default_partitions.to_string(), INT),
-                        };
-                        let mut e = entry(k, value, STATIC_BROKER_CONFIG, ty, version);
-                        e.read_only = true;
-                        e
-                    })
-                    .collect())
+                Ok(broker_configs(keys, version, cfg))
             }
             BROKER => Err(Refused::new(
                 code::INVALID_REQUEST,
@@ -260,8 +223,8 @@ pub(crate) async fn alter(
             .iter()
             .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
             .collect();
-        let done = match topic_only(r.resource_type).and_then(|()| settings(&configs, cfg)) {
-            Ok(s) => broker.set_topic_settings(&r.resource_name, s, req.validate_only).await,
+        let done = match topic_only(r.resource_type).and_then(|()| config_of(&configs, cfg)) {
+            Ok(c) => broker.set_topic_config(&r.resource_name, c, req.validate_only).await,
             Err(e) => Err(e),
         };
         let mut out = alter_configs_response::AlterConfigsResourceResponse::default()
@@ -277,8 +240,8 @@ pub(crate) async fn alter(
 }
 
 /// IncrementalAlterConfigs: SET and DELETE (back to the default) on a topic's current
-/// configs; APPEND and SUBTRACT apply to list configs, and `cleanup.policy` can only be
-/// `delete`, so only APPEND of `delete` is accepted (it changes nothing).
+/// configs; APPEND and SUBTRACT add items to and take them from a list config's value (its
+/// default when not set), as in Kafka.
 pub(crate) async fn incremental_alter(
     req: IncrementalAlterConfigsRequest,
     broker: &dyn Broker,
@@ -288,27 +251,27 @@ pub(crate) async fn incremental_alter(
     for r in req.resources {
         let done = async {
             topic_only(r.resource_type)?;
-            let mut s = broker.topic_settings(&r.resource_name).await?;
-            for c in &r.configs {
-                let value = c.value.as_ref().map(|v| v.as_str());
-                s = match (c.config_operation, c.name.as_str(), value) {
-                    (SET, n, v) => apply(s, n, v, cfg)?,
-                    (DELETE, n, _) => apply(s, n, None, cfg)?,
-                    (APPEND, "cleanup.policy", Some("delete")) => s,
-                    (APPEND | SUBTRACT, n, _) => {
-                        return Err(invalid(format!(
-                            "config {n}: APPEND and SUBTRACT apply to lists; cleanup.policy can only be delete"
-                        )));
+            let mut c = broker.topic_config(&r.resource_name).await?;
+            for op in &r.configs {
+                let value = op.value.as_ref().map(|v| v.as_str());
+                let name = op.name.as_str();
+                match op.config_operation {
+                    SET => apply(&mut c, name, value, cfg)?,
+                    DELETE => apply(&mut c, name, None, cfg)?,
+                    o @ (APPEND | SUBTRACT) => {
+                        let list = list_op(&c, name, value.unwrap_or_default(), o == APPEND)?;
+                        apply(&mut c, name, Some(&list), cfg)?;
                     }
-                    (op, _, _) => {
+                    o => {
                         return Err(Refused::new(
                             code::INVALID_REQUEST,
-                            format!("config operation {op}: 0 (SET) to 3 (SUBTRACT)"),
+                            format!("config operation {o}: 0 (SET) to 3 (SUBTRACT)"),
                         ));
                     }
-                };
+                }
             }
-            broker.set_topic_settings(&r.resource_name, s, req.validate_only).await
+            c.check().map_err(invalid)?;
+            broker.set_topic_config(&r.resource_name, c, req.validate_only).await
         }
         .await;
         let mut out = incremental_alter_configs_response::AlterConfigsResourceResponse::default()
@@ -323,47 +286,91 @@ pub(crate) async fn incremental_alter(
     IncrementalAlterConfigsResponse::default().with_responses(responses)
 }
 
+/// List config `name`'s value with the items of `items` added (`append`) or taken out.
+fn list_op(c: &StreamConfig, name: &str, items: &str, append: bool) -> Result<String, Refused> {
+    let def =
+        streamconfig::find(name).ok_or_else(|| invalid(format!("unknown config name {name}")))?;
+    if def.ty != streamconfig::Type::List {
+        return Err(invalid(format!(
+            "config {name} is not a list: APPEND and SUBTRACT apply to lists"
+        )));
+    }
+    let current = c.value(name).map_or("", |(v, _)| v);
+    let mut list: Vec<&str> = current.split(',').filter(|s| !s.is_empty()).collect();
+    for item in items.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match (append, list.contains(&item)) {
+            (true, false) => list.push(item),
+            (false, true) => list.retain(|x| *x != item),
+            _ => {}
+        }
+    }
+    Ok(list.join(","))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn values_are_checked_and_reset_to_defaults() {
+    fn configs_are_checked_bounded_by_the_writer_and_reset_to_defaults() {
         let cfg = KafkaConfig::default();
-        let s = settings(
-            &[
-                ("retention.ms".into(), Some("60000".into())),
-                ("max.message.bytes".into(), Some("1000".into())),
-                ("min.insync.replicas".into(), Some("2".into())),
-                ("lake.table".into(), Some("true".into())),
-                ("lake.retention.ms".into(), Some("86400000".into())),
-            ],
+        let pairs = |p: &[(&str, &str)]| -> Vec<(String, Option<String>)> {
+            p.iter().map(|(n, v)| (n.to_string(), Some(v.to_string()))).collect()
+        };
+        let c = config_of(
+            &pairs(&[
+                ("retention.ms", "60000"),
+                ("max.message.bytes", "1000"),
+                ("min.insync.replicas", "2"),
+                ("message.timestamp.type", "LogAppendTime"),
+                ("cleanup.policy", "compact,delete"),
+            ]),
             &cfg,
         )
         .expect("valid");
+        assert_eq!((c.retention_ms(), c.max_message_bytes()), (Some(60000), Some(1000)));
+        assert!(c.log_append_time() && c.cleanup().compact && c.cleanup().delete);
+        let described: Vec<_> = topic_configs(&c, &cfg).collect();
+        assert_eq!(described.len(), DEFS.len(), "every config is listed");
+        let of = |n: &str| described.iter().find(|d| d.0 == n).cloned().expect(n);
         assert_eq!(
-            (s.retention_ms, s.max_message_bytes, s.retention_bytes, s.lake_table),
-            (Some(60000), Some(1000), None, true)
+            (of("min.insync.replicas").1, of("min.insync.replicas").2),
+            ("2".into(), DYNAMIC_TOPIC_CONFIG)
         );
-        assert_eq!(topic_config("lake.table", &s, &cfg).0, "true");
-        assert_eq!(s.lake_retention_ms, Some(86_400_000));
-        assert_eq!(topic_config("lake.retention.ms", &s, &cfg).0, "86400000");
-        assert!(!apply(s.clone(), "lake.table", None, &cfg).expect("reset").lake_table);
-        let back = apply(s, "retention.ms", None, &cfg).expect("reset");
-        assert_eq!(back.retention_ms, None);
+        assert_eq!(
+            (of("segment.bytes").1, of("segment.bytes").2),
+            ("1073741824".into(), DEFAULT_CONFIG)
+        );
+        let unset = topic_configs(&StreamConfig::default(), &cfg)
+            .find(|d| d.0 == "max.message.bytes")
+            .expect("listed");
+        assert_eq!(unset.1, cfg.max_batch_bytes.to_string(), "unset: the writer's largest entry");
+        let mut back = c.clone();
+        apply(&mut back, "retention.ms", None, &cfg).expect("reset");
+        assert_eq!(back.retention_ms(), None);
         let too_big = (cfg.max_batch_bytes + 1).to_string();
         for (n, v) in [
-            ("retention.ms", "0"),
+            ("retention.ms", "-2"),
             ("retention.bytes", "x"),
             ("max.message.bytes", too_big.as_str()),
-            ("cleanup.policy", "compact"),
+            ("cleanup.policy", "compacted"),
             ("segment.bytes", "1"),
+            ("no.such.config", "1"),
             ("lake.table", "yes"),
-            ("lake.retention.ms", "0"),
         ] {
-            let r = apply(TopicSettings::default(), n, Some(v), &cfg);
+            let r = config_of(&pairs(&[(n, v)]), &cfg);
             assert_eq!(r.map_err(|e| e.code), Err(code::INVALID_CONFIG), "{n}={v}");
         }
+    }
+
+    #[test]
+    fn append_and_subtract_change_a_lists_items_from_its_default() {
+        let c = StreamConfig::default();
+        assert_eq!(list_op(&c, "cleanup.policy", "compact", true).expect("list"), "delete,compact");
+        assert_eq!(list_op(&c, "cleanup.policy", "delete", true).expect("list"), "delete");
+        assert_eq!(list_op(&c, "cleanup.policy", "delete", false).expect("list"), "");
+        let r = list_op(&c, "retention.ms", "1", true).map_err(|e| e.code);
+        assert_eq!(r, Err(code::INVALID_CONFIG), "not a list");
     }
 }
 

@@ -46,6 +46,7 @@ pub mod session;
 pub mod splice;
 
 pub use server::{KafkaConfig, serve};
+pub use streamconfig::StreamConfig;
 
 /// Kafka's error codes this front end answers with: the protocol crate's `ResponseError`
 /// numbers (none typed here), as the `i16` a response's `error_code` holds.
@@ -134,10 +135,20 @@ impl TopicInfo {
 /// An admitted batch's commit.
 pub type Commit = futures::future::BoxFuture<'static, Result<Produced, Refused>>;
 
-/// A batch appended: where it landed.
+/// A batch appended: where it landed, and when for a LogAppendTime topic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Produced {
     pub base_offset: i64,
+    /// The time the writer stamped the batch with (`message.timestamp.type=LogAppendTime`);
+    /// -1 when it keeps its producer's timestamps.
+    pub log_append_time_ms: i64,
+}
+
+impl Produced {
+    /// A batch at `base_offset` that keeps its producer's timestamps.
+    pub fn at(base_offset: i64) -> Self {
+        Produced { base_offset, log_append_time_ms: -1 }
+    }
 }
 
 /// A partition's request refused: Kafka's error code, a message, and the partition's leader
@@ -213,20 +224,6 @@ impl StoredBatch {
         out.extend_from_slice(&self.base_offset.to_be_bytes());
         out.extend_from_slice(self.bytes.get(8..).unwrap_or_default());
     }
-}
-
-/// A topic's settings: the configs Lakelog keeps ([`configs`]); `None` is the default.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TopicSettings {
-    pub retention_ms: Option<i64>,
-    pub retention_bytes: Option<u64>,
-    /// The largest record batch a Produce to the topic may carry (Kafka's topic
-    /// `max.message.bytes`; the writer's maximum when unset).
-    pub max_message_bytes: Option<u64>,
-    /// `lake.table`: the topic's compacted segments are its Iceberg table's data files.
-    pub lake_table: bool,
-    /// `lake.retention.ms`: how long the topic's table keeps a day.
-    pub lake_retention_ms: Option<i64>,
 }
 
 /// A committed offset to store (OffsetCommit).
@@ -354,7 +351,7 @@ pub trait Topics: Send + Sync + 'static {
         &self,
         name: &str,
         partitions: u32,
-        settings: TopicSettings,
+        config: StreamConfig,
         validate_only: bool,
     ) -> Result<uuid::Uuid, Refused>;
 
@@ -369,14 +366,14 @@ pub trait Topics: Send + Sync + 'static {
         validate_only: bool,
     ) -> Result<(), Refused>;
 
-    /// A topic's settings (DescribeConfigs).
-    async fn topic_settings(&self, name: &str) -> Result<TopicSettings, Refused>;
+    /// A topic's configs (DescribeConfigs).
+    async fn topic_config(&self, name: &str) -> Result<StreamConfig, Refused>;
 
-    /// Replaces a topic's settings; with `validate_only`, only checks the topic exists.
-    async fn set_topic_settings(
+    /// Replaces a topic's configs; with `validate_only`, only checks the topic exists.
+    async fn set_topic_config(
         &self,
         name: &str,
-        settings: TopicSettings,
+        config: StreamConfig,
         validate_only: bool,
     ) -> Result<(), Refused>;
 }

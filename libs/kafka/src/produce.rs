@@ -69,7 +69,9 @@ pub(crate) async fn admit(
 fn partition_response(index: i32, r: Result<crate::Produced, Refused>) -> PartitionProduceResponse {
     let p = PartitionProduceResponse::default().with_index(index);
     match r {
-        Ok(done) => p.with_base_offset(done.base_offset),
+        Ok(done) => {
+            p.with_base_offset(done.base_offset).with_log_append_time_ms(done.log_append_time_ms)
+        }
         Err(refused) => {
             let mut p = p
                 .with_error_code(refused.code)

@@ -202,6 +202,25 @@ pub fn validate_within(b: &[u8], cap: usize) -> Result<BatchHeader, BatchError> 
     Ok(h)
 }
 
+/// The offset delta of the first record of a valid batch that has no key, if any (a compacted
+/// log keeps each key's latest record, so it takes none without one); its records
+/// decompressing to at most `cap` bytes.
+pub fn first_unkeyed(b: &[u8], cap: usize) -> Result<Option<u32>, BatchError> {
+    let h = check(b)?;
+    let mut first = None;
+    let mut note = |r: RawRecord| {
+        if r.key.is_none() && first.is_none() {
+            first = Some(r.offset_delta);
+        }
+        Ok(())
+    };
+    match h.compression()? {
+        Compression::None => records_of(&h, &b[HEADER_LEN..], &mut note)?,
+        c => records_of(&h, &compression::decompress(c, &b[HEADER_LEN..], cap)?, &mut note)?,
+    }
+    Ok(first)
+}
+
 /// The header checks of [`validate`], without the records.
 fn check(b: &[u8]) -> Result<BatchHeader, BatchError> {
     let h = BatchHeader::parse(b)?;
@@ -224,6 +243,18 @@ fn check(b: &[u8]) -> Result<BatchHeader, BatchError> {
     }
     h.compression()?;
     Ok(h)
+}
+
+/// Makes a batch's timestamps the broker's append time `now_ms` (Kafka's LogAppendTime: the
+/// timestamp-type bit set, the max timestamp `now_ms`, which every record is read as having),
+/// its CRC computed again.
+pub fn stamp_log_append_time(b: &mut [u8], now_ms: i64) -> Result<(), BatchError> {
+    let h = BatchHeader::parse(b)?;
+    b[21..23].copy_from_slice(&(h.attributes | 0x8).to_be_bytes());
+    b[35..43].copy_from_slice(&now_ms.to_be_bytes());
+    let crc = crc32c::crc32c(&b[CRC_FROM..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    Ok(())
 }
 
 /// Writes `offset` as the batch's base offset (outside the CRC: nothing else changes).

@@ -293,3 +293,30 @@ fn a_batch_framed_again_keeps_its_fields_and_is_uncompressed() -> Result<(), Bat
     assert!(encode_framed(&[], framing).is_err());
     Ok(())
 }
+
+#[test]
+fn the_first_record_without_a_key_is_found() -> Result<(), BatchError> {
+    let cap = compression::MAX_DECOMPRESSED;
+    assert_eq!(first_unkeyed(&hex(KAFKA_PYTHON_THREE), cap)?, Some(1), "the second has none");
+    assert_eq!(
+        first_unkeyed(&hex(KAFKA_PYTHON_IDEMPOTENT), cap)?,
+        Some(0),
+        "its one record has none"
+    );
+    let keyed: Vec<Record> = three().into_iter().filter(|r| r.key.is_some()).collect();
+    assert_eq!(first_unkeyed(&encode(&keyed, ProducerFields::NONE)?, cap)?, None);
+    Ok(())
+}
+
+#[test]
+fn a_batch_stamped_with_the_append_time_reads_that_time_and_stays_valid() -> Result<(), BatchError>
+{
+    let mut b = hex(KAFKA_PYTHON_THREE).to_vec();
+    stamp_log_append_time(&mut b, 1_800_000_000_000)?;
+    let h = validate(&b)?;
+    assert!(h.log_append_time());
+    assert_eq!(h.max_timestamp, 1_800_000_000_000);
+    let (_, records) = decode(&Bytes::from(b))?;
+    assert_eq!(records.len(), 3, "the records are untouched");
+    Ok(())
+}

@@ -141,7 +141,7 @@ async fn tables(State(s): State<Rest>, Path(ns): Path<String>) -> Response {
         Err(e) => return unavailable(e),
     };
     let mut ids = Vec::new();
-    for stream in streams.into_iter().filter(|s| s.props.lake_table) {
+    for stream in streams.into_iter().filter(|s| s.config.lake_table()) {
         match table_state(&s.catalog, &stream.identity).await {
             Ok(Some(_)) => ids.push(json!({"namespace": [NAMESPACE], "name": stream.name})),
             Ok(None) => {}
@@ -181,7 +181,7 @@ async fn find(s: &Rest, ns: &str, table: &str) -> Result<lake::table::TableState
         }
         Err(e) => return Err(unavailable(e)),
     };
-    if !stream.props.lake_table {
+    if !stream.config.lake_table() {
         return Err(missing("the stream does not have lake.table set"));
     }
     table_state(&s.catalog, &stream.identity)

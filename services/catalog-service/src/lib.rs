@@ -9,7 +9,7 @@ pub mod iceberg_rest;
 
 use std::future::Future;
 
-use catalog::{Catalog, CatalogError, StreamInfo, StreamProps, Target};
+use catalog::{Catalog, CatalogError, StreamConfig, StreamInfo, Target};
 use proto::catalog::v1 as pb;
 use tonic::{Request, Response, Status};
 
@@ -95,15 +95,30 @@ pub fn to_status(e: CatalogError) -> Status {
     codes::grpc::error(code, e, unknown)
 }
 
+/// The configs a create asks for: its typed fields, then its `configs`, each checked.
+fn config_of(r: &pb::CreateStreamRequest) -> Result<StreamConfig, streamconfig::Invalid> {
+    let typed = [
+        ("retention.ms", r.retention_ms.map(|v| v.to_string())),
+        ("retention.bytes", r.retention_bytes.map(|v| v.to_string())),
+        ("lake.table", r.lake_table.then(|| "true".to_owned())),
+        ("lake.retention.ms", r.lake_retention_ms.map(|v| v.to_string())),
+    ];
+    let typed = typed.into_iter().filter_map(|(k, v)| Some((k.to_owned(), v?)));
+    let all: Vec<(String, String)> =
+        typed.chain(r.configs.iter().map(|(k, v)| (k.clone(), v.clone()))).collect();
+    StreamConfig::from_pairs(all.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+}
+
 fn stream(s: StreamInfo) -> pb::Stream {
     pb::Stream {
         name: s.name,
         identity: s.identity,
         partitions: s.partitions.into_iter().map(|l| l.0).collect(),
-        retention_ms: s.props.retention_ms,
-        retention_bytes: s.props.retention_bytes,
-        lake_table: s.props.lake_table,
-        lake_retention_ms: s.props.lake_retention_ms,
+        retention_ms: s.config.get("retention.ms").and_then(|v| v.parse().ok()),
+        retention_bytes: s.config.get("retention.bytes").and_then(|v| v.parse().ok()),
+        lake_table: s.config.lake_table(),
+        lake_retention_ms: s.config.lake_retention_ms(),
+        configs: s.config.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
     }
 }
 
@@ -114,14 +129,8 @@ impl pb::catalog_service_server::CatalogService for CatalogServiceImpl {
         req: Request<pb::CreateStreamRequest>,
     ) -> Result<Response<pb::CreateStreamResponse>, Status> {
         let r = req.into_inner();
-        let props = StreamProps {
-            retention_ms: r.retention_ms,
-            retention_bytes: r.retention_bytes,
-            lake_table: r.lake_table,
-            lake_retention_ms: r.lake_retention_ms,
-            ..Default::default()
-        };
-        let s = self.catalog.create(&r.name, r.partitions, props).await.map_err(to_status)?;
+        let config = config_of(&r).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let s = self.catalog.create(&r.name, r.partitions, config).await.map_err(to_status)?;
         Ok(Response::new(pb::CreateStreamResponse { stream: Some(stream(s)) }))
     }
 
@@ -211,7 +220,7 @@ impl pb::catalog_service_server::CatalogService for CatalogServiceImpl {
     ) -> Result<Response<pb::GetLakeTableResponse>, Status> {
         let name = req.into_inner().name;
         let s = self.catalog.get(&name).await.map_err(to_status)?;
-        if !s.props.lake_table {
+        if !s.config.lake_table() {
             return Err(to_status(CatalogError::InvalidArgument(format!(
                 "stream {name} does not have lake.table set"
             ))));

@@ -107,7 +107,7 @@ impl Compactor {
         let s = &self.0;
         let mut logs = std::collections::HashMap::new();
         for stream in s.catalog.list().await? {
-            if !stream.props.lake_table {
+            if !stream.config.lake_table() {
                 continue;
             }
             for (partition, log) in stream.partitions.iter().enumerate() {
@@ -243,8 +243,8 @@ impl Compactor {
             }
         };
         let reader = s.catalog.logs();
-        for st in streams.iter().filter(|st| st.props.lake_table) {
-            let Some(ms) = st.props.lake_retention_ms else { continue };
+        for st in streams.iter().filter(|st| st.config.lake_table()) {
+            let Some(ms) = st.config.lake_retention_ms() else { continue };
             let done = maintenance::lakes::retain_table(
                 reader.meta().as_ref(),
                 reader.objects(),

@@ -205,6 +205,14 @@ pub(crate) enum LakeCommand {
     Status { stream: String },
 }
 
+/// `NAME=VALUE`.
+fn parse_config(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((n, v)) if !n.is_empty() => Ok((n.to_owned(), v.to_owned())),
+        _ => Err(format!("`{s}`: expected NAME=VALUE")),
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub(crate) enum StreamCommand {
     /// Create a stream; prints its identity and partitions' logs.
@@ -223,6 +231,10 @@ pub(crate) enum StreamCommand {
         /// How long the table keeps a day (`lake.retention.ms`; at least --retention-ms).
         #[arg(long, requires = "lake_table")]
         lake_retention_ms: Option<i64>,
+        /// A config as a Kafka topic's, NAME=VALUE (cleanup.policy=compact,
+        /// max.message.bytes=8388608, …; docs/kafka.md lists them); repeatable.
+        #[arg(long = "config", value_name = "NAME=VALUE", value_parser = parse_config)]
+        configs: Vec<(String, String)>,
     },
     /// List streams, one per line: name, partitions, identity.
     List,

@@ -197,6 +197,9 @@ pub(crate) fn print_stream(out: &mut impl Write, s: &client::Stream) -> std::io:
     if let Some(ms) = s.lake_retention_ms {
         writeln!(out, "lake retention: {ms} ms")?;
     }
+    for (name, value) in &s.configs {
+        writeln!(out, "config:     {name}={value}")?;
+    }
     Ok(())
 }
 
@@ -249,6 +252,7 @@ pub(crate) async fn stream_command(
             retention_bytes,
             lake_table,
             lake_retention_ms,
+            configs,
         } => {
             let req = client::CreateStreamRequest {
                 name,
@@ -257,6 +261,7 @@ pub(crate) async fn stream_command(
                 retention_bytes,
                 lake_table,
                 lake_retention_ms,
+                configs: configs.into_iter().collect(),
             };
             print_stream(&mut out, &c.create_with(req).await?)?;
         }

@@ -41,7 +41,7 @@ async fn produce(broker: &LogBroker, partition: i32) -> Result<i64> {
     let header = BatchHeader::parse(&b)?;
     let commit =
         broker.produce("t", partition, None, b, &header).await.map_err(|r| anyhow!("{r:?}"))?;
-    let Produced { base_offset } = commit.await.map_err(|r| anyhow!("{r:?}"))?;
+    let Produced { base_offset, .. } = commit.await.map_err(|r| anyhow!("{r:?}"))?;
     Ok(base_offset)
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, ensure};
 use brokers::LogBroker;
 use catalog::Catalog;
-use kafka::{Cluster, Partitions, Produced, Refused};
+use kafka::{Cluster, Partitions, Refused};
 use logstore::{LogStorage, LogStorageConfig, SystemClock};
 use metadata::MetadataStore;
 use objstore::object_store::ObjectStore;
@@ -54,7 +54,7 @@ async fn produce(broker: &LogBroker, id: i64, seq: i32, n: usize) -> Result<Resu
         Ok(c) => c,
         Err(r) => return Ok(Err(r)),
     };
-    Ok(commit.await.map(|Produced { base_offset }| base_offset))
+    Ok(commit.await.map(|p| p.base_offset))
 }
 
 /// Whether `broker` leads partition 0 of `t` now.

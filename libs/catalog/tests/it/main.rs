@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::{Result, anyhow, ensure};
-use catalog::{Catalog, CatalogError, StreamProps};
+use catalog::{Catalog, CatalogError, StreamConfig};
 use logstore::LogReader;
 use logstore::records::LogState;
 use metadata::MetadataStore;
@@ -71,10 +71,15 @@ cases!(
     retention_hard_trims_streams_by_bytes_and_by_time,
 );
 
+/// Configs set as named (valid ones: the tests are of the catalog, not of the configs).
+fn config(pairs: &[(&str, &str)]) -> Result<StreamConfig> {
+    Ok(StreamConfig::from_pairs(pairs.iter().copied())?)
+}
+
 async fn streams_are_created_listed_and_routed(e: Env) -> Result<()> {
-    let props = StreamProps { retention_ms: Some(60_000), ..Default::default() };
+    let props = config(&[("retention.ms", "60000")])?;
     let a = e.catalog.create("orders", 3, props.clone()).await?;
-    let b = e.catalog.create("audit.log_v2", 1, StreamProps::default()).await?;
+    let b = e.catalog.create("audit.log_v2", 1, StreamConfig::default()).await?;
     ensure!(a.partitions.len() == 3 && b.partitions.len() == 1 && a.identity != b.identity);
     ensure!(e.catalog.get("orders").await? == a);
     let names: Vec<String> = e.catalog.list().await?.into_iter().map(|s| s.name).collect();
@@ -94,7 +99,7 @@ async fn streams_are_created_listed_and_routed(e: Env) -> Result<()> {
 }
 
 async fn bad_input_gets_clear_errors(e: Env) -> Result<()> {
-    e.catalog.create("s", 2, StreamProps::default()).await?;
+    e.catalog.create("s", 2, StreamConfig::default()).await?;
     let is = |r: Result<_, CatalogError>, want: &str| -> Result<()> {
         match r {
             Err(err) => ensure!(format!("{err:?}").starts_with(want), "{err:?}"),
@@ -102,40 +107,42 @@ async fn bad_input_gets_clear_errors(e: Env) -> Result<()> {
         }
         Ok(())
     };
-    is(e.catalog.create("s", 1, StreamProps::default()).await.map(|_| ()), "AlreadyExists")?;
+    is(e.catalog.create("s", 1, StreamConfig::default()).await.map(|_| ()), "AlreadyExists")?;
     for bad in ["", ".", "..", "has space", "slash/name", &"x".repeat(250)] {
-        is(e.catalog.create(bad, 1, StreamProps::default()).await.map(|_| ()), "InvalidArgument")?;
+        is(e.catalog.create(bad, 1, StreamConfig::default()).await.map(|_| ()), "InvalidArgument")?;
     }
-    is(e.catalog.create("zero", 0, StreamProps::default()).await.map(|_| ()), "InvalidArgument")?;
+    is(e.catalog.create("zero", 0, StreamConfig::default()).await.map(|_| ()), "InvalidArgument")?;
     is(e.catalog.get("missing").await.map(|_| ()), "NotFound")?;
     is(e.catalog.route("s", 2).await.map(|_| ()), "InvalidArgument")?;
     is(e.catalog.route("missing", 0).await.map(|_| ()), "NotFound")?;
     is(e.catalog.add_partitions("s", 1).await.map(|_| ()), "InvalidArgument")?;
     is(e.catalog.delete("missing").await, "NotFound")?;
-    let neg = StreamProps { retention_ms: Some(-5), ..Default::default() };
-    is(e.catalog.create("neg", 1, neg).await.map(|_| ()), "InvalidArgument")?;
     // A table keeps at least what its log keeps: its retention is at least the log's, and a
-    // log that keeps everything has a table that does too.
-    let lake = |log, table| StreamProps {
-        retention_ms: log,
-        lake_table: true,
-        lake_retention_ms: table,
-        ..Default::default()
+    // log that keeps everything has a table that does too. Each config alone is valid, so
+    // the catalog is what refuses them together.
+    let lake = |log: Option<&str>, table: &str| -> Result<StreamConfig> {
+        let mut c = StreamConfig::default();
+        c.set("lake.table", "true")?;
+        c.set("lake.retention.ms", table)?;
+        if let Some(log) = log {
+            c.set("retention.ms", log)?;
+        }
+        Ok(c)
     };
-    for (log, table) in [(Some(60_000), Some(59_999)), (None, Some(60_000)), (Some(1), Some(0))] {
-        let created = e.catalog.create("lk", 1, lake(log, table)).await.map(|_| ());
+    for (log, table) in [(Some("60000"), "59999"), (None, "60000"), (Some("1"), "0")] {
+        let created = e.catalog.create("lk", 1, lake(log, table)?).await.map(|_| ());
         is(created, "InvalidArgument")?;
     }
-    e.catalog.create("lk", 1, lake(Some(60_000), Some(60_000))).await?;
+    e.catalog.create("lk", 1, lake(Some("60000"), "60000")?).await?;
     is(
-        e.catalog.set_props("lk", lake(Some(120_000), Some(60_000))).await.map(|_| ()),
+        e.catalog.set_config("lk", lake(Some("120000"), "60000")?).await.map(|_| ()),
         "InvalidArgument",
     )?;
     Ok(())
 }
 
 async fn partitions_only_grow_and_keep_their_logs(e: Env) -> Result<()> {
-    let before = e.catalog.create("grow", 2, StreamProps::default()).await?;
+    let before = e.catalog.create("grow", 2, StreamConfig::default()).await?;
     let after = e.catalog.add_partitions("grow", 5).await?;
     ensure!(after.partitions.len() == 5 && after.partitions[..2] == before.partitions[..]);
     ensure!(after.identity == before.identity);
@@ -147,7 +154,7 @@ async fn partitions_only_grow_and_keep_their_logs(e: Env) -> Result<()> {
 }
 
 async fn recreated_stream_gets_a_new_identity_and_new_logs(e: Env) -> Result<()> {
-    let old = e.catalog.create("phoenix", 2, StreamProps::default()).await?;
+    let old = e.catalog.create("phoenix", 2, StreamConfig::default()).await?;
     // A lake table's state goes with its stream.
     let table = logstore::keys::Keys::new(e.reader.keys().cluster()).lake_table(&old.identity);
     e.reader.meta().put(&table, b"{}", 0).await?;
@@ -159,7 +166,7 @@ async fn recreated_stream_gets_a_new_identity_and_new_logs(e: Env) -> Result<()>
             "log {log} of a deleted stream lives on"
         );
     }
-    let new = e.catalog.create("phoenix", 2, StreamProps::default()).await?;
+    let new = e.catalog.create("phoenix", 2, StreamConfig::default()).await?;
     ensure!(new.identity != old.identity);
     ensure!(
         new.partitions.iter().all(|l| !old.partitions.contains(l)),
@@ -249,11 +256,11 @@ async fn retention_hard_trims_streams_by_bytes_and_by_time(e: Env) -> Result<()>
         Arc::new(logstore::SystemClock),
     )
     .await?;
-    let by_bytes = StreamProps { retention_bytes: Some(300), ..Default::default() };
+    let by_bytes = config(&[("retention.bytes", "300")])?;
     let sized = e.catalog.create("sized", 1, by_bytes).await?.partitions[0];
-    let by_time = StreamProps { retention_ms: Some(60_000), ..Default::default() };
+    let by_time = config(&[("retention.ms", "60000")])?;
     let timed = e.catalog.create("timed", 1, by_time).await?.partitions[0];
-    let kept = e.catalog.create("kept", 1, StreamProps::default()).await?.partitions[0];
+    let kept = e.catalog.create("kept", 1, StreamConfig::default()).await?.partitions[0];
     for i in 0..10u8 {
         for log in [sized, timed, kept] {
             w.append(log, 1, bytes::Bytes::from(vec![i; 100]), None).await?;
@@ -344,7 +351,7 @@ impl MetadataStore for HeadsFail {
 async fn a_deletion_cut_short_is_finished_by_the_maintenance_cycle(e: Env) -> Result<()> {
     let faulty = Arc::new(HeadsFail { inner: e.meta.clone(), failing: false.into() });
     let catalog = Catalog::new(faulty.clone(), e.reader.clone(), &e.cluster);
-    let old = catalog.create("halfway", 2, StreamProps::default()).await?;
+    let old = catalog.create("halfway", 2, StreamConfig::default()).await?;
     faulty.failing.store(true, std::sync::atomic::Ordering::SeqCst);
     catalog.delete("halfway").await?;
     ensure!(catalog.get("halfway").await.is_err(), "the stream outlived its deletion");
@@ -356,7 +363,7 @@ async fn a_deletion_cut_short_is_finished_by_the_maintenance_cycle(e: Env) -> Re
     }
     ensure!(catalog.finish_deletions().await? == 0, "finished while the store still fails");
     faulty.failing.store(false, std::sync::atomic::Ordering::SeqCst);
-    let new = catalog.create("halfway", 1, StreamProps::default()).await?;
+    let new = catalog.create("halfway", 1, StreamConfig::default()).await?;
     ensure!(catalog.finish_deletions().await? == 1);
     for log in &old.partitions {
         ensure!(

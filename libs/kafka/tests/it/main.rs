@@ -34,7 +34,7 @@ struct FakeBroker {
     /// Fetches that waited.
     waited: Mutex<u32>,
     /// Topic settings set, by topic (a topic named `orders` exists for them).
-    settings: Mutex<std::collections::HashMap<String, kafka::TopicSettings>>,
+    settings: Mutex<std::collections::HashMap<String, kafka::StreamConfig>>,
     /// DeleteRecords asked: topic, partition, offset.
     deleted: Mutex<Vec<(String, i32, i64)>>,
     /// Committed offsets by (group, topic, partition).
@@ -172,7 +172,7 @@ impl kafka::Partitions for FakeBroker {
         // Admission itself takes long here (a producer state loading, say).
         if topic == "stall" {
             tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-            return Ok(Box::pin(async { Ok(Produced { base_offset: 0 }) }));
+            return Ok(Box::pin(async { Ok(Produced::at(0)) }));
         }
         if topic == "slow" {
             self.slow.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -180,7 +180,7 @@ impl kafka::Partitions for FakeBroker {
             return Ok(Box::pin(async move {
                 let _ = open.wait_for(|open| *open).await;
                 drop(batch);
-                Ok(Produced { base_offset: 0 })
+                Ok(Produced::at(0))
             }));
         }
         if topic != "orders" || !(0..3).contains(&partition) {
@@ -201,7 +201,7 @@ impl kafka::Partitions for FakeBroker {
         // Committed a moment later: a later batch's commit must not overtake it in the answers.
         Ok(Box::pin(async move {
             tokio::time::sleep(delay).await;
-            Ok(Produced { base_offset: i64::from(base) })
+            Ok(Produced::at(i64::from(base)))
         }))
     }
 
@@ -317,7 +317,7 @@ impl kafka::Topics for FakeBroker {
         &self,
         name: &str,
         partitions: u32,
-        _settings: kafka::TopicSettings,
+        _settings: kafka::StreamConfig,
         _validate_only: bool,
     ) -> Result<uuid::Uuid, Refused> {
         let id = uuid::Uuid::new_v4();
@@ -342,7 +342,7 @@ impl kafka::Topics for FakeBroker {
         Ok(())
     }
 
-    async fn topic_settings(&self, name: &str) -> Result<kafka::TopicSettings, Refused> {
+    async fn topic_config(&self, name: &str) -> Result<kafka::StreamConfig, Refused> {
         if name != "orders" {
             return Err(Refused::new(kafka::code::UNKNOWN_TOPIC_OR_PARTITION, "no such topic"));
         }
@@ -350,13 +350,13 @@ impl kafka::Topics for FakeBroker {
         Ok(settings.get(name).cloned().unwrap_or_default())
     }
 
-    async fn set_topic_settings(
+    async fn set_topic_config(
         &self,
         name: &str,
-        settings: kafka::TopicSettings,
+        settings: kafka::StreamConfig,
         validate_only: bool,
     ) -> Result<(), Refused> {
-        self.topic_settings(name).await?;
+        self.topic_config(name).await?;
         if !validate_only {
             self.settings
                 .lock()
@@ -1375,6 +1375,7 @@ async fn configs_delete_records_and_describe_cluster_are_answered_at_every_versi
         DeleteRecordsPartition, DeleteRecordsTopic,
     };
     use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::describe_configs_response;
     use kafka_protocol::messages::{
         AlterConfigsRequest, AlterConfigsResponse, DeleteRecordsRequest, DeleteRecordsResponse,
         DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
@@ -1394,38 +1395,45 @@ async fn configs_delete_records_and_describe_cluster_are_answered_at_every_versi
             anyhow::Ok(r.results.into_iter().next().context("one result")?)
         }
     };
+    let of = |r: &describe_configs_response::DescribeConfigsResult, name: &str| {
+        r.configs.iter().find(|c| c.name.as_str() == name).cloned().context("listed")
+    };
     for v in 1..=4 {
         let r = describe(v, 2, "orders").await?;
         ensure!(r.error_code == 0, "v{v}: {r:?}");
         let names: Vec<&str> = r.configs.iter().map(|c| c.name.as_str()).collect();
-        ensure!(
-            names
-                == [
-                    "cleanup.policy",
-                    "lake.retention.ms",
-                    "lake.table",
-                    "max.message.bytes",
-                    "retention.bytes",
-                    "retention.ms"
-                ],
-            "v{v}: {names:?}"
-        );
-        let lake_ms = &r.configs[1];
+        let every: Vec<&str> = streamconfig::DEFS.iter().map(|d| d.name).collect();
+        ensure!(names == every && names.len() == 39, "v{v}: every config: {names:?}");
+        let lake_ms = of(&r, "lake.retention.ms")?;
         ensure!(
             lake_ms.value.as_deref() == Some("-1") && lake_ms.config_source == 5,
             "{lake_ms:?}"
         );
-        let lake = &r.configs[2];
+        let lake = of(&r, "lake.table")?;
         ensure!(lake.value.as_deref() == Some("false") && lake.config_source == 5, "{lake:?}");
         ensure!((v >= 3) == (lake.config_type == 1), "v{v}: config type {}", lake.config_type);
-        let max = &r.configs[3];
+        let max = of(&r, "max.message.bytes")?;
         ensure!(max.value.as_deref() == Some("1048576") && max.config_source == 5, "{max:?}");
         ensure!((v >= 3) == (max.config_type == 3), "v{v}: config type {}", max.config_type);
+        let ratio = of(&r, "min.cleanable.dirty.ratio")?;
+        ensure!(ratio.value.as_deref() == Some("0.5") && (v < 3 || ratio.config_type == 6));
+        ensure!(v < 3 || ratio.documentation.is_none(), "documentation only when asked for");
         ensure!(describe(v, 2, "nope").await?.error_code == 3, "v{v}: an unknown topic");
         let b = describe(v, 4, "10").await?;
         ensure!(b.error_code == 0 && b.configs.iter().all(|c| c.read_only), "v{v}: {b:?}");
         ensure!(describe(v, 8, "x").await?.error_code == 42, "v{v}: a broker logger");
     }
+    // Documentation, asked for (v3+), and a subset of the configs by name.
+    let req =
+        DescribeConfigsRequest::default().with_include_documentation(true).with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(str("orders"))
+                .with_configuration_keys(Some(vec![str("segment.bytes"), str("no.such")])),
+        ]);
+    let r: DescribeConfigsResponse = ask(s.addr, ApiKey::DescribeConfigs, 4, "t", &req).await?;
+    let seg = &r.results[0].configs;
+    ensure!(seg.len() == 1 && seg[0].documentation.is_some(), "{seg:?}");
     for v in 0..=1 {
         let set = |name: &str, op: i8, value: Option<&str>| {
             inc::AlterableConfig::default()
@@ -1447,19 +1455,34 @@ async fn configs_delete_records_and_describe_cluster_are_answered_at_every_versi
         };
         let n = 60_000 + i64::from(v);
         ensure!(alter(2, vec![set("retention.ms", 0, Some(&n.to_string()))]).await? == 0);
-        let r = describe(4, 2, "orders").await?;
-        let ms = &r.configs[5];
+        let ms = of(&describe(4, 2, "orders").await?, "retention.ms")?;
         ensure!(ms.value.as_deref() == Some(n.to_string().as_str()) && ms.config_source == 1);
         ensure!(alter(2, vec![set("lake.table", 0, Some("true"))]).await? == 0);
-        let lake = &describe(4, 2, "orders").await?.configs[2];
+        let lake = of(&describe(4, 2, "orders").await?, "lake.table")?;
         ensure!(lake.value.as_deref() == Some("true") && lake.config_source == 1, "{lake:?}");
         ensure!(alter(2, vec![set("lake.table", 0, Some("yes"))]).await? == 40);
         ensure!(alter(2, vec![set("lake.table", 1, None)]).await? == 0);
-        ensure!(describe(4, 2, "orders").await?.configs[2].value.as_deref() == Some("false"));
-        ensure!(alter(2, vec![set("cleanup.policy", 0, Some("compact"))]).await? == 40);
+        let lake = of(&describe(4, 2, "orders").await?, "lake.table")?;
+        ensure!(lake.value.as_deref() == Some("false"));
+        // cleanup.policy is a list: APPEND and SUBTRACT change its items.
+        let policy =
+            || async { anyhow::Ok(of(&describe(4, 2, "orders").await?, "cleanup.policy")?.value) };
+        ensure!(alter(2, vec![set("cleanup.policy", 0, Some("compact"))]).await? == 0);
         ensure!(alter(2, vec![set("cleanup.policy", 2, Some("delete"))]).await? == 0);
-        ensure!(alter(2, vec![set("retention.ms", 1, None)]).await? == 0);
-        ensure!(describe(4, 2, "orders").await?.configs[5].config_source == 5);
+        ensure!(policy().await?.as_deref() == Some("compact,delete"));
+        ensure!(alter(2, vec![set("cleanup.policy", 3, Some("compact"))]).await? == 0);
+        ensure!(policy().await?.as_deref() == Some("delete"));
+        ensure!(alter(2, vec![set("cleanup.policy", 0, Some("compacted"))]).await? == 40);
+        ensure!(alter(2, vec![set("retention.ms", 2, Some("1"))]).await? == 40, "not a list");
+        ensure!(alter(2, vec![set("no.such.config", 0, Some("1"))]).await? == 40);
+        // A config Kafka has and a diskless log has no use for is kept as set.
+        ensure!(alter(2, vec![set("segment.ms", 0, Some("1000"))]).await? == 0);
+        let seg = of(&describe(4, 2, "orders").await?, "segment.ms")?;
+        ensure!(seg.value.as_deref() == Some("1000") && seg.config_source == 1);
+        ensure!(
+            alter(2, vec![set("retention.ms", 1, None), set("segment.ms", 1, None)]).await? == 0
+        );
+        ensure!(of(&describe(4, 2, "orders").await?, "retention.ms")?.config_source == 5);
         ensure!(alter(4, vec![set("num.partitions", 0, Some("3"))]).await? == 42);
     }
     for v in 0..=2 {
@@ -1484,7 +1507,8 @@ async fn configs_delete_records_and_describe_cluster_are_answered_at_every_versi
             ensure!(r.responses[0].error_code == 0, "v{v}: {r:?}");
         }
         let r = describe(4, 2, "orders").await?;
-        ensure!(r.configs[3].value.as_deref() == Some("1000") && r.configs[5].config_source == 5);
+        let max = of(&r, "max.message.bytes")?;
+        ensure!(max.value.as_deref() == Some("1000") && of(&r, "retention.ms")?.config_source == 5);
     }
     for v in 0..=2 {
         let parts = [5, -1, -2]
