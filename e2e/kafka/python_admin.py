@@ -48,6 +48,22 @@ if partitions("admin-made") != 3:
 # Every topic (librdkafka sends this Metadata with bytes after its body; Kafka answers it).
 if "admin-made" not in admin.list_topics(timeout=10).topics:
     fail("listing every topic does not show admin-made")
+# Kafka's internal topic of groups is listed, internal, 50 partitions each with a leader; it
+# exists (TOPIC_ALREADY_EXISTS) and takes no records (INVALID_TOPIC_EXCEPTION).
+offsets = admin.list_topics(timeout=10).topics.get("__consumer_offsets")
+if offsets is None or len(offsets.partitions) != 50 or any(p.leader < 0 for p in offsets.partitions.values()):
+    fail(f"__consumer_offsets in Metadata: {offsets and offsets.partitions}")
+(f,) = admin.describe_topics(TopicCollection(["__consumer_offsets"])).values()
+if not f.result(timeout=30).is_internal:
+    fail("__consumer_offsets is not described as internal")
+if (code := result(admin.create_topics([NewTopic("__consumer_offsets", num_partitions=1)]))) != KafkaError.TOPIC_ALREADY_EXISTS:
+    fail(f"creating __consumer_offsets answered {code}")
+answered = []
+p0 = Producer({"bootstrap.servers": sys.argv[1], "linger.ms": 0, "message.timeout.ms": 10000})
+p0.produce("__consumer_offsets", value=b"x", partition=0, on_delivery=lambda e, m: answered.append(e))
+p0.flush(30)
+if len(answered) != 1 or answered[0] is None or answered[0].code() != KafkaError.TOPIC_EXCEPTION:
+    fail(f"a produce to __consumer_offsets was answered {answered}")
 if (code := result(admin.create_topics([NewTopic("admin-made", num_partitions=1)]))) != KafkaError.TOPIC_ALREADY_EXISTS:
     fail(f"creating it again answered {code}")
 # Kafka checks the name first: an existing topic is TOPIC_ALREADY_EXISTS whatever the configs.

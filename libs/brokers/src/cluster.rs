@@ -29,13 +29,23 @@ impl kafka::Cluster for LogBroker {
         let readers: Vec<i32> = self.kafka_readers().await.iter().map(|m| m.node_id).collect();
         let Some(names) = names else {
             let all = self.catalog.list().await.map_err(Refused::server)?;
-            return Ok(all.iter().map(|s| Self::topic(s, &writers, &readers, zone)).collect());
+            let mut out: Vec<TopicInfo> =
+                all.iter().map(|s| Self::topic(s, &writers, &readers, zone)).collect();
+            out.push(self.offsets_topic(&writers));
+            return Ok(out);
         };
         let mut out = Vec::with_capacity(names.len());
         for name in names {
-            out.push(match self.named(name, create).await {
-                Ok(s) => Self::topic(&s, &writers, &readers, zone),
-                Err(code) => TopicInfo::failed(name, code),
+            out.push(if name == kafka::internal::OFFSETS_TOPIC {
+                self.offsets_topic(&writers)
+            } else if kafka::internal::is_internal(name) {
+                // The other internal topics do not exist (yet): never auto-created.
+                TopicInfo::failed(name, kafka::code::UNKNOWN_TOPIC_OR_PARTITION)
+            } else {
+                match self.named(name, create).await {
+                    Ok(s) => Self::topic(&s, &writers, &readers, zone),
+                    Err(code) => TopicInfo::failed(name, code),
+                }
             });
         }
         Ok(out)

@@ -273,7 +273,32 @@ impl LogBroker {
             error: code::NONE,
             id: uuid::Uuid::parse_str(&s.identity).unwrap_or_default(),
             partitions,
+            internal: false,
         }
+    }
+
+    /// `__consumer_offsets` as Metadata shows it ([`kafka::internal`]): partition p led by the
+    /// writer the owner function picks for it, as a coordinator is picked; its id the same
+    /// from every broker of the cluster.
+    fn offsets_topic(&self, writers: &[routing::Member]) -> TopicInfo {
+        let name = kafka::internal::OFFSETS_TOPIC;
+        let writers: Vec<routing::Member> =
+            writers.iter().filter(|m| serves_kafka(m)).cloned().collect();
+        let partitions = (0..kafka::internal::OFFSETS_PARTITIONS)
+            .map(|p| PartitionInfo {
+                index: p as i32,
+                leader: routing::choose_owner(&writers, name, p, None).map(|m| m.node_id),
+                followers: Vec::new(),
+            })
+            .collect();
+        let seed = format!("{}/{name}", self.cluster);
+        let half = |salt: u8| {
+            seed.bytes().fold(0xcbf2_9ce4_8422_2325_u64 ^ u64::from(salt), |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            })
+        };
+        let id = uuid::Uuid::from_u64_pair(half(1), half(2));
+        TopicInfo { name: name.to_owned(), error: code::NONE, id, partitions, internal: true }
     }
 
     /// One named stream; created with `create` partitions when it does not exist.

@@ -25,6 +25,9 @@ impl kafka::Partitions for LogBroker {
         batch: bytes::Bytes,
         header: &recordbatch::BatchHeader,
     ) -> Result<kafka::Commit, Refused> {
+        if kafka::internal::is_internal(topic) {
+            return Err(kafka::internal::refused(topic));
+        }
         let (log, slot, config) = self.led_with_config(topic, partition, zone).await?;
         if let Some(max) = config.max_message_bytes()
             && batch.len() as u64 > max
@@ -147,6 +150,9 @@ impl kafka::Partitions for LogBroker {
         offset: i64,
         max_bytes: usize,
     ) -> Result<Fetched, Refused> {
+        if let Some(empty) = internal_partition(topic, partition, offset)? {
+            return Ok(empty);
+        }
         let log = self.readable(topic, partition, zone).await?;
         // The followed head: a caught-up consumer's poll costs the metadata store nothing.
         let info = self.reader.tail_info(log).await.map_err(refused)?;
@@ -226,6 +232,9 @@ impl kafka::Partitions for LogBroker {
         zone: Option<&str>,
         timestamp: i64,
     ) -> Result<(i64, i64), Refused> {
+        if internal_partition(topic, partition, 0)?.is_some() {
+            return Ok(if timestamp < 0 && timestamp != -3 { (0, -1) } else { (-1, -1) });
+        }
         let log = self.readable(topic, partition, zone).await?;
         let info = self.reader.tail_info(log).await.map_err(refused)?;
         let reader = &self.reader;
@@ -270,6 +279,9 @@ impl kafka::Partitions for LogBroker {
         zone: Option<&str>,
         offset: i64,
     ) -> Result<i64, Refused> {
+        if kafka::internal::is_internal(topic) {
+            return Err(kafka::internal::refused(topic));
+        }
         let (log, _) = self.led(topic, partition, zone).await?;
         let to = match offset {
             -1 => self.reader.info(log).await.map_err(refused)?.next_offset,
@@ -306,4 +318,29 @@ impl kafka::Partitions for LogBroker {
         ids.start += 1;
         Ok((id, 0))
     }
+}
+
+/// A partition of `__consumer_offsets` read from `offset`: empty, and always will be
+/// ([`kafka::internal`]); `None` for any other topic.
+fn internal_partition(
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Result<Option<Fetched>, Refused> {
+    if topic != kafka::internal::OFFSETS_TOPIC {
+        return Ok(None);
+    }
+    if !(0..kafka::internal::OFFSETS_PARTITIONS as i32).contains(&partition) {
+        return Err(Refused::new(
+            code::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("topic {topic} has no partition {partition}"),
+        ));
+    }
+    if offset != 0 {
+        return Err(Refused::new(
+            code::OFFSET_OUT_OF_RANGE,
+            format!("offset {offset} is outside [0, 0]"),
+        ));
+    }
+    Ok(Some(Fetched::default()))
 }

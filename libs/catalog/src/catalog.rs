@@ -141,9 +141,19 @@ pub async fn follow_log_streams(
     .await
 }
 
+/// Kafka's internal topics' names: no stream takes one, so none hides the topic Kafka clients
+/// expect under it.
+const KAFKA_INTERNAL: [&str; 3] =
+    ["__consumer_offsets", "__transaction_state", "__share_group_state"];
+
 /// Checks a stream name: 1–249 of `[A-Za-z0-9._-]`, not `.` or `..` (Kafka's topic rules, so
-/// every stream can be a Kafka topic).
+/// every stream can be a Kafka topic), and none of Kafka's internal topics' names.
 pub fn validate_name(name: &str) -> Result<(), CatalogError> {
+    if KAFKA_INTERNAL.contains(&name) {
+        return Err(CatalogError::InvalidArgument(format!(
+            "stream name `{name}` is one of Kafka's internal topics"
+        )));
+    }
     let ok = !name.is_empty()
         && name.len() <= 249
         && name != "."

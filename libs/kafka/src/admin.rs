@@ -48,6 +48,15 @@ pub(crate) async fn create_topics(
             .collect();
         let config = crate::configs::config_of(&configs, cfg);
         let r = match (partitions, config) {
+            // It exists, as far as clients can tell (Metadata lists it).
+            _ if name == crate::internal::OFFSETS_TOPIC => Err(Refused::new(
+                code::TOPIC_ALREADY_EXISTS,
+                format!("topic {name} already exists (Kafka's internal topic)"),
+            )),
+            _ if crate::internal::is_internal(&name) => Err(Refused::new(
+                code::INVALID_REQUEST,
+                format!("Creation of internal topic {name} is prohibited"),
+            )),
             _ if !t.assignments.is_empty() => Err(Refused::new(
                 code::INVALID_REPLICA_ASSIGNMENT,
                 "replica assignments do not apply: brokers hold no replicas",

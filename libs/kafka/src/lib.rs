@@ -121,12 +121,47 @@ pub struct TopicInfo {
     /// The stream's identity: a re-created topic has a new one.
     pub id: uuid::Uuid,
     pub partitions: Vec<PartitionInfo>,
+    /// One of Kafka's internal topics ([`internal`]), not a stream.
+    pub internal: bool,
 }
 
 impl TopicInfo {
     /// A topic that could not be described.
     pub fn failed(name: &str, error: i16) -> TopicInfo {
-        TopicInfo { name: name.to_owned(), error, id: uuid::Uuid::nil(), partitions: Vec::new() }
+        TopicInfo {
+            name: name.to_owned(),
+            error,
+            id: uuid::Uuid::nil(),
+            partitions: Vec::new(),
+            internal: false,
+        }
+    }
+}
+
+/// Kafka's internal topics. Lakelog keeps groups' offsets and state in the metadata store, not
+/// in a topic, but clients expect `__consumer_offsets` in Metadata (listed, `is_internal`), so
+/// it is shown there, with Kafka's 50 partitions, each led by a coordinating writer; it holds
+/// no records, takes none (INVALID_TOPIC_EXCEPTION, as Kafka answers a client's produce to
+/// it), and its name cannot be a stream's.
+pub mod internal {
+    /// The consumer groups' topic.
+    pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+    /// Its partitions (Kafka's `offsets.topic.num.partitions`).
+    pub const OFFSETS_PARTITIONS: u32 = 50;
+    /// Kafka's internal topics: the groups', transactions' and share groups' state.
+    pub const TOPICS: [&str; 3] = [OFFSETS_TOPIC, "__transaction_state", "__share_group_state"];
+
+    /// Whether `topic` is one of Kafka's internal topics.
+    pub fn is_internal(topic: &str) -> bool {
+        TOPICS.contains(&topic)
+    }
+
+    /// The internal topic `topic` refused for a client's write or trim.
+    pub fn refused(topic: &str) -> crate::Refused {
+        crate::Refused::new(
+            crate::code::INVALID_TOPIC_EXCEPTION,
+            format!("Cannot append to internal topic {topic}"),
+        )
     }
 }
 

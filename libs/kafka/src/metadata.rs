@@ -168,6 +168,7 @@ fn topic(t: TopicInfo, version: i16) -> MetadataResponseTopic {
     let mut out = MetadataResponseTopic::default()
         .with_error_code(t.error)
         .with_name(Some(TopicName(StrBytes::from_string(t.name))))
+        .with_is_internal(t.internal)
         .with_partitions(partitions);
     if version >= 10 {
         out.topic_id = t.id;

@@ -113,6 +113,7 @@ impl kafka::Cluster for FakeBroker {
                     followers: Vec::new(),
                 })
                 .collect(),
+            internal: false,
         };
         let Some(names) = names else { return Ok(topics.iter().map(info).collect()) };
         let mut out = Vec::new();
