@@ -216,6 +216,29 @@ from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 if kind != TIMESTAMP_LOG_APPEND_TIME or not now - 60_000 <= ts <= now:
     fail(f"the stamped record reads {(kind, ts)}, want the writer's time near {now} (sent {t0})")
 
+# Large records: a topic taking 16 MiB batches, a 12 MiB record through and back (random
+# bytes: no codec shrinks it); one past the writer's largest entry is refused as a config.
+large = NewTopic("large", num_partitions=1, config={"max.message.bytes": str(16 << 20)})
+if (code := result(admin.create_topics([large]))) is not None:
+    fail(f"a topic of 16 MiB batches answered {code}")
+too_large = NewTopic("too-large", num_partitions=1, config={"max.message.bytes": str((16 << 20) + 1)})
+if (code := result(admin.create_topics([too_large]))) != KafkaError.INVALID_CONFIG:
+    fail(f"max.message.bytes past the writer's largest entry answered {code}")
+import os
+big = os.urandom(12 << 20)
+answered = []
+pb = Producer({"bootstrap.servers": sys.argv[1], "linger.ms": 0, "message.max.bytes": 20 << 20})
+pb.produce("large", key=b"big", value=big, on_delivery=lambda e, m: answered.append(e))
+pb.flush(60)
+if answered != [None]:
+    fail(f"a 12 MiB record was answered {answered}")
+consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "large", "auto.offset.reset": "earliest"})
+consumer.assign([TopicPartition("large", 0, 0)])
+m = consumer.poll(30)
+consumer.close()
+if m is None or m.error() or m.value() != big:
+    fail(f"the 12 MiB record read back as {m and (m.error(), len(m.value() or b''))}")
+
 cluster = admin.describe_cluster().result(timeout=30)
 if not cluster.nodes or cluster.controller is None or not cluster.cluster_id:
     fail(f"describe_cluster: {cluster}")

@@ -299,7 +299,8 @@ pub struct WriterSection {
     /// lengthens it while the metadata store's commit p99 exceeds `flush_interval`.
     #[serde(default)]
     pub commit_interval: Option<Duration>,
-    /// Largest payload of one append.
+    /// Largest payload of one append (16 MiB; at most `buffer_size`): also the largest Kafka
+    /// record batch, and what a topic's `max.message.bytes` may be set to.
     #[serde(default = "default_max_entry")]
     pub max_entry_size: ByteSize,
     /// Bytes buffered or being written (until their PUT succeeds), plus what each append holds
@@ -511,7 +512,7 @@ fn default_flush_bytes() -> ByteSize {
     ByteSize(8 << 20)
 }
 fn default_max_entry() -> ByteSize {
-    ByteSize(4 << 20)
+    ByteSize(16 << 20)
 }
 fn default_buffer() -> ByteSize {
     ByteSize(64 << 20)

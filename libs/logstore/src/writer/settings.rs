@@ -38,7 +38,7 @@ pub struct LogStorageConfig {
     /// ([`MIN_COMMIT_INTERVAL`]). While the metadata store's commit p99 exceeds
     /// `flush_interval`, the writer lengthens it (AIMD) before flushes reach their deadline.
     pub commit_interval: Option<Duration>,
-    /// The largest payload one append may carry (default 4 MiB).
+    /// The largest payload one append may carry (default 16 MiB).
     pub max_entry_bytes: usize,
     /// Payload bytes buffered or being written (until their PUT succeeds), plus
     /// `ENTRY_BOOKKEEPING` (256) bytes per append until it is answered, at most; appends wait
@@ -71,7 +71,7 @@ impl LogStorageConfig {
             flush_bytes: 8 << 20,
             min_flush_interval: None,
             commit_interval: None,
-            max_entry_bytes: 4 << 20,
+            max_entry_bytes: 16 << 20,
             buffer_bytes: 64 << 20,
             append_timeout: Duration::from_secs(5),
             flush_deadline: Duration::from_secs(30),
