@@ -60,13 +60,24 @@ pub fn encode(records: &[Record]) -> Result<Bytes, BatchError> {
 
 /// Decodes an entry's payload into its records, in offset order.
 pub fn decode(payload: &Bytes) -> Result<Vec<Record>, BatchError> {
+    Ok(decode_at(payload)?.into_iter().map(|(_, r)| r).collect())
+}
+
+/// Decodes an entry's payload into its records, each with its offset from the entry's first
+/// (in a compacted log's entry some offsets hold no record any more), in offset order.
+pub fn decode_at(payload: &Bytes) -> Result<Vec<(u64, Record)>, BatchError> {
     if payload.first() == Some(&V1) {
-        return decode_v1(payload);
+        return Ok(decode_v1(payload)?
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| (i as u64, r))
+            .collect());
     }
     let (_, records) = recordbatch::decode(payload)?;
     records
         .into_iter()
         .map(|r| {
+            let at = u64::from(r.offset_delta);
             let headers = r
                 .headers
                 .into_iter()
@@ -76,12 +87,15 @@ pub fn decode(payload: &Bytes) -> Result<Vec<Record>, BatchError> {
                     Ok((name, v.unwrap_or_default()))
                 })
                 .collect::<Result<_, BatchError>>()?;
-            Ok(Record {
-                key: r.key,
-                timestamp_ms: Some(r.timestamp_ms),
-                headers,
-                value: r.value.unwrap_or_default(),
-            })
+            Ok((
+                at,
+                Record {
+                    key: r.key,
+                    timestamp_ms: Some(r.timestamp_ms),
+                    headers,
+                    value: r.value.unwrap_or_default(),
+                },
+            ))
         })
         .collect()
 }

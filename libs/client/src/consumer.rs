@@ -103,9 +103,10 @@ impl Consumer {
             })
             .await?;
         let mut out = Vec::new();
+        let mut next = self.position;
         for entry in resp.entries {
             let Some(h) = entry.header else { continue };
-            let records = batch::decode(&entry.payload).map_err(|e| {
+            let records = batch::decode_at(&entry.payload).map_err(|e| {
                 ClientError::new(
                     crate::Code::Internal,
                     format!(
@@ -114,11 +115,17 @@ impl Consumer {
                     ),
                 )
             })?;
-            for (i, r) in records.into_iter().enumerate() {
-                let offset = h.offset + i as u64;
-                if offset < self.position || out.len() as u64 >= max_records {
+            let mut whole = true;
+            for (at, r) in records {
+                let offset = h.offset + at;
+                if offset < self.position {
                     continue;
                 }
+                if out.len() as u64 >= max_records {
+                    whole = false;
+                    break;
+                }
+                next = offset + 1;
                 out.push(ConsumedRecord {
                     partition: self.partition,
                     offset,
@@ -128,10 +135,14 @@ impl Consumer {
                     value: r.value,
                 });
             }
+            // Past the entry's last offset, records or not (a compacted log's entry may end in
+            // offsets that hold none, or hold none at all).
+            if !whole {
+                break;
+            }
+            next = next.max(h.offset + u64::from(h.record_count));
         }
-        if let Some(last) = out.last() {
-            self.position = last.offset + 1;
-        }
+        self.position = next;
         Ok(out)
     }
 

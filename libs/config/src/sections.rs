@@ -84,6 +84,11 @@ pub struct MaintenanceSection {
     /// one, so a log written in rare bursts does not rewrite its tail on every burst).
     #[serde(default = "default_settle_after")]
     pub settle_after: Duration,
+    /// Memory of key compaction's key map (compacted topics: each key's latest offset, 24
+    /// bytes a key; Kafka's `log.cleaner.dedupe.buffer.size`): a pass cleans as far as this
+    /// many keys' worth, the next goes on from there.
+    #[serde(default = "default_key_map")]
+    pub key_map_size: ByteSize,
     /// Objects below the cleaner's cutoff younger than this are kept (readers may hold them).
     #[serde(default = "default_grace")]
     pub grace: Duration,
@@ -112,6 +117,9 @@ fn default_target_segment() -> ByteSize {
 fn default_settle_after() -> Duration {
     Duration(std::time::Duration::from_secs(3600))
 }
+fn default_key_map() -> ByteSize {
+    ByteSize(32 << 20)
+}
 fn default_grace() -> Duration {
     Duration(std::time::Duration::from_secs(600))
 }
@@ -123,6 +131,7 @@ impl Default for MaintenanceSection {
             min_chunks: default_min_chunks(),
             target_segment_size: default_target_segment(),
             settle_after: default_settle_after(),
+            key_map_size: default_key_map(),
             grace: default_grace(),
             metadata_history: default_grace(),
             listen: None,
@@ -141,6 +150,9 @@ impl Validate for MaintenanceSection {
         }
         if self.target_segment_size.0 < (1 << 20) {
             return Err(Invalid::new("maintenance.target_segment_size", "must be at least 1MiB"));
+        }
+        if self.key_map_size.0 < (1 << 20) {
+            return Err(Invalid::new("maintenance.key_map_size", "must be at least 1MiB"));
         }
         match &self.tls {
             Some(t) => t.check_listener("maintenance.tls"),

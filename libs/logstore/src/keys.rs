@@ -8,6 +8,7 @@
 //! | `logs/<id>/index/<offset>` | [`IndexPage`](crate::records::IndexPage): ≤ 8 chunk locators, the first at `<offset>`; immutable | writers (when `recent` spills) | readers (floor look-up) |
 //! | `logs/<id>/start` | soft-trim start offset (decimal) | `soft_trim`, `hard_trim` | readers |
 //! | `logs/<id>/wal_floor` | lower bound on the WAL sequence of every uncompacted chunk (decimal) | `create_log`; later the compaction swap | the cleaner |
+//! | `logs/<id>/cleaned` | a compacted log's cleaned history, `end:time,…`: offsets below each `end` were first cleaned at that `time` (at most 32 pairs) | key compaction, after its swaps (compare-and-set) | key compaction (what is dirty; when a tombstone may go) |
 //! | `logs/<id>/cursors/<name>/state` | [`CursorRecord`](crate::cursor): mark-delete position, properties | a cursor's `mark_delete`, `ack`, `seek` (compare-and-set) | cursors, stats |
 //! | `logs/<id>/cursors/<name>/acks/<offset>` | individually acked ranges from `<offset>` to the next chunk's key (varint pairs; ≤ 64 KiB a chunk) | the cursor's `ack` (only chunks it changed) | cursors |
 //! | `logs/<id>/producers/<slot>` | `<upto> <epoch> <object key>`: the slot's latest state checkpoint ([`slot_state`](crate::slot_state)), true of the log below `upto` | the slot's owner (compare-and-set, only forward) | the slot's next owner |
@@ -89,6 +90,11 @@ impl Keys {
 
     pub fn start(&self, log: LogId) -> Vec<u8> {
         self.key(format_args!("logs/{:020}/start", log.0))
+    }
+
+    /// A compacted log's cleaned history (key compaction): `end:time,…`.
+    pub fn cleaned(&self, log: LogId) -> Vec<u8> {
+        self.key(format_args!("logs/{:020}/cleaned", log.0))
     }
 
     pub fn wal_floor(&self, log: LogId) -> Vec<u8> {

@@ -221,8 +221,25 @@ pub fn first_unkeyed(b: &[u8], cap: usize) -> Result<Option<u32>, BatchError> {
     Ok(first)
 }
 
+/// Which batches a check takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kept {
+    /// As a producer sends them: `record_count` is `last_offset_delta + 1` (at least 1), the
+    /// records' offset deltas run 0, 1, 2…
+    Sent,
+    /// As a compacted log keeps them too (ARCHITECTURE §12): records gone from the batch,
+    /// those left keeping their offset deltas (increasing, at most `last_offset_delta`), none
+    /// at all in an empty batch; `last_offset_delta` still spans every offset the batch held.
+    Stored,
+}
+
 /// The header checks of [`validate`], without the records.
 fn check(b: &[u8]) -> Result<BatchHeader, BatchError> {
+    check_as(b, Kept::Sent)
+}
+
+/// [`check`] of a batch as `kept`.
+fn check_as(b: &[u8], kept: Kept) -> Result<BatchHeader, BatchError> {
     let h = BatchHeader::parse(b)?;
     let total = usize::try_from(h.batch_length).ok().and_then(|n| n.checked_add(12));
     if total != Some(b.len()) {
@@ -235,7 +252,13 @@ fn check(b: &[u8]) -> Result<BatchHeader, BatchError> {
     if crc32c::crc32c(&b[CRC_FROM..]) != h.crc {
         return Err(corrupt("CRC mismatch"));
     }
-    if h.record_count < 1 || i64::from(h.record_count) != i64::from(h.last_offset_delta) + 1 {
+    let span = i64::from(h.last_offset_delta) + 1;
+    let count = i64::from(h.record_count);
+    let counted = match kept {
+        Kept::Sent => count >= 1 && count == span,
+        Kept::Stored => count >= 0 && count <= span && span >= 1,
+    };
+    if !counted {
         return Err(corrupt(format!(
             "record count {} does not match last_offset_delta {}",
             h.record_count, h.last_offset_delta
@@ -277,10 +300,11 @@ pub struct Record {
     pub headers: Vec<(Bytes, Option<Bytes>)>,
 }
 
-/// Reads a batch's records (checking it as [`validate`] does), decompressed if they are
-/// compressed.
+/// Reads a batch's records (checking it as [`validate`] does, but for what compaction takes
+/// out of a batch: records gone, those left at their offset deltas), decompressed if they
+/// are compressed.
 pub fn decode(b: &Bytes) -> Result<(BatchHeader, Vec<Record>), BatchError> {
-    let h = check(b)?;
+    let h = check_as(b, Kept::Stored)?;
     let body = match h.compression()? {
         Compression::None => b.slice(HEADER_LEN..),
         c => Bytes::from(compression::decompress(
@@ -291,7 +315,7 @@ pub fn decode(b: &Bytes) -> Result<(BatchHeader, Vec<Record>), BatchError> {
     };
     // records_of() checks the count fits the bytes before anything is pushed.
     let mut out = Vec::with_capacity((h.record_count as usize).min(body.len() / MIN_RECORD));
-    records_of(&h, &body, |r| {
+    records_as(&h, &body, Kept::Stored, |r| {
         out.push(Record {
             offset_delta: r.offset_delta,
             timestamp_ms: h.base_timestamp.wrapping_add(r.timestamp_delta),
@@ -325,8 +349,19 @@ struct RawRecord {
 fn records_of(
     h: &BatchHeader,
     body: &[u8],
+    each: impl FnMut(RawRecord) -> Result<(), BatchError>,
+) -> Result<(), BatchError> {
+    records_as(h, body, Kept::Sent, each)
+}
+
+/// [`records_of`] of a batch as `kept`.
+fn records_as(
+    h: &BatchHeader,
+    body: &[u8],
+    kept: Kept,
     mut each: impl FnMut(RawRecord) -> Result<(), BatchError>,
 ) -> Result<(), BatchError> {
+    let mut previous: i64 = -1;
     let count = usize::try_from(h.record_count).map_err(|_| corrupt("negative record count"))?;
     if count > body.len() / MIN_RECORD {
         return Err(corrupt(format!("{count} records cannot fit in {} bytes", body.len())));
@@ -338,9 +373,15 @@ fn records_of(
         let [_attributes] = c.array::<1>()?;
         let timestamp_delta = c.varlong()?;
         let offset_delta = c.varint()?;
-        if i64::from(offset_delta) != i as i64 {
+        let delta = i64::from(offset_delta);
+        let in_place = match kept {
+            Kept::Sent => delta == i as i64,
+            Kept::Stored => delta > previous && delta <= i64::from(h.last_offset_delta),
+        };
+        if !in_place {
             return Err(corrupt(format!("record {i} has offset delta {offset_delta}")));
         }
+        previous = delta;
         let key = c.nullable("key")?;
         let value = c.nullable("value")?;
         let n = c.length("header count")?.ok_or_else(|| corrupt("null header count"))?;
@@ -476,16 +517,74 @@ pub fn encode_framed(records: &[Record], framing: Framing) -> Result<Bytes, Batc
     if records.is_empty() {
         return Err(corrupt("a batch holds at least one record"));
     }
-    let count = i32::try_from(records.len())
+    let last_offset_delta = i32::try_from(records.len() - 1)
         .map_err(|_| BatchError::TooLarge(format!("{} records", records.len())))?;
-    let Framing { attributes, base_timestamp, max_timestamp, producer } = framing;
+    let fields = Fields { base_offset: 0, leader_epoch: -1, last_offset_delta, framing };
+    write_batch(&fields, records.iter().enumerate().map(|(i, r)| (i as i64, r)))
+}
+
+/// A stored batch with only `kept` of its records (a compacted log's, ARCHITECTURE §12): its
+/// header's fields as they were (base offset, last offset delta, timestamps, producer), its
+/// records at their own offset deltas, none at all for an empty batch; uncompressed, its
+/// CRC computed again.
+pub fn encode_kept(h: &BatchHeader, kept: &[Record]) -> Result<Bytes, BatchError> {
+    if kept.iter().any(|r| i64::from(r.offset_delta) > i64::from(h.last_offset_delta)) {
+        return Err(corrupt("a record kept past its batch's last offset delta"));
+    }
+    let framing = Framing {
+        attributes: h.attributes,
+        base_timestamp: h.base_timestamp,
+        max_timestamp: h.max_timestamp,
+        producer: h.producer,
+    };
+    let fields = Fields {
+        base_offset: h.base_offset,
+        leader_epoch: h.partition_leader_epoch,
+        last_offset_delta: h.last_offset_delta,
+        framing,
+    };
+    write_batch(&fields, kept.iter().map(|r| (i64::from(r.offset_delta), r)))
+}
+
+/// An empty batch standing for `span` offsets whose records a compaction took out (none of
+/// them a producer's last batch): no producer, its max timestamp `max_timestamp`.
+pub fn encode_gap(span: u32, max_timestamp: i64) -> Result<Bytes, BatchError> {
+    let last_offset_delta = i32::try_from(span.saturating_sub(1))
+        .ok()
+        .filter(|_| span >= 1)
+        .ok_or_else(|| BatchError::TooLarge(format!("a gap of {span} offsets")))?;
+    let framing = Framing {
+        attributes: 0,
+        base_timestamp: max_timestamp,
+        max_timestamp,
+        producer: ProducerFields::NONE,
+    };
+    let fields = Fields { base_offset: 0, leader_epoch: -1, last_offset_delta, framing };
+    write_batch(&fields, std::iter::empty())
+}
+
+/// A batch's header fields, for [`write_batch`].
+struct Fields {
+    base_offset: i64,
+    leader_epoch: i32,
+    last_offset_delta: i32,
+    framing: Framing,
+}
+
+/// Writes one uncompressed batch of `records`, each at its offset delta.
+fn write_batch<'a>(
+    fields: &Fields,
+    records: impl Iterator<Item = (i64, &'a Record)>,
+) -> Result<Bytes, BatchError> {
+    let Framing { attributes, base_timestamp, max_timestamp, producer } = fields.framing;
     let mut body = BytesMut::new();
     let mut rec = BytesMut::new();
-    for (i, r) in records.iter().enumerate() {
+    let mut count: i32 = 0;
+    for (delta, r) in records {
         rec.clear();
         rec.put_i8(0);
         put_varlong(&mut rec, r.timestamp_ms.wrapping_sub(base_timestamp));
-        put_varlong(&mut rec, i as i64);
+        put_varlong(&mut rec, delta);
         put_bytes(&mut rec, r.key.as_deref())?;
         put_bytes(&mut rec, r.value.as_deref())?;
         put_varlong(&mut rec, r.headers.len() as i64);
@@ -495,18 +594,19 @@ pub fn encode_framed(records: &[Record], framing: Framing) -> Result<Bytes, Batc
         }
         put_varlong(&mut body, rec.len() as i64);
         body.put_slice(&rec);
+        count = count.checked_add(1).ok_or_else(|| BatchError::TooLarge("records".into()))?;
     }
     let total = HEADER_LEN + body.len();
     let batch_length = i32::try_from(total - 12)
         .map_err(|_| BatchError::TooLarge(format!("a batch of {total} bytes")))?;
     let mut out = BytesMut::with_capacity(total);
-    out.put_i64(0);
+    out.put_i64(fields.base_offset);
     out.put_i32(batch_length);
-    out.put_i32(-1);
+    out.put_i32(fields.leader_epoch);
     out.put_i8(MAGIC);
     out.put_u32(0); // the CRC, written below
     out.put_i16(attributes & !0x7);
-    out.put_i32(count - 1);
+    out.put_i32(fields.last_offset_delta);
     out.put_i64(base_timestamp);
     out.put_i64(max_timestamp);
     out.put_i64(producer.producer_id);

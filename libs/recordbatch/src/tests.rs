@@ -320,3 +320,29 @@ fn a_batch_stamped_with_the_append_time_reads_that_time_and_stays_valid() -> Res
     assert_eq!(records.len(), 3, "the records are untouched");
     Ok(())
 }
+
+#[test]
+fn a_batch_keeps_some_of_its_records_at_their_offsets_and_stays_readable() -> Result<(), BatchError>
+{
+    let sent = hex(KAFKA_PYTHON_THREE);
+    let (h, records) = decode(&sent)?;
+    let kept: Vec<Record> = records.iter().filter(|r| r.offset_delta != 1).cloned().collect();
+    let b = encode_kept(&h, &kept)?;
+    let (h2, got) = decode(&b)?;
+    assert_eq!(got, kept, "the records left, at offset deltas 0 and 2");
+    assert_eq!((h2.last_offset_delta, h2.record_count, h2.max_timestamp), (2, 2, h.max_timestamp));
+    assert_eq!(h2.producer, h.producer);
+    assert!(validate(&b).is_err(), "a producer may not send such a batch");
+    // None left: an empty batch, still spanning its three offsets.
+    let (h3, none) = decode(&encode_kept(&h, &[])?)?;
+    assert_eq!((h3.last_offset_delta, h3.record_count, none.len()), (2, 0, 0));
+    let (g, gone) = decode(&encode_gap(1000, 77)?)?;
+    assert_eq!((g.last_offset_delta, g.record_count, g.max_timestamp, gone.len()), (999, 0, 77, 0));
+    assert_eq!(g.producer, ProducerFields::NONE);
+    assert!(encode_gap(0, 0).is_err());
+    // Offset deltas out of order, or past the batch's span, are refused as stored too.
+    let mut swapped = kept.clone();
+    swapped.reverse();
+    assert!(decode(&encode_kept(&h, &swapped)?).is_err());
+    Ok(())
+}

@@ -689,6 +689,7 @@ async fn orphans(
         settle_after: Duration::ZERO,
         lakes,
         clock: clock.clone(),
+        ..Default::default()
     };
     // Until two cycles in a row find nothing to do (a log is idle, and its recent chunks
     // spilled, once its head stayed put a whole cycle).
@@ -1004,6 +1005,7 @@ async fn compact(
         settle_after: Duration::ZERO,
         lakes,
         clock,
+        ..Default::default()
     };
     let mut crashed = 0u64;
     loop {

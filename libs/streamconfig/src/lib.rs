@@ -87,7 +87,6 @@ const REPLICAS: &str = "no replicas: object storage keeps the data durable";
 const TIERING: &str = "every byte is in object storage already";
 const COMPRESSION: &str = "batches are stored as the producer compressed them";
 const SHARE_DLQ: &str = "share groups are not built yet";
-const NOT_YET: &str = "key compaction is not built yet: a compacted topic keeps every record";
 
 const fn def(
     name: &'static str,
@@ -156,7 +155,7 @@ pub const DEFS: &[Def] = &[
         Long,
         "86400000",
         AtLeast(0),
-        Kept(NOT_YET),
+        Honoured,
         "How long a compacted topic keeps a tombstone (a record with a null value) once its key's older records are gone",
     ),
     def(
@@ -252,7 +251,7 @@ pub const DEFS: &[Def] = &[
         Long,
         "9223372036854775807",
         AtLeast(1),
-        Kept(NOT_YET),
+        Honoured,
         "The longest a record of a compacted topic waits before it is eligible for compaction",
     ),
     def(
@@ -300,7 +299,7 @@ pub const DEFS: &[Def] = &[
         Double,
         "0.5",
         Fraction,
-        Kept(NOT_YET),
+        Honoured,
         "The share of a compacted topic's log not yet compacted that starts a compaction",
     ),
     def(
@@ -308,7 +307,7 @@ pub const DEFS: &[Def] = &[
         Long,
         "0",
         AtLeast(0),
-        Kept(NOT_YET),
+        Honoured,
         "The least time a record of a compacted topic stays uncompacted",
     ),
     def(

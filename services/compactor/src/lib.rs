@@ -102,12 +102,29 @@ impl Compactor {
         }
     }
 
-    /// The lake logs: every partition of each stream with `lake.table` set, as listed now.
-    async fn lakes(&self) -> Result<maintenance::lakes::LakeLogs, catalog::CatalogError> {
+    /// The lake logs (every partition of each stream with `lake.table` set) and the compacted
+    /// ones (`cleanup.policy` with `compact`), as listed now.
+    async fn streams(
+        &self,
+    ) -> Result<
+        (maintenance::lakes::LakeLogs, maintenance::compactor::CompactedLogs),
+        catalog::CatalogError,
+    > {
         let s = &self.0;
-        let mut logs = std::collections::HashMap::new();
+        let (mut logs, mut compacted) =
+            (std::collections::HashMap::new(), std::collections::HashMap::new());
         for stream in s.catalog.list().await? {
-            if !stream.config.lake_table() {
+            let c = &stream.config;
+            if c.cleanup().compact {
+                let cleanup = maintenance::compactor::Cleanup {
+                    min_lag_ms: c.min_compaction_lag_ms(),
+                    max_lag_ms: c.max_compaction_lag_ms(),
+                    delete_retention_ms: c.delete_retention_ms(),
+                    min_dirty_ratio: c.min_cleanable_dirty_ratio(),
+                };
+                compacted.extend(stream.partitions.iter().map(|log| (*log, cleanup)));
+            }
+            if !c.lake_table() {
                 continue;
             }
             for (partition, log) in stream.partitions.iter().enumerate() {
@@ -118,11 +135,12 @@ impl Compactor {
                 logs.insert(*log, lake);
             }
         }
-        Ok(maintenance::lakes::LakeLogs {
+        let lakes = maintenance::lakes::LakeLogs {
             base_uri: s.base_uri.clone(),
             logs,
             row_group_bytes: None,
-        })
+        };
+        Ok((lakes, compacted))
     }
 
     /// The tonic service, ready to add to a role.
@@ -157,14 +175,17 @@ impl Compactor {
         if log.is_none() {
             self.retention(started_at_ms, &mut out).await;
         }
-        // Which logs are lake logs, listed each cycle (a stream may have set `lake.table`).
-        let r = match self.lakes().await {
-            Ok(lakes) => {
+        // Which logs are lake logs and which compacted, listed each cycle (a stream's configs
+        // may have changed).
+        let r = match self.streams().await {
+            Ok((lakes, compacted)) => {
                 let cfg = maintenance::compactor::CompactorConfig {
                     min_chunks: min_chunks.unwrap_or(s.settings.min_chunks),
                     target_segment_bytes: s.settings.target_segment_size.0,
                     settle_after: s.settings.settle_after.0,
                     lakes: Arc::new(lakes),
+                    compacted: Arc::new(compacted),
+                    key_map_bytes: usize::try_from(s.settings.key_map_size.0).unwrap_or(usize::MAX),
                     ..Default::default()
                 };
                 let logs = s.catalog.logs().clone();
@@ -172,7 +193,7 @@ impl Compactor {
             }
             Err(catalog::CatalogError::Log(e)) => Err(e),
             Err(e) => Err(logstore::LogError::Unavailable {
-                message: format!("listing lake streams: {e}"),
+                message: format!("listing streams: {e}"),
                 outcome_unknown: false,
             }),
         };

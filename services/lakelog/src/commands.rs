@@ -59,8 +59,8 @@ pub(crate) async fn log_command(
                 }
                 for e in resp.entries {
                     let Some(h) = e.header else { continue };
-                    for (i, r) in batch::decode(&e.payload)?.into_iter().enumerate() {
-                        let offset = h.offset + i as u64;
+                    for (at, r) in batch::decode_at(&e.payload)? {
+                        let offset = h.offset + at;
                         if offset >= at && left > 0 {
                             writeln!(out, "{offset}\t{}", String::from_utf8_lossy(&r.value))?;
                             left -= 1;
@@ -136,9 +136,9 @@ pub(crate) async fn cursor_command(
                 }
                 for e in resp.entries {
                     let Some(h) = e.header else { continue };
-                    for (i, rec) in batch::decode(&e.payload)?.into_iter().enumerate() {
+                    for (at, rec) in batch::decode_at(&e.payload)? {
                         if left > 0 {
-                            let offset = h.offset + i as u64;
+                            let offset = h.offset + at;
                             writeln!(out, "{offset}\t{}", String::from_utf8_lossy(&rec.value))?;
                             left -= 1;
                         }

@@ -85,6 +85,27 @@ pub(crate) async fn build(
             }
         }
     }
+    let payload_bytes = rw.runs.iter().map(|l| l.payload_bytes).sum();
+    finish(log, rw, writer, Counted { records, entries, payload_bytes }, claim)
+}
+
+/// What a segment's entries add up to.
+pub(crate) struct Counted {
+    /// Offsets they span (a compacted log's entries span offsets that hold no record now).
+    pub records: u64,
+    pub entries: u32,
+    pub payload_bytes: u64,
+}
+
+/// The segment `writer` holds for the rewrite `rw`, and its index locator.
+pub(crate) fn finish(
+    log: LogId,
+    rw: &Rewrite,
+    writer: SegmentWriter,
+    counted: Counted,
+    claim: i64,
+) -> Result<Built, LogError> {
+    let Counted { records, entries, payload_bytes } = counted;
     let (a, b) = (rw.first_offset, rw.end_offset);
     if records != b - a {
         return Err(LogError::Corrupt(format!(
@@ -105,7 +126,7 @@ pub(crate) async fn build(
         byte_len: 0,
         max_timestamp: last.max_timestamp,
         cumulative_before: first.cumulative_before,
-        payload_bytes: rw.runs.iter().map(|l| l.payload_bytes).sum(),
+        payload_bytes,
         compacted_claim: claim,
         ingest_ms: rw.runs.iter().map(Locator::ingest_time).max().unwrap_or_default(),
         lake: None,
@@ -178,7 +199,7 @@ impl SegmentWriter {
     }
 
     /// An entry as stored; `ingest_ms` is its run's ingest time.
-    fn push_entry(&mut self, e: LogEntry, ingest_ms: i64) -> Result<(), LogError> {
+    pub(crate) fn push_entry(&mut self, e: LogEntry, ingest_ms: i64) -> Result<(), LogError> {
         match &mut self.format {
             Format::Plain { builder, .. } => {
                 let h = &e.header;

@@ -24,6 +24,7 @@
 //! Chunks wholly below `start` are trimmed: they never hold a floor.
 
 mod build;
+pub mod clean;
 mod plan;
 mod swap;
 
@@ -35,6 +36,7 @@ use metadata::{
 use objstore::object_store::ObjectStore;
 use prost::Message;
 
+pub use clean::{Cleanup, CompactedLogs};
 pub use plan::{
     Activity, IDLE_MERGE_GROWTH, LakeView, LogView, MERGE_GROWTH, Page, Piece, Plan, Policy,
     Rewrite, choose, plan,
@@ -63,8 +65,14 @@ pub struct CompactorConfig {
     pub settle_after: std::time::Duration,
     /// The logs whose segments are lake table data files (docs/lake.md).
     pub lakes: Arc<LakeLogs>,
-    /// The time a lake table's snapshot is stamped with.
+    /// The time a lake table's snapshot is stamped with, and key compaction's now.
     pub clock: Arc<dyn Clock>,
+    /// The logs of compacted streams (`cleanup.policy=compact`), each key compacted after its
+    /// plain compaction ([`clean`]).
+    pub compacted: Arc<clean::CompactedLogs>,
+    /// Bytes of key compaction's key map ([`clean::KeyMap`]; Kafka's
+    /// `log.cleaner.dedupe.buffer.size`): a pass maps at most this many keys' worth.
+    pub key_map_bytes: usize,
 }
 
 impl Default for CompactorConfig {
@@ -75,6 +83,8 @@ impl Default for CompactorConfig {
             settle_after: DEFAULT_SETTLE_AFTER,
             lakes: Default::default(),
             clock: Arc::new(logstore::SystemClock),
+            compacted: Default::default(),
+            key_map_bytes: clean::DEFAULT_KEY_MAP_BYTES,
         }
     }
 }
@@ -246,6 +256,34 @@ impl Compactor {
     }
 
     async fn compact_claimed(
+        &self,
+        log: LogId,
+        claim_rev: i64,
+        hook: Option<StepHook>,
+        max: usize,
+    ) -> Result<Result<Vec<Compaction>, Skipped>, LogError> {
+        let plain = self.compact_plainly(log, claim_rev, hook, max).await?;
+        // A compacted log's keys, once its chunks are segments.
+        let Some(cleanup) = self.cfg.compacted.get(&log).copied() else { return Ok(plain) };
+        let cleaning = self.clean(log, claim_rev, &cleanup).await?;
+        if cleaning.compactions.is_empty() {
+            return Ok(plain);
+        }
+        tracing::info!(
+            %log,
+            keys = cleaning.keys,
+            dropped = cleaning.dropped,
+            bytes_in = cleaning.bytes_in,
+            bytes_out = cleaning.bytes_out,
+            "key compaction"
+        );
+        let mut done = plain.unwrap_or_default();
+        done.extend(cleaning.compactions);
+        Ok(Ok(done))
+    }
+
+    /// Up to `max` plain rewrites of `log` under the claim.
+    async fn compact_plainly(
         &self,
         log: LogId,
         claim_rev: i64,

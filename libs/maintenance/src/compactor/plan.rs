@@ -230,6 +230,15 @@ pub fn plan(view: &LogView, policy: &Policy, activity: Activity, spilled: bool) 
     rewrite(view, (from..to).collect())
 }
 
+/// The rewrite of `pages` (consecutive, of a log that is no lake log), if they hold runs above
+/// the start: what key compaction swaps its filtered segments in with.
+pub(crate) fn rewrite_of(view: &LogView, pages: Vec<usize>) -> Option<Rewrite> {
+    match rewrite(view, pages) {
+        Plan::Rewrite(rw) => Some(rw),
+        _ => None,
+    }
+}
+
 /// The rewrite of `pages` (chosen): their runs above the start, cut at a lake day's end.
 fn rewrite(view: &LogView, mut pages: Vec<usize>) -> Plan {
     let mut taken: Vec<(usize, &Locator)> = pages

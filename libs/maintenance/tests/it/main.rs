@@ -12,4 +12,5 @@ mod faulty_meta;
 mod cleaning;
 mod compaction;
 mod cutoff;
+mod keys;
 mod lake;
