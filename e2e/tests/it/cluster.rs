@@ -13,6 +13,7 @@ use client::batch::Record;
 use client::{ClientConfig, ClientError, Consumer, Producer, ProducerConfig, RecordAck, StartAt};
 use metadata::MetadataStore;
 
+mod ecosystem;
 mod idle;
 mod kafka;
 mod lake;

@@ -3,6 +3,7 @@
 
 mod authz;
 mod bench;
+mod ecosystem;
 mod tls;
 
 use std::net::TcpStream;

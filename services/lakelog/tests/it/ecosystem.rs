@@ -1,0 +1,96 @@
+//! Apache Kafka's own ecosystem, unmodified, against a standalone whose compactor runs every
+//! second: a Kafka Connect distributed worker (its config, offset and status topics made and
+//! checked compacted by Connect itself) and a Kafka Streams application (its repartition and
+//! changelog topics made by Streams, with its own configs), each across a restart.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+
+use crate::Standalone;
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// A standalone that compacts (and key-compacts) every second.
+fn standalone(dir: &std::path::Path) -> Result<Standalone> {
+    let file = dir.join("standalone.yaml");
+    std::fs::write(&file, "maintenance:\n  interval: 1s\n  min_chunks: 1\n  grace: 1s\n")?;
+    Standalone::start_with(
+        &dir.join("data"),
+        testkit::free_port()?,
+        &["--config".as_ref(), file.as_os_str()],
+    )
+}
+
+/// Records a topic's partitions hold now.
+fn records(s: &Standalone, topic: &str) -> Result<usize> {
+    Ok(s.ok(&["consume", topic, "--from-beginning"], "")?.lines().count())
+}
+
+#[test]
+fn a_kafka_connect_distributed_worker_moves_a_file_through_a_source_and_a_sink_across_a_restart()
+-> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let s = standalone(dir.path())?;
+    let work = dir.path().join("connect");
+    std::fs::create_dir_all(&work)?;
+    let out = Command::new(format!("{ROOT}/.tools/venv/bin/python"))
+        .arg(format!("{ROOT}/e2e/kafka/connect_distributed.py"))
+        .args([&s.kafka, ROOT])
+        .arg(&work)
+        .output()
+        .context("python, java and Kafka Connect (`make deps` puts it in .tools/connect)")?;
+    ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Connect made its topics compacted (it refuses to run otherwise), and they are.
+    for topic in ["lakelog-connect-configs", "lakelog-connect-offsets", "lakelog-connect-status"] {
+        let described = s.ok(&["stream", "describe", topic], "")?;
+        ensure!(described.contains("config:     cleanup.policy=compact"), "{topic}: {described}");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_kafka_streams_ktable_counts_exactly_and_is_rebuilt_from_its_compacted_changelog() -> Result<()>
+{
+    let dir = tempfile::tempdir()?;
+    let s = standalone(dir.path())?;
+    let state = dir.path().join("streams-state");
+    let run = |phase: &str| -> Result<()> {
+        let out = Command::new("java")
+            .arg("-cp")
+            .arg(format!("{ROOT}/.tools/streams/*"))
+            .arg(format!("{ROOT}/e2e/kafka/java/StreamsCount.java"))
+            .args([&s.kafka, "wc"])
+            .arg(&state)
+            .args([phase, "2000"])
+            .output()
+            .context("java and Kafka Streams (`make deps` puts it in .tools/streams)")?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        ensure!(out.status.success(), "{}{stderr}", String::from_utf8_lossy(&out.stdout));
+        Ok(())
+    };
+    run("1")?;
+    // Streams made its internal topics, the changelog compacted, as it asked.
+    let changelog = "wc-counts-changelog";
+    let described = s.ok(&["stream", "describe", changelog], "")?;
+    ensure!(described.contains("config:     cleanup.policy=compact"), "{described}");
+    ensure!(s.ok(&["stream", "describe", "wc-counts-repartition"], "")?.contains("config:"));
+    // The compactor key-compacts the changelog to one record a word (7).
+    let (start, before) = (Instant::now(), records(&s, changelog)?);
+    loop {
+        let now = records(&s, changelog)?;
+        if now <= 7 {
+            eprintln!("the changelog compacted from {before} records to {now}");
+            break;
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(120),
+            "the changelog still holds {now} records"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    // No local state: the counts are rebuilt from the compacted changelog, and go on exactly.
+    std::fs::remove_dir_all(&state)?;
+    run("2")
+}
