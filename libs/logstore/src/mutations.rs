@@ -33,11 +33,17 @@ pub enum Mutation {
     /// A coordinator taking a Kafka group does not resume its stored membership: it starts the
     /// group empty, and its members rejoin (§11: a coordinator change alone rebalances nothing).
     ForgetGroupState,
+    /// Key compaction keeps a superseded record and drops its key's latest one instead
+    /// (ARCHITECTURE §12: at least the latest record of each key survives).
+    KeepSuperseded,
+    /// Key compaction writes the records it keeps at their positions in their batch, not at
+    /// their offsets (§12: a survivor's offset never changes).
+    ShiftCompactedOffsets,
 }
 
 #[cfg(feature = "mutants")]
-static SWITCHES: [std::sync::atomic::AtomicBool; 7] =
-    [const { std::sync::atomic::AtomicBool::new(false) }; 7];
+static SWITCHES: [std::sync::atomic::AtomicBool; 9] =
+    [const { std::sync::atomic::AtomicBool::new(false) }; 9];
 
 /// Whether the bug is switched on.
 #[cfg(feature = "mutants")]

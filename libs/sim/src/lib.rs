@@ -15,6 +15,7 @@
 //! per-process random order). A run's trace hash ([`scenario::Report::trace`]) is checked
 //! equal across two runs of each of 20 seeds per group in `cargo test` (`SIM_DET_SEEDS` more).
 
+mod compacted;
 mod groups;
 pub mod history;
 pub mod kafka;

@@ -59,6 +59,8 @@ pub struct Plan {
     /// through the writers' coordinators ([`crate::groups`]); none: no groups.
     pub groups: u64,
     pub members: u64,
+    /// Compacted logs instead ([`crate::compacted`]): keyed batches, key compaction all along.
+    pub compacted: bool,
 }
 
 impl Plan {
@@ -87,7 +89,15 @@ impl Plan {
             producer_zones: false,
             groups: 0,
             members: 0,
+            compacted: false,
         }
+    }
+
+    /// Compacted logs: 2 writers, 3 clients of 60 keyed batches over 2 logs of 6 keys, two
+    /// compactors key-compacting all along (one crashing at random steps), readers all along,
+    /// metadata and object faults on ([`crate::compacted`]).
+    pub fn compacted() -> Plan {
+        Plan { compacted: true, writers: 2, clients: 3, appends: 60, crashes: 0, ..Plan::writers() }
     }
 
     /// The writers mix with a compactor, a cleaner and hard trims running alongside, over
@@ -172,7 +182,7 @@ pub struct Report {
 /// (2096) lies after any real time the in-memory object store stamps objects with, so an object
 /// is never younger than zero to the cleaner.
 #[derive(Debug)]
-pub(crate) struct SimClock(tokio::time::Instant);
+pub(crate) struct SimClock(pub(crate) tokio::time::Instant);
 
 impl Clock for SimClock {
     fn now_ms(&self) -> i64 {
@@ -203,13 +213,18 @@ const CONTEXT: &[&str] =
     &["(\"pause\"", "(\"crash", "(\"compactor crash\"", "(\"trimmed\"", "(\"cleaned\""];
 
 impl Trace {
-    fn new() -> Trace {
+    pub(crate) fn new() -> Trace {
         // DefaultHasher::new() has fixed keys: the same input hashes the same in every run.
         Trace {
             hash: std::collections::hash_map::DefaultHasher::new(),
             start: tokio::time::Instant::now(),
             events: Vec::new(),
         }
+    }
+
+    /// The hash of everything recorded.
+    pub(crate) fn finish(&self) -> u64 {
+        self.hash.finish()
     }
 
     /// Virtual milliseconds since the run started.
@@ -231,7 +246,7 @@ impl Trace {
     /// answer's or refusal's id, or a read that returned it), and the faults and maintenance
     /// (crashes, pauses, trims, cleaner cycles) from 5 s before the first of them to the last:
     /// what a reader needs to follow the failure.
-    fn minimal(&self, violations: &[Violation]) -> Vec<String> {
+    pub(crate) fn minimal(&self, violations: &[Violation]) -> Vec<String> {
         let named: std::collections::BTreeSet<u64> =
             violations.iter().take(1).flat_map(Violation::names).collect();
         let hits = |t: &str| named.iter().any(|id| names(t, *id));
@@ -292,7 +307,7 @@ pub(crate) struct Shared {
 
 pub(crate) type SharedRef = Arc<Mutex<Shared>>;
 
-fn config(id: &str, zone: &str, kafka: bool) -> LogStorageConfig {
+pub(crate) fn config(id: &str, zone: &str, kafka: bool) -> LogStorageConfig {
     let mut c = LogStorageConfig::new("sim", id);
     c.zone = zone.to_owned();
     if kafka {
@@ -394,7 +409,11 @@ pub fn run(seed: u64, plan: &Plan) -> Report {
     // Made on the runtime (it starts a task there).
     let store = Arc::new(rt.block_on(async { metadata::MemoryStore::new() }));
     let kept = Arc::downgrade(&store);
-    let mut report = rt.block_on(simulate(seed, plan.clone(), store));
+    let mut report = if plan.compacted {
+        rt.block_on(crate::compacted::simulate(seed, plan.clone(), store))
+    } else {
+        rt.block_on(simulate(seed, plan.clone(), store))
+    };
     // Every task is gone with the runtime: whatever still holds the run's metadata store is
     // a reference cycle, leaking the run's state (a `make dst` process runs thousands).
     drop(rt);
@@ -407,7 +426,7 @@ pub fn run(seed: u64, plan: &Plan) -> Report {
     report
 }
 
-fn failed(seed: u64, error: String) -> Report {
+pub(crate) fn failed(seed: u64, error: String) -> Report {
     Report {
         seed,
         violations: Vec::new(),

@@ -44,6 +44,7 @@ fn caught(m: Mutation, plan: &Plan) -> Option<(u64, String)> {
 fn every_deliberate_bug_is_caught_within_200_seeds() {
     let mut report = Vec::new();
     let (writers, upkeep, groups) = (Plan::writers(), Plan::maintenance(), Plan::groups());
+    let compacted = Plan::compacted();
     for (name, m, plan) in [
         ("commits out of flush order", Mutation::CommitOutOfOrder, &writers),
         ("the head's revision not compared in the commit", Mutation::SkipHeadCompare, &writers),
@@ -52,13 +53,19 @@ fn every_deliberate_bug_is_caught_within_200_seeds() {
         ("a read below a hard trim served from the index", Mutation::ReadBelowStart, &upkeep),
         ("a group coordinator's writes unfenced", Mutation::UnfencedGroupWrites, &groups),
         ("a group's stored membership not resumed", Mutation::ForgetGroupState, &groups),
+        (
+            "key compaction keeping a superseded record, not the latest",
+            Mutation::KeepSuperseded,
+            &compacted,
+        ),
+        ("key compaction moving the records it keeps", Mutation::ShiftCompactedOffsets, &compacted),
     ] {
         let found = caught(m, plan);
         assert!(found.is_some(), "{name}: not caught in 200 seeds");
         report.push(format!("{name}: seed {:?}", found));
     }
     // Switched off, the same seeds run clean (the bugs, not the harness, were caught).
-    for plan in [&writers, &upkeep, &groups] {
+    for plan in [&writers, &upkeep, &groups, &compacted] {
         let r = run(0, plan);
         assert!(r.violations.is_empty() && r.error.is_none(), "{r:?}");
     }

@@ -18,6 +18,7 @@ fn plan(group: &str) -> Plan {
         "kafka" => Plan::kafka(),
         "kafka-zones" => Plan::kafka_zones(),
         "groups" => Plan::groups(),
+        "compacted" => Plan::compacted(),
         _ => Plan::writers(),
     }
 }
@@ -46,7 +47,7 @@ fn regression_seeds_run_clean() {
 #[test]
 fn a_seed_run_twice_gives_the_same_trace() {
     let seeds: u64 = std::env::var("SIM_DET_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
-    for group in ["writers", "maintenance", "kafka", "kafka-zones", "groups"] {
+    for group in ["writers", "maintenance", "kafka", "kafka-zones", "groups", "compacted"] {
         let plan = plan(group);
         let mut differ = Vec::new();
         for seed in 0..seeds {
@@ -85,6 +86,11 @@ fn kafka_producers_in_zones_moving_between_owner_slots_lose_nothing_and_duplicat
 #[test]
 fn consumer_groups_through_coordinator_changes_lose_nothing_and_never_rebalance_when_stable() {
     sweep("groups", &Plan::groups());
+}
+
+#[test]
+fn compacted_logs_lose_nothing_of_each_keys_latest_move_nothing_and_resurrect_nothing() {
+    sweep("compacted", &Plan::compacted());
 }
 
 fn sweep(group: &str, plan: &Plan) {

@@ -29,6 +29,7 @@ use super::build::{self, Counted, SegmentWriter};
 use super::plan::{LogView, rewrite_of};
 use super::{Compaction, Compactor, Pass};
 use logstore::keys::parse_u64;
+use logstore::mutations::{self, Mutation};
 use logstore::{LogEntry, LogEntryHeader, LogError, LogId};
 
 /// A compacted log's settings: its stream's configs.
@@ -331,7 +332,12 @@ impl Rules<'_> {
     /// Whether the record at `offset` stays.
     fn keep(&self, offset: u64, r: &recordbatch::Record) -> bool {
         let Some(key) = &r.key else { return false };
-        if self.map.get(KeyMap::hash(key)).is_some_and(|latest| latest > offset) {
+        let latest = self.map.get(KeyMap::hash(key));
+        if mutations::on(Mutation::KeepSuperseded) {
+            // The bug: the latest goes, the ones before it stay.
+            return latest != Some(offset);
+        }
+        if latest.is_some_and(|latest| latest > offset) {
             return false;
         }
         if r.value.is_some() {
@@ -379,6 +385,12 @@ impl Rules<'_> {
                 }
             } else {
                 flush_gap(&mut gap, &mut out)?;
+                let mut kept = kept;
+                if mutations::on(Mutation::ShiftCompactedOffsets) {
+                    for (i, r) in kept.iter_mut().enumerate() {
+                        r.offset_delta = i as u32;
+                    }
+                }
                 let payload = recordbatch::encode_kept(&h, &kept).map_err(corrupt)?;
                 out.push(LogEntry { header: header(&e.header, &payload), payload });
             }
