@@ -94,6 +94,17 @@ entries = admin.describe_configs([ConfigResource(ResourceType.TOPIC, "lake-made"
 got = {k: v.value for k, v in f.result(timeout=30).items()}
 if (got.get("lake.table"), got.get("lake.retention.ms")) != ("true", "120000"):
     fail(f"the lake topic's configs read {got}")
+# Manual replica assignments naming live brokers are accepted (leaders stay the owner
+# function's); one naming a broker that is not live is INVALID_REPLICA_ASSIGNMENT.
+live = sorted(admin.list_topics(timeout=10).brokers)
+assigned = NewTopic("assigned", num_partitions=2, replica_assignment=[[live[0]], [live[-1]]])
+if (code := result(admin.create_topics([assigned]))) is not None or partitions("assigned") != 2:
+    fail(f"a topic with a replica assignment answered {code}")
+if (code := result(admin.create_partitions([NewPartitions("assigned", 3, replica_assignment=[[live[0]]])]))) is not None:
+    fail(f"growing it with an assignment answered {code}")
+ghost = NewTopic("ghost", num_partitions=1, replica_assignment=[[max(live) + 100]])
+if (code := result(admin.create_topics([ghost]))) != KafkaError.INVALID_REPLICA_ASSIGNMENT:
+    fail(f"an assignment naming no live broker answered {code}")
 if (code := result(admin.create_partitions([NewPartitions("admin-made", 5)]))) is not None:
     fail(f"grow to 5: {code}")
 if partitions("admin-made") != 5:

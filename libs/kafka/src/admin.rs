@@ -1,8 +1,11 @@
 //! CreateTopics, DeleteTopics and CreatePartitions: topics are streams, so these are the
 //! catalog's create, delete and grow. Replication does not apply (object storage keeps the
-//! data durable): any replication factor is accepted and answered as 1; manual replica
-//! assignments are refused. Topic configs are checked as [`crate::configs`] says. And
-//! DeleteRecords, which moves a partition's start (a soft trim), and DescribeCluster.
+//! data durable): any replication factor is accepted and answered as 1; a manual replica
+//! assignment is checked as Kafka checks one (every broker it names is live, no partition
+//! without a replica or with one twice) and accepted, but a partition's leader is still the
+//! owner function's choice (ARCHITECTURE §3), not the assignment's first broker. Topic
+//! configs are checked as [`crate::configs`] says. And DeleteRecords, which moves a
+//! partition's start (a soft trim), and DescribeCluster.
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::{
@@ -36,10 +39,22 @@ pub(crate) async fn create_topics(
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.name.0.to_string();
-        let partitions = match t.num_partitions {
-            -1 => Ok(cfg.default_partitions),
-            n if n > 0 => Ok(n as u32),
-            n => Err(Refused::new(code::INVALID_PARTITIONS, format!("{n} partitions"))),
+        let partitions = match (t.num_partitions, t.assignments.len()) {
+            (-1, 0) => Ok(cfg.default_partitions),
+            (-1, n) => assignment(
+                broker,
+                t.assignments
+                    .iter()
+                    .map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect())),
+            )
+            .await
+            .map(|()| u32::try_from(n).unwrap_or(u32::MAX)),
+            (_, n) if n > 0 => Err(Refused::new(
+                code::INVALID_REQUEST,
+                "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.",
+            )),
+            (n, _) if n > 0 => Ok(n as u32),
+            (n, _) => Err(Refused::new(code::INVALID_PARTITIONS, format!("{n} partitions"))),
         };
         let configs: Vec<(String, Option<String>)> = t
             .configs
@@ -57,9 +72,9 @@ pub(crate) async fn create_topics(
                 code::INVALID_REQUEST,
                 format!("Creation of internal topic {name} is prohibited"),
             )),
-            _ if !t.assignments.is_empty() => Err(Refused::new(
-                code::INVALID_REPLICA_ASSIGNMENT,
-                "replica assignments do not apply: brokers hold no replicas",
+            _ if !t.assignments.is_empty() && t.replication_factor != -1 => Err(Refused::new(
+                code::INVALID_REQUEST,
+                "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.",
             )),
             _ if t.replication_factor == 0 || t.replication_factor < -1 => Err(Refused::new(
                 code::INVALID_REPLICATION_FACTOR,
@@ -103,6 +118,46 @@ pub(crate) async fn create_topics(
         topics.push(out);
     }
     CreateTopicsResponse::default().with_topics(topics)
+}
+
+/// Checks a manual replica assignment as Kafka does: partitions numbered 0, 1, 2… in order,
+/// each with at least one replica, none twice, every one a live broker. Accepted, it changes
+/// nothing: partitions are led as the owner function says (the module's doc).
+async fn assignment(
+    broker: &dyn Broker,
+    partitions: impl Iterator<Item = (i32, Vec<i32>)>,
+) -> Result<(), Refused> {
+    let live: std::collections::BTreeSet<i32> =
+        broker.brokers().await?.iter().map(|b| b.node_id).collect();
+    let bad = |m: String| Refused::new(code::INVALID_REPLICA_ASSIGNMENT, m);
+    for (i, (index, replicas)) in partitions.enumerate() {
+        if index != i as i32 {
+            return Err(bad(format!("partitions should be consecutive and start at 0: {index}")));
+        }
+        if replicas.is_empty() {
+            return Err(bad(format!("partition {index} has no replica")));
+        }
+        let distinct: std::collections::BTreeSet<i32> = replicas.iter().copied().collect();
+        if distinct.len() != replicas.len() {
+            return Err(bad(format!(
+                "duplicate brokers in partition {index}'s replicas {replicas:?}"
+            )));
+        }
+        if let Some(unknown) = replicas.iter().find(|b| !live.contains(b)) {
+            return Err(bad(format!("Unknown broker {unknown} in partition {index}'s replicas")));
+        }
+    }
+    Ok(())
+}
+
+/// How many partitions growing topic `name` to `count` adds.
+async fn added(broker: &dyn Broker, name: &str, count: i32) -> Result<i64, Refused> {
+    let topics = broker.topics(Some(&[name.to_owned()]), None, None).await?;
+    let t = topics.first().ok_or_else(|| Refused::new(code::UNKNOWN_TOPIC_OR_PARTITION, name))?;
+    if t.error != code::NONE {
+        return Err(Refused::new(t.error, format!("topic {name}")));
+    }
+    Ok(i64::from(count) - t.partitions.len() as i64)
 }
 
 /// A created topic's configs as CreateTopics v5+ answers them.
@@ -156,15 +211,34 @@ pub(crate) async fn create_partitions(
 ) -> CreatePartitionsResponse {
     let mut results = Vec::with_capacity(req.topics.len());
     for t in req.topics {
-        let r = match (t.count, &t.assignments) {
-            (_, Some(a)) if !a.is_empty() => Err(Refused::new(
-                code::INVALID_REPLICA_ASSIGNMENT,
-                "replica assignments do not apply: brokers hold no replicas",
-            )),
+        let assigned = async {
+            match &t.assignments {
+                Some(a) if !a.is_empty() => {
+                    let lists = a.iter().enumerate();
+                    let lists =
+                        lists.map(|(i, a)| (i as i32, a.broker_ids.iter().map(|b| b.0).collect()));
+                    assignment(broker, lists).await.map(|()| Some(a.len()))
+                }
+                _ => Ok(None),
+            }
+        };
+        let r = match (t.count, assigned.await) {
             (n, _) if n <= 0 => {
                 Err(Refused::new(code::INVALID_PARTITIONS, format!("{n} partitions")))
             }
-            (n, _) => broker.create_partitions(&t.name.0, n as u32, req.validate_only).await,
+            (_, Err(e)) => Err(e),
+            // An assignment names the new partitions' replicas: one list a partition added.
+            (n, Ok(Some(lists))) => match added(broker, &t.name.0, n).await {
+                Ok(more) if more != lists as i64 => Err(Refused::new(
+                    code::INVALID_REPLICA_ASSIGNMENT,
+                    format!(
+                        "Increasing the number of partitions by {more} but {lists} assignments provided."
+                    ),
+                )),
+                Ok(_) => broker.create_partitions(&t.name.0, n as u32, req.validate_only).await,
+                Err(e) => Err(e),
+            },
+            (n, Ok(None)) => broker.create_partitions(&t.name.0, n as u32, req.validate_only).await,
         };
         let mut out = CreatePartitionsTopicResult::default().with_name(t.name);
         if let Err(e) = r {

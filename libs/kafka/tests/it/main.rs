@@ -1329,21 +1329,39 @@ async fn admin_requests_are_answered_at_every_advertised_version() -> Result<()>
         let t = &r.topics[0];
         ensure!(t.error_code == 0, "v{v}: {t:?}");
         ensure!(v < 5 || (t.num_partitions == 2 && t.replication_factor == 1), "v{v}: {t:?}");
-        // A replica assignment is refused, per topic.
-        let mut bad = CreatableTopic::default()
-            .with_name(name("x"))
-            .with_num_partitions(1)
-            .with_replication_factor(1);
-        bad.assignments.push(Default::default());
-        let r: CreateTopicsResponse = ask(
-            s.addr,
-            ApiKey::CreateTopics,
-            v,
-            "t",
-            &CreateTopicsRequest::default().with_topics(vec![bad]),
-        )
-        .await?;
-        ensure!(r.topics[0].error_code == 39, "v{v}: {:?}", r.topics[0]);
+        // A replica assignment is checked as Kafka checks one, and accepted when it names
+        // live brokers (10 and 11): with a partition count too it is INVALID_REQUEST; a
+        // broker that is not live, a partition named out of order or a replica twice is
+        // INVALID_REPLICA_ASSIGNMENT.
+        let assigned = |topic: &str, count: i32, lists: &[(i32, &[i32])]| {
+            let mut t = CreatableTopic::default()
+                .with_name(name(topic))
+                .with_num_partitions(count)
+                .with_replication_factor(-1);
+            for (p, brokers) in lists {
+                t.assignments.push(
+                    kafka_protocol::messages::create_topics_request::CreatableReplicaAssignment::default()
+                        .with_partition_index(*p)
+                        .with_broker_ids(brokers.iter().map(|b| kafka_protocol::messages::BrokerId(*b)).collect()),
+                );
+            }
+            CreateTopicsRequest::default().with_topics(vec![t])
+        };
+        for (topic, count, lists, want) in [
+            ("x1", -1, &[(0, &[10, 11][..]), (1, &[11][..])][..], 0),
+            ("x2", 2, &[(0, &[10][..])][..], 42),
+            ("x3", -1, &[(0, &[12][..])][..], 39),
+            ("x4", -1, &[(1, &[10][..])][..], 39),
+            ("x5", -1, &[(0, &[10, 10][..])][..], 39),
+            ("x6", -1, &[(0, &[][..])][..], 39),
+        ] {
+            let req = assigned(&format!("{topic}-{v}"), count, lists);
+            let r: CreateTopicsResponse = ask(s.addr, ApiKey::CreateTopics, v, "t", &req).await?;
+            ensure!(r.topics[0].error_code == want, "v{v} {topic}: {:?}", r.topics[0]);
+            if want == 0 && v >= 5 {
+                ensure!(r.topics[0].num_partitions == 2, "v{v}: {:?}", r.topics[0]);
+            }
+        }
     }
     for v in 1..=6 {
         let req = if v >= 6 {
