@@ -333,6 +333,9 @@ pub(crate) enum BenchCommand {
     /// One log written in many small flushes while compaction runs, then read back: segments
     /// left, rewrites, and GETs against bytes / target_segment_size + 2.
     Compact(crate::bench::compact::CompactArgs),
+    /// Key compaction (compacted topics) through the compactor, in process: keys and bytes
+    /// compacted per compactor core, records and bytes before and after, the key map's memory.
+    CompactKeys(crate::bench::compact_keys::CompactKeysArgs),
     /// What a lake segment (Parquet) costs one compactor core against a plain one: the same
     /// batches built into each and read back, in process, no store.
     Lake(crate::bench::lake::LakeArgs),

@@ -225,19 +225,9 @@ impl Compactor {
         hook: Option<StepHook>,
         max: usize,
     ) -> Result<Result<Vec<Compaction>, Skipped>, LogError> {
-        let claim = self.keys.compaction_task(log);
-        let resp = self
-            .meta
-            .txn(
-                Txn::new()
-                    .when([Compare::create_revision(claim.clone(), CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put_with_lease(claim.clone(), self.id.clone(), self.lease)]),
-            )
-            .await?;
-        if !resp.succeeded {
+        let Some(claim_rev) = self.claim(log).await? else {
             return Ok(Err(Skipped::Claimed));
-        }
-        let claim_rev = resp.revision;
+        };
         if let Some(h) = &hook {
             h(Step::Claimed).await;
         }
@@ -245,14 +235,53 @@ impl Compactor {
         if let (Ok(Ok(_)), Some(h)) = (&done, &hook) {
             h(Step::Swapped).await;
         }
-        // Release only our own claim (an expired lease may have let another take it).
-        let release = Txn::new()
-            .when([Compare::create_revision(claim.clone(), CompareOp::Equal, claim_rev)])
-            .and_then([TxnOp::delete(KeyRange::key(claim))]);
-        let released = self.meta.txn(release).await;
+        let released = self.release(log, claim_rev).await;
         let done = done?;
         released?;
         Ok(done)
+    }
+
+    /// Claims `log` for this compactor (create-only, under its lease): the claim's revision,
+    /// or `None` when another holds it.
+    async fn claim(&self, log: LogId) -> Result<Option<i64>, LogError> {
+        let claim = self.keys.compaction_task(log);
+        let resp = self
+            .meta
+            .txn(
+                Txn::new()
+                    .when([Compare::create_revision(claim.clone(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put_with_lease(claim, self.id.clone(), self.lease)]),
+            )
+            .await?;
+        Ok(resp.succeeded.then_some(resp.revision))
+    }
+
+    /// Releases this compactor's claim of `log` made at `claim_rev`, only if it is still its
+    /// own (an expired lease may have let another take it).
+    async fn release(&self, log: LogId, claim_rev: i64) -> Result<(), LogError> {
+        let claim = self.keys.compaction_task(log);
+        let release = Txn::new()
+            .when([Compare::create_revision(claim.clone(), CompareOp::Equal, claim_rev)])
+            .and_then([TxnOp::delete(KeyRange::key(claim))]);
+        self.meta.txn(release).await?;
+        Ok(())
+    }
+
+    /// Claims `log` and makes one key compaction pass over it as `cleanup` says (nothing
+    /// else: its chunks are compacted by [`Self::compact_log`]), then releases it.
+    pub async fn clean_log(
+        &self,
+        log: LogId,
+        cleanup: &Cleanup,
+    ) -> Result<Result<clean::Cleaning, Skipped>, LogError> {
+        let Some(claim_rev) = self.claim(log).await? else {
+            return Ok(Err(Skipped::Claimed));
+        };
+        let done = self.clean(log, claim_rev, cleanup).await;
+        let released = self.release(log, claim_rev).await;
+        let done = done?;
+        released?;
+        Ok(Ok(done))
     }
 
     async fn compact_claimed(

@@ -5,6 +5,7 @@
 pub(crate) mod append;
 pub(crate) mod catchup;
 pub(crate) mod compact;
+pub(crate) mod compact_keys;
 pub(crate) mod lake;
 pub(crate) mod lake_compact;
 pub(crate) mod produce;
@@ -23,6 +24,7 @@ pub(crate) async fn run(
         BenchCommand::Append(args) => append::append(args, endpoint).await,
         BenchCommand::Read(args) => read::read(args).await,
         BenchCommand::Compact(args) => compact::run(args).await,
+        BenchCommand::CompactKeys(args) => compact_keys::run(args).await,
         BenchCommand::Lake(args) => lake::run(args),
         BenchCommand::LakeCompact(args) => lake_compact::run(args).await,
         BenchCommand::Produce(args) => produce::run(args, endpoint, sec).await,

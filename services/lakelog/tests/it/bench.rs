@@ -115,3 +115,28 @@ fn bench_lake_compact_reports_compaction_per_core_and_table_freshness() -> Resul
     ensure!(field("freshness_max_s").is_some_and(|s| s > 0.0), "{json}");
     Ok(())
 }
+
+/// `lakelog bench compact-keys` compacts its log to one record a key and reports each figure.
+#[test]
+fn bench_compact_keys_compacts_to_one_record_a_key_and_reports_its_figures() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let out = Command::new(env!("CARGO_BIN_EXE_lakelog"))
+        .args(["bench", "compact-keys", "--data-dir"])
+        .arg(dir.path())
+        .args(["--keys", "500", "--updates", "10000", "--json"])
+        .output()?;
+    let stdout = String::from_utf8(out.stdout)?;
+    ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json = stdout.lines().last().unwrap_or_default();
+    let field = |k: &str| -> Option<f64> {
+        let at = json.find(&format!("\"{k}\":"))? + k.len() + 3;
+        json[at..].split([',', '}']).next()?.parse().ok()
+    };
+    ensure!(field("records_before") == Some(10_000.0), "{json}");
+    ensure!(field("records_after") == Some(500.0), "{json}");
+    for k in ["records_per_core_s", "mb_per_core_s", "key_map_bytes", "peak_rss_bytes"] {
+        ensure!(field(k).is_some_and(|x| x > 0.0), "{k}: {json}");
+    }
+    ensure!(field("bytes_after") < field("bytes_before"), "{json}");
+    Ok(())
+}
