@@ -281,8 +281,8 @@ pub(crate) async fn delete_records(
 }
 
 /// DescribeCluster: the live writers as brokers. There are no controllers to describe
-/// (UNSUPPORTED_ENDPOINT_TYPE, as a broker answers), and no ACLs yet: authorized operations are
-/// not reported.
+/// (UNSUPPORTED_ENDPOINT_TYPE, as a broker answers); the cluster's authorized operations are
+/// the handler's, when asked.
 pub(crate) async fn describe_cluster(
     req: DescribeClusterRequest,
     version: i16,
@@ -422,8 +422,15 @@ impl Handler for DescribeCluster {
                 .with_error_message(crate::authz::refused_message(access, "describe the cluster"));
             return ctx.now(&resp);
         }
-        ctx.later(|ctx| async move {
-            describe_cluster(req, ctx.reply.version, ctx.broker.as_ref()).await
+        let operations = req.include_cluster_authorized_operations;
+        ctx.later(move |ctx| async move {
+            let mut resp = describe_cluster(req, ctx.reply.version, ctx.broker.as_ref()).await;
+            if operations && resp.error_code == 0 {
+                let cluster = security::acl::ResourceType::Cluster;
+                resp.cluster_authorized_operations =
+                    ctx.access().authorized_operations(cluster, security::acl::CLUSTER);
+            }
+            resp
         })
     }
 }

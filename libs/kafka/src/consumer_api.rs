@@ -238,9 +238,17 @@ impl Handler for ConsumerGroupDescribe {
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
         let refused = authorize::consumer_group_describe(ctx.access(), &mut req);
-        ctx.later(|ctx| async move {
+        let operations = req.include_authorized_operations;
+        ctx.later(move |ctx| async move {
             let mut resp = describe(req, ctx.broker.as_ref(), &ctx.groups).await;
             authorize::consumer_group_described(ctx.access(), &mut resp);
+            if operations {
+                for g in resp.groups.iter_mut().filter(|g| g.error_code == 0) {
+                    let group = security::acl::ResourceType::Group;
+                    g.authorized_operations =
+                        ctx.access().authorized_operations(group, &g.group_id);
+                }
+            }
             resp.groups.extend(refused);
             resp
         })

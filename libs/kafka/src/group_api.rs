@@ -864,6 +864,8 @@ impl Handler for ListGroups {
     }
 }
 
+use security::acl::ResourceType::Group;
+
 /// DescribeGroups: DESCRIBE on each group.
 #[derive(Debug)]
 pub struct DescribeGroups;
@@ -875,8 +877,15 @@ impl Handler for DescribeGroups {
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
         let refused = authorize::describe_groups(ctx.access(), &mut req);
-        ctx.later(|ctx| async move {
+        let operations = req.include_authorized_operations;
+        ctx.later(move |ctx| async move {
             let mut resp = describe_groups(req, ctx.broker.as_ref(), &ctx.groups).await;
+            if operations {
+                for g in resp.groups.iter_mut().filter(|g| g.error_code == 0) {
+                    let access = ctx.access();
+                    g.authorized_operations = access.authorized_operations(Group, &g.group_id);
+                }
+            }
             resp.groups.extend(refused);
             resp
         })

@@ -132,6 +132,21 @@ async fn metadata(
     };
     resp.topics = topics.into_iter().map(|t| topic(t, version)).collect();
     authorize::metadata(access, &mut resp, asked_all);
+    // KIP-430 (v8–v10): what the principal may do with each topic, and the cluster.
+    resp.cluster_authorized_operations = i32::MIN;
+    if (8..=10).contains(&version) && req.include_cluster_authorized_operations {
+        let cluster = security::acl::ResourceType::Cluster;
+        resp.cluster_authorized_operations =
+            access.authorized_operations(cluster, security::acl::CLUSTER);
+    }
+    for t in &mut resp.topics {
+        t.topic_authorized_operations = match (&t.name, req.include_topic_authorized_operations) {
+            (Some(n), true) if version >= 8 && t.error_code == 0 => {
+                access.authorized_operations(security::acl::ResourceType::Stream, n)
+            }
+            _ => i32::MIN,
+        };
+    }
     resp
 }
 

@@ -597,3 +597,45 @@ async fn config_requests_are_split_per_resource_topics_and_the_broker_alike() ->
     ensure!(r.responses.len() == 1 && r.responses[0].error_code == 29, "{:?}", r.responses);
     Ok(())
 }
+
+/// KIP-430: Metadata (v8+) and DescribeCluster say, when asked, what the principal may do:
+/// alice may produce, describe and describe the configs of `orders` (WRITE 4, DESCRIBE 8,
+/// DESCRIBE_CONFIGS 10) and nothing of the cluster; root, a super user, everything; not
+/// asked, Kafka's "none given" (i32::MIN).
+#[tokio::test]
+async fn authorized_operations_say_what_the_principal_may_do() -> Result<()> {
+    use kafka_protocol::messages::{DescribeClusterRequest, DescribeClusterResponse};
+    let s = secured().await?;
+    let login_as = |user: &'static str, pw: &'static str| {
+        let s = &s;
+        async move {
+            login(s, Mechanism::ScramSha512, user, pw)
+                .await?
+                .map_err(|e| anyhow::anyhow!("error {e}"))
+        }
+    };
+    let (mut alice, mut root) =
+        (login_as("alice", "alice-pw").await?, login_as("root", "root-pw").await?);
+    let asked = topics(&["orders"])
+        .with_include_topic_authorized_operations(true)
+        .with_include_cluster_authorized_operations(true);
+    let r: MetadataResponse =
+        call(&mut alice, ApiKey::Metadata, 10, &asked).await?.context("closed")?;
+    let ops = r.topics[0].topic_authorized_operations;
+    ensure!(ops == (1 << 4) | (1 << 8) | (1 << 10), "alice on orders: {ops:#b}");
+    ensure!(r.cluster_authorized_operations == 0, "alice on the cluster: {r:?}");
+    let r: MetadataResponse =
+        call(&mut root, ApiKey::Metadata, 10, &asked).await?.context("closed")?;
+    let all_topic = [3, 4, 5, 6, 7, 8, 10, 11].iter().fold(0, |b, c| b | (1 << c));
+    ensure!(r.topics[0].topic_authorized_operations == all_topic, "root: {r:?}");
+    let r: MetadataResponse =
+        call(&mut alice, ApiKey::Metadata, 10, &topics(&["orders"])).await?.context("closed")?;
+    ensure!(r.topics[0].topic_authorized_operations == i32::MIN, "not asked: {r:?}");
+    let cluster =
+        DescribeClusterRequest::default().with_include_cluster_authorized_operations(true);
+    let r: DescribeClusterResponse =
+        call(&mut root, ApiKey::DescribeCluster, 1, &cluster).await?.context("closed")?;
+    let all_cluster = [5, 7, 8, 9, 10, 11, 12].iter().fold(0, |b, c| b | (1 << c));
+    ensure!(r.error_code == 0 && r.cluster_authorized_operations == all_cluster, "{r:?}");
+    Ok(())
+}
