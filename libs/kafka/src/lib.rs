@@ -39,6 +39,7 @@ pub mod groups;
 mod leader_epoch;
 mod metadata;
 mod produce;
+mod scram_api;
 
 pub mod registry;
 mod server;

@@ -5,7 +5,7 @@
 use crate::api::{Registration, register};
 use crate::{
     acl_api, admin, configs, consumer_api, fetch, group_api, leader_epoch, metadata, produce,
-    session,
+    scram_api, session,
 };
 
 /// The APIs served, in the order ApiVersions lists them.
@@ -42,5 +42,7 @@ pub static APIS: &[Registration] = &[
     register::<acl_api::DescribeAcls>(),
     register::<acl_api::CreateAcls>(),
     register::<acl_api::DeleteAcls>(),
+    register::<scram_api::DescribeUserScramCredentials>(),
+    register::<scram_api::AlterUserScramCredentials>(),
     register::<leader_epoch::OffsetForLeaderEpoch>(),
 ];

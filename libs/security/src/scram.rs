@@ -14,6 +14,8 @@ pub const DEFAULT_ITERATIONS: u32 = 8192;
 
 /// The fewest iterations a credential may have.
 pub const MIN_ITERATIONS: u32 = 4096;
+/// The most (Kafka's bound: a login costs the server this many hashes).
+pub const MAX_ITERATIONS: u32 = 16384;
 
 /// A SCRAM hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -31,6 +33,11 @@ impl Mechanism {
             Mechanism::ScramSha256 => "SCRAM-SHA-256",
             Mechanism::ScramSha512 => "SCRAM-SHA-512",
         }
+    }
+
+    /// The salted password's length: the hash's output.
+    pub fn salted_len(self) -> usize {
+        self.len()
     }
 
     pub fn parse(name: &str) -> Option<Mechanism> {
@@ -89,7 +96,9 @@ fn mac(m: Mechanism, key: &[u8], data: &[u8]) -> Vec<u8> {
     hmac::sign(&hmac::Key::new(m.hmac(), key), data).as_ref().to_vec()
 }
 
-fn salted(m: Mechanism, password: &str, salt: &[u8], iterations: u32) -> Vec<u8> {
+/// `Hi(password, salt, iterations)`: what a client salts a password into (and Kafka's
+/// AlterUserScramCredentials carries).
+pub fn salted(m: Mechanism, password: &str, salt: &[u8], iterations: u32) -> Vec<u8> {
     let mut out = vec![0u8; m.len()];
     let n = NonZeroU32::new(iterations.max(1)).unwrap_or(NonZeroU32::MIN);
     pbkdf2::derive(m.prf(), n, salt, password.as_bytes(), &mut out);
@@ -115,11 +124,17 @@ impl Credential {
 
     fn with_salt(m: Mechanism, password: &str, salt: Vec<u8>, iterations: u32) -> Credential {
         let salted = salted(m, password, &salt, iterations);
-        let client_key = mac(m, &salted, b"Client Key");
+        Credential::from_salted(m, &salted, salt, iterations)
+    }
+
+    /// The credential of a password a client salted itself (Kafka's AlterUserScramCredentials
+    /// sends `Hi(password, salt, iterations)`, never the password).
+    pub fn from_salted(m: Mechanism, salted: &[u8], salt: Vec<u8>, iterations: u32) -> Credential {
+        let client_key = mac(m, salted, b"Client Key");
         Credential {
             mechanism: m,
             stored_key: digest::digest(m.digest(), &client_key).as_ref().to_vec(),
-            server_key: mac(m, &salted, b"Server Key"),
+            server_key: mac(m, salted, b"Server Key"),
             salt,
             iterations,
         }

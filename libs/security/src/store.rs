@@ -407,6 +407,73 @@ impl AuthStore {
         Ok(())
     }
 
+    /// Sets one of `name`'s credentials (its mechanism's), creating the user if needed and
+    /// keeping its others (compare-and-set on the user's record).
+    pub async fn put_credential(&self, name: &str, c: Credential) -> Result<(), AuthError> {
+        check_name("user", name)?;
+        self.change_user(name, |record| {
+            record.credentials.retain(|r| r.mechanism != c.mechanism.name());
+            record.credentials.push(CredentialRecord {
+                mechanism: c.mechanism.name().to_owned(),
+                salt: c.salt.clone(),
+                iterations: c.iterations,
+                stored_key: c.stored_key.clone(),
+                server_key: c.server_key.clone(),
+            });
+            Ok(())
+        })
+        .await
+    }
+
+    /// Removes `name`'s credential of `m` (the user, once it has none); NotFound if it has none.
+    pub async fn delete_credential(&self, name: &str, m: Mechanism) -> Result<(), AuthError> {
+        check_name("user", name)?;
+        self.change_user(name, |record| {
+            let before = record.credentials.len();
+            record.credentials.retain(|r| r.mechanism != m.name());
+            if record.credentials.len() == before {
+                return Err(AuthError::NotFound(format!(
+                    "user `{name}` has no {} credential",
+                    m.name()
+                )));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Reads `name`'s record (empty if none), changes it, writes it back if unchanged since
+    /// (deletes it once it holds no credential).
+    async fn change_user(
+        &self,
+        name: &str,
+        change: impl Fn(&mut UserRecord) -> Result<(), AuthError>,
+    ) -> Result<(), AuthError> {
+        let key = self.key(&format!("users/{name}"));
+        for _ in 0..16 {
+            let got = self.meta.get(&key).await?;
+            let revision = got.as_ref().map_or(0, |kv| kv.mod_revision);
+            let mut record = match &got {
+                Some(kv) => UserRecord::decode(kv.value.as_slice())
+                    .map_err(|_| AuthError::Invalid(format!("user `{name}`: a corrupt record")))?,
+                None => UserRecord::default(),
+            };
+            change(&mut record)?;
+            let write = if record.credentials.is_empty() {
+                TxnOp::delete(KeyRange::key(key.clone()))
+            } else {
+                TxnOp::put(key.clone(), record.encode_to_vec())
+            };
+            let txn = Txn::new()
+                .when([Compare::mod_revision(key.clone(), CompareOp::Equal, revision)])
+                .and_then([write]);
+            if self.meta.txn(txn).await?.succeeded {
+                return Ok(());
+            }
+        }
+        Err(AuthError::Invalid(format!("user `{name}`: too many concurrent changes")))
+    }
+
     pub async fn delete_user(&self, name: &str) -> Result<(), AuthError> {
         check_name("user", name)?;
         if self.meta.delete(KeyRange::key(self.key(&format!("users/{name}")))).await? == 0 {

@@ -639,3 +639,94 @@ async fn authorized_operations_say_what_the_principal_may_do() -> Result<()> {
     ensure!(r.error_code == 0 && r.cluster_authorized_operations == all_cluster, "{r:?}");
     Ok(())
 }
+
+/// KIP-554 over the user store: the super user sets a SCRAM credential for bob (salted by the
+/// client, as Kafka's tools send it), bob logs in with it and is listed; alice (no cluster
+/// rights) may neither list nor alter; a credential out of Kafka's bounds is refused; once
+/// deleted, bob's login fails and he is no longer found.
+#[tokio::test]
+async fn scram_credentials_are_described_and_altered_by_the_cluster_admin_only() -> Result<()> {
+    use kafka_protocol::messages::alter_user_scram_credentials_request::{
+        ScramCredentialDeletion, ScramCredentialUpsertion,
+    };
+    use kafka_protocol::messages::describe_user_scram_credentials_request::UserName;
+    use kafka_protocol::messages::{
+        AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
+        DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
+    };
+    let s = secured().await?;
+    let login_as = |user: &'static str, pw: &'static str| {
+        let s = &s;
+        async move { login(s, Mechanism::ScramSha512, user, pw).await }
+    };
+    let mut root = login_as("root", "root-pw").await?.map_err(|e| anyhow::anyhow!("error {e}"))?;
+    let mut alice =
+        login_as("alice", "alice-pw").await?.map_err(|e| anyhow::anyhow!("error {e}"))?;
+    let salt = b"bob-salt".to_vec();
+    let upsert = |iterations: i32| {
+        let salted = security::scram::salted(Mechanism::ScramSha512, "bob-pw", &salt, 4096);
+        AlterUserScramCredentialsRequest::default().with_upsertions(vec![
+            ScramCredentialUpsertion::default()
+                .with_name(StrBytes::from_static_str("bob"))
+                .with_mechanism(2)
+                .with_iterations(iterations)
+                .with_salt(Bytes::from(salt.clone()))
+                .with_salted_password(Bytes::from(salted)),
+        ])
+    };
+    async fn alter(
+        c: &mut TcpStream,
+        req: AlterUserScramCredentialsRequest,
+    ) -> Result<Option<i16>> {
+        let r: AlterUserScramCredentialsResponse =
+            call(c, ApiKey::AlterUserScramCredentials, 0, &req).await?.context("closed")?;
+        Ok(r.results.first().map(|r| r.error_code))
+    }
+    ensure!(alter(&mut alice, upsert(4096)).await? == Some(31), "alice altered a user");
+    ensure!(alter(&mut root, upsert(100)).await? == Some(93), "100 iterations accepted");
+    ensure!(alter(&mut root, upsert(4096)).await? == Some(0), "root's upsert refused");
+    // bob logs in once the view has him.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while login_as("bob", "bob-pw").await?.is_err() {
+        ensure!(std::time::Instant::now() < deadline, "bob cannot log in");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let describe = |users: Option<Vec<&'static str>>| {
+        DescribeUserScramCredentialsRequest::default().with_users(users.map(|u| {
+            u.into_iter()
+                .map(|n| UserName::default().with_name(StrBytes::from_static_str(n)))
+                .collect()
+        }))
+    };
+    let r: DescribeUserScramCredentialsResponse = call(
+        &mut root,
+        ApiKey::DescribeUserScramCredentials,
+        0,
+        &describe(Some(vec!["bob", "nobody"])),
+    )
+    .await?
+    .context("closed")?;
+    let bob = r.results.iter().find(|x| x.user.as_str() == "bob").context("bob")?;
+    ensure!(bob.error_code == 0 && bob.credential_infos.len() == 1, "{r:?}");
+    ensure!((bob.credential_infos[0].mechanism, bob.credential_infos[0].iterations) == (2, 4096));
+    let nobody = r.results.iter().find(|x| x.user.as_str() == "nobody").context("nobody")?;
+    ensure!(nobody.error_code == 91, "{r:?}");
+    let r: DescribeUserScramCredentialsResponse =
+        call(&mut alice, ApiKey::DescribeUserScramCredentials, 0, &describe(None))
+            .await?
+            .context("closed")?;
+    ensure!(r.error_code == 31, "alice listed users: {r:?}");
+    let delete = AlterUserScramCredentialsRequest::default().with_deletions(vec![
+        ScramCredentialDeletion::default()
+            .with_name(StrBytes::from_static_str("bob"))
+            .with_mechanism(2),
+    ]);
+    ensure!(alter(&mut root, delete.clone()).await? == Some(0));
+    ensure!(alter(&mut root, delete).await? == Some(91), "a second delete");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while login_as("bob", "bob-pw").await?.is_ok() {
+        ensure!(std::time::Instant::now() < deadline, "bob still logs in");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
