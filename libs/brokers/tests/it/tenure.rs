@@ -98,3 +98,77 @@ async fn an_idempotent_producer_is_carried_from_one_owner_to_the_next() -> Resul
     w1.shutdown().await;
     Ok(())
 }
+
+/// One batch of producer `id` at epoch 0, sequence `seq`: one record of key `k`, through
+/// `broker`, waiting for its commit.
+async fn keyed(broker: &LogBroker, id: i64, seq: i32) -> Result<Result<i64, Refused>> {
+    let records = [Record {
+        key: Some(bytes::Bytes::from_static(b"k")),
+        value: Some(bytes::Bytes::from(format!("v{seq}"))),
+        ..Default::default()
+    }];
+    let producer = ProducerFields { producer_id: id, producer_epoch: 0, base_sequence: seq };
+    let b = recordbatch::encode(&records, producer)?;
+    let header = BatchHeader::parse(&b)?;
+    Ok(match broker.produce("t", 0, None, b, &header).await {
+        Ok(c) => c.await.map(|p| p.base_offset),
+        Err(r) => Err(r),
+    })
+}
+
+/// Key compaction takes out an idempotent producer's superseded batches (below the owner's
+/// state checkpoint, never above it); the next owner still carries the producer: the retry of
+/// its last batch is answered with the original offset, the next batch follows, a gap is
+/// refused (ARCHITECTURE §12).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_producer_is_carried_to_the_next_owner_after_key_compaction() -> Result<()> {
+    use maintenance::compactor::{Cleanup, Compactor, CompactorConfig, IdleLogs};
+    let meta: Arc<dyn MetadataStore> = Arc::new(metadata::MemoryStore::new());
+    let objects: Arc<dyn ObjectStore> = Arc::new(objstore::object_store::memory::InMemory::new());
+    let (w0, b0) = writer(&meta, &objects, "w0").await?;
+    let catalog = Catalog::new(meta.clone(), w0.reader().clone(), CLUSTER);
+    let compacted = catalog::StreamConfig::from_pairs([("cleanup.policy", "compact")])?;
+    catalog.create("t", 1, compacted).await?;
+    let log = catalog.get("t").await?.partitions[0];
+    let (id, _) =
+        b0.init_producer_id(None).await.map_err(|c| anyhow!("InitProducerId: error {c}"))?;
+    // 20 batches of one record, all of key k: 19 of them superseded.
+    for seq in 0..20 {
+        ensure!(keyed(&b0, id, seq).await? == Ok(i64::from(seq)));
+    }
+    b0.checkpoint_all().await;
+    // A flush after theirs moves the writer's low-water mark past their chunks.
+    let other = w0.create_log().await?;
+    w0.append(other, 1, bytes::Bytes::from_static(b"x"), None).await?;
+    let cleanup = Cleanup { min_dirty_ratio: 0.0, ..Default::default() };
+    let cfg = CompactorConfig {
+        min_chunks: 1,
+        compacted: Arc::new(std::collections::HashMap::from([(log, cleanup)])),
+        ..Default::default()
+    };
+    let lease = meta.lease_grant(Duration::from_secs(30)).await?;
+    let c = Compactor::new(w0.reader().clone(), "c", lease, cfg).with_idle(IdleLogs::default());
+    for _ in 0..4 {
+        let _ = c.compact_log_fully(log).await?;
+    }
+    let entries = w0.read_entries(log, 0, 1000, u64::MAX).await?;
+    let left: usize = entries
+        .iter()
+        .map(|e| recordbatch::decode(&e.payload).map(|(_, r)| r.len()).unwrap_or(0))
+        .sum();
+    ensure!(left == 1, "{left} records left of 20: key compaction did not run");
+
+    w0.shutdown().await;
+    let (w1, b1) = writer(&meta, &objects, "w1").await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !leads(&b1).await? {
+        ensure!(tokio::time::Instant::now() < deadline, "w1 never led the partition");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    ensure!(keyed(&b1, id, 19).await? == Ok(19), "the retry of the last batch");
+    ensure!(keyed(&b1, id, 20).await? == Ok(20), "the next batch");
+    let gap = keyed(&b1, id, 25).await?.err().context("a gap was appended")?;
+    ensure!(gap.code == kafka::code::OUT_OF_ORDER_SEQUENCE_NUMBER, "{gap:?}");
+    w1.shutdown().await;
+    Ok(())
+}
