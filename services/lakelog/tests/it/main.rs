@@ -197,7 +197,7 @@ fn cli_bad_input_exits_non_zero_with_one_clear_line() -> Result<()> {
         ensure!(stderr.lines().count() == 1 && stderr.contains(needle), "{args:?}: {stderr}");
         ensure!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
     }
-    let big = "x".repeat(5 << 20) + "\n";
+    let big = "x".repeat(17 << 20) + "\n";
     let (_, stderr) = s.err(&["log", "append", &log], &big)?;
     ensure!(
         stderr.contains("INVALID_ARGUMENT") && stderr.contains("maximum entry size"),
