@@ -504,7 +504,9 @@ impl Def {
 /// has its [`Def::default`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StreamConfig {
-    set: BTreeMap<String, String>,
+    /// Shared: a route carries its stream's configs to every produce, so a clone is a count,
+    /// not a copy of the map (changed copy-on-write).
+    set: std::sync::Arc<BTreeMap<String, String>>,
 }
 
 /// What `cleanup.policy` asks for.
@@ -533,14 +535,16 @@ impl StreamConfig {
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), Invalid> {
         let def = find(name).ok_or_else(|| Invalid::Unknown(name.to_owned()))?;
         let canonical = def.check(value)?;
-        self.set.insert(def.name.to_owned(), canonical);
+        std::sync::Arc::make_mut(&mut self.set).insert(def.name.to_owned(), canonical);
         Ok(())
     }
 
     /// Puts config `name` back to its default.
     pub fn reset(&mut self, name: &str) -> Result<(), Invalid> {
         let def = find(name).ok_or_else(|| Invalid::Unknown(name.to_owned()))?;
-        self.set.remove(def.name);
+        if self.set.contains_key(def.name) {
+            std::sync::Arc::make_mut(&mut self.set).remove(def.name);
+        }
         Ok(())
     }
 
