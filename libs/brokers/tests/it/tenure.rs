@@ -64,6 +64,16 @@ async fn leads(broker: &LogBroker) -> Result<bool> {
     Ok(leader == Some(broker.node_id()))
 }
 
+/// Waits (20 s at most) until `broker` leads partition 0 of `t`.
+async fn until_leads(broker: &LogBroker) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !leads(broker).await? {
+        ensure!(tokio::time::Instant::now() < deadline, "the writer never led the partition");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotent_producer_is_carried_from_one_owner_to_the_next() -> Result<()> {
     let meta: Arc<dyn MetadataStore> = Arc::new(metadata::MemoryStore::new());
@@ -81,11 +91,7 @@ async fn an_idempotent_producer_is_carried_from_one_owner_to_the_next() -> Resul
     // The owner leaves (its lease revoked): the partition moves to the next writer.
     w0.shutdown().await;
     let (w1, b1) = writer(&meta, &objects, "w1").await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !leads(&b1).await? {
-        ensure!(tokio::time::Instant::now() < deadline, "w1 never led the partition");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_leads(&b1).await?;
     // The retry of the old owner's last batch: its original offset, nothing appended.
     ensure!(produce(&b1, id, 3, 3).await? == Ok(3), "a retry was not answered as committed");
     // The next batch follows it; a gap is refused.
@@ -160,11 +166,7 @@ async fn an_idempotent_producer_is_carried_to_the_next_owner_after_key_compactio
 
     w0.shutdown().await;
     let (w1, b1) = writer(&meta, &objects, "w1").await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !leads(&b1).await? {
-        ensure!(tokio::time::Instant::now() < deadline, "w1 never led the partition");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_leads(&b1).await?;
     ensure!(keyed(&b1, id, 19).await? == Ok(19), "the retry of the last batch");
     ensure!(keyed(&b1, id, 20).await? == Ok(20), "the next batch");
     let gap = keyed(&b1, id, 25).await?.err().context("a gap was appended")?;
