@@ -9,8 +9,9 @@
 #   duckdb, its iceberg, avro and httpfs extensions, pyiceberg[pyarrow] (PyPI, in .tools/venv)  outside
 #               engines reading lake segments and tables
 #   kafka-clients (Maven Central, in .tools/java)  the Java Kafka client, by e2e/kafka/java/pom.xml
-#   Kafka Connect 4.3.1 with its file connectors, Kafka Streams 4.4.0 (Maven Central, in
-#               .tools/connect and .tools/streams)  by e2e/kafka/ecosystem/{connect,streams}.xml
+#   Kafka Connect 4.3.1 with its file connectors, Kafka Streams 4.4.0, Kafka 4.4.0's tools
+#               (kafka-configs, ...) (Maven Central, in .tools/connect, .tools/streams and
+#               .tools/kafka-tools)  by e2e/kafka/ecosystem/{connect,streams,kafka-tools}.xml
 # Idempotent and quiet: prints one line per thing it installs; on failure it prints the
 # installer's output and exits non-zero. `install-deps.sh build` installs only what building
 # needs (protoc), for `make run`; `install-deps.sh deploy` also installs the deployment checkers
@@ -87,7 +88,7 @@ if ! $only_build && ! ls "$java_dir"/kafka-clients-*.jar >/dev/null 2>&1; then
     -DoutputDirectory="$java_dir" >"$log" 2>&1 || fail "mvn dependency:copy-dependencies"
 fi
 
-for tool in connect streams; do
+for tool in connect streams kafka-tools; do
   if ! $only_build && ! ls "$root/.tools/$tool"/*.jar >/dev/null 2>&1; then
     command -v mvn >/dev/null 2>&1 && command -v java >/dev/null 2>&1 \
       || { echo "install-deps: the Kafka $tool tests need java (17+) and mvn" >&2; exit 1; }

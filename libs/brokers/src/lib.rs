@@ -49,6 +49,8 @@ pub struct LogBroker {
     fetched: Arc<std::sync::atomic::AtomicU64>,
     /// Bytes of the log read to catch producer state up (a metric, and tests').
     caught_up: Arc<std::sync::atomic::AtomicU64>,
+    /// Every group's configs, followed from the first time one is asked for.
+    group_configs: Arc<tokio::sync::OnceCell<offsets::FollowedConfigs>>,
 }
 
 impl LogBroker {
@@ -79,6 +81,7 @@ impl LogBroker {
             node_id: -1,
             fetched: Default::default(),
             caught_up: Default::default(),
+            group_configs: Default::default(),
         }
     }
 

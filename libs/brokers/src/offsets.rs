@@ -28,6 +28,12 @@ const GETS_PER_TXN: usize = 120;
 /// Attempts at taking a group whose coordinator record keeps changing.
 const TAKE_ATTEMPTS: usize = 5;
 
+/// Every group's configs by group, as a broker follows them (`kafka/groups/configs/`).
+pub(crate) type FollowedConfigs = metadata::follow::Followed<HashMap<String, kafka::GroupConfig>>;
+
+/// How long a broker that set a group's configs waits to follow its own write.
+const FOLLOW_OWN_WRITE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A group's coordinator record.
 #[derive(Debug, PartialEq, Eq)]
 struct Coordinator {
@@ -195,6 +201,30 @@ impl LogBroker {
                 Some((rest, kv.value))
             })
             .collect())
+    }
+
+    /// Every group's configs: one read and one watch of `kafka/groups/configs/` for the
+    /// broker's life, from the first time they are asked for; none after.
+    async fn followed_configs(&self) -> Result<&FollowedConfigs, Refused> {
+        let keys = self.reader.keys();
+        let prefix = keys.group_configs();
+        let meta = self.reader.meta().clone();
+        self.group_configs
+            .get_or_try_init(|| async move {
+                let skip = prefix.len();
+                let build = move |kvs: Vec<metadata::KeyValue>| {
+                    kvs.into_iter()
+                        .filter_map(|kv| {
+                            let enc = std::str::from_utf8(kv.key.get(skip..)?).ok()?;
+                            let group = kafka::groups::group_of_cursor(&format!("kafka.{enc}"))?;
+                            let config = kafka::configs::decode_group_config(&group, &kv.value)?;
+                            Some((group, config))
+                        })
+                        .collect()
+                };
+                metadata::follow::follow(meta, prefix, build).await.map_err(unavailable)
+            })
+            .await
     }
 
     /// The logs a group has committed offsets on, from its index: (log, topic, partition).
@@ -450,6 +480,57 @@ impl kafka::GroupOffsets for LogBroker {
                 tenure = tenure.0,
                 "Kafka group never formed: its record removed"
             );
+        }
+        Ok(())
+    }
+
+    async fn group_config(&self, group: &str) -> Result<kafka::GroupConfig, Refused> {
+        let followed = self.followed_configs().await?;
+        Ok(followed.current().0.get(group).cloned().unwrap_or_default())
+    }
+
+    async fn configured_groups(&self) -> Result<Vec<String>, Refused> {
+        let followed = self.followed_configs().await?;
+        let mut groups: Vec<String> = followed.current().0.keys().cloned().collect();
+        groups.sort();
+        Ok(groups)
+    }
+
+    async fn set_group_config(
+        &self,
+        group: &str,
+        config: kafka::GroupConfig,
+        validate_only: bool,
+    ) -> Result<(), Refused> {
+        let enc = encoded(group)?;
+        let followed = self.followed_configs().await?;
+        let known = followed.current();
+        if !config.is_empty()
+            && !known.0.contains_key(group)
+            && known.0.len() >= kafka::configs::MAX_GROUP_CONFIGS
+        {
+            return Err(Refused::new(
+                code::POLICY_VIOLATION,
+                format!(
+                    "{} groups have configs already, the most a cluster keeps",
+                    kafka::configs::MAX_GROUP_CONFIGS
+                ),
+            ));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let key = self.reader.keys().group_config(&enc);
+        let op = if config.is_empty() {
+            TxnOp::delete(KeyRange::key(key))
+        } else {
+            TxnOp::put(key, kafka::configs::encode_group_config(&config))
+        };
+        let resp = self.reader.meta().txn(Txn::new().and_then([op])).await.map_err(unavailable)?;
+        let wrote = !matches!(resp.results.first(), Some(OpResult::Delete { deleted: 0 }));
+        // What this broker answers next (a DescribeConfigs, a heartbeat) has the change.
+        if wrote && !followed.clone().caught_up(resp.revision, FOLLOW_OWN_WRITE).await {
+            tracing::warn!(group, "a group's configs set, not yet followed here");
         }
         Ok(())
     }

@@ -79,9 +79,13 @@ impl Access<'_> {
                 (11, Operation::AlterConfigs),
                 (12, Operation::Produce),
             ],
-            ResourceType::Group => {
-                &[(3, Operation::Consume), (6, Operation::Delete), (8, Operation::Describe)]
-            }
+            ResourceType::Group => &[
+                (3, Operation::Consume),
+                (6, Operation::Delete),
+                (8, Operation::Describe),
+                (10, Operation::DescribeConfigs),
+                (11, Operation::AlterConfigs),
+            ],
             _ => &[
                 (3, Operation::Consume),
                 (4, Operation::Produce),

@@ -3,19 +3,21 @@
 //! SDK's stream configs ([`streamconfig`]: names, types, ranges, defaults, what each does
 //! here). DescribeConfigs lists them all, with their source, type and documentation;
 //! AlterConfigs and IncrementalAlterConfigs set them; an unknown name or a value out of range
-//! is INVALID_CONFIG, as in Kafka. Broker configs are the writer's config file: described,
-//! never altered.
+//! is INVALID_CONFIG, as in Kafka. A group's configs (a GROUP resource) are Kafka 4.4's group
+//! configs ([`streamconfig::GROUP_DEFS`]), the same way. Broker configs are the writer's config
+//! file: described, never altered.
 
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult,
 };
 use kafka_protocol::messages::{
     AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, alter_configs_response,
-    incremental_alter_configs_response,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, ListConfigResourcesRequest,
+    ListConfigResourcesResponse, alter_configs_response, incremental_alter_configs_request,
+    incremental_alter_configs_response, list_config_resources_response,
 };
 use kafka_protocol::protocol::StrBytes;
-use streamconfig::{DEFS, StreamConfig};
+use streamconfig::{Configs, DEFS, GROUP_DEFS, GroupConfig, StreamConfig, Table};
 
 use crate::{Broker, KafkaConfig, Refused, code};
 use kafka_protocol::messages::ApiKey;
@@ -26,11 +28,13 @@ use crate::session::Session;
 /// Kafka's resource types.
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
+pub(crate) const GROUP: i8 = 32;
 
 /// Kafka's config sources and types (DescribeConfigs v1+, v3+).
 pub(crate) const DYNAMIC_TOPIC_CONFIG: i8 = 1;
 const STATIC_BROKER_CONFIG: i8 = 4;
 pub(crate) const DEFAULT_CONFIG: i8 = 5;
+const GROUP_CONFIG: i8 = 8;
 const BOOLEAN: i8 = 1;
 const INT: i8 = 3;
 
@@ -101,6 +105,80 @@ pub(crate) fn topic_configs(
     })
 }
 
+/// Every config of a group, as DescribeConfigs answers them. A consumer group's session
+/// timeout and heartbeat interval not set are the writer's.
+pub(crate) fn group_configs(
+    c: &GroupConfig,
+    cfg: &KafkaConfig,
+) -> impl Iterator<Item = (&'static str, String, i8, i8, &'static str)> {
+    let ms = |d: std::time::Duration| d.as_millis().to_string();
+    let (session, heartbeat) =
+        (ms(cfg.consumer_session_timeout), ms(cfg.consumer_heartbeat_interval));
+    GROUP_DEFS.iter().map(move |d| {
+        let (value, source) = match c.get(d.name) {
+            Some(v) => (v.to_owned(), GROUP_CONFIG),
+            None if d.name == "consumer.session.timeout.ms" => (session.clone(), DEFAULT_CONFIG),
+            None if d.name == "consumer.heartbeat.interval.ms" => {
+                (heartbeat.clone(), DEFAULT_CONFIG)
+            }
+            None => (d.default.to_owned(), DEFAULT_CONFIG),
+        };
+        (d.name, value, source, d.ty.kafka_code(), d.doc)
+    })
+}
+
+/// The configs `configs` ask for of a group, over the defaults (AlterConfigs).
+fn group_config_of(configs: &[(String, Option<String>)]) -> Result<GroupConfig, Refused> {
+    let mut c = GroupConfig::default();
+    for (n, v) in configs {
+        set_or_reset(&mut c, n, v.as_deref())?;
+    }
+    c.check().map_err(invalid)?;
+    Ok(c)
+}
+
+/// `c` with config `name` set to `value`, or back to its default when `value` is `None`.
+fn set_or_reset<T: Table>(
+    c: &mut Configs<T>,
+    name: &str,
+    value: Option<&str>,
+) -> Result<(), Refused> {
+    match value {
+        None => c.reset(name),
+        Some(v) => c.set(name, v),
+    }
+    .map_err(invalid)
+}
+
+/// The most groups with configs: every broker follows them all in memory.
+pub const MAX_GROUP_CONFIGS: usize = 10_000;
+
+/// A group's configs as stored.
+#[derive(Clone, PartialEq, prost::Message)]
+struct StoredGroupConfig {
+    #[prost(btree_map = "string, string", tag = "1")]
+    set: std::collections::BTreeMap<String, String>,
+}
+
+/// A group's configs, encoded to store.
+pub fn encode_group_config(c: &GroupConfig) -> Vec<u8> {
+    let set = c.iter().map(|(n, v)| (n.to_owned(), v.to_owned())).collect();
+    prost::Message::encode_to_vec(&StoredGroupConfig { set })
+}
+
+/// A group's stored configs, each checked again (one this version does not know, or
+/// refuses, is left out with a warning); `None` when they do not decode.
+pub fn decode_group_config(group: &str, bytes: &[u8]) -> Option<GroupConfig> {
+    let stored: StoredGroupConfig = prost::Message::decode(bytes).ok()?;
+    let mut c = GroupConfig::default();
+    for (n, v) in &stored.set {
+        if let Err(e) = c.set(n, v) {
+            tracing::warn!(group, error = %e, "a stored group config is left out");
+        }
+    }
+    Some(c)
+}
+
 fn entry(
     name: &str,
     value: String,
@@ -160,10 +238,9 @@ pub(crate) async fn describe(
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name.clone());
         let keys = &r.configuration_keys;
-        let configs: Result<Vec<DescribeConfigsResourceResult>, Refused> = match r.resource_type {
-            TOPIC => broker.topic_config(&r.resource_name).await.map(|c| {
-                topic_configs(&c, cfg)
-                    .filter(|(name, ..)| wanted(name, keys))
+        let listed =
+            |all: &mut dyn Iterator<Item = (&'static str, String, i8, i8, &'static str)>| {
+                all.filter(|(name, ..)| wanted(name, keys))
                     .map(|(name, value, source, ty, doc)| {
                         let mut e = entry(name, value, source, ty, version);
                         if docs {
@@ -172,7 +249,19 @@ pub(crate) async fn describe(
                         e
                     })
                     .collect()
-            }),
+            };
+        let configs: Result<Vec<DescribeConfigsResourceResult>, Refused> = match r.resource_type {
+            TOPIC => broker
+                .topic_config(&r.resource_name)
+                .await
+                .map(|c| listed(&mut topic_configs(&c, cfg))),
+            GROUP if r.resource_name.is_empty() => {
+                Err(Refused::new(code::INVALID_REQUEST, "Group name must not be empty"))
+            }
+            GROUP => broker
+                .group_config(&r.resource_name)
+                .await
+                .map(|c| listed(&mut group_configs(&c, cfg))),
             BROKER if r.resource_name.is_empty() || r.resource_name.parse::<i32>().is_ok() => {
                 Ok(broker_configs(keys, version, cfg))
             }
@@ -182,7 +271,9 @@ pub(crate) async fn describe(
             )),
             t => Err(Refused::new(
                 code::INVALID_REQUEST,
-                format!("resource type {t}: topics (2) and brokers (4) have configs here"),
+                format!(
+                    "resource type {t}: topics (2), brokers (4) and groups (32) have configs here"
+                ),
             )),
         };
         match configs {
@@ -197,10 +288,14 @@ pub(crate) async fn describe(
     DescribeConfigsResponse::default().with_results(results)
 }
 
-/// Refuses a resource that is not a topic: broker configs live in the writer's config file.
-fn topic_only(resource_type: i8) -> Result<(), Refused> {
+/// Refuses a resource that is neither a topic nor a group: broker configs live in the writer's
+/// config file.
+fn alterable(resource_type: i8, name: &str) -> Result<(), Refused> {
     match resource_type {
-        TOPIC => Ok(()),
+        GROUP if name.is_empty() => {
+            Err(Refused::new(code::INVALID_REQUEST, "Group name must not be empty"))
+        }
+        TOPIC | GROUP => Ok(()),
         BROKER => Err(Refused::new(
             code::INVALID_REQUEST,
             "broker configs are set in each writer's config file, not altered over Kafka",
@@ -223,10 +318,17 @@ pub(crate) async fn alter(
             .iter()
             .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
             .collect();
-        let done = match topic_only(r.resource_type).and_then(|()| config_of(&configs, cfg)) {
-            Ok(c) => broker.set_topic_config(&r.resource_name, c, req.validate_only).await,
-            Err(e) => Err(e),
-        };
+        let name = &r.resource_name;
+        let done = async {
+            alterable(r.resource_type, name)?;
+            if r.resource_type == GROUP {
+                let c = group_config_of(&configs)?;
+                return broker.set_group_config(name, c, req.validate_only).await;
+            }
+            let c = config_of(&configs, cfg)?;
+            broker.set_topic_config(name, c, req.validate_only).await
+        }
+        .await;
         let mut out = alter_configs_response::AlterConfigsResourceResponse::default()
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name);
@@ -250,27 +352,14 @@ pub(crate) async fn incremental_alter(
     let mut responses = Vec::with_capacity(req.resources.len());
     for r in req.resources {
         let done = async {
-            topic_only(r.resource_type)?;
-            let mut c = broker.topic_config(&r.resource_name).await?;
-            for op in &r.configs {
-                let value = op.value.as_ref().map(|v| v.as_str());
-                let name = op.name.as_str();
-                match op.config_operation {
-                    SET => apply(&mut c, name, value, cfg)?,
-                    DELETE => apply(&mut c, name, None, cfg)?,
-                    o @ (APPEND | SUBTRACT) => {
-                        let list = list_op(&c, name, value.unwrap_or_default(), o == APPEND)?;
-                        apply(&mut c, name, Some(&list), cfg)?;
-                    }
-                    o => {
-                        return Err(Refused::new(
-                            code::INVALID_REQUEST,
-                            format!("config operation {o}: 0 (SET) to 3 (SUBTRACT)"),
-                        ));
-                    }
-                }
+            alterable(r.resource_type, &r.resource_name)?;
+            if r.resource_type == GROUP {
+                let mut c = broker.group_config(&r.resource_name).await?;
+                apply_ops(&mut c, &r.configs, set_or_reset)?;
+                return broker.set_group_config(&r.resource_name, c, req.validate_only).await;
             }
-            c.check().map_err(invalid)?;
+            let mut c = broker.topic_config(&r.resource_name).await?;
+            apply_ops(&mut c, &r.configs, |c, n, v| apply(c, n, v, cfg))?;
             broker.set_topic_config(&r.resource_name, c, req.validate_only).await
         }
         .await;
@@ -286,10 +375,43 @@ pub(crate) async fn incremental_alter(
     IncrementalAlterConfigsResponse::default().with_responses(responses)
 }
 
+/// IncrementalAlterConfigs' operations on `c`, each config set (or reset, for `None`) by
+/// `set`; then the configs checked together.
+fn apply_ops<T: Table>(
+    c: &mut Configs<T>,
+    ops: &[incremental_alter_configs_request::AlterableConfig],
+    set: impl Fn(&mut Configs<T>, &str, Option<&str>) -> Result<(), Refused>,
+) -> Result<(), Refused> {
+    for op in ops {
+        let value = op.value.as_ref().map(|v| v.as_str());
+        let name = op.name.as_str();
+        match op.config_operation {
+            SET => set(c, name, value)?,
+            DELETE => set(c, name, None)?,
+            o @ (APPEND | SUBTRACT) => {
+                let list = list_op(c, name, value.unwrap_or_default(), o == APPEND)?;
+                set(c, name, Some(&list))?;
+            }
+            o => {
+                return Err(Refused::new(
+                    code::INVALID_REQUEST,
+                    format!("config operation {o}: 0 (SET) to 3 (SUBTRACT)"),
+                ));
+            }
+        }
+    }
+    c.check().map_err(invalid)
+}
+
 /// List config `name`'s value with the items of `items` added (`append`) or taken out.
-fn list_op(c: &StreamConfig, name: &str, items: &str, append: bool) -> Result<String, Refused> {
+fn list_op<T: Table>(
+    c: &Configs<T>,
+    name: &str,
+    items: &str,
+    append: bool,
+) -> Result<String, Refused> {
     let def =
-        streamconfig::find(name).ok_or_else(|| invalid(format!("unknown config name {name}")))?;
+        Configs::<T>::def(name).ok_or_else(|| invalid(format!("unknown config name {name}")))?;
     if def.ty != streamconfig::Type::List {
         return Err(invalid(format!(
             "config {name} is not a list: APPEND and SUBTRACT apply to lists"
@@ -431,6 +553,76 @@ impl Handler for IncrementalAlterConfigs {
     }
 }
 
+/// ListConfigResources (KIP-1142): the resources of each type asked for (every type when none
+/// is) that have configs: topics, brokers and the groups with configs set; there are no
+/// client-metrics resources, nor broker loggers, here. DESCRIBE_CONFIGS on the cluster, as in
+/// Kafka; a type it does not know is UNSUPPORTED_VERSION.
+#[derive(Debug)]
+pub struct ListConfigResources;
+
+/// The types ListConfigResources v1 lists, as Kafka 4.4's: topics, brokers, broker loggers,
+/// client metrics and groups.
+const LISTED_TYPES: [i8; 5] = [TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP];
+const BROKER_LOGGER: i8 = 8;
+const CLIENT_METRICS: i8 = 16;
+
+impl Handler for ListConfigResources {
+    const KEY: ApiKey = ApiKey::ListConfigResources;
+    // v0 is ListClientMetricsResources: there are no client metrics here.
+    const VERSIONS: (i16, i16) = (1, 1);
+    type Request = ListConfigResourcesRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let access = ctx.access();
+        // The response has no message: a refusal is said in the audit log.
+        let refused = |code: i16| ListConfigResourcesResponse::default().with_error_code(code);
+        if !crate::authz::cluster(access, security::acl::Operation::DescribeConfigs) {
+            return ctx.now(&refused(crate::authz::CLUSTER_AUTHORIZATION_FAILED));
+        }
+        let mut types = req.resource_types;
+        if types.is_empty() {
+            types = LISTED_TYPES.to_vec();
+        }
+        if types.iter().any(|t| !LISTED_TYPES.contains(t)) {
+            return ctx.now(&refused(code::UNSUPPORTED_VERSION));
+        }
+        ctx.later(move |ctx| async move {
+            match list_config_resources(&types, ctx.broker.as_ref()).await {
+                Ok(listed) => ListConfigResourcesResponse::default().with_config_resources(listed),
+                Err(e) => {
+                    tracing::warn!(error = %e.message, "ListConfigResources failed");
+                    refused(e.code)
+                }
+            }
+        })
+    }
+}
+
+async fn list_config_resources(
+    types: &[i8],
+    broker: &dyn Broker,
+) -> Result<Vec<list_config_resources_response::ConfigResource>, Refused> {
+    let mut out = Vec::new();
+    let mut add = |resource_type: i8, names: Vec<String>| {
+        out.extend(names.into_iter().map(|n| {
+            list_config_resources_response::ConfigResource::default()
+                .with_resource_type(resource_type)
+                .with_resource_name(StrBytes::from_string(n))
+        }))
+    };
+    if types.contains(&GROUP) {
+        add(GROUP, broker.configured_groups().await?);
+    }
+    if types.contains(&BROKER) {
+        add(BROKER, broker.brokers().await?.iter().map(|b| b.node_id.to_string()).collect());
+    }
+    if types.contains(&TOPIC) {
+        let topics = broker.topics(None, None, None).await?;
+        add(TOPIC, topics.into_iter().filter(|t| !t.internal).map(|t| t.name).collect());
+    }
+    Ok(out)
+}
+
 /// What this area's APIs need of the connection's principal (the helpers are
 /// [`crate::authz`]'s).
 mod authorize {
@@ -439,14 +631,16 @@ mod authorize {
     use security::acl::Operation;
 
     use crate::authz::{
-        Access, CLUSTER_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, TOPIC_RESOURCE,
+        Access, CLUSTER_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED,
+        TOPIC_AUTHORIZATION_FAILED, TOPIC_RESOURCE,
     };
 
-    /// A config resource's refusal for `op`, none when allowed: a topic's right, or the
-    /// cluster's for a broker.
+    /// A config resource's refusal for `op`, none when allowed: a topic's or a group's right,
+    /// or the cluster's for a broker.
     fn config_refusal(a: Access<'_>, op: Operation, resource_type: i8, name: &str) -> Option<i16> {
         let (allowed, code) = match resource_type {
             TOPIC_RESOURCE => (a.topic(op, name), TOPIC_AUTHORIZATION_FAILED),
+            super::GROUP => (a.group(op, name), GROUP_AUTHORIZATION_FAILED),
             _ => (a.cluster(op), CLUSTER_AUTHORIZATION_FAILED),
         };
         (!allowed).then_some(code)

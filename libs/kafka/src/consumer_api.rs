@@ -19,7 +19,7 @@ use kafka_protocol::messages::{
 
 use crate::group_api::{check_coordinator, clock_now, s};
 use crate::groups::Groups;
-use crate::groups::consumer::{Assignment, Heartbeat, TopicView, Wanted};
+use crate::groups::consumer::{Assignment, Heartbeat, Timeouts, TopicView, Wanted};
 use crate::groups::errors::*;
 use crate::{Broker, code};
 use kafka_protocol::messages::ApiKey;
@@ -57,7 +57,7 @@ pub(crate) async fn heartbeat(
     if let Some(e) = check_coordinator(broker, groups, &group).await {
         return fail(e, None);
     }
-    let hb = Heartbeat {
+    let mut hb = Heartbeat {
         group,
         member_id: req.member_id.to_string(),
         member_epoch: req.member_epoch,
@@ -78,9 +78,20 @@ pub(crate) async fn heartbeat(
         }),
         client_id: client_id.to_owned(),
         client_host: client_host.to_owned(),
+        timeouts: Default::default(),
     };
     if let Err((code, message)) = hb.check() {
         return fail(code, Some(message));
+    }
+    // The group's own timeouts: followed in memory, no read per heartbeat.
+    match broker.group_config(&hb.group).await {
+        Ok(c) => {
+            hb.timeouts = Timeouts {
+                session: c.consumer_session_timeout(),
+                heartbeat: c.consumer_heartbeat_interval(),
+            }
+        }
+        Err(e) => return fail(COORDINATOR_NOT_AVAILABLE, Some(e.message)),
     }
     let view = if hb.member_epoch < 0 {
         TopicView::default()

@@ -1483,6 +1483,20 @@ mod tests {
         async fn delete_offset(&self, g: &str, t: Tenure, _: &str, _: i32) -> Result<(), Refused> {
             self.fenced(g, t)
         }
+        async fn group_config(&self, _: &str) -> Result<crate::GroupConfig, Refused> {
+            Ok(Default::default())
+        }
+        async fn configured_groups(&self) -> Result<Vec<String>, Refused> {
+            Ok(Vec::new())
+        }
+        async fn set_group_config(
+            &self,
+            _: &str,
+            _: crate::GroupConfig,
+            _: bool,
+        ) -> Result<(), Refused> {
+            Err(Refused::new(code::INVALID_REQUEST, "no group configs in this test"))
+        }
     }
 
     fn join(group: &str, member: &str, client: &str) -> Join {

@@ -47,7 +47,7 @@ pub mod session;
 pub mod splice;
 
 pub use server::{KafkaConfig, serve};
-pub use streamconfig::StreamConfig;
+pub use streamconfig::{GroupConfig, StreamConfig};
 
 /// Kafka's error codes this front end answers with: the protocol crate's `ResponseError`
 /// numbers (none typed here), as the `i16` a response's `error_code` holds.
@@ -82,6 +82,7 @@ pub mod code {
     pub const INVALID_RECORD: i16 = ResponseError::InvalidRecord.code();
     pub const UNKNOWN_SERVER_ERROR: i16 = ResponseError::UnknownServerError.code();
     pub const INVALID_TIMESTAMP: i16 = ResponseError::InvalidTimestamp.code();
+    pub const POLICY_VIOLATION: i16 = ResponseError::PolicyViolation.code();
 }
 
 /// A live broker: a member that serves Kafka.
@@ -483,6 +484,23 @@ pub trait GroupOffsets: Send + Sync + 'static {
     /// stored state: what taking a group that never formed (to describe it, or fetch its
     /// offsets) left behind, once let go.
     async fn release_group(&self, group: &str, tenure: Tenure) -> Result<(), Refused>;
+
+    /// Group `group`'s configs (DescribeConfigs on a GROUP resource; a consumer group's
+    /// timeouts at each of its heartbeats): what this broker follows in memory, no read of
+    /// the store once it follows them. Any group may have configs, formed or not.
+    async fn group_config(&self, group: &str) -> Result<GroupConfig, Refused>;
+
+    /// The groups with configs set, by name (ListConfigResources).
+    async fn configured_groups(&self) -> Result<Vec<String>, Refused>;
+
+    /// Replaces a group's configs (back to the defaults when empty); with `validate_only`,
+    /// only checks it could. Once done, this broker's [`Self::group_config`] answers them.
+    async fn set_group_config(
+        &self,
+        group: &str,
+        config: GroupConfig,
+        validate_only: bool,
+    ) -> Result<(), Refused>;
 
     /// Deletes a group's committed offset on one partition (OffsetDelete).
     async fn delete_offset(

@@ -22,6 +22,7 @@ pub static APIS: &[Registration] = &[
     register::<configs::DescribeConfigs>(),
     register::<configs::AlterConfigs>(),
     register::<configs::IncrementalAlterConfigs>(),
+    register::<configs::ListConfigResources>(),
     register::<admin::DeleteRecords>(),
     register::<admin::DescribeCluster>(),
     register::<group_api::FindCoordinator>(),

@@ -150,6 +150,16 @@ impl Keys {
         self.key(format_args!("kafka/groups/coordinators/{group}"))
     }
 
+    /// Every Kafka group's configs (one key per group that has any).
+    pub fn group_configs(&self) -> Vec<u8> {
+        self.key(format_args!("kafka/groups/configs/"))
+    }
+
+    /// A Kafka group's configs; `group` is its encoded id (safe in a key).
+    pub fn group_config(&self, group: &str) -> Vec<u8> {
+        self.key(format_args!("kafka/groups/configs/{group}"))
+    }
+
     /// Every Kafka group's stored state (one key per group that exists: the group roster).
     pub fn group_states(&self) -> Vec<u8> {
         self.key(format_args!("kafka/groups/states/"))

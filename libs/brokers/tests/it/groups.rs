@@ -178,3 +178,51 @@ async fn a_group_only_asked_about_leaves_no_coordinator_record_once_let_go() -> 
     wb.shutdown().await;
     Ok(())
 }
+
+/// A group's configs set through one writer are what another answers once its watch brings
+/// them (and what the setter answers at once); asking for them after the first time reads
+/// nothing from the store, however often (a consumer group asks at every heartbeat). Set back
+/// to the defaults, the group's key goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_configs_are_followed_by_every_writer_and_asked_for_without_a_read() -> Result<()> {
+    let (counting, c) = CountingMeta::new(Arc::new(metadata::MemoryStore::new()));
+    let meta: Arc<dyn MetadataStore> = counting;
+    let objects: Arc<dyn ObjectStore> = Arc::new(objstore::object_store::memory::InMemory::new());
+    let (wa, a) = writer(&meta, &objects, "wa").await?;
+    let (wb, b) = writer(&meta, &objects, "wb").await?;
+    let session = |c: &kafka::GroupConfig| c.consumer_session_timeout();
+    let asked = b.group_config("app").await.map_err(|r| anyhow!("{r:?}"))?;
+    ensure!(asked.is_empty(), "none set: {asked:?}");
+    let fifty = kafka::GroupConfig::from_pairs([("consumer.session.timeout.ms", "50000")])?;
+    a.set_group_config("app", fifty.clone(), true).await.map_err(|r| anyhow!("{r:?}"))?;
+    ensure!(keys(&meta, "kafka/groups/configs/", "").await? == 0, "validate_only wrote");
+    a.set_group_config("app", fifty, false).await.map_err(|r| anyhow!("{r:?}"))?;
+    let at_a = a.group_config("app").await.map_err(|r| anyhow!("{r:?}"))?;
+    ensure!(session(&at_a) == Some(Duration::from_secs(50)), "the setter: {at_a:?}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while session(&b.group_config("app").await.map_err(|r| anyhow!("{r:?}"))?).is_none() {
+        ensure!(tokio::time::Instant::now() < deadline, "wb never followed the change");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Each follower watches again once it has read the change.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (reads, watches) = (c.reads.load(Relaxed), c.watches.load(Relaxed));
+    for _ in 0..1000 {
+        let other = b.group_config("other").await.map_err(|r| anyhow!("{r:?}"))?;
+        ensure!(other.is_empty());
+        b.group_config("app").await.map_err(|r| anyhow!("{r:?}"))?;
+    }
+    let cost = (c.reads.load(Relaxed) - reads, c.watches.load(Relaxed) - watches);
+    ensure!(cost == (0, 0), "2,000 asks cost {cost:?} reads and watches");
+    let long = "g".repeat(200);
+    let bad = a.set_group_config(&long, kafka::GroupConfig::default(), false).await;
+    ensure!(bad.is_err_and(|r| r.code == 24), "INVALID_GROUP_ID: too long to name a key");
+    a.set_group_config("app", kafka::GroupConfig::default(), false)
+        .await
+        .map_err(|r| anyhow!("{r:?}"))?;
+    ensure!(keys(&meta, "kafka/groups/configs/", "").await? == 0, "the defaults: no key");
+    ensure!(a.group_config("app").await.map_err(|r| anyhow!("{r:?}"))?.is_empty());
+    wa.shutdown().await;
+    wb.shutdown().await;
+    Ok(())
+}

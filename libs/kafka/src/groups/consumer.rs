@@ -73,6 +73,17 @@ pub struct Heartbeat {
     pub owned: Option<Assignment>,
     pub client_id: String,
     pub client_host: String,
+    /// The group's own session timeout and heartbeat interval (its group configs), where set.
+    pub timeouts: Timeouts,
+}
+
+/// A consumer group's own session timeout and heartbeat interval (its
+/// `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms` group configs), where
+/// set; the coordinator's otherwise.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timeouts {
+    pub session: Option<Duration>,
+    pub heartbeat: Option<Duration>,
 }
 
 impl Heartbeat {
@@ -288,6 +299,8 @@ pub(super) struct Group {
     stored: Option<bytes::Bytes>,
     /// Changed by a tick or a leave: stored by the next store of changed groups.
     dirty: bool,
+    /// Its own timeouts, as its last heartbeat carried them.
+    timeouts: Timeouts,
     /// When it last had no member left, or last took a commit without members (ms since the
     /// Unix epoch): its offsets expire from then.
     pub(super) quiet_since_ms: i64,
@@ -304,6 +317,7 @@ impl Group {
             metadata: BTreeMap::new(),
             stored: None,
             dirty: false,
+            timeouts: Timeouts::default(),
             quiet_since_ms: 0,
         }
     }
@@ -688,7 +702,7 @@ impl Groups {
         }
         let mut groups = self.consumer_lock();
         drop(classic);
-        let interval = self.heartbeat_interval;
+        let interval = hb.timeouts.heartbeat.unwrap_or(self.heartbeat_interval);
         if hb.member_epoch < 0 {
             return leave(&mut groups, &hb, interval);
         }
@@ -704,6 +718,7 @@ impl Groups {
             }
         }
         let g = groups.entry(hb.group.clone()).or_insert_with(Group::new);
+        g.timeouts = hb.timeouts;
         let mut member_id = hb.member_id.clone();
         if member_id.is_empty() {
             // v0: the coordinator names the member.
@@ -843,11 +858,12 @@ impl Groups {
     pub(super) fn consumer_tick(&self, now: Instant) -> Vec<String> {
         let mut groups = self.consumer_lock();
         for (name, g) in groups.iter_mut() {
+            let session = g.timeouts.session.unwrap_or(self.consumer_session_timeout);
             let gone: Vec<(String, &'static str)> = g
                 .members
                 .iter()
                 .filter_map(|(id, m)| {
-                    if now.duration_since(m.last_heard) > self.consumer_session_timeout {
+                    if now.duration_since(m.last_heard) > session {
                         Some((id.clone(), "session expired"))
                     } else if m.revoke_deadline.is_some_and(|d| now >= d) {
                         Some((id.clone(), "did not revoke within its rebalance timeout"))
@@ -1544,6 +1560,31 @@ mod tests {
         let b = settle_in(&g, "h", &v, "b", b, t0);
         assert_eq!(b.assignment.as_ref().map(count), Some(6));
         let _ = a;
+    }
+
+    #[test]
+    fn a_groups_own_timeouts_set_its_heartbeat_interval_and_session() {
+        let (g, t0) = (groups(), Instant::now());
+        let v = view(&[("a", T1, 2)]);
+        let own = Timeouts {
+            session: Some(Duration::from_secs(55)),
+            heartbeat: Some(Duration::from_secs(7)),
+        };
+        let joined =
+            g.consumer_heartbeat(Heartbeat { timeouts: own, ..join("g", "m", &["a"]) }, &v, t0);
+        assert_eq!(joined.heartbeat_interval, Duration::from_secs(7), "the group's own");
+        let other = g.consumer_heartbeat(join("h", "m", &["a"]), &v, t0);
+        assert_eq!(other.heartbeat_interval, Duration::from_secs(5), "the coordinator's");
+        // Past the coordinator's 45 s, within the group's 55 s: only the other group's member
+        // is removed.
+        g.tick(t0 + Duration::from_secs(50));
+        let members = |group: &str| g.consumer_describe(group).map(|d| d.members.len());
+        assert_eq!((members("g"), members("h")), (Some(1), Some(0)));
+        g.tick(t0 + Duration::from_secs(56));
+        assert_eq!(members("g"), Some(0), "silent past its own session timeout");
+        // Set back to the defaults: its next heartbeat carries none.
+        let back = g.consumer_heartbeat(join("g", "m2", &["a"]), &v, t0 + Duration::from_secs(60));
+        assert_eq!(back.heartbeat_interval, Duration::from_secs(5));
     }
 
     #[test]

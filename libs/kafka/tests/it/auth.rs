@@ -39,8 +39,7 @@ fn acl(who: &str, op: Operation, name: &str) -> Acl {
 }
 
 /// A front end with authentication on: users `alice` (produce, describe and describe the
-/// configs of `orders`) and
-/// `root` (a super user).
+/// configs of `orders`; alter the configs of group `alices-group`) and `root` (a super user).
 async fn secured() -> Result<Server> {
     let meta: Arc<dyn metadata::MetadataStore> = Arc::new(metadata::MemoryStore::new());
     let store = security::store::AuthStore::new(meta, "k");
@@ -51,6 +50,10 @@ async fn secured() -> Result<Server> {
             acl("alice", Operation::Produce, "orders"),
             acl("alice", Operation::Describe, "orders"),
             acl("alice", Operation::DescribeConfigs, "orders"),
+            Acl {
+                resource: ResourceType::Group,
+                ..acl("alice", Operation::AlterConfigs, "alices-group")
+            },
         ])
         .await?;
     let section = config::AuthSection {
@@ -578,13 +581,16 @@ async fn config_requests_are_split_per_resource_topics_and_the_broker_alike() ->
         resource(2, "orders"),
         resource(2, "secret"),
         resource(4, "10"),
+        resource(32, "alices-group"),
+        resource(32, "bobs-group"),
     ]);
     let r: DescribeConfigsResponse =
         call(&mut alice, ApiKey::DescribeConfigs, 4, &req).await?.context("closed")?;
     let mut got: Vec<(String, i16)> =
         r.results.iter().map(|r| (r.resource_name.to_string(), r.error_code)).collect();
     got.sort();
-    ensure!(got[1..] == [("orders".to_owned(), 0), ("secret".to_owned(), 29)], "{got:?}");
+    ensure!(got[1..3] == [("alices-group".to_owned(), 0), ("bobs-group".to_owned(), 30)]);
+    ensure!(got[3..] == [("orders".to_owned(), 0), ("secret".to_owned(), 29)], "{got:?}");
     ensure!(got[0] == ("10".to_owned(), 31), "{got:?}");
     // No alter on orders: refused, the handler never sees it.
     let alter = IncrementalAlterConfigsRequest::default().with_resources(vec![
@@ -595,6 +601,20 @@ async fn config_requests_are_split_per_resource_topics_and_the_broker_alike() ->
     let r: IncrementalAlterConfigsResponse =
         call(&mut alice, ApiKey::IncrementalAlterConfigs, 1, &alter).await?.context("closed")?;
     ensure!(r.responses.len() == 1 && r.responses[0].error_code == 29, "{:?}", r.responses);
+    // A group's configs: ALTER_CONFIGS on the group (GROUP_AUTHORIZATION_FAILED without).
+    let group = |n: &str| {
+        AlterConfigsResource::default()
+            .with_resource_type(32)
+            .with_resource_name(StrBytes::from_string(n.to_owned()))
+    };
+    let alter = IncrementalAlterConfigsRequest::default()
+        .with_resources(vec![group("alices-group"), group("bobs-group")]);
+    let r: IncrementalAlterConfigsResponse =
+        call(&mut alice, ApiKey::IncrementalAlterConfigs, 1, &alter).await?.context("closed")?;
+    let mut got: Vec<(String, i16)> =
+        r.responses.iter().map(|r| (r.resource_name.to_string(), r.error_code)).collect();
+    got.sort();
+    ensure!(got == [("alices-group".into(), 0), ("bobs-group".into(), 30)], "{got:?}");
     Ok(())
 }
 
@@ -604,7 +624,10 @@ async fn config_requests_are_split_per_resource_topics_and_the_broker_alike() ->
 /// asked, Kafka's "none given" (i32::MIN).
 #[tokio::test]
 async fn authorized_operations_say_what_the_principal_may_do() -> Result<()> {
-    use kafka_protocol::messages::{DescribeClusterRequest, DescribeClusterResponse};
+    use kafka_protocol::messages::{
+        DescribeClusterRequest, DescribeClusterResponse, DescribeGroupsRequest,
+        DescribeGroupsResponse, GroupId,
+    };
     let s = secured().await?;
     let login_as = |user: &'static str, pw: &'static str| {
         let s = &s;
@@ -637,6 +660,15 @@ async fn authorized_operations_say_what_the_principal_may_do() -> Result<()> {
         call(&mut root, ApiKey::DescribeCluster, 1, &cluster).await?.context("closed")?;
     let all_cluster = [5, 7, 8, 9, 10, 11, 12].iter().fold(0, |b, c| b | (1 << c));
     ensure!(r.error_code == 0 && r.cluster_authorized_operations == all_cluster, "{r:?}");
+    // A group's, as Kafka 4.4 lists them: READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS,
+    // ALTER_CONFIGS.
+    let groups = DescribeGroupsRequest::default()
+        .with_groups(vec![GroupId(StrBytes::from_static_str("g"))])
+        .with_include_authorized_operations(true);
+    let r: DescribeGroupsResponse =
+        call(&mut root, ApiKey::DescribeGroups, 5, &groups).await?.context("closed")?;
+    let all_group = [3, 6, 8, 10, 11].iter().fold(0, |b, c| b | (1 << c));
+    ensure!(r.groups[0].authorized_operations == all_group, "{r:?}");
     Ok(())
 }
 

@@ -51,6 +51,8 @@ struct FakeBroker {
     /// While true, group state stores wait (counted in `stores_waiting`).
     stores_held: tokio::sync::watch::Sender<bool>,
     stores_waiting: std::sync::atomic::AtomicUsize,
+    /// Group configs set, by group.
+    group_configs: Mutex<std::collections::HashMap<String, kafka::GroupConfig>>,
 }
 
 /// Batches of each partition of topic `lagging` (any partition number), one record each.
@@ -501,6 +503,32 @@ impl kafka::GroupOffsets for FakeBroker {
         self.fenced(group, tenure)?;
         let mut stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
         stored.remove(&(group.to_owned(), topic.to_owned(), partition));
+        Ok(())
+    }
+
+    async fn group_config(&self, group: &str) -> Result<kafka::GroupConfig, Refused> {
+        let configs = self.group_configs.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(configs.get(group).cloned().unwrap_or_default())
+    }
+
+    async fn configured_groups(&self) -> Result<Vec<String>, Refused> {
+        let configs = self.group_configs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut groups: Vec<String> =
+            configs.iter().filter(|(_, c)| !c.is_empty()).map(|(g, _)| g.clone()).collect();
+        groups.sort();
+        Ok(groups)
+    }
+
+    async fn set_group_config(
+        &self,
+        group: &str,
+        config: kafka::GroupConfig,
+        validate_only: bool,
+    ) -> Result<(), Refused> {
+        if !validate_only {
+            let mut configs = self.group_configs.lock().unwrap_or_else(|e| e.into_inner());
+            configs.insert(group.to_owned(), config);
+        }
         Ok(())
     }
 }
@@ -1385,6 +1413,124 @@ async fn admin_requests_are_answered_at_every_advertised_version() -> Result<()>
         .await?;
         ensure!(r.results[0].error_code == 0, "v{v}: {r:?}");
     }
+    Ok(())
+}
+
+/// Group configs (a GROUP resource, 32) as Kafka 4.4 answers them: DescribeConfigs lists its 27
+/// group configs for any group, formed or not; IncrementalAlterConfigs and AlterConfigs set
+/// them within a Kafka broker's default bounds (INVALID_CONFIG outside them or for an unknown
+/// name, INVALID_REQUEST for an empty group name); set, they are GROUP_CONFIG, and a KIP-848
+/// member's heartbeats carry the group's own interval.
+#[tokio::test]
+async fn a_groups_configs_are_set_described_and_given_to_its_members() -> Result<()> {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::*;
+    use kafka_protocol::messages::{
+        alter_configs_request as full, incremental_alter_configs_request as inc,
+    };
+    let s = server(KafkaConfig::default()).await?;
+    let str = |v: &str| StrBytes::from_string(v.to_owned());
+    let describe = |group: &str| {
+        let r = DescribeConfigsResource::default()
+            .with_resource_type(32)
+            .with_resource_name(str(group));
+        let req = DescribeConfigsRequest::default().with_resources(vec![r]);
+        async move {
+            let r: DescribeConfigsResponse =
+                ask(s.addr, ApiKey::DescribeConfigs, 4, "t", &req).await?;
+            anyhow::Ok(r.results.into_iter().next().context("one result")?)
+        }
+    };
+    let value = |r: &describe_configs_response::DescribeConfigsResult, name: &str| {
+        r.configs
+            .iter()
+            .find(|c| c.name.as_str() == name)
+            .map(|c| (c.value.as_ref().map(|v| v.to_string()).unwrap_or_default(), c.config_source))
+    };
+    let set = |group: &str, name: &str, v: &str| {
+        let op = inc::AlterableConfig::default()
+            .with_name(str(name))
+            .with_config_operation(0)
+            .with_value(Some(str(v)));
+        let r = inc::AlterConfigsResource::default()
+            .with_resource_type(32)
+            .with_resource_name(str(group))
+            .with_configs(vec![op]);
+        let req = IncrementalAlterConfigsRequest::default().with_resources(vec![r]);
+        async move {
+            let r: IncrementalAlterConfigsResponse =
+                ask(s.addr, ApiKey::IncrementalAlterConfigs, 1, "t", &req).await?;
+            anyhow::Ok(r.responses[0].error_code)
+        }
+    };
+    let fresh = describe("never-formed").await?;
+    let names: Vec<&str> = fresh.configs.iter().map(|c| c.name.as_str()).collect();
+    let every: Vec<&str> = streamconfig::GROUP_DEFS.iter().map(|d| d.name).collect();
+    ensure!(fresh.error_code == 0 && names == every && names.len() == 27, "{fresh:?}");
+    ensure!(value(&fresh, "consumer.heartbeat.interval.ms") == Some(("5000".into(), 5)));
+    ensure!(value(&fresh, "share.auto.offset.reset") == Some(("latest".into(), 5)));
+    ensure!(describe("").await?.error_code == 42, "an empty group name");
+
+    ensure!(set("g", "consumer.heartbeat.interval.ms", "7000").await? == 0);
+    ensure!(set("g", "share.auto.offset.reset", "by_duration:PT1H").await? == 0);
+    let g = describe("g").await?;
+    ensure!(value(&g, "consumer.heartbeat.interval.ms") == Some(("7000".into(), 8)), "{g:?}");
+    ensure!(value(&g, "share.auto.offset.reset") == Some(("by_duration:PT1H".into(), 8)));
+    for (name, v) in [
+        ("consumer.heartbeat.interval.ms", "1000"),
+        ("consumer.session.timeout.ms", "60001"),
+        ("share.delivery.count.limit", "11"),
+        ("no.such.config", "1"),
+    ] {
+        ensure!(set("g", name, v).await? == 40, "{name}={v}: INVALID_CONFIG");
+    }
+    let v = value(&describe("g").await?, "consumer.heartbeat.interval.ms");
+    ensure!(v == Some(("7000".into(), 8)), "a refused change changes nothing: {v:?}");
+
+    // A KIP-848 member of the group is told the group's interval; another group's, the default.
+    let hb = ApiKey::ConsumerGroupHeartbeat;
+    let r: ConsumerGroupHeartbeatResponse =
+        ask(s.addr, hb, 1, "t", &kip848_join("g", "m1")).await?;
+    ensure!(r.error_code == 0 && r.heartbeat_interval_ms == 7000, "{r:?}");
+    let r: ConsumerGroupHeartbeatResponse =
+        ask(s.addr, hb, 1, "t", &kip848_join("h", "m1")).await?;
+    ensure!(r.error_code == 0 && r.heartbeat_interval_ms == 5000, "{r:?}");
+
+    // AlterConfigs replaces them whole: the interval not named goes back to the default.
+    let r = full::AlterConfigsResource::default()
+        .with_resource_type(32)
+        .with_resource_name(str("g"))
+        .with_configs(vec![
+            full::AlterableConfig::default()
+                .with_name(str("consumer.session.timeout.ms"))
+                .with_value(Some(str("50000"))),
+        ]);
+    let req = AlterConfigsRequest::default().with_resources(vec![r]);
+    let r: AlterConfigsResponse = ask(s.addr, ApiKey::AlterConfigs, 2, "t", &req).await?;
+    ensure!(r.responses[0].error_code == 0, "{r:?}");
+    let g = describe("g").await?;
+    ensure!(value(&g, "consumer.session.timeout.ms") == Some(("50000".into(), 8)), "{g:?}");
+    ensure!(value(&g, "consumer.heartbeat.interval.ms") == Some(("5000".into(), 5)), "{g:?}");
+
+    // ListConfigResources (KIP-1142): the groups with configs, topics and brokers.
+    let list = |types: Vec<i8>| {
+        let req = ListConfigResourcesRequest::default().with_resource_types(types);
+        async move {
+            let r: ListConfigResourcesResponse =
+                ask(s.addr, ApiKey::ListConfigResources, 1, "t", &req).await?;
+            let listed: Vec<(i8, String)> = r
+                .config_resources
+                .iter()
+                .map(|c| (c.resource_type, c.resource_name.to_string()))
+                .collect();
+            anyhow::Ok((r.error_code, listed))
+        }
+    };
+    ensure!(list(vec![32]).await? == (0, vec![(32, "g".to_owned())]));
+    let (code, all) = list(Vec::new()).await?;
+    ensure!(code == 0 && all.contains(&(32, "g".into())) && all.contains(&(2, "orders".into())));
+    ensure!(all.iter().any(|(t, _)| *t == 4), "the brokers: {all:?}");
+    ensure!(list(vec![2, 99]).await?.0 == 35, "an unknown type: UNSUPPORTED_VERSION");
     Ok(())
 }
 

@@ -1,7 +1,8 @@
 //! Apache Kafka's own ecosystem, unmodified, against a standalone whose compactor runs every
 //! second: a Kafka Connect distributed worker (its config, offset and status topics made and
 //! checked compacted by Connect itself) and a Kafka Streams application (its repartition and
-//! changelog topics made by Streams, with its own configs), each across a restart.
+//! changelog topics made by Streams, with its own configs), each across a restart; and Kafka's
+//! `kafka-configs` tool on a group's configs.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -93,4 +94,53 @@ fn a_kafka_streams_ktable_counts_exactly_and_is_rebuilt_from_its_compacted_chang
     // No local state: the counts are rebuilt from the compacted changelog, and go on exactly.
     std::fs::remove_dir_all(&state)?;
     run("2")
+}
+
+/// Apache Kafka 4.4's `kafka-configs` (its ConfigCommand, run from the tools' jars) on a
+/// group's configs: set (validated as Kafka's broker validates them: a session timeout out of
+/// its bounds is InvalidConfigurationException), described (the dynamic ones, then all 27),
+/// listed among every group's (ListConfigResources), and deleted.
+#[test]
+fn kafka_configs_sets_describes_lists_and_deletes_a_groups_configs() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let s = Standalone::start(dir.path(), testkit::free_port()?)?;
+    let configs = |args: &[&str]| -> Result<(bool, String)> {
+        let out = Command::new("java")
+            .arg("-cp")
+            .arg(format!("{ROOT}/.tools/kafka-tools/*"))
+            .arg("org.apache.kafka.tools.ConfigCommand")
+            .args(["--bootstrap-server", &s.kafka, "--entity-type", "groups"])
+            .args(args)
+            .output()
+            .context("java and Kafka's tools (`make deps` puts them in .tools/kafka-tools)")?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok((out.status.success(), text))
+    };
+    let set = "consumer.session.timeout.ms=50000,consumer.heartbeat.interval.ms=6000";
+    let (ok, out) = configs(&["--entity-name", "app", "--alter", "--add-config", set])?;
+    ensure!(ok && out.contains("Completed updating config for group app"), "{out}");
+    let (ok, out) = configs(&["--entity-name", "app", "--describe"])?;
+    ensure!(ok, "{out}");
+    for want in ["consumer.heartbeat.interval.ms=6000", "consumer.session.timeout.ms=50000"] {
+        ensure!(out.contains(want), "{want} not described: {out}");
+    }
+    let (ok, out) = configs(&["--entity-name", "app", "--describe", "--all"])?;
+    let described = out.lines().filter(|l| l.contains(" sensitive=false")).count();
+    ensure!(ok && described == 27, "{described} configs: {out}");
+    ensure!(out.contains("share.auto.offset.reset=latest"), "{out}");
+    let bad = "consumer.session.timeout.ms=1000";
+    let (ok, out) = configs(&["--entity-name", "app", "--alter", "--add-config", bad])?;
+    ensure!(!ok && out.contains("InvalidConfigurationException"), "{out}");
+    let (ok, out) = configs(&["--describe"])?;
+    ensure!(ok && out.contains("Dynamic configs for group app are:"), "listed: {out}");
+    let gone = "consumer.heartbeat.interval.ms";
+    let (ok, out) = configs(&["--entity-name", "app", "--alter", "--delete-config", gone])?;
+    ensure!(ok, "{out}");
+    let (_, out) = configs(&["--entity-name", "app", "--describe"])?;
+    ensure!(out.contains("consumer.session.timeout.ms=50000") && !out.contains(gone), "{out}");
+    Ok(())
 }
