@@ -1943,12 +1943,6 @@ async fn group_apis_are_answered_at_every_version_and_refuse_bad_input() -> Resu
     Ok(())
 }
 
-/// KIP-848 over the wire at both versions: a member joins (v0: the coordinator names it; v1:
-/// its own id) and gets every partition of "orders" by topic id; a second member joins, and
-/// the first is told to keep part (revoke before assign) and is fenced at a wrong epoch;
-/// ConsumerGroupDescribe shows both; commits go by member epoch (STALE_MEMBER_EPOCH at an old
-/// one, UNSUPPORTED_VERSION before OffsetCommit v9); a classic JoinGroup to the group is
-/// INCONSISTENT_GROUP_PROTOCOL, and bad heartbeats get Kafka's codes.
 /// A KIP-848 member of `group` joining (epoch 0), subscribed to topic `orders`.
 fn kip848_join(
     group: &str,
@@ -2015,6 +2009,12 @@ fn commit_one(
         ])
 }
 
+/// KIP-848 over the wire at both versions: a member joins (v0: the coordinator names it; v1:
+/// its own id) and gets every partition of "orders" by topic id; a second member joins, and
+/// the first is told to keep part (revoke before assign) and is fenced at a wrong epoch;
+/// ConsumerGroupDescribe shows both; commits go by member epoch (STALE_MEMBER_EPOCH at an old
+/// one, UNSUPPORTED_VERSION before OffsetCommit v9); a classic JoinGroup to the group is
+/// INCONSISTENT_GROUP_PROTOCOL, and bad heartbeats get Kafka's codes.
 #[tokio::test]
 async fn consumer_group_heartbeats_assign_revoke_and_fence_at_both_versions() -> Result<()> {
     use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
