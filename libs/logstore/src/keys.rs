@@ -77,6 +77,11 @@ impl Keys {
         self.key(format_args!("logs/{:020}/index/", log.0))
     }
 
+    /// An aborted Kafka transaction paged out of the log's head, by its marker's offset.
+    pub fn aborted(&self, log: LogId, last_offset: u64) -> Vec<u8> {
+        self.key(format_args!("logs/{:020}/aborted/{last_offset:020}", log.0))
+    }
+
     pub fn index_page(&self, log: LogId, first_offset: u64) -> Vec<u8> {
         self.key(format_args!("logs/{:020}/index/{first_offset:020}", log.0))
     }

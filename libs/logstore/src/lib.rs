@@ -39,12 +39,17 @@ pub use reader::{
     DEFAULT_FOLLOWED_HEADS, DEFAULT_INDEX_PAGES, LogReader, MAX_BY_INDEX_BYTES,
     MAX_BY_INDEX_ENTRIES, StoredRun,
 };
-pub use storage::{Committing, Conditions, LogStorage, Reserved};
+pub use storage::{Committing, Conditions, LogStorage, Reserved, TxnMark};
 pub use writer::{Chain, LogStorageConfig};
 pub use writer::{FlushObserver, WriterHook, WriterStep};
 
 /// Chunk locators a log head keeps before spilling them to an index page.
 pub const RECENT_MAX: usize = 8;
+/// Kafka transactions open at once in one log at most: a transactional batch that would open
+/// one more is refused (its head carries them all).
+pub const MAX_OPEN_TXNS: usize = 1000;
+/// Aborted transactions a log's head keeps; older ones are paged out (one key each).
+pub const ABORTED_RECENT: usize = 32;
 
 /// A log's identity: never reused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -112,6 +117,9 @@ pub struct LogInfo {
     pub first_offset: u64,
     /// The high watermark.
     pub next_offset: u64,
+    /// The last stable offset: the first offset of the oldest open Kafka transaction, else
+    /// the high watermark.
+    pub last_stable_offset: u64,
     pub entries: u64,
     pub bytes: u64,
     /// The largest entry timestamp ever committed (trimmed entries included).

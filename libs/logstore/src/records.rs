@@ -189,6 +189,42 @@ pub struct LogHead {
     /// time never goes back within a log whatever the writers' clocks.
     #[prost(int64, tag = "12")]
     pub ingest_ms: i64,
+    /// Kafka transactions open in the log: each producer's first offset in its open
+    /// transaction, oldest first. The last stable offset is the first of them (the high
+    /// watermark when none is open). At most [`MAX_OPEN_TXNS`](crate::MAX_OPEN_TXNS).
+    #[prost(message, repeated, tag = "13")]
+    pub open_txns: Vec<OpenTxn>,
+    /// The newest aborted transactions, oldest first (by their abort marker's offset); at
+    /// most [`ABORTED_RECENT`](crate::ABORTED_RECENT): older ones are paged out to
+    /// `logs/<id>/aborted/<marker offset>` by the commit that ends them here.
+    #[prost(message, repeated, tag = "14")]
+    pub aborted: Vec<AbortedTxn>,
+    /// How many aborted transactions were ever paged out of [`Self::aborted`].
+    #[prost(uint64, tag = "15")]
+    pub aborted_paged: u64,
+}
+
+/// A Kafka transaction open in a log (ARCHITECTURE §12): its producer and the offset of its
+/// first batch here.
+#[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
+pub struct OpenTxn {
+    #[prost(int64, tag = "1")]
+    pub producer_id: i64,
+    #[prost(uint64, tag = "2")]
+    pub first_offset: u64,
+}
+
+/// An aborted Kafka transaction of a log: its producer, its first batch's offset here and its
+/// abort marker's (`last_offset`). A read_committed consumer skips that producer's batches
+/// from `first_offset` until the marker; `logs/<id>/aborted/<last_offset>` once paged out.
+#[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
+pub struct AbortedTxn {
+    #[prost(int64, tag = "1")]
+    pub producer_id: i64,
+    #[prost(uint64, tag = "2")]
+    pub first_offset: u64,
+    #[prost(uint64, tag = "3")]
+    pub last_offset: u64,
 }
 
 /// Which stream partition a log is: set once, at creation.
@@ -208,6 +244,12 @@ impl LogHead {
 
     pub fn slot(&self, zone: &str) -> Option<&Slot> {
         self.slots.iter().find(|s| s.zone == zone)
+    }
+
+    /// The last stable offset: the first offset of the oldest open transaction, else the
+    /// high watermark. Below it every transaction has ended (its marker is in the log).
+    pub fn last_stable_offset(&self) -> u64 {
+        self.open_txns.iter().map(|t| t.first_offset).min().unwrap_or(self.next_offset)
     }
 }
 

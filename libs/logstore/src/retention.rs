@@ -42,7 +42,8 @@ pub async fn soft_trim(reader: &LogReader, log: LogId, offset: u64) -> Result<u6
 }
 
 /// Soft-trims to `offset` (the start moves first), then deletes the index pages wholly below
-/// it, comparing the start as read. Their objects are reclaimed by the cleaner.
+/// it, comparing the start as read, and the aborted transactions ended below it. Their
+/// objects are reclaimed by the cleaner.
 pub async fn hard_trim(reader: &LogReader, log: LogId, offset: u64) -> Result<u64, LogError> {
     let start = soft_trim(reader, log, offset).await?;
     let (meta, keys) = (reader.meta(), reader.keys());
@@ -72,6 +73,13 @@ pub async fn hard_trim(reader: &LogReader, log: LogId, offset: u64) -> Result<u6
             ])
             .and_then([TxnOp::delete(KeyRange::between(keys.index_prefix(log), end))]);
         meta.txn(txn).await?;
+    }
+    // Aborted transactions whose marker is below the start: no read needs them. Each key is
+    // written once, by the commit of a marker at or past the high watermark, so none below
+    // the start is ever written again.
+    if snap.head.aborted_paged > 0 {
+        let below = KeyRange::between(keys.aborted(log, 0), keys.aborted(log, start));
+        meta.txn(Txn::new().and_then([TxnOp::delete(below)])).await?;
     }
     Ok(start)
 }

@@ -71,6 +71,21 @@ pub struct Conditions {
     /// Room already taken for this append ([`LogStorage::reserve`]): counted toward its room,
     /// so what it held while being received is never counted twice nor dropped uncounted.
     pub reserved: Option<Reserved>,
+    /// What the append is to a Kafka transaction: the log's open transactions and aborted
+    /// index change with its commit, in the same metadata transaction (ARCHITECTURE §12).
+    pub txn: Option<TxnMark>,
+}
+
+/// What an append is to a Kafka transaction of its log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnMark {
+    /// A batch of `producer_id`'s transaction: the first one opens the transaction here, at its
+    /// offset (refused `ResourceExhausted` when [`MAX_OPEN_TXNS`](crate::MAX_OPEN_TXNS) are
+    /// open already).
+    Data { producer_id: i64 },
+    /// The marker ending `producer_id`'s transaction: closes it; an abort of one that was
+    /// open here joins the log's aborted index.
+    End { producer_id: i64, abort: bool },
 }
 
 /// Level 1 log storage: appends through this writer; reads, trims and the rest through the
@@ -359,7 +374,8 @@ impl LogStorage {
         payload: Bytes,
         opts: Conditions,
     ) -> Result<Committing, LogError> {
-        let Conditions { expected_offset, tenure, timestamp, chain, overhead, reserved } = opts;
+        let Conditions { expected_offset, tenure, timestamp, chain, overhead, reserved, txn } =
+            opts;
         if let Some(e) = chain.as_ref().and_then(|c| c.broken()) {
             return Err(e);
         }
@@ -422,6 +438,7 @@ impl LogStorage {
             timestamp: timestamp.unwrap_or_else(|| self.core.clock.now_ms()),
             expected_offset,
             tenure,
+            txn,
             reply: tx,
             room: permit,
             kept,

@@ -421,11 +421,43 @@ impl LogReader {
             epoch: s.head.epoch,
             first_offset: s.start,
             next_offset: s.head.next_offset,
+            last_stable_offset: s.head.last_stable_offset(),
             entries: s.head.entry_count,
             bytes: s.head.cumulative_bytes,
             max_timestamp: s.head.max_timestamp,
             revision: s.revision,
         }
+    }
+
+    /// The aborted Kafka transactions a read of `[from, to)` must know of: those whose abort
+    /// marker is at or after `from` and whose first batch is before `to`, by marker offset, at
+    /// most `most` of them. From the followed head when it holds every one ending at or after
+    /// `from` (no metadata request); else the paged-out ones are read too.
+    pub async fn aborted_txns(
+        &self,
+        log: LogId,
+        from: u64,
+        to: u64,
+        most: usize,
+    ) -> Result<Vec<crate::records::AbortedTxn>, LogError> {
+        let snap = self.tail_snapshot(log).await?;
+        let recent = &snap.head.aborted;
+        let head_holds_all =
+            snap.head.aborted_paged == 0 || recent.first().is_some_and(|a| a.last_offset <= from);
+        let mut found = Vec::new();
+        if !head_holds_all {
+            let end = recent.first().map_or(u64::MAX, |a| a.last_offset);
+            let (start, end) = (self.keys.aborted(log, from), self.keys.aborted(log, end));
+            let limit = i64::try_from(most).unwrap_or(i64::MAX);
+            let resp = self.meta.range(RangeRequest::between(start, end).limit(limit)).await?;
+            for kv in &resp.kvs {
+                found.push(decode::<crate::records::AbortedTxn>("aborted transaction", &kv.value)?);
+            }
+        }
+        found.extend(recent.iter().copied());
+        found.retain(|a| a.last_offset >= from && a.first_offset < to);
+        found.truncate(most);
+        Ok(found)
     }
 
     /// The page a keys-only listing found: from the cache if it holds the version listed.

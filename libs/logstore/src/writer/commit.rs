@@ -213,6 +213,8 @@ pub(super) struct Plan {
     head_revision: i64,
     new_head: LogHead,
     pages: Vec<(u64, IndexPage)>,
+    /// Aborted transactions paged out of the head, each to its own key.
+    aborted_pages: Vec<crate::records::AbortedTxn>,
     /// Per entry of the chunk: its header if it commits, or why it does not.
     outcome: Vec<Result<LogEntryHeader, Unmet>>,
     first_locator: Option<Locator>,
@@ -226,6 +228,40 @@ pub(super) enum Unmet {
     Offset(u64),
     /// Its tenure: the slot is served at this epoch.
     Tenure(i64),
+    /// It would open a transaction in a log with [`crate::MAX_OPEN_TXNS`] open.
+    OpenTxns,
+}
+
+/// `h` with `mark` applied at `offset` (the marked entry's): a transaction opened, or ended
+/// (an abort of one open here joins the aborted index). Refused when it would open one too
+/// many.
+fn mark_txn(h: &mut LogHead, mark: crate::storage::TxnMark, offset: u64) -> Result<(), Unmet> {
+    use crate::records::{AbortedTxn, OpenTxn};
+    use crate::storage::TxnMark;
+    let open_at = |h: &LogHead, pid: i64| h.open_txns.iter().position(|t| t.producer_id == pid);
+    match mark {
+        TxnMark::Data { producer_id } => {
+            if open_at(h, producer_id).is_none() {
+                if h.open_txns.len() >= crate::MAX_OPEN_TXNS {
+                    return Err(Unmet::OpenTxns);
+                }
+                h.open_txns.push(OpenTxn { producer_id, first_offset: offset });
+            }
+        }
+        TxnMark::End { producer_id, abort } => {
+            if let Some(i) = open_at(h, producer_id) {
+                let open = h.open_txns.remove(i);
+                if abort {
+                    h.aborted.push(AbortedTxn {
+                        producer_id,
+                        first_offset: open.first_offset,
+                        last_offset: offset,
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Builds the commit of a log's `parts` (its chunks of one or more flushes, in flush order) on
@@ -258,6 +294,8 @@ pub(super) fn plan(
             (_, Some(expected)) if expected != h.next_offset => Some(Unmet::Offset(h.next_offset)),
             _ => None,
         };
+        let at = h.next_offset;
+        let unmet = unmet.or_else(|| p.txn.and_then(|m| mark_txn(&mut h, m, at).err()));
         if let Some(unmet) = unmet {
             outcome.push(Err(unmet));
             open_run = false;
@@ -314,7 +352,10 @@ pub(super) fn plan(
         let page: Vec<Locator> = h.recent.drain(..RECENT_MAX).collect();
         pages.push((page[0].first_offset, IndexPage { locators: page }));
     }
-    Plan { log, head_revision, new_head: h, pages, outcome, first_locator, runs }
+    let spill = h.aborted.len().saturating_sub(crate::ABORTED_RECENT);
+    let aborted_pages: Vec<_> = h.aborted.drain(..spill).collect();
+    h.aborted_paged += aborted_pages.len() as u64;
+    Plan { log, head_revision, new_head: h, pages, aborted_pages, outcome, first_locator, runs }
 }
 
 /// Why a log's chunk cannot commit under this writer now, if it cannot.
@@ -498,7 +539,7 @@ fn txn_groups(plans: Vec<(Parts, Served, Plan)>) -> Vec<Vec<(Parts, Served, Plan
     let mut groups: Vec<Vec<(Parts, Served, Plan)>> = Vec::new();
     let (mut compares, mut puts) = (0, 0);
     for item in plans {
-        let need = 1 + item.2.pages.len();
+        let need = 1 + item.2.pages.len() + item.2.aborted_pages.len();
         if groups.is_empty()
             || compares + 1 > metadata::MAX_TXN_OPS
             || puts + need > metadata::MAX_TXN_OPS
@@ -549,6 +590,13 @@ pub(super) fn acknowledge(parts: Parts, p: Plan) {
                 let (log, held) = (pending.log, pending.tenure.unwrap_or(0));
                 pending.answer(Err(LogError::Fenced { log, held, current, whole_log: false }));
             }
+            Err(Unmet::OpenTxns) => {
+                let log = pending.log;
+                pending.answer(Err(LogError::ResourceExhausted(format!(
+                    "log {log}: {} transactions open already",
+                    crate::MAX_OPEN_TXNS
+                ))))
+            }
         }
     }
 }
@@ -598,6 +646,9 @@ pub(super) async fn commit_group(
         puts.push(TxnOp::put(core.keys.head(p.log), p.new_head.encode_to_vec()));
         for (first, page) in &p.pages {
             puts.push(TxnOp::put(core.keys.index_page(p.log, *first), page.encode_to_vec()));
+        }
+        for a in &p.aborted_pages {
+            puts.push(TxnOp::put(core.keys.aborted(p.log, a.last_offset), a.encode_to_vec()));
         }
         gets.push(TxnOp::get(RangeRequest::key(core.keys.head(p.log))));
     }
@@ -710,4 +761,31 @@ pub(super) async fn committed_at(core: &Core, log: LogId, loc: &Locator) -> Resu
             && l.wal_seq == loc.wal_seq
             && l.byte_start == loc.byte_start
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::TxnMark::{Data, End};
+
+    #[test]
+    fn a_transaction_opens_once_ends_once_and_no_more_than_the_bound_open() {
+        let mut h = LogHead::default();
+        assert!(mark_txn(&mut h, Data { producer_id: 1 }, 10).is_ok());
+        assert!(mark_txn(&mut h, Data { producer_id: 1 }, 12).is_ok());
+        assert_eq!(h.open_txns.len(), 1, "its later batches leave it open at 10");
+        assert_eq!(h.open_txns[0].first_offset, 10);
+        assert!(mark_txn(&mut h, End { producer_id: 2, abort: true }, 13).is_ok());
+        assert!(h.aborted.is_empty(), "nothing of 2's here: no abort to index");
+        assert!(mark_txn(&mut h, End { producer_id: 1, abort: true }, 14).is_ok());
+        assert!(h.open_txns.is_empty());
+        assert_eq!((h.aborted[0].first_offset, h.aborted[0].last_offset), (10, 14));
+        for pid in 0..crate::MAX_OPEN_TXNS as i64 {
+            assert!(mark_txn(&mut h, Data { producer_id: 100 + pid }, 20).is_ok());
+        }
+        let before = h.clone();
+        assert!(matches!(mark_txn(&mut h, Data { producer_id: 1 }, 30), Err(Unmet::OpenTxns)));
+        assert_eq!(h, before, "refused: nothing applied");
+        assert!(mark_txn(&mut h, Data { producer_id: 100 }, 30).is_ok(), "one open already");
+    }
 }

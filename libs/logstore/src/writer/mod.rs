@@ -73,6 +73,8 @@ pub(crate) struct Pending {
     /// Commits only under this epoch of the slot (the tenure the caller's state belongs to);
     /// under another, the append fails FENCED with nothing applied.
     pub tenure: Option<i64>,
+    /// What it is to a Kafka transaction of the log.
+    pub txn: Option<crate::storage::TxnMark>,
     pub reply: oneshot::Sender<Result<LogEntryHeader, LogError>>,
     /// Its room in the buffer: its payload's bytes, which the flush takes with the payload
     /// (and gives back once its object is stored), and `kept`, held until the append is

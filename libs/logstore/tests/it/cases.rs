@@ -42,6 +42,7 @@ both_envs!(
     index_reads_fetch_entries_without_resolving_offsets,
     lost_lease_ends_the_incarnation_and_the_writer_registers_again,
     log_fenced_by_a_dead_writer_is_taken_over,
+    transactions_set_the_last_stable_offset_and_the_aborted_index,
 );
 
 /// Revokes a writer's lease behind its back, as an expiry would.
@@ -1048,6 +1049,78 @@ async fn kafka_node_ids_are_distinct_and_kept_across_restarts(env: Env) -> Resul
         logstore::membership::live_members(env.meta.as_ref(), &env.cluster, "writer").await?;
     let me = members.iter().find(|m| m.id == "kafka-writer").context("not registered")?;
     ensure!(me.kafka == "127.0.0.1:9092" && me.node_id == 8, "{me:?}");
+    w.shutdown().await;
+    Ok(())
+}
+
+/// A log's Kafka transactions are facts of its head (ARCHITECTURE §12): a transaction's first
+/// batch opens it at its offset, holding the last stable offset there (never back) while later
+/// appends move the high watermark; its marker ends it, and an abort joins the aborted index.
+/// Aborts beyond the head's recent ones are paged out and still found, from another process's
+/// reader too; a hard trim removes those wholly below the start.
+async fn transactions_set_the_last_stable_offset_and_the_aborted_index(env: Env) -> Result<()> {
+    use logstore::TxnMark::{Data, End};
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    let zone = w.config().zone.clone();
+    let append = |mark: Option<logstore::TxnMark>, tag: &'static str, i: usize| {
+        let (w, zone) = (w.clone(), zone.clone());
+        async move {
+            let opts = logstore::Conditions { txn: mark, ..Default::default() };
+            let c = w.submit_in_slot(log, &zone, 1, payload(tag, i), opts).await?;
+            anyhow::Ok(c.await?.offset)
+        }
+    };
+    let lso =
+        |w: LogStorage| async move { anyhow::Ok(w.reader().info(log).await?.last_stable_offset) };
+    ensure!(append(None, "plain", 0).await? == 0);
+    ensure!(lso(w.clone()).await? == 1, "no transaction: the high watermark");
+    ensure!(append(Some(Data { producer_id: 7 }), "t7", 0).await? == 1);
+    ensure!(append(None, "plain", 1).await? == 2);
+    ensure!(append(Some(Data { producer_id: 7 }), "t7", 1).await? == 3);
+    ensure!(append(Some(Data { producer_id: 8 }), "t8", 0).await? == 4);
+    ensure!(lso(w.clone()).await? == 1, "held at 7's first batch");
+    ensure!(append(Some(End { producer_id: 7, abort: true }), "abort7", 0).await? == 5);
+    ensure!(lso(w.clone()).await? == 4, "then at 8's");
+    ensure!(append(Some(End { producer_id: 8, abort: false }), "commit8", 0).await? == 6);
+    ensure!(lso(w.clone()).await? == 7, "none open");
+    let aborted = w.reader().aborted_txns(log, 0, 7, 100).await?;
+    let seen: Vec<(i64, u64, u64)> =
+        aborted.iter().map(|a| (a.producer_id, a.first_offset, a.last_offset)).collect();
+    ensure!(seen == [(7, 1, 5)], "only 7's abort: {seen:?}");
+    ensure!(w.reader().aborted_txns(log, 6, 7, 100).await?.is_empty(), "ended before 6");
+    ensure!(w.reader().aborted_txns(log, 0, 1, 100).await?.is_empty(), "began at 1");
+    // A marker for a transaction with nothing here changes nothing.
+    ensure!(append(Some(End { producer_id: 9, abort: true }), "abort9", 0).await? == 7);
+    // Many aborts: the oldest are paged out of the head, one key each, and still found.
+    let n = logstore::ABORTED_RECENT + 10;
+    for i in 0..n {
+        let pid = 100 + i as i64;
+        append(Some(Data { producer_id: pid }), "tx", i).await?;
+        append(Some(End { producer_id: pid, abort: true }), "abort", i).await?;
+    }
+    let head = w.head(log).await?;
+    let spilled = (n + 1 - logstore::ABORTED_RECENT) as u64;
+    ensure!(head.aborted.len() == logstore::ABORTED_RECENT && head.aborted_paged == spilled);
+    let other = env.writer("other").await?;
+    let all = other.reader().aborted_txns(log, 0, u64::MAX, 1000).await?;
+    ensure!(all.len() == n + 1, "{} aborted of {}", all.len(), n + 1);
+    ensure!(all.windows(2).all(|p| p[0].last_offset < p[1].last_offset), "by marker offset");
+    let late = other.reader().aborted_txns(log, 20, u64::MAX, 1000).await?;
+    ensure!(late.iter().all(|a| a.last_offset >= 20) && late.len() == n - 6, "{}", late.len());
+    let keys = logstore::keys::Keys::new(&env.cluster);
+    let paged = |from: u64| {
+        let (meta, start, end) =
+            (env.meta.clone(), keys.aborted(log, from), keys.aborted(log, u64::MAX));
+        async move { anyhow::Ok(meta.range(metadata::RangeRequest::between(start, end)).await?.count) }
+    };
+    ensure!(paged(0).await? == spilled as i64);
+    // The paged-out ones all ended below 30 (7's at 5, the next ten's at 9, 11, … 27).
+    w.hard_trim(log, 30).await?;
+    ensure!(paged(0).await? == 0, "trimmed aborts below the start stay");
+    let kept = other.reader().aborted_txns(log, 30, u64::MAX, 1000).await?;
+    ensure!(kept.len() == n - 11, "{} aborts at or above 30", kept.len());
+    other.shutdown().await;
     w.shutdown().await;
     Ok(())
 }
