@@ -10,6 +10,9 @@ use futures::FutureExt;
 use kafka::{Fetched, Refused, code};
 use logstore::LogId;
 
+/// Aborted transactions one partition's read committed answer names at most.
+const MAX_ABORTED: usize = 1000;
+
 use crate::{
     LogBroker, MAX_FETCH_RECORDS, PRODUCER_ID_BLOCK, SlotProducers, commit, conditions, refused,
     to_i64,
@@ -149,6 +152,7 @@ impl kafka::Partitions for LogBroker {
         rack: Option<&str>,
         offset: i64,
         max_bytes: usize,
+        isolation: kafka::Isolation,
     ) -> Result<Fetched, Refused> {
         if let Some(empty) = internal_partition(topic, partition, offset)? {
             return Ok(empty);
@@ -157,16 +161,24 @@ impl kafka::Partitions for LogBroker {
         // The followed head: a caught-up consumer's poll costs the metadata store nothing.
         let info = self.reader.tail_info(log).await.map_err(refused)?;
         let (hw, start) = (to_i64(info.next_offset)?, to_i64(info.first_offset)?);
+        let lso = to_i64(info.last_stable_offset)?;
         if offset < start || offset > hw {
             return Err(Refused::new(
                 code::OFFSET_OUT_OF_RANGE,
                 format!("offset {offset} is outside [{start}, {hw}]"),
             ));
         }
-        let mut fetched =
-            Fetched { high_watermark: hw, log_start_offset: start, ..Default::default() };
+        let committed = isolation == kafka::Isolation::ReadCommitted;
+        // What this read may see: read committed stops at the last stable offset.
+        let end = if committed { lso } else { hw };
+        let mut fetched = Fetched {
+            high_watermark: hw,
+            last_stable_offset: lso,
+            log_start_offset: start,
+            ..Default::default()
+        };
         // Nothing to send, or no room to send it in (a fetch's budget is spent): the offsets.
-        if offset == hw || max_bytes == 0 {
+        if offset >= end || max_bytes == 0 {
             return Ok(fetched);
         }
         if let Some(rack) = rack {
@@ -184,8 +196,9 @@ impl kafka::Partitions for LogBroker {
         let mut batches = Vec::with_capacity(entries.len());
         for e in entries {
             // Nothing at or past the high watermark this answer names (entries committed
-            // since it was read), as Kafka answers: a client's lag is never negative.
-            if to_i64(e.header.offset)? >= hw {
+            // since it was read), as Kafka answers: a client's lag is never negative; nor,
+            // read committed, past the last stable offset.
+            if to_i64(e.header.offset)? >= end {
                 break;
             }
             // Entries that are not Kafka batches (written in Lakelog's first record format)
@@ -200,6 +213,18 @@ impl kafka::Partitions for LogBroker {
             });
         }
         let bytes: usize = batches.iter().map(kafka::StoredBatch::len).sum();
+        if committed && let Some(last) = batches.last() {
+            let to = last.base_offset.saturating_add(1) as u64;
+            let aborted = self
+                .reader
+                .aborted_txns(log, offset as u64, to, MAX_ABORTED)
+                .await
+                .map_err(refused)?;
+            fetched.aborted = aborted
+                .iter()
+                .map(|a| Ok((a.producer_id, to_i64(a.first_offset)?)))
+                .collect::<Result<_, Refused>>()?;
+        }
         fetched.records = batches;
         self.fetched.fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(fetched)
@@ -231,6 +256,7 @@ impl kafka::Partitions for LogBroker {
         partition: i32,
         zone: Option<&str>,
         timestamp: i64,
+        isolation: kafka::Isolation,
     ) -> Result<(i64, i64), Refused> {
         if internal_partition(topic, partition, 0)?.is_some() {
             return Ok(if timestamp < 0 && timestamp != -3 { (0, -1) } else { (-1, -1) });
@@ -241,6 +267,9 @@ impl kafka::Partitions for LogBroker {
         match timestamp {
             // -4, earliest local (KIP-405): all of the log is as near as any of it.
             -2 | -4 => Ok((to_i64(info.first_offset)?, -1)),
+            -1 if isolation == kafka::Isolation::ReadCommitted => {
+                Ok((to_i64(info.last_stable_offset)?, -1))
+            }
             -1 => Ok((to_i64(info.next_offset)?, -1)),
             // The record with the largest timestamp (KIP-734); none in an empty log.
             -3 if info.first_offset == info.next_offset => Ok((-1, -1)),

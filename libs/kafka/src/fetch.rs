@@ -11,12 +11,14 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{
-    BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+    BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, ProducerId,
 };
 
 use crate::{Broker, Refused, StoredBatch};
@@ -190,8 +192,14 @@ async fn read(
                     (t.topic.0.to_string(), t.partitions[a.partition].partition);
                 let (offset, i) = (a.offset, next);
                 promised += want;
+                let isolation = if read_committed {
+                    crate::Isolation::ReadCommitted
+                } else {
+                    crate::Isolation::ReadUncommitted
+                };
                 in_flight.push(async move {
-                    (i, want, broker.fetch(&topic, partition, zone, rack, offset, want).await)
+                    let f = broker.fetch(&topic, partition, zone, rack, offset, want, isolation);
+                    (i, want, f.await)
                 });
                 next += 1;
                 continue;
@@ -218,11 +226,27 @@ async fn read(
             match r {
                 Ok(f) => {
                     let end = f.records.last().map_or(p.fetch_offset, end_of);
-                    limited |= f.preferred_read_replica.is_none() && end < f.high_watermark;
+                    // Read committed stops at the last stable offset: more there only once
+                    // it moves (a marker commits, which moves the high watermark too).
+                    let readable =
+                        if read_committed { f.last_stable_offset } else { f.high_watermark };
+                    limited |= f.preferred_read_replica.is_none() && end < readable;
                     tails.push((t.topic.0.to_string(), p.partition, f.high_watermark));
                     let (records, stand_in) = crate::splice::records_field(&f.records);
                     data.high_watermark = f.high_watermark;
-                    data.last_stable_offset = f.high_watermark;
+                    data.last_stable_offset = f.last_stable_offset;
+                    if read_committed {
+                        data.aborted_transactions = Some(
+                            f.aborted
+                                .iter()
+                                .map(|(producer_id, first_offset)| {
+                                    AbortedTransaction::default()
+                                        .with_producer_id(ProducerId(*producer_id))
+                                        .with_first_offset(*first_offset)
+                                })
+                                .collect(),
+                        );
+                    }
                     data.log_start_offset = f.log_start_offset;
                     data.records = Some(records);
                     if stand_in {
@@ -288,20 +312,18 @@ pub(crate) async fn list_offsets(
     broker: &dyn Broker,
 ) -> ListOffsetsResponse {
     let zone = crate::zone_of(client_id);
+    let isolation = crate::Isolation::from_kafka(req.isolation_level);
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
         let topic = t.name.0.to_string();
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in &t.partitions {
             let r = ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
-            partitions.push(
-                match broker.list_offset(&topic, p.partition_index, zone, p.timestamp).await {
-                    Ok((offset, timestamp)) => r.with_offset(offset).with_timestamp(timestamp),
-                    Err(refused) => {
-                        r.with_error_code(refused.code).with_offset(-1).with_timestamp(-1)
-                    }
-                },
-            );
+            let at = broker.list_offset(&topic, p.partition_index, zone, p.timestamp, isolation);
+            partitions.push(match at.await {
+                Ok((offset, timestamp)) => r.with_offset(offset).with_timestamp(timestamp),
+                Err(refused) => r.with_error_code(refused.code).with_offset(-1).with_timestamp(-1),
+            });
         }
         topics.push(
             ListOffsetsTopicResponse::default()

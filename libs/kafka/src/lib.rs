@@ -222,12 +222,35 @@ impl std::error::Error for Refused {}
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Fetched {
     pub high_watermark: i64,
+    /// The last stable offset: below it every transaction has ended (the high watermark when
+    /// none is open).
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
+    /// Read committed: the aborted transactions the records sent overlap, each its producer id
+    /// and first offset (Kafka's `aborted_transactions`); empty otherwise.
+    pub aborted: Vec<(i64, i64)>,
     /// Whole record batches as stored, in offset order; none at the high watermark.
     pub records: Vec<StoredBatch>,
     /// Fetch from this broker instead (KIP-392; then no records): a reader of the client's
     /// rack, for a consumer far behind the tail.
     pub preferred_read_replica: Option<i32>,
+}
+
+/// Which records a read may see (Kafka's `isolation_level`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Isolation {
+    /// Every record below the high watermark.
+    #[default]
+    ReadUncommitted,
+    /// Records below the last stable offset, with the aborted transactions among them.
+    ReadCommitted,
+}
+
+impl Isolation {
+    /// Kafka's `isolation_level`: 1 is read committed, anything else read uncommitted.
+    pub fn from_kafka(level: i8) -> Isolation {
+        if level == 1 { Isolation::ReadCommitted } else { Isolation::ReadUncommitted }
+    }
 }
 
 /// One record batch as the log stores it, and the offset it is sent at: it goes out as stored
@@ -335,9 +358,11 @@ pub trait Partitions: Send + Sync + 'static {
     ) -> Result<Commit, Refused>;
 
     /// Batches of a partition this broker serves from `offset`, about `max_bytes` of them (at
-    /// least one whole batch when any is there; none for `max_bytes` 0: only the offsets).
-    /// OFFSET_OUT_OF_RANGE outside [start, high watermark]. `rack` is the client's (Fetch
-    /// v11+), for a preferred read replica.
+    /// least one whole batch when any is there; none for `max_bytes` 0: only the offsets),
+    /// below the high watermark, or the last stable offset when `isolation` is read committed
+    /// (with the aborted transactions they overlap). OFFSET_OUT_OF_RANGE outside [start, high
+    /// watermark]. `rack` is the client's (Fetch v11+), for a preferred read replica.
+    #[allow(clippy::too_many_arguments)]
     async fn fetch(
         &self,
         topic: &str,
@@ -346,21 +371,24 @@ pub trait Partitions: Send + Sync + 'static {
         rack: Option<&str>,
         offset: i64,
         max_bytes: usize,
+        isolation: Isolation,
     ) -> Result<Fetched, Refused>;
 
     /// Resolves once any of `targets` (topic, partition, offset) has a record at or past its
     /// offset, or after `max_wait`; registered before it looks, so no commit is missed.
     async fn wait_for(&self, targets: Vec<(String, i32, i64)>, max_wait: std::time::Duration);
 
-    /// ListOffsets: the offset for `timestamp` (-2: the log start, -1: the high watermark;
-    /// otherwise the first entry whose timestamp is at or after it, or the high watermark),
-    /// and the timestamp it answers with (-1 for -2 and -1).
+    /// ListOffsets: the offset for `timestamp` (-2: the log start, -1: the high watermark,
+    /// or the last stable offset when `isolation` is read committed; otherwise the first entry
+    /// whose timestamp is at or after it, or the high watermark), and the timestamp it answers
+    /// with (-1 for -2 and -1).
     async fn list_offset(
         &self,
         topic: &str,
         partition: i32,
         zone: Option<&str>,
         timestamp: i64,
+        isolation: Isolation,
     ) -> Result<(i64, i64), Refused>;
 
     /// DeleteRecords: makes the records below `offset` (-1: the high watermark) of a partition

@@ -523,6 +523,61 @@ pub fn encode_framed(records: &[Record], framing: Framing) -> Result<Bytes, Batc
     write_batch(&fields, records.iter().enumerate().map(|(i, r)| (i as i64, r)))
 }
 
+/// A batch's transactional attribute bit.
+pub const TRANSACTIONAL: i16 = 0x10;
+/// A batch's control attribute bit (a transaction marker).
+pub const CONTROL: i16 = 0x20;
+
+/// A transaction marker (Kafka's `EndTransactionMarker`): a control batch of one record ending
+/// `producer`'s transaction, COMMIT or ABORT, written by a coordinator at
+/// `coordinator_epoch`, at `timestamp_ms`.
+pub fn encode_marker(
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+    timestamp_ms: i64,
+) -> Result<Bytes, BatchError> {
+    // Key: version 0, type (0 abort, 1 commit); value: version 0, the coordinator's epoch.
+    let mut key = Vec::with_capacity(4);
+    key.extend_from_slice(&0i16.to_be_bytes());
+    key.extend_from_slice(&i16::from(commit).to_be_bytes());
+    let mut value = Vec::with_capacity(6);
+    value.extend_from_slice(&0i16.to_be_bytes());
+    value.extend_from_slice(&coordinator_epoch.to_be_bytes());
+    let record = Record {
+        offset_delta: 0,
+        timestamp_ms,
+        key: Some(Bytes::from(key)),
+        value: Some(Bytes::from(value)),
+        headers: Vec::new(),
+    };
+    let producer = ProducerFields { producer_id, producer_epoch, base_sequence: -1 };
+    let framing = Framing {
+        attributes: TRANSACTIONAL | CONTROL,
+        base_timestamp: timestamp_ms,
+        max_timestamp: timestamp_ms,
+        producer,
+    };
+    encode_framed(&[record], framing)
+}
+
+/// A transaction marker's outcome: `Some(true)` for COMMIT, `Some(false)` for ABORT; `None`
+/// for a batch that is not a marker.
+pub fn marker_commits(b: &Bytes) -> Option<bool> {
+    let h = BatchHeader::parse(b).ok()?;
+    if !h.is_control() {
+        return None;
+    }
+    let (_, records) = decode(b).ok()?;
+    let key = records.first()?.key.as_ref()?;
+    match key.get(2..4)? {
+        [0, 0] => Some(false),
+        [0, 1] => Some(true),
+        _ => None,
+    }
+}
+
 /// A stored batch with only `kept` of its records (a compacted log's, ARCHITECTURE §12): its
 /// header's fields as they were (base offset, last offset delta, timestamps, producer), its
 /// records at their own offset deltas, none at all for an empty batch; uncompressed, its

@@ -346,3 +346,26 @@ fn a_batch_keeps_some_of_its_records_at_their_offsets_and_stays_readable() -> Re
     assert!(decode(&encode_kept(&h, &swapped)?).is_err());
     Ok(())
 }
+
+#[test]
+fn transaction_markers_are_control_batches_kafka_reads() -> Result<(), BatchError> {
+    for commit in [true, false] {
+        let b = encode_marker(42, 3, commit, 7, 1_700_000_000_000)?;
+        let h = validate(&b)?;
+        assert!(h.is_control() && h.is_transactional());
+        assert_eq!((h.producer.producer_id, h.producer.producer_epoch), (42, 3));
+        assert_eq!((h.producer.base_sequence, h.record_count), (-1, 1));
+        assert_eq!(marker_commits(&b), Some(commit));
+        let (_, records) = decode(&b)?;
+        let value = records[0].value.clone().unwrap_or_default();
+        assert_eq!(value.as_ref(), [0, 0, 0, 0, 0, 7], "version 0, coordinator epoch 7");
+    }
+    let plain = encode(&[], ProducerFields::NONE);
+    assert!(plain.is_err(), "no records");
+    let data = encode(
+        &[Record { offset_delta: 0, timestamp_ms: 1, key: None, value: None, headers: vec![] }],
+        ProducerFields::NONE,
+    )?;
+    assert_eq!(marker_commits(&data), None, "not a marker");
+    Ok(())
+}

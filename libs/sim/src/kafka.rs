@@ -242,7 +242,7 @@ pub(crate) async fn consumer(c: u64, logs: Vec<u64>, shared: SharedRef) {
         let Ok(offset) = i64::try_from(from) else { continue };
         let fetched = tokio::time::timeout(
             REQUEST_TIMEOUT,
-            to.fetch(TOPIC, partition as i32, None, None, offset, 64 << 10),
+            to.fetch(TOPIC, partition as i32, None, None, offset, 64 << 10, Default::default()),
         )
         .await;
         let Ok(Ok(f)) = fetched else { continue };

@@ -5,3 +5,4 @@
 mod groups;
 mod metadata_cost;
 mod tenure;
+mod transactions;

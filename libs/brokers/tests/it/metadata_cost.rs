@@ -46,17 +46,21 @@ async fn produce(broker: &LogBroker, partition: i32) -> Result<i64> {
 }
 
 /// One long poll of every partition at its end, as the Kafka front end runs it: a fetch of
-/// each, the wait, a fetch of each again.
+/// each, the wait, a fetch of each again; read committed (librdkafka's default) the second
+/// time.
 async fn poll(broker: &LogBroker, at: i64, wait: Duration) -> Result<()> {
+    use kafka::Isolation::{ReadCommitted, ReadUncommitted};
     for p in 0..PARTITIONS {
-        let f =
-            broker.fetch("t", p, None, None, at, 1 << 20).await.map_err(|r| anyhow!("{r:?}"))?;
+        let f = broker.fetch("t", p, None, None, at, 1 << 20, ReadUncommitted).await;
+        let f = f.map_err(|r| anyhow!("{r:?}"))?;
         ensure!(f.high_watermark == at && f.records.is_empty(), "partition {p}: {f:?}");
     }
     let targets = (0..PARTITIONS).map(|p| ("t".to_owned(), p, at)).collect();
     broker.wait_for(targets, wait).await;
     for p in 0..PARTITIONS {
-        broker.fetch("t", p, None, None, at, 1 << 20).await.map_err(|r| anyhow!("{r:?}"))?;
+        let f = broker.fetch("t", p, None, None, at, 1 << 20, ReadCommitted).await;
+        let f = f.map_err(|r| anyhow!("{r:?}"))?;
+        ensure!(f.last_stable_offset == at && f.aborted.is_empty(), "partition {p}: {f:?}");
     }
     Ok(())
 }
@@ -109,7 +113,9 @@ async fn caught_up_consumers_and_producers_cost_no_metadata_reads() -> Result<()
     );
     // The consumer of partition 7 sees it at once (the writer's own commit feeds its head),
     // still reading nothing from the store: the records come from the tail cache.
-    let f = broker.fetch("t", 7, None, None, 3, 1 << 20).await.map_err(|r| anyhow!("{r:?}"))?;
+    let committed = kafka::Isolation::ReadCommitted;
+    let f = broker.fetch("t", 7, None, None, 3, 1 << 20, committed).await;
+    let f = f.map_err(|r| anyhow!("{r:?}"))?;
     ensure!(f.high_watermark == 6 && f.records.len() == 1, "{f:?}");
     ensure!(counts(&c).0 == after.0, "reading the tail read the store");
     w.shutdown().await;

@@ -217,6 +217,7 @@ impl kafka::Partitions for FakeBroker {
         rack: Option<&str>,
         offset: i64,
         max_bytes: usize,
+        isolation: kafka::Isolation,
     ) -> Result<Fetched, Refused> {
         // A client of rack `r` is sent to node 11 (KIP-392).
         if rack == Some("r") {
@@ -243,9 +244,10 @@ impl kafka::Partitions for FakeBroker {
             *n = (n.0 + max_bytes as u64, n.1 + bytes as u64, n.2 + 1);
             return Ok(Fetched {
                 high_watermark: LAGGING_BATCHES,
+                last_stable_offset: LAGGING_BATCHES,
                 log_start_offset: 0,
                 records: out,
-                preferred_read_replica: None,
+                ..Default::default()
             });
         }
         if topic != "orders" || partition != 0 {
@@ -266,9 +268,13 @@ impl kafka::Partitions for FakeBroker {
         if offset > at {
             return Err(Refused::new(kafka::code::OFFSET_OUT_OF_RANGE, "past the end"));
         }
+        // Read committed, as if producer 9's transaction from offset 0 had been aborted.
+        let committed = isolation == kafka::Isolation::ReadCommitted;
         Ok(Fetched {
             high_watermark: at,
+            last_stable_offset: at,
             log_start_offset: 0,
+            aborted: if committed && !out.is_empty() { vec![(9, 0)] } else { Vec::new() },
             records: out,
             preferred_read_replica: None,
         })
@@ -286,9 +292,12 @@ impl kafka::Partitions for FakeBroker {
         _partition: i32,
         _zone: Option<&str>,
         timestamp: i64,
+        isolation: kafka::Isolation,
     ) -> Result<(i64, i64), Refused> {
         match timestamp {
             -2 => Ok((0, -1)),
+            // As if a transaction were open from offset 40.
+            -1 if isolation == kafka::Isolation::ReadCommitted => Ok((40, -1)),
             -1 => Ok((42, -1)),
             t => Ok((7, t)),
         }
@@ -928,6 +937,18 @@ async fn fetch_returns_whole_batches_with_offsets_and_waits_only_when_empty() ->
             offsets.extend(rs.iter().map(|r| h.base_offset + i64::from(r.offset_delta)));
         }
         ensure!(offsets == vec![0, 1, 2], "v{version}: offsets {offsets:?}");
+        ensure!(p.aborted_transactions.is_none(), "read uncommitted: null");
+        // Read committed: the broker's aborted transactions, as Kafka lists them.
+        let committed = fetch_request(1, 5000, 0).with_isolation_level(1);
+        let r: FetchResponse = ask(s.addr, ApiKey::Fetch, version, "t", &committed).await?;
+        let p = &r.responses[0].partitions[0];
+        let aborted: Vec<(i64, i64)> = p
+            .aborted_transactions
+            .iter()
+            .flatten()
+            .map(|a| (a.producer_id.0, a.first_offset))
+            .collect();
+        ensure!(aborted == [(9, 0)] && p.last_stable_offset == 3, "v{version}: {p:?}");
     }
     ensure!(
         *s.broker.waited.lock().map_err(|_| anyhow::anyhow!("poisoned"))? == 0,
@@ -983,6 +1004,10 @@ async fn fetch_returns_whole_batches_with_offsets_and_waits_only_when_empty() ->
             r.topics[0].partitions.iter().map(|p| (p.offset, p.timestamp)).collect();
         ensure!(got == vec![(0, -1), (42, -1), (7, 1_700_000_000_000)], "v{version}: {got:?}");
     }
+    // Read committed (v2+): latest is the last stable offset.
+    let committed = req.clone().with_isolation_level(1);
+    let r: ListOffsetsResponse = ask(s.addr, ApiKey::ListOffsets, 6, "t", &committed).await?;
+    ensure!(r.topics[0].partitions[1].offset == 40, "{r:?}");
     Ok(())
 }
 
