@@ -45,6 +45,9 @@ pub(crate) struct Tenure {
     pub(crate) dirty: u64,
     pub(crate) saved_at: Instant,
     pub(crate) saved_upto: u64,
+    /// Producers whose ongoing transaction this tenure verified with its coordinator's state,
+    /// at this epoch: their next batches need no read. A marker for one removes it.
+    pub(crate) verified: std::collections::HashMap<i64, i16>,
 }
 
 /// Producer ids taken from the metadata store at a time.
@@ -221,6 +224,7 @@ impl LogBroker {
             dirty: 0,
             saved_at: Instant::now(),
             saved_upto: upto,
+            verified: Default::default(),
         })
     }
 

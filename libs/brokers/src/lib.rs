@@ -25,10 +25,14 @@ mod offsets;
 mod partitions;
 pub mod producers;
 mod topics;
+mod transactions;
 
 pub use idempotence::{CHECKPOINT_BATCHES, CHECKPOINT_IDLE, CHECKPOINT_INTERVAL};
 pub(crate) use idempotence::{PRODUCER_ID_BLOCK, SlotProducers};
 pub use listener::{kafka_config, listen};
+
+/// Per (log, slot), the lock its transactional batches and markers are admitted under.
+type TxnOrder = std::collections::HashMap<(LogId, String), Arc<tokio::sync::Mutex<()>>>;
 
 /// The Kafka broker of one writer (or standalone), or of one reader.
 #[derive(Clone, Debug)]
@@ -51,6 +55,9 @@ pub struct LogBroker {
     caught_up: Arc<std::sync::atomic::AtomicU64>,
     /// Every group's configs, followed from the first time one is asked for.
     group_configs: Arc<tokio::sync::OnceCell<offsets::FollowedConfigs>>,
+    /// Per (log, slot): transactional batches and markers are checked and admitted one at a
+    /// time, so a marker is never overtaken by a batch verified before it.
+    txn_order: Arc<Mutex<TxnOrder>>,
 }
 
 impl LogBroker {
@@ -82,6 +89,7 @@ impl LogBroker {
             fetched: Default::default(),
             caught_up: Default::default(),
             group_configs: Default::default(),
+            txn_order: Default::default(),
         }
     }
 

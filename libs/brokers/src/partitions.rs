@@ -27,6 +27,7 @@ impl kafka::Partitions for LogBroker {
         zone: Option<&str>,
         batch: bytes::Bytes,
         header: &recordbatch::BatchHeader,
+        transactional_id: Option<&str>,
     ) -> Result<kafka::Commit, Refused> {
         if kafka::internal::is_internal(topic) {
             return Err(kafka::internal::refused(topic));
@@ -81,6 +82,21 @@ impl kafka::Partitions for LogBroker {
                 .map_err(refused)?;
             return Ok(commit(committing, append_time));
         }
+        // A transactional batch: checked and admitted in the slot's transactional order.
+        let txn = match (header.is_transactional(), transactional_id) {
+            (false, _) => None,
+            (true, Some(id)) => Some((id, self.txn_order(log, &slot))),
+            (true, None) => {
+                return Err(Refused::new(
+                    kafka::transactions::INVALID_TXN_STATE,
+                    "a transactional batch without a transactional id",
+                ));
+            }
+        };
+        let _ordered = match &txn {
+            Some((_, order)) => Some(order.clone().lock_owned().await),
+            None => None,
+        };
         let epoch = self.ready(log, &slot).await?;
         let key = (log, slot);
         let (first, last) = (p.base_sequence, header.last_sequence());
@@ -119,16 +135,16 @@ impl kafka::Partitions for LogBroker {
             Check::Duplicate(original) => return Ok(Box::pin(original)),
             Check::Refuse(r) => return Err(self.confirm_refusal(log, &key.1, epoch, r).await),
         }
+        let mut conditions = conditions(header, now, Some(epoch), &config)?;
+        if let Some((id, _)) = txn {
+            let at = (log, key.1.as_str(), epoch);
+            self.verify_txn(id, (topic, partition), at, (p.producer_id, p.producer_epoch)).await?;
+            conditions.txn = Some(logstore::TxnMark::Data { producer_id: p.producer_id });
+        }
         // Commits only in this tenure: the state checked belongs to it.
         let committing = self
             .store()?
-            .submit_in_slot(
-                log,
-                &key.1,
-                record_count,
-                batch,
-                conditions(header, now, Some(epoch), &config)?,
-            )
+            .submit_in_slot(log, &key.1, record_count, batch, conditions)
             .await
             .map_err(refused)?;
         let shared = crate::producers::shared(commit(committing, append_time));
@@ -142,6 +158,18 @@ impl kafka::Partitions for LogBroker {
             t.dirty += 1;
         }
         Ok(Box::pin(shared))
+    }
+
+    async fn write_marker(
+        &self,
+        topic: &str,
+        partition: i32,
+        marker: kafka::transactions::Marker,
+    ) -> Result<kafka::Commit, Refused> {
+        if kafka::internal::is_internal(topic) {
+            return Err(kafka::internal::refused(topic));
+        }
+        self.append_marker(topic, partition, marker).await
     }
 
     async fn fetch(

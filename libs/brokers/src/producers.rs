@@ -284,6 +284,11 @@ impl Producers {
 
     /// Whether a batch of producer `id` was admitted under this state: if not, the producer may
     /// come from another owner slot, with batches there this state never saw.
+    /// Producer `id`'s epoch, if known here.
+    pub fn epoch_of(&self, id: i64) -> Option<i16> {
+        self.by_id.get(&id).map(|w| w.epoch)
+    }
+
     pub fn admitted_here(&self, id: i64) -> bool {
         self.by_id.get(&id).is_some_and(|w| w.admitted_here)
     }

@@ -40,11 +40,13 @@ mod leader_epoch;
 mod metadata;
 mod produce;
 mod scram_api;
+mod txn_api;
 
 pub mod registry;
 mod server;
 pub mod session;
 pub mod splice;
+pub mod transactions;
 
 pub use server::{KafkaConfig, serve};
 pub use streamconfig::{GroupConfig, StreamConfig};
@@ -348,6 +350,10 @@ pub trait Partitions: Send + Sync + 'static {
     /// to a partition this broker leads for a client in `zone`: returns once it is queued
     /// behind every batch admitted before it (the front end admits a connection's batches in
     /// request order), with the future of its commit, which resolves once it is durable.
+    ///
+    /// A transactional batch (of `transactional_id`'s producer) is taken only while the
+    /// partition is in that producer's ongoing transaction, as its coordinator stored it
+    /// (KIP-890's verification); its commit opens the transaction in the log.
     async fn produce(
         &self,
         topic: &str,
@@ -355,6 +361,17 @@ pub trait Partitions: Send + Sync + 'static {
         zone: Option<&str>,
         batch: bytes::Bytes,
         header: &recordbatch::BatchHeader,
+        transactional_id: Option<&str>,
+    ) -> Result<Commit, Refused>;
+
+    /// WriteTxnMarkers: appends `marker` to a partition this broker leads, ending its
+    /// producer's transaction there (its records readable by read_committed consumers, or
+    /// named aborted). PRODUCER_FENCED for a marker older than the producer's epoch.
+    async fn write_marker(
+        &self,
+        topic: &str,
+        partition: i32,
+        marker: transactions::Marker,
     ) -> Result<Commit, Refused>;
 
     /// Batches of a partition this broker serves from `offset`, about `max_bytes` of them (at

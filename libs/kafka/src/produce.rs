@@ -1,6 +1,7 @@
 //! Produce (ARCHITECTURE §11): each partition's record batch checked (exactly one RecordBatch
-//! v2, its CRC, lengths and counts, at most `max.message.bytes`; transactional and control
-//! batches refused until transactions exist; an idempotent batch's sequence is the broker's to
+//! v2, its CRC, lengths and counts, at most `max.message.bytes`; control batches refused (the
+//! coordinator writes markers); a transactional batch needs the request's transactional id;
+//! an idempotent batch's sequence, and a transactional one's transaction, are the broker's to
 //! check, with the role's idempotence, `brokers::producers`), then admitted as one entry, in
 //! request order; the answer is the commit, so acks=1 and acks=-1 both mean durable. Each
 //! partition gets its own error.
@@ -28,7 +29,7 @@ pub(crate) async fn admit(
 ) -> impl std::future::Future<Output = ProduceResponse> + Send + 'static {
     let zone = crate::zone_of(client_id);
     let acks_ok = matches!(req.acks, -1..=1);
-    let transactional = req.transactional_id.is_some();
+    let transactional_id = req.transactional_id.as_ref().map(|t| t.to_string());
     let mut topics = Vec::with_capacity(req.topic_data.len());
     for t in req.topic_data {
         let topic = t.name.0.to_string();
@@ -36,10 +37,9 @@ pub(crate) async fn admit(
         for p in t.partition_data {
             let admitted = if !acks_ok {
                 Err(Refused::new(code::INVALID_REQUIRED_ACKS, "acks must be -1, 0 or 1"))
-            } else if transactional {
-                Err(Refused::new(code::INVALID_RECORD, "transactions are not supported yet"))
             } else {
-                one(broker, cfg, &topic, p.index, zone, p.records).await
+                let to = (topic.as_str(), p.index, zone);
+                one(broker, cfg, to, p.records, transactional_id.as_deref()).await
             };
             partitions.push((p.index, admitted));
         }
@@ -89,10 +89,9 @@ fn partition_response(index: i32, r: Result<crate::Produced, Refused>) -> Partit
 async fn one(
     broker: &dyn Broker,
     cfg: &KafkaConfig,
-    topic: &str,
-    partition: i32,
-    zone: Option<&str>,
+    (topic, partition, zone): (&str, i32, Option<&str>),
     records: Option<Bytes>,
+    transactional_id: Option<&str>,
 ) -> Result<crate::Commit, Refused> {
     let Some(batch) = records.filter(|b| !b.is_empty()) else {
         return Err(Refused::new(code::CORRUPT_MESSAGE, "no record batch"));
@@ -116,14 +115,24 @@ async fn one(
         BatchError::Corrupt(m) => Refused::new(code::CORRUPT_MESSAGE, m),
         BatchError::TooLarge(m) => Refused::new(code::MESSAGE_TOO_LARGE, m),
     })?;
-    if h.is_transactional() || h.is_control() {
+    // Markers are the coordinator's to write (WriteTxnMarkers), never a client's.
+    if h.is_control() {
+        return Err(Refused::new(code::INVALID_RECORD, "control batches come from brokers only"));
+    }
+    if h.is_transactional() && transactional_id.is_none() {
         return Err(Refused::new(
-            code::INVALID_RECORD,
-            "transactional and control batches are not supported yet",
+            TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "a transactional batch in a request without a transactional id",
         ));
     }
-    broker.produce(topic, partition, zone, batch, &h).await
+    if h.is_transactional() && h.producer.producer_id < 0 {
+        return Err(Refused::new(code::INVALID_RECORD, "a transactional batch without a producer"));
+    }
+    broker.produce(topic, partition, zone, batch, &h, transactional_id).await
 }
+
+const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 =
+    kafka_protocol::ResponseError::TransactionalIdAuthorizationFailed.code();
 
 /// Bytes of decompressed records this process holds at once while validating compressed
 /// batches: each reserves what it may decompress to before it starts.

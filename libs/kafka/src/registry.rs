@@ -5,7 +5,7 @@
 use crate::api::{Registration, register};
 use crate::{
     acl_api, admin, configs, consumer_api, fetch, group_api, leader_epoch, metadata, produce,
-    scram_api, session,
+    scram_api, session, txn_api,
 };
 
 /// The APIs served, in the order ApiVersions lists them.
@@ -46,4 +46,5 @@ pub static APIS: &[Registration] = &[
     register::<scram_api::DescribeUserScramCredentials>(),
     register::<scram_api::AlterUserScramCredentials>(),
     register::<leader_epoch::OffsetForLeaderEpoch>(),
+    register::<txn_api::WriteTxnMarkers>(),
 ];

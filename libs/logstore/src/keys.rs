@@ -155,6 +155,11 @@ impl Keys {
         self.key(format_args!("kafka/groups/coordinators/{group}"))
     }
 
+    /// A Kafka transactional id's state; `id` is its encoded id (safe in a key).
+    pub fn txn_state(&self, id: &str) -> Vec<u8> {
+        self.key(format_args!("kafka/txns/states/{id}"))
+    }
+
     /// Every Kafka group's configs (one key per group that has any).
     pub fn group_configs(&self) -> Vec<u8> {
         self.key(format_args!("kafka/groups/configs/"))

@@ -122,8 +122,14 @@ pub(crate) async fn producer(
                 continue;
             };
             let attempt = async {
-                let committing =
-                    to.produce(TOPIC, partition as i32, zone.as_deref(), batch.clone(), &header);
+                let committing = to.produce(
+                    TOPIC,
+                    partition as i32,
+                    zone.as_deref(),
+                    batch.clone(),
+                    &header,
+                    None,
+                );
                 committing.await?.await
             };
             match tokio::time::timeout(REQUEST_TIMEOUT, attempt).await {

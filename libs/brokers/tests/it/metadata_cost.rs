@@ -39,8 +39,10 @@ fn batch(n: usize) -> Result<bytes::Bytes> {
 async fn produce(broker: &LogBroker, partition: i32) -> Result<i64> {
     let b = batch(3)?;
     let header = BatchHeader::parse(&b)?;
-    let commit =
-        broker.produce("t", partition, None, b, &header).await.map_err(|r| anyhow!("{r:?}"))?;
+    let commit = broker
+        .produce("t", partition, None, b, &header, None)
+        .await
+        .map_err(|r| anyhow!("{r:?}"))?;
     let Produced { base_offset, .. } = commit.await.map_err(|r| anyhow!("{r:?}"))?;
     Ok(base_offset)
 }

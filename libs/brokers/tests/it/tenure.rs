@@ -50,7 +50,7 @@ fn batch(id: i64, seq: i32, n: usize) -> Result<bytes::Bytes> {
 async fn produce(broker: &LogBroker, id: i64, seq: i32, n: usize) -> Result<Result<i64, Refused>> {
     let b = batch(id, seq, n)?;
     let header = BatchHeader::parse(&b)?;
-    let commit = match broker.produce("t", 0, None, b, &header).await {
+    let commit = match broker.produce("t", 0, None, b, &header, None).await {
         Ok(c) => c,
         Err(r) => return Ok(Err(r)),
     };
@@ -116,7 +116,7 @@ async fn keyed(broker: &LogBroker, id: i64, seq: i32) -> Result<Result<i64, Refu
     let producer = ProducerFields { producer_id: id, producer_epoch: 0, base_sequence: seq };
     let b = recordbatch::encode(&records, producer)?;
     let header = BatchHeader::parse(&b)?;
-    Ok(match broker.produce("t", 0, None, b, &header).await {
+    Ok(match broker.produce("t", 0, None, b, &header, None).await {
         Ok(c) => c.await.map(|p| p.base_offset),
         Err(r) => Err(r),
     })

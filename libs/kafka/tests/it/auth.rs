@@ -762,3 +762,34 @@ async fn scram_credentials_are_described_and_altered_by_the_cluster_admin_only()
     }
     Ok(())
 }
+
+/// WriteTxnMarkers is the cluster's (CLUSTER_ACTION): alice's markers are refused, each
+/// partition with CLUSTER_AUTHORIZATION_FAILED, and nothing is written.
+#[tokio::test]
+async fn transaction_markers_are_written_only_with_the_clusters_right() -> Result<()> {
+    use kafka_protocol::messages::write_txn_markers_request::{
+        WritableTxnMarker, WritableTxnMarkerTopic,
+    };
+    use kafka_protocol::messages::{
+        ProducerId, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    };
+    let s = secured().await?;
+    let mut alice = login(&s, Mechanism::ScramSha256, "alice", "alice-pw")
+        .await?
+        .map_err(|e| anyhow::anyhow!("error {e}"))?;
+    let req = WriteTxnMarkersRequest::default().with_markers(vec![
+        WritableTxnMarker::default()
+            .with_producer_id(ProducerId(7))
+            .with_transaction_result(true)
+            .with_topics(vec![
+                WritableTxnMarkerTopic::default()
+                    .with_name(TopicName(StrBytes::from_static_str("orders")))
+                    .with_partition_indexes(vec![0, 1]),
+            ]),
+    ]);
+    let r: WriteTxnMarkersResponse =
+        call(&mut alice, ApiKey::WriteTxnMarkers, 1, &req).await?.context("closed")?;
+    let codes: Vec<i16> = r.markers[0].topics[0].partitions.iter().map(|p| p.error_code).collect();
+    ensure!(codes == [31, 31], "{codes:?}");
+    Ok(())
+}

@@ -170,6 +170,7 @@ impl kafka::Partitions for FakeBroker {
         _zone: Option<&str>,
         batch: Bytes,
         header: &recordbatch::BatchHeader,
+        _transactional_id: Option<&str>,
     ) -> Result<kafka::Commit, Refused> {
         let record_count = header.record_count as u32;
         // Admission itself takes long here (a producer state loading, say).
@@ -206,6 +207,15 @@ impl kafka::Partitions for FakeBroker {
             tokio::time::sleep(delay).await;
             Ok(Produced::at(i64::from(base)))
         }))
+    }
+
+    async fn write_marker(
+        &self,
+        _topic: &str,
+        _partition: i32,
+        _marker: kafka::transactions::Marker,
+    ) -> Result<kafka::Commit, Refused> {
+        Err(Refused::new(kafka::code::INVALID_REQUEST, "no markers in this test"))
     }
 
     /// Partition 0's batches from `offset`, base offsets written in.
@@ -858,6 +868,31 @@ async fn produce_appends_one_checked_batch_per_partition_and_refuses_the_rest() 
     let appended = s.broker.appended.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
     let goods = appended.iter().filter(|(_, p, b, n)| *p == 0 && *b == good && *n == 3).count();
     ensure!(appended.len() == 12 && goods == 8, "{} appended, {goods} good", appended.len());
+    // A marker from a client is refused; a transactional batch needs a transactional id (else
+    // TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka); with one, it is the broker's.
+    let marker = recordbatch::encode_marker(7, 0, true, 0, 1)?;
+    let txn = recordbatch::encode_framed(
+        &[recordbatch::Record { offset_delta: 0, timestamp_ms: 1, ..Default::default() }],
+        recordbatch::Framing {
+            attributes: recordbatch::TRANSACTIONAL,
+            base_timestamp: 1,
+            max_timestamp: 1,
+            producer: recordbatch::ProducerFields {
+                producer_id: 7,
+                producer_epoch: 0,
+                base_sequence: 0,
+            },
+        },
+    )?;
+    let req = produce_request(-1, vec![(1, Some(marker)), (1, Some(txn.clone()))]);
+    let r: ProduceResponse = ask(s.addr, ApiKey::Produce, 9, "t", &req).await?;
+    let codes: Vec<i16> = r.responses[0].partition_responses.iter().map(|p| p.error_code).collect();
+    ensure!(codes == [87, 53], "{codes:?}");
+    let req = produce_request(-1, vec![(1, Some(txn))]).with_transactional_id(Some(
+        kafka_protocol::messages::TransactionalId(StrBytes::from_static_str("app")),
+    ));
+    let r: ProduceResponse = ask(s.addr, ApiKey::Produce, 9, "t", &req).await?;
+    ensure!(r.responses[0].partition_responses[0].error_code == 0, "{r:?}");
     // acks=2 is refused per partition; acks=0 is appended and not answered: the next request
     // on the connection gets the next answer.
     let r: ProduceResponse =
@@ -878,7 +913,7 @@ async fn produce_appends_one_checked_batch_per_partition_and_refuses_the_rest() 
     let b = read_response(&mut c).await?.context("no answer")?;
     let (id, _) = decode::<ApiVersionsResponse>(ApiKey::ApiVersions, 0, b)?;
     ensure!(id == 2, "answer {id}: acks=0 was answered");
-    ensure!(s.broker.appended.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.len() == 13);
+    ensure!(s.broker.appended.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.len() == 14);
     // An acks=0 produce that fails (a partition led elsewhere, or none) closes the connection,
     // as Kafka does, so the producer refreshes its metadata instead of sending into the void.
     let mut c = tokio::net::TcpStream::connect(s.addr).await?;

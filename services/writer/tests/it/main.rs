@@ -478,7 +478,7 @@ async fn kafka_idempotent_batches_are_appended_once_and_answered_with_their_firs
         async move {
             let batch = idempotent_batch(epoch, seq, n)?;
             let header = recordbatch::validate(&batch)?;
-            anyhow::Ok(match broker.produce("idem", 0, None, batch, &header).await {
+            anyhow::Ok(match broker.produce("idem", 0, None, batch, &header, None).await {
                 Ok(commit) => commit.await.map(|p| p.base_offset).map_err(|r| r.code),
                 Err(r) => Err(r.code),
             })
@@ -537,7 +537,7 @@ async fn a_new_idempotent_producers_first_batch_reads_nothing_of_a_log_one_slot_
             };
             let batch = recordbatch::encode(&[record], p)?;
             let header = recordbatch::validate(&batch)?;
-            let commit = broker.produce("busy", 0, None, batch, &header).await;
+            let commit = broker.produce("busy", 0, None, batch, &header, None).await;
             let commit = commit.map_err(|r| anyhow::anyhow!("refused: {r:?}"))?;
             commit.await.map_err(|r| anyhow::anyhow!("{r:?}"))
         }
@@ -601,7 +601,7 @@ async fn kafka_idempotent_state_survives_a_change_of_owner() -> Result<()> {
     let produce = |broker: brokers::LogBroker, seq: i32, n: usize| async move {
         let batch = idempotent_batch(0, seq, n)?;
         let header = recordbatch::validate(&batch)?;
-        anyhow::Ok(match broker.produce("moving", 0, None, batch, &header).await {
+        anyhow::Ok(match broker.produce("moving", 0, None, batch, &header, None).await {
             Ok(commit) => commit.await.map(|p| p.base_offset).map_err(|r| r.code),
             Err(r) => Err(r.code),
         })
@@ -665,7 +665,7 @@ async fn follow_a_producer_between_slots(lose_checkpoint: bool) -> Result<()> {
         loop {
             let batch = idempotent_batch(0, seq, n)?;
             let header = recordbatch::validate(&batch)?;
-            let got = match broker.produce("zoned", 0, Some("b"), batch, &header).await {
+            let got = match broker.produce("zoned", 0, Some("b"), batch, &header, None).await {
                 Ok(commit) => commit.await.map(|p| p.base_offset).map_err(|r| r.code),
                 Err(r) => Err(r.code),
             };
