@@ -284,6 +284,17 @@ impl Producers {
 
     /// Whether a batch of producer `id` was admitted under this state: if not, the producer may
     /// come from another owner slot, with batches there this state never saw.
+    /// A marker at `epoch` for producer `id` (KIP-98): a later epoch fences the producer's
+    /// batches of older ones, and its next batch starts a sequence of its own.
+    pub fn marked(&mut self, id: i64, epoch: i16) {
+        if let Some(w) = self.by_id.get_mut(&id)
+            && epoch > w.epoch
+        {
+            w.epoch = epoch;
+            w.batches.clear();
+        }
+    }
+
     /// Producer `id`'s epoch, if known here.
     pub fn epoch_of(&self, id: i64) -> Option<i16> {
         self.by_id.get(&id).map(|w| w.epoch)

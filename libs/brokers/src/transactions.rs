@@ -92,17 +92,20 @@ impl LogBroker {
                     t.verified.remove(&marker.producer_id);
                 }
             }
-            if let Some(SlotProducers::Ready(t)) = producers.get(&(log, slot.clone()))
-                && let Some(current) = t.producers.epoch_of(marker.producer_id)
-                && marker.producer_epoch < current
-            {
-                return Err(Refused::new(
-                    kafka::transactions::PRODUCER_FENCED,
-                    format!(
-                        "marker at epoch {} for producer {} at epoch {current}",
-                        marker.producer_epoch, marker.producer_id
-                    ),
-                ));
+            if let Some(SlotProducers::Ready(t)) = producers.get_mut(&(log, slot.clone())) {
+                if let Some(current) = t.producers.epoch_of(marker.producer_id)
+                    && marker.producer_epoch < current
+                {
+                    return Err(Refused::new(
+                        kafka::transactions::PRODUCER_FENCED,
+                        format!(
+                            "marker at epoch {} for producer {} at epoch {current}",
+                            marker.producer_epoch, marker.producer_id
+                        ),
+                    ));
+                }
+                // A zombie's batches, at the epoch the coordinator fenced, are refused now.
+                t.producers.marked(marker.producer_id, marker.producer_epoch);
             }
         }
         let store = self.store()?;

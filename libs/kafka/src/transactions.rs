@@ -11,6 +11,12 @@ pub const INVALID_TXN_STATE: i16 = ResponseError::InvalidTxnState.code();
 pub const PRODUCER_FENCED: i16 = ResponseError::ProducerFenced.code();
 pub const CONCURRENT_TRANSACTIONS: i16 = ResponseError::ConcurrentTransactions.code();
 pub const INVALID_PRODUCER_ID_MAPPING: i16 = ResponseError::InvalidProducerIdMapping.code();
+pub const INVALID_TRANSACTION_TIMEOUT: i16 = ResponseError::InvalidTransactionTimeout.code();
+
+/// The longest transaction a producer may ask for (Kafka's `transaction.max.timeout.ms`).
+pub const MAX_TIMEOUT_MS: i32 = 900_000;
+/// The epoch past which a producer id is rotated rather than bumped (Kafka's).
+const LAST_EPOCH: i32 = i16::MAX as i32 - 1;
 
 /// Where a transaction is (Kafka's `TransactionState`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
@@ -134,6 +140,198 @@ impl StoredTxn {
     }
 }
 
+/// How a transactional id's state moves (Kafka's `TransactionCoordinator`, transactions V1:
+/// the client bumps no epoch of its own). Each function is the transition a request makes,
+/// the new state to store (by compare-and-set) or Kafka's error code; `Ok(None)` is an answer
+/// that changes nothing.
+pub mod machine {
+    use super::*;
+
+    /// What InitProducerId does.
+    #[derive(Debug, PartialEq)]
+    pub enum Init {
+        /// Store this and answer its producer id and epoch.
+        Ready(StoredTxn),
+        /// The transaction under way is aborted at a bumped epoch first (its producer is a
+        /// zombie): store this, write its markers, answer CONCURRENT_TRANSACTIONS (the client
+        /// retries, and then gets the next epoch).
+        FenceFirst(StoredTxn),
+    }
+
+    fn fresh(producer_id: i64, timeout_ms: i32, now: i64) -> StoredTxn {
+        StoredTxn {
+            producer_id,
+            producer_epoch: 0,
+            phase: TxnPhase::Empty as i32,
+            timeout_ms,
+            updated_ms: now,
+            ..Default::default()
+        }
+    }
+
+    /// InitProducerId with a transactional id: `cur` its state (none yet for a new id),
+    /// `expected` the producer id and epoch the client has (KIP-360), `new_id` a producer id
+    /// to take if one is needed.
+    pub fn init(
+        cur: Option<&StoredTxn>,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+        new_id: i64,
+        now: i64,
+    ) -> Result<Init, i16> {
+        if timeout_ms <= 0 || timeout_ms > MAX_TIMEOUT_MS {
+            return Err(INVALID_TRANSACTION_TIMEOUT);
+        }
+        let Some(cur) = cur else { return Ok(Init::Ready(fresh(new_id, timeout_ms, now))) };
+        if let Some((id, epoch)) = expected
+            && (id != cur.producer_id || i32::from(epoch) != cur.producer_epoch)
+        {
+            return Err(PRODUCER_FENCED);
+        }
+        match cur.phase() {
+            TxnPhase::PrepareCommit | TxnPhase::PrepareAbort | TxnPhase::PrepareEpochFence => {
+                Err(CONCURRENT_TRANSACTIONS)
+            }
+            TxnPhase::Ongoing => {
+                let mut next = bumped(cur, new_id);
+                next.phase = TxnPhase::PrepareAbort as i32;
+                next.updated_ms = now;
+                Ok(Init::FenceFirst(next))
+            }
+            TxnPhase::Empty | TxnPhase::CompleteCommit | TxnPhase::CompleteAbort => {
+                let mut next = bumped(cur, new_id);
+                next.phase = TxnPhase::Empty as i32;
+                next.timeout_ms = timeout_ms;
+                next.partitions.clear();
+                next.groups.clear();
+                next.updated_ms = now;
+                Ok(Init::Ready(next))
+            }
+        }
+    }
+
+    /// `cur` at the next epoch, or a new producer id once its epochs are spent.
+    fn bumped(cur: &StoredTxn, new_id: i64) -> StoredTxn {
+        let mut next = cur.clone();
+        if cur.producer_epoch >= LAST_EPOCH {
+            next.producer_id = new_id;
+            next.producer_epoch = 0;
+        } else {
+            next.producer_epoch += 1;
+        }
+        next
+    }
+
+    /// The producer's checks every request of a transaction makes.
+    fn owned_by(cur: &StoredTxn, producer_id: i64, epoch: i16) -> Result<(), i16> {
+        if cur.producer_id != producer_id {
+            return Err(INVALID_PRODUCER_ID_MAPPING);
+        }
+        if cur.producer_epoch != i32::from(epoch) {
+            return Err(PRODUCER_FENCED);
+        }
+        Ok(())
+    }
+
+    /// AddPartitionsToTxn (and AddOffsetsToTxn, with the group): the transaction begins, or
+    /// takes more.
+    pub fn add(
+        cur: Option<&StoredTxn>,
+        (producer_id, epoch): (i64, i16),
+        partitions: &[TxnPartition],
+        group: Option<&str>,
+        now: i64,
+    ) -> Result<Option<StoredTxn>, i16> {
+        let cur = cur.ok_or(INVALID_PRODUCER_ID_MAPPING)?;
+        owned_by(cur, producer_id, epoch)?;
+        let phase = cur.phase();
+        if matches!(
+            phase,
+            TxnPhase::PrepareCommit | TxnPhase::PrepareAbort | TxnPhase::PrepareEpochFence
+        ) {
+            return Err(CONCURRENT_TRANSACTIONS);
+        }
+        let has = |p: &TxnPartition| cur.partitions.contains(p);
+        let has_group = group.is_none_or(|g| cur.groups.iter().any(|x| x == g));
+        if phase == TxnPhase::Ongoing && partitions.iter().all(has) && has_group {
+            return Ok(None);
+        }
+        let mut next = cur.clone();
+        if phase != TxnPhase::Ongoing {
+            next.partitions.clear();
+            next.groups.clear();
+            next.started_ms = now;
+        }
+        next.phase = TxnPhase::Ongoing as i32;
+        for p in partitions {
+            if !next.partitions.contains(p) {
+                next.partitions.push(p.clone());
+            }
+        }
+        if let Some(g) = group
+            && !next.groups.iter().any(|x| x == g)
+        {
+            next.groups.push(g.to_owned());
+        }
+        next.updated_ms = now;
+        Ok(Some(next))
+    }
+
+    /// EndTxn: the transaction under way is to be committed or aborted (its markers follow);
+    /// a retry of an end already done is answered as it was.
+    pub fn end(
+        cur: Option<&StoredTxn>,
+        (producer_id, epoch): (i64, i16),
+        commit: bool,
+        now: i64,
+    ) -> Result<Option<StoredTxn>, i16> {
+        let cur = cur.ok_or(INVALID_PRODUCER_ID_MAPPING)?;
+        owned_by(cur, producer_id, epoch)?;
+        match (cur.phase(), commit) {
+            (TxnPhase::Ongoing, _) => {
+                let mut next = cur.clone();
+                next.phase =
+                    if commit { TxnPhase::PrepareCommit } else { TxnPhase::PrepareAbort } as i32;
+                next.updated_ms = now;
+                Ok(Some(next))
+            }
+            (TxnPhase::CompleteCommit, true) | (TxnPhase::CompleteAbort, false) => Ok(None),
+            (TxnPhase::PrepareCommit, true) | (TxnPhase::PrepareAbort, false) => {
+                Err(CONCURRENT_TRANSACTIONS)
+            }
+            _ => Err(INVALID_TXN_STATE),
+        }
+    }
+
+    /// Every marker of a transaction being ended is written: it is complete.
+    pub fn complete(cur: &StoredTxn, now: i64) -> Option<StoredTxn> {
+        let done = match cur.phase() {
+            TxnPhase::PrepareCommit => TxnPhase::CompleteCommit,
+            TxnPhase::PrepareAbort | TxnPhase::PrepareEpochFence => TxnPhase::CompleteAbort,
+            _ => return None,
+        };
+        let mut next = cur.clone();
+        next.phase = done as i32;
+        next.partitions.clear();
+        next.groups.clear();
+        next.updated_ms = now;
+        Some(next)
+    }
+
+    /// A transaction under way past its timeout: aborted at the next epoch, so its producer,
+    /// should it come back, is fenced.
+    pub fn timed_out(cur: &StoredTxn, new_id: i64, now: i64) -> Option<StoredTxn> {
+        let due = cur.started_ms.saturating_add(i64::from(cur.timeout_ms));
+        if cur.phase() != TxnPhase::Ongoing || now < due {
+            return None;
+        }
+        let mut next = bumped(cur, new_id);
+        next.phase = TxnPhase::PrepareAbort as i32;
+        next.updated_ms = now;
+        Some(next)
+    }
+}
+
 /// A transactional id as it appears in keys (as a group's id does), if it can.
 pub fn key_of(id: &str) -> Option<String> {
     crate::groups::cursor_name(id).and_then(|c| c.strip_prefix("kafka.").map(str::to_owned))
@@ -146,7 +344,79 @@ pub fn invalid_id(id: &str) -> Refused {
 
 #[cfg(test)]
 mod tests {
+    use super::machine::{self, Init};
     use super::*;
+
+    fn part(p: i32) -> TxnPartition {
+        TxnPartition { topic: "t".into(), partition: p }
+    }
+
+    #[test]
+    fn a_transaction_begins_grows_ends_and_completes_as_in_kafka() {
+        let Ok(Init::Ready(t)) = machine::init(None, 60_000, None, 7, 1) else { panic!() };
+        assert_eq!((t.producer_id, t.producer_epoch, t.phase()), (7, 0, TxnPhase::Empty));
+        // Re-initialized: the next epoch.
+        let Ok(Init::Ready(t)) = machine::init(Some(&t), 60_000, None, 8, 2) else { panic!() };
+        assert_eq!((t.producer_id, t.producer_epoch), (7, 1));
+        assert_eq!(machine::end(Some(&t), (7, 1), true, 3), Err(INVALID_TXN_STATE), "empty");
+        let t = machine::add(Some(&t), (7, 1), &[part(0)], None, 4).unwrap().unwrap();
+        assert_eq!((t.phase(), t.started_ms), (TxnPhase::Ongoing, 4));
+        assert_eq!(machine::add(Some(&t), (7, 1), &[part(0)], None, 5), Ok(None), "has it");
+        let t = machine::add(Some(&t), (7, 1), &[part(1)], Some("g"), 6).unwrap().unwrap();
+        assert_eq!((t.partitions.len(), t.groups.len(), t.started_ms), (2, 1, 4));
+        assert_eq!(machine::add(Some(&t), (7, 0), &[part(2)], None, 7), Err(PRODUCER_FENCED));
+        assert_eq!(
+            machine::add(Some(&t), (9, 1), &[part(2)], None, 7),
+            Err(INVALID_PRODUCER_ID_MAPPING)
+        );
+        let ending = machine::end(Some(&t), (7, 1), true, 8).unwrap().unwrap();
+        assert_eq!(ending.phase(), TxnPhase::PrepareCommit);
+        assert_eq!(machine::end(Some(&ending), (7, 1), true, 9), Err(CONCURRENT_TRANSACTIONS));
+        assert_eq!(machine::end(Some(&ending), (7, 1), false, 9), Err(INVALID_TXN_STATE));
+        assert_eq!(
+            machine::add(Some(&ending), (7, 1), &[part(0)], None, 9),
+            Err(CONCURRENT_TRANSACTIONS)
+        );
+        assert_eq!(machine::init(Some(&ending), 60_000, None, 8, 9), Err(CONCURRENT_TRANSACTIONS));
+        let done = machine::complete(&ending, 10).unwrap();
+        assert_eq!((done.phase(), done.partitions.len()), (TxnPhase::CompleteCommit, 0));
+        assert_eq!(machine::end(Some(&done), (7, 1), true, 11), Ok(None), "a retry");
+        // The next transaction starts afresh.
+        let next = machine::add(Some(&done), (7, 1), &[part(3)], None, 12).unwrap().unwrap();
+        assert_eq!((next.partitions, next.started_ms), (vec![part(3)], 12));
+    }
+
+    #[test]
+    fn a_zombies_transaction_is_aborted_at_a_bumped_epoch_and_timeouts_too() {
+        let Ok(Init::Ready(t)) = machine::init(None, 1_000, None, 7, 0) else { panic!() };
+        let t = machine::add(Some(&t), (7, 0), &[part(0)], None, 100).unwrap().unwrap();
+        // A new instance of the producer: the ongoing one is aborted at epoch 1 first.
+        let Ok(Init::FenceFirst(f)) = machine::init(Some(&t), 1_000, None, 8, 200) else {
+            panic!()
+        };
+        assert_eq!((f.producer_epoch, f.phase()), (1, TxnPhase::PrepareAbort));
+        assert_eq!(machine::add(Some(&f), (7, 0), &[part(1)], None, 201), Err(PRODUCER_FENCED));
+        let aborted = machine::complete(&f, 300).unwrap();
+        let Ok(Init::Ready(r)) = machine::init(Some(&aborted), 1_000, None, 8, 301) else {
+            panic!()
+        };
+        assert_eq!((r.producer_id, r.producer_epoch, r.phase()), (7, 2, TxnPhase::Empty));
+        // KIP-360: a client naming another producer or epoch is fenced.
+        assert_eq!(machine::init(Some(&r), 1_000, Some((7, 1)), 8, 302), Err(PRODUCER_FENCED));
+        assert!(machine::init(Some(&r), 1_000, Some((7, 2)), 8, 302).is_ok());
+        // Timeouts and bounds.
+        let t = machine::add(Some(&r), (7, 2), &[part(0)], None, 400).unwrap().unwrap();
+        assert_eq!(machine::timed_out(&t, 8, 1_399), None);
+        let expired = machine::timed_out(&t, 8, 1_401).unwrap();
+        assert_eq!((expired.producer_epoch, expired.phase()), (3, TxnPhase::PrepareAbort));
+        for bad in [0, -1, MAX_TIMEOUT_MS + 1] {
+            assert_eq!(machine::init(None, bad, None, 7, 0), Err(INVALID_TRANSACTION_TIMEOUT));
+        }
+        // Epochs spent: a new producer id.
+        let spent = StoredTxn { producer_epoch: i32::from(i16::MAX) - 1, ..r };
+        let Ok(Init::Ready(n)) = machine::init(Some(&spent), 1_000, None, 8, 500) else { panic!() };
+        assert_eq!((n.producer_id, n.producer_epoch), (8, 0));
+    }
 
     #[test]
     fn a_batch_is_verified_against_its_producers_ongoing_transaction() {

@@ -180,12 +180,17 @@ async fn transactional_batches_are_verified_and_their_markers_end_them() -> Resu
     let fenced = broker.write_marker("t", 0, zombie).await.err().map(|e| e.code);
     ensure!(fenced == Some(kafka::transactions::PRODUCER_FENCED), "{fenced:?}");
     ensure!(lso().await? == (5, 7), "still open");
-    let abort = Marker { producer_epoch: 1, commit: false, ..marker };
+    // The coordinator fences the producer at epoch 2 (a new instance came): its abort marker
+    // ends the transaction, and the old epoch's batches are refused after it.
+    let abort = Marker { producer_epoch: 2, commit: false, ..marker };
     let c = broker.write_marker("t", 0, abort).await.map_err(|r| anyhow!("{r:?}"))?;
     ensure!(c.await.map_err(|r| anyhow!("{r:?}"))?.base_offset == 7);
     let f = broker.fetch("t", 0, None, None, 0, 1 << 20, ReadCommitted).await;
     let f = f.map_err(|r| anyhow!("{r:?}"))?;
     ensure!(f.aborted == [(pid, 5)] && f.last_stable_offset == 8, "{f:?}");
+    store(TxnPhase::Ongoing, 1).await?;
+    let late = send(0, 1, 2).await?;
+    ensure!(late == Err(kafka::code::INVALID_PRODUCER_EPOCH), "{late:?}");
     w.shutdown().await;
     Ok(())
 }
