@@ -33,12 +33,15 @@ pub fn kafka_config(
     }
 }
 
-/// Serves Kafka for `broker` on `listener` with `cfg` until `role` shuts down.
+/// Serves Kafka for `broker` on `listener` with `cfg` until `role` shuts down, and (a
+/// writer's) the transaction markers its partitions are asked for.
 pub fn listen(
     role: &mut role::Role,
     listener: tokio::net::TcpListener,
     broker: Arc<LogBroker>,
     cfg: kafka::KafkaConfig,
 ) {
+    let markers = broker.clone();
+    role.spawn(move |shutdown| markers.serve_markers(shutdown.wait()));
     role.spawn(move |shutdown| kafka::serve(listener, broker, cfg, shutdown.wait()));
 }

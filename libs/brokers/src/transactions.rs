@@ -85,13 +85,9 @@ impl LogBroker {
         let order = self.txn_order(log, &slot);
         let _ordered = order.lock().await;
         let tenure = self.ready(log, &slot).await?;
+        self.forget_verified(log, marker.producer_id);
         {
             let mut producers = self.producers.lock();
-            for ((l, _), s) in producers.iter_mut() {
-                if let (true, SlotProducers::Ready(t)) = (*l == log, s) {
-                    t.verified.remove(&marker.producer_id);
-                }
-            }
             if let Some(SlotProducers::Ready(t)) = producers.get_mut(&(log, slot.clone())) {
                 if let Some(current) = t.producers.epoch_of(marker.producer_id)
                     && marker.producer_epoch < current
@@ -127,5 +123,276 @@ impl LogBroker {
         let committing =
             store.submit_in_slot(log, &slot, 1, batch, conditions).await.map_err(refused)?;
         Ok(commit(committing, -1))
+    }
+}
+
+/// Operations one metadata transaction carries at most here (etcd takes 128).
+const OPS_PER_TXN: usize = 100;
+/// Markers written at once by one writer.
+const MARKERS_AT_ONCE: usize = 64;
+
+fn unavailable(e: impl std::fmt::Display) -> Refused {
+    Refused::new(kafka::groups::errors::COORDINATOR_NOT_AVAILABLE, e.to_string())
+}
+
+#[async_trait::async_trait]
+impl kafka::TxnStates for LogBroker {
+    async fn txn_state(&self, id: &str) -> Result<Option<(StoredTxn, i64)>, Refused> {
+        let enc =
+            kafka::transactions::key_of(id).ok_or_else(|| kafka::transactions::invalid_id(id))?;
+        let kv = self
+            .reader
+            .meta()
+            .get(&self.reader.keys().txn_state(&enc))
+            .await
+            .map_err(unavailable)?;
+        match kv {
+            Some(kv) => Ok(Some((StoredTxn::decode_from(&kv.value)?, kv.mod_revision))),
+            None => Ok(None),
+        }
+    }
+
+    async fn put_txn_state(
+        &self,
+        id: &str,
+        state: &StoredTxn,
+        revision: i64,
+    ) -> Result<bool, Refused> {
+        use metadata::{Compare, CompareOp, Txn, TxnOp};
+        let enc =
+            kafka::transactions::key_of(id).ok_or_else(|| kafka::transactions::invalid_id(id))?;
+        let key = self.reader.keys().txn_state(&enc);
+        let unchanged = if revision == 0 {
+            Compare::version(key.clone(), CompareOp::Equal, 0)
+        } else {
+            Compare::mod_revision(key.clone(), CompareOp::Equal, revision)
+        };
+        let txn = Txn::new().when([unchanged]).and_then([TxnOp::put(key, state.encode())]);
+        Ok(self.reader.meta().txn(txn).await.map_err(unavailable)?.succeeded)
+    }
+
+    async fn txn_states(&self) -> Result<Vec<(String, StoredTxn)>, Refused> {
+        // A reader coordinates nothing.
+        if self.storage.is_none() {
+            return Ok(Vec::new());
+        }
+        let prefix = self.reader.keys().txn_states();
+        let resp = self
+            .reader
+            .meta()
+            .range(metadata::RangeRequest::prefix(prefix.clone()))
+            .await
+            .map_err(unavailable)?;
+        Ok(resp
+            .kvs
+            .iter()
+            .filter_map(|kv| {
+                let enc = std::str::from_utf8(kv.key.get(prefix.len()..)?).ok()?;
+                let id = kafka::groups::group_of_cursor(&format!("kafka.{enc}"))?;
+                Some((id, StoredTxn::decode_from(&kv.value).ok()?))
+            })
+            .collect())
+    }
+
+    async fn send_markers(
+        &self,
+        id: &str,
+        marker: Marker,
+        partitions: &[kafka::transactions::TxnPartition],
+    ) -> Result<(), Refused> {
+        use metadata::{Txn, TxnOp};
+        let stored = kafka::transactions::StoredMarker {
+            transactional_id: id.to_owned(),
+            producer_epoch: i32::from(marker.producer_epoch),
+            commit: marker.commit,
+            coordinator_epoch: marker.coordinator_epoch,
+        }
+        .encode();
+        let keys = self.reader.keys();
+        for chunk in partitions.chunks(OPS_PER_TXN) {
+            let puts = chunk.iter().map(|p| {
+                TxnOp::put(
+                    keys.txn_marker(&p.topic, p.partition, marker.producer_id),
+                    stored.clone(),
+                )
+            });
+            self.reader.meta().txn(Txn::new().and_then(puts)).await.map_err(unavailable)?;
+        }
+        Ok(())
+    }
+
+    async fn markers_pending(
+        &self,
+        producer_id: i64,
+        partitions: &[kafka::transactions::TxnPartition],
+    ) -> Result<usize, Refused> {
+        use metadata::{OpResult, RangeRequest, Txn, TxnOp};
+        let keys = self.reader.keys();
+        let mut pending = 0;
+        for chunk in partitions.chunks(OPS_PER_TXN) {
+            let gets = chunk.iter().map(|p| {
+                TxnOp::get(
+                    RangeRequest::key(keys.txn_marker(&p.topic, p.partition, producer_id))
+                        .keys_only(),
+                )
+            });
+            let resp =
+                self.reader.meta().txn(Txn::new().and_then(gets)).await.map_err(unavailable)?;
+            pending += resp
+                .results
+                .iter()
+                .filter(|r| matches!(r, OpResult::Get(g) if !g.kvs.is_empty()))
+                .count();
+        }
+        Ok(pending)
+    }
+}
+
+impl LogBroker {
+    /// A writer's part in ending transactions: every marker a coordinator asks for (read
+    /// whole at first, then watched) is written by the owner of its partition, which then
+    /// removes it; a writer that does not lead the partition forgets the producer as verified
+    /// in the log's slots it serves. Runs until `shutdown`.
+    pub async fn serve_markers(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        if self.storage.is_none() {
+            return;
+        }
+        tokio::pin!(shutdown);
+        let limit = Arc::new(tokio::sync::Semaphore::new(MARKERS_AT_ONCE));
+        let busy: Arc<parking_lot::Mutex<std::collections::HashSet<Vec<u8>>>> = Default::default();
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => return,
+                _ = self.follow_markers(&limit, &busy) => {}
+            }
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => return,
+                _ = tokio::time::sleep(std::time::Duration::from_millis(500)) => {}
+            }
+        }
+    }
+
+    /// Reads the pending markers, then watches for more, each handled in a task of its own;
+    /// returns when the watch ends (the caller starts again).
+    async fn follow_markers(
+        self: &Arc<Self>,
+        limit: &Arc<tokio::sync::Semaphore>,
+        busy: &Arc<parking_lot::Mutex<std::collections::HashSet<Vec<u8>>>>,
+    ) {
+        use futures::StreamExt;
+        let prefix = self.reader.keys().txn_markers();
+        let meta = self.reader.meta().clone();
+        let Ok(listed) = meta.range(metadata::RangeRequest::prefix(prefix.clone())).await else {
+            return;
+        };
+        for kv in listed.kvs {
+            self.spawn_marker(kv, limit, busy).await;
+        }
+        let watch = metadata::WatchRequest {
+            range: metadata::KeyRange::prefix(prefix),
+            start_revision: listed.revision + 1,
+        };
+        let Ok(mut events) = meta.watch(watch).await else { return };
+        while let Some(batch) = events.next().await {
+            let Ok(batch) = batch else { return };
+            for e in batch {
+                if e.kind == metadata::EventKind::Put {
+                    self.spawn_marker(e.kv, limit, busy).await;
+                }
+            }
+        }
+    }
+
+    async fn spawn_marker(
+        self: &Arc<Self>,
+        kv: metadata::KeyValue,
+        limit: &Arc<tokio::sync::Semaphore>,
+        busy: &Arc<parking_lot::Mutex<std::collections::HashSet<Vec<u8>>>>,
+    ) {
+        if !busy.lock().insert(kv.key.clone()) {
+            return;
+        }
+        let Ok(permit) = limit.clone().acquire_owned().await else { return };
+        let (me, busy) = (self.clone(), busy.clone());
+        tokio::spawn(async move {
+            me.write_pending_marker(&kv).await;
+            busy.lock().remove(&kv.key);
+            drop(permit);
+        });
+    }
+
+    /// Writes one pending marker if this writer leads its partition, then removes it.
+    async fn write_pending_marker(&self, kv: &metadata::KeyValue) {
+        use metadata::{Compare, CompareOp, KeyRange, Txn, TxnOp};
+        let prefix = self.reader.keys().txn_markers();
+        let Some(rest) = kv.key.get(prefix.len()..).and_then(|r| std::str::from_utf8(r).ok())
+        else {
+            return;
+        };
+        let mut parts = rest.rsplitn(3, '/');
+        let (Some(pid), Some(partition), Some(topic)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return;
+        };
+        let (Ok(producer_id), Ok(partition)) = (pid.parse::<i64>(), partition.parse::<i32>())
+        else {
+            return;
+        };
+        let Some(stored) = kafka::transactions::StoredMarker::decode_from(&kv.value) else {
+            return;
+        };
+        let Ok(producer_epoch) = i16::try_from(stored.producer_epoch) else { return };
+        let marker = Marker {
+            producer_id,
+            producer_epoch,
+            commit: stored.commit,
+            coordinator_epoch: stored.coordinator_epoch,
+        };
+        if let Ok(p) = u32::try_from(partition)
+            && let Ok(log) = self.catalog.route(topic, p).await
+        {
+            self.forget_verified(log, producer_id);
+        }
+        let done = match self.append_marker(topic, partition, marker).await {
+            Ok(commit) => match commit.await {
+                Ok(_) => true,
+                Err(e) => {
+                    tracing::warn!(topic, partition, error = %e.message, "Kafka transaction marker not written");
+                    false
+                }
+            },
+            // Another writer leads it, and writes it.
+            Err(e) if e.code == code::NOT_LEADER_OR_FOLLOWER => false,
+            // A stale marker (the producer has moved on), or a partition gone: nothing to do.
+            Err(e)
+                if e.code == kafka::transactions::PRODUCER_FENCED
+                    || e.code == code::UNKNOWN_TOPIC_OR_PARTITION =>
+            {
+                true
+            }
+            Err(e) => {
+                tracing::warn!(topic, partition, error = %e.message, "Kafka transaction marker not written");
+                false
+            }
+        };
+        if done {
+            let txn = Txn::new()
+                .when([Compare::mod_revision(kv.key.clone(), CompareOp::Equal, kv.mod_revision)])
+                .and_then([TxnOp::delete(KeyRange::key(kv.key.clone()))]);
+            if let Err(e) = self.reader.meta().txn(txn).await {
+                tracing::warn!(topic, partition, error = %e, "a written marker's request left");
+            }
+        }
+    }
+
+    /// Producer `producer_id` is no longer verified in any slot of `log` this writer serves.
+    fn forget_verified(&self, log: LogId, producer_id: i64) {
+        for ((l, _), s) in self.producers.lock().iter_mut() {
+            if let (true, SlotProducers::Ready(t)) = (*l == log, s) {
+                t.verified.remove(&producer_id);
+            }
+        }
     }
 }

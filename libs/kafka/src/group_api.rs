@@ -87,11 +87,13 @@ pub(crate) async fn find_coordinator(
     let mut found = Vec::with_capacity(keys.len());
     for key in keys {
         let mut c = Coordinator::default().with_key(s(key.clone())).with_node_id(BrokerId(-1));
-        if req.key_type != 0 {
-            c.error_code = COORDINATOR_NOT_AVAILABLE;
-            c.error_message = Some(s("only group coordinators: transactions are not supported"));
-        } else if key.is_empty() {
+        if !matches!(req.key_type, 0 | 1) {
+            c.error_code = code::INVALID_REQUEST;
+            c.error_message = Some(s("key type 0 (a group) or 1 (a transactional id)"));
+        } else if key.is_empty() && req.key_type == 0 {
             c.error_code = INVALID_GROUP_ID;
+        } else if key.is_empty() || crate::transactions::key_of(&key).is_none() {
+            c.error_code = code::INVALID_REQUEST;
         } else {
             match broker.coordinator(&key).await {
                 Ok(Some(b)) => {

@@ -557,11 +557,48 @@ pub trait GroupOffsets: Send + Sync + 'static {
     ) -> Result<(), Refused>;
 }
 
-/// What the front end needs of the role it runs in: the four capabilities above. A role
-/// implements each; handlers take a `&dyn Broker`.
-pub trait Broker: Cluster + Partitions + Topics + GroupOffsets {}
+/// Transactions' durable part (ARCHITECTURE §12): each transactional id's state, moved only by
+/// compare-and-set, and the markers its coordinator asks partition owners to write.
+#[async_trait::async_trait]
+pub trait TxnStates: Send + Sync + 'static {
+    /// A transactional id's stored state and its revision (none yet: `None`).
+    async fn txn_state(&self, id: &str) -> Result<Option<(transactions::StoredTxn, i64)>, Refused>;
 
-impl<T: Cluster + Partitions + Topics + GroupOffsets> Broker for T {}
+    /// Stores `state` if the stored one is still at `revision` (0: none is stored); `false`
+    /// when another write came first (nothing is written then).
+    async fn put_txn_state(
+        &self,
+        id: &str,
+        state: &transactions::StoredTxn,
+        revision: i64,
+    ) -> Result<bool, Refused>;
+
+    /// Every transactional id's state (the coordinator's periodic look for transactions past
+    /// their timeout, or left half ended by another coordinator).
+    async fn txn_states(&self) -> Result<Vec<(String, transactions::StoredTxn)>, Refused>;
+
+    /// Asks the owner of each of `partitions` to write `marker`, ending `id`'s transaction
+    /// there; each stays pending until its owner has written it.
+    async fn send_markers(
+        &self,
+        id: &str,
+        marker: transactions::Marker,
+        partitions: &[transactions::TxnPartition],
+    ) -> Result<(), Refused>;
+
+    /// How many of producer `producer_id`'s markers to `partitions` are still pending.
+    async fn markers_pending(
+        &self,
+        producer_id: i64,
+        partitions: &[transactions::TxnPartition],
+    ) -> Result<usize, Refused>;
+}
+
+/// What the front end needs of the role it runs in: the capabilities above. A role implements
+/// each; handlers take a `&dyn Broker`.
+pub trait Broker: Cluster + Partitions + Topics + GroupOffsets + TxnStates {}
+
+impl<T: Cluster + Partitions + Topics + GroupOffsets + TxnStates> Broker for T {}
 
 /// The zone a client names in its `client.id` with a `zone_id=<zone>` token (seed 002);
 /// tokens are separated by commas, semicolons or spaces.

@@ -236,20 +236,27 @@ impl Handler for InitProducerId {
                 .with_producer_epoch(-1);
             return ctx.now(&resp);
         }
-        ctx.later(|ctx| async move { init_producer_id(req, ctx.broker.as_ref()).await })
+        ctx.later(|ctx| async move { init_producer_id(req, &ctx.broker).await })
     }
 }
 
 async fn init_producer_id(
     req: InitProducerIdRequest,
-    broker: &dyn Broker,
+    broker: &std::sync::Arc<dyn Broker>,
 ) -> InitProducerIdResponse {
     let resp = InitProducerIdResponse::default();
-    if req.transactional_id.is_some() {
-        return resp.with_error_code(code::INVALID_REQUEST);
-    }
     let current = (req.producer_id.0 >= 0).then_some((req.producer_id.0, req.producer_epoch));
-    match broker.init_producer_id(current).await {
+    let answer = match req.transactional_id {
+        // A transactional producer: its coordinator's (KIP-98).
+        Some(id) => {
+            let timeout = req.transaction_timeout_ms;
+            crate::txn_api::coordinator::init_producer_id(broker, &id.0, timeout, current)
+                .await
+                .map_err(|code| Refused::new(code, "transactional id"))
+        }
+        None => broker.init_producer_id(current).await,
+    };
+    match answer {
         Ok((id, epoch)) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(epoch),
         Err(e) => {
             resp.with_error_code(e.code).with_producer_id(ProducerId(-1)).with_producer_epoch(-1)

@@ -47,4 +47,7 @@ pub static APIS: &[Registration] = &[
     register::<scram_api::AlterUserScramCredentials>(),
     register::<leader_epoch::OffsetForLeaderEpoch>(),
     register::<txn_api::WriteTxnMarkers>(),
+    register::<txn_api::AddPartitionsToTxn>(),
+    register::<txn_api::AddOffsetsToTxn>(),
+    register::<txn_api::EndTxn>(),
 ];

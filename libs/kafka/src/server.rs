@@ -237,7 +237,8 @@ pub async fn serve(
     let (ticking, storing, check) = (groups.clone(), broker.clone(), cfg.offsets_retention_check);
     let ticker = tokio::spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_millis(200));
-        let mut checked = tokio::time::Instant::now();
+        let (mut checked, mut txns_checked) =
+            (tokio::time::Instant::now(), tokio::time::Instant::now());
         loop {
             every.tick().await;
             ticking.tick(tokio::time::Instant::now().into_std());
@@ -245,6 +246,11 @@ pub async fn serve(
             if checked.elapsed() >= check {
                 checked = tokio::time::Instant::now();
                 ticking.expire(storing.as_ref()).await;
+            }
+            // Transactions past their timeout, or left half ended (Kafka's 10 s).
+            if txns_checked.elapsed() >= crate::txn_api::coordinator::CHECK_INTERVAL {
+                txns_checked = tokio::time::Instant::now();
+                crate::txn_api::coordinator::expire(&storing).await;
             }
         }
     });

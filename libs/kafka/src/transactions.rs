@@ -57,6 +57,30 @@ pub struct Marker {
     pub coordinator_epoch: i32,
 }
 
+/// A marker a coordinator asked a partition's owner to write, as it waits in the metadata
+/// store (`kafka/txns/markers/<topic>/<partition>/<producer id>`) until written.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StoredMarker {
+    #[prost(string, tag = "1")]
+    pub transactional_id: String,
+    #[prost(int32, tag = "2")]
+    pub producer_epoch: i32,
+    #[prost(bool, tag = "3")]
+    pub commit: bool,
+    #[prost(int32, tag = "4")]
+    pub coordinator_epoch: i32,
+}
+
+impl StoredMarker {
+    pub fn encode(&self) -> Vec<u8> {
+        prost::Message::encode_to_vec(self)
+    }
+
+    pub fn decode_from(bytes: &[u8]) -> Option<StoredMarker> {
+        prost::Message::decode(bytes).ok()
+    }
+}
+
 /// A partition in a transaction.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Message)]
 pub struct TxnPartition {

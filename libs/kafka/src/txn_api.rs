@@ -1,16 +1,24 @@
-//! The transaction APIs a partition's owner serves (ARCHITECTURE §12): WriteTxnMarkers, the
-//! inter-broker request by which a transaction's coordinator ends it on each of its
-//! partitions. CLUSTER_ACTION on the cluster, as Kafka asks of it.
+//! The transaction APIs (ARCHITECTURE §12): the coordinator's (InitProducerId with a
+//! transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn), served by the writer the
+//! owner function picks for the transactional id; and WriteTxnMarkers, the inter-broker
+//! request that appends a marker to a partition its owner leads (CLUSTER_ACTION, as in Kafka).
 
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
 use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
 };
-use kafka_protocol::messages::{ApiKey, WriteTxnMarkersRequest, WriteTxnMarkersResponse};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse, ProducerId,
+    WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+};
 use security::acl::Operation;
 
 use crate::api::{Admission, Ctx, Handler};
 use crate::session::Session;
-use crate::transactions::Marker;
+use crate::transactions::{Marker, TxnPartition};
 use crate::{Broker, Refused};
 
 /// WriteTxnMarkers: each marker appended to each of its partitions (those led elsewhere
@@ -31,6 +39,148 @@ impl Handler for WriteTxnMarkers {
         })
     }
 }
+
+/// Whether the principal may run transactions: as InitProducerId's idempotent producers
+/// (there are no transactional-id ACLs here yet).
+fn may_transact(a: crate::authz::Access<'_>) -> bool {
+    !a.checks()
+        || a.cluster(Operation::Produce)
+        || a.authz.may_anywhere(
+            a.principal,
+            Operation::Produce,
+            security::acl::ResourceType::Stream,
+        )
+}
+
+/// AddPartitionsToTxn (v0–3, a client's): the partitions join the producer's transaction,
+/// all or none; a topic the principal may not write is TOPIC_AUTHORIZATION_FAILED and the
+/// rest OPERATION_NOT_ATTEMPTED, as Kafka answers.
+#[derive(Debug)]
+pub struct AddPartitionsToTxn;
+
+impl Handler for AddPartitionsToTxn {
+    const KEY: ApiKey = ApiKey::AddPartitionsToTxn;
+    const VERSIONS: (i16, i16) = (0, 3);
+    type Request = AddPartitionsToTxnRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let access = ctx.access();
+        let denied: Vec<bool> = req
+            .v3_and_below_topics
+            .iter()
+            .map(|t| {
+                !may_transact(access)
+                    || (access.checks() && !access.topic(Operation::Produce, &t.name))
+            })
+            .collect();
+        ctx.later(move |ctx| async move {
+            let any_denied = denied.iter().any(|d| *d);
+            let partitions: Vec<TxnPartition> = req
+                .v3_and_below_topics
+                .iter()
+                .flat_map(|t| {
+                    t.partitions
+                        .iter()
+                        .map(|p| TxnPartition { topic: t.name.0.to_string(), partition: *p })
+                })
+                .collect();
+            let code = if any_denied {
+                OPERATION_NOT_ATTEMPTED
+            } else {
+                let producer = (req.v3_and_below_producer_id.0, req.v3_and_below_producer_epoch);
+                let id = req.v3_and_below_transactional_id.0.to_string();
+                coordinator::add(ctx.broker.as_ref(), &id, producer, &partitions, None).await
+            };
+            let results = req
+                .v3_and_below_topics
+                .iter()
+                .zip(&denied)
+                .map(|(t, denied)| {
+                    let code =
+                        if *denied { crate::authz::TOPIC_AUTHORIZATION_FAILED } else { code };
+                    AddPartitionsToTxnTopicResult::default()
+                        .with_name(t.name.clone())
+                        .with_results_by_partition(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    AddPartitionsToTxnPartitionResult::default()
+                                        .with_partition_index(*p)
+                                        .with_partition_error_code(code)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results)
+        })
+    }
+}
+
+/// AddOffsetsToTxn: the group whose offsets the transaction will commit joins it.
+#[derive(Debug)]
+pub struct AddOffsetsToTxn;
+
+impl Handler for AddOffsetsToTxn {
+    const KEY: ApiKey = ApiKey::AddOffsetsToTxn;
+    const VERSIONS: (i16, i16) = (0, 3);
+    type Request = AddOffsetsToTxnRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let access = ctx.access();
+        if !may_transact(access) {
+            let resp = AddOffsetsToTxnResponse::default()
+                .with_error_code(TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+            return ctx.now(&resp);
+        }
+        if access.checks() && !access.group(Operation::Consume, &req.group_id) {
+            let resp = AddOffsetsToTxnResponse::default()
+                .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED);
+            return ctx.now(&resp);
+        }
+        ctx.later(move |ctx| async move {
+            let producer = (req.producer_id.0, req.producer_epoch);
+            let (id, group) = (req.transactional_id.0.to_string(), req.group_id.0.to_string());
+            let code =
+                coordinator::add(ctx.broker.as_ref(), &id, producer, &[], Some(&group)).await;
+            AddOffsetsToTxnResponse::default().with_error_code(code)
+        })
+    }
+}
+
+/// EndTxn: the transaction commits or aborts (v0–4; v5's per-transaction epoch bump,
+/// transactions V2, is not offered).
+#[derive(Debug)]
+pub struct EndTxn;
+
+impl Handler for EndTxn {
+    const KEY: ApiKey = ApiKey::EndTxn;
+    const VERSIONS: (i16, i16) = (0, 4);
+    type Request = EndTxnRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        if !may_transact(ctx.access()) {
+            let resp = EndTxnResponse::default()
+                .with_error_code(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1);
+            return ctx.now(&resp);
+        }
+        ctx.later(move |ctx| async move {
+            let producer = (req.producer_id.0, req.producer_epoch);
+            let id = req.transactional_id.0.to_string();
+            let code = coordinator::end(&ctx.broker, &id, producer, req.committed).await;
+            EndTxnResponse::default()
+                .with_error_code(code)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1)
+        })
+    }
+}
+
+const OPERATION_NOT_ATTEMPTED: i16 = kafka_protocol::ResponseError::OperationNotAttempted.code();
+const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 =
+    kafka_protocol::ResponseError::TransactionalIdAuthorizationFailed.code();
 
 /// Appends every marker of `req` (each refused with `refused`, when given), in order: a
 /// partition's markers are admitted in the request's order; all are awaited together.
@@ -86,4 +236,233 @@ pub(crate) async fn write_markers(
         );
     }
     WriteTxnMarkersResponse::default().with_markers(markers)
+}
+
+/// The coordinator side (KIP-98): a transactional id's requests, served by the writer the
+/// owner function picks for it (as a group's), its state moved by compare-and-set only, so
+/// two writers that both think they coordinate it never both move it.
+pub(crate) mod coordinator {
+    use std::time::Duration;
+
+    use crate::transactions::machine::{self, Init};
+    use crate::transactions::{self as txn, Marker, StoredTxn, TxnPartition, TxnPhase};
+    use crate::{Broker, Refused, code};
+
+    /// Attempts at a transition whose compare-and-set keeps losing.
+    const ATTEMPTS: usize = 5;
+    /// How long a transaction's markers are waited for before they are asked for again.
+    const RESEND_AFTER: Duration = Duration::from_secs(5);
+    /// How often a coordinator looks for transactions past their timeout (Kafka's
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`).
+    pub(crate) const CHECK_INTERVAL: Duration = Duration::from_secs(10);
+    /// How long one completion waits at most (the periodic look takes over after).
+    const COMPLETE_WITHIN: Duration = Duration::from_secs(60);
+
+    pub(crate) const NOT_COORDINATOR: i16 = crate::groups::errors::NOT_COORDINATOR;
+    const COORDINATOR_NOT_AVAILABLE: i16 = crate::groups::errors::COORDINATOR_NOT_AVAILABLE;
+
+    pub(crate) fn now_ms() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    }
+
+    /// NONE when this broker coordinates transactional id `id`; Kafka's code otherwise.
+    pub(crate) async fn coordinates(broker: &dyn Broker, id: &str) -> i16 {
+        if id.is_empty() || txn::key_of(id).is_none() {
+            return code::INVALID_REQUEST;
+        }
+        match broker.coordinator(id).await {
+            Ok(Some(c)) if c.node_id == broker.node_id() => code::NONE,
+            Ok(Some(_)) => NOT_COORDINATOR,
+            Ok(None) | Err(_) => COORDINATOR_NOT_AVAILABLE,
+        }
+    }
+
+    /// Moves `id`'s state by `step` (its new state, `None` for no change) under
+    /// compare-and-set, read again and retried when another write came first; the state after.
+    pub(crate) async fn transition(
+        broker: &dyn Broker,
+        id: &str,
+        step: impl Fn(Option<&StoredTxn>) -> Result<Option<StoredTxn>, i16>,
+    ) -> Result<Option<StoredTxn>, i16> {
+        for _ in 0..ATTEMPTS {
+            let (cur, revision) = match broker.txn_state(id).await {
+                Ok(Some((t, r))) => (Some(t), r),
+                Ok(None) => (None, 0),
+                Err(r) => return Err(unavailable(r)),
+            };
+            let Some(next) = step(cur.as_ref())? else { return Ok(cur) };
+            match broker.put_txn_state(id, &next, revision).await {
+                Ok(true) => return Ok(Some(next)),
+                Ok(false) => continue,
+                Err(r) => return Err(unavailable(r)),
+            }
+        }
+        Err(txn::CONCURRENT_TRANSACTIONS)
+    }
+
+    fn unavailable(r: Refused) -> i16 {
+        tracing::warn!(error = %r.message, "Kafka transaction state unreadable or unwritable");
+        COORDINATOR_NOT_AVAILABLE
+    }
+
+    /// InitProducerId with a transactional id: the producer id and epoch, or Kafka's code.
+    pub(crate) async fn init_producer_id(
+        broker: &std::sync::Arc<dyn Broker>,
+        id: &str,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+    ) -> Result<(i64, i16), i16> {
+        let c = coordinates(broker.as_ref(), id).await;
+        if c != code::NONE {
+            return Err(c);
+        }
+        // A producer id to take if one is needed (a new id, or epochs spent).
+        let new_id = broker.init_producer_id(None).await.map_err(|r| r.code)?.0;
+        let fence = std::sync::Mutex::new(false);
+        let after = transition(broker.as_ref(), id, |cur| {
+            match machine::init(cur, timeout_ms, expected, new_id, now_ms())? {
+                Init::Ready(next) => Ok(Some(next)),
+                Init::FenceFirst(next) => {
+                    *fence.lock().unwrap_or_else(|e| e.into_inner()) = true;
+                    Ok(Some(next))
+                }
+            }
+        })
+        .await?
+        .ok_or(code::UNKNOWN_SERVER_ERROR)?;
+        if *fence.lock().unwrap_or_else(|e| e.into_inner()) {
+            end_markers(broker.clone(), id.to_owned(), after).await;
+            return Err(txn::CONCURRENT_TRANSACTIONS);
+        }
+        let epoch = i16::try_from(after.producer_epoch).map_err(|_| code::UNKNOWN_SERVER_ERROR)?;
+        Ok((after.producer_id, epoch))
+    }
+
+    /// EndTxn: the transaction prepared to commit or abort, its markers asked for; answered
+    /// once the decision is durable (as Kafka answers once it is in its transaction log).
+    pub(crate) async fn end(
+        broker: &std::sync::Arc<dyn Broker>,
+        id: &str,
+        producer: (i64, i16),
+        commit: bool,
+    ) -> i16 {
+        let c = coordinates(broker.as_ref(), id).await;
+        if c != code::NONE {
+            return c;
+        }
+        let ended =
+            transition(broker.as_ref(), id, |cur| machine::end(cur, producer, commit, now_ms()));
+        match ended.await {
+            Ok(Some(t))
+                if matches!(t.phase(), TxnPhase::PrepareCommit | TxnPhase::PrepareAbort) =>
+            {
+                end_markers(broker.clone(), id.to_owned(), t).await;
+                code::NONE
+            }
+            Ok(_) => code::NONE,
+            Err(c) => c,
+        }
+    }
+
+    /// AddPartitionsToTxn / AddOffsetsToTxn: the partitions (or group) joined to the
+    /// transaction under way, which begins with its first.
+    pub(crate) async fn add(
+        broker: &dyn Broker,
+        id: &str,
+        producer: (i64, i16),
+        partitions: &[TxnPartition],
+        group: Option<&str>,
+    ) -> i16 {
+        let c = coordinates(broker, id).await;
+        if c != code::NONE {
+            return c;
+        }
+        let added =
+            transition(broker, id, |cur| machine::add(cur, producer, partitions, group, now_ms()));
+        match added.await {
+            Ok(_) => code::NONE,
+            Err(c) => c,
+        }
+    }
+
+    /// Asks for the markers of a transaction being ended and completes it, in a task of its
+    /// own, once every one is written.
+    pub(crate) async fn end_markers(broker: std::sync::Arc<dyn Broker>, id: String, t: StoredTxn) {
+        let Ok(epoch) = i16::try_from(t.producer_epoch) else { return };
+        let marker = Marker {
+            producer_id: t.producer_id,
+            producer_epoch: epoch,
+            commit: t.phase() == TxnPhase::PrepareCommit,
+            coordinator_epoch: 0,
+        };
+        if let Err(r) = broker.send_markers(&id, marker, &t.partitions).await {
+            tracing::warn!(id, error = %r.message, "Kafka transaction markers not asked for yet");
+        }
+        tokio::spawn(async move { complete(broker.as_ref(), &id, marker, &t.partitions).await });
+    }
+
+    /// Waits for the markers of `id`'s transaction (asked for again every [`RESEND_AFTER`]),
+    /// then moves it to complete.
+    async fn complete(broker: &dyn Broker, id: &str, marker: Marker, partitions: &[TxnPartition]) {
+        let began = tokio::time::Instant::now();
+        let mut asked = began;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match broker.markers_pending(marker.producer_id, partitions).await {
+                Ok(0) => break,
+                Ok(_) | Err(_) if began.elapsed() > COMPLETE_WITHIN => return,
+                Ok(_) | Err(_) => {}
+            }
+            if asked.elapsed() > RESEND_AFTER {
+                asked = tokio::time::Instant::now();
+                let _ = broker.send_markers(id, marker, partitions).await;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+        let done = transition(broker, id, |cur| {
+            // Only the transaction whose markers these were.
+            Ok(cur
+                .filter(|c| c.producer_id == marker.producer_id)
+                .filter(|c| c.producer_epoch == i32::from(marker.producer_epoch))
+                .and_then(|c| machine::complete(c, now_ms())))
+        });
+        if let Err(c) = done.await {
+            tracing::warn!(id, code = c, "Kafka transaction not completed yet");
+        }
+    }
+
+    /// The coordinator's periodic look: transactions it coordinates that are past their
+    /// timeout are aborted; those left prepared (by a coordinator gone, say) are ended.
+    pub(crate) async fn expire(broker: &std::sync::Arc<dyn Broker>) {
+        let Ok(states) = broker.txn_states().await else { return };
+        let now = now_ms();
+        for (id, t) in states {
+            let phase = t.phase();
+            let stale = now.saturating_sub(t.updated_ms) > RESEND_AFTER.as_millis() as i64;
+            let due = phase == TxnPhase::Ongoing
+                && now >= t.started_ms.saturating_add(i64::from(t.timeout_ms));
+            let prepared = matches!(phase, TxnPhase::PrepareCommit | TxnPhase::PrepareAbort);
+            if !(due || prepared && stale) || coordinates(broker.as_ref(), &id).await != code::NONE
+            {
+                continue;
+            }
+            if prepared {
+                end_markers(broker.clone(), id, t).await;
+                continue;
+            }
+            let Ok((new_id, _)) = broker.init_producer_id(None).await else { continue };
+            let aborted = transition(broker.as_ref(), &id, |cur| {
+                Ok(cur.and_then(|c| machine::timed_out(c, new_id, now_ms())))
+            });
+            if let Ok(Some(t)) = aborted.await
+                && t.phase() == TxnPhase::PrepareAbort
+            {
+                tracing::info!(id, "Kafka transaction past its timeout: aborted");
+                end_markers(broker.clone(), id, t).await;
+            }
+        }
+    }
 }

@@ -155,6 +155,22 @@ impl Keys {
         self.key(format_args!("kafka/groups/coordinators/{group}"))
     }
 
+    /// Every Kafka transactional id's state.
+    pub fn txn_states(&self) -> Vec<u8> {
+        self.key(format_args!("kafka/txns/states/"))
+    }
+
+    /// Every transaction marker waiting for its partition's owner.
+    pub fn txn_markers(&self) -> Vec<u8> {
+        self.key(format_args!("kafka/txns/markers/"))
+    }
+
+    /// A transaction marker waiting for the owner of `topic`'s `partition` (a Kafka topic's
+    /// name is safe in a key).
+    pub fn txn_marker(&self, topic: &str, partition: i32, producer_id: i64) -> Vec<u8> {
+        self.key(format_args!("kafka/txns/markers/{topic}/{partition}/{producer_id}"))
+    }
+
     /// A Kafka transactional id's state; `id` is its encoded id (safe in a key).
     pub fn txn_state(&self, id: &str) -> Vec<u8> {
         self.key(format_args!("kafka/txns/states/{id}"))

@@ -53,6 +53,9 @@ struct FakeBroker {
     stores_waiting: std::sync::atomic::AtomicUsize,
     /// Group configs set, by group.
     group_configs: Mutex<std::collections::HashMap<String, kafka::GroupConfig>>,
+    /// Transactional ids' states and revisions; markers asked for (written at once).
+    txns: Mutex<std::collections::HashMap<String, (kafka::transactions::StoredTxn, i64)>>,
+    markers: Mutex<Vec<(kafka::transactions::Marker, Vec<kafka::transactions::TxnPartition>)>>,
 }
 
 /// Batches of each partition of topic `lagging` (any partition number), one record each.
@@ -158,6 +161,56 @@ impl FakeBroker {
             Some(t) if *t == tenure.0 => Ok(()),
             _ => Err(Refused::new(kafka::groups::errors::NOT_COORDINATOR, "taken")),
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl kafka::TxnStates for FakeBroker {
+    async fn txn_state(
+        &self,
+        id: &str,
+    ) -> Result<Option<(kafka::transactions::StoredTxn, i64)>, Refused> {
+        let txns = self.txns.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(txns.get(id).cloned())
+    }
+
+    async fn put_txn_state(
+        &self,
+        id: &str,
+        state: &kafka::transactions::StoredTxn,
+        revision: i64,
+    ) -> Result<bool, Refused> {
+        let mut txns = self.txns.lock().unwrap_or_else(|e| e.into_inner());
+        if txns.get(id).map_or(0, |(_, r)| *r) != revision {
+            return Ok(false);
+        }
+        let next = self.revision.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        txns.insert(id.to_owned(), (state.clone(), next));
+        Ok(true)
+    }
+
+    async fn txn_states(&self) -> Result<Vec<(String, kafka::transactions::StoredTxn)>, Refused> {
+        let txns = self.txns.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(txns.iter().map(|(id, (t, _))| (id.clone(), t.clone())).collect())
+    }
+
+    async fn send_markers(
+        &self,
+        _id: &str,
+        marker: kafka::transactions::Marker,
+        partitions: &[kafka::transactions::TxnPartition],
+    ) -> Result<(), Refused> {
+        let mut markers = self.markers.lock().unwrap_or_else(|e| e.into_inner());
+        markers.push((marker, partitions.to_vec()));
+        Ok(())
+    }
+
+    async fn markers_pending(
+        &self,
+        _producer_id: i64,
+        _partitions: &[kafka::transactions::TxnPartition],
+    ) -> Result<usize, Refused> {
+        Ok(0)
     }
 }
 

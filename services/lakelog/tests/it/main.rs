@@ -5,6 +5,7 @@ mod authz;
 mod bench;
 mod ecosystem;
 mod tls;
+mod transactions;
 
 use std::net::TcpStream;
 use std::path::Path;
