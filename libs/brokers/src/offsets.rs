@@ -59,13 +59,13 @@ impl Coordinator {
 }
 
 /// A group's id as it appears in keys and cursor names (INVALID_GROUP_ID if it cannot).
-fn encoded(group: &str) -> Result<String, Refused> {
+pub(crate) fn encoded(group: &str) -> Result<String, Refused> {
     kafka::groups::cursor_name(group)
         .and_then(|c| c.strip_prefix("kafka.").map(str::to_owned))
         .ok_or_else(|| invalid_group(group))
 }
 
-fn not_coordinator(group: &str) -> Refused {
+pub(crate) fn not_coordinator(group: &str) -> Refused {
     Refused::new(
         kafka::groups::errors::NOT_COORDINATOR,
         format!("group {group} is coordinated elsewhere now"),
@@ -87,7 +87,12 @@ impl LogBroker {
     }
 
     /// The compares of a write of `group` under `tenure`.
-    async fn fence(&self, group: &str, enc: &str, tenure: Tenure) -> Result<Vec<Compare>, Refused> {
+    pub(crate) async fn fence(
+        &self,
+        group: &str,
+        enc: &str,
+        tenure: Tenure,
+    ) -> Result<Vec<Compare>, Refused> {
         let (_, _, alive) = self.coordinator_self(group).await?;
         if logstore::mutations::on(logstore::mutations::Mutation::UnfencedGroupWrites) {
             return Ok(Vec::new());
@@ -227,6 +232,51 @@ impl LogBroker {
             .await
     }
 
+    /// The log of each offset a group commits, as (index of the offset, its log); each
+    /// offset's outcome so far (refused: a partition unknown, a negative offset).
+    pub(crate) async fn offset_logs(
+        &self,
+        offsets: &[OffsetCommit],
+    ) -> (Vec<Result<(), Refused>>, Vec<(usize, LogId)>) {
+        let mut logs: HashMap<String, Result<Vec<LogId>, Refused>> = HashMap::new();
+        let mut out: Vec<Result<(), Refused>> = Vec::with_capacity(offsets.len());
+        let mut found = Vec::new();
+        for (i, o) in offsets.iter().enumerate() {
+            if !logs.contains_key(&o.topic) {
+                let listed = self.partition_logs(&o.topic).await.map_err(|e| match e {
+                    CatalogError::NotFound(_) | CatalogError::InvalidArgument(_) => {
+                        Refused::new(code::UNKNOWN_TOPIC_OR_PARTITION, e.to_string())
+                    }
+                    e => Refused::server(e),
+                });
+                logs.insert(o.topic.clone(), listed);
+            }
+            let log = match logs.get(&o.topic) {
+                Some(Ok(l)) => usize::try_from(o.partition).ok().and_then(|p| l.get(p).copied()),
+                Some(Err(e)) => {
+                    out.push(Err(e.clone()));
+                    continue;
+                }
+                None => None,
+            };
+            let Some(log) = log else {
+                let what = format!("{}-{}", o.topic, o.partition);
+                out.push(Err(Refused::new(code::UNKNOWN_TOPIC_OR_PARTITION, what)));
+                continue;
+            };
+            // Kafka stores any offset a group commits, past the log's end included; a
+            // negative one names no position a cursor can hold.
+            if o.offset < 0 {
+                let what = format!("offset {}", o.offset);
+                out.push(Err(Refused::new(code::OFFSET_OUT_OF_RANGE, what)));
+                continue;
+            }
+            out.push(Ok(()));
+            found.push((i, log));
+        }
+        (out, found)
+    }
+
     /// The logs a group has committed offsets on, from its index: (log, topic, partition).
     async fn indexed(&self, enc: &str) -> Result<Vec<(LogId, String, i32)>, Refused> {
         let listed = self.under(self.reader.keys().group_offsets(enc)).await?;
@@ -241,7 +291,7 @@ impl LogBroker {
 }
 
 /// What a committed offset's cursor holds.
-fn position_of(o: &OffsetCommit) -> logstore::cursor::Position {
+pub(crate) fn position_of(o: &OffsetCommit) -> logstore::cursor::Position {
     logstore::cursor::Position {
         offset: o.offset as u64,
         properties: [(LEADER_EPOCH.to_owned(), i64::from(o.leader_epoch))].into(),
@@ -343,42 +393,14 @@ impl kafka::GroupOffsets for LogBroker {
             Ok(e) => e,
             Err(r) => return offsets.iter().map(|_| Err(r.clone())).collect(),
         };
-        let mut logs: HashMap<String, Result<Vec<LogId>, Refused>> = HashMap::new();
-        let mut out: Vec<Result<(), Refused>> = Vec::with_capacity(offsets.len());
-        let mut items = Vec::new();
-        for (i, o) in offsets.iter().enumerate() {
-            if !logs.contains_key(&o.topic) {
-                let found = self.partition_logs(&o.topic).await.map_err(|e| match e {
-                    CatalogError::NotFound(_) | CatalogError::InvalidArgument(_) => {
-                        Refused::new(code::UNKNOWN_TOPIC_OR_PARTITION, e.to_string())
-                    }
-                    e => Refused::server(e),
-                });
-                logs.insert(o.topic.clone(), found);
-            }
-            let log = match logs.get(&o.topic) {
-                Some(Ok(l)) => usize::try_from(o.partition).ok().and_then(|p| l.get(p).copied()),
-                Some(Err(e)) => {
-                    out.push(Err(e.clone()));
-                    continue;
-                }
-                None => None,
-            };
-            let Some(log) = log else {
-                let what = format!("{}-{}", o.topic, o.partition);
-                out.push(Err(Refused::new(code::UNKNOWN_TOPIC_OR_PARTITION, what)));
-                continue;
-            };
-            // Kafka stores any offset a group commits, past the log's end included; a
-            // negative one names no position a cursor can hold.
-            if o.offset < 0 {
-                let what = format!("offset {}", o.offset);
-                out.push(Err(Refused::new(code::OFFSET_OUT_OF_RANGE, what)));
-                continue;
-            }
-            out.push(Ok(()));
-            items.push((i, log, position_of(o), format!("{} {}", o.partition, o.topic)));
-        }
+        let (mut out, logs) = self.offset_logs(&offsets).await;
+        let items = logs
+            .into_iter()
+            .map(|(i, log)| {
+                let o = &offsets[i];
+                (i, log, position_of(o), format!("{} {}", o.partition, o.topic))
+            })
+            .collect();
         self.commit_fenced(group, &enc, tenure, items, &mut out).await;
         out
     }

@@ -246,7 +246,148 @@ impl kafka::TxnStates for LogBroker {
         }
         Ok(pending)
     }
+
+    async fn stage_offsets(
+        &self,
+        group: &str,
+        tenure: kafka::Tenure,
+        txn: (&str, i64),
+        producer: (i64, i16),
+        offsets: Vec<kafka::OffsetCommit>,
+    ) -> kafka::Staged {
+        use metadata::{Compare, CompareOp, OpResult, RangeRequest, Txn, TxnOp};
+        let all =
+            |r: Refused| kafka::Staged::Done(offsets.iter().map(|_| Err(r.clone())).collect());
+        let enc = match crate::offsets::encoded(group) {
+            Ok(e) => e,
+            Err(r) => return all(r),
+        };
+        let Some(txn_key) = kafka::transactions::key_of(txn.0) else {
+            return all(kafka::transactions::invalid_id(txn.0));
+        };
+        let keys = self.reader.keys();
+        let state = keys.txn_state(&txn_key);
+        let mut when = match self.fence(group, &enc, tenure).await {
+            Ok(f) => f,
+            Err(r) => return all(r),
+        };
+        when.push(Compare::mod_revision(state.clone(), CompareOp::Equal, txn.1));
+        let (mut out, logs) = self.offset_logs(&offsets).await;
+        for chunk in logs.chunks(OPS_PER_TXN) {
+            let puts = chunk.iter().map(|(i, log)| {
+                let o = &offsets[*i];
+                let pending = kafka::transactions::PendingOffset {
+                    producer_epoch: i32::from(producer.1),
+                    topic: o.topic.clone(),
+                    partition: o.partition,
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata: o.metadata.clone(),
+                };
+                TxnOp::put(keys.group_pending_offset(&enc, producer.0, *log), pending.encode())
+            });
+            let look = TxnOp::get(RangeRequest::key(state.clone()).keys_only());
+            let txn_op = Txn::new().when(when.clone()).and_then(puts).or_else([look]);
+            let outcome = match self.reader.meta().txn(txn_op).await {
+                Ok(resp) if resp.succeeded => Ok(()),
+                Ok(resp) => {
+                    let now = match resp.results.first() {
+                        Some(OpResult::Get(g)) => g.kvs.first().map(|kv| kv.mod_revision),
+                        _ => None,
+                    };
+                    if now != Some(txn.1) {
+                        return kafka::Staged::TxnMoved;
+                    }
+                    Err(crate::offsets::not_coordinator(group))
+                }
+                Err(e) => Err(unavailable(e)),
+            };
+            for (i, _) in chunk {
+                out[*i] = outcome.clone();
+            }
+        }
+        kafka::Staged::Done(out)
+    }
+
+    async fn end_offsets(
+        &self,
+        id: &str,
+        revision: i64,
+        group: &str,
+        marker: Marker,
+    ) -> Result<(), Refused> {
+        use metadata::{Compare, CompareOp, KeyRange, RangeRequest, Txn, TxnOp};
+        let enc = crate::offsets::encoded(group)?;
+        let txn_key =
+            kafka::transactions::key_of(id).ok_or_else(|| kafka::transactions::invalid_id(id))?;
+        let keys = self.reader.keys();
+        let state = keys.txn_state(&txn_key);
+        let prefix = keys.group_pending_of(&enc, marker.producer_id);
+        let meta = self.reader.meta();
+        let staged = meta.range(RangeRequest::prefix(prefix.clone())).await.map_err(unavailable)?;
+        let cursor = format!("kafka.{enc}");
+        for chunk in staged.kvs.chunks(OFFSETS_ENDED_PER_TXN) {
+            let mut ops = Vec::with_capacity(chunk.len() * 4);
+            for kv in chunk {
+                ops.push(TxnOp::delete(KeyRange::key(kv.key.clone())));
+                let log =
+                    std::str::from_utf8(&kv.key[prefix.len()..]).ok().and_then(|l| l.parse().ok());
+                let pending = kafka::transactions::PendingOffset::decode_from(&kv.value);
+                let (Some(log), Some(p), true) = (log, pending, marker.commit) else { continue };
+                // An offset staged at another epoch is no part of this transaction.
+                if p.producer_epoch != i32::from(marker.producer_epoch) {
+                    continue;
+                }
+                let commit = kafka::OffsetCommit {
+                    topic: p.topic,
+                    partition: p.partition,
+                    offset: p.offset,
+                    leader_epoch: p.leader_epoch,
+                    metadata: p.metadata,
+                };
+                let position = crate::offsets::position_of(&commit);
+                let log = LogId(log);
+                ops.extend(
+                    logstore::cursor::position_ops(keys, log, &cursor, position)
+                        .map_err(refused)?,
+                );
+                let indexed = format!("{} {}", commit.partition, commit.topic);
+                ops.push(TxnOp::put(keys.group_offset(&enc, log), indexed));
+            }
+            let same = Compare::mod_revision(state.clone(), CompareOp::Equal, revision);
+            let resp =
+                meta.txn(Txn::new().when([same]).and_then(ops)).await.map_err(unavailable)?;
+            if !resp.succeeded {
+                return Err(Refused::new(
+                    kafka::transactions::CONCURRENT_TRANSACTIONS,
+                    format!("transactional id {id}'s state moved"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    async fn unstable_offsets(&self, group: &str) -> Result<Vec<(String, i32)>, Refused> {
+        let enc = crate::offsets::encoded(group)?;
+        let prefix = self.reader.keys().group_pending(&enc);
+        let resp = self
+            .reader
+            .meta()
+            .range(metadata::RangeRequest::prefix(prefix))
+            .await
+            .map_err(unavailable)?;
+        Ok(resp
+            .kvs
+            .iter()
+            .filter_map(|kv| kafka::transactions::PendingOffset::decode_from(&kv.value))
+            .map(|p| (p.topic, p.partition))
+            .collect())
+    }
 }
+
+/// Staged offsets ended in one transaction: up to four operations each (the pending key, the
+/// cursor's two, the group's index), within etcd's 128.
+const OFFSETS_ENDED_PER_TXN: usize = 30;
 
 impl LogBroker {
     /// A writer's part in ending transactions: every marker a coordinator asks for (read

@@ -366,17 +366,35 @@ pub async fn offset_commit(
 }
 
 /// One group's committed offsets for OffsetFetch: the partitions named (all when `None`).
+/// With `require_stable`, a partition with offsets a transaction has staged and not ended
+/// is UNSTABLE_OFFSET_COMMIT (its consumer asks again), as Kafka answers.
 async fn fetch_one(
     broker: &dyn Broker,
     groups: &Groups,
     group: &str,
     asked: Option<Vec<(String, Vec<i32>)>>,
+    require_stable: bool,
 ) -> Result<Vec<CommittedOffset>, i16> {
     if let Some(e) = check_coordinator(broker, groups, group).await {
         return Err(e);
     }
-    broker.committed_offsets(group, asked).await.map_err(|e| e.code)
+    let mut offsets = broker.committed_offsets(group, asked).await.map_err(|e| e.code)?;
+    if require_stable {
+        let unstable = broker.unstable_offsets(group).await.map_err(|e| e.code)?;
+        for o in offsets.iter_mut().filter(|o| unstable.contains(&(o.topic.clone(), o.partition))) {
+            *o = CommittedOffset {
+                offset: -1,
+                leader_epoch: -1,
+                metadata: Some(String::new()),
+                error: UNSTABLE_OFFSET_COMMIT,
+                ..o.clone()
+            };
+        }
+    }
+    Ok(offsets)
 }
+
+const UNSTABLE_OFFSET_COMMIT: i16 = kafka_protocol::ResponseError::UnstableOffsetCommit.code();
 
 /// Topic → its partitions' offsets, in the order met.
 fn by_topic(offsets: Vec<CommittedOffset>) -> Vec<(String, Vec<CommittedOffset>)> {
@@ -411,7 +429,7 @@ pub async fn offset_fetch(
                 out.push(r);
                 continue;
             }
-            match fetch_one(broker, groups, &group, asked).await {
+            match fetch_one(broker, groups, &group, asked, req.require_stable).await {
                 Ok(offsets) => {
                     r.topics = by_topic(offsets)
                         .into_iter()
@@ -444,7 +462,7 @@ pub async fn offset_fetch(
         .map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
     let group = req.group_id.0.to_string();
     let mut resp = OffsetFetchResponse::default();
-    match fetch_one(broker, groups, &group, asked).await {
+    match fetch_one(broker, groups, &group, asked, req.require_stable).await {
         Ok(offsets) => {
             resp.topics = by_topic(offsets)
                 .into_iter()

@@ -1202,6 +1202,34 @@ impl Groups {
         MayCommit::All(self.classic_check_commit(group, generation, member_id, instance_id))
     }
 
+    /// May a transaction commit offsets for `group` (TxnOffsetCommit, KIP-447)? Kafka's
+    /// rules: a producer naming no member (generation < 0) commits while the group has no
+    /// members, or any time to a classic group; one naming a member commits at its
+    /// generation (a consumer group's: its epoch) only, whatever the group's state.
+    pub fn check_txn_commit(
+        &self,
+        group: &str,
+        generation: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> i16 {
+        if let Some(code) = self.consumer_check_txn_commit(group, generation, member_id) {
+            return code;
+        }
+        let groups = self.groups.lock();
+        let Some(g) = groups.get(group) else {
+            return if generation < 0 { code::NONE } else { ILLEGAL_GENERATION };
+        };
+        if generation < 0 && (g.members.is_empty() || member_id.is_empty() && instance_id.is_none())
+        {
+            return code::NONE;
+        }
+        if let Some(e) = check_member(g, member_id, instance_id) {
+            return e;
+        }
+        if generation != g.generation { ILLEGAL_GENERATION } else { code::NONE }
+    }
+
     /// A classic group's member may commit at its generation only.
     fn classic_check_commit(
         &self,

@@ -592,6 +592,43 @@ pub trait TxnStates: Send + Sync + 'static {
         producer_id: i64,
         partitions: &[transactions::TxnPartition],
     ) -> Result<usize, Refused>;
+
+    /// Stages offsets transaction `id` commits for `group` (TxnOffsetCommit) under the
+    /// group's `tenure`, as producer `producer` at its epoch, each written only while the
+    /// transaction's state is still at `revision`; each item's outcome.
+    /// [`Staged::TxnMoved`] when the state moved first (nothing of it written then).
+    async fn stage_offsets(
+        &self,
+        group: &str,
+        tenure: Tenure,
+        txn: (&str, i64),
+        producer: (i64, i16),
+        offsets: Vec<OffsetCommit>,
+    ) -> Staged;
+
+    /// Ends producer `marker.producer_id`'s staged offsets of `group`: a commit makes them the
+    /// group's committed offsets, an abort drops them; done only while transaction `id`'s
+    /// state is still at `revision` (the prepared state the marker is for).
+    async fn end_offsets(
+        &self,
+        id: &str,
+        revision: i64,
+        group: &str,
+        marker: transactions::Marker,
+    ) -> Result<(), Refused>;
+
+    /// The partitions of `group` with offsets staged by a transaction not ended yet
+    /// (OffsetFetch's `require_stable` answers them UNSTABLE_OFFSET_COMMIT).
+    async fn unstable_offsets(&self, group: &str) -> Result<Vec<(String, i32)>, Refused>;
+}
+
+/// What [`TxnStates::stage_offsets`] did.
+#[derive(Debug)]
+pub enum Staged {
+    /// Each item's outcome.
+    Done(Vec<Result<(), Refused>>),
+    /// The transaction's state moved since it was read: nothing was written.
+    TxnMoved,
 }
 
 /// What the front end needs of the role it runs in: the capabilities above. A role implements

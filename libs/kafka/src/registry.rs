@@ -50,4 +50,5 @@ pub static APIS: &[Registration] = &[
     register::<txn_api::AddPartitionsToTxn>(),
     register::<txn_api::AddOffsetsToTxn>(),
     register::<txn_api::EndTxn>(),
+    register::<txn_api::TxnOffsetCommit>(),
 ];

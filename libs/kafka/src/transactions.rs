@@ -164,6 +164,65 @@ impl StoredTxn {
     }
 }
 
+impl StoredTxn {
+    /// Whether producer (`producer_id`, `epoch`) may commit offsets of `group` in this
+    /// transaction (TxnOffsetCommit): it is ongoing at that producer and epoch and has the
+    /// group (AddOffsetsToTxn). Kafka's codes otherwise, as [`StoredTxn::verify`]'s.
+    pub fn verify_group(&self, producer_id: i64, epoch: i16, group: &str) -> Result<(), Refused> {
+        if producer_id != self.producer_id {
+            return Err(Refused::new(
+                INVALID_PRODUCER_ID_MAPPING,
+                format!("producer {producer_id} is not the transactional id's"),
+            ));
+        }
+        if i32::from(epoch) < self.producer_epoch {
+            return Err(Refused::new(
+                PRODUCER_FENCED,
+                format!("epoch {epoch} is older than {}", self.producer_epoch),
+            ));
+        }
+        let added = self.groups.iter().any(|g| g == group);
+        if self.phase() != TxnPhase::Ongoing || i32::from(epoch) != self.producer_epoch || !added {
+            return Err(Refused::new(
+                INVALID_TXN_STATE,
+                format!(
+                    "group {group} is not in an ongoing transaction of producer {producer_id} at epoch {epoch}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// An offset a transaction commits for a group (TxnOffsetCommit), as it waits in the
+/// metadata store (`kafka/groups/pending/<group>/<producer id>/<log>`) for the transaction's
+/// end: applied to the group's offsets by a commit, dropped by an abort.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PendingOffset {
+    #[prost(int32, tag = "1")]
+    pub producer_epoch: i32,
+    #[prost(string, tag = "2")]
+    pub topic: String,
+    #[prost(int32, tag = "3")]
+    pub partition: i32,
+    #[prost(int64, tag = "4")]
+    pub offset: i64,
+    #[prost(int32, tag = "5")]
+    pub leader_epoch: i32,
+    #[prost(string, optional, tag = "6")]
+    pub metadata: Option<String>,
+}
+
+impl PendingOffset {
+    pub fn encode(&self) -> Vec<u8> {
+        prost::Message::encode_to_vec(self)
+    }
+
+    pub fn decode_from(bytes: &[u8]) -> Option<PendingOffset> {
+        prost::Message::decode(bytes).ok()
+    }
+}
+
 /// How a transactional id's state moves (Kafka's `TransactionCoordinator`, transactions V1:
 /// the client bumps no epoch of its own). Each function is the transition a request makes,
 /// the new state to store (by compare-and-set) or Kafka's error code; `Ok(None)` is an answer

@@ -12,7 +12,7 @@ use kafka_protocol::messages::write_txn_markers_response::{
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse, ProducerId,
-    WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    TxnOffsetCommitRequest, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use security::acl::Operation;
 
@@ -174,6 +174,40 @@ impl Handler for EndTxn {
                 .with_error_code(code)
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1)
+        })
+    }
+}
+
+/// TxnOffsetCommit (v0–4, sent to the group's coordinator): offsets a transaction commits
+/// for a group (KIP-447: at the member's generation when it names one), staged until the
+/// transaction ends: its commit makes them the group's, its abort drops them, and until then
+/// OffsetFetch with `require_stable` answers them UNSTABLE_OFFSET_COMMIT. The group must be in
+/// the producer's ongoing transaction (AddOffsetsToTxn), checked against the transaction's
+/// stored state and staged only while that state stands.
+#[derive(Debug)]
+pub struct TxnOffsetCommit;
+
+impl Handler for TxnOffsetCommit {
+    const KEY: ApiKey = ApiKey::TxnOffsetCommit;
+    const VERSIONS: (i16, i16) = (0, 4);
+    type Request = TxnOffsetCommitRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let access = ctx.access();
+        let whole = if !may_transact(access) {
+            Some(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        } else if !crate::authz::group(access, Operation::Consume, &req.group_id) {
+            Some(crate::authz::GROUP_AUTHORIZATION_FAILED)
+        } else {
+            None
+        };
+        let denied: Vec<bool> = req
+            .topics
+            .iter()
+            .map(|t| access.checks() && !access.topic(Operation::Consume, &t.name))
+            .collect();
+        ctx.later(move |ctx| async move {
+            txn_offsets::commit(req, whole, denied, ctx.broker.as_ref(), &ctx.groups).await
         })
     }
 }
@@ -400,18 +434,19 @@ pub(crate) mod coordinator {
         if let Err(r) = broker.send_markers(&id, marker, &t.partitions).await {
             tracing::warn!(id, error = %r.message, "Kafka transaction markers not asked for yet");
         }
-        tokio::spawn(async move { complete(broker.as_ref(), &id, marker, &t.partitions).await });
+        tokio::spawn(async move { complete(broker.as_ref(), &id, marker, &t).await });
     }
 
-    /// Waits for the markers of `id`'s transaction (asked for again every [`RESEND_AFTER`]),
-    /// then moves it to complete.
-    async fn complete(broker: &dyn Broker, id: &str, marker: Marker, partitions: &[TxnPartition]) {
+    /// Waits for the markers of `id`'s transaction `t` (asked for again every
+    /// [`RESEND_AFTER`]), ends its groups' staged offsets, then moves it to complete.
+    async fn complete(broker: &dyn Broker, id: &str, marker: Marker, t: &StoredTxn) {
+        let partitions = &t.partitions;
         let began = tokio::time::Instant::now();
         let mut asked = began;
         let mut pause = Duration::from_millis(5);
         loop {
             match broker.markers_pending(marker.producer_id, partitions).await {
-                Ok(0) => break,
+                Ok(0) if end_offsets(broker, id, marker, &t.groups).await => break,
                 Ok(_) | Err(_) if began.elapsed() > COMPLETE_WITHIN => return,
                 Ok(_) | Err(_) => {}
             }
@@ -432,6 +467,33 @@ pub(crate) mod coordinator {
         if let Err(c) = done.await {
             tracing::warn!(id, code = c, "Kafka transaction not completed yet");
         }
+    }
+
+    /// Ends the offsets `groups` staged in the transaction `marker` ends, while its state is
+    /// still the prepared one the marker is for (a state moved on was ended by whoever moved
+    /// it); whether that is done.
+    async fn end_offsets(broker: &dyn Broker, id: &str, marker: Marker, groups: &[String]) -> bool {
+        for group in groups {
+            let revision = match broker.txn_state(id).await {
+                Ok(Some((cur, revision)))
+                    if cur.producer_id == marker.producer_id
+                        && cur.producer_epoch == i32::from(marker.producer_epoch)
+                        && matches!(
+                            cur.phase(),
+                            TxnPhase::PrepareCommit | TxnPhase::PrepareAbort
+                        ) =>
+                {
+                    revision
+                }
+                Ok(_) => return true,
+                Err(_) => return false,
+            };
+            if let Err(r) = broker.end_offsets(id, revision, group, marker).await {
+                tracing::debug!(id, group, error = %r.message, "staged offsets not ended yet");
+                return false;
+            }
+        }
+        true
     }
 
     /// The coordinator's periodic look: transactions it coordinates that are past their
@@ -464,5 +526,133 @@ pub(crate) mod coordinator {
                 end_markers(broker.clone(), id, t).await;
             }
         }
+    }
+}
+
+/// TxnOffsetCommit's work at the group's coordinator.
+mod txn_offsets {
+    use kafka_protocol::messages::txn_offset_commit_response::{
+        TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+    };
+    use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
+
+    use crate::group_api::{MAX_OFFSET_METADATA, check_coordinator};
+    use crate::groups::Groups;
+    use crate::groups::errors::{NOT_COORDINATOR, OFFSET_METADATA_TOO_LARGE};
+    use crate::transactions as txn;
+    use crate::{Broker, OffsetCommit, Refused, Staged, code};
+
+    /// Attempts at staging while the transaction's state keeps moving (partitions added).
+    const ATTEMPTS: usize = 5;
+
+    /// Answers `req`: refused whole with `whole`, a topic refused where `denied`.
+    pub(super) async fn commit(
+        req: TxnOffsetCommitRequest,
+        whole: Option<i16>,
+        denied: Vec<bool>,
+        broker: &dyn Broker,
+        groups: &Groups,
+    ) -> TxnOffsetCommitResponse {
+        let group = req.group_id.0.to_string();
+        let mut whole = whole;
+        if whole.is_none() {
+            whole = check_coordinator(broker, groups, &group).await;
+        }
+        if whole.is_none() {
+            let member = req.group_instance_id.as_deref();
+            let c = groups.check_txn_commit(&group, req.generation_id, &req.member_id, member);
+            whole = (c != code::NONE).then_some(c);
+        }
+        let mut items = Vec::new();
+        let mut codes: Vec<Vec<i16>> = Vec::with_capacity(req.topics.len());
+        for (t, denied) in req.topics.iter().zip(&denied) {
+            let per = t.partitions.iter().map(|p| {
+                let metadata = p.committed_metadata.as_ref().map(|m| m.to_string());
+                match (whole, denied) {
+                    (Some(c), _) => c,
+                    (None, true) => crate::authz::TOPIC_AUTHORIZATION_FAILED,
+                    _ if metadata.as_ref().is_some_and(|m| m.len() > MAX_OFFSET_METADATA) => {
+                        OFFSET_METADATA_TOO_LARGE
+                    }
+                    _ => {
+                        items.push(OffsetCommit {
+                            topic: t.name.0.to_string(),
+                            partition: p.partition_index,
+                            offset: p.committed_offset,
+                            leader_epoch: p.committed_leader_epoch,
+                            metadata,
+                        });
+                        // Filled in from the staging's outcome below.
+                        i16::MIN
+                    }
+                }
+            });
+            codes.push(per.collect());
+        }
+        let producer = (req.producer_id.0, req.producer_epoch);
+        let id = req.transactional_id.0.to_string();
+        let mut staged = match items.is_empty() {
+            true => Ok(Vec::new()),
+            false => stage(broker, groups, &group, &id, producer, items).await,
+        }
+        .map(Vec::into_iter);
+        let topics = req
+            .topics
+            .iter()
+            .zip(codes)
+            .map(|(t, per)| {
+                let partitions = t.partitions.iter().zip(per).map(|(p, code)| {
+                    let code = match (code, &mut staged) {
+                        (i16::MIN, Err(e)) => *e,
+                        (i16::MIN, Ok(outcomes)) => match outcomes.next() {
+                            Some(Ok(())) => code::NONE,
+                            Some(Err(r)) => r.code,
+                            None => code::UNKNOWN_SERVER_ERROR,
+                        },
+                        (c, _) => c,
+                    };
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code)
+                });
+                TxnOffsetCommitResponseTopic::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(partitions.collect())
+            })
+            .collect();
+        TxnOffsetCommitResponse::default().with_topics(topics)
+    }
+
+    /// Stages `items` for transactional id `id` while its stored state has the group in the
+    /// producer's ongoing transaction; each item's outcome, or one code for all.
+    async fn stage(
+        broker: &dyn Broker,
+        groups: &Groups,
+        group: &str,
+        id: &str,
+        producer: (i64, i16),
+        items: Vec<OffsetCommit>,
+    ) -> Result<Vec<Result<(), Refused>>, i16> {
+        let Some(tenure) = groups.tenure(group) else { return Err(NOT_COORDINATOR) };
+        for _ in 0..ATTEMPTS {
+            let (state, revision) = match broker.txn_state(id).await {
+                Ok(Some(found)) => found,
+                Ok(None) => return Err(txn::INVALID_PRODUCER_ID_MAPPING),
+                Err(r) => return Err(r.code),
+            };
+            state.verify_group(producer.0, producer.1, group).map_err(|r| r.code)?;
+            match broker.stage_offsets(group, tenure, (id, revision), producer, items.clone()).await
+            {
+                Staged::Done(outcomes) => {
+                    if outcomes.iter().any(|o| o.as_ref().is_err_and(|r| r.code == NOT_COORDINATOR))
+                    {
+                        groups.forget(group);
+                    }
+                    return Ok(outcomes);
+                }
+                Staged::TxnMoved => continue,
+            }
+        }
+        Err(txn::CONCURRENT_TRANSACTIONS)
     }
 }

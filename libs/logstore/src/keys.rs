@@ -206,6 +206,21 @@ impl Keys {
         self.key(format_args!("kafka/groups/offsets/{group}/{:020}", log.0))
     }
 
+    /// Every offset of a Kafka group staged by a transaction not ended yet.
+    pub fn group_pending(&self, group: &str) -> Vec<u8> {
+        self.key(format_args!("kafka/groups/pending/{group}/"))
+    }
+
+    /// The offsets of a Kafka group staged by producer `producer_id`'s transaction.
+    pub fn group_pending_of(&self, group: &str, producer_id: i64) -> Vec<u8> {
+        self.key(format_args!("kafka/groups/pending/{group}/{producer_id}/"))
+    }
+
+    /// An offset on `log` of a Kafka group staged by producer `producer_id`'s transaction.
+    pub fn group_pending_offset(&self, group: &str, producer_id: i64, log: LogId) -> Vec<u8> {
+        self.key(format_args!("kafka/groups/pending/{group}/{producer_id}/{:020}", log.0))
+    }
+
     /// The next Kafka producer id to hand out.
     pub fn next_producer_id(&self) -> Vec<u8> {
         self.key(format_args!("kafka/next_producer_id"))

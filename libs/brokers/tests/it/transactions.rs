@@ -194,3 +194,99 @@ async fn transactional_batches_are_verified_and_their_markers_end_them() -> Resu
     w.shutdown().await;
     Ok(())
 }
+
+/// Offsets a transaction commits for a group (TxnOffsetCommit) are staged under the group's
+/// tenure and only while the transaction's state stands; they are not the group's offsets until
+/// the transaction's end applies them (a commit) or drops them (an abort), which is done only
+/// while the state is the prepared one it was read at; meanwhile the partitions are unstable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transactions_staged_offsets_are_applied_by_its_commit_and_dropped_by_its_abort()
+-> Result<()> {
+    use kafka::{GroupOffsets, OffsetCommit, Staged, TxnStates};
+    let (_meta, w, broker) = one_writer().await?;
+    let (pid, _) = broker.init_producer_id(None).await.map_err(|r| anyhow!("{r:?}"))?;
+    let tenure = broker.take_group("g", 1, None).await.map_err(|r| anyhow!("{r:?}"))?.tenure;
+    let state = |phase: TxnPhase| StoredTxn {
+        producer_id: pid,
+        producer_epoch: 0,
+        phase: phase as i32,
+        groups: vec!["g".into()],
+        ..Default::default()
+    };
+    // Moves the transaction's state, its revision after.
+    let put = |phase: TxnPhase| {
+        let broker = broker.clone();
+        async move {
+            let rev =
+                broker.txn_state("app").await.map_err(|r| anyhow!("{r:?}"))?.map_or(0, |s| s.1);
+            let stored = broker.put_txn_state("app", &state(phase), rev).await;
+            ensure!(stored.map_err(|r| anyhow!("{r:?}"))?, "stored");
+            let now = broker.txn_state("app").await.map_err(|r| anyhow!("{r:?}"))?;
+            now.map(|s| s.1).ok_or_else(|| anyhow!("no state"))
+        }
+    };
+    let offset = |partition: i32, offset: i64| OffsetCommit {
+        topic: "t".into(),
+        partition,
+        offset,
+        leader_epoch: 3,
+        metadata: Some("m".into()),
+    };
+    let stage = |tenure: kafka::Tenure, rev: i64, offsets: Vec<OffsetCommit>| {
+        let broker = broker.clone();
+        async move {
+            match broker.stage_offsets("g", tenure, ("app", rev), (pid, 0), offsets).await {
+                Staged::Done(o) => Some(o.into_iter().map(|r| r.map_err(|e| e.code)).collect()),
+                Staged::TxnMoved => None::<Vec<Result<(), i16>>>,
+            }
+        }
+    };
+    let committed = || {
+        let broker = broker.clone();
+        async move {
+            let asked = Some(vec![("t".to_owned(), vec![0, 1])]);
+            let c = broker.committed_offsets("g", asked).await.map_err(|r| anyhow!("{r:?}"))?;
+            anyhow::Ok(c.iter().map(|c| c.offset).collect::<Vec<_>>())
+        }
+    };
+    let unstable = || {
+        let broker = broker.clone();
+        async move {
+            let mut u = broker.unstable_offsets("g").await.map_err(|r| anyhow!("{r:?}"))?;
+            u.sort();
+            anyhow::Ok(u)
+        }
+    };
+    let marker =
+        |commit: bool| Marker { producer_id: pid, producer_epoch: 0, commit, coordinator_epoch: 0 };
+
+    let rev = put(TxnPhase::Ongoing).await?;
+    let staged = stage(tenure, rev, vec![offset(0, 5), offset(1, 7), offset(9, 1)]).await;
+    ensure!(
+        staged == Some(vec![Ok(()), Ok(()), Err(kafka::code::UNKNOWN_TOPIC_OR_PARTITION)]),
+        "{staged:?}"
+    );
+    ensure!(stage(tenure, rev - 1, vec![offset(0, 6)]).await.is_none(), "the state moved since");
+    let stale = stage(kafka::Tenure(tenure.0 - 1), rev, vec![offset(0, 6)]).await;
+    ensure!(stale == Some(vec![Err(kafka::groups::errors::NOT_COORDINATOR)]), "{stale:?}");
+    ensure!(unstable().await? == [("t".to_owned(), 0), ("t".to_owned(), 1)]);
+    ensure!(committed().await? == [-1, -1], "staged only");
+
+    let prepared = put(TxnPhase::PrepareCommit).await?;
+    let moved = broker.end_offsets("app", rev, "g", marker(true)).await;
+    ensure!(moved.is_err_and(|r| r.code == kafka::transactions::CONCURRENT_TRANSACTIONS));
+    ensure!(committed().await? == [-1, -1], "not ended at a state gone");
+    broker.end_offsets("app", prepared, "g", marker(true)).await.map_err(|r| anyhow!("{r:?}"))?;
+    ensure!(committed().await? == [5, 7] && unstable().await?.is_empty());
+    let c = broker.committed_offsets("g", None).await.map_err(|r| anyhow!("{r:?}"))?;
+    ensure!(c.iter().all(|c| c.leader_epoch == 3 && c.metadata.as_deref() == Some("m")), "{c:?}");
+
+    // The next transaction stages 9 on partition 0, and aborts.
+    let rev = put(TxnPhase::Ongoing).await?;
+    ensure!(stage(tenure, rev, vec![offset(0, 9)]).await == Some(vec![Ok(())]));
+    let prepared = put(TxnPhase::PrepareAbort).await?;
+    broker.end_offsets("app", prepared, "g", marker(false)).await.map_err(|r| anyhow!("{r:?}"))?;
+    ensure!(committed().await? == [5, 7] && unstable().await?.is_empty());
+    w.shutdown().await;
+    Ok(())
+}

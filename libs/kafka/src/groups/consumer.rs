@@ -837,6 +837,27 @@ impl Groups {
         Some(MayCommit::Only(held))
     }
 
+    /// TxnOffsetCommit's check of a consumer group's member (`None` when `group` is not a
+    /// consumer group): at its epoch only; an epoch not its own is ILLEGAL_GENERATION, as
+    /// Kafka answers a transaction (its producer cannot act on STALE_MEMBER_EPOCH).
+    pub(super) fn consumer_check_txn_commit(
+        &self,
+        group: &str,
+        epoch: i32,
+        member_id: &str,
+    ) -> Option<i16> {
+        let groups = self.consumer_lock();
+        let g = groups.get(group)?;
+        if epoch < 0 && g.members.is_empty() {
+            return Some(code::NONE);
+        }
+        Some(match g.members.get(member_id) {
+            None => UNKNOWN_MEMBER_ID,
+            Some(m) if m.epoch != epoch => ILLEGAL_GENERATION,
+            Some(_) => code::NONE,
+        })
+    }
+
     /// OffsetFetch v9's member check: UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH for a consumer
     /// group's member that is not this; NONE for an admin (no member id, epoch < 0) or any
     /// other group.

@@ -56,6 +56,8 @@ struct FakeBroker {
     /// Transactional ids' states and revisions; markers asked for (written at once).
     txns: Mutex<std::collections::HashMap<String, (kafka::transactions::StoredTxn, i64)>>,
     markers: Mutex<Vec<(kafka::transactions::Marker, Vec<kafka::transactions::TxnPartition>)>>,
+    /// Offsets staged by transactions: (group, producer id, producer epoch, the offset).
+    staged: Mutex<Vec<(String, i64, i16, kafka::OffsetCommit)>>,
 }
 
 /// Batches of each partition of topic `lagging` (any partition number), one record each.
@@ -211,6 +213,66 @@ impl kafka::TxnStates for FakeBroker {
         _partitions: &[kafka::transactions::TxnPartition],
     ) -> Result<usize, Refused> {
         Ok(0)
+    }
+
+    async fn stage_offsets(
+        &self,
+        group: &str,
+        tenure: kafka::Tenure,
+        txn: (&str, i64),
+        producer: (i64, i16),
+        offsets: Vec<kafka::OffsetCommit>,
+    ) -> kafka::Staged {
+        if let Err(r) = self.fenced(group, tenure) {
+            return kafka::Staged::Done(offsets.iter().map(|_| Err(r.clone())).collect());
+        }
+        let txns = self.txns.lock().unwrap_or_else(|e| e.into_inner());
+        if txns.get(txn.0).map(|(_, r)| *r) != Some(txn.1) {
+            return kafka::Staged::TxnMoved;
+        }
+        let mut staged = self.staged.lock().unwrap_or_else(|e| e.into_inner());
+        let outcomes = offsets.iter().map(|_| Ok(())).collect();
+        for o in offsets {
+            staged.retain(|(g, pid, _, x)| {
+                !(g == group
+                    && *pid == producer.0
+                    && (&x.topic, x.partition) == (&o.topic, o.partition))
+            });
+            staged.push((group.to_owned(), producer.0, producer.1, o));
+        }
+        kafka::Staged::Done(outcomes)
+    }
+
+    async fn end_offsets(
+        &self,
+        id: &str,
+        revision: i64,
+        group: &str,
+        marker: kafka::transactions::Marker,
+    ) -> Result<(), Refused> {
+        let txns = self.txns.lock().unwrap_or_else(|e| e.into_inner());
+        if txns.get(id).map(|(_, r)| *r) != Some(revision) {
+            return Err(Refused::new(kafka::transactions::CONCURRENT_TRANSACTIONS, "moved"));
+        }
+        let mut staged = self.staged.lock().unwrap_or_else(|e| e.into_inner());
+        let mut stored = self.offsets.lock().unwrap_or_else(|e| e.into_inner());
+        staged.retain(|(g, pid, epoch, o)| {
+            let ends = g == group && *pid == marker.producer_id;
+            if ends && marker.commit && *epoch == marker.producer_epoch {
+                stored.insert((g.clone(), o.topic.clone(), o.partition), o.clone());
+            }
+            !ends
+        });
+        Ok(())
+    }
+
+    async fn unstable_offsets(&self, group: &str) -> Result<Vec<(String, i32)>, Refused> {
+        let staged = self.staged.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(staged
+            .iter()
+            .filter(|(g, ..)| g == group)
+            .map(|(_, _, _, o)| (o.topic.clone(), o.partition))
+            .collect())
     }
 }
 
@@ -2406,5 +2468,122 @@ async fn a_groups_offsets_expire_once_it_has_been_empty_for_the_retention() -> R
         ask(s.addr, ApiKey::ListGroups, 4, "t", &ListGroupsRequest::default()).await?;
     let listed: Vec<&str> = r.groups.iter().map(|g| g.group_id.0.as_str()).collect();
     ensure!(listed == ["kept"], "{listed:?}");
+    Ok(())
+}
+
+/// TxnOffsetCommit (KIP-98, KIP-447) as Kafka answers it: the group must be in the producer's
+/// ongoing transaction (INVALID_TXN_STATE before AddOffsetsToTxn, PRODUCER_FENCED at an old
+/// epoch), a member commits at its own epoch only (ILLEGAL_GENERATION otherwise); the offsets
+/// are staged until the transaction ends: OffsetFetch with `require_stable` answers
+/// UNSTABLE_OFFSET_COMMIT meanwhile, without it the older offset; a commit makes them the
+/// group's, an abort leaves the older one.
+#[tokio::test]
+async fn a_transactions_offsets_are_the_groups_only_once_it_commits() -> Result<()> {
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::*;
+    let s = server(KafkaConfig::default()).await?;
+    let str = |v: &str| StrBytes::from_string(v.to_owned());
+    let init = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(str("app"))))
+        .with_transaction_timeout_ms(60_000);
+    let r: InitProducerIdResponse = ask(s.addr, ApiKey::InitProducerId, 4, "t", &init).await?;
+    ensure!(r.error_code == 0, "{r:?}");
+    let (pid, epoch) = (r.producer_id, r.producer_epoch);
+    // A KIP-848 member holding every partition of `orders`.
+    let joined: ConsumerGroupHeartbeatResponse =
+        ask(s.addr, ApiKey::ConsumerGroupHeartbeat, 1, "t", &kip848_join("g", "m1")).await?;
+    let member_epoch = joined.member_epoch;
+    ensure!(joined.error_code == 0 && member_epoch > 0, "{joined:?}");
+    let commit = |member_epoch: i32, epoch: i16, offset: i64| {
+        TxnOffsetCommitRequest::default()
+            .with_transactional_id(TransactionalId(str("app")))
+            .with_group_id(GroupId(str("g")))
+            .with_producer_id(pid)
+            .with_producer_epoch(epoch)
+            .with_generation_id(member_epoch)
+            .with_member_id(str("m1"))
+            .with_topics(vec![
+                TxnOffsetCommitRequestTopic::default()
+                    .with_name(TopicName(str("orders")))
+                    .with_partitions(vec![
+                        TxnOffsetCommitRequestPartition::default()
+                            .with_partition_index(1)
+                            .with_committed_offset(offset),
+                    ]),
+            ])
+    };
+    let txn_commit = |req: TxnOffsetCommitRequest| async move {
+        let r: TxnOffsetCommitResponse = ask(s.addr, ApiKey::TxnOffsetCommit, 3, "t", &req).await?;
+        anyhow::Ok(r.topics[0].partitions[0].error_code)
+    };
+    let fetch = |stable: bool| async move {
+        let group = offset_fetch_request::OffsetFetchRequestGroup::default()
+            .with_group_id(GroupId(str("g")))
+            .with_topics(Some(vec![
+                offset_fetch_request::OffsetFetchRequestTopics::default()
+                    .with_name(TopicName(str("orders")))
+                    .with_partition_indexes(vec![1]),
+            ]));
+        let req =
+            OffsetFetchRequest::default().with_groups(vec![group]).with_require_stable(stable);
+        let r: OffsetFetchResponse = ask(s.addr, ApiKey::OffsetFetch, 8, "t", &req).await?;
+        let p = &r.groups[0].topics[0].partitions[0];
+        anyhow::Ok((p.committed_offset, p.error_code))
+    };
+    let add_offsets = AddOffsetsToTxnRequest::default()
+        .with_transactional_id(TransactionalId(str("app")))
+        .with_producer_id(pid)
+        .with_producer_epoch(epoch)
+        .with_group_id(GroupId(str("g")));
+    let end = |committed: bool| {
+        EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(str("app")))
+            .with_producer_id(pid)
+            .with_producer_epoch(epoch)
+            .with_committed(committed)
+    };
+    // Settled by the coordinator's completion, in a task of its own.
+    let settles = |want: (i64, i16)| async move {
+        for _ in 0..200 {
+            if fetch(true).await? == want {
+                return anyhow::Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        anyhow::bail!(
+            "OffsetFetch(require_stable) never answered {want:?}: {:?}",
+            fetch(true).await?
+        )
+    };
+    ensure!(fetch(true).await? == (-1, 0), "no offset yet");
+
+    ensure!(
+        txn_commit(commit(member_epoch, epoch, 5)).await? == 48,
+        "no transaction: INVALID_TXN_STATE"
+    );
+    let r: AddOffsetsToTxnResponse =
+        ask(s.addr, ApiKey::AddOffsetsToTxn, 3, "t", &add_offsets).await?;
+    ensure!(r.error_code == 0, "{r:?}");
+    ensure!(txn_commit(commit(member_epoch + 1, epoch, 5)).await? == 22, "ILLEGAL_GENERATION");
+    ensure!(txn_commit(commit(member_epoch, epoch - 1, 5)).await? == 90, "PRODUCER_FENCED");
+    ensure!(txn_commit(commit(member_epoch, epoch, 5)).await? == 0);
+    ensure!(fetch(true).await? == (-1, 88), "staged: UNSTABLE_OFFSET_COMMIT");
+    ensure!(fetch(false).await? == (-1, 0), "staged offsets are not the group's yet");
+    let r: EndTxnResponse = ask(s.addr, ApiKey::EndTxn, 3, "t", &end(true)).await?;
+    ensure!(r.error_code == 0, "{r:?}");
+    settles((5, 0)).await?;
+
+    // The next transaction stages 9 and aborts: the group keeps 5.
+    let r: AddOffsetsToTxnResponse =
+        ask(s.addr, ApiKey::AddOffsetsToTxn, 3, "t", &add_offsets).await?;
+    ensure!(r.error_code == 0, "{r:?}");
+    ensure!(txn_commit(commit(member_epoch, epoch, 9)).await? == 0);
+    ensure!(fetch(true).await? == (-1, 88));
+    ensure!(fetch(false).await? == (5, 0));
+    let r: EndTxnResponse = ask(s.addr, ApiKey::EndTxn, 3, "t", &end(false)).await?;
+    ensure!(r.error_code == 0, "{r:?}");
+    settles((5, 0)).await?;
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Kafka transactions (ARCHITECTURE §12) with real clients against a standalone:
 //! confluent-kafka's and the Java client's transactional producers, read_committed and
-//! read_uncommitted consumers, and a zombie producer fenced by a new instance.
+//! read_uncommitted consumers, a zombie producer fenced by a new instance, and a
+//! consume-transform-produce loop committing its offsets in its transactions.
 
 use std::process::Command;
 
@@ -11,13 +12,14 @@ use crate::Standalone;
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
 #[test]
-fn confluent_kafkas_transactions_commit_abort_and_fence_a_zombie() -> Result<()> {
+fn confluent_kafkas_transactions_commit_abort_fence_a_zombie_and_carry_offsets() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let s = Standalone::start(dir.path(), testkit::free_port()?)?;
     s.ok(&["stream", "create", "ptx", "--partitions", "2"], "")?;
+    s.ok(&["stream", "create", "ptx-out", "--partitions", "3"], "")?;
     let out = Command::new(format!("{ROOT}/.tools/venv/bin/python"))
         .arg(format!("{ROOT}/e2e/kafka/transactions.py"))
-        .args([&s.kafka, "ptx"])
+        .args([&s.kafka, "ptx", "ptx-out"])
         .output()
         .context("the Python clients (`make deps` installs them in .tools/venv)")?;
     let stderr = String::from_utf8_lossy(&out.stderr);
