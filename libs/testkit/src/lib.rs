@@ -257,9 +257,26 @@ impl Service {
         log: PathBuf,
         ready: impl FnMut() -> bool,
     ) -> Result<Service, TestkitError> {
+        Service::start_within(name, cmd, log, Duration::from_secs(30), ready)
+    }
+
+    /// [`Service::start_when`], waiting up to `within` (a client application that does
+    /// work of its own before it is ready).
+    pub fn start_within(
+        name: &'static str,
+        cmd: Command,
+        log: PathBuf,
+        within: Duration,
+        ready: impl FnMut() -> bool,
+    ) -> Result<Service, TestkitError> {
         let mut proc = Proc::spawn(name, cmd, log)?;
-        proc.wait_ready(Duration::from_secs(30), ready)?;
+        proc.wait_ready(within, ready)?;
         Ok(Service { proc })
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> Result<bool, TestkitError> {
+        Ok(self.proc.child.try_wait()?.is_none())
     }
 
     /// SIGSTOP: the process stops answering, as a paused or partitioned one does.

@@ -1,7 +1,8 @@
 //! Apache Kafka's own ecosystem, unmodified, on a cluster of processes (etcd, SeaweedFS, a
 //! catalog, two Kafka-serving writers, a compactor every second): a Kafka Connect distributed
-//! worker across a restart, and a Kafka Streams KTable rebuilt from its compacted changelog
-//! (the same programs as the standalone's tests, services/lakelog/tests/it/ecosystem.rs).
+//! worker across a restart, a Kafka Streams KTable rebuilt from its compacted changelog, and
+//! a Streams `exactly_once_v2` app across a writer's kill -9 (the same programs as the
+//! standalone's tests, services/lakelog/tests/it/ecosystem.rs and transactions.rs).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -75,4 +76,45 @@ async fn kafka_connect_and_kafka_streams_run_unmodified_on_a_cluster() -> Result
     }
     std::fs::remove_dir_all(&state)?;
     run("2")
+}
+
+/// Kafka Streams 4.4 `exactly_once_v2` on two writers, one killed -9 mid-run and started again:
+/// its partitions, the app's group and transaction coordinators and the markers it owed move
+/// to the other, and every word is still counted exactly (the checker reads the output
+/// read_committed and fails at a count past the one wanted, or one never reached).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kafka_streams_exactly_once_app_counts_exactly_across_a_writers_kill_9() -> Result<()> {
+    let cluster = Cluster::start()?;
+    let (mut w1, k1) = kafka_writer(&cluster, "w1")?;
+    let (_w2, k2) = kafka_writer(&cluster, "w2")?;
+    let meta = cluster.meta().await?;
+    super::wait_role(&meta, &cluster.name, "writer", 2).await?;
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("streams.log");
+    let mut cmd = Command::new("java");
+    cmd.arg("-cp")
+        .arg(format!("{ROOT}/.tools/streams/*"))
+        .arg(format!("{ROOT}/e2e/kafka/java/StreamsCount.java"))
+        .args([&format!("{k1},{k2}"), "ceos"])
+        .arg(dir.path().join("state"))
+        .args(["1", "60000", "exactly_once_v2"]);
+    let running = || {
+        std::fs::read_to_string(&log)
+            .is_ok_and(|l| l.contains("State transition from REBALANCING to RUNNING"))
+    };
+    let mut app = testkit::Service::start_within(
+        "streams",
+        cmd,
+        log.clone(),
+        Duration::from_secs(180),
+        running,
+    )
+    .context("java and Kafka Streams (`make deps` puts it in .tools/streams)")?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ensure!(app.running()?, "the app finished before the writer was killed: {}", app.output());
+    w1.kill9()?;
+    let _w1 = kafka_writer(&cluster, "w1")?;
+    let status = tokio::task::block_in_place(|| app.wait_exit(Duration::from_secs(300)))?;
+    ensure!(status.success(), "{}", app.output());
+    Ok(())
 }

@@ -31,6 +31,18 @@ impl Standalone {
     /// With more arguments (`--config FILE`).
     fn start_with(data: &Path, port: u16, more: &[&std::ffi::OsStr]) -> Result<Standalone> {
         let kafka = format!("127.0.0.1:{}", testkit::free_port()?);
+        Standalone::start_on(data, port, &kafka, more)
+    }
+
+    /// Listening for Kafka clients on `kafka` (`127.0.0.1:port`): a restart where its clients
+    /// were.
+    fn start_on(
+        data: &Path,
+        port: u16,
+        kafka: &str,
+        more: &[&std::ffi::OsStr],
+    ) -> Result<Standalone> {
+        let kafka = kafka.to_owned();
         let child = Command::new(BIN)
             .args(["standalone", "--data-dir"])
             .arg(data)
