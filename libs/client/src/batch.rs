@@ -5,7 +5,9 @@
 //! encoding); [`decode`] reads one, and still reads the payloads of Lakelog's first record
 //! format (version byte 1), which earlier releases wrote.
 //!
-//! Kafka's null value and null header values read as empty bytes here.
+//! Kafka's null value and null header values read as empty bytes here. A Kafka transaction's
+//! marker (a control batch) reads as no record; a transaction's records read as they were
+//! written, aborted or not (the SDK reads uncommitted, as a Kafka consumer does by default).
 
 use bytes::Bytes;
 
@@ -73,7 +75,12 @@ pub fn decode_at(payload: &Bytes) -> Result<Vec<(u64, Record)>, BatchError> {
             .map(|(i, r)| (i as u64, r))
             .collect());
     }
-    let (_, records) = recordbatch::decode(payload)?;
+    let (header, records) = recordbatch::decode(payload)?;
+    // A transaction's commit or abort marker (a Kafka control batch) holds no record of the
+    // stream's: its offset is skipped, as a Kafka consumer skips it.
+    if header.is_control() {
+        return Ok(Vec::new());
+    }
     records
         .into_iter()
         .map(|r| {
@@ -267,6 +274,15 @@ mod tests {
         let ts = got[0].timestamp_ms.unwrap_or(0);
         assert!(ts >= before && ts < before + 60_000, "{ts} vs {before}");
         assert!(encode(&[]).is_err(), "a batch holds at least one record");
+        Ok(())
+    }
+
+    #[test]
+    fn a_transaction_marker_holds_no_record() -> Result<(), BatchError> {
+        for commit in [true, false] {
+            let marker = recordbatch::encode_marker(7, 1, commit, 0, 1_000)?;
+            assert_eq!(decode_at(&marker)?, Vec::new());
+        }
         Ok(())
     }
 
