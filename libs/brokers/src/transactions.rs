@@ -81,10 +81,32 @@ impl LogBroker {
         partition: i32,
         marker: Marker,
     ) -> Result<kafka::Commit, Refused> {
+        self.append_marker_asked(topic, partition, marker, None)
+            .await?
+            .ok_or_else(|| Refused::server("no marker asked"))
+    }
+
+    /// [`LogBroker::append_marker`]; with `asked` (the key and revision a coordinator asked
+    /// for it by), only while that ask still stands, checked once this writer holds the
+    /// slot's order and tenure: an ask answered and removed meanwhile (its transaction may
+    /// be over, and the producer's next one under way) is not written again (`None`).
+    pub(crate) async fn append_marker_asked(
+        &self,
+        topic: &str,
+        partition: i32,
+        marker: Marker,
+        asked: Option<(&[u8], i64)>,
+    ) -> Result<Option<kafka::Commit>, Refused> {
         let (log, slot, _) = self.led_with_config(topic, partition, None).await?;
         let order = self.txn_order(log, &slot);
         let _ordered = order.lock().await;
         let tenure = self.ready(log, &slot).await?;
+        if let Some((key, revision)) = asked {
+            let found = self.reader.meta().get(key).await.map_err(unavailable)?;
+            if found.is_none_or(|kv| kv.mod_revision != revision) {
+                return Ok(None);
+            }
+        }
         self.forget_verified(log, marker.producer_id);
         {
             let mut producers = self.producers.lock();
@@ -122,7 +144,7 @@ impl LogBroker {
         };
         let committing =
             store.submit_in_slot(log, &slot, 1, batch, conditions).await.map_err(refused)?;
-        Ok(commit(committing, -1))
+        Ok(Some(commit(committing, -1)))
     }
 }
 
@@ -194,13 +216,10 @@ impl kafka::TxnStates for LogBroker {
             .collect())
     }
 
-    async fn send_markers(
-        &self,
-        id: &str,
-        marker: Marker,
-        partitions: &[kafka::transactions::TxnPartition],
-    ) -> Result<(), Refused> {
-        use metadata::{Txn, TxnOp};
+    async fn send_markers(&self, id: &str, marker: Marker, t: &StoredTxn) -> Result<bool, Refused> {
+        use metadata::{Compare, CompareOp, Txn, TxnOp};
+        let enc =
+            kafka::transactions::key_of(id).ok_or_else(|| kafka::transactions::invalid_id(id))?;
         let stored = kafka::transactions::StoredMarker {
             transactional_id: id.to_owned(),
             producer_epoch: i32::from(marker.producer_epoch),
@@ -209,16 +228,20 @@ impl kafka::TxnStates for LogBroker {
         }
         .encode();
         let keys = self.reader.keys();
-        for chunk in partitions.chunks(OPS_PER_TXN) {
+        let unmoved = Compare::value(keys.txn_state(&enc), CompareOp::Equal, t.encode());
+        for chunk in t.partitions.chunks(OPS_PER_TXN) {
             let puts = chunk.iter().map(|p| {
                 TxnOp::put(
                     keys.txn_marker(&p.topic, p.partition, marker.producer_id),
                     stored.clone(),
                 )
             });
-            self.reader.meta().txn(Txn::new().and_then(puts)).await.map_err(unavailable)?;
+            let txn = Txn::new().when([unmoved.clone()]).and_then(puts);
+            if !self.reader.meta().txn(txn).await.map_err(unavailable)?.succeeded {
+                return Ok(false);
+            }
         }
-        Ok(())
+        Ok(true)
     }
 
     async fn markers_pending(
@@ -367,6 +390,13 @@ impl kafka::TxnStates for LogBroker {
         Ok(())
     }
 
+    fn now_ms(&self) -> i64 {
+        match &self.storage {
+            Some(s) => s.now_ms(),
+            None => kafka::transactions::system_now_ms(),
+        }
+    }
+
     async fn unstable_offsets(&self, group: &str) -> Result<Vec<(String, i32)>, Refused> {
         let enc = crate::offsets::encoded(group)?;
         let prefix = self.reader.keys().group_pending(&enc);
@@ -496,8 +526,11 @@ impl LogBroker {
         {
             self.forget_verified(log, producer_id);
         }
-        let done = match self.append_marker(topic, partition, marker).await {
-            Ok(commit) => match commit.await {
+        let asked = Some((kv.key.as_slice(), kv.mod_revision));
+        let done = match self.append_marker_asked(topic, partition, marker, asked).await {
+            // Answered already, by this writer or the partition's owner before it.
+            Ok(None) => return,
+            Ok(Some(commit)) => match commit.await {
                 Ok(_) => true,
                 Err(e) => {
                     tracing::warn!(topic, partition, error = %e.message, "Kafka transaction marker not written");

@@ -34,13 +34,17 @@ mod group_api;
 /// state), without the wire or authorization: for the simulation's group members.
 pub mod coordination {
     pub use crate::group_api::{heartbeat, join_group, offset_commit, offset_fetch, sync_group};
+    /// A transaction coordinator's steps (InitProducerId with a transactional id,
+    /// AddPartitionsToTxn and AddOffsetsToTxn, EndTxn, and its periodic look for transactions
+    /// past their timeout), as its handlers run them.
+    pub use crate::txn_api::coordinator as transactions;
 }
 pub mod groups;
 mod leader_epoch;
 mod metadata;
 mod produce;
 mod scram_api;
-mod txn_api;
+pub(crate) mod txn_api;
 
 pub mod registry;
 mod server;
@@ -577,14 +581,16 @@ pub trait TxnStates: Send + Sync + 'static {
     /// their timeout, or left half ended by another coordinator).
     async fn txn_states(&self) -> Result<Vec<(String, transactions::StoredTxn)>, Refused>;
 
-    /// Asks the owner of each of `partitions` to write `marker`, ending `id`'s transaction
-    /// there; each stays pending until its owner has written it.
+    /// Asks the owner of each partition of transaction `t` (as its coordinator prepared it) to
+    /// write `marker`, ending `id`'s transaction there; each stays pending until its owner has
+    /// written it. Asked only while `id`'s stored state is still `t` (`false`: it has moved
+    /// on, and nothing was asked): a late ask never ends a later transaction.
     async fn send_markers(
         &self,
         id: &str,
         marker: transactions::Marker,
-        partitions: &[transactions::TxnPartition],
-    ) -> Result<(), Refused>;
+        t: &transactions::StoredTxn,
+    ) -> Result<bool, Refused>;
 
     /// How many of producer `producer_id`'s markers to `partitions` are still pending.
     async fn markers_pending(
@@ -620,6 +626,11 @@ pub trait TxnStates: Send + Sync + 'static {
     /// The partitions of `group` with offsets staged by a transaction not ended yet
     /// (OffsetFetch's `require_stable` answers them UNSTABLE_OFFSET_COMMIT).
     async fn unstable_offsets(&self, group: &str) -> Result<Vec<(String, i32)>, Refused>;
+
+    /// Now, in ms since the Unix epoch, by the clock transactions are timed by (the role's).
+    fn now_ms(&self) -> i64 {
+        transactions::system_now_ms()
+    }
 }
 
 /// What [`TxnStates::stage_offsets`] did.

@@ -415,6 +415,13 @@ pub mod machine {
     }
 }
 
+/// The system clock, in ms since the Unix epoch.
+pub fn system_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// A transactional id as it appears in keys (as a group's id does), if it can.
 pub fn key_of(id: &str) -> Option<String> {
     crate::groups::cursor_name(id).and_then(|c| c.strip_prefix("kafka.").map(str::to_owned))

@@ -275,7 +275,7 @@ pub(crate) async fn write_markers(
 /// The coordinator side (KIP-98): a transactional id's requests, served by the writer the
 /// owner function picks for it (as a group's), its state moved by compare-and-set only, so
 /// two writers that both think they coordinate it never both move it.
-pub(crate) mod coordinator {
+pub mod coordinator {
     use std::time::Duration;
 
     use crate::transactions::machine::{self, Init};
@@ -294,12 +294,6 @@ pub(crate) mod coordinator {
 
     pub(crate) const NOT_COORDINATOR: i16 = crate::groups::errors::NOT_COORDINATOR;
     const COORDINATOR_NOT_AVAILABLE: i16 = crate::groups::errors::COORDINATOR_NOT_AVAILABLE;
-
-    pub(crate) fn now_ms() -> i64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64)
-    }
 
     /// NONE when this broker coordinates transactional id `id`; Kafka's code otherwise.
     pub(crate) async fn coordinates(broker: &dyn Broker, id: &str) -> i16 {
@@ -342,7 +336,7 @@ pub(crate) mod coordinator {
     }
 
     /// InitProducerId with a transactional id: the producer id and epoch, or Kafka's code.
-    pub(crate) async fn init_producer_id(
+    pub async fn init_producer_id(
         broker: &std::sync::Arc<dyn Broker>,
         id: &str,
         timeout_ms: i32,
@@ -356,7 +350,7 @@ pub(crate) mod coordinator {
         let new_id = broker.init_producer_id(None).await.map_err(|r| r.code)?.0;
         let fence = std::sync::Mutex::new(false);
         let after = transition(broker.as_ref(), id, |cur| {
-            match machine::init(cur, timeout_ms, expected, new_id, now_ms())? {
+            match machine::init(cur, timeout_ms, expected, new_id, broker.now_ms())? {
                 Init::Ready(next) => Ok(Some(next)),
                 Init::FenceFirst(next) => {
                     *fence.lock().unwrap_or_else(|e| e.into_inner()) = true;
@@ -376,7 +370,7 @@ pub(crate) mod coordinator {
 
     /// EndTxn: the transaction prepared to commit or abort, its markers asked for; answered
     /// once the decision is durable (as Kafka answers once it is in its transaction log).
-    pub(crate) async fn end(
+    pub async fn end(
         broker: &std::sync::Arc<dyn Broker>,
         id: &str,
         producer: (i64, i16),
@@ -386,8 +380,9 @@ pub(crate) mod coordinator {
         if c != code::NONE {
             return c;
         }
-        let ended =
-            transition(broker.as_ref(), id, |cur| machine::end(cur, producer, commit, now_ms()));
+        let ended = transition(broker.as_ref(), id, |cur| {
+            machine::end(cur, producer, commit, broker.now_ms())
+        });
         match ended.await {
             Ok(Some(t))
                 if matches!(t.phase(), TxnPhase::PrepareCommit | TxnPhase::PrepareAbort) =>
@@ -402,7 +397,7 @@ pub(crate) mod coordinator {
 
     /// AddPartitionsToTxn / AddOffsetsToTxn: the partitions (or group) joined to the
     /// transaction under way, which begins with its first.
-    pub(crate) async fn add(
+    pub async fn add(
         broker: &dyn Broker,
         id: &str,
         producer: (i64, i16),
@@ -413,8 +408,9 @@ pub(crate) mod coordinator {
         if c != code::NONE {
             return c;
         }
-        let added =
-            transition(broker, id, |cur| machine::add(cur, producer, partitions, group, now_ms()));
+        let added = transition(broker, id, |cur| {
+            machine::add(cur, producer, partitions, group, broker.now_ms())
+        });
         match added.await {
             Ok(_) => code::NONE,
             Err(c) => c,
@@ -431,10 +427,32 @@ pub(crate) mod coordinator {
             commit: t.phase() == TxnPhase::PrepareCommit,
             coordinator_epoch: 0,
         };
-        if let Err(r) = broker.send_markers(&id, marker, &t.partitions).await {
-            tracing::warn!(id, error = %r.message, "Kafka transaction markers not asked for yet");
-        }
         tokio::spawn(async move { complete(broker.as_ref(), &id, marker, &t).await });
+    }
+
+    /// Asks for `marker` on every partition of `t` until the asking is durable (a failed ask
+    /// may have left some asked, some not: all are asked again); whether it was, within
+    /// [`COMPLETE_WITHIN`] of `began` and while the state was still `t`.
+    async fn ask_markers(
+        broker: &dyn Broker,
+        id: &str,
+        marker: Marker,
+        t: &StoredTxn,
+        began: tokio::time::Instant,
+    ) -> bool {
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match broker.send_markers(id, marker, t).await {
+                Ok(asked) => return asked,
+                Err(r) if began.elapsed() > COMPLETE_WITHIN => {
+                    tracing::warn!(id, error = %r.message, "Kafka transaction markers not asked for yet");
+                    return false;
+                }
+                Err(_) => {}
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
     }
 
     /// Waits for the markers of `id`'s transaction `t` (asked for again every
@@ -442,49 +460,44 @@ pub(crate) mod coordinator {
     async fn complete(broker: &dyn Broker, id: &str, marker: Marker, t: &StoredTxn) {
         let partitions = &t.partitions;
         let began = tokio::time::Instant::now();
-        let mut asked = began;
+        // None pending means each written only once each was asked for.
+        if !ask_markers(broker, id, marker, t, began).await {
+            return;
+        }
+        let mut asked = tokio::time::Instant::now();
         let mut pause = Duration::from_millis(5);
         loop {
             match broker.markers_pending(marker.producer_id, partitions).await {
-                Ok(0) if end_offsets(broker, id, marker, &t.groups).await => break,
+                Ok(0) if end_offsets(broker, id, marker, t).await => break,
                 Ok(_) | Err(_) if began.elapsed() > COMPLETE_WITHIN => return,
                 Ok(_) | Err(_) => {}
             }
             if asked.elapsed() > RESEND_AFTER {
                 asked = tokio::time::Instant::now();
-                let _ = broker.send_markers(id, marker, partitions).await;
+                if let Ok(false) = broker.send_markers(id, marker, t).await {
+                    return;
+                }
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(200));
         }
         let done = transition(broker, id, |cur| {
-            // Only the transaction whose markers these were.
-            Ok(cur
-                .filter(|c| c.producer_id == marker.producer_id)
-                .filter(|c| c.producer_epoch == i32::from(marker.producer_epoch))
-                .and_then(|c| machine::complete(c, now_ms())))
+            // Only the transaction whose markers these were, still as it was prepared: a later
+            // one of the producer (at the same epoch: transactions V1) is not this one.
+            Ok(cur.filter(|c| *c == t).and_then(|c| machine::complete(c, broker.now_ms())))
         });
         if let Err(c) = done.await {
             tracing::warn!(id, code = c, "Kafka transaction not completed yet");
         }
     }
 
-    /// Ends the offsets `groups` staged in the transaction `marker` ends, while its state is
-    /// still the prepared one the marker is for (a state moved on was ended by whoever moved
-    /// it); whether that is done.
-    async fn end_offsets(broker: &dyn Broker, id: &str, marker: Marker, groups: &[String]) -> bool {
-        for group in groups {
+    /// Ends the offsets the groups of transaction `t` staged, while its state is still `t`,
+    /// the prepared one `marker` is for (a state moved on was ended by whoever moved it);
+    /// whether that is done.
+    async fn end_offsets(broker: &dyn Broker, id: &str, marker: Marker, t: &StoredTxn) -> bool {
+        for group in &t.groups {
             let revision = match broker.txn_state(id).await {
-                Ok(Some((cur, revision)))
-                    if cur.producer_id == marker.producer_id
-                        && cur.producer_epoch == i32::from(marker.producer_epoch)
-                        && matches!(
-                            cur.phase(),
-                            TxnPhase::PrepareCommit | TxnPhase::PrepareAbort
-                        ) =>
-                {
-                    revision
-                }
+                Ok(Some((cur, revision))) if cur == *t => revision,
                 Ok(_) => return true,
                 Err(_) => return false,
             };
@@ -498,9 +511,9 @@ pub(crate) mod coordinator {
 
     /// The coordinator's periodic look: transactions it coordinates that are past their
     /// timeout are aborted; those left prepared (by a coordinator gone, say) are ended.
-    pub(crate) async fn expire(broker: &std::sync::Arc<dyn Broker>) {
+    pub async fn expire(broker: &std::sync::Arc<dyn Broker>) {
         let Ok(states) = broker.txn_states().await else { return };
-        let now = now_ms();
+        let now = broker.now_ms();
         for (id, t) in states {
             let phase = t.phase();
             let stale = now.saturating_sub(t.updated_ms) > RESEND_AFTER.as_millis() as i64;
@@ -517,7 +530,7 @@ pub(crate) mod coordinator {
             }
             let Ok((new_id, _)) = broker.init_producer_id(None).await else { continue };
             let aborted = transition(broker.as_ref(), &id, |cur| {
-                Ok(cur.and_then(|c| machine::timed_out(c, new_id, now_ms())))
+                Ok(cur.and_then(|c| machine::timed_out(c, new_id, broker.now_ms())))
             });
             if let Ok(Some(t)) = aborted.await
                 && t.phase() == TxnPhase::PrepareAbort

@@ -39,11 +39,14 @@ pub enum Mutation {
     /// Key compaction writes the records it keeps at their positions in their batch, not at
     /// their offsets (§12: a survivor's offset never changes).
     ShiftCompactedOffsets,
+    /// An abort marker ends its transaction without adding it to the log's aborted index, so
+    /// read_committed serves its records (§12: no aborted record is read committed).
+    ForgetAbortedTxn,
 }
 
 #[cfg(feature = "mutants")]
-static SWITCHES: [std::sync::atomic::AtomicBool; 9] =
-    [const { std::sync::atomic::AtomicBool::new(false) }; 9];
+static SWITCHES: [std::sync::atomic::AtomicBool; 10] =
+    [const { std::sync::atomic::AtomicBool::new(false) }; 10];
 
 /// Whether the bug is switched on.
 #[cfg(feature = "mutants")]

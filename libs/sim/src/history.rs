@@ -113,7 +113,43 @@ pub struct History {
     pub memberships: Vec<(u64, u64, i32, bool)>,
     /// Members of each group (none ever leaves).
     pub group_sizes: BTreeMap<u64, u64>,
+    /// Kafka transactions: their batches and how each ended.
+    pub txns: Vec<Txn>,
+    /// Last stable offsets in the order one observer saw them: log, offset.
+    pub stable_offsets: Vec<(u64, u64)>,
+    /// Reads committed (Kafka read_committed fetches, filtered as a consumer filters them):
+    /// log, the batches (ids) visible.
+    pub committed_reads: Vec<(u64, Vec<u64>)>,
+    /// Each log read committed whole at the end: the batches visible, and its last stable
+    /// offset and high watermark then.
+    pub committed_finals: BTreeMap<u64, (Vec<u64>, u64, u64)>,
+    /// Transactions a fenced producer (an older epoch than an InitProducerId had answered
+    /// for its id) was let commit: the transaction's id.
+    pub zombie_txns: Vec<u64>,
 }
+
+/// A Kafka transaction of the simulation: its id, the batches it wrote, how it ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Txn {
+    pub id: u64,
+    pub batches: Vec<u64>,
+    pub end: TxnEnd,
+}
+
+/// How a transaction ended, as its producer knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TxnEnd {
+    /// EndTxn(commit) answered NONE.
+    Committed,
+    /// EndTxn(abort) answered NONE, or the producer was fenced (or its commit refused) before
+    /// any commit of it could have been taken.
+    Aborted,
+    /// A commit asked whose answer was lost, then refused: either.
+    Unknown,
+}
+
+/// The id a transaction marker (a control batch) is seen with: no client appended it.
+pub const MARKER: u64 = u64::MAX - 1;
 
 /// A payload carrying `id` and `pad` more bytes.
 pub fn payload(id: u64, pad: usize) -> bytes::Bytes {
@@ -228,6 +264,35 @@ pub enum Violation {
         stable: i32,
         generation: i32,
     },
+    /// A committed transaction whose batches are not all read committed at the end, or one of
+    /// unknown outcome read in part.
+    TxnPartlyVisible {
+        txn: u64,
+        visible: Vec<u64>,
+        missing: Vec<u64>,
+    },
+    /// A batch of an aborted transaction was read committed.
+    AbortedTxnRead {
+        txn: u64,
+        id: u64,
+    },
+    /// A log's last stable offset went back.
+    StableOffsetRegression {
+        log: u64,
+        from: u64,
+        to: u64,
+    },
+    /// At the end, with every transaction over, a log's last stable offset is below its high
+    /// watermark (a transaction left open in it).
+    StableOffsetStuck {
+        log: u64,
+        stable: u64,
+        high: u64,
+    },
+    /// A fenced producer committed a transaction.
+    ZombieTxnCommitted {
+        txn: u64,
+    },
 }
 
 impl Violation {
@@ -244,7 +309,11 @@ impl Violation {
             | StaleRead { id, .. }
             | AnsweredTwice { id, .. }
             | SequenceRefused { id, .. }
-            | PastHighWatermark { id, .. } => vec![*id],
+            | PastHighWatermark { id, .. }
+            | AbortedTxnRead { id, .. } => vec![*id],
+            TxnPartlyVisible { visible, missing, .. } => {
+                visible.iter().chain(missing).copied().collect()
+            }
             Reordered { first, then, .. } => vec![*first, *then],
             Gap { .. }
             | WatermarkRegression { .. }
@@ -252,7 +321,10 @@ impl Violation {
             | OrphansLeft { .. }
             | ZombieCommits { .. }
             | CommitRegressed { .. }
-            | StableGroupRebalanced { .. } => Vec::new(),
+            | StableGroupRebalanced { .. }
+            | StableOffsetRegression { .. }
+            | StableOffsetStuck { .. }
+            | ZombieTxnCommitted { .. } => Vec::new(),
         }
     }
 }
@@ -276,6 +348,9 @@ pub fn check(h: &History) -> Vec<Violation> {
                 out.push(Violation::Gap { log: *log, expected: n, found: e.offset });
             }
             next = Some(e.offset + u64::from(e.records));
+            if e.id == MARKER {
+                continue;
+            }
             at.entry(e.id).or_default().push(e.offset);
             match by_id.get(&e.id) {
                 None => out.push(Violation::Phantom { log: *log, id: e.id, offset: e.offset }),
@@ -381,6 +456,7 @@ pub fn check(h: &History) -> Vec<Violation> {
         out.push(Violation::ZombieCommits { count: h.zombies });
     }
     check_groups(h, &mut out);
+    check_txns(h, &mut out);
     let mut last: BTreeMap<u64, u64> = BTreeMap::new();
     for (log, end) in &h.watermarks {
         if let Some(prev) = last.get(log)
@@ -391,6 +467,60 @@ pub fn check(h: &History) -> Vec<Violation> {
         last.insert(*log, *end);
     }
     out
+}
+
+/// The transaction rules (ARCHITECTURE §12): a transaction's batches are all read committed
+/// or none (all, once it committed; none, once it aborted), at any time and at the end; the
+/// last stable offset never goes back, and at the end, every transaction over, it is the high
+/// watermark; a fenced producer commits nothing.
+fn check_txns(h: &History, out: &mut Vec<Violation>) {
+    let txn_of: BTreeMap<u64, &Txn> =
+        h.txns.iter().flat_map(|t| t.batches.iter().map(move |b| (*b, t))).collect();
+    let aborted_read =
+        |id: &u64| txn_of.get(id).filter(|t| t.end == TxnEnd::Aborted).map(|t| (t.id, *id));
+    let during = h.committed_reads.iter().flat_map(|(_, ids)| ids);
+    let at_end = h.committed_finals.values().flat_map(|(ids, ..)| ids);
+    let read: BTreeSet<(u64, u64)> =
+        during.chain(at_end.clone()).filter_map(aborted_read).collect();
+    out.extend(read.into_iter().map(|(txn, id)| Violation::AbortedTxnRead { txn, id }));
+    let visible: BTreeSet<u64> = at_end.copied().collect();
+    // A batch is looked for at the end if it was acknowledged at or above its log's start
+    // then (every batch of a transaction that was ended was acknowledged).
+    let by_id: BTreeMap<u64, &Append> = h.appends.iter().map(|a| (a.id, a)).collect();
+    let kept = |b: &&u64| {
+        by_id.get(b).is_some_and(|a| {
+            matches!(a.outcome, Outcome::Ok(o) if o >= h.starts.get(&a.log).copied().unwrap_or(0))
+        })
+    };
+    for t in &h.txns {
+        let (seen, missing): (Vec<u64>, Vec<u64>) =
+            t.batches.iter().filter(kept).partition(|b| visible.contains(b));
+        let partly = match t.end {
+            TxnEnd::Committed => !missing.is_empty(),
+            TxnEnd::Unknown => !seen.is_empty() && !missing.is_empty(),
+            TxnEnd::Aborted => false,
+        };
+        if partly {
+            out.push(Violation::TxnPartlyVisible { txn: t.id, visible: seen, missing });
+        }
+    }
+    let mut last: BTreeMap<u64, u64> = BTreeMap::new();
+    for (log, lso) in &h.stable_offsets {
+        if let Some(prev) = last.get(log)
+            && lso < prev
+        {
+            out.push(Violation::StableOffsetRegression { log: *log, from: *prev, to: *lso });
+        }
+        last.insert(*log, *lso);
+    }
+    for (log, (_, stable, high)) in &h.committed_finals {
+        if stable < high {
+            out.push(Violation::StableOffsetStuck { log: *log, stable: *stable, high: *high });
+        }
+    }
+    for txn in &h.zombie_txns {
+        out.push(Violation::ZombieTxnCommitted { txn: *txn });
+    }
 }
 
 /// The consumer-group rules: committed offsets never go backwards, stable groups stay so.
@@ -477,7 +607,55 @@ mod tests {
             offset_reads: vec![(0, 3, 5, 10), (0, 3, 7, 11), (0, 3, 9, 12)],
             memberships: vec![(0, 0, 1, false), (0, 0, 2, true), (0, 1, 2, true)],
             group_sizes: [(0, 2)].into_iter().collect(),
+            // Appends 1 and 2 are transaction 10's, committed, read committed at the end; the
+            // last stable offset rises to the end.
+            txns: vec![Txn { id: 10, batches: vec![1, 2], end: TxnEnd::Committed }],
+            stable_offsets: vec![(7, 0), (7, 3)],
+            committed_reads: vec![(7, vec![1])],
+            committed_finals: [(7, (vec![1, 2], 3, 3))].into_iter().collect(),
+            zombie_txns: vec![],
         }
+    }
+
+    /// Each transaction rule catches what it is for (ARCHITECTURE §12): a committed
+    /// transaction read in part; an aborted one's batch read committed, during the run or at
+    /// the end; the last stable offset going back, or left below the end; a fenced
+    /// producer's commit.
+    #[test]
+    fn each_transaction_rule_catches_its_violation() {
+        assert_eq!(check(&clean()), vec![]);
+        let mut h = clean();
+        h.committed_finals.insert(7, (vec![1], 3, 3));
+        assert_eq!(
+            check(&h),
+            vec![Violation::TxnPartlyVisible { txn: 10, visible: vec![1], missing: vec![2] }]
+        );
+        let mut h = clean();
+        h.txns[0].end = TxnEnd::Unknown;
+        h.committed_finals.insert(7, (vec![2], 3, 3));
+        assert_eq!(
+            check(&h),
+            vec![Violation::TxnPartlyVisible { txn: 10, visible: vec![2], missing: vec![1] }]
+        );
+        h.committed_finals.insert(7, (vec![], 3, 3));
+        assert_eq!(check(&h), vec![], "unknown and not read: aborted");
+        let mut h = clean();
+        h.txns[0].end = TxnEnd::Aborted;
+        h.committed_finals.insert(7, (vec![], 3, 3));
+        assert_eq!(check(&h), vec![Violation::AbortedTxnRead { txn: 10, id: 1 }], "read during");
+        let mut h = clean();
+        h.stable_offsets.push((7, 2));
+        assert_eq!(check(&h), vec![Violation::StableOffsetRegression { log: 7, from: 3, to: 2 }]);
+        let mut h = clean();
+        h.committed_finals.insert(7, (vec![1, 2], 2, 3));
+        assert_eq!(check(&h), vec![Violation::StableOffsetStuck { log: 7, stable: 2, high: 3 }]);
+        let mut h = clean();
+        h.zombie_txns.push(11);
+        assert_eq!(check(&h), vec![Violation::ZombieTxnCommitted { txn: 11 }]);
+        // A transaction marker in a log is no client's append.
+        let mut h = clean();
+        h.finals.insert(7, vec![seen(0, 1), seen(1, 2), seen(2, MARKER)]);
+        assert_eq!(check(&h), vec![]);
     }
 
     #[test]

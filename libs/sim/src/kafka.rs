@@ -186,7 +186,7 @@ pub(crate) async fn producer(
 }
 
 /// The batches in a Fetch answer's records, as the history records entries.
-fn batches(records: &bytes::Bytes) -> Vec<crate::history::Seen> {
+pub(crate) fn batches(records: &bytes::Bytes) -> Vec<crate::history::Seen> {
     let mut out = Vec::new();
     let mut at = 0usize;
     while at < records.len() {
@@ -197,10 +197,11 @@ fn batches(records: &bytes::Bytes) -> Vec<crate::history::Seen> {
             break;
         }
         let batch = rest.slice(..len);
+        let id = if h.is_control() { Some(crate::history::MARKER) } else { id_in(&batch) };
         out.push(crate::history::Seen {
             offset: u64::try_from(h.base_offset).unwrap_or(u64::MAX),
             records: u32::try_from(h.record_count).unwrap_or(0),
-            id: id_in(&batch).unwrap_or(u64::MAX),
+            id: id.unwrap_or(u64::MAX),
         });
         at += len;
     }

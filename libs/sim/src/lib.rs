@@ -22,3 +22,4 @@ pub mod kafka;
 pub mod meta_faults;
 pub mod rng;
 pub mod scenario;
+mod txns;

@@ -61,6 +61,9 @@ pub struct Plan {
     pub members: u64,
     /// Compacted logs instead ([`crate::compacted`]): keyed batches, key compaction all along.
     pub compacted: bool,
+    /// Kafka transactional producers (each `appends` transactions), read committed all along
+    /// ([`crate::txns`]); none: no transactions.
+    pub transactions: u64,
 }
 
 impl Plan {
@@ -90,6 +93,7 @@ impl Plan {
             groups: 0,
             members: 0,
             compacted: false,
+            transactions: 0,
         }
     }
 
@@ -142,6 +146,15 @@ impl Plan {
             members: 3,
             ..Plan::writers()
         }
+    }
+
+    /// Kafka transactions through coordinator and owner changes: 3 transactional producers of
+    /// 12 transactions each (a few partitions each, committed or aborted, now and then a new
+    /// instance fencing the old, whose commit must then fail) and an idempotent producer, on a
+    /// topic of 3 partitions served by 3 writers that crash, pause and start 4 times, read
+    /// committed all along, every fault on, the compactor, cleaner and trims alongside.
+    pub fn transactions() -> Plan {
+        Plan { transactions: 3, clients: 1, appends: 12, crashes: 4, ..Plan::kafka() }
     }
 
     /// The zone of writer slot `i`.
@@ -344,11 +357,14 @@ struct Stores {
     objects: Arc<dyn ObjectStore>,
     clock: Arc<dyn Clock>,
     zombies: Arc<crate::meta_faults::Zombies>,
+    /// Writers' brokers write transaction markers and look for transactions past their
+    /// timeout (the transactions plan).
+    txns: bool,
 }
 
 /// Starts writer `id` in `zone` behind a gate of its own, with a Kafka broker if `kafka`.
 async fn open(id: &str, zone: &str, kafka: bool, stores: &Stores) -> Result<Opened, String> {
-    let Stores { meta, objects, clock, zombies } = stores;
+    let Stores { meta, objects, clock, zombies, txns } = stores;
     let mut last = String::new();
     for _ in 0..50 {
         let gate = Gated::new(meta.clone(), zombies.clone());
@@ -370,6 +386,7 @@ async fn open(id: &str, zone: &str, kafka: bool, stores: &Stores) -> Result<Open
                             .with_member_id_prefix(format!("{id}-{node}")),
                     );
                     let (ticking, storing) = (groups.clone(), broker.clone());
+                    let txns = txns.then(|| crate::txns::broker_tasks(broker.clone()));
                     let task = tokio::spawn(async move {
                         let _stop = stop;
                         // The coordinator's ticks, as the Kafka listener runs them.
@@ -380,7 +397,12 @@ async fn open(id: &str, zone: &str, kafka: bool, stores: &Stores) -> Result<Open
                                 ticking.store_changed(storing.as_ref()).await;
                             }
                         };
-                        tokio::join!(b.checkpoints(shutdown), ticks);
+                        let txns = async move {
+                            if let Some(t) = txns {
+                                t.await
+                            }
+                        };
+                        tokio::join!(b.checkpoints(shutdown), ticks, txns);
                     });
                     return Ok((w, gate, Some(Broker { broker, node, groups, task })));
                 }
@@ -461,6 +483,7 @@ async fn simulate(seed: u64, plan: Plan, store: Arc<metadata::MemoryStore>) -> R
         objects: objects.clone(),
         clock: clock.clone(),
         zombies: Arc::default(),
+        txns: plan.transactions > 0,
     };
 
     let (mut writers, mut gates, mut brokers) = (Vec::new(), Vec::new(), Vec::new());
@@ -542,7 +565,13 @@ async fn simulate(seed: u64, plan: Plan, store: Arc<metadata::MemoryStore>) -> R
         upkeep.push(tokio::spawn(async move { clean(s2, m, o, c).await }));
         upkeep.push(tokio::spawn(async move { trim(l, s3).await }));
     }
+    for t in 0..plan.transactions {
+        let (shared, logs) = (shared.clone(), logs.clone());
+        let txns = plan.appends;
+        clients.spawn(async move { crate::txns::producer(t, txns, logs, shared).await });
+    }
     let mut consumers = crate::groups::spawn(&plan, &shared);
+    consumers.extend(crate::txns::readers(&plan, &logs, &shared));
     if plan.kafka {
         for c in 0..2u64 {
             let (shared, logs) = (shared.clone(), logs.clone());
@@ -569,6 +598,9 @@ async fn simulate(seed: u64, plan: Plan, store: Arc<metadata::MemoryStore>) -> R
         Err(e) => return failed(seed, e),
     };
     read_finals(&reader, &logs, plan.kafka, &shared).await;
+    if plan.transactions > 0 {
+        crate::txns::read_finals(&logs, &shared).await;
+    }
     {
         let s = shared.lock();
         for w in s.writers.iter().flatten() {
@@ -967,8 +999,9 @@ async fn observe(logs: Vec<u64>, shared: SharedRef) {
         for log in &logs {
             if let Ok(info) = w.info(LogId(*log)).await {
                 let mut s = shared.lock();
-                s.trace.record(("end", *log, info.next_offset));
+                s.trace.record(("end", *log, info.next_offset, info.last_stable_offset));
                 s.history.watermarks.push((*log, info.next_offset));
+                s.history.stable_offsets.push((*log, info.last_stable_offset));
             }
         }
     }
@@ -1003,7 +1036,12 @@ async fn read_all(
 /// first record's value; one without our id reads as id `u64::MAX`, which no client appended
 /// (so the checker reports it).
 pub(crate) fn seen(e: &logstore::LogEntry, kafka: bool) -> Seen {
-    let id = if kafka { crate::kafka::id_in(&e.payload) } else { id_of(&e.payload) };
+    let control = || recordbatch::BatchHeader::parse(&e.payload).is_ok_and(|h| h.is_control());
+    let id = match kafka {
+        true if control() => Some(crate::history::MARKER),
+        true => crate::kafka::id_in(&e.payload),
+        false => id_of(&e.payload),
+    };
     Seen { offset: e.header.offset, records: e.header.record_count, id: id.unwrap_or(u64::MAX) }
 }
 

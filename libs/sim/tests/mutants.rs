@@ -44,7 +44,7 @@ fn caught(m: Mutation, plan: &Plan) -> Option<(u64, String)> {
 fn every_deliberate_bug_is_caught_within_200_seeds() {
     let mut report = Vec::new();
     let (writers, upkeep, groups) = (Plan::writers(), Plan::maintenance(), Plan::groups());
-    let compacted = Plan::compacted();
+    let (compacted, transactions) = (Plan::compacted(), Plan::transactions());
     for (name, m, plan) in [
         ("commits out of flush order", Mutation::CommitOutOfOrder, &writers),
         ("the head's revision not compared in the commit", Mutation::SkipHeadCompare, &writers),
@@ -59,13 +59,18 @@ fn every_deliberate_bug_is_caught_within_200_seeds() {
             &compacted,
         ),
         ("key compaction moving the records it keeps", Mutation::ShiftCompactedOffsets, &compacted),
+        (
+            "an abort marker ending its transaction without indexing it as aborted",
+            Mutation::ForgetAbortedTxn,
+            &transactions,
+        ),
     ] {
         let found = caught(m, plan);
         assert!(found.is_some(), "{name}: not caught in 200 seeds");
         report.push(format!("{name}: seed {:?}", found));
     }
     // Switched off, the same seeds run clean (the bugs, not the harness, were caught).
-    for plan in [&writers, &upkeep, &groups, &compacted] {
+    for plan in [&writers, &upkeep, &groups, &compacted, &transactions] {
         let r = run(0, plan);
         assert!(r.violations.is_empty() && r.error.is_none(), "{r:?}");
     }

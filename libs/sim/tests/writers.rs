@@ -19,6 +19,7 @@ fn plan(group: &str) -> Plan {
         "kafka-zones" => Plan::kafka_zones(),
         "groups" => Plan::groups(),
         "compacted" => Plan::compacted(),
+        "transactions" => Plan::transactions(),
         _ => Plan::writers(),
     }
 }
@@ -47,7 +48,9 @@ fn regression_seeds_run_clean() {
 #[test]
 fn a_seed_run_twice_gives_the_same_trace() {
     let seeds: u64 = std::env::var("SIM_DET_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
-    for group in ["writers", "maintenance", "kafka", "kafka-zones", "groups", "compacted"] {
+    for group in
+        ["writers", "maintenance", "kafka", "kafka-zones", "groups", "compacted", "transactions"]
+    {
         let plan = plan(group);
         let mut differ = Vec::new();
         for seed in 0..seeds {
@@ -91,6 +94,11 @@ fn consumer_groups_through_coordinator_changes_lose_nothing_and_never_rebalance_
 #[test]
 fn compacted_logs_lose_nothing_of_each_keys_latest_move_nothing_and_resurrect_nothing() {
     sweep("compacted", &Plan::compacted());
+}
+
+#[test]
+fn transactions_through_owner_and_coordinator_changes_are_read_committed_whole_or_not_at_all() {
+    sweep("transactions", &Plan::transactions());
 }
 
 fn sweep(group: &str, plan: &Plan) {

@@ -198,13 +198,17 @@ impl kafka::TxnStates for FakeBroker {
 
     async fn send_markers(
         &self,
-        _id: &str,
+        id: &str,
         marker: kafka::transactions::Marker,
-        partitions: &[kafka::transactions::TxnPartition],
-    ) -> Result<(), Refused> {
+        t: &kafka::transactions::StoredTxn,
+    ) -> Result<bool, Refused> {
+        let txns = self.txns.lock().unwrap_or_else(|e| e.into_inner());
+        if txns.get(id).map(|(s, _)| s) != Some(t) {
+            return Ok(false);
+        }
         let mut markers = self.markers.lock().unwrap_or_else(|e| e.into_inner());
-        markers.push((marker, partitions.to_vec()));
-        Ok(())
+        markers.push((marker, t.partitions.clone()));
+        Ok(true)
     }
 
     async fn markers_pending(

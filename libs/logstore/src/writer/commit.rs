@@ -251,7 +251,7 @@ fn mark_txn(h: &mut LogHead, mark: crate::storage::TxnMark, offset: u64) -> Resu
         TxnMark::End { producer_id, abort } => {
             if let Some(i) = open_at(h, producer_id) {
                 let open = h.open_txns.remove(i);
-                if abort {
+                if abort && !crate::mutations::on(crate::mutations::Mutation::ForgetAbortedTxn) {
                     h.aborted.push(AbortedTxn {
                         producer_id,
                         first_offset: open.first_offset,
