@@ -530,22 +530,7 @@ async fn simulate(seed: u64, plan: Plan, store: Arc<metadata::MemoryStore>) -> R
     faults.add(Op::Get, fraction(5, plan.get_fail), Action::Fail(FaultError::Unavailable));
     faults.add(Op::Get, fraction(7, plan.get_slow), Action::Delay(Duration::from_millis(400)));
 
-    let mut clients = tokio::task::JoinSet::new();
-    for c in 0..plan.clients {
-        let (shared, logs) = (shared.clone(), logs.clone());
-        let appends = plan.appends;
-        if plan.kafka {
-            let zone = match c % 3 {
-                z if z > 0 && plan.producer_zones => plan.zones.get(z - 1).cloned(),
-                _ => None,
-            };
-            clients.spawn(async move {
-                crate::kafka::producer(c as u64, appends, logs, zone, shared).await
-            });
-        } else {
-            clients.spawn(async move { client(c as u64, appends, logs, shared).await });
-        }
-    }
+    let mut clients = spawn_clients(&plan, &logs, &shared);
     let nemesis = {
         let (shared, stores) = (shared.clone(), stores.clone());
         let plan = plan.clone();
@@ -564,11 +549,6 @@ async fn simulate(seed: u64, plan: Plan, store: Arc<metadata::MemoryStore>) -> R
         upkeep.push(tokio::spawn(async move { compact(s1, l2, lk, ck).await }));
         upkeep.push(tokio::spawn(async move { clean(s2, m, o, c).await }));
         upkeep.push(tokio::spawn(async move { trim(l, s3).await }));
-    }
-    for t in 0..plan.transactions {
-        let (shared, logs) = (shared.clone(), logs.clone());
-        let txns = plan.appends;
-        clients.spawn(async move { crate::txns::producer(t, txns, logs, shared).await });
     }
     let mut consumers = crate::groups::spawn(&plan, &shared);
     consumers.extend(crate::txns::readers(&plan, &logs, &shared));
@@ -620,6 +600,33 @@ async fn simulate(seed: u64, plan: Plan, store: Arc<metadata::MemoryStore>) -> R
         Err(e) => return failed(seed, format!("orphan check: {e}")),
     }
     report(seed, &mut s, start, crashes, &stores, &faulty_meta)
+}
+
+/// The plan's clients: plain ones, or Kafka idempotent producers (in zones, if the plan has
+/// them), and its transactional producers.
+fn spawn_clients(plan: &Plan, logs: &[u64], shared: &SharedRef) -> tokio::task::JoinSet<()> {
+    let mut clients = tokio::task::JoinSet::new();
+    for c in 0..plan.clients {
+        let (shared, logs) = (shared.clone(), logs.to_vec());
+        let appends = plan.appends;
+        if plan.kafka {
+            let zone = match c % 3 {
+                z if z > 0 && plan.producer_zones => plan.zones.get(z - 1).cloned(),
+                _ => None,
+            };
+            clients.spawn(async move {
+                crate::kafka::producer(c as u64, appends, logs, zone, shared).await
+            });
+        } else {
+            clients.spawn(async move { client(c as u64, appends, logs, shared).await });
+        }
+    }
+    for t in 0..plan.transactions {
+        let (shared, logs) = (shared.clone(), logs.to_vec());
+        let txns = plan.appends;
+        clients.spawn(async move { crate::txns::producer(t, txns, logs, shared).await });
+    }
+    clients
 }
 
 /// The plan's logs: a Kafka topic's partitions (a lake stream, its identity from the seed so
