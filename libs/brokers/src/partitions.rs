@@ -160,6 +160,34 @@ impl kafka::Partitions for LogBroker {
         Ok(Box::pin(shared))
     }
 
+    async fn producers(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Vec<kafka::ActiveProducer>, Refused> {
+        let (log, slot, _) = self.led_with_config(topic, partition, None).await?;
+        self.ready(log, &slot).await?;
+        let known = match self.producers.lock().get(&(log, slot)) {
+            Some(crate::idempotence::SlotProducers::Ready(t)) => t.producers.active(),
+            _ => Vec::new(),
+        };
+        // The transactions open in the log, as its head has them (one read: an admin's ask).
+        let open = self.store()?.head(log).await.map_err(crate::refused)?.open_txns;
+        Ok(known
+            .into_iter()
+            .map(|(producer_id, epoch, last_sequence)| kafka::ActiveProducer {
+                producer_id,
+                epoch,
+                last_sequence,
+                txn_start_offset: open
+                    .iter()
+                    .find(|t| t.producer_id == producer_id)
+                    .and_then(|t| i64::try_from(t.first_offset).ok())
+                    .unwrap_or(-1),
+            })
+            .collect())
+    }
+
     async fn write_marker(
         &self,
         topic: &str,

@@ -147,6 +147,15 @@ fn precedes(a: i32, b: i32) -> bool {
 }
 
 impl Producers {
+    /// Every producer known, as (id, epoch, the last sequence of its newest batch; -1 when
+    /// none is kept), by id.
+    pub fn active(&self) -> Vec<(i64, i16, i32)> {
+        self.by_id
+            .iter()
+            .map(|(id, w)| (*id, w.epoch, w.batches.back().map_or(-1, |b| b.last)))
+            .collect()
+    }
+
     /// Checks a batch of producer `id` at `epoch` covering sequences `first..=last`.
     pub fn check(&mut self, id: i64, epoch: i16, first: i32, last: i32) -> Check {
         let Some(w) = self.by_id.get_mut(&id) else { return Check::Append };

@@ -303,6 +303,16 @@ pub struct OffsetCommit {
     pub metadata: Option<String>,
 }
 
+/// A producer a partition's owner knows (DescribeProducers): its id and epoch, the last
+/// sequence it wrote there, and the first offset of its transaction open there (-1: none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActiveProducer {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub last_sequence: i32,
+    pub txn_start_offset: i64,
+}
+
 /// A committed offset as OffsetFetch answers it: offset -1 when the group has none.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommittedOffset {
@@ -367,6 +377,13 @@ pub trait Partitions: Send + Sync + 'static {
         header: &recordbatch::BatchHeader,
         transactional_id: Option<&str>,
     ) -> Result<Commit, Refused>;
+
+    /// DescribeProducers: the producers the owner of `topic`'s `partition` knows
+    /// (NOT_LEADER_OR_FOLLOWER from a broker that does not lead it).
+    async fn producers(&self, topic: &str, partition: i32) -> Result<Vec<ActiveProducer>, Refused> {
+        let _ = (topic, partition);
+        Err(Refused::new(code::NOT_LEADER_OR_FOLLOWER, "no producers known here"))
+    }
 
     /// WriteTxnMarkers: appends `marker` to a partition this broker leads, ending its
     /// producer's transaction there (its records readable by read_committed consumers, or

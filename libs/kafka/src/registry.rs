@@ -51,4 +51,7 @@ pub static APIS: &[Registration] = &[
     register::<txn_api::AddOffsetsToTxn>(),
     register::<txn_api::EndTxn>(),
     register::<txn_api::TxnOffsetCommit>(),
+    register::<txn_api::DescribeTransactions>(),
+    register::<txn_api::ListTransactions>(),
+    register::<txn_api::DescribeProducers>(),
 ];

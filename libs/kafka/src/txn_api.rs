@@ -669,3 +669,200 @@ mod txn_offsets {
         Err(txn::CONCURRENT_TRANSACTIONS)
     }
 }
+
+/// Whether the principal may see transactions (DescribeTransactions, ListTransactions): a
+/// cluster DESCRIBE, or the right to run them (there are no transactional-id ACLs here yet).
+fn may_see_txns(a: crate::authz::Access<'_>) -> bool {
+    !a.checks() || a.cluster(Operation::Describe) || may_transact(a)
+}
+
+/// DescribeTransactions (v0): each transactional id's state as its coordinator stores it.
+#[derive(Debug)]
+pub struct DescribeTransactions;
+
+impl Handler for DescribeTransactions {
+    const KEY: ApiKey = ApiKey::DescribeTransactions;
+    const VERSIONS: (i16, i16) = (0, 0);
+    type Request = kafka_protocol::messages::DescribeTransactionsRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        use kafka_protocol::messages::describe_transactions_response::{
+            TopicData, TransactionState,
+        };
+        let allowed = may_see_txns(ctx.access());
+        ctx.later(move |ctx| async move {
+            let broker = ctx.broker.as_ref();
+            let mut out = Vec::with_capacity(req.transactional_ids.len());
+            for id in req.transactional_ids {
+                let name = id.0.to_string();
+                let mut st = TransactionState::default()
+                    .with_transactional_id(id)
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1)
+                    .with_transaction_start_time_ms(-1);
+                st.error_code = if allowed {
+                    coordinator::coordinates(broker, &name).await
+                } else {
+                    TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                };
+                if st.error_code == crate::code::NONE {
+                    match broker.txn_state(&name).await {
+                        Ok(Some((t, _))) => {
+                            st.transaction_state = crate::group_api::s(t.phase().name());
+                            st.transaction_timeout_ms = t.timeout_ms;
+                            st.producer_id = ProducerId(t.producer_id);
+                            st.producer_epoch = i16::try_from(t.producer_epoch).unwrap_or(-1);
+                            if t.phase() == crate::transactions::TxnPhase::Ongoing {
+                                st.transaction_start_time_ms = t.started_ms;
+                            }
+                            let mut topics: Vec<TopicData> = Vec::new();
+                            for p in &t.partitions {
+                                match topics.iter_mut().find(|d| d.topic.0.as_str() == p.topic) {
+                                    Some(d) => d.partitions.push(p.partition),
+                                    None => topics.push(
+                                        TopicData::default()
+                                            .with_topic(kafka_protocol::messages::TopicName(
+                                                crate::group_api::s(p.topic.clone()),
+                                            ))
+                                            .with_partitions(vec![p.partition]),
+                                    ),
+                                }
+                            }
+                            st.topics = topics;
+                        }
+                        Ok(None) => st.error_code = TRANSACTIONAL_ID_NOT_FOUND,
+                        Err(r) => st.error_code = r.code,
+                    }
+                }
+                out.push(st);
+            }
+            kafka_protocol::messages::DescribeTransactionsResponse::default()
+                .with_transaction_states(out)
+        })
+    }
+}
+
+/// ListTransactions (v0–1): the transactions this broker coordinates, by state, producer id
+/// and (v1) how long they have run.
+#[derive(Debug)]
+pub struct ListTransactions;
+
+impl Handler for ListTransactions {
+    const KEY: ApiKey = ApiKey::ListTransactions;
+    const VERSIONS: (i16, i16) = (0, 1);
+    type Request = kafka_protocol::messages::ListTransactionsRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        use kafka_protocol::messages::list_transactions_response::TransactionState;
+        use kafka_protocol::messages::{ListTransactionsResponse, TransactionalId};
+        let allowed = may_see_txns(ctx.access());
+        ctx.later(move |ctx| async move {
+            if !allowed {
+                return ListTransactionsResponse::default()
+                    .with_error_code(crate::authz::CLUSTER_AUTHORIZATION_FAILED);
+            }
+            let broker = ctx.broker.as_ref();
+            let known = |s: &str| TXN_STATE_NAMES.contains(&s);
+            let unknown: Vec<_> =
+                req.state_filters.iter().filter(|s| !known(s.as_str())).cloned().collect();
+            let states = match broker.txn_states().await {
+                Ok(s) => s,
+                Err(r) => return ListTransactionsResponse::default().with_error_code(r.code),
+            };
+            let now = broker.now_ms();
+            let mut out = Vec::new();
+            for (id, t) in states {
+                let name = t.phase().name();
+                let wanted = (req.state_filters.is_empty()
+                    || req.state_filters.iter().any(|s| s.as_str() == name))
+                    && (req.producer_id_filters.is_empty()
+                        || req.producer_id_filters.iter().any(|p| p.0 == t.producer_id))
+                    && (req.duration_filter < 0
+                        || t.phase() == crate::transactions::TxnPhase::Ongoing
+                            && now.saturating_sub(t.started_ms) >= req.duration_filter);
+                if wanted && coordinator::coordinates(broker, &id).await == crate::code::NONE {
+                    out.push(
+                        TransactionState::default()
+                            .with_transactional_id(TransactionalId(crate::group_api::s(id)))
+                            .with_producer_id(ProducerId(t.producer_id))
+                            .with_transaction_state(crate::group_api::s(name)),
+                    );
+                }
+            }
+            ListTransactionsResponse::default()
+                .with_unknown_state_filters(unknown)
+                .with_transaction_states(out)
+        })
+    }
+}
+
+/// Kafka's transaction state names (ListTransactions' filters).
+const TXN_STATE_NAMES: [&str; 8] = [
+    "Empty",
+    "Ongoing",
+    "PrepareCommit",
+    "PrepareAbort",
+    "CompleteCommit",
+    "CompleteAbort",
+    "Dead",
+    "PrepareEpochFence",
+];
+
+const TRANSACTIONAL_ID_NOT_FOUND: i16 =
+    kafka_protocol::ResponseError::TransactionalIdNotFound.code();
+
+/// DescribeProducers (v0): the producers each partition's owner knows, with the first offset
+/// of any transaction each has open there (what KIP-664's tools find hanging ones by).
+#[derive(Debug)]
+pub struct DescribeProducers;
+
+impl Handler for DescribeProducers {
+    const KEY: ApiKey = ApiKey::DescribeProducers;
+    const VERSIONS: (i16, i16) = (0, 0);
+    type Request = kafka_protocol::messages::DescribeProducersRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        use kafka_protocol::messages::describe_producers_response::{
+            PartitionResponse, ProducerState, TopicResponse,
+        };
+        let access = ctx.access();
+        let denied: Vec<bool> = req
+            .topics
+            .iter()
+            .map(|t| access.checks() && !access.topic(Operation::Consume, &t.name))
+            .collect();
+        ctx.later(move |ctx| async move {
+            let mut topics = Vec::with_capacity(req.topics.len());
+            for (t, denied) in req.topics.into_iter().zip(denied) {
+                let mut partitions = Vec::with_capacity(t.partition_indexes.len());
+                for p in t.partition_indexes {
+                    let mut r = PartitionResponse::default().with_partition_index(p);
+                    let found = match denied {
+                        true => Err(Refused::new(crate::authz::TOPIC_AUTHORIZATION_FAILED, "")),
+                        false => ctx.broker.producers(&t.name.0, p).await,
+                    };
+                    match found {
+                        Ok(ps) => {
+                            r.active_producers = ps
+                                .into_iter()
+                                .map(|a| {
+                                    ProducerState::default()
+                                        .with_producer_id(ProducerId(a.producer_id))
+                                        .with_producer_epoch(i32::from(a.epoch))
+                                        .with_last_sequence(a.last_sequence)
+                                        .with_last_timestamp(-1)
+                                        .with_coordinator_epoch(-1)
+                                        .with_current_txn_start_offset(a.txn_start_offset)
+                                })
+                                .collect()
+                        }
+                        Err(e) => r.error_code = e.code,
+                    }
+                    partitions.push(r);
+                }
+                topics.push(TopicResponse::default().with_name(t.name).with_partitions(partitions));
+            }
+            kafka_protocol::messages::DescribeProducersResponse::default().with_topics(topics)
+        })
+    }
+}

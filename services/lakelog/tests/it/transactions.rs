@@ -95,3 +95,108 @@ fn a_kafka_streams_exactly_once_app_counts_exactly_across_kill_9_of_it_and_of_it
     ensure!(status.success(), "{}", app.output());
     Ok(())
 }
+
+/// Apache Kafka 4.4's `kafka-transactions` (its TransactionsCommand, from the tools' jars) on
+/// a transaction its producer left open: `list` and `describe` show it Ongoing on partition 1
+/// (DescribeTransactions, ListTransactions), `describe-producers` shows the producer with the
+/// transaction's first offset (DescribeProducers), and `abort` ends it (KIP-664: an abort
+/// marker through WriteTxnMarkers), after which a read_committed consumer reads past it.
+#[test]
+fn kafka_transactions_lists_describes_and_aborts_a_hanging_transaction() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let s = Standalone::start(dir.path(), testkit::free_port()?)?;
+    s.ok(&["stream", "create", "hang", "--partitions", "2"], "")?;
+    let out = Command::new(format!("{ROOT}/.tools/venv/bin/python"))
+        .arg(format!("{ROOT}/e2e/kafka/hanging_transaction.py"))
+        .args([&s.kafka, "hang"])
+        .output()
+        .context("the Python clients (`make deps` installs them in .tools/venv)")?;
+    ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tool = |args: &[&str]| -> Result<String> {
+        let out = Command::new("java")
+            .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+            .arg("-cp")
+            .arg(format!("{ROOT}/.tools/kafka-tools/*"))
+            .arg("org.apache.kafka.tools.TransactionsCommand")
+            .args(["--bootstrap-server", &s.kafka])
+            .args(args)
+            .output()
+            .context("java and Kafka's tools (`make deps` puts them in .tools/kafka-tools)")?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        ensure!(out.status.success(), "{args:?}: {text}{}", String::from_utf8_lossy(&out.stderr));
+        Ok(text)
+    };
+    // A row's cells, by the header's column names.
+    let rows = |text: &str| -> Vec<std::collections::BTreeMap<String, String>> {
+        let mut lines = text.lines().filter(|l| l.contains('\t'));
+        let header: Vec<String> =
+            lines.next().unwrap_or_default().split('\t').map(|c| c.trim().to_owned()).collect();
+        lines
+            .map(|l| {
+                header.iter().cloned().zip(l.split('\t').map(|c| c.trim().to_owned())).collect()
+            })
+            .collect()
+    };
+    let cell = |row: &std::collections::BTreeMap<String, String>, name: &str| {
+        row.get(name).cloned().unwrap_or_default()
+    };
+    let listed = rows(&tool(&["list"])?);
+    ensure!(
+        listed.len() == 1
+            && cell(&listed[0], "TransactionalId") == "hanging-app"
+            && cell(&listed[0], "TransactionState") == "Ongoing",
+        "{listed:?}"
+    );
+    let described = rows(&tool(&["describe", "--transactional-id", "hanging-app"])?);
+    ensure!(
+        described.len() == 1
+            && cell(&described[0], "TransactionState") == "Ongoing"
+            && cell(&described[0], "TopicPartitions") == "hang-1"
+            && cell(&described[0], "TransactionTimeoutMs") == "600000",
+        "{described:?}"
+    );
+    let producers = |p: &str| -> Result<Vec<std::collections::BTreeMap<String, String>>> {
+        Ok(rows(&tool(&["describe-producers", "--topic", "hang", "--partition", p])?))
+    };
+    let before = producers("1")?;
+    ensure!(
+        before.len() == 1
+            && cell(&before[0], "CurrentTransactionStartOffset") == "0"
+            && cell(&before[0], "LastSequence") == "2",
+        "{before:?}"
+    );
+    ensure!(producers("0")?.is_empty(), "no producer wrote partition 0");
+    // Read committed, the open transaction holds partition 1 back; aborted, it is passed.
+    let committed_end = || -> Result<String> {
+        let listed = testkit::kcat(
+            &["-b", &s.kafka, "-Q", "-t", "hang:1:-1", "-X", "isolation.level=read_committed"],
+            "",
+        )?;
+        Ok(listed.trim().to_owned())
+    };
+    ensure!(committed_end()?.ends_with("offset 0"), "{}", committed_end()?);
+    tool(&["abort", "--topic", "hang", "--partition", "1", "--start-offset", "0"])?;
+    let after = producers("1")?;
+    ensure!(cell(&after[0], "CurrentTransactionStartOffset") == "None", "{after:?}");
+    ensure!(committed_end()?.ends_with("offset 4"), "3 aborted records and a marker");
+    let read = testkit::kcat(
+        &[
+            "-b",
+            &s.kafka,
+            "-C",
+            "-t",
+            "hang",
+            "-p",
+            "1",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-X",
+            "isolation.level=read_committed",
+        ],
+        "",
+    )?;
+    ensure!(read.trim().is_empty(), "aborted records read committed: {read}");
+    Ok(())
+}
