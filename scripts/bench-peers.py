@@ -18,8 +18,14 @@ so a stall is not hidden; ProducerPerformance reports its own, JVM warm-up inclu
 record of the saturating librdkafka run on 8 partitions consumed back (librdkafka). Per run: MB/s, ack p50/p99, the server's CPU seconds per
 GB produced (utime + stime from /proc) and the bytes its data directory grew by per GB.
 
+With --transactions, instead: the Java client's transactional producer committing every
+100 ms (scripts/peers/TxnBench.java) to 8 partitions for --seconds, saturating and at
+--rate-mib, then its records read back read_committed; per server and load: MB/s, commits,
+commitTransaction p50/p99 (its flush included).
+
 Usage: bench-peers.py --bin target/release/lakelog --kafka-jars .tools/kafka [--seconds 10]
-[--only kafka,lakelog] [--json FILE]. Prints a Markdown table; exit 1 on any delivery error.
+[--only kafka,lakelog] [--json FILE] [--transactions]. Prints a Markdown table; exit 1 on any
+delivery error.
 """
 import argparse
 import json
@@ -45,6 +51,8 @@ ap.add_argument("--record-size", type=int, default=1024)
 ap.add_argument("--rate-mib", type=float, default=10)
 ap.add_argument("--only", default="kafka-fsync,kafka,lakelog")
 ap.add_argument("--json", default=None, help="also write every row as JSON lines here")
+ap.add_argument("--transactions", action="store_true",
+                help="the transactional producer committing every 100 ms instead")
 args = ap.parse_args()
 
 RECORD = args.record_size
@@ -223,10 +231,10 @@ def java_produce(bootstrap, topic, rate):
     return records, mb_s, p50, p99, records + probe
 
 
-def consume_all(bootstrap, topic, partitions, expected):
+def consume_all(bootstrap, topic, partitions, expected, isolation="read_uncommitted"):
     c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
                                   "enable.auto.commit": False, "fetch.max.bytes": 64 << 20,
-                                  "auto.offset.reset": "earliest"})
+                                  "auto.offset.reset": "earliest", "isolation.level": isolation})
     c.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
               for p in range(partitions)])
     got, start = 0, time.time()
@@ -238,6 +246,64 @@ def consume_all(bootstrap, topic, partitions, expected):
     c.close()
     return got, elapsed
 
+
+def txn_run(server, rate_mib):
+    """The transactional producer's run against `server` at `rate_mib` MiB/s (0: saturating):
+    its row."""
+    topic = f"txn-8-{rate_mib:g}"
+    create_topic(server.bootstrap, topic, 8)
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "TxnBench.java")
+    out = subprocess.run(["java", "-Xmx1g", "-cp", JAVA_CP, src, server.bootstrap, topic,
+                          str(args.seconds), str(RECORD), "100", str(rate_mib)],
+                         capture_output=True, text=True, timeout=600)
+    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+    if out.returncode != 0 or not lines:
+        sys.exit(f"bench-peers: TxnBench failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    r = json.loads(lines[-1])
+    got, _ = consume_all(server.bootstrap, topic, 8, r["records"], "read_committed")
+    if got != r["records"]:
+        sys.exit(f"bench-peers: {server.name}: read {got} of {r['records']} committed records")
+    return {"server": server.name, "load": f"{rate_mib:g} MiB/s" if rate_mib else "saturating",
+            "records": r["records"],
+            "mb_per_s": round(r["records"] * RECORD / r["seconds"] / 1e6, 1),
+            "commits": r["commits"], "commit_p50_ms": r["commit_p50_ms"],
+            "commit_p99_ms": r["commit_p99_ms"], "durability": server.durability}
+
+
+def run_transactions():
+    rows = []
+    tmp_root = tempfile.mkdtemp(prefix="bench-peers-")
+    try:
+        for name in args.only.split(","):
+            tmp = os.path.join(tmp_root, name)
+            os.makedirs(tmp)
+            server = (start_lakelog(tmp) if name == "lakelog"
+                      else start_kafka(name, tmp, fsync=name == "kafka-fsync"))
+            try:
+                for rate_mib in (0, args.rate_mib):
+                    row = txn_run(server, rate_mib)
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+                    rows.append(row)
+            finally:
+                server.stop()
+                shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
+    if args.json:
+        with open(args.json, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    print("| server | load | MB/s | commits | commit p50 ms | commit p99 ms | records read committed | "
+          "durability at ack |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['server']} | {r['load']} | {r['mb_per_s']} | {r['commits']} | {r['commit_p50_ms']} | "
+              f"{r['commit_p99_ms']} | {r['records']} | {r['durability']} |")
+
+
+if args.transactions:
+    run_transactions()
+    sys.exit(0)
 
 rows = []
 tmp_root = tempfile.mkdtemp(prefix="bench-peers-")

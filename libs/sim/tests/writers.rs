@@ -97,15 +97,17 @@ fn compacted_logs_lose_nothing_of_each_keys_latest_move_nothing_and_resurrect_no
 }
 
 #[test]
-fn transactions_through_owner_and_coordinator_changes_are_read_committed_whole_or_not_at_all() {
+fn transactions_through_owner_and_coordinator_changes_lose_nothing_and_are_read_committed_whole_or_not_at_all()
+ {
     sweep("transactions", &Plan::transactions());
 }
 
 fn sweep(group: &str, plan: &Plan) {
     let (mut acked, mut unknown, mut failed, mut faults, mut crashes) = (0, 0, 0, 0, 0);
     let (mut reads, mut read_entries, mut zombies) = (0, 0, 0);
-    // The groups plan runs several times longer a seed: half the seeds in `cargo test`.
-    let range = seeds(if group == "groups" { 100 } else { 200 });
+    // The groups and transactions plans run several times longer a seed: half the seeds in
+    // `cargo test` (`make dst` runs each group's SEEDS).
+    let range = seeds(if matches!(group, "groups" | "transactions") { 100 } else { 200 });
     let mut bad = Vec::new();
     for seed in range.clone() {
         let r = run(seed, plan);
