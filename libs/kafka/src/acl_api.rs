@@ -36,6 +36,7 @@ fn resource_of(t: i8) -> Option<ResourceType> {
         2 => Some(ResourceType::Stream),
         3 => Some(ResourceType::Group),
         4 => Some(ResourceType::Cluster),
+        5 => Some(ResourceType::TransactionalId),
         _ => None,
     }
 }
@@ -45,6 +46,7 @@ fn resource_code(r: ResourceType) -> i8 {
         ResourceType::Stream => 2,
         ResourceType::Group => 3,
         ResourceType::Cluster => 4,
+        ResourceType::TransactionalId => 5,
     }
 }
 

@@ -18,6 +18,8 @@ pub const GROUP_AUTHORIZATION_FAILED: i16 =
     kafka_protocol::ResponseError::GroupAuthorizationFailed.code();
 pub const CLUSTER_AUTHORIZATION_FAILED: i16 =
     kafka_protocol::ResponseError::ClusterAuthorizationFailed.code();
+pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 =
+    kafka_protocol::ResponseError::TransactionalIdAuthorizationFailed.code();
 
 /// Kafka's config resource types.
 pub(crate) const TOPIC_RESOURCE: i8 = 2;
@@ -58,6 +60,10 @@ impl Access<'_> {
         self.allows(op, ResourceType::Cluster, CLUSTER)
     }
 
+    pub fn transactional_id(&self, op: Operation, id: &str) -> bool {
+        self.allows(op, ResourceType::TransactionalId, id)
+    }
+
     /// CREATE on the cluster, or on the topic (as Kafka checks CreateTopics).
     pub fn create(&self, topic: &str) -> bool {
         self.cluster(Operation::Create) || self.topic(Operation::Create, topic)
@@ -79,6 +85,7 @@ impl Access<'_> {
                 (11, Operation::AlterConfigs),
                 (12, Operation::Produce),
             ],
+            ResourceType::TransactionalId => &[(4, Operation::Produce), (8, Operation::Describe)],
             ResourceType::Group => &[
                 (3, Operation::Consume),
                 (6, Operation::Delete),
@@ -119,6 +126,12 @@ pub(crate) fn split<T>(items: &mut Vec<T>, allowed: impl Fn(&T) -> bool) -> Vec<
 /// Whether the whole request about `group` may go on (`op` on it).
 pub fn group(a: Access<'_>, op: Operation, group: &str) -> bool {
     !a.checks() || a.group(op, group)
+}
+
+/// Whether `op` on transactional id `id` is allowed (WRITE to run transactions under it,
+/// DESCRIBE to find its coordinator and see its state), as Kafka checks TRANSACTIONAL_ID.
+pub fn transactional_id(a: Access<'_>, op: Operation, id: &str) -> bool {
+    !a.checks() || a.transactional_id(op, id)
 }
 
 /// Whether `op` on the cluster is allowed.

@@ -705,12 +705,18 @@ impl Handler for FindCoordinator {
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
         let access = ctx.access();
-        if ctx.reply.version < 4
-            && req.key_type == 0
-            && !crate::authz::group(access, Operation::Describe, &req.key)
-        {
+        let refused_one = match req.key_type {
+            0 if !crate::authz::group(access, Operation::Describe, &req.key) => {
+                Some(crate::authz::GROUP_AUTHORIZATION_FAILED)
+            }
+            1 if !crate::authz::transactional_id(access, Operation::Describe, &req.key) => {
+                Some(crate::authz::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            }
+            _ => None,
+        };
+        if let (true, Some(code)) = (ctx.reply.version < 4, refused_one) {
             let resp = FindCoordinatorResponse::default()
-                .with_error_code(crate::authz::GROUP_AUTHORIZATION_FAILED)
+                .with_error_code(code)
                 .with_node_id(BrokerId(-1))
                 .with_port(-1);
             return group_refused(&ctx, resp);
@@ -975,14 +981,24 @@ mod authorize {
         if !a.checks() {
             return Vec::new();
         }
-        split(&mut req.coordinator_keys, |k| a.group(Operation::Describe, k))
+        // DESCRIBE on each group (key type 0) or transactional id (1).
+        let txn = req.key_type == 1;
+        let code = match txn {
+            true => crate::authz::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            false => GROUP_AUTHORIZATION_FAILED,
+        };
+        let allowed = |k: &kafka_protocol::protocol::StrBytes| match txn {
+            true => a.transactional_id(Operation::Describe, k),
+            false => a.group(Operation::Describe, k),
+        };
+        split(&mut req.coordinator_keys, allowed)
             .into_iter()
             .map(|k| {
                 find_coordinator_response::Coordinator::default()
                     .with_key(k)
                     .with_node_id(BrokerId(-1))
                     .with_port(-1)
-                    .with_error_code(GROUP_AUTHORIZATION_FAILED)
+                    .with_error_code(code)
             })
             .collect()
     }

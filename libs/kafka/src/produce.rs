@@ -14,6 +14,7 @@ use recordbatch::BatchError;
 
 use crate::{Broker, KafkaConfig, Refused, code};
 use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+use security::acl::Operation;
 
 use crate::api::{Admission, Answer, Close, Ctx, Handler};
 use crate::session::Session;
@@ -184,6 +185,18 @@ impl Handler for Produce {
         Box::pin(async move {
             let acks = req.acks;
             let refused = authorize::produce(ctx.access(), &mut req);
+            // A transactional producer's batches need WRITE on its transactional id: refused
+            // whole without it (Kafka's answer).
+            let refused = match &req.transactional_id {
+                Some(id)
+                    if !crate::authz::transactional_id(ctx.access(), Operation::Produce, id) =>
+                {
+                    let mut all = authorize::refuse_all(&mut req);
+                    all.extend(refused);
+                    all
+                }
+                _ => refused,
+            };
             let committing = admit(req, &ctx.client_id, ctx.broker.as_ref(), &ctx.cfg).await;
             let reply = ctx.reply;
             let answer: Answer = Box::pin(async move {
@@ -229,7 +242,17 @@ impl Handler for InitProducerId {
     type Request = InitProducerIdRequest;
 
     fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
-        if !authorize::init_producer_id(ctx.access()) {
+        // A transactional producer needs WRITE on its transactional id (Kafka's rule).
+        if let Some(id) = &req.transactional_id
+            && !crate::authz::transactional_id(ctx.access(), Operation::Produce, id)
+        {
+            let resp = InitProducerIdResponse::default()
+                .with_error_code(crate::authz::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1);
+            return ctx.now(&resp);
+        }
+        if req.transactional_id.is_none() && !authorize::init_producer_id(ctx.access()) {
             let resp = InitProducerIdResponse::default()
                 .with_error_code(crate::authz::CLUSTER_AUTHORIZATION_FAILED)
                 .with_producer_id(ProducerId(-1))
@@ -291,6 +314,29 @@ mod authorize {
                             PartitionProduceResponse::default()
                                 .with_index(p.index)
                                 .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                                .with_base_offset(-1)
+                        })
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// Every partition of `req`, taken out and refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+    pub fn refuse_all(req: &mut ProduceRequest) -> Vec<produce_response::TopicProduceResponse> {
+        use produce_response::{PartitionProduceResponse, TopicProduceResponse};
+        std::mem::take(&mut req.topic_data)
+            .into_iter()
+            .map(|t| {
+                TopicProduceResponse::default().with_name(t.name).with_partition_responses(
+                    t.partition_data
+                        .iter()
+                        .map(|p| {
+                            PartitionProduceResponse::default()
+                                .with_index(p.index)
+                                .with_error_code(
+                                    crate::authz::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                )
                                 .with_base_offset(-1)
                         })
                         .collect(),

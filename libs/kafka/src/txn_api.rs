@@ -40,16 +40,10 @@ impl Handler for WriteTxnMarkers {
     }
 }
 
-/// Whether the principal may run transactions: as InitProducerId's idempotent producers
-/// (there are no transactional-id ACLs here yet).
-fn may_transact(a: crate::authz::Access<'_>) -> bool {
-    !a.checks()
-        || a.cluster(Operation::Produce)
-        || a.authz.may_anywhere(
-            a.principal,
-            Operation::Produce,
-            security::acl::ResourceType::Stream,
-        )
+/// Whether the principal may run transactions under transactional id `id` (Kafka's WRITE on
+/// the TRANSACTIONAL_ID).
+fn may_write(a: crate::authz::Access<'_>, id: &str) -> bool {
+    crate::authz::transactional_id(a, Operation::Produce, id)
 }
 
 /// AddPartitionsToTxn (v0–3, a client's): the partitions join the producer's transaction,
@@ -65,13 +59,13 @@ impl Handler for AddPartitionsToTxn {
 
     fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
         let access = ctx.access();
+        // Without WRITE on the transactional id every partition is refused for it; then each
+        // topic without WRITE, and the rest are not attempted (Kafka's answers).
+        let whole = !may_write(access, &req.v3_and_below_transactional_id);
         let denied: Vec<bool> = req
             .v3_and_below_topics
             .iter()
-            .map(|t| {
-                !may_transact(access)
-                    || (access.checks() && !access.topic(Operation::Produce, &t.name))
-            })
+            .map(|t| access.checks() && !access.topic(Operation::Produce, &t.name))
             .collect();
         ctx.later(move |ctx| async move {
             let any_denied = denied.iter().any(|d| *d);
@@ -84,7 +78,7 @@ impl Handler for AddPartitionsToTxn {
                         .map(|p| TxnPartition { topic: t.name.0.to_string(), partition: *p })
                 })
                 .collect();
-            let code = if any_denied {
+            let code = if whole || any_denied {
                 OPERATION_NOT_ATTEMPTED
             } else {
                 let producer = (req.v3_and_below_producer_id.0, req.v3_and_below_producer_epoch);
@@ -96,8 +90,11 @@ impl Handler for AddPartitionsToTxn {
                 .iter()
                 .zip(&denied)
                 .map(|(t, denied)| {
-                    let code =
-                        if *denied { crate::authz::TOPIC_AUTHORIZATION_FAILED } else { code };
+                    let code = match (whole, *denied) {
+                        (true, _) => TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                        (false, true) => crate::authz::TOPIC_AUTHORIZATION_FAILED,
+                        (false, false) => code,
+                    };
                     AddPartitionsToTxnTopicResult::default()
                         .with_name(t.name.clone())
                         .with_results_by_partition(
@@ -128,7 +125,7 @@ impl Handler for AddOffsetsToTxn {
 
     fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
         let access = ctx.access();
-        if !may_transact(access) {
+        if !may_write(access, &req.transactional_id) {
             let resp = AddOffsetsToTxnResponse::default()
                 .with_error_code(TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
             return ctx.now(&resp);
@@ -159,7 +156,7 @@ impl Handler for EndTxn {
     type Request = EndTxnRequest;
 
     fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
-        if !may_transact(ctx.access()) {
+        if !may_write(ctx.access(), &req.transactional_id) {
             let resp = EndTxnResponse::default()
                 .with_error_code(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
                 .with_producer_id(ProducerId(-1))
@@ -194,7 +191,7 @@ impl Handler for TxnOffsetCommit {
 
     fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
         let access = ctx.access();
-        let whole = if !may_transact(access) {
+        let whole = if !may_write(access, &req.transactional_id) {
             Some(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         } else if !crate::authz::group(access, Operation::Consume, &req.group_id) {
             Some(crate::authz::GROUP_AUTHORIZATION_FAILED)
@@ -213,8 +210,7 @@ impl Handler for TxnOffsetCommit {
 }
 
 const OPERATION_NOT_ATTEMPTED: i16 = kafka_protocol::ResponseError::OperationNotAttempted.code();
-const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 =
-    kafka_protocol::ResponseError::TransactionalIdAuthorizationFailed.code();
+use crate::authz::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
 
 /// Appends every marker of `req` (each refused with `refused`, when given), in order: a
 /// partition's markers are admitted in the request's order; all are awaited together.
@@ -670,10 +666,9 @@ mod txn_offsets {
     }
 }
 
-/// Whether the principal may see transactions (DescribeTransactions, ListTransactions): a
-/// cluster DESCRIBE, or the right to run them (there are no transactional-id ACLs here yet).
-fn may_see_txns(a: crate::authz::Access<'_>) -> bool {
-    !a.checks() || a.cluster(Operation::Describe) || may_transact(a)
+/// Whether the principal may see transactional id `id` (Kafka's DESCRIBE on it).
+fn may_see(a: crate::authz::Access<'_>, id: &str) -> bool {
+    crate::authz::transactional_id(a, Operation::Describe, id)
 }
 
 /// DescribeTransactions (v0): each transactional id's state as its coordinator stores it.
@@ -689,10 +684,13 @@ impl Handler for DescribeTransactions {
         use kafka_protocol::messages::describe_transactions_response::{
             TopicData, TransactionState,
         };
-        let allowed = may_see_txns(ctx.access());
+        let access = ctx.access();
+        let allowed: Vec<bool> =
+            req.transactional_ids.iter().map(|id| may_see(access, id)).collect();
         ctx.later(move |ctx| async move {
             let broker = ctx.broker.as_ref();
             let mut out = Vec::with_capacity(req.transactional_ids.len());
+            let mut allowed = allowed.into_iter();
             for id in req.transactional_ids {
                 let name = id.0.to_string();
                 let mut st = TransactionState::default()
@@ -700,7 +698,7 @@ impl Handler for DescribeTransactions {
                     .with_producer_id(ProducerId(-1))
                     .with_producer_epoch(-1)
                     .with_transaction_start_time_ms(-1);
-                st.error_code = if allowed {
+                st.error_code = if allowed.next().unwrap_or(false) {
                     coordinator::coordinates(broker, &name).await
                 } else {
                     TRANSACTIONAL_ID_AUTHORIZATION_FAILED
@@ -755,12 +753,7 @@ impl Handler for ListTransactions {
     fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
         use kafka_protocol::messages::list_transactions_response::TransactionState;
         use kafka_protocol::messages::{ListTransactionsResponse, TransactionalId};
-        let allowed = may_see_txns(ctx.access());
         ctx.later(move |ctx| async move {
-            if !allowed {
-                return ListTransactionsResponse::default()
-                    .with_error_code(crate::authz::CLUSTER_AUTHORIZATION_FAILED);
-            }
             let broker = ctx.broker.as_ref();
             let known = |s: &str| TXN_STATE_NAMES.contains(&s);
             let unknown: Vec<_> =
@@ -780,7 +773,21 @@ impl Handler for ListTransactions {
                     && (req.duration_filter < 0
                         || t.phase() == crate::transactions::TxnPhase::Ongoing
                             && now.saturating_sub(t.started_ms) >= req.duration_filter);
-                if wanted && coordinator::coordinates(broker, &id).await == crate::code::NONE {
+                // Only those the principal may see (as Kafka lists them).
+                let seen = || {
+                    let a = ctx.access();
+                    !a.checks()
+                        || a.authz.allows(
+                            a.principal,
+                            Operation::Describe,
+                            security::acl::ResourceType::TransactionalId,
+                            &id,
+                        )
+                };
+                if wanted
+                    && seen()
+                    && coordinator::coordinates(broker, &id).await == crate::code::NONE
+                {
                     out.push(
                         TransactionState::default()
                             .with_transactional_id(TransactionalId(crate::group_api::s(id)))

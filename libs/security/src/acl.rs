@@ -79,6 +79,9 @@ pub enum ResourceType {
     Stream,
     Group,
     Cluster,
+    /// A Kafka transactional id (Kafka's TRANSACTIONAL_ID): WRITE to run transactions under
+    /// it, DESCRIBE to find its coordinator and see its state.
+    TransactionalId,
 }
 
 impl ResourceType {
@@ -87,6 +90,7 @@ impl ResourceType {
             ResourceType::Stream => "stream",
             ResourceType::Group => "group",
             ResourceType::Cluster => "cluster",
+            ResourceType::TransactionalId => "transactional_id",
         }
     }
 }
@@ -155,7 +159,13 @@ parse_by_name!(
     Operation::Admin,
     Operation::All
 );
-parse_by_name!(ResourceType, ResourceType::Stream, ResourceType::Group, ResourceType::Cluster);
+parse_by_name!(
+    ResourceType,
+    ResourceType::Stream,
+    ResourceType::Group,
+    ResourceType::Cluster,
+    ResourceType::TransactionalId
+);
 parse_by_name!(PatternType, PatternType::Literal, PatternType::Prefixed);
 parse_by_name!(Permission, Permission::Allow, Permission::Deny);
 

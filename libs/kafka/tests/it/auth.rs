@@ -39,7 +39,8 @@ fn acl(who: &str, op: Operation, name: &str) -> Acl {
 }
 
 /// A front end with authentication on: users `alice` (produce, describe and describe the
-/// configs of `orders`; alter the configs of group `alices-group`) and `root` (a super user).
+/// configs of `orders`; alter the configs of group `alices-group`; write and describe
+/// transactional ids `alice-*`) and `root` (a super user).
 async fn secured() -> Result<Server> {
     let meta: Arc<dyn metadata::MetadataStore> = Arc::new(metadata::MemoryStore::new());
     let store = security::store::AuthStore::new(meta, "k");
@@ -53,6 +54,17 @@ async fn secured() -> Result<Server> {
             Acl {
                 resource: ResourceType::Group,
                 ..acl("alice", Operation::AlterConfigs, "alices-group")
+            },
+            // Transactions under ids `alice-*`.
+            Acl {
+                resource: ResourceType::TransactionalId,
+                pattern: PatternType::Prefixed,
+                ..acl("alice", Operation::Produce, "alice-")
+            },
+            Acl {
+                resource: ResourceType::TransactionalId,
+                pattern: PatternType::Prefixed,
+                ..acl("alice", Operation::Describe, "alice-")
             },
         ])
         .await?;
@@ -791,5 +803,109 @@ async fn transaction_markers_are_written_only_with_the_clusters_right() -> Resul
         call(&mut alice, ApiKey::WriteTxnMarkers, 1, &req).await?.context("closed")?;
     let codes: Vec<i16> = r.markers[0].topics[0].partitions.iter().map(|p| p.error_code).collect();
     ensure!(codes == [31, 31], "{codes:?}");
+    Ok(())
+}
+
+/// Transactional ids are Kafka's TRANSACTIONAL_ID resources: alice, who may write and describe
+/// `alice-*`, finds the coordinator of, initializes, describes and lists only those; bob's
+/// id is TRANSACTIONAL_ID_AUTHORIZATION_FAILED for her in FindCoordinator, InitProducerId,
+/// AddPartitionsToTxn, EndTxn, Produce and DescribeTransactions, and not listed.
+#[tokio::test]
+async fn a_transactional_id_is_used_and_seen_only_with_its_acls() -> Result<()> {
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::*;
+    const REFUSED: i16 = 53;
+    let s = secured().await?;
+    let str = |v: &str| StrBytes::from_string(v.to_owned());
+    let mut alice = login(&s, Mechanism::ScramSha256, "alice", "alice-pw")
+        .await?
+        .map_err(|e| anyhow::anyhow!("error {e}"))?;
+    let mut root = login(&s, Mechanism::ScramSha256, "root", "root-pw")
+        .await?
+        .map_err(|e| anyhow::anyhow!("error {e}"))?;
+    let init = |id: &str| {
+        InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(str(id))))
+            .with_transaction_timeout_ms(60_000)
+    };
+    let r: InitProducerIdResponse =
+        call(&mut root, ApiKey::InitProducerId, 4, &init("bob-app")).await?.context("closed")?;
+    ensure!(r.error_code == 0, "root inits bob's: {r:?}");
+    let r: InitProducerIdResponse =
+        call(&mut alice, ApiKey::InitProducerId, 4, &init("bob-app")).await?.context("closed")?;
+    ensure!(r.error_code == REFUSED, "{r:?}");
+    let r: InitProducerIdResponse =
+        call(&mut alice, ApiKey::InitProducerId, 4, &init("alice-app")).await?.context("closed")?;
+    ensure!(r.error_code == 0, "{r:?}");
+    let (pid, epoch) = (r.producer_id, r.producer_epoch);
+
+    let find = FindCoordinatorRequest::default()
+        .with_key_type(1)
+        .with_coordinator_keys(vec![str("alice-app"), str("bob-app")]);
+    let r: FindCoordinatorResponse =
+        call(&mut alice, ApiKey::FindCoordinator, 4, &find).await?.context("closed")?;
+    let codes: Vec<(String, i16)> =
+        r.coordinators.iter().map(|c| (c.key.to_string(), c.error_code)).collect();
+    ensure!(
+        codes.contains(&("alice-app".into(), 0)) && codes.contains(&("bob-app".into(), REFUSED)),
+        "{codes:?}"
+    );
+    let add = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(TransactionalId(str("bob-app")))
+        .with_v3_and_below_producer_id(pid)
+        .with_v3_and_below_producer_epoch(epoch)
+        .with_v3_and_below_topics(vec![
+            AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(str("orders")))
+                .with_partitions(vec![0]),
+        ]);
+    let r: AddPartitionsToTxnResponse =
+        call(&mut alice, ApiKey::AddPartitionsToTxn, 3, &add).await?.context("closed")?;
+    let code = r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code;
+    ensure!(code == REFUSED, "{r:?}");
+    let end = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(str("bob-app")))
+        .with_producer_id(pid)
+        .with_producer_epoch(epoch)
+        .with_committed(true);
+    let r: EndTxnResponse = call(&mut alice, ApiKey::EndTxn, 3, &end).await?.context("closed")?;
+    ensure!(r.error_code == REFUSED, "{r:?}");
+    let produce = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_transactional_id(Some(TransactionalId(str("bob-app"))))
+        .with_topic_data(vec![
+            TopicProduceData::default().with_name(TopicName(str("orders"))).with_partition_data(
+                vec![
+                    PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(batch(&["x"], recordbatch::ProducerFields::NONE)?)),
+                ],
+            ),
+        ]);
+    let r: ProduceResponse =
+        call(&mut alice, ApiKey::Produce, 9, &produce).await?.context("closed")?;
+    ensure!(r.responses[0].partition_responses[0].error_code == REFUSED, "{r:?}");
+
+    let describe = DescribeTransactionsRequest::default().with_transactional_ids(vec![
+        TransactionalId(str("alice-app")),
+        TransactionalId(str("bob-app")),
+    ]);
+    let r: DescribeTransactionsResponse =
+        call(&mut alice, ApiKey::DescribeTransactions, 0, &describe).await?.context("closed")?;
+    let codes: Vec<i16> = r.transaction_states.iter().map(|t| t.error_code).collect();
+    ensure!(codes == [0, REFUSED], "{r:?}");
+    let r: ListTransactionsResponse =
+        call(&mut alice, ApiKey::ListTransactions, 0, &ListTransactionsRequest::default())
+            .await?
+            .context("closed")?;
+    let listed: Vec<String> =
+        r.transaction_states.iter().map(|t| t.transactional_id.to_string()).collect();
+    ensure!(r.error_code == 0 && listed == ["alice-app"], "{r:?}");
+    let r: ListTransactionsResponse =
+        call(&mut root, ApiKey::ListTransactions, 0, &ListTransactionsRequest::default())
+            .await?
+            .context("closed")?;
+    ensure!(r.transaction_states.len() == 2, "root sees both: {r:?}");
     Ok(())
 }
