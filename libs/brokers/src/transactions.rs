@@ -87,25 +87,27 @@ impl LogBroker {
     }
 
     /// [`LogBroker::append_marker`]; with `asked` (the key and revision a coordinator asked
-    /// for it by), only while that ask still stands, checked once this writer holds the
-    /// slot's order and tenure: an ask answered and removed meanwhile (its transaction may
-    /// be over, and the producer's next one under way) is not written again (`None`).
+    /// for it by, and the transactional id), only while that ask stands and the transaction
+    /// is being ended that way, checked once this writer holds the slot's order and tenure:
+    /// an ask answered and removed meanwhile, or a stale one (its transaction over, the
+    /// producer's next under way, or ended the other way), is not written (`None`). A marker
+    /// written while the producer's transaction is prepared to end so is that transaction's,
+    /// whichever ask brought it: its batches were all taken before it was prepared.
     pub(crate) async fn append_marker_asked(
         &self,
         topic: &str,
         partition: i32,
         marker: Marker,
-        asked: Option<(&[u8], i64)>,
+        asked: Option<(&[u8], i64, &str)>,
     ) -> Result<Option<kafka::Commit>, Refused> {
         let (log, slot, _) = self.led_with_config(topic, partition, None).await?;
         let order = self.txn_order(log, &slot);
         let _ordered = order.lock().await;
         let tenure = self.ready(log, &slot).await?;
-        if let Some((key, revision)) = asked {
-            let found = self.reader.meta().get(key).await.map_err(unavailable)?;
-            if found.is_none_or(|kv| kv.mod_revision != revision) {
-                return Ok(None);
-            }
+        if let Some((key, revision, id)) = asked
+            && !self.ask_stands(key, revision, id, marker).await?
+        {
+            return Ok(None);
         }
         self.forget_verified(log, marker.producer_id);
         {
@@ -526,10 +528,11 @@ impl LogBroker {
         {
             self.forget_verified(log, producer_id);
         }
-        let asked = Some((kv.key.as_slice(), kv.mod_revision));
+        let asked = Some((kv.key.as_slice(), kv.mod_revision, stored.transactional_id.as_str()));
         let done = match self.append_marker_asked(topic, partition, marker, asked).await {
-            // Answered already, by this writer or the partition's owner before it.
-            Ok(None) => return,
+            // Answered already (by this writer or the partition's owner before it), or stale:
+            // removed if it is still this ask.
+            Ok(None) => true,
             Ok(Some(commit)) => match commit.await {
                 Ok(_) => true,
                 Err(e) => {
@@ -559,6 +562,41 @@ impl LogBroker {
                 tracing::warn!(topic, partition, error = %e, "a written marker's request left");
             }
         }
+    }
+
+    /// Whether the ask at `key` is still there at `revision`, and transactional id `id`'s
+    /// stored state is prepared to end `marker`'s transaction as `marker` does (one read).
+    async fn ask_stands(
+        &self,
+        key: &[u8],
+        revision: i64,
+        id: &str,
+        marker: Marker,
+    ) -> Result<bool, Refused> {
+        use metadata::{OpResult, RangeRequest, Txn, TxnOp};
+        let Some(enc) = kafka::transactions::key_of(id) else { return Ok(false) };
+        let state = self.reader.keys().txn_state(&enc);
+        let reads = Txn::new().and_then([
+            TxnOp::get(RangeRequest::key(key.to_vec()).keys_only()),
+            TxnOp::get(RangeRequest::key(state)),
+        ]);
+        let resp = self.reader.meta().txn(reads).await.map_err(unavailable)?;
+        let found = |i: usize| match resp.results.get(i) {
+            Some(OpResult::Get(g)) => g.kvs.first().cloned(),
+            _ => None,
+        };
+        let asked = found(0).is_some_and(|kv| kv.mod_revision == revision);
+        let prepared =
+            found(1).and_then(|kv| StoredTxn::decode_from(&kv.value).ok()).is_some_and(|t| {
+                let phase = match marker.commit {
+                    true => kafka::transactions::TxnPhase::PrepareCommit,
+                    false => kafka::transactions::TxnPhase::PrepareAbort,
+                };
+                t.producer_id == marker.producer_id
+                    && t.producer_epoch == i32::from(marker.producer_epoch)
+                    && t.phase() == phase
+            });
+        Ok(asked && prepared)
     }
 
     /// Producer `producer_id` is no longer verified in any slot of `log` this writer serves.

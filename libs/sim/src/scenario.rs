@@ -157,6 +157,13 @@ impl Plan {
         Plan { transactions: 3, clients: 1, appends: 12, crashes: 4, ..Plan::kafka() }
     }
 
+    /// The transactions plan with transactional producers in zones (a third each: none, zone
+    /// a, zone b): their batches go to their zone's owner slots, the markers to the
+    /// partition's.
+    pub fn transactions_zones() -> Plan {
+        Plan { producer_zones: true, ..Plan::transactions() }
+    }
+
     /// The zone of writer slot `i`.
     pub fn zone(&self, i: usize) -> String {
         match self.zones.len() {
@@ -624,7 +631,12 @@ fn spawn_clients(plan: &Plan, logs: &[u64], shared: &SharedRef) -> tokio::task::
     for t in 0..plan.transactions {
         let (shared, logs) = (shared.clone(), logs.to_vec());
         let txns = plan.appends;
-        clients.spawn(async move { crate::txns::producer(t, txns, logs, shared).await });
+        // With producer zones, a third each: none, the first zone, the second.
+        let zone = match t % 3 {
+            z if z > 0 && plan.producer_zones => plan.zones.get(z as usize - 1).cloned(),
+            _ => None,
+        };
+        clients.spawn(async move { crate::txns::producer(t, txns, logs, zone, shared).await });
     }
     clients
 }

@@ -127,7 +127,7 @@ async fn end(shared: &SharedRef, id: &str, producer: (i64, i16), commit: bool) -
 /// until answered; its offset, or `None` (given up, or refused).
 async fn send(
     shared: &SharedRef,
-    txn_id: &str,
+    (txn_id, zone): (&str, Option<&str>),
     id: u64,
     p: usize,
     count: u32,
@@ -155,7 +155,7 @@ async fn send(
         if let Some(to) = broker(shared, leader) {
             let attempt = async {
                 let committing =
-                    to.produce(TOPIC, p as i32, None, batch.clone(), &header, Some(txn_id));
+                    to.produce(TOPIC, p as i32, zone, batch.clone(), &header, Some(txn_id));
                 committing.await?.await
             };
             match tokio::time::timeout(REQUEST_TIMEOUT, attempt).await {
@@ -194,8 +194,15 @@ fn is_retriable_produce(code: i16) -> bool {
         || code == 15 // COORDINATOR_NOT_AVAILABLE: the transaction's state unreadable now
 }
 
-/// Transactional producer `t` runs `txns` transactions over the topic's partitions (`logs`).
-pub(crate) async fn producer(t: u64, txns: usize, logs: Vec<u64>, shared: SharedRef) {
+/// Transactional producer `t` runs `txns` transactions over the topic's partitions (`logs`),
+/// as a client in `zone` (its batches go to the zone's owner slots).
+pub(crate) async fn producer(
+    t: u64,
+    txns: usize,
+    logs: Vec<u64>,
+    zone: Option<String>,
+    shared: SharedRef,
+) {
     let id = format!("sim-txn-{t}");
     let Some(mut me) = init(&shared, &id).await else { return };
     let mut seqs = vec![0i32; logs.len()];
@@ -227,7 +234,7 @@ pub(crate) async fn producer(t: u64, txns: usize, logs: Vec<u64>, shared: Shared
             next_batch += 1;
             let fields =
                 ProducerFields { producer_id: me.0, producer_epoch: me.1, base_sequence: seqs[p] };
-            let offset = send(&shared, &id, bid, p, count, fields).await;
+            let offset = send(&shared, (&id, zone.as_deref()), bid, p, count, fields).await;
             {
                 let mut s = shared.lock();
                 let outcome = offset.map_or(Outcome::Unknown, Outcome::Ok);
@@ -375,6 +382,7 @@ pub(crate) async fn read_finals(logs: &[u64], shared: &SharedRef) {
                         stable = u64::try_from(f.last_stable_offset).unwrap_or(0);
                         high = u64::try_from(f.high_watermark).unwrap_or(0);
                         ids.extend(visible(&f));
+                        shared.lock().trace.record(("aborted", *log, at, f.aborted.clone()));
                         let next = f.records.last().and_then(|b| {
                             let h = BatchHeader::parse(&b.to_wire()).ok()?;
                             Some(h.base_offset + i64::from(h.last_offset_delta) + 1)

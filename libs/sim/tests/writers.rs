@@ -20,6 +20,7 @@ fn plan(group: &str) -> Plan {
         "groups" => Plan::groups(),
         "compacted" => Plan::compacted(),
         "transactions" => Plan::transactions(),
+        "transactions-zones" => Plan::transactions_zones(),
         _ => Plan::writers(),
     }
 }
@@ -48,9 +49,16 @@ fn regression_seeds_run_clean() {
 #[test]
 fn a_seed_run_twice_gives_the_same_trace() {
     let seeds: u64 = std::env::var("SIM_DET_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
-    for group in
-        ["writers", "maintenance", "kafka", "kafka-zones", "groups", "compacted", "transactions"]
-    {
+    for group in [
+        "writers",
+        "maintenance",
+        "kafka",
+        "kafka-zones",
+        "groups",
+        "compacted",
+        "transactions",
+        "transactions-zones",
+    ] {
         let plan = plan(group);
         let mut differ = Vec::new();
         for seed in 0..seeds {
@@ -102,12 +110,22 @@ fn transactions_through_owner_and_coordinator_changes_lose_nothing_and_are_read_
     sweep("transactions", &Plan::transactions());
 }
 
+#[test]
+fn zoned_transactional_producers_lose_nothing_and_their_transactions_are_read_whole_or_not_at_all()
+{
+    sweep("transactions-zones", &Plan::transactions_zones());
+}
+
 fn sweep(group: &str, plan: &Plan) {
     let (mut acked, mut unknown, mut failed, mut faults, mut crashes) = (0, 0, 0, 0, 0);
     let (mut reads, mut read_entries, mut zombies) = (0, 0, 0);
     // The groups and transactions plans run several times longer a seed: half the seeds in
     // `cargo test` (`make dst` runs each group's SEEDS).
-    let range = seeds(if matches!(group, "groups" | "transactions") { 100 } else { 200 });
+    let range = seeds(if matches!(group, "groups" | "transactions" | "transactions-zones") {
+        100
+    } else {
+        200
+    });
     let mut bad = Vec::new();
     for seed in range.clone() {
         let r = run(seed, plan);
