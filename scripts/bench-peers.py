@@ -247,6 +247,38 @@ def consume_all(bootstrap, topic, partitions, expected, isolation="read_uncommit
     return got, elapsed
 
 
+def each_server(rows_of):
+    """Each server of --only in turn, on fresh data and free ports: the rows rows_of(name,
+    server) yields for it (each printed to stderr as it comes), then the server stopped and its
+    data removed. Every row, also appended to --json."""
+    rows = []
+    tmp_root = tempfile.mkdtemp(prefix="bench-peers-")
+    try:
+        for name in args.only.split(","):
+            tmp = os.path.join(tmp_root, name)
+            os.makedirs(tmp)
+            if name == "lakelog":
+                server = start_lakelog(tmp)
+            elif name in ("kafka", "kafka-fsync"):
+                server = start_kafka(name, tmp, fsync=name == "kafka-fsync")
+            else:
+                sys.exit(f"bench-peers: unknown server {name}")
+            try:
+                for row in rows_of(name, server):
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+                    rows.append(row)
+            finally:
+                server.stop()
+                shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
+    if args.json:
+        with open(args.json, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    return rows
+
+
 def txn_run(server, rate_mib):
     """The transactional producer's run against `server` at `rate_mib` MiB/s (0: saturating):
     its row."""
@@ -271,28 +303,11 @@ def txn_run(server, rate_mib):
 
 
 def run_transactions():
-    rows = []
-    tmp_root = tempfile.mkdtemp(prefix="bench-peers-")
-    try:
-        for name in args.only.split(","):
-            tmp = os.path.join(tmp_root, name)
-            os.makedirs(tmp)
-            server = (start_lakelog(tmp) if name == "lakelog"
-                      else start_kafka(name, tmp, fsync=name == "kafka-fsync"))
-            try:
-                for rate_mib in (0, args.rate_mib):
-                    row = txn_run(server, rate_mib)
-                    print(json.dumps(row), file=sys.stderr, flush=True)
-                    rows.append(row)
-            finally:
-                server.stop()
-                shutil.rmtree(tmp, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp_root, ignore_errors=True)
-    if args.json:
-        with open(args.json, "a") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+    def txn_rows(_name, server):
+        for rate_mib in (0, args.rate_mib):
+            yield txn_run(server, rate_mib)
+
+    rows = each_server(txn_rows)
     print("| server | load | MB/s | commits | commit p50 ms | commit p99 ms | records read committed | "
           "durability at ack |")
     print("|---|---|---|---|---|---|---|---|")
@@ -305,58 +320,39 @@ if args.transactions:
     run_transactions()
     sys.exit(0)
 
-rows = []
-tmp_root = tempfile.mkdtemp(prefix="bench-peers-")
-try:
-    for name in args.only.split(","):
-        tmp = os.path.join(tmp_root, name)
-        os.makedirs(tmp)
-        if name == "lakelog":
-            server = start_lakelog(tmp)
-        elif name in ("kafka", "kafka-fsync"):
-            server = start_kafka(name, tmp, fsync=name == "kafka-fsync")
-        else:
-            sys.exit(f"bench-peers: unknown server {name}")
-        try:
-            for client in ("java", "librdkafka"):
-                for partitions in (1, 8):
-                    for rate in (None, args.rate_mib * 1024 * 1024):
-                        topic = f"{client}-{partitions}-{'sat' if rate is None else 'fixed'}"
-                        create_topic(server.bootstrap, topic, partitions)
-                        cpu0, disk0 = cpu_seconds(server.proc.pid), du(server.data)
-                        if client == "java":
-                            records, mb_s, p50, p99, stored = java_produce(server.bootstrap, topic, rate)
-                        else:
-                            records, elapsed, acks = librdkafka_produce(server.bootstrap, topic, partitions, rate)
-                            mb_s, p50, p99 = records * RECORD / elapsed / 1e6, pct(acks, 0.5), pct(acks, 0.99)
-                            stored = records + partitions  # and the warm-up records
-                        # What the server still does for these records (flushes, commits) counts too.
-                        time.sleep(1)
-                        gb = stored * RECORD / 1e9
-                        row = {"server": name, "client": client, "partitions": partitions,
-                               "load": "saturating" if rate is None else f"{args.rate_mib:g} MiB/s",
-                               "records": records, "mb_per_s": round(mb_s, 1), "ack_p50_ms": round(p50, 1),
-                               "ack_p99_ms": round(p99, 1),
-                               "cpu_s_per_gb": round((cpu_seconds(server.proc.pid) - cpu0) / gb, 2),
-                               "disk_bytes_per_gb": round((du(server.data) - disk0) / gb / 1e9, 3),
-                               "durability": server.durability}
-                        if client == "librdkafka" and partitions == 8 and rate is None:
-                            got, secs = consume_all(server.bootstrap, topic, partitions, records)
-                            if got < records:
-                                sys.exit(f"bench-peers: {name}: consumed {got} of {records} records")
-                            row["consume_mb_per_s"] = round(got * RECORD / secs / 1e6, 1)
-                        print(json.dumps(row), file=sys.stderr, flush=True)
-                        rows.append(row)
-        finally:
-            server.stop()
-            shutil.rmtree(tmp, ignore_errors=True)
-finally:
-    shutil.rmtree(tmp_root, ignore_errors=True)
+def peer_rows(name, server):
+    """The producer workloads against `server` (`name`): a row each."""
+    for client in ("java", "librdkafka"):
+        for partitions in (1, 8):
+            for rate in (None, args.rate_mib * 1024 * 1024):
+                topic = f"{client}-{partitions}-{'sat' if rate is None else 'fixed'}"
+                create_topic(server.bootstrap, topic, partitions)
+                cpu0, disk0 = cpu_seconds(server.proc.pid), du(server.data)
+                if client == "java":
+                    records, mb_s, p50, p99, stored = java_produce(server.bootstrap, topic, rate)
+                else:
+                    records, elapsed, acks = librdkafka_produce(server.bootstrap, topic, partitions, rate)
+                    mb_s, p50, p99 = records * RECORD / elapsed / 1e6, pct(acks, 0.5), pct(acks, 0.99)
+                    stored = records + partitions  # and the warm-up records
+                # What the server still does for these records (flushes, commits) counts too.
+                time.sleep(1)
+                gb = stored * RECORD / 1e9
+                row = {"server": name, "client": client, "partitions": partitions,
+                       "load": "saturating" if rate is None else f"{args.rate_mib:g} MiB/s",
+                       "records": records, "mb_per_s": round(mb_s, 1), "ack_p50_ms": round(p50, 1),
+                       "ack_p99_ms": round(p99, 1),
+                       "cpu_s_per_gb": round((cpu_seconds(server.proc.pid) - cpu0) / gb, 2),
+                       "disk_bytes_per_gb": round((du(server.data) - disk0) / gb / 1e9, 3),
+                       "durability": server.durability}
+                if client == "librdkafka" and partitions == 8 and rate is None:
+                    got, secs = consume_all(server.bootstrap, topic, partitions, records)
+                    if got < records:
+                        sys.exit(f"bench-peers: {name}: consumed {got} of {records} records")
+                    row["consume_mb_per_s"] = round(got * RECORD / secs / 1e6, 1)
+                yield row
 
-if args.json:
-    with open(args.json, "a") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+
+rows = each_server(peer_rows)
 print("| server | client | partitions | load | MB/s | ack p50 ms | ack p99 ms | server CPU s/GB | "
       "disk GB/GB | consume MB/s | durability at ack |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")

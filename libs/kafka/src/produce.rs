@@ -300,32 +300,26 @@ mod authorize {
         a: Access<'_>,
         req: &mut ProduceRequest,
     ) -> Vec<produce_response::TopicProduceResponse> {
-        use produce_response::{PartitionProduceResponse, TopicProduceResponse};
         if !a.checks() {
             return Vec::new();
         }
-        split(&mut req.topic_data, |t| a.topic(Operation::Produce, &t.name))
-            .into_iter()
-            .map(|t| {
-                TopicProduceResponse::default().with_name(t.name).with_partition_responses(
-                    t.partition_data
-                        .iter()
-                        .map(|p| {
-                            PartitionProduceResponse::default()
-                                .with_index(p.index)
-                                .with_error_code(TOPIC_AUTHORIZATION_FAILED)
-                                .with_base_offset(-1)
-                        })
-                        .collect(),
-                )
-            })
-            .collect()
+        let out = split(&mut req.topic_data, |t| a.topic(Operation::Produce, &t.name));
+        refused(out, TOPIC_AUTHORIZATION_FAILED)
     }
 
     /// Every partition of `req`, taken out and refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
     pub fn refuse_all(req: &mut ProduceRequest) -> Vec<produce_response::TopicProduceResponse> {
+        let all = std::mem::take(&mut req.topic_data);
+        refused(all, crate::authz::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    }
+
+    /// The answer to `topics`' partitions, each refused with `code`.
+    fn refused(
+        topics: Vec<produce_request::TopicProduceData>,
+        code: i16,
+    ) -> Vec<produce_response::TopicProduceResponse> {
         use produce_response::{PartitionProduceResponse, TopicProduceResponse};
-        std::mem::take(&mut req.topic_data)
+        topics
             .into_iter()
             .map(|t| {
                 TopicProduceResponse::default().with_name(t.name).with_partition_responses(
@@ -334,9 +328,7 @@ mod authorize {
                         .map(|p| {
                             PartitionProduceResponse::default()
                                 .with_index(p.index)
-                                .with_error_code(
-                                    crate::authz::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                )
+                                .with_error_code(code)
                                 .with_base_offset(-1)
                         })
                         .collect(),

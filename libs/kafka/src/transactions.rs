@@ -139,36 +139,28 @@ impl StoredTxn {
         topic: &str,
         partition: i32,
     ) -> Result<(), Refused> {
-        if producer_id != self.producer_id {
-            return Err(Refused::new(
-                INVALID_PRODUCER_ID_MAPPING,
-                format!("producer {producer_id} is not the transactional id's"),
-            ));
-        }
-        if i32::from(epoch) < self.producer_epoch {
-            return Err(Refused::new(
-                PRODUCER_FENCED,
-                format!("epoch {epoch} is older than {}", self.producer_epoch),
-            ));
-        }
         let added = self.partitions.iter().any(|p| p.topic == topic && p.partition == partition);
-        if self.phase() != TxnPhase::Ongoing || i32::from(epoch) != self.producer_epoch || !added {
-            return Err(Refused::new(
-                INVALID_TXN_STATE,
-                format!(
-                    "{topic}-{partition} is not in an ongoing transaction of producer {producer_id} at epoch {epoch}"
-                ),
-            ));
-        }
-        Ok(())
+        self.check_member(producer_id, epoch, added, || format!("{topic}-{partition}"))
     }
-}
 
-impl StoredTxn {
     /// Whether producer (`producer_id`, `epoch`) may commit offsets of `group` in this
     /// transaction (TxnOffsetCommit): it is ongoing at that producer and epoch and has the
     /// group (AddOffsetsToTxn). Kafka's codes otherwise, as [`StoredTxn::verify`]'s.
     pub fn verify_group(&self, producer_id: i64, epoch: i16, group: &str) -> Result<(), Refused> {
+        let added = self.groups.iter().any(|g| g == group);
+        self.check_member(producer_id, epoch, added, || format!("group {group}"))
+    }
+
+    /// The checks [`StoredTxn::verify`] and [`StoredTxn::verify_group`] share: producer
+    /// (`producer_id`, `epoch`) is this transaction's, at its epoch, it is ongoing, and the
+    /// partition or group (`what`) is in it (`added`).
+    fn check_member(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        added: bool,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), Refused> {
         if producer_id != self.producer_id {
             return Err(Refused::new(
                 INVALID_PRODUCER_ID_MAPPING,
@@ -181,12 +173,12 @@ impl StoredTxn {
                 format!("epoch {epoch} is older than {}", self.producer_epoch),
             ));
         }
-        let added = self.groups.iter().any(|g| g == group);
         if self.phase() != TxnPhase::Ongoing || i32::from(epoch) != self.producer_epoch || !added {
             return Err(Refused::new(
                 INVALID_TXN_STATE,
                 format!(
-                    "group {group} is not in an ongoing transaction of producer {producer_id} at epoch {epoch}"
+                    "{} is not in an ongoing transaction of producer {producer_id} at epoch {epoch}",
+                    what()
                 ),
             ));
         }
