@@ -113,6 +113,20 @@ pub fn data_file(
     })
 }
 
+/// A position-delete file hiding rows of one data file ([`crate::deletes`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeleteFile {
+    pub path: String,
+    pub file_size: u64,
+    /// Rows it hides.
+    pub record_count: u64,
+    /// Its data file's partition day (a delete file is in its data file's partition).
+    pub ingest_day: i32,
+    /// The data file it applies to, and the first and last positions it hides there.
+    pub data_path: String,
+    pub positions: (u64, u64),
+}
+
 /// A file's bounds for a field: Iceberg's single-value serialization (little-endian).
 fn bounds(f: &DataFile, lower: bool) -> Value {
     let pick = |(lo, hi): (i64, i64)| if lower { lo } else { hi };
@@ -123,6 +137,21 @@ fn bounds(f: &DataFile, lower: bool) -> Value {
         (3, micros(pick(f.ingest_ms)).to_le_bytes().to_vec()),
         (4, f.partition.to_le_bytes().to_vec()),
     ];
+    bounds_of(entries)
+}
+
+/// A delete file's bounds: its one data file's path (so a reader matches it to that file
+/// alone) and the positions it hides.
+fn delete_bounds(d: &DeleteFile, lower: bool) -> Value {
+    let pos = if lower { d.positions.0 } else { d.positions.1 };
+    let pos = i64::try_from(pos).unwrap_or(i64::MAX);
+    bounds_of([
+        (crate::deletes::FILE_PATH_ID, d.data_path.as_bytes().to_vec()),
+        (crate::deletes::POS_ID, pos.to_le_bytes().to_vec()),
+    ])
+}
+
+fn bounds_of(entries: impl IntoIterator<Item = (i32, Vec<u8>)>) -> Value {
     Value::optional(Some(Value::Array(
         entries
             .into_iter()
@@ -197,35 +226,104 @@ pub fn manifest(name: &str, snapshot_id: i64, files: &[DataFile]) -> Vec<u8> {
     let entries: Vec<Value> = files
         .iter()
         .map(|f| {
-            Value::Record(vec![
-                Value::Int(1),
-                Value::optional(Some(Value::Long(snapshot_id))),
-                Value::optional(None),
-                Value::optional(None),
-                Value::Record(vec![
-                    Value::Int(0),
-                    Value::String(f.path.clone()),
-                    Value::String("PARQUET".to_owned()),
-                    Value::Record(vec![Value::optional(Some(Value::Int(f.ingest_day)))]),
-                    Value::Long(f.record_count as i64),
-                    Value::Long(f.file_size as i64),
-                    Value::optional(None),
-                    Value::optional(None),
-                    Value::optional(None),
-                    Value::optional(None),
-                    bounds(f, true),
-                    bounds(f, false),
-                    Value::optional(None),
-                    Value::optional(Some(Value::Array(
-                        f.split_offsets.iter().map(|o| Value::Long(*o)).collect(),
-                    ))),
-                    Value::optional(None),
-                    Value::optional(None),
-                ]),
-            ])
+            let split = f.split_offsets.iter().map(|o| Value::Long(*o)).collect();
+            let file = Added {
+                content: 0,
+                path: &f.path,
+                day: f.ingest_day,
+                records: f.record_count,
+                size: f.file_size,
+                bounds: (bounds(f, true), bounds(f, false)),
+                split_offsets: Value::optional(Some(Value::Array(split))),
+            };
+            file.entry(snapshot_id)
         })
         .collect();
-    manifest_of(name, &entries)
+    manifest_of(name, &entries, Content::Data)
+}
+
+/// The delete manifest of a snapshot that adds the position-delete file `d`.
+pub fn delete_manifest(name: &str, snapshot_id: i64, d: &DeleteFile) -> Vec<u8> {
+    let file = Added {
+        content: 1,
+        path: &d.path,
+        day: d.ingest_day,
+        records: d.record_count,
+        size: d.file_size,
+        bounds: (delete_bounds(d, true), delete_bounds(d, false)),
+        split_offsets: Value::optional(None),
+    };
+    manifest_of(name, &[file.entry(snapshot_id)], Content::Deletes)
+}
+
+/// A file a snapshot adds, as its manifest entry has it.
+struct Added<'a> {
+    /// 0 data, 1 position deletes.
+    content: i32,
+    path: &'a str,
+    day: i32,
+    records: u64,
+    size: u64,
+    bounds: (Value, Value),
+    split_offsets: Value,
+}
+
+impl Added<'_> {
+    fn entry(self, snapshot_id: i64) -> Value {
+        Value::Record(vec![
+            Value::Int(1),
+            Value::optional(Some(Value::Long(snapshot_id))),
+            Value::optional(None),
+            Value::optional(None),
+            Value::Record(vec![
+                Value::Int(self.content),
+                Value::String(self.path.to_owned()),
+                Value::String("PARQUET".to_owned()),
+                Value::Record(vec![Value::optional(Some(Value::Int(self.day)))]),
+                Value::Long(i64::try_from(self.records).unwrap_or(i64::MAX)),
+                Value::Long(i64::try_from(self.size).unwrap_or(i64::MAX)),
+                Value::optional(None),
+                Value::optional(None),
+                Value::optional(None),
+                Value::optional(None),
+                self.bounds.0,
+                self.bounds.1,
+                Value::optional(None),
+                self.split_offsets,
+                Value::optional(None),
+                Value::optional(None),
+            ]),
+        ])
+    }
+}
+
+/// What a manifest's files are: data files, or (Iceberg v2) delete files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(into = "i32", try_from = "i32")]
+pub enum Content {
+    #[default]
+    Data,
+    Deletes,
+}
+
+impl From<Content> for i32 {
+    fn from(c: Content) -> i32 {
+        match c {
+            Content::Data => 0,
+            Content::Deletes => 1,
+        }
+    }
+}
+
+impl TryFrom<i32> for Content {
+    type Error = String;
+    fn try_from(n: i32) -> Result<Self, String> {
+        match n {
+            0 => Ok(Content::Data),
+            1 => Ok(Content::Deletes),
+            n => Err(format!("manifest content {n}")),
+        }
+    }
 }
 
 /// A manifest's entries, read back (to merge manifests, or to take files out of one).
@@ -273,15 +371,20 @@ pub fn existing_entry(entry: &Value, snapshot_id: i64, sequence: i64) -> Option<
     Some((entry, seq))
 }
 
-/// A manifest of `entries` as they are (EXISTING ones carried over by a merge).
-pub fn manifest_of(name: &str, entries: &[Value]) -> Vec<u8> {
+/// A manifest of `entries` as they are (EXISTING ones carried over by a merge), all files of
+/// `content`.
+pub fn manifest_of(name: &str, entries: &[Value], content: Content) -> Vec<u8> {
+    let content = match content {
+        Content::Data => "data",
+        Content::Deletes => "deletes",
+    };
     let meta = [
         ("schema", table_schema().to_string()),
         ("schema-id", "0".to_owned()),
         ("partition-spec", partition_spec()["fields"].to_string()),
         ("partition-spec-id", "0".to_owned()),
         ("format-version", "2".to_owned()),
-        ("content", "data".to_owned()),
+        ("content", content.to_owned()),
     ];
     avro::container(MANIFEST_ENTRY, &meta, entries, sync_of(name))
 }
@@ -307,6 +410,13 @@ pub struct ManifestFile {
     /// The smallest sequence number of its files, when below its own.
     #[serde(default)]
     pub min_sequence_number: Option<i64>,
+    /// Data files, or position-delete files (`data_files` then names those).
+    #[serde(default, skip_serializing_if = "is_data")]
+    pub content: Content,
+}
+
+fn is_data(c: &Content) -> bool {
+    *c == Content::Data
 }
 
 /// The manifest list of a snapshot: every live manifest, the new one included.
@@ -326,7 +436,7 @@ pub fn manifest_list(
                 Value::String(m.path.clone()),
                 Value::Long(m.length as i64),
                 Value::Int(0),
-                Value::Int(0),
+                Value::Int(m.content.into()),
                 Value::Long(m.sequence_number),
                 Value::Long(m.min_sequence_number.unwrap_or(m.sequence_number)),
                 Value::Long(m.snapshot_id),

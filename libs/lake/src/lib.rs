@@ -9,6 +9,7 @@
 //! Depends on nothing of Lakelog's but the segment format.
 
 pub mod avro;
+pub mod deletes;
 pub mod iceberg;
 pub mod table;
 

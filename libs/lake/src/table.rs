@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::avro::Value;
-use crate::iceberg::{self, DataFile, ManifestFile, Snapshot, Table};
+use crate::iceberg::{self, Content, DataFile, DeleteFile, ManifestFile, Snapshot, Table};
 
 /// What the metadata store keeps of a table.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +56,9 @@ pub struct Append {
     pub now_ms: i64,
     /// Summary entries besides `operation` (`lakelog.log-id`, `lakelog.end-offset`, …).
     pub summary: Vec<(String, String)>,
+    /// The position-delete file hiding rows of `file` from the table (ARCHITECTURE §12:
+    /// aborted transactions' records and markers), and its bytes: [`TableState::deletes`].
+    pub deletes: Option<(DeleteFile, Vec<u8>)>,
 }
 
 /// A planned commit: files to write (location, bytes), then the state to put.
@@ -99,9 +102,51 @@ impl TableState {
         self.manifests.iter().chain(retired).flat_map(|m| m.data_files.iter().map(String::as_str))
     }
 
-    /// The data files of the current snapshot.
+    /// The data files of the current snapshot, and its position-delete files.
     pub fn current_files(&self) -> impl Iterator<Item = &str> {
         self.manifests.iter().flat_map(|m| m.data_files.iter().map(String::as_str))
+    }
+
+    /// Where the position-delete file of the data file `data_path` lives: named after the
+    /// data file's last two path parts (a segment's log and name), so a commit replacing the
+    /// data file finds its delete file without the state keeping a map.
+    pub fn deletes_path(&self, data_path: &str) -> String {
+        let mut parts = data_path.rsplit('/');
+        let name = parts.next().unwrap_or_default();
+        let name = name.strip_suffix(".parquet").unwrap_or(name);
+        let dir = parts.next().unwrap_or_default();
+        self.at(&format!("data/{dir}-{name}-deletes.parquet"))
+    }
+
+    /// The position-delete file hiding the rows `hidden` (positions, increasing) of `file`,
+    /// and its bytes; `None` when no row is hidden.
+    pub fn deletes(
+        &self,
+        file: &DataFile,
+        hidden: &[u64],
+    ) -> Result<Option<(DeleteFile, Vec<u8>)>, crate::LakeError> {
+        let (Some(first), Some(last)) = (hidden.first(), hidden.last()) else {
+            return Ok(None);
+        };
+        let bytes = crate::deletes::position_deletes(&file.path, hidden)?;
+        let d = DeleteFile {
+            path: self.deletes_path(&file.path),
+            file_size: bytes.len() as u64,
+            record_count: hidden.len() as u64,
+            ingest_day: file.ingest_day,
+            data_path: file.path.clone(),
+            positions: (*first, *last),
+        };
+        Ok(Some((d, bytes)))
+    }
+
+    /// The files a commit replacing the data files `replaced` takes out: them and their
+    /// position-delete files.
+    fn gone_with_deletes(&self, replaced: &[String]) -> BTreeSet<String> {
+        let current: BTreeSet<&str> = self.current_files().collect();
+        let deletes = replaced.iter().map(|f| self.deletes_path(f));
+        let deletes: Vec<String> = deletes.filter(|d| current.contains(d.as_str())).collect();
+        replaced.iter().cloned().chain(deletes).collect()
     }
 
     /// The table metadata as of this state.
@@ -136,7 +181,8 @@ impl TableState {
     /// replaced beside files that stay, and, once the table has [`MERGE_MANIFESTS_AT`]
     /// manifests, every day's manifests where a day has several (they merge into one).
     pub fn manifests_to_read(&self, replaced: &[String]) -> Vec<ManifestFile> {
-        let gone: BTreeSet<&str> = replaced.iter().map(String::as_str).collect();
+        let gone = self.gone_with_deletes(replaced);
+        let gone: BTreeSet<&str> = gone.iter().map(String::as_str).collect();
         let partial = |m: &ManifestFile| {
             let hit = m.data_files.iter().filter(|f| gone.contains(f.as_str())).count();
             hit > 0 && hit < m.data_files.len()
@@ -144,14 +190,17 @@ impl TableState {
         let whole = |m: &ManifestFile| {
             !m.data_files.is_empty() && m.data_files.iter().all(|f| gone.contains(f.as_str()))
         };
-        let mut per_day: BTreeMap<i32, usize> = BTreeMap::new();
+        // Data and delete manifests merge apart: a manifest holds files of one content.
+        let mut per_day: BTreeMap<(Content, i32), usize> = BTreeMap::new();
         if self.manifests.len() >= MERGE_MANIFESTS_AT {
             for m in self.manifests.iter().filter(|m| m.days.0 == m.days.1 && !whole(m)) {
-                *per_day.entry(m.days.0).or_default() += 1;
+                *per_day.entry((m.content, m.days.0)).or_default() += 1;
             }
         }
         let merging = |m: &ManifestFile| {
-            m.days.0 == m.days.1 && !whole(m) && per_day.get(&m.days.0).is_some_and(|n| *n > 1)
+            m.days.0 == m.days.1
+                && !whole(m)
+                && per_day.get(&(m.content, m.days.0)).is_some_and(|n| *n > 1)
         };
         self.manifests.iter().filter(|m| partial(m) || merging(m)).cloned().collect()
     }
@@ -167,11 +216,12 @@ impl TableState {
         replaced: &[String],
         read: &[(String, Vec<Value>)],
     ) -> Option<Commit> {
-        let gone: BTreeSet<&str> = replaced.iter().map(String::as_str).collect();
         let current: BTreeSet<&str> = self.current_files().collect();
-        if !gone.iter().all(|f| current.contains(f)) {
+        if !replaced.iter().all(|f| current.contains(f.as_str())) {
             return None;
         }
+        let gone = self.gone_with_deletes(replaced);
+        let gone: BTreeSet<&str> = gone.iter().map(String::as_str).collect();
         let read: BTreeMap<&str, &Vec<Value>> =
             read.iter().map(|(path, entries)| (path.as_str(), entries)).collect();
         let (id, sequence_number) = self.next_snapshot(&a.segment);
@@ -179,6 +229,8 @@ impl TableState {
         let Plan { kept, retired, carried, removed_files, removed_records } = &mut plan;
         for m in &self.manifests {
             let hit = m.data_files.iter().filter(|f| gone.contains(f.as_str())).count();
+            // Delete files taken out are counted apart from data files.
+            let data = m.content == Content::Data;
             if let Some(entries) = read.get(m.path.as_str()) {
                 if entries.len() != m.files as usize {
                     return None;
@@ -186,20 +238,25 @@ impl TableState {
                 for e in entries.iter() {
                     let (path, records, day) = iceberg::entry_fields(e)?;
                     if gone.contains(path) {
-                        *removed_files += 1;
-                        *removed_records += records;
+                        if data {
+                            *removed_files += 1;
+                            *removed_records += records;
+                        }
                         continue;
                     }
                     let (entry, seq) =
                         iceberg::existing_entry(e, m.snapshot_id, m.sequence_number)?;
-                    carried.entry(day).or_default().push((entry, seq, path.to_owned(), records));
+                    let into = carried.entry((m.content, day)).or_default();
+                    into.push((entry, seq, path.to_owned(), records));
                 }
                 retired.push(Retired { removed_at: sequence_number, manifest: m.clone() });
             } else if hit == 0 {
                 kept.push(m.clone());
             } else if hit == m.data_files.len() {
-                *removed_files += u64::from(m.files);
-                *removed_records += m.records;
+                if data {
+                    *removed_files += u64::from(m.files);
+                    *removed_records += m.records;
+                }
                 retired.push(Retired { removed_at: sequence_number, manifest: m.clone() });
             } else {
                 return None;
@@ -214,11 +271,12 @@ impl TableState {
         let Plan { mut kept, retired, carried, removed_files, removed_records } = plan;
         let mut files = Vec::new();
         let merged = carried.len();
-        for (day, entries) in carried {
-            let name = format!("{}-m{}.avro", a.segment, day);
+        for ((content, day), entries) in carried {
+            let kind = if content == Content::Data { 'm' } else { 'd' };
+            let name = format!("{}-{kind}{day}.avro", a.segment);
             let path = self.at(&format!("metadata/{name}"));
             let values: Vec<Value> = entries.iter().map(|e| e.0.clone()).collect();
-            let bytes = iceberg::manifest_of(&name, &values);
+            let bytes = iceberg::manifest_of(&name, &values, content);
             kept.push(ManifestFile {
                 path: path.clone(),
                 length: bytes.len() as u64,
@@ -230,6 +288,7 @@ impl TableState {
                 data_files: entries.iter().map(|e| e.2.clone()).collect(),
                 existing_only: true,
                 min_sequence_number: entries.iter().map(|e| e.1).min(),
+                content,
             });
             files.push((path, bytes));
         }
@@ -248,9 +307,33 @@ impl TableState {
             data_files: vec![a.file.path.clone()],
             existing_only: false,
             min_sequence_number: None,
+            content: Content::Data,
         });
         files.insert(0, (manifest_path, manifest));
+        // Its position-delete file, in a delete manifest of its own (the same sequence number
+        // as the data file: position deletes apply to data files of their sequence or older).
+        if let Some((d, bytes)) = &a.deletes {
+            let name = format!("{}-d0.avro", a.segment);
+            let path = self.at(&format!("metadata/{name}"));
+            let manifest = iceberg::delete_manifest(&name, id, d);
+            kept.push(ManifestFile {
+                path: path.clone(),
+                length: manifest.len() as u64,
+                snapshot_id: id,
+                sequence_number,
+                files: 1,
+                records: d.record_count,
+                days: (d.ingest_day, d.ingest_day),
+                data_files: vec![d.path.clone()],
+                existing_only: false,
+                min_sequence_number: None,
+                content: Content::Deletes,
+            });
+            files.insert(1, (path, manifest));
+            files.insert(2, (d.path.clone(), bytes.clone()));
+        }
         let operation = match (removed_files, removed_records == a.file.record_count) {
+            (0, _) if a.deletes.is_some() => "overwrite",
             (0, _) => "append",
             (_, true) => "replace",
             (_, false) => "overwrite",
@@ -260,6 +343,11 @@ impl TableState {
             ("added-data-files".to_owned(), "1".to_owned()),
             ("added-records".to_owned(), a.file.record_count.to_string()),
         ];
+        if let Some((d, _)) = &a.deletes {
+            summary.push(("added-delete-files".to_owned(), "1".to_owned()));
+            summary.push(("added-position-delete-files".to_owned(), "1".to_owned()));
+            summary.push(("added-position-deletes".to_owned(), d.record_count.to_string()));
+        }
         if removed_files > 0 {
             summary.push(("deleted-data-files".to_owned(), removed_files.to_string()));
             summary.push(("deleted-records".to_owned(), removed_records.to_string()));
@@ -297,8 +385,9 @@ impl TableState {
         let mut commit = None;
         if !old.is_empty() {
             let (id, sequence_number) = self.next_snapshot(&r.name);
-            let files: u64 = old.iter().map(|m| u64::from(m.files)).sum();
-            let records: u64 = old.iter().map(|m| m.records).sum();
+            let data = old.iter().filter(|m| m.content == Content::Data);
+            let files: u64 = data.clone().map(|m| u64::from(m.files)).sum();
+            let records: u64 = data.map(|m| m.records).sum();
             state.manifests = kept.into_iter().cloned().collect();
             state.retired.extend(
                 old.into_iter()
@@ -399,11 +488,14 @@ struct Plan {
     kept: Vec<ManifestFile>,
     /// Manifests taken out (replaced, or rewritten).
     retired: Vec<Retired>,
-    /// Entries carried into new manifests, by day: (entry, its sequence number, path, records).
-    carried: BTreeMap<i32, Vec<(Value, i64, String, u64)>>,
+    /// Entries carried into new manifests, by content and day.
+    carried: BTreeMap<(Content, i32), Vec<Carried>>,
     removed_files: u64,
     removed_records: u64,
 }
+
+/// A manifest entry carried over: the entry, its sequence number, its file's path and records.
+type Carried = (Value, i64, String, u64);
 
 /// What table retention keeps ([`TableState::retain`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -449,6 +541,7 @@ mod tests {
             file: file(n),
             now_ms: 1000 + n as i64,
             summary: vec![],
+            deletes: None,
         }
     }
 
@@ -540,6 +633,52 @@ mod tests {
         // A file no longer in the table (retention took it out) is never put back.
         assert!(c.state.replace(&append(8), &[file(0).path]).is_none());
         assert!(t.replace(&append(8), &["file:///t/data/none.parquet".to_owned()]).is_none());
+    }
+
+    /// `append(n)` with a position-delete file hiding its rows `hidden`.
+    fn hiding(t: &TableState, n: u64, hidden: &[u64]) -> Append {
+        let mut a = append(n);
+        a.deletes = t.deletes(&a.file, hidden).unwrap();
+        a
+    }
+
+    #[test]
+    fn a_segments_delete_file_comes_and_goes_with_it() {
+        let t = TableState::new("u", "file:///t");
+        assert!(t.deletes(&file(0), &[]).unwrap().is_none(), "nothing hidden: no file");
+        let c0 = t.append(&hiding(&t, 0, &[2, 3]));
+        let summary = &c0.state.snapshots[0].summary;
+        assert_eq!(summary[0], ("operation".to_owned(), "overwrite".to_owned()));
+        assert!(summary.contains(&("added-position-deletes".to_owned(), "2".to_owned())));
+        let deletes0 = t.deletes_path(&file(0).path);
+        assert_eq!(deletes0, "file:///t/data/data-00000000000000000000-deletes.parquet");
+        assert!(c0.files.iter().any(|(p, _)| *p == deletes0), "the delete file is written");
+        let kinds: Vec<Content> = c0.state.manifests.iter().map(|m| m.content).collect();
+        assert_eq!(kinds, [Content::Data, Content::Deletes]);
+        let t1 = c0.state.append(&append(1)).state;
+        let t2 = t1.append(&hiding(&t1, 2, &[0])).state;
+        // Merging 0 and 1 takes out 0's delete file with it; 2's stays.
+        let mut merged = hiding(&t2, 7, &[2, 3]);
+        merged.file.record_count = 20;
+        let c = t2.replace(&merged, &[file(0).path, file(1).path]).expect("a replace");
+        let mut current: Vec<&str> = c.state.current_files().collect();
+        current.sort_unstable();
+        let mut want = [
+            file(2).path,
+            t2.deletes_path(&file(2).path),
+            file(7).path,
+            t2.deletes_path(&file(7).path),
+        ];
+        want.sort_unstable();
+        assert_eq!(current, want);
+        let summary = &c.state.snapshots.last().unwrap().summary;
+        assert_eq!(summary[0], ("operation".to_owned(), "replace".to_owned()));
+        assert!(summary.contains(&("deleted-records".to_owned(), "20".to_owned())));
+        // The state (with delete manifests) survives its serialized form; a data manifest's
+        // stays as it was before delete files (no `content` key).
+        let json = serde_json::to_string(&c.state).unwrap();
+        assert_eq!(serde_json::from_str::<TableState>(&json).unwrap(), c.state);
+        assert!(!serde_json::to_string(&t1.manifests[0]).unwrap().contains("content"));
     }
 
     /// Commits `a` as the compactor does: the manifests it must read read from `store`,

@@ -71,9 +71,11 @@ fn segment(first: u64, batches: u32) -> Result<Written, recordbatch::BatchError>
 
 /// A table of `n` segments appended one commit each, as the compactor commits them (the
 /// manifests a commit must read read from disk: past 16 manifests each day's merge into
-/// one), scanned by DuckDB and by pyiceberg (the latter also at its first snapshot).
-fn scan_a_table_of(n: i64) -> Result<TableState, Box<dyn std::error::Error>> {
-    let dir = std::env::temp_dir().join(format!("lake-table-{}-{n}", std::process::id()));
+/// one), scanned by DuckDB and by pyiceberg (the latter also at its first snapshot). With
+/// `hide`, each segment's second and fifth batches are hidden by a position-delete file (as
+/// an aborted transaction's or a marker's rows are), and neither engine shows them.
+fn scan_a_table_of(n: i64, hide: bool) -> Result<TableState, Box<dyn std::error::Error>> {
+    let dir = std::env::temp_dir().join(format!("lake-table-{}-{n}-{hide}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("data"))?;
     std::fs::create_dir_all(dir.join("metadata"))?;
@@ -89,7 +91,10 @@ fn scan_a_table_of(n: i64) -> Result<TableState, Box<dyn std::error::Error>> {
         std::fs::write(&path, &seg.file)?;
         let file = lake::iceberg::data_file(&seg, path, 2)?;
         let summary = vec![("lakelog.end-offset".to_owned(), seg.end_offset.to_string())];
-        let append = Append { segment: name, file, now_ms: 1_700_000_000_000 + s, summary };
+        let hidden: Vec<u64> = if hide { vec![3, 4, 5, 12, 13, 14] } else { vec![] };
+        let deletes = table.deletes(&file, &hidden)?;
+        let append =
+            Append { segment: name, file, now_ms: 1_700_000_000_000 + s, summary, deletes };
         let mut read = Vec::new();
         for m in table.manifests_to_read(&[]) {
             let entries = read_manifest(&std::fs::read(&m.path)?)?;
@@ -100,7 +105,9 @@ fn scan_a_table_of(n: i64) -> Result<TableState, Box<dyn std::error::Error>> {
             std::fs::write(location, bytes)?;
         }
         table = commit.state;
-        all.extend(expected);
+        let shown =
+            expected.into_iter().enumerate().filter(|(i, _)| !hidden.contains(&(*i as u64)));
+        all.extend(shown.map(|(_, r)| r));
         first = seg.end_offset;
     }
     let meta = table.metadata_location().ok_or("no metadata")?;
@@ -117,21 +124,33 @@ fn scan_a_table_of(n: i64) -> Result<TableState, Box<dyn std::error::Error>> {
         assert_eq!(rows, expected, "{engine}");
         assert_eq!(got["snapshots"], n, "{engine}");
     }
-    // The first snapshot holds the first segment alone (10 batches of 3).
+    // The first snapshot holds the first segment alone (10 batches of 3, 2 hidden with `hide`).
     let got: serde_json::Value = serde_json::from_slice(&py.stdout)?;
-    assert_eq!(got["first"], 30);
+    assert_eq!(got["first"], if hide { 24 } else { 30 });
     Ok(table)
 }
 
 #[test]
 fn duckdb_and_pyiceberg_scan_a_table_of_three_appended_segments() {
-    let table = scan_a_table_of(3).unwrap();
+    let table = scan_a_table_of(3, false).unwrap();
     assert!(table.metadata_location().unwrap().contains("/metadata/00003-"));
 }
 
 #[test]
 fn duckdb_and_pyiceberg_scan_a_table_whose_manifests_were_merged() {
-    let table = scan_a_table_of(20).unwrap();
+    let table = scan_a_table_of(20, false).unwrap();
     assert!(table.manifests.iter().any(|m| m.existing_only && m.files >= 16), "not merged");
     assert!(table.manifests.len() <= 5, "{} manifests", table.manifests.len());
+}
+
+/// Position deletes hide rows from both engines, through appends and through the merge of
+/// each day's manifests (delete manifests merge apart from data manifests).
+#[test]
+fn duckdb_and_pyiceberg_do_not_show_rows_a_position_delete_file_hides() {
+    scan_a_table_of(3, true).unwrap();
+    let table = scan_a_table_of(20, true).unwrap();
+    let merged = |c| table.manifests.iter().any(|m| m.existing_only && m.content == c);
+    assert!(merged(lake::iceberg::Content::Data) && merged(lake::iceberg::Content::Deletes));
+    let most = lake::table::MERGE_MANIFESTS_AT;
+    assert!(table.manifests.len() < most, "{} manifests", table.manifests.len());
 }

@@ -29,6 +29,9 @@ pub(crate) struct Built {
     pub locator: Locator,
     /// A lake segment's Parquet file, for its table's commit.
     pub lake: Option<lake::segment::Segment>,
+    /// The rows of a lake segment its table must not show (aborted transactions' records and
+    /// markers), by position in the file.
+    pub hidden: Vec<u64>,
 }
 
 /// Reads the runs of `rw` and writes them as one segment of `log`, claimed at `claim`.
@@ -85,8 +88,37 @@ pub(crate) async fn build(
             }
         }
     }
+    // A lake segment with transactional batches hides the aborted ones' rows from its table:
+    // the plan kept it below the last stable offset, so each of its transactions has ended and
+    // the log's aborted index names every abort among them.
+    if writer.transactional() {
+        writer.aborted = aborted_in(reader, log, rw.first_offset, rw.end_offset).await?;
+    }
     let payload_bytes = rw.runs.iter().map(|l| l.payload_bytes).sum();
     finish(log, rw, writer, Counted { records, entries, payload_bytes }, claim)
+}
+
+/// Aborted transactions a read at most of the index each time.
+const ABORTED_PAGE: usize = 1000;
+
+/// Every aborted transaction of `log` overlapping `[from, to)`: (producer id, first offset,
+/// marker offset), read a page at a time.
+async fn aborted_in(
+    reader: &LogReader,
+    log: LogId,
+    from: u64,
+    to: u64,
+) -> Result<Vec<(i64, u64, u64)>, LogError> {
+    let mut out = Vec::new();
+    let mut at = from;
+    loop {
+        let page = reader.aborted_txns(log, at, to, ABORTED_PAGE).await?;
+        out.extend(page.iter().map(|a| (a.producer_id, a.first_offset, a.last_offset)));
+        match page.last() {
+            Some(last) if page.len() == ABORTED_PAGE => at = last.last_offset + 1,
+            _ => return Ok(out),
+        }
+    }
 }
 
 /// What a segment's entries add up to.
@@ -131,20 +163,20 @@ pub(crate) fn finish(
         ingest_ms: rw.runs.iter().map(Locator::ingest_time).max().unwrap_or_default(),
         lake: None,
     };
-    let (object, lake) = match writer.finish(log)? {
+    let (object, lake, hidden) = match writer.finish(log)? {
         Written::Plain { object, byte_start, byte_len } => {
             locator.byte_start = byte_start;
             locator.byte_len = byte_len;
-            (object, None)
+            (object, None, Vec::new())
         }
-        Written::Lake { segment, place } => {
+        Written::Lake { segment, place, hidden } => {
             locator.byte_len = segment.file.len() as u64;
             locator.ingest_ms = segment.ingest_ms.1;
             locator.lake = Some(place);
-            (segment.file.clone(), Some(segment))
+            (segment.file.clone(), Some(segment), hidden)
         }
     };
-    Ok(Built { object, locator, lake })
+    Ok(Built { object, locator, lake, hidden })
 }
 
 /// One entry of a lake segment to write: its record count, its timestamp and the row.
@@ -160,6 +192,8 @@ pub(crate) struct SegmentWriter {
     format: Format,
     /// Lake segments merged in so far.
     merged_lake: usize,
+    /// The log's aborted transactions overlapping a lake segment with transactional batches.
+    aborted: Vec<(i64, u64, u64)>,
 }
 
 enum Format {
@@ -173,15 +207,15 @@ enum Format {
 pub(crate) enum Written {
     /// A plain segment: the object and its one chunk's bytes in it.
     Plain { object: Bytes, byte_start: u64, byte_len: u64 },
-    /// A lake segment and its place map.
-    Lake { segment: lake::segment::Segment, place: LakeFile },
+    /// A lake segment, its place map and the rows its table must not show.
+    Lake { segment: lake::segment::Segment, place: LakeFile, hidden: Vec<u64> },
 }
 
 impl SegmentWriter {
     /// A plain segment of `log`, about `capacity` bytes.
     pub(crate) fn plain(log: LogId, capacity: usize) -> Self {
         let builder = plain_builder(log, capacity);
-        SegmentWriter { format: Format::Plain { builder }, merged_lake: 0 }
+        SegmentWriter { format: Format::Plain { builder }, merged_lake: 0, aborted: Vec::new() }
     }
 
     /// A lake log's segment: its table's data file (row groups of `row_group_bytes`, else the
@@ -195,7 +229,7 @@ impl SegmentWriter {
             options.row_group_bytes = bytes;
         }
         let format = Format::Lake { rows: Vec::new(), options, table_full: view.full };
-        SegmentWriter { format, merged_lake: 0 }
+        SegmentWriter { format, merged_lake: 0, aborted: Vec::new() }
     }
 
     /// An entry as stored; `ingest_ms` is its run's ingest time.
@@ -221,6 +255,15 @@ impl SegmentWriter {
         Ok(())
     }
 
+    /// A lake segment holding transaction batches or markers.
+    fn transactional(&self) -> bool {
+        const TXN_BITS: i16 = 0x30;
+        match &self.format {
+            Format::Lake { rows, .. } => rows.iter().any(|r| r.served.attributes & TXN_BITS != 0),
+            Format::Plain { .. } => false,
+        }
+    }
+
     /// A row of a lake segment merged (read back as written); returns its record count.
     fn push_row(&mut self, s: lake::segment::Served) -> Result<u32, LogError> {
         let h = recordbatch::BatchHeader::parse(&s.entry.batch)
@@ -240,7 +283,7 @@ impl SegmentWriter {
     /// written around its format) or its table takes no more files, unless lake rows (framed
     /// again, not as stored) would go in with it: then it is refused for now.
     fn finish(self, log: LogId) -> Result<Written, LogError> {
-        let merged_lake = self.merged_lake;
+        let (merged_lake, aborted) = (self.merged_lake, self.aborted);
         let (rows, options, table_full) = match self.format {
             Format::Plain { builder } => return plain(builder),
             Format::Lake { rows, options, table_full } => (rows, options, table_full),
@@ -270,7 +313,16 @@ impl SegmentWriter {
                         .iter()
                         .map(|r| (r.entry.offset, u64::from(r.stored_len), max_ts(&r.entry.batch))),
                 );
-                Ok(Written::Lake { segment, place })
+                let hidden = lake::deletes::hidden_rows(
+                    served.iter().map(|r| {
+                        let h = recordbatch::BatchHeader::parse(&r.entry.batch).ok();
+                        let pid = h.as_ref().map_or(-1, |h| h.producer.producer_id);
+                        let records = h.map_or(0, |h| u32::try_from(h.record_count).unwrap_or(0));
+                        (r.attributes, pid, r.entry.offset, records)
+                    }),
+                    &aborted,
+                );
+                Ok(Written::Lake { segment, place, hidden })
             }
             Err(lake::LakeError::Batch { offset, source }) if merged_lake == 0 => {
                 tracing::warn!(%log, offset, error = %source, "an entry of a lake log is no record batch; its segment is written as a plain one");

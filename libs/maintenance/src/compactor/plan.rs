@@ -164,6 +164,12 @@ impl LogView {
     /// a segment below the target wholly at or above the start.
     pub fn pieces(&self, target: u64) -> Vec<Piece> {
         let (start, claim) = (self.start, u64::try_from(self.claim).unwrap_or(0));
+        // A lake log's records go into its table only once their transactions ended (below
+        // the last stable offset): a record's commit or abort must be known to hide it or not.
+        let stable = match self.lake {
+            Some(_) => self.head.last_stable_offset(),
+            None => u64::MAX,
+        };
         self.pages
             .iter()
             .map(|Page { page, .. }| {
@@ -188,7 +194,7 @@ impl LogView {
                             }
                             && bytes < target
                     } else {
-                        page.locators.iter().all(|l| self.eligible(l))
+                        page.locators.iter().all(|l| self.eligible(l) && l.end_offset() <= stable)
                     };
                 let wal_chunks = if segment { 0 } else { above().count() };
                 Piece { bytes, wal_chunks, segment, open }

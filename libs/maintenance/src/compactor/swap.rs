@@ -155,6 +155,7 @@ impl Compactor {
                 file: file.clone(),
                 now_ms: self.cfg.clock.now_ms(),
                 summary: summary.clone(),
+                deletes: state.deletes(&file, &built.hidden).map_err(lakes::lake_error)?,
             };
             // Manifests the commit rewrites (one a replace cuts through; each day's, once
             // there are many) are read first.

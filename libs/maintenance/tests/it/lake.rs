@@ -31,7 +31,95 @@ both_envs!(
     a_tables_many_manifests_of_a_day_merge_into_one,
     segments_the_table_dropped_are_not_merged,
     searches_by_time_and_by_bytes_read_one_row_group_and_agree_with_every_entry,
+    a_lake_table_shows_committed_records_only_and_waits_for_open_transactions,
 );
+
+/// ARCHITECTURE §12: a lake table never shows an aborted transaction's record or a marker,
+/// and takes records only below the last stable offset (their transactions ended). The log
+/// itself still serves every entry (read_uncommitted consumers read them). DuckDB and
+/// pyiceberg read the table through the position-delete files committed with its segments.
+async fn a_lake_table_shows_committed_records_only_and_waits_for_open_transactions(
+    env: Env,
+) -> Result<()> {
+    use logstore::TxnMark::{Data, End};
+    let clock = Arc::new(ManualClock::default());
+    clock.0.store(EVENING - 3_600_000, Ordering::SeqCst);
+    let w = env.writer_with_clock("w", clock.clone()).await?;
+    let identity = format!("{IDENTITY}-txn");
+    let log = stream_log(&env, &identity).await?;
+    let (c, _) = compactor(&env, "c", log, &identity).await?;
+    let txn = |pid: i64, i: u64| -> Result<Bytes> {
+        let records = recordbatch::decode(&batch(i)?)?.1;
+        let ts = EVENING + i as i64 * 10;
+        let producer = ProducerFields { producer_id: pid, producer_epoch: 0, base_sequence: 0 };
+        let framing = recordbatch::Framing {
+            attributes: 0x10,
+            base_timestamp: ts,
+            max_timestamp: ts,
+            producer,
+        };
+        Ok(recordbatch::encode_framed(&records, framing)?)
+    };
+    let marker = |pid: i64, commit: bool| recordbatch::encode_marker(pid, 0, commit, 0, EVENING);
+    let mut sent = BTreeMap::new();
+    let mut next = 0u64;
+    let mut put = async |b: Bytes, count: u32, txn: Option<logstore::TxnMark>| -> Result<()> {
+        let opts = logstore::Conditions { txn, ..Default::default() };
+        let at = w.submit_in_slot(log, "*", count, b.clone(), opts).await?.await?.offset;
+        ensure!(at == next, "appended at {at}, not {next}");
+        sent.insert(at, b);
+        next += u64::from(count);
+        Ok(())
+    };
+    // The writer spills its head's chunks to an index page eight at a time: the first page
+    // (entries 0-7, offsets 0-20) ends below producer 9's transaction, the second (entries
+    // 8-15) begins with it.
+    put(batch(0)?, 3, None).await?; // 0..3
+    put(txn(7, 1)?, 3, Some(Data { producer_id: 7 })).await?; // 3..6, aborted below
+    put(txn(8, 2)?, 3, Some(Data { producer_id: 8 })).await?; // 6..9, committed below
+    put(batch(3)?, 3, None).await?; // 9..12
+    put(marker(7, false)?, 1, Some(End { producer_id: 7, abort: true })).await?; // 12
+    put(marker(8, true)?, 1, Some(End { producer_id: 8, abort: false })).await?; // 13
+    put(batch(6)?, 3, None).await?; // 14..17
+    put(batch(7)?, 3, None).await?; // 17..20
+    put(txn(9, 8)?, 3, Some(Data { producer_id: 9 })).await?; // 20..23, open
+    for i in 9..=16 {
+        put(batch(i)?, 3, None).await?; // 23..47
+    }
+    ensure!(w.info(log).await?.last_stable_offset == 20);
+    let compact = async || -> Result<u64> {
+        for _ in 0..4 {
+            // Skipped (too few chunks) once nothing is left to compact.
+            let _ = c.compact_log_fully(log).await?;
+        }
+        let t = table(&env, &identity).await?;
+        Ok(t.map_or(0, |t| table_ranges(&t).iter().map(|r| r.1).max().unwrap_or(0)))
+    };
+    ensure!(compact().await? == 20, "the table holds the log only to its last stable offset");
+    put(marker(9, false)?, 1, Some(End { producer_id: 9, abort: true })).await?; // 47
+    for i in 18..=24 {
+        put(batch(i)?, 3, None).await?; // 48..69
+    }
+    ensure!(compact().await? == 66, "the table takes the rest once the transaction ended");
+    // The log serves every entry as sent; the table shows the committed and plain records.
+    same_log(&sent, &all(&w, log).await?)?;
+    let hidden = [3, 4, 5, 12, 13, 20, 21, 22, 47];
+    let shown: Vec<u64> = (0..66).filter(|o| !hidden.contains(o)).collect();
+    let t = table(&env, &identity).await?.context("no table")?;
+    ensure!(t.manifests.iter().any(|m| m.content == lake::iceberg::Content::Deletes));
+    let meta = t.metadata_location().context("no metadata location")?;
+    for engine in ["duckdb", "static"] {
+        let rows = read_table(&env, &[engine, &meta])?;
+        let mut offsets: Vec<u64> = rows
+            .iter()
+            .map(|r| r.split('\t').nth(1).and_then(|o| o.parse().ok()).context("a row's offset"))
+            .collect::<Result<_>>()?;
+        offsets.sort_unstable();
+        ensure!(offsets == shown, "{engine} shows {offsets:?}");
+    }
+    w.shutdown().await;
+    Ok(())
+}
 
 /// Retention's searches over a lake segment of many row groups (by running-max timestamp and
 /// by byte position) read the one row group they need, and answer what a walk over every
