@@ -103,6 +103,23 @@ impl LogBroker {
         self.fetched.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Each partition this writer serves (a slot of): (topic, partition, high watermark, last
+    /// stable offset), as its commits last saw them; no metadata request. Partitions of topics
+    /// the followed catalog does not name yet are left out; a reader's broker serves none.
+    pub fn partition_offsets(&self) -> Vec<(String, u32, u64, u64)> {
+        let Some(storage) = &self.storage else { return Vec::new() };
+        let names = self.catalog.followed_partitions();
+        let mut out: Vec<(String, u32, u64, u64)> = storage
+            .served_offsets()
+            .into_iter()
+            .filter_map(|(log, hw, lso)| {
+                names.get(&log).map(|(topic, p)| (topic.clone(), *p, hw, lso))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     /// This broker's Kafka node id (the one its member record carries).
     pub fn with_node_id(mut self, node_id: i32) -> Self {
         self.node_id = node_id;

@@ -473,6 +473,20 @@ impl Catalog {
         Ok((Self::info(name, &kv.value)?, kv.mod_revision))
     }
 
+    /// The topic and partition of each log of the followed streams (none before the view is
+    /// followed): no metadata request.
+    pub fn followed_partitions(&self) -> std::collections::HashMap<LogId, (String, u32)> {
+        let mut out = std::collections::HashMap::new();
+        let Some(f) = self.followed() else { return out };
+        let current = f.current();
+        for (name, info) in &current.0 {
+            for (i, log) in info.partitions.iter().enumerate() {
+                out.insert(*log, (name.clone(), u32::try_from(i).unwrap_or(u32::MAX)));
+            }
+        }
+        out
+    }
+
     /// A stream: from the followed view when it holds it, else read from the store.
     pub async fn get(&self, name: &str) -> Result<StreamInfo, CatalogError> {
         Ok(Arc::unwrap_or_clone(self.stream(name).await?))

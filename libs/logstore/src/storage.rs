@@ -189,6 +189,14 @@ impl LogStorage {
         &self.core.reader
     }
 
+    /// The logs this writer serves a slot of, each with its high watermark and last stable
+    /// offset as of the newest head its commits (or its takeover) saw: a role's metrics, read
+    /// without a metadata request (another zone's owner's later commits show at this
+    /// writer's next commit).
+    pub fn served_offsets(&self) -> Vec<(LogId, u64, u64)> {
+        self.core.served_offsets()
+    }
+
     /// The epoch under which this writer serves `log`'s `slot`, if it does: it changes
     /// whenever the slot changes hands, so state kept per (log, slot) — the Kafka front end's
     /// idempotent producers — knows when it may be stale.

@@ -81,6 +81,7 @@ pub async fn run_with(
     storage.observe_flushes(metrics::FlushMetrics::global());
     tracing::info!(addr = %node.writer.listen, writer = %storage.config().writer_id, "writer serving");
     let mut follow = None;
+    let mut partitions = None;
     if let Some((k, listener, tls)) = kafka_listener {
         let catalog =
             catalog::Catalog::new(storage.metadata(), storage.reader().clone(), &node.cluster)
@@ -107,12 +108,13 @@ pub async fn run_with(
             "Record bytes answered to Kafka fetches",
             Box::new(move || counted.fetched_bytes()),
         )]));
+        partitions = Some(metrics::PartitionMetrics::follow(broker.as_ref().clone()));
         let checkpoints = broker.as_ref().clone();
         role.spawn(move |shutdown| checkpoints.checkpoints(shutdown));
         brokers::listen(&mut role, listener, broker, cfg);
     }
     let served = serve_on(role, storage, shutdown, extra).await;
-    if let Some(f) = follow {
+    for f in [follow, partitions].into_iter().flatten() {
         f.abort();
     }
     served

@@ -6,6 +6,7 @@ use std::time::Duration;
 use std::sync::atomic::AtomicU64;
 
 use telemetry::prometheus_client::metrics::counter::Counter;
+use telemetry::prometheus_client::metrics::family::Family;
 use telemetry::prometheus_client::metrics::gauge::Gauge;
 use telemetry::prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
@@ -119,5 +120,104 @@ impl logstore::FlushObserver for FlushMetrics {
 
     fn refused(&self) {
         self.refused.inc();
+    }
+}
+
+type Labels = Vec<(String, String)>;
+
+/// Per Kafka partition this writer serves: its high watermark, last stable offset and the lag
+/// between them (Kafka's `LogEndOffset`, `LastStableOffsetLag`): a transaction left open
+/// shows as a lag that only grows.
+#[derive(Debug, Default)]
+pub struct PartitionMetrics {
+    high_watermark: Family<Labels, Gauge>,
+    last_stable_offset: Family<Labels, Gauge>,
+    lag: Family<Labels, Gauge>,
+}
+
+/// How often the partition gauges are set again.
+const PARTITIONS_EVERY: Duration = Duration::from_secs(5);
+
+impl PartitionMetrics {
+    /// Registers the partition gauges in `m`.
+    pub fn register(m: &telemetry::Metrics) -> PartitionMetrics {
+        let p = PartitionMetrics::default();
+        m.register(
+            "writer_partition_high_watermark",
+            "A served Kafka partition's high watermark (next offset)",
+            p.high_watermark.clone(),
+        );
+        m.register(
+            "writer_partition_last_stable_offset",
+            "A served Kafka partition's last stable offset (first offset of its oldest open transaction, else the high watermark)",
+            p.last_stable_offset.clone(),
+        );
+        m.register(
+            "writer_partition_last_stable_offset_lag",
+            "High watermark minus last stable offset: offsets read_committed consumers wait for",
+            p.lag.clone(),
+        );
+        p
+    }
+
+    /// Sets the gauges to `partitions` (topic, partition, high watermark, last stable offset),
+    /// forgetting partitions no longer served.
+    pub fn observe(&self, partitions: &[(String, u32, u64, u64)]) {
+        for f in [&self.high_watermark, &self.last_stable_offset, &self.lag] {
+            f.clear();
+        }
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        for (topic, partition, hw, lso) in partitions {
+            let labels = vec![
+                ("topic".to_owned(), topic.clone()),
+                ("partition".to_owned(), partition.to_string()),
+            ];
+            self.high_watermark.get_or_create(&labels).set(gauge(*hw));
+            self.last_stable_offset.get_or_create(&labels).set(gauge(*lso));
+            self.lag.get_or_create(&labels).set(gauge(hw.saturating_sub(*lso)));
+        }
+    }
+
+    /// Sets the process's partition gauges from `broker` every few seconds, until aborted.
+    pub fn follow(broker: brokers::LogBroker) -> tokio::task::JoinHandle<()> {
+        static GLOBAL: std::sync::OnceLock<PartitionMetrics> = std::sync::OnceLock::new();
+        let metrics =
+            GLOBAL.get_or_init(|| PartitionMetrics::register(telemetry::Metrics::global()));
+        tokio::spawn(async move {
+            loop {
+                metrics.observe(&broker.partition_offsets());
+                tokio::time::sleep(PARTITIONS_EVERY).await;
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod partition_tests {
+    use super::*;
+
+    #[test]
+    fn partition_gauges_follow_what_is_served() {
+        let m = telemetry::Metrics::new("t");
+        let p = PartitionMetrics::register(&m);
+        p.observe(&[("orders".to_owned(), 2, 120, 100), ("pay".to_owned(), 0, 7, 7)]);
+        let text = m.encode();
+        let line = |name: &str, topic: &str, partition: u32, v: u64| {
+            format!(
+                "lakelog_t_writer_partition_{name}{{topic=\"{topic}\",partition=\"{partition}\"}} {v}"
+            )
+        };
+        for want in [
+            line("high_watermark", "orders", 2, 120),
+            line("last_stable_offset", "orders", 2, 100),
+            line("last_stable_offset_lag", "orders", 2, 20),
+            line("last_stable_offset_lag", "pay", 0, 0),
+        ] {
+            assert!(text.contains(&want), "{want} not in {text}");
+        }
+        // A partition no longer served leaves.
+        p.observe(&[("pay".to_owned(), 0, 9, 8)]);
+        let text = m.encode();
+        assert!(!text.contains("orders") && text.contains(&line("high_watermark", "pay", 0, 9)));
     }
 }

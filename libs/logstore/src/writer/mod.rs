@@ -485,6 +485,20 @@ impl Core {
     }
 
     /// The epoch this writer holds for a log's slot, if it serves that slot.
+    /// Per log this writer serves a slot of: its high watermark and last stable offset, from
+    /// the newest head a served slot saw.
+    pub(crate) fn served_offsets(&self) -> Vec<(LogId, u64, u64)> {
+        let mut by_log: std::collections::BTreeMap<LogId, (u64, u64)> = Default::default();
+        for ((log, _), s) in self.served.lock().iter() {
+            let seen = (s.head.next_offset, s.head.last_stable_offset());
+            let at = by_log.entry(*log).or_insert(seen);
+            if seen.0 > at.0 {
+                *at = seen;
+            }
+        }
+        by_log.into_iter().map(|(log, (hw, lso))| (log, hw, lso)).collect()
+    }
+
     pub(crate) fn served_epoch(&self, log: LogId, slot: &str) -> Option<i64> {
         self.served.lock().get(&(log, slot.to_owned())).map(|s| s.epoch)
     }

@@ -1080,10 +1080,13 @@ async fn transactions_set_the_last_stable_offset_and_the_aborted_index(env: Env)
     ensure!(append(Some(Data { producer_id: 7 }), "t7", 1).await? == 3);
     ensure!(append(Some(Data { producer_id: 8 }), "t8", 0).await? == 4);
     ensure!(lso(w.clone()).await? == 1, "held at 7's first batch");
+    // The writer's metrics read them from what its commits saw: (log, high watermark, LSO).
+    ensure!(w.served_offsets() == [(log, 5, 1)], "{:?}", w.served_offsets());
     ensure!(append(Some(End { producer_id: 7, abort: true }), "abort7", 0).await? == 5);
     ensure!(lso(w.clone()).await? == 4, "then at 8's");
     ensure!(append(Some(End { producer_id: 8, abort: false }), "commit8", 0).await? == 6);
     ensure!(lso(w.clone()).await? == 7, "none open");
+    ensure!(w.served_offsets() == [(log, 7, 7)], "{:?}", w.served_offsets());
     let aborted = w.reader().aborted_txns(log, 0, 7, 100).await?;
     let seen: Vec<(i64, u64, u64)> =
         aborted.iter().map(|a| (a.producer_id, a.first_offset, a.last_offset)).collect();

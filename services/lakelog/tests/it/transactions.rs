@@ -100,11 +100,21 @@ fn a_kafka_streams_exactly_once_app_counts_exactly_across_kill_9_of_it_and_of_it
 /// a transaction its producer left open: `list` and `describe` show it Ongoing on partition 1
 /// (DescribeTransactions, ListTransactions), `describe-producers` shows the producer with the
 /// transaction's first offset (DescribeProducers), and `abort` ends it (KIP-664: an abort
-/// marker through WriteTxnMarkers), after which a read_committed consumer reads past it.
+/// marker through WriteTxnMarkers), after which a read_committed consumer reads past it. The
+/// writer's `/metrics` shows the partition's last stable offset lag while it is open, and none
+/// once it is aborted.
 #[test]
 fn kafka_transactions_lists_describes_and_aborts_a_hanging_transaction() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let s = Standalone::start(dir.path(), testkit::free_port()?)?;
+    let metrics = testkit::free_port()?;
+    let config = dir.path().join("lakelog.yaml");
+    std::fs::write(&config, format!("telemetry:\n  metrics_listen: 127.0.0.1:{metrics}\n"))?;
+    let data = dir.path().join("data");
+    let s = Standalone::start_with(
+        &data,
+        testkit::free_port()?,
+        &["--config".as_ref(), config.as_os_str()],
+    )?;
     s.ok(&["stream", "create", "hang", "--partitions", "2"], "")?;
     let out = Command::new(format!("{ROOT}/.tools/venv/bin/python"))
         .arg(format!("{ROOT}/e2e/kafka/hanging_transaction.py"))
@@ -175,10 +185,26 @@ fn kafka_transactions_lists_describes_and_aborts_a_hanging_transaction() -> Resu
         Ok(listed.trim().to_owned())
     };
     ensure!(committed_end()?.ends_with("offset 0"), "{}", committed_end()?);
+    let lag = |want: &str| -> Result<()> {
+        let line =
+            "lakelog_writer_partition_last_stable_offset_lag{topic=\"hang\",partition=\"1\"}";
+        let want = format!("{line} {want}");
+        let start = std::time::Instant::now();
+        loop {
+            let body = scrape(metrics)?;
+            if body.lines().any(|l| l == want) {
+                return Ok(());
+            }
+            ensure!(start.elapsed() < Duration::from_secs(20), "no `{want}` in:\n{body}");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    lag("3")?;
     tool(&["abort", "--topic", "hang", "--partition", "1", "--start-offset", "0"])?;
     let after = producers("1")?;
     ensure!(cell(&after[0], "CurrentTransactionStartOffset") == "None", "{after:?}");
     ensure!(committed_end()?.ends_with("offset 4"), "3 aborted records and a marker");
+    lag("0")?;
     let read = testkit::kcat(
         &[
             "-b",
@@ -199,4 +225,15 @@ fn kafka_transactions_lists_describes_and_aborts_a_hanging_transaction() -> Resu
     )?;
     ensure!(read.trim().is_empty(), "aborted records read committed: {read}");
     Ok(())
+}
+
+/// The body of `GET /metrics` from 127.0.0.1:`port`.
+fn scrape(port: u16) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    c.set_read_timeout(Some(Duration::from_secs(10)))?;
+    c.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+    let mut text = String::new();
+    c.read_to_string(&mut text)?;
+    Ok(text.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default())
 }
