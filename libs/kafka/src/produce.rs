@@ -184,18 +184,16 @@ impl Handler for Produce {
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
         Box::pin(async move {
             let acks = req.acks;
-            let refused = authorize::produce(ctx.access(), &mut req);
-            // A transactional producer's batches need WRITE on its transactional id: refused
-            // whole without it (Kafka's answer).
+            // A transactional producer's batches need WRITE on its transactional id: without
+            // it every partition is refused TRANSACTIONAL_ID_AUTHORIZATION_FAILED, whatever its
+            // topic's ACLs (Kafka's answer), else each topic needs WRITE.
             let refused = match &req.transactional_id {
                 Some(id)
                     if !crate::authz::transactional_id(ctx.access(), Operation::Produce, id) =>
                 {
-                    let mut all = authorize::refuse_all(&mut req);
-                    all.extend(refused);
-                    all
+                    authorize::refuse_all(&mut req)
                 }
-                _ => refused,
+                _ => authorize::produce(ctx.access(), &mut req),
             };
             let committing = admit(req, &ctx.client_id, ctx.broker.as_ref(), &ctx.cfg).await;
             let reply = ctx.reply;

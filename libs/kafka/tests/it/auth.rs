@@ -882,10 +882,24 @@ async fn a_transactional_id_is_used_and_seen_only_with_its_acls() -> Result<()> 
                         .with_records(Some(batch(&["x"], recordbatch::ProducerFields::NONE)?)),
                 ],
             ),
+            // A topic she may not write either: still the transactional id's refusal (Kafka
+            // answers the whole request so).
+            TopicProduceData::default().with_name(TopicName(str("payroll"))).with_partition_data(
+                vec![
+                    PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(batch(&["y"], recordbatch::ProducerFields::NONE)?)),
+                ],
+            ),
         ]);
     let r: ProduceResponse =
         call(&mut alice, ApiKey::Produce, 9, &produce).await?.context("closed")?;
-    ensure!(r.responses[0].partition_responses[0].error_code == REFUSED, "{r:?}");
+    let codes: Vec<i16> = r
+        .responses
+        .iter()
+        .flat_map(|t| t.partition_responses.iter().map(|p| p.error_code))
+        .collect();
+    ensure!(codes == [REFUSED, REFUSED], "{r:?}");
 
     let describe = DescribeTransactionsRequest::default().with_transactional_ids(vec![
         TransactionalId(str("alice-app")),
