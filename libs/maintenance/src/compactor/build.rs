@@ -103,7 +103,7 @@ const ABORTED_PAGE: usize = 1000;
 
 /// Every aborted transaction of `log` overlapping `[from, to)`: (producer id, first offset,
 /// marker offset), read a page at a time.
-async fn aborted_in(
+pub(crate) async fn aborted_in(
     reader: &LogReader,
     log: LogId,
     from: u64,

@@ -15,8 +15,14 @@
 //!    key, when it has no key (as Kafka's cleaner drops one), or when it is a tombstone (a null
 //!    value) cleaned more than `delete.retention.ms` ago. Offsets never change: a batch keeps
 //!    its base offset and span, its records theirs; a batch left with no record becomes part
-//!    of a gap batch (an empty batch spanning those offsets). Control and transactional
-//!    batches, and entries that are no record batch, are kept as they are.
+//!    of a gap batch (an empty batch spanning those offsets). Kafka transactions (as Kafka's
+//!    cleaner treats them): only segments below the last stable offset are taken, so every
+//!    transaction there has ended; an aborted transaction's batches go whole (the log's
+//!    aborted index says which), a committed one's records are compacted as any; a COMMIT
+//!    marker goes as a tombstone does (`delete.retention.ms` after its offset is cleaned), an
+//!    ABORT marker stays (the aborted index still names its transaction, and a read_committed
+//!    consumer ends the transaction at its marker). Entries that are no record batch are kept
+//!    as they are.
 //! 4. Each rewritten group of segments is swapped in as compaction swaps (one transaction,
 //!    compared against the read), then the cleaned end moves (compare-and-set).
 
@@ -176,6 +182,10 @@ pub fn plan_clean(
         if upto.is_some_and(|u| l.end_offset() > u) {
             break;
         }
+        // A transaction open there: whether its records stay is not known yet.
+        if l.end_offset() > view.head.last_stable_offset() {
+            break;
+        }
         let from = l.first_offset.max(view.start);
         let span = (l.end_offset() - from).max(1);
         let dirty = l.end_offset().saturating_sub(from.max(clean_end));
@@ -294,10 +304,54 @@ impl KeyMap {
     }
 }
 
-/// A batch's records as a pass reads them, or why it leaves the entry be.
-fn records_of(e: &LogEntry) -> Option<(recordbatch::BatchHeader, Vec<recordbatch::Record>)> {
-    let (h, records) = recordbatch::decode(&e.payload).ok()?;
-    (!h.is_control() && !h.is_transactional()).then_some((h, records))
+/// The log's aborted transactions a pass must know of: by producer id, the offsets from each
+/// one's first batch to its marker.
+#[derive(Debug, Default)]
+pub(crate) struct Aborted(HashMap<i64, Vec<(u64, u64)>>);
+
+impl Aborted {
+    pub(crate) fn new(txns: impl IntoIterator<Item = (i64, u64, u64)>) -> Aborted {
+        let mut by: HashMap<i64, Vec<(u64, u64)>> = HashMap::new();
+        for (pid, first, last) in txns {
+            by.entry(pid).or_default().push((first, last));
+        }
+        Aborted(by)
+    }
+
+    /// Whether the transactional batch of `h` at `offset` is in an aborted transaction.
+    fn holds(&self, h: &recordbatch::BatchHeader, offset: u64) -> bool {
+        h.is_transactional()
+            && self
+                .0
+                .get(&h.producer.producer_id)
+                .is_some_and(|r| r.iter().any(|(a, b)| *a <= offset && offset <= *b))
+    }
+}
+
+/// What a pass makes of one entry.
+enum Batch {
+    /// Left as it is: no record batch, or an ABORT marker.
+    Leave,
+    /// A record batch whose records are compacted (plain, or a committed transaction's).
+    Records(recordbatch::BatchHeader, Vec<recordbatch::Record>),
+    /// An aborted transaction's batch: every record goes.
+    Aborted,
+    /// A COMMIT marker: it goes as a tombstone does.
+    Commit,
+}
+
+fn batch_of(e: &LogEntry, aborted: &Aborted) -> Batch {
+    let Ok((h, records)) = recordbatch::decode(&e.payload) else { return Batch::Leave };
+    if h.is_control() {
+        return match recordbatch::marker_commits(&e.payload) {
+            Some(true) => Batch::Commit,
+            _ => Batch::Leave,
+        };
+    }
+    if aborted.holds(&h, e.header.offset) {
+        return Batch::Aborted;
+    }
+    Batch::Records(h, records)
 }
 
 /// What one pass did: its rewrites, and the keys and bytes it looked at.
@@ -319,6 +373,8 @@ pub struct Cleaning {
 struct Rules<'a> {
     map: &'a KeyMap,
     cleaned: &'a Cleaned,
+    /// The log's aborted transactions overlapping the pass.
+    aborted: &'a Aborted,
     /// Offsets at or past this are left as they are (the map stopped there).
     end: u64,
     delete_retention_ms: i64,
@@ -343,6 +399,12 @@ impl Rules<'_> {
         if r.value.is_some() {
             return true;
         }
+        self.keep_tombstone(offset)
+    }
+
+    /// Whether a tombstone (or a COMMIT marker) at `offset` stays: until `delete.retention.ms`
+    /// after its offset was first cleaned; the oldest kept is noted.
+    fn keep_tombstone(&self, offset: u64) -> bool {
         let first_cleaned = self.cleaned.first_cleaned(offset);
         if first_cleaned.is_some_and(|t| self.now_ms.saturating_sub(t) >= self.delete_retention_ms)
         {
@@ -360,12 +422,25 @@ impl Rules<'_> {
         // Offsets whose records all went, not yet written as a gap: (first, span, max ts).
         let mut gap: Option<(u64, u64, i64)> = None;
         for e in entries {
-            let (first, span) = (e.header.offset, u64::from(e.header.record_count));
-            let batch = if first >= self.end { None } else { records_of(&e) };
-            let Some((h, records)) = batch else {
-                flush_gap(&mut gap, &mut out)?;
-                out.push(e);
-                continue;
+            let first = e.header.offset;
+            let batch = if first >= self.end { Batch::Leave } else { batch_of(&e, self.aborted) };
+            let (h, records) = match batch {
+                Batch::Records(h, records) => (h, records),
+                Batch::Commit if !self.keep_tombstone(first) => {
+                    dropped += 1;
+                    into_gap(&mut gap, &mut out, &e.header)?;
+                    continue;
+                }
+                Batch::Aborted => {
+                    dropped += u64::from(e.header.record_count);
+                    into_gap(&mut gap, &mut out, &e.header)?;
+                    continue;
+                }
+                Batch::Leave | Batch::Commit => {
+                    flush_gap(&mut gap, &mut out)?;
+                    out.push(e);
+                    continue;
+                }
             };
             let kept: Vec<recordbatch::Record> = records
                 .iter()
@@ -377,12 +452,7 @@ impl Rules<'_> {
                 flush_gap(&mut gap, &mut out)?;
                 out.push(e);
             } else if kept.is_empty() {
-                let g = gap.get_or_insert((first, 0, i64::MIN));
-                g.1 += span;
-                g.2 = g.2.max(e.header.timestamp);
-                if g.1 >= i32::MAX as u64 / 2 {
-                    flush_gap(&mut gap, &mut out)?;
-                }
+                into_gap(&mut gap, &mut out, &e.header)?;
             } else {
                 flush_gap(&mut gap, &mut out)?;
                 let mut kept = kept;
@@ -407,6 +477,21 @@ fn corrupt(e: recordbatch::BatchError) -> LogError {
 /// `h` for an entry now holding `payload`.
 fn header(h: &LogEntryHeader, payload: &Bytes) -> LogEntryHeader {
     LogEntryHeader { entry_size: payload.len() as u64, ..*h }
+}
+
+/// The entry of `h` (every record of it dropped) added to the pending gap.
+fn into_gap(
+    gap: &mut Option<(u64, u64, i64)>,
+    out: &mut Vec<LogEntry>,
+    h: &LogEntryHeader,
+) -> Result<(), LogError> {
+    let g = gap.get_or_insert((h.offset, 0, i64::MIN));
+    g.1 += u64::from(h.record_count);
+    g.2 = g.2.max(h.timestamp);
+    if g.1 >= i32::MAX as u64 / 2 {
+        flush_gap(gap, out)?;
+    }
+    Ok(())
 }
 
 /// The pending gap, written as one empty batch.
@@ -439,7 +524,14 @@ impl Compactor {
         let Some(plan) = plan_clean(&view, &cleaned, cleanup, upto, now_ms) else {
             return Ok(Cleaning::default());
         };
-        let (map, end) = self.map_keys(&view, &plan).await?;
+        // The aborted transactions of what the pass takes (none to read when the log never
+        // had one).
+        let aborted = if view.head.aborted.is_empty() && view.head.aborted_paged == 0 {
+            Aborted::default()
+        } else {
+            Aborted::new(build::aborted_in(&self.reader, log, view.start, plan.end).await?)
+        };
+        let (map, end) = self.map_keys(&view, &plan, &aborted).await?;
         let mut done = Cleaning { keys: map.len(), map_bytes: map.bytes(), ..Default::default() };
         if end <= plan.dirty_from && plan.end > plan.dirty_from {
             tracing::warn!(%log, map_bytes = map.bytes(), "key compaction: the key map holds not one batch's keys; nothing cleaned");
@@ -448,6 +540,7 @@ impl Compactor {
         let rules = Rules {
             map: &map,
             cleaned: &cleaned,
+            aborted: &aborted,
             end,
             delete_retention_ms: cleanup.delete_retention_ms,
             now_ms,
@@ -500,7 +593,12 @@ impl Compactor {
 
     /// The dirty segments' keys (step 2), and where the map stopped: the plan's end, or the
     /// first offset of the entry whose keys did not fit.
-    async fn map_keys(&self, view: &LogView, plan: &Clean) -> Result<(KeyMap, u64), LogError> {
+    async fn map_keys(
+        &self,
+        view: &LogView,
+        plan: &Clean,
+        aborted: &Aborted,
+    ) -> Result<(KeyMap, u64), LogError> {
         let dirty: Vec<&logstore::records::Locator> = plan
             .pages
             .iter()
@@ -515,7 +613,7 @@ impl Compactor {
                 if first + u64::from(e.header.record_count) <= plan.dirty_from {
                     continue;
                 }
-                let Some((_, records)) = records_of(&e) else { continue };
+                let Batch::Records(_, records) = batch_of(&e, aborted) else { continue };
                 for r in &records {
                     let (offset, Some(key)) = (first + u64::from(r.offset_delta), &r.key) else {
                         continue;

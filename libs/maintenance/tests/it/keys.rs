@@ -14,7 +14,10 @@ use maintenance::compactor::{Cleanup, Compactor, CompactorConfig, IdleLogs};
 
 use crate::env::{Env, ManualClock};
 
-both_envs!(a_compacted_log_keeps_each_keys_latest_record_at_its_offset_then_drops_its_tombstones,);
+both_envs!(
+    a_compacted_log_keeps_each_keys_latest_record_at_its_offset_then_drops_its_tombstones,
+    a_compacted_logs_transactions_are_cleaned_as_kafkas_cleaner_cleans_them,
+);
 
 /// Keys, and updates of them.
 const KEYS: u64 = 1_000;
@@ -134,6 +137,129 @@ async fn a_compacted_log_keeps_each_keys_latest_record_at_its_offset_then_drops_
     ensure!(last.len() as u64 == KEYS - DELETED, "{} records left", last.len());
     ensure!(last.values().all(|(_, v)| v.is_some()), "a tombstone is left");
     ensure!(last.iter().all(|(o, r)| before.get(o) == Some(r)));
+    w.shutdown().await;
+    Ok(())
+}
+
+/// A log's records by offset: (key, value).
+type Kept = BTreeMap<u64, (String, String)>;
+
+/// A compacted log's Kafka transactions, cleaned as Kafka's cleaner cleans them: an aborted
+/// transaction's records go, a committed one's are compacted as any (a Kafka Streams
+/// `exactly_once_v2` changelog is all transactional), a COMMIT marker goes once
+/// `delete.retention.ms` has passed, an ABORT marker stays; a segment holding an open
+/// transaction waits until it ends; offsets never move.
+async fn a_compacted_logs_transactions_are_cleaned_as_kafkas_cleaner_cleans_them(
+    env: Env,
+) -> Result<()> {
+    use logstore::TxnMark::{Data, End};
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    let other = w.create_log().await?;
+    let txn = async |pid: i64, value: &str, keys: std::ops::Range<u32>| -> Result<u64> {
+        let rs: Vec<recordbatch::Record> = keys
+            .enumerate()
+            .map(|(i, k)| recordbatch::Record {
+                offset_delta: i as u32,
+                timestamp_ms: 1_700_000_000_000,
+                key: Some(Bytes::from(format!("k{k}"))),
+                value: Some(Bytes::from(value.to_owned())),
+                headers: Vec::new(),
+            })
+            .collect();
+        let producer =
+            recordbatch::ProducerFields { producer_id: pid, producer_epoch: 0, base_sequence: 0 };
+        let framing = recordbatch::Framing {
+            attributes: 0x10,
+            base_timestamp: 1_700_000_000_000,
+            max_timestamp: 1_700_000_000_000,
+            producer,
+        };
+        let batch = recordbatch::encode_framed(&rs, framing)?;
+        let opts =
+            logstore::Conditions { txn: Some(Data { producer_id: pid }), ..Default::default() };
+        Ok(w.submit_in_slot(log, "*", rs.len() as u32, batch, opts).await?.await?.offset)
+    };
+    let end = async |pid: i64, commit: bool| -> Result<u64> {
+        let marker = recordbatch::encode_marker(pid, 0, commit, 0, 1_700_000_000_000)?;
+        let opts = logstore::Conditions {
+            txn: Some(End { producer_id: pid, abort: !commit }),
+            ..Default::default()
+        };
+        Ok(w.submit_in_slot(log, "*", 1, marker, opts).await?.await?.offset)
+    };
+    // Its records (offset → key, value), and the offsets of its COMMIT and ABORT markers.
+    let read = async || -> Result<(Kept, Vec<u64>, Vec<u64>)> {
+        let info = w.info(log).await?;
+        let (mut records, mut commits, mut aborts) = (BTreeMap::new(), Vec::new(), Vec::new());
+        let mut at = info.first_offset;
+        while at < info.next_offset {
+            let got = w.read_entries(log, at, 1000, u64::MAX).await?;
+            at = got.last().context("an empty read")?.header.end_offset();
+            for e in got {
+                match recordbatch::marker_commits(&e.payload) {
+                    Some(true) => commits.push(e.header.offset),
+                    Some(false) => aborts.push(e.header.offset),
+                    None => {
+                        for r in recordbatch::decode(&e.payload)?.1 {
+                            let s = |b: &Option<Bytes>| {
+                                String::from_utf8_lossy(b.as_deref().unwrap_or_default())
+                                    .into_owned()
+                            };
+                            let o = e.header.offset + u64::from(r.offset_delta);
+                            records.insert(o, (s(&r.key), s(&r.value)));
+                        }
+                    }
+                }
+            }
+        }
+        Ok((records, commits, aborts))
+    };
+    let flush_other = async || w.append(other, 1, Bytes::from_static(b"x"), None).await;
+    ensure!(txn(6, "c1", 0..10).await? == 0);
+    ensure!(txn(5, "aborted", 0..10).await? == 10);
+    ensure!(end(5, false).await? == 20);
+    ensure!(end(6, true).await? == 21);
+    ensure!(txn(6, "c2", 0..5).await? == 22);
+    ensure!(end(6, true).await? == 27);
+    flush_other().await?;
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as i64;
+    let clock = Arc::new(ManualClock(AtomicI64::new(now)));
+    compact(&env, log, &clock).await?;
+    let (records, commits, aborts) = read().await?;
+    let want = |o: u64, k: u32, v: &str| (o, (format!("k{k}"), v.to_owned()));
+    let expected: Kept = (5..10)
+        .map(|k| want(u64::from(k), k, "c1"))
+        .chain((0..5).map(|k| want(22 + u64::from(k), k, "c2")))
+        .collect();
+    ensure!(records == expected, "{records:?}");
+    ensure!(commits == [21, 27] && aborts == [20], "markers {commits:?} {aborts:?}");
+    // A transaction left open: its segment is not cleaned, its records stay for now.
+    ensure!(txn(7, "open", 0..2).await? == 28);
+    ensure!(txn(8, "later", 3..4).await? == 30);
+    ensure!(end(8, true).await? == 31);
+    flush_other().await?;
+    compact(&env, log, &clock).await?;
+    let (records, _, _) = read().await?;
+    ensure!(records.len() == expected.len() + 3, "{records:?}");
+    // Past delete.retention.ms the COMMIT markers below the open transaction go; the ABORT
+    // marker stays.
+    clock.0.fetch_add(RETENTION_MS, Ordering::SeqCst);
+    compact(&env, log, &clock).await?;
+    let (_, commits, aborts) = read().await?;
+    ensure!(commits == [31] && aborts == [20], "markers {commits:?} {aborts:?}");
+    // Its abort ends it: its records go, and k3's latest is 8's.
+    ensure!(end(7, false).await? == 32);
+    flush_other().await?;
+    compact(&env, log, &clock).await?;
+    let (records, _, aborts) = read().await?;
+    let mut last = expected.clone();
+    last.remove(&25);
+    last.insert(30, ("k3".to_owned(), "later".to_owned()));
+    ensure!(records == last, "{records:?}");
+    ensure!(aborts == [20, 32], "{aborts:?}");
+    ensure!(w.info(log).await?.next_offset == 33, "the log's end moved");
     w.shutdown().await;
     Ok(())
 }

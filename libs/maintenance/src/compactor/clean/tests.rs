@@ -90,7 +90,16 @@ fn the_key_map_keeps_each_keys_latest_offset_and_refuses_new_keys_when_full() {
 }
 
 fn rules<'a>(map: &'a KeyMap, cleaned: &'a Cleaned, end: u64, now_ms: i64) -> Rules<'a> {
-    Rules { map, cleaned, end, delete_retention_ms: 1_000, now_ms, tombstones: Default::default() }
+    static NONE: std::sync::LazyLock<Aborted> = std::sync::LazyLock::new(Aborted::default);
+    Rules {
+        map,
+        cleaned,
+        aborted: &NONE,
+        end,
+        delete_retention_ms: 1_000,
+        now_ms,
+        tombstones: Default::default(),
+    }
 }
 
 #[test]
@@ -147,7 +156,7 @@ fn view(pages: Vec<Page>, start: u64) -> LogView {
         log: LogId(1),
         revision: 10,
         claim: 9,
-        head: LogHead::default(),
+        head: LogHead { next_offset: 30, ..Default::default() },
         head_revision: 1,
         start,
         start_revision: 1,
@@ -194,7 +203,77 @@ fn a_pass_takes_old_enough_segments_below_the_checkpoints_once_dirty_enough() {
         plan_clean(&view(wal, 0), &none, &cleanup, None, 1_000).map(|c| c.pages),
         Some(vec![0])
     );
-    let mut mine = pages;
+    let mut mine = pages.clone();
     mine[0].page.locators[0].compacted_claim = 9;
     assert!(plan_clean(&view(mine, 0), &none, &cleanup, None, 1_000).is_none());
+    // A transaction open from offset 15 on: the segment holding it waits.
+    let mut open = view(pages, 0);
+    open.head.open_txns.push(logstore::records::OpenTxn { producer_id: 4, first_offset: 15 });
+    let below = plan_clean(&open, &none, &cleanup, None, 1_000).map(|c| c.pages);
+    assert_eq!(below, Some(vec![0]), "only below the last stable offset");
+}
+
+/// A transactional batch of producer `pid` at `offset`.
+fn txn_entry(offset: u64, records: &[(Option<&str>, Option<&str>)], pid: i64) -> LogEntry {
+    let rs: Vec<recordbatch::Record> =
+        records.iter().enumerate().map(|(i, (k, v))| record(*k, *v, i as u32)).collect();
+    let producer =
+        recordbatch::ProducerFields { producer_id: pid, producer_epoch: 0, base_sequence: 0 };
+    let framing = recordbatch::Framing {
+        attributes: 0x10,
+        base_timestamp: 1_000,
+        max_timestamp: 1_000,
+        producer,
+    };
+    let payload = recordbatch::encode_framed(&rs, framing).expect("encodes");
+    let mut e = entry(offset, records, pid);
+    e.header.entry_size = payload.len() as u64;
+    e.payload = payload;
+    e
+}
+
+/// A marker of `pid`'s transaction at `offset`.
+fn marker(offset: u64, pid: i64, commit: bool) -> LogEntry {
+    let payload = recordbatch::encode_marker(pid, 0, commit, 0, 1_000).expect("encodes");
+    let mut e = entry(offset, &[(None, None)], pid);
+    e.header.entry_size = payload.len() as u64;
+    e.payload = payload;
+    e
+}
+
+/// Kafka's cleaner's treatment of transactions: an aborted transaction's batches go whole, a
+/// committed one's records are compacted as any, a COMMIT marker goes once its retention is
+/// over, an ABORT marker stays; offsets stay.
+#[test]
+fn aborted_batches_go_committed_ones_compact_and_commit_markers_expire() {
+    let entries = vec![
+        txn_entry(0, &[(Some("a"), Some("1")), (Some("b"), Some("1"))], 5), // aborted
+        txn_entry(2, &[(Some("a"), Some("2")), (Some("c"), Some("2"))], 6), // committed
+        marker(4, 5, false),
+        marker(5, 6, true),
+        entry(6, &[(Some("a"), Some("3"))], -1),
+    ];
+    // The map a pass builds: no key of the aborted batch (b is nobody's latest).
+    let mut map = KeyMap::new(1 << 20, 100);
+    for (k, o) in [("a", 6), ("c", 3)] {
+        map.put(KeyMap::hash(k.as_bytes()), o);
+    }
+    let aborted = Aborted::new([(5, 0, 4)]);
+    let cleaned = Cleaned::parse(b"6:100").expect("valid");
+    let mut r = rules(&map, &cleaned, 7, 1_100);
+    r.aborted = &aborted;
+    let (out, dropped) = r.filter(entries.clone()).expect("filters");
+    let (records, spans) = read(&out);
+    let offsets: Vec<u64> = records.iter().map(|(o, _, _)| *o).collect();
+    assert_eq!(offsets, [3, 4, 6], "c@3, the ABORT marker, a@6");
+    assert_eq!(spans, [(0, 2), (2, 2), (4, 1), (5, 1), (6, 1)]);
+    assert_eq!(dropped, 4, "a@0, b@1 (aborted), a@2 (superseded), the COMMIT marker");
+    let kept = recordbatch::BatchHeader::parse(&out[1].payload).expect("a batch");
+    assert!(kept.is_transactional() && kept.producer.producer_id == 6, "{kept:?}");
+    // Before its retention is over the COMMIT marker stays, noted as a tombstone is.
+    let mut early = rules(&map, &cleaned, 7, 1_099);
+    early.aborted = &aborted;
+    let (out, _) = early.filter(entries).expect("filters");
+    assert!(out.iter().any(|e| e.header.offset == 5 && e.payload.len() > 61));
+    assert_eq!(*early.tombstones.lock(), Some(100));
 }
