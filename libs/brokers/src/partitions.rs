@@ -27,7 +27,7 @@ impl kafka::Partitions for LogBroker {
         zone: Option<&str>,
         batch: bytes::Bytes,
         header: &recordbatch::BatchHeader,
-        transactional_id: Option<&str>,
+        txn: Option<kafka::TxnProduce<'_>>,
     ) -> Result<kafka::Commit, Refused> {
         if kafka::internal::is_internal(topic) {
             return Err(kafka::internal::refused(topic));
@@ -83,9 +83,9 @@ impl kafka::Partitions for LogBroker {
             return Ok(commit(committing, append_time));
         }
         // A transactional batch: checked and admitted in the slot's transactional order.
-        let txn = match (header.is_transactional(), transactional_id) {
+        let txn = match (header.is_transactional(), txn) {
             (false, _) => None,
-            (true, Some(id)) => Some((id, self.txn_order(log, &slot))),
+            (true, Some(t)) => Some((t, self.txn_order(log, &slot))),
             (true, None) => {
                 return Err(Refused::new(
                     kafka::transactions::INVALID_TXN_STATE,
@@ -136,9 +136,9 @@ impl kafka::Partitions for LogBroker {
             Check::Refuse(r) => return Err(self.confirm_refusal(log, &key.1, epoch, r).await),
         }
         let mut conditions = conditions(header, now, Some(epoch), &config)?;
-        if let Some((id, _)) = txn {
+        if let Some((t, _)) = txn {
             let at = (log, key.1.as_str(), epoch);
-            self.verify_txn(id, (topic, partition), at, (p.producer_id, p.producer_epoch)).await?;
+            self.verify_txn(t, (topic, partition), at, (p.producer_id, p.producer_epoch)).await?;
             conditions.txn = Some(logstore::TxnMark::Data { producer_id: p.producer_id });
         }
         // Commits only in this tenure: the state checked belongs to it.

@@ -23,11 +23,13 @@ impl LogBroker {
     }
 
     /// Whether producer (`producer_id`, `epoch`)'s batch to `topic`'s `partition` (log, slot
-    /// served at `tenure`) belongs to `transactional_id`'s ongoing transaction: known in this
-    /// tenure, or read from the coordinator's stored state (then known).
+    /// served at `tenure`) belongs to its transactional id's ongoing transaction: known in this
+    /// tenure, or read from the coordinator's stored state (then known). With
+    /// `add_partition` (transactions V2) a partition not in it yet joins it first, beginning it
+    /// if none is under way, as the coordinator would.
     pub(crate) async fn verify_txn(
         &self,
-        transactional_id: &str,
+        kafka::TxnProduce { transactional_id, add_partition }: kafka::TxnProduce<'_>,
         (topic, partition): (&str, i32),
         (log, slot, tenure): (LogId, &str, i64),
         (producer_id, epoch): (i64, i16),
@@ -60,7 +62,22 @@ impl LogBroker {
                 ));
             }
         };
-        txn.verify(producer_id, epoch, topic, partition)?;
+        match txn.verify(producer_id, epoch, topic, partition) {
+            Err(r) if add_partition && r.code == kafka::transactions::INVALID_TXN_STATE => {
+                if logstore::mutations::on(logstore::mutations::Mutation::SkipImplicitAdd)
+                    && txn.phase() == kafka::transactions::TxnPhase::Ongoing
+                {
+                    return Ok(());
+                }
+                let p = kafka::transactions::TxnPartition { topic: topic.to_owned(), partition };
+                let joined =
+                    kafka::add_to_transaction(self, transactional_id, (producer_id, epoch), p)
+                        .await
+                        .map_err(|code| Refused::new(code, format!("{topic}-{partition}")))?;
+                joined.verify(producer_id, epoch, topic, partition)?;
+            }
+            r => r?,
+        }
         if let Some(SlotProducers::Ready(t)) = self.producers.lock().get_mut(&key)
             && t.epoch == tenure
         {
@@ -592,8 +609,7 @@ impl LogBroker {
                     true => kafka::transactions::TxnPhase::PrepareCommit,
                     false => kafka::transactions::TxnPhase::PrepareAbort,
                 };
-                t.producer_id == marker.producer_id
-                    && t.producer_epoch == i32::from(marker.producer_epoch)
+                t.marker_producer() == (marker.producer_id, i32::from(marker.producer_epoch))
                     && t.phase() == phase
             });
         Ok(asked && prepared)

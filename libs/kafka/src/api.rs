@@ -381,18 +381,47 @@ fn encode_response<M: Encodable>(
     Ok(Outgoing::whole(out.freeze()))
 }
 
-/// The ApiVersions response: every API of the registry and its versions.
+/// The transactions version every broker runs at (Kafka's `transaction.version` feature):
+/// 2, KIP-890 part 2. A Kafka 4 client seeing it finalized there ends each transaction at a
+/// new epoch (EndTxn v5) and adds partitions and groups by its Produce v12 and TxnOffsetCommit
+/// v5 requests; older clients and librdkafka run transactions V1.
+pub const TRANSACTION_VERSION: i16 = 2;
+
+/// The epoch of the finalized features (they never change here; a client takes them as news
+/// once, from -1).
+const FEATURES_EPOCH: i64 = 1;
+
+/// The ApiVersions response: every API of the registry and its versions, and the features.
 pub fn api_versions(error_code: i16) -> ApiVersionsResponse {
-    ApiVersionsResponse::default().with_error_code(error_code).with_api_keys(
-        APIS.iter()
-            .map(|r| {
-                ApiVersion::default()
-                    .with_api_key(r.key as i16)
-                    .with_min_version(r.min)
-                    .with_max_version(r.max)
-            })
-            .collect(),
-    )
+    use kafka_protocol::messages::api_versions_response::{
+        FinalizedFeatureKey, SupportedFeatureKey,
+    };
+    let name = || kafka_protocol::protocol::StrBytes::from_static_str("transaction.version");
+    ApiVersionsResponse::default()
+        .with_error_code(error_code)
+        .with_api_keys(
+            APIS.iter()
+                .map(|r| {
+                    ApiVersion::default()
+                        .with_api_key(r.key as i16)
+                        .with_min_version(r.min)
+                        .with_max_version(r.max)
+                })
+                .collect(),
+        )
+        .with_supported_features(vec![
+            SupportedFeatureKey::default()
+                .with_name(name())
+                .with_min_version(0)
+                .with_max_version(TRANSACTION_VERSION),
+        ])
+        .with_finalized_features_epoch(FEATURES_EPOCH)
+        .with_finalized_features(vec![
+            FinalizedFeatureKey::default()
+                .with_name(name())
+                .with_min_version_level(TRANSACTION_VERSION)
+                .with_max_version_level(TRANSACTION_VERSION),
+        ])
 }
 
 #[cfg(test)]

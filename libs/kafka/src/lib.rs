@@ -375,7 +375,7 @@ pub trait Partitions: Send + Sync + 'static {
         zone: Option<&str>,
         batch: bytes::Bytes,
         header: &recordbatch::BatchHeader,
-        transactional_id: Option<&str>,
+        txn: Option<TxnProduce<'_>>,
     ) -> Result<Commit, Refused>;
 
     /// DescribeProducers: the producers the owner of `topic`'s `partition` knows
@@ -657,6 +657,27 @@ pub enum Staged {
     Done(Vec<Result<(), Refused>>),
     /// The transaction's state moved since it was read: nothing was written.
     TxnMoved,
+}
+
+/// Transactions V2: partition `p` joins transactional id `id`'s transaction (of producer
+/// `producer`, beginning it if none is under way), by the coordinator's compare-and-set; done by
+/// the partition's owner on a Produce v12. The stored state after.
+pub async fn add_to_transaction(
+    states: &dyn TxnStates,
+    id: &str,
+    producer: (i64, i16),
+    p: transactions::TxnPartition,
+) -> Result<transactions::StoredTxn, i16> {
+    txn_api::coordinator::add_implicitly(states, id, producer, &[p], None).await
+}
+
+/// The request a transactional batch came in: its producer's transactional id, and whether
+/// the partition joins the producer's transaction by this batch (Produce v12: transactions
+/// V2) rather than by an AddPartitionsToTxn before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxnProduce<'a> {
+    pub transactional_id: &'a str,
+    pub add_partition: bool,
 }
 
 /// What the front end needs of the role it runs in: the capabilities above. A role implements

@@ -23,7 +23,7 @@ use crate::session::Session;
 /// batches commit in the order it sent them); returns the future of the response, which
 /// resolves once every admitted batch is committed or refused.
 pub(crate) async fn admit(
-    req: ProduceRequest,
+    (req, version): (ProduceRequest, i16),
     client_id: &str,
     broker: &dyn Broker,
     cfg: &KafkaConfig,
@@ -31,6 +31,10 @@ pub(crate) async fn admit(
     let zone = crate::zone_of(client_id);
     let acks_ok = matches!(req.acks, -1..=1);
     let transactional_id = req.transactional_id.as_ref().map(|t| t.to_string());
+    // From v12 a transactional batch adds its partition to its transaction (KIP-890 part 2).
+    let txn = transactional_id
+        .as_deref()
+        .map(|id| crate::TxnProduce { transactional_id: id, add_partition: version >= 12 });
     let mut topics = Vec::with_capacity(req.topic_data.len());
     for t in req.topic_data {
         let topic = t.name.0.to_string();
@@ -40,7 +44,7 @@ pub(crate) async fn admit(
                 Err(Refused::new(code::INVALID_REQUIRED_ACKS, "acks must be -1, 0 or 1"))
             } else {
                 let to = (topic.as_str(), p.index, zone);
-                one(broker, cfg, to, p.records, transactional_id.as_deref()).await
+                one(broker, cfg, to, p.records, txn).await
             };
             partitions.push((p.index, admitted));
         }
@@ -92,7 +96,7 @@ async fn one(
     cfg: &KafkaConfig,
     (topic, partition, zone): (&str, i32, Option<&str>),
     records: Option<Bytes>,
-    transactional_id: Option<&str>,
+    txn: Option<crate::TxnProduce<'_>>,
 ) -> Result<crate::Commit, Refused> {
     let Some(batch) = records.filter(|b| !b.is_empty()) else {
         return Err(Refused::new(code::CORRUPT_MESSAGE, "no record batch"));
@@ -120,7 +124,7 @@ async fn one(
     if h.is_control() {
         return Err(Refused::new(code::INVALID_RECORD, "control batches come from brokers only"));
     }
-    if h.is_transactional() && transactional_id.is_none() {
+    if h.is_transactional() && txn.is_none() {
         return Err(Refused::new(
             TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
             "a transactional batch in a request without a transactional id",
@@ -129,7 +133,7 @@ async fn one(
     if h.is_transactional() && h.producer.producer_id < 0 {
         return Err(Refused::new(code::INVALID_RECORD, "a transactional batch without a producer"));
     }
-    broker.produce(topic, partition, zone, batch, &h, transactional_id).await
+    broker.produce(topic, partition, zone, batch, &h, txn).await
 }
 
 const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 =
@@ -195,7 +199,9 @@ impl Handler for Produce {
                 }
                 _ => authorize::produce(ctx.access(), &mut req),
             };
-            let committing = admit(req, &ctx.client_id, ctx.broker.as_ref(), &ctx.cfg).await;
+            let version = ctx.reply.version;
+            let committing =
+                admit((req, version), &ctx.client_id, ctx.broker.as_ref(), &ctx.cfg).await;
             let reply = ctx.reply;
             let answer: Answer = Box::pin(async move {
                 let mut resp = committing.await;

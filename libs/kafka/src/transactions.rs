@@ -113,6 +113,15 @@ pub struct StoredTxn {
     /// When the state last changed.
     #[prost(int64, tag = "8")]
     pub updated_ms: i64,
+    /// The producer id and epoch the markers of the transaction being ended (or last ended)
+    /// carry, when the ending moved the producer on: its epoch bumped (transactions V2's
+    /// EndTxn, a zombie fenced, a timeout), perhaps to a new producer id once its epochs were
+    /// spent. The transaction ran at the epoch before. Unset: the markers carry
+    /// (`producer_id`, `producer_epoch`), which the transaction ran at.
+    #[prost(int64, optional, tag = "9")]
+    pub marker_producer_id: Option<i64>,
+    #[prost(int32, optional, tag = "10")]
+    pub marker_epoch: Option<i32>,
 }
 
 impl StoredTxn {
@@ -125,6 +134,23 @@ impl StoredTxn {
     /// Encoded, to store.
     pub fn encode(&self) -> Vec<u8> {
         prost::Message::encode_to_vec(self)
+    }
+
+    /// The producer id and epoch the markers of the transaction being ended carry.
+    pub fn marker_producer(&self) -> (i64, i32) {
+        match (self.marker_producer_id, self.marker_epoch) {
+            (Some(id), Some(epoch)) => (id, epoch),
+            _ => (self.producer_id, self.producer_epoch),
+        }
+    }
+
+    /// The producer id and epoch the transaction being ended ran at (its batches', and its
+    /// staged offsets').
+    pub fn txn_producer(&self) -> (i64, i32) {
+        match (self.marker_producer_id, self.marker_epoch) {
+            (Some(id), Some(epoch)) => (id, epoch - 1),
+            _ => (self.producer_id, self.producer_epoch),
+        }
     }
 
     /// Whether a transactional batch of producer (`producer_id`, `epoch`) to `topic`'s
@@ -268,13 +294,14 @@ pub mod machine {
                 Err(CONCURRENT_TRANSACTIONS)
             }
             TxnPhase::Ongoing => {
-                let mut next = bumped(cur, new_id);
+                let mut next = ending(cur, new_id);
                 next.phase = TxnPhase::PrepareAbort as i32;
                 next.updated_ms = now;
                 Ok(Init::FenceFirst(next))
             }
             TxnPhase::Empty | TxnPhase::CompleteCommit | TxnPhase::CompleteAbort => {
                 let mut next = bumped(cur, new_id);
+                (next.marker_producer_id, next.marker_epoch) = (None, None);
                 next.phase = TxnPhase::Empty as i32;
                 next.timeout_ms = timeout_ms;
                 next.partitions.clear();
@@ -283,6 +310,20 @@ pub mod machine {
                 Ok(Init::Ready(next))
             }
         }
+    }
+
+    /// `cur`'s transaction under way ended by moving its producer on ([`bumped`]): its markers
+    /// carry the producer id it ran at and the epoch after.
+    fn ending(cur: &StoredTxn, new_id: i64) -> StoredTxn {
+        let mut next = bumped(cur, new_id);
+        next.marker_producer_id = Some(cur.producer_id);
+        next.marker_epoch = Some(cur.producer_epoch + 1);
+        next
+    }
+
+    /// Whether `cur`'s next epoch needs a new producer id.
+    pub fn spent(cur: &StoredTxn) -> bool {
+        cur.producer_epoch >= LAST_EPOCH
     }
 
     /// `cur` at the next epoch, or a new producer id once its epochs are spent.
@@ -336,6 +377,7 @@ pub mod machine {
             next.partitions.clear();
             next.groups.clear();
             next.started_ms = now;
+            (next.marker_producer_id, next.marker_epoch) = (None, None);
         }
         next.phase = TxnPhase::Ongoing as i32;
         for p in partitions {
@@ -378,6 +420,55 @@ pub mod machine {
         }
     }
 
+    /// EndTxn v5 (transactions V2, KIP-890 part 2): the transaction under way is to be
+    /// committed or aborted at the next epoch (its markers carry it, fencing any batch of the
+    /// epoch it ran at; a new producer id once the epochs are spent); the client goes on at
+    /// the producer id and epoch of the state after. Aborting with no transaction under way
+    /// bumps the epoch too (a produce the client sent may still add a partition at the old
+    /// one). A retry of an end already made, at the epoch before, is answered as it was.
+    pub fn end_v2(
+        cur: Option<&StoredTxn>,
+        (producer_id, epoch): (i64, i16),
+        commit: bool,
+        new_id: i64,
+        now: i64,
+    ) -> Result<Option<StoredTxn>, i16> {
+        let cur = cur.ok_or(INVALID_PRODUCER_ID_MAPPING)?;
+        let phase = cur.phase();
+        let prepared = if commit { TxnPhase::PrepareCommit } else { TxnPhase::PrepareAbort };
+        let complete = if commit { TxnPhase::CompleteCommit } else { TxnPhase::CompleteAbort };
+        let retry = cur.marker_producer_id == Some(producer_id)
+            && cur.marker_epoch == Some(i32::from(epoch) + 1);
+        if retry && phase == complete {
+            return Ok(None);
+        }
+        if retry && phase == prepared {
+            return Err(CONCURRENT_TRANSACTIONS);
+        }
+        owned_by(cur, producer_id, epoch)?;
+        match phase {
+            TxnPhase::Ongoing => {
+                let mut next = ending(cur, new_id);
+                next.phase = prepared as i32;
+                next.updated_ms = now;
+                Ok(Some(next))
+            }
+            TxnPhase::Empty | TxnPhase::CompleteCommit | TxnPhase::CompleteAbort if !commit => {
+                let mut next = bumped(cur, new_id);
+                (next.marker_producer_id, next.marker_epoch) = (None, None);
+                next.phase = TxnPhase::CompleteAbort as i32;
+                next.partitions.clear();
+                next.groups.clear();
+                next.updated_ms = now;
+                Ok(Some(next))
+            }
+            TxnPhase::PrepareCommit | TxnPhase::PrepareAbort | TxnPhase::PrepareEpochFence => {
+                Err(CONCURRENT_TRANSACTIONS)
+            }
+            _ => Err(INVALID_TXN_STATE),
+        }
+    }
+
     /// Every marker of a transaction being ended is written: it is complete.
     pub fn complete(cur: &StoredTxn, now: i64) -> Option<StoredTxn> {
         let done = match cur.phase() {
@@ -400,7 +491,7 @@ pub mod machine {
         if cur.phase() != TxnPhase::Ongoing || now < due {
             return None;
         }
-        let mut next = bumped(cur, new_id);
+        let mut next = ending(cur, new_id);
         next.phase = TxnPhase::PrepareAbort as i32;
         next.updated_ms = now;
         Some(next)
@@ -431,6 +522,60 @@ mod tests {
 
     fn part(p: i32) -> TxnPartition {
         TxnPartition { topic: "t".into(), partition: p }
+    }
+
+    /// Transactions V2 (KIP-890 part 2): each end moves the producer to the next epoch, which
+    /// the markers carry and the next transaction runs at; a retry at the epoch before is
+    /// answered as it was; an abort with nothing under way bumps too; once the epochs are
+    /// spent the producer goes on at a new id while the markers carry the old one.
+    #[test]
+    fn a_v2_end_moves_the_producer_to_the_next_epoch_and_its_markers_carry_it() {
+        let Ok(Init::Ready(t)) = machine::init(None, 60_000, None, 7, 1) else { panic!() };
+        let t = machine::add(Some(&t), (7, 0), &[part(0)], Some("g"), 2).unwrap().unwrap();
+        let ending = machine::end_v2(Some(&t), (7, 0), true, -1, 3).unwrap().unwrap();
+        assert_eq!(
+            (ending.phase(), ending.producer_id, ending.producer_epoch),
+            (TxnPhase::PrepareCommit, 7, 1)
+        );
+        assert_eq!((ending.marker_producer(), ending.txn_producer()), ((7, 1), (7, 0)));
+        assert_eq!(ending.partitions, [part(0)], "its markers go to its partitions");
+        assert_eq!(
+            machine::end_v2(Some(&ending), (7, 0), true, -1, 4),
+            Err(CONCURRENT_TRANSACTIONS)
+        );
+        let done = machine::complete(&ending, 5).unwrap();
+        assert_eq!(machine::end_v2(Some(&done), (7, 0), true, -1, 6), Ok(None), "a retry");
+        assert_eq!(machine::end_v2(Some(&done), (7, 0), false, -1, 6), Err(PRODUCER_FENCED));
+        assert_eq!(machine::add(Some(&done), (7, 0), &[part(1)], None, 6), Err(PRODUCER_FENCED));
+        // The next transaction, at the new epoch: the markers of the last one are forgotten.
+        let next = machine::add(Some(&done), (7, 1), &[part(1)], None, 7).unwrap().unwrap();
+        assert_eq!((next.marker_producer(), next.started_ms), ((7, 1), 7));
+        assert_eq!(next.marker_producer_id, None);
+        assert_eq!(
+            machine::end_v2(Some(&next), (7, 1), true, -1, 8).unwrap().unwrap().producer_epoch,
+            2
+        );
+        // Aborting with nothing under way: the next epoch, complete at once (no marker).
+        let idle = machine::end_v2(Some(&done), (7, 1), false, -1, 9).unwrap().unwrap();
+        assert_eq!((idle.phase(), idle.producer_epoch), (TxnPhase::CompleteAbort, 2));
+        assert_eq!(machine::end_v2(Some(&done), (7, 1), true, -1, 9), Err(INVALID_TXN_STATE));
+        // Epochs spent: a new producer id, the markers at the old id's last epoch.
+        let mut old = t.clone();
+        old.producer_epoch = i32::from(i16::MAX) - 1;
+        assert!(machine::spent(&old) && !machine::spent(&t));
+        let epoch = i16::MAX - 1;
+        let rotated = machine::end_v2(Some(&old), (7, epoch), false, 99, 10).unwrap().unwrap();
+        assert_eq!((rotated.producer_id, rotated.producer_epoch), (99, 0));
+        assert_eq!(rotated.marker_producer(), (7, i32::from(i16::MAX)));
+        assert_eq!(rotated.txn_producer(), (7, i32::from(epoch)));
+        // A zombie fenced by InitProducerId at its last epoch: the same.
+        let Ok(Init::FenceFirst(f)) = machine::init(Some(&old), 60_000, None, 98, 11) else {
+            panic!()
+        };
+        assert_eq!((f.producer_id, f.marker_producer()), (98, (7, i32::from(i16::MAX))));
+        // A V1 end leaves the markers at the producer's own epoch.
+        let v1 = machine::end(Some(&t), (7, 0), true, 12).unwrap().unwrap();
+        assert_eq!((v1.marker_producer(), v1.txn_producer()), ((7, 0), (7, 0)));
     }
 
     #[test]

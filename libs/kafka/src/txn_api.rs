@@ -145,14 +145,14 @@ impl Handler for AddOffsetsToTxn {
     }
 }
 
-/// EndTxn: the transaction commits or aborts (v0–4; v5's per-transaction epoch bump,
-/// transactions V2, is not offered).
+/// EndTxn: the transaction commits or aborts; from v5 (transactions V2) at the next epoch,
+/// which the answer carries.
 #[derive(Debug)]
 pub struct EndTxn;
 
 impl Handler for EndTxn {
     const KEY: ApiKey = ApiKey::EndTxn;
-    const VERSIONS: (i16, i16) = (0, 4);
+    const VERSIONS: (i16, i16) = (0, 5);
     type Request = EndTxnRequest;
 
     fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
@@ -163,14 +163,24 @@ impl Handler for EndTxn {
                 .with_producer_epoch(-1);
             return ctx.now(&resp);
         }
+        let v2 = ctx.reply.version >= 5;
         ctx.later(move |ctx| async move {
             let producer = (req.producer_id.0, req.producer_epoch);
             let id = req.transactional_id.0.to_string();
+            let resp = EndTxnResponse::default();
+            if v2 {
+                return match coordinator::end_v2(&ctx.broker, &id, producer, req.committed).await {
+                    Ok((pid, epoch)) => {
+                        resp.with_producer_id(ProducerId(pid)).with_producer_epoch(epoch)
+                    }
+                    Err(code) => resp
+                        .with_error_code(code)
+                        .with_producer_id(ProducerId(-1))
+                        .with_producer_epoch(-1),
+                };
+            }
             let code = coordinator::end(&ctx.broker, &id, producer, req.committed).await;
-            EndTxnResponse::default()
-                .with_error_code(code)
-                .with_producer_id(ProducerId(-1))
-                .with_producer_epoch(-1)
+            resp.with_error_code(code).with_producer_id(ProducerId(-1)).with_producer_epoch(-1)
         })
     }
 }
@@ -186,7 +196,7 @@ pub struct TxnOffsetCommit;
 
 impl Handler for TxnOffsetCommit {
     const KEY: ApiKey = ApiKey::TxnOffsetCommit;
-    const VERSIONS: (i16, i16) = (0, 4);
+    const VERSIONS: (i16, i16) = (0, 5);
     type Request = TxnOffsetCommitRequest;
 
     fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
@@ -203,8 +213,12 @@ impl Handler for TxnOffsetCommit {
             .iter()
             .map(|t| access.checks() && !access.topic(Operation::Consume, &t.name))
             .collect();
+        // From v5 (transactions V2) the group joins the transaction here, not through
+        // AddOffsetsToTxn.
+        let implicit = ctx.reply.version >= 5;
         ctx.later(move |ctx| async move {
-            txn_offsets::commit(req, whole, denied, ctx.broker.as_ref(), &ctx.groups).await
+            let to = (ctx.broker.as_ref(), ctx.groups.as_ref());
+            txn_offsets::commit(req, whole, denied, to, implicit).await
         })
     }
 }
@@ -306,7 +320,7 @@ pub mod coordinator {
     /// Moves `id`'s state by `step` (its new state, `None` for no change) under
     /// compare-and-set, read again and retried when another write came first; the state after.
     pub(crate) async fn transition(
-        broker: &dyn Broker,
+        broker: &dyn crate::TxnStates,
         id: &str,
         step: impl Fn(Option<&StoredTxn>) -> Result<Option<StoredTxn>, i16>,
     ) -> Result<Option<StoredTxn>, i16> {
@@ -391,6 +405,61 @@ pub mod coordinator {
         }
     }
 
+    /// A code no answer carries: the transition needs a new producer id (the epochs spent).
+    const NEEDS_NEW_ID: i16 = i16::MIN;
+
+    /// EndTxn v5 (transactions V2): the transaction prepared to commit or abort at the next
+    /// epoch, its markers asked for; the producer id and epoch the client goes on at.
+    pub async fn end_v2(
+        broker: &std::sync::Arc<dyn Broker>,
+        id: &str,
+        producer: (i64, i16),
+        commit: bool,
+    ) -> Result<(i64, i16), i16> {
+        let c = coordinates(broker.as_ref(), id).await;
+        if c != code::NONE {
+            return Err(c);
+        }
+        let mut new_id = -1;
+        let after = loop {
+            let ended = transition(broker.as_ref(), id, |cur| {
+                if new_id < 0 && cur.is_some_and(machine::spent) {
+                    return Err(NEEDS_NEW_ID);
+                }
+                machine::end_v2(cur, producer, commit, new_id, broker.now_ms())
+            });
+            match ended.await {
+                Err(NEEDS_NEW_ID) => {
+                    new_id = broker.init_producer_id(None).await.map_err(|r| r.code)?.0;
+                }
+                Ok(after) => break after.ok_or(code::UNKNOWN_SERVER_ERROR)?,
+                Err(c) => return Err(c),
+            }
+        };
+        if matches!(after.phase(), TxnPhase::PrepareCommit | TxnPhase::PrepareAbort) {
+            end_markers(broker.clone(), id.to_owned(), after.clone()).await;
+        }
+        let epoch = i16::try_from(after.producer_epoch).map_err(|_| code::UNKNOWN_SERVER_ERROR)?;
+        Ok((after.producer_id, epoch))
+    }
+
+    /// Transactions V2: a partition (Produce v12) or group (TxnOffsetCommit v5) a producer's
+    /// request names joins its transaction, which begins with its first, as AddPartitionsToTxn
+    /// would have joined it; done by the partition's owner or the group's coordinator, by the
+    /// same compare-and-set as the coordinator's. The state after.
+    pub async fn add_implicitly(
+        states: &dyn crate::TxnStates,
+        id: &str,
+        producer: (i64, i16),
+        partitions: &[TxnPartition],
+        group: Option<&str>,
+    ) -> Result<StoredTxn, i16> {
+        let added = transition(states, id, |cur| {
+            machine::add(cur, producer, partitions, group, states.now_ms())
+        });
+        added.await?.ok_or(txn::INVALID_PRODUCER_ID_MAPPING)
+    }
+
     /// AddPartitionsToTxn / AddOffsetsToTxn: the partitions (or group) joined to the
     /// transaction under way, which begins with its first.
     pub async fn add(
@@ -416,9 +485,10 @@ pub mod coordinator {
     /// Asks for the markers of a transaction being ended and completes it, in a task of its
     /// own, once every one is written.
     pub(crate) async fn end_markers(broker: std::sync::Arc<dyn Broker>, id: String, t: StoredTxn) {
-        let Ok(epoch) = i16::try_from(t.producer_epoch) else { return };
+        let (producer_id, epoch) = t.marker_producer();
+        let Ok(epoch) = i16::try_from(epoch) else { return };
         let marker = Marker {
-            producer_id: t.producer_id,
+            producer_id,
             producer_epoch: epoch,
             commit: t.phase() == TxnPhase::PrepareCommit,
             coordinator_epoch: 0,
@@ -491,6 +561,9 @@ pub mod coordinator {
     /// the prepared one `marker` is for (a state moved on was ended by whoever moved it);
     /// whether that is done.
     async fn end_offsets(broker: &dyn Broker, id: &str, marker: Marker, t: &StoredTxn) -> bool {
+        // The offsets were staged at the epoch the transaction ran at.
+        let Ok(epoch) = i16::try_from(t.txn_producer().1) else { return true };
+        let marker = Marker { producer_epoch: epoch, ..marker };
         for group in &t.groups {
             let revision = match broker.txn_state(id).await {
                 Ok(Some((cur, revision))) if cur == *t => revision,
@@ -559,8 +632,8 @@ mod txn_offsets {
         req: TxnOffsetCommitRequest,
         whole: Option<i16>,
         denied: Vec<bool>,
-        broker: &dyn Broker,
-        groups: &Groups,
+        (broker, groups): (&dyn Broker, &Groups),
+        implicit: bool,
     ) -> TxnOffsetCommitResponse {
         let group = req.group_id.0.to_string();
         let mut whole = whole;
@@ -602,7 +675,7 @@ mod txn_offsets {
         let id = req.transactional_id.0.to_string();
         let mut staged = match items.is_empty() {
             true => Ok(Vec::new()),
-            false => stage(broker, groups, &group, &id, producer, items).await,
+            false => stage((broker, groups), &group, (&id, producer), items, implicit).await,
         }
         .map(Vec::into_iter);
         let topics = req
@@ -633,14 +706,14 @@ mod txn_offsets {
     }
 
     /// Stages `items` for transactional id `id` while its stored state has the group in the
-    /// producer's ongoing transaction; each item's outcome, or one code for all.
+    /// producer's ongoing transaction (joined to it first when `implicit`: transactions V2);
+    /// each item's outcome, or one code for all.
     async fn stage(
-        broker: &dyn Broker,
-        groups: &Groups,
+        (broker, groups): (&dyn Broker, &Groups),
         group: &str,
-        id: &str,
-        producer: (i64, i16),
+        (id, producer): (&str, (i64, i16)),
         items: Vec<OffsetCommit>,
+        implicit: bool,
     ) -> Result<Vec<Result<(), Refused>>, i16> {
         let Some(tenure) = groups.tenure(group) else { return Err(NOT_COORDINATOR) };
         for _ in 0..ATTEMPTS {
@@ -649,7 +722,17 @@ mod txn_offsets {
                 Ok(None) => return Err(txn::INVALID_PRODUCER_ID_MAPPING),
                 Err(r) => return Err(r.code),
             };
-            state.verify_group(producer.0, producer.1, group).map_err(|r| r.code)?;
+            match state.verify_group(producer.0, producer.1, group) {
+                Ok(()) => {}
+                Err(r) if implicit && r.code == txn::INVALID_TXN_STATE => {
+                    let states: &dyn crate::TxnStates = broker;
+                    let joined =
+                        super::coordinator::add_implicitly(states, id, producer, &[], Some(group));
+                    joined.await?;
+                    continue;
+                }
+                Err(r) => return Err(r.code),
+            }
             match broker.stage_offsets(group, tenure, (id, revision), producer, items.clone()).await
             {
                 Staged::Done(outcomes) => {

@@ -42,11 +42,16 @@ pub enum Mutation {
     /// An abort marker ends its transaction without adding it to the log's aborted index, so
     /// read_committed serves its records (§12: no aborted record is read committed).
     ForgetAbortedTxn,
+    /// A transactions V2 batch whose partition is not in its producer's transaction is taken
+    /// without adding the partition, so no marker of the transaction ends it there (§12: a
+    /// transaction's records are read committed whole or not at all, and the last stable
+    /// offset reaches the end once every transaction ended).
+    SkipImplicitAdd,
 }
 
 #[cfg(feature = "mutants")]
-static SWITCHES: [std::sync::atomic::AtomicBool; 10] =
-    [const { std::sync::atomic::AtomicBool::new(false) }; 10];
+static SWITCHES: [std::sync::atomic::AtomicBool; 11] =
+    [const { std::sync::atomic::AtomicBool::new(false) }; 11];
 
 /// Whether the bug is switched on.
 #[cfg(feature = "mutants")]

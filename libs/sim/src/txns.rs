@@ -4,7 +4,9 @@
 //! a transactional batch to each partition's owner (retried with its sequence until answered),
 //! EndTxn to commit or abort; now and then a new instance of it starts mid-transaction (the
 //! coordinator aborts the old one's), or after one (the old instance's next commit must be
-//! refused). Every writer's broker writes the markers coordinators ask of it and aborts
+//! refused). Odd-numbered producers run transactions V2 (a Kafka 4 client): no
+//! AddPartitionsToTxn, each batch adds its partition (Produce v12), and each EndTxn (v5) moves
+//! the producer to the next epoch, its sequences starting again. Every writer's broker writes the markers coordinators ask of it and aborts
 //! transactions past their timeout, as its Kafka listener does; the nemesis crashes, pauses
 //! and starts writers meanwhile, so coordinators and owners change under the transactions.
 //!
@@ -101,6 +103,36 @@ async fn add(shared: &SharedRef, id: &str, producer: (i64, i16), parts: &[TxnPar
     RETRIABLE[1]
 }
 
+/// EndTxn v5 (transactions V2) for `producer` until a definite answer: how the transaction
+/// ended as its producer knows it, and the producer id and epoch it goes on at (`None`: it
+/// must start over, a new instance).
+async fn end_v2(
+    shared: &SharedRef,
+    id: &str,
+    producer: (i64, i16),
+    commit: bool,
+) -> (TxnEnd, Option<(i64, i16)>) {
+    let deadline = tokio::time::Instant::now() + DELIVERY_TIMEOUT;
+    let mut lost = false;
+    while tokio::time::Instant::now() < deadline {
+        if let Some(b) = coordinator_of(shared, id).await {
+            let asked = coordinator::end_v2(&b, id, producer, commit);
+            match tokio::time::timeout(REQUEST_TIMEOUT, asked).await {
+                Ok(Ok(next)) => {
+                    shared.lock().trace.record(("ended v2", id.to_owned(), next));
+                    let ended = if commit { TxnEnd::Committed } else { TxnEnd::Aborted };
+                    return (ended, Some(next));
+                }
+                Ok(Err(c)) if RETRIABLE.contains(&c) => {}
+                Ok(Err(_)) => break,
+                Err(_) => lost = true,
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (if commit && lost { TxnEnd::Unknown } else { TxnEnd::Aborted }, None)
+}
+
 /// EndTxn for `producer` until a definite answer: how the transaction ended as its producer
 /// knows it, and whether the producer must start over (a new instance).
 async fn end(shared: &SharedRef, id: &str, producer: (i64, i16), commit: bool) -> (TxnEnd, bool) {
@@ -127,7 +159,7 @@ async fn end(shared: &SharedRef, id: &str, producer: (i64, i16), commit: bool) -
 /// until answered; its offset, or `None` (given up, or refused).
 async fn send(
     shared: &SharedRef,
-    (txn_id, zone): (&str, Option<&str>),
+    (txn, zone): (kafka::TxnProduce<'_>, Option<&str>),
     id: u64,
     p: usize,
     count: u32,
@@ -155,7 +187,7 @@ async fn send(
         if let Some(to) = broker(shared, leader) {
             let attempt = async {
                 let committing =
-                    to.produce(TOPIC, p as i32, zone, batch.clone(), &header, Some(txn_id));
+                    to.produce(TOPIC, p as i32, zone, batch.clone(), &header, Some(txn));
                 committing.await?.await
             };
             match tokio::time::timeout(REQUEST_TIMEOUT, attempt).await {
@@ -192,6 +224,7 @@ fn is_retriable_produce(code: i16) -> bool {
         .contains(&code)
         || code == 56 // KAFKA_STORAGE_ERROR
         || code == 15 // COORDINATOR_NOT_AVAILABLE: the transaction's state unreadable now
+        || code == 51 // CONCURRENT_TRANSACTIONS: V2, the previous transaction still ending
 }
 
 /// Transactional producer `t` runs `txns` transactions over the topic's partitions (`logs`),
@@ -204,6 +237,7 @@ pub(crate) async fn producer(
     shared: SharedRef,
 ) {
     let id = format!("sim-txn-{t}");
+    let v2 = t % 2 == 1;
     let Some(mut me) = init(&shared, &id).await else { return };
     let mut seqs = vec![0i32; logs.len()];
     let mut next_batch = 0u64;
@@ -224,7 +258,7 @@ pub(crate) async fn producer(
             .map(|p| TxnPartition { topic: TOPIC.to_owned(), partition: *p as i32 })
             .collect();
         let mut batches = Vec::new();
-        let mut broken = add(&shared, &id, me, &added).await != kafka::code::NONE;
+        let mut broken = !v2 && add(&shared, &id, me, &added).await != kafka::code::NONE;
         for p in parts.iter().copied() {
             if broken {
                 break;
@@ -234,7 +268,8 @@ pub(crate) async fn producer(
             next_batch += 1;
             let fields =
                 ProducerFields { producer_id: me.0, producer_epoch: me.1, base_sequence: seqs[p] };
-            let offset = send(&shared, (&id, zone.as_deref()), bid, p, count, fields).await;
+            let to = kafka::TxnProduce { transactional_id: &id, add_partition: v2 };
+            let offset = send(&shared, (to, zone.as_deref()), bid, p, count, fields).await;
             {
                 let mut s = shared.lock();
                 let outcome = offset.map_or(Outcome::Unknown, Outcome::Ok);
@@ -250,6 +285,15 @@ pub(crate) async fn producer(
         let (ended, restart) = if broken || restart_mid {
             // A new instance of the producer: the coordinator aborts this one's transaction.
             (TxnEnd::Aborted, true)
+        } else if v2 {
+            match end_v2(&shared, &id, me, commit).await {
+                (ended, Some(next)) => {
+                    me = next;
+                    seqs.iter_mut().for_each(|s| *s = 0);
+                    (ended, false)
+                }
+                (ended, None) => (ended, true),
+            }
         } else {
             end(&shared, &id, me, commit).await
         };
@@ -264,23 +308,38 @@ pub(crate) async fn producer(
             me = next;
             seqs.iter_mut().for_each(|s| *s = 0);
             if zombie && !restart {
-                fenced_try(&shared, &id, old, &added, txn).await;
+                fenced_try(&shared, (&id, v2), old, &added, txn).await;
             }
         }
     }
 }
 
-/// A fenced instance (`old`) tries another transaction: its AddPartitionsToTxn and its
-/// EndTxn(commit) must both be refused.
+/// A fenced instance (`old`) tries another transaction: its AddPartitionsToTxn (V2: the
+/// partition its produce would add) and its EndTxn(commit) must both be refused.
 async fn fenced_try(
     shared: &SharedRef,
-    id: &str,
+    (id, v2): (&str, bool),
     old: (i64, i16),
     parts: &[TxnPartition],
     txn: u64,
 ) {
-    let added = add(shared, id, old, parts).await;
-    let (ended, _) = end(shared, id, old, true).await;
+    let (added, ended) = if v2 {
+        let added = match (coordinator_of(shared, id).await, parts.first()) {
+            (Some(b), Some(p)) => {
+                let states: &dyn kafka::TxnStates = b.as_ref();
+                let joined = kafka::add_to_transaction(states, id, old, p.clone());
+                match tokio::time::timeout(REQUEST_TIMEOUT, joined).await {
+                    Ok(Ok(_)) => kafka::code::NONE,
+                    Ok(Err(c)) => c,
+                    Err(_) => RETRIABLE[1],
+                }
+            }
+            _ => RETRIABLE[1],
+        };
+        (added, end_v2(shared, id, old, true).await.0)
+    } else {
+        (add(shared, id, old, parts).await, end(shared, id, old, true).await.0)
+    };
     if added == kafka::code::NONE || ended == TxnEnd::Committed {
         let mut s = shared.lock();
         s.trace.record(("zombie committed", txn, added));

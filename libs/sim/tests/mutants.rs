@@ -64,6 +64,11 @@ fn every_deliberate_bug_is_caught_within_200_seeds() {
             Mutation::ForgetAbortedTxn,
             &transactions,
         ),
+        (
+            "a transactions V2 batch taken without adding its partition to the transaction",
+            Mutation::SkipImplicitAdd,
+            &transactions,
+        ),
     ] {
         let found = caught(m, plan);
         assert!(found.is_some(), "{name}: not caught in 200 seeds");

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Result, anyhow, ensure};
+use anyhow::{Context, Result, anyhow, ensure};
 use brokers::LogBroker;
 use catalog::Catalog;
 use kafka::Isolation::{ReadCommitted, ReadUncommitted};
@@ -143,7 +143,17 @@ async fn transactional_batches_are_verified_and_their_markers_end_them() -> Resu
                 ProducerFields { producer_id: pid, producer_epoch: epoch, base_sequence: seq };
             let b = framed(2, producer, true)?;
             let h = BatchHeader::parse(&b)?;
-            let r = match broker.produce("t", partition, None, b, &h, Some("app")).await {
+            let r = match broker
+                .produce(
+                    "t",
+                    partition,
+                    None,
+                    b,
+                    &h,
+                    Some(kafka::TxnProduce { transactional_id: "app", add_partition: false }),
+                )
+                .await
+            {
                 Ok(c) => c.await.map(|p| p.base_offset),
                 Err(e) => Err(e),
             };
@@ -287,6 +297,86 @@ async fn a_transactions_staged_offsets_are_applied_by_its_commit_and_dropped_by_
     let prepared = put(TxnPhase::PrepareAbort).await?;
     broker.end_offsets("app", prepared, "g", marker(false)).await.map_err(|r| anyhow!("{r:?}"))?;
     ensure!(committed().await? == [5, 7] && unstable().await?.is_empty());
+    w.shutdown().await;
+    Ok(())
+}
+
+/// Transactions V2 (KIP-890 part 2) through the coordinator's steps and the owner: a batch of
+/// a Produce v12 adds its partition (no AddPartitionsToTxn), beginning the transaction; each
+/// EndTxn v5 moves the producer to the next epoch, which its markers carry, so a late batch of
+/// the epoch before is refused; the next transaction begins at the new epoch by its first
+/// batch; a V1 batch is still refused a partition not added.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v2_batches_add_their_partitions_and_each_end_moves_the_producer_on() -> Result<()> {
+    use kafka::coordination::transactions as coordinator;
+    let (_meta, w, broker) = one_writer().await?;
+    let broker = Arc::new(broker);
+    let b: Arc<dyn kafka::Broker> = broker.clone();
+    // The owner writes the markers the coordinator asks for, as its Kafka listener does.
+    let markers = tokio::spawn(broker.clone().serve_markers(std::future::pending::<()>()));
+    let (pid, epoch) = coordinator::init_producer_id(&b, "app", 60_000, None)
+        .await
+        .map_err(|c| anyhow!("init: {c}"))?;
+    ensure!(epoch == 0);
+    let send = |partition: i32, epoch: i16, seq: i32, add_partition: bool| {
+        let broker = broker.clone();
+        async move {
+            let producer =
+                ProducerFields { producer_id: pid, producer_epoch: epoch, base_sequence: seq };
+            let b = framed(2, producer, true)?;
+            let h = BatchHeader::parse(&b)?;
+            let txn = kafka::TxnProduce { transactional_id: "app", add_partition };
+            let r = match broker.produce("t", partition, None, b, &h, Some(txn)).await {
+                Ok(c) => c.await.map(|p| p.base_offset),
+                Err(e) => Err(e),
+            };
+            anyhow::Ok(r.map_err(|e| e.code))
+        }
+    };
+    let state = || {
+        let b = b.clone();
+        async move {
+            let got = b.txn_state("app").await.map_err(|r| anyhow!("{r:?}"))?;
+            let t = got.context("no state")?.0;
+            anyhow::Ok((t.phase(), t.producer_epoch, t.partitions.len()))
+        }
+    };
+    // The end of each partition's read_committed range, once its markers are written.
+    let settled = |partition: i32, end: i64| {
+        let broker = broker.clone();
+        async move {
+            for _ in 0..200 {
+                let f = broker.fetch("t", partition, None, None, 0, 1 << 20, ReadCommitted).await;
+                let f = f.map_err(|r| anyhow!("{r:?}"))?;
+                if f.last_stable_offset == end && f.high_watermark == end {
+                    return anyhow::Ok(f);
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            Err(anyhow!("partition {partition} never settled at {end}"))
+        }
+    };
+    ensure!(send(0, 0, 0, true).await? == Ok(0));
+    ensure!(send(1, 0, 0, true).await? == Ok(0));
+    ensure!(state().await? == (TxnPhase::Ongoing, 0, 2), "{:?}", state().await?);
+    let next = coordinator::end_v2(&b, "app", (pid, 0), true).await;
+    ensure!(next == Ok((pid, 1)), "{next:?}");
+    settled(0, 3).await?;
+    settled(1, 3).await?;
+    // A late batch at the epoch before: fenced by the marker's epoch.
+    let late = send(0, 0, 2, true).await?;
+    ensure!(late == Err(kafka::code::INVALID_PRODUCER_EPOCH), "{late:?}");
+    // A retry of the end, at the epoch before, is answered as it was.
+    ensure!(coordinator::end_v2(&b, "app", (pid, 0), true).await == Ok((pid, 1)));
+    // The next transaction begins with its first batch, at the new epoch, sequences from 0.
+    ensure!(send(1, 1, 0, true).await? == Ok(3));
+    ensure!(state().await? == (TxnPhase::Ongoing, 1, 1));
+    let v1 = send(0, 1, 0, false).await?;
+    ensure!(v1 == Err(kafka::transactions::INVALID_TXN_STATE), "not added: {v1:?}");
+    ensure!(coordinator::end_v2(&b, "app", (pid, 1), false).await == Ok((pid, 2)));
+    let f = settled(1, 6).await?;
+    ensure!(f.aborted == [(pid, 3)], "{f:?}");
+    markers.abort();
     w.shutdown().await;
     Ok(())
 }

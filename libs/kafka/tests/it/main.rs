@@ -289,7 +289,7 @@ impl kafka::Partitions for FakeBroker {
         _zone: Option<&str>,
         batch: Bytes,
         header: &recordbatch::BatchHeader,
-        _transactional_id: Option<&str>,
+        _txn: Option<kafka::TxnProduce<'_>>,
     ) -> Result<kafka::Commit, Refused> {
         let record_count = header.record_count as u32;
         // Admission itself takes long here (a producer state loading, say).
@@ -763,6 +763,18 @@ async fn api_versions_answers_every_version_and_kip_511_above_ours() -> Result<(
         let keys: Vec<(i16, i16, i16)> =
             r.api_keys.iter().map(|k| (k.api_key, k.min_version, k.max_version)).collect();
         ensure!(keys.contains(&(18, 0, 4)) && keys.contains(&(3, 0, 12)), "v{v}: {keys:?}");
+        // From v3, the features: transactions V2 finalized (a Kafka 4 client's switch to it).
+        let finalized: Vec<(String, i16, i16)> = r
+            .finalized_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.min_version_level, f.max_version_level))
+            .collect();
+        let want = if v >= 3 { vec![("transaction.version".to_owned(), 2, 2)] } else { vec![] };
+        ensure!(finalized == want && (v < 3 || r.finalized_features_epoch > 0), "v{v}: {r:?}");
+        ensure!(
+            keys.contains(&(26, 0, 5)) && keys.contains(&(28, 0, 5)),
+            "EndTxn, TxnOffsetCommit"
+        );
     }
     // A client newer than us asks v9: the answer is a v0 body with UNSUPPORTED_VERSION and our
     // range, so it retries at v4.
