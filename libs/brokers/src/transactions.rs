@@ -212,6 +212,17 @@ impl kafka::TxnStates for LogBroker {
         Ok(self.reader.meta().txn(txn).await.map_err(unavailable)?.succeeded)
     }
 
+    async fn remove_txn_state(&self, id: &str, revision: i64) -> Result<bool, Refused> {
+        use metadata::{Compare, CompareOp, KeyRange, Txn, TxnOp};
+        let enc =
+            kafka::transactions::key_of(id).ok_or_else(|| kafka::transactions::invalid_id(id))?;
+        let key = self.reader.keys().txn_state(&enc);
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key.clone(), CompareOp::Equal, revision)])
+            .and_then([TxnOp::delete(KeyRange::key(key))]);
+        Ok(self.reader.meta().txn(txn).await.map_err(unavailable)?.succeeded)
+    }
+
     async fn txn_states(&self) -> Result<Vec<(String, StoredTxn)>, Refused> {
         // A reader coordinates nothing.
         if self.storage.is_none() {

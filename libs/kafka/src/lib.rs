@@ -594,6 +594,10 @@ pub trait TxnStates: Send + Sync + 'static {
         revision: i64,
     ) -> Result<bool, Refused>;
 
+    /// Removes a transactional id's state if the stored one is still at `revision` (Kafka's
+    /// `transactional.id.expiration.ms`); `false` when another write came first.
+    async fn remove_txn_state(&self, id: &str, revision: i64) -> Result<bool, Refused>;
+
     /// Every transactional id's state (the coordinator's periodic look for transactions past
     /// their timeout, or left half ended by another coordinator).
     async fn txn_states(&self) -> Result<Vec<(String, transactions::StoredTxn)>, Refused>;

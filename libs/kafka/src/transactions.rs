@@ -13,6 +13,11 @@ pub const CONCURRENT_TRANSACTIONS: i16 = ResponseError::ConcurrentTransactions.c
 pub const INVALID_PRODUCER_ID_MAPPING: i16 = ResponseError::InvalidProducerIdMapping.code();
 pub const INVALID_TRANSACTION_TIMEOUT: i16 = ResponseError::InvalidTransactionTimeout.code();
 
+/// How long a transactional id with no transaction under way is kept after its last change
+/// (Kafka's `transactional.id.expiration.ms`, 7 days): then it is forgotten, and its next
+/// InitProducerId starts it afresh, at a new producer id.
+pub const ID_EXPIRATION_MS: i64 = 7 * 24 * 3_600_000;
+
 /// The longest transaction a producer may ask for (Kafka's `transaction.max.timeout.ms`).
 pub const MAX_TIMEOUT_MS: i32 = 900_000;
 /// The epoch past which a producer id is rotated rather than bumped (Kafka's).
@@ -482,6 +487,16 @@ pub mod machine {
         next.groups.clear();
         next.updated_ms = now;
         Some(next)
+    }
+
+    /// Whether `cur` has had no transaction under way for [`ID_EXPIRATION_MS`]: its id is
+    /// forgotten.
+    pub fn expired(cur: &StoredTxn, now: i64) -> bool {
+        let idle = matches!(
+            cur.phase(),
+            TxnPhase::Empty | TxnPhase::CompleteCommit | TxnPhase::CompleteAbort
+        );
+        idle && now.saturating_sub(cur.updated_ms) >= ID_EXPIRATION_MS
     }
 
     /// A transaction under way past its timeout: aborted at the next epoch, so its producer,

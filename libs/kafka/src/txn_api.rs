@@ -557,6 +557,19 @@ pub mod coordinator {
         }
     }
 
+    /// Forgets transactional id `id` if its state (read again) is still expired, unmoved.
+    async fn forget(broker: &dyn Broker, id: &str) {
+        let Ok(Some((cur, revision))) = broker.txn_state(id).await else { return };
+        if !machine::expired(&cur, broker.now_ms()) {
+            return;
+        }
+        match broker.remove_txn_state(id, revision).await {
+            Ok(true) => tracing::info!(id, "transactional id idle past its expiration: forgotten"),
+            Ok(false) => {}
+            Err(r) => tracing::warn!(id, error = %r.message, "transactional id not forgotten yet"),
+        }
+    }
+
     /// Ends the offsets the groups of transaction `t` staged, while its state is still `t`,
     /// the prepared one `marker` is for (a state moved on was ended by whoever moved it);
     /// whether that is done.
@@ -579,11 +592,18 @@ pub mod coordinator {
     }
 
     /// The coordinator's periodic look: transactions it coordinates that are past their
-    /// timeout are aborted; those left prepared (by a coordinator gone, say) are ended.
+    /// timeout are aborted; those left prepared (by a coordinator gone, say) are ended; ids
+    /// idle past their expiration are forgotten.
     pub async fn expire(broker: &std::sync::Arc<dyn Broker>) {
         let Ok(states) = broker.txn_states().await else { return };
         let now = broker.now_ms();
         for (id, t) in states {
+            if machine::expired(&t, now) {
+                if coordinates(broker.as_ref(), &id).await == code::NONE {
+                    forget(broker.as_ref(), &id).await;
+                }
+                continue;
+            }
             let phase = t.phase();
             let stale = now.saturating_sub(t.updated_ms) > RESEND_AFTER.as_millis() as i64;
             let due = phase == TxnPhase::Ongoing

@@ -380,3 +380,51 @@ async fn v2_batches_add_their_partitions_and_each_end_moves_the_producer_on() ->
     w.shutdown().await;
     Ok(())
 }
+
+/// Kafka's `transactional.id.expiration.ms` (7 days): the coordinator's periodic look forgets
+/// an id with no transaction under way for that long (its next InitProducerId starts afresh,
+/// at a new producer id); an id idle for less, or with a transaction under way, stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_ids_idle_past_their_expiration_are_forgotten() -> Result<()> {
+    use kafka::coordination::transactions as coordinator;
+    let (meta, w, broker) = one_writer().await?;
+    let b: Arc<dyn kafka::Broker> = Arc::new(broker);
+    let now = b.now_ms();
+    let day = 24 * 3_600_000;
+    let keys = logstore::keys::Keys::new(CLUSTER);
+    for (id, phase, updated) in [
+        ("old-done", TxnPhase::CompleteCommit, now - 8 * day),
+        ("old-empty", TxnPhase::Empty, now - 8 * day),
+        ("recent", TxnPhase::CompleteAbort, now - 6 * day),
+        ("old-ongoing", TxnPhase::Ongoing, now - 8 * day),
+    ] {
+        let t = StoredTxn {
+            producer_id: 9,
+            phase: phase as i32,
+            timeout_ms: 60_000,
+            started_ms: updated,
+            updated_ms: updated,
+            ..Default::default()
+        };
+        meta.put(&keys.txn_state(id), &t.encode(), 0).await?;
+    }
+    coordinator::expire(&b).await;
+    let phase = |id: &'static str| {
+        let b = b.clone();
+        async move {
+            let got = b.txn_state(id).await.map_err(|r| anyhow!("{r:?}"))?;
+            anyhow::Ok(got.map(|(t, _)| t.phase()))
+        }
+    };
+    ensure!(phase("old-done").await?.is_none() && phase("old-empty").await?.is_none());
+    ensure!(phase("recent").await? == Some(TxnPhase::CompleteAbort));
+    let ongoing = phase("old-ongoing").await?;
+    ensure!(ongoing.is_some_and(|p| p != TxnPhase::Ongoing), "aborted, not forgotten: {ongoing:?}");
+    // A forgotten id starts afresh.
+    let (pid, epoch) = coordinator::init_producer_id(&b, "old-done", 60_000, None)
+        .await
+        .map_err(|c| anyhow!("init: {c}"))?;
+    ensure!(pid != 9 && epoch == 0, "({pid}, {epoch})");
+    w.shutdown().await;
+    Ok(())
+}

@@ -191,6 +191,15 @@ impl kafka::TxnStates for FakeBroker {
         Ok(true)
     }
 
+    async fn remove_txn_state(&self, id: &str, revision: i64) -> Result<bool, Refused> {
+        let mut txns = self.txns.lock().unwrap_or_else(|e| e.into_inner());
+        if txns.get(id).map(|(_, r)| *r) != Some(revision) {
+            return Ok(false);
+        }
+        txns.remove(id);
+        Ok(true)
+    }
+
     async fn txn_states(&self) -> Result<Vec<(String, kafka::transactions::StoredTxn)>, Refused> {
         let txns = self.txns.lock().unwrap_or_else(|e| e.into_inner());
         Ok(txns.iter().map(|(id, (t, _))| (id.clone(), t.clone())).collect())
