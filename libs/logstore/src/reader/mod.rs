@@ -242,6 +242,9 @@ impl std::fmt::Debug for LogReader {
     }
 }
 
+/// Aborted transactions [`LogReader::aborted_overlapping`] reads at a time.
+const ABORTED_PAGE: usize = 1000;
+
 impl LogReader {
     /// A reader caching index pages (the default number) and no object bytes.
     pub fn new(meta: Arc<dyn MetadataStore>, objects: Arc<dyn ObjectStore>, cluster: &str) -> Self {
@@ -457,6 +460,57 @@ impl LogReader {
         found.extend(recent.iter().copied());
         found.retain(|a| a.last_offset >= from && a.first_offset < to);
         found.truncate(most);
+        Ok(found)
+    }
+
+    /// Every aborted Kafka transaction overlapping `[from, to)` (its marker at or after `from`,
+    /// its first batch before `to`), by marker offset, however many: the paged-out ones are
+    /// read [`ABORTED_PAGE`] keys at a time and only those overlapping kept, so what this holds
+    /// is at most the markers in the range and one transaction per producer open at `to`. For
+    /// a rewrite of the range (the compactor's), not a read's hot path.
+    pub async fn aborted_overlapping(
+        &self,
+        log: LogId,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<crate::records::AbortedTxn>, LogError> {
+        self.aborted_overlapping_in_pages(log, from, to, ABORTED_PAGE).await
+    }
+
+    /// [`Self::aborted_overlapping`], reading `page` paged-out transactions at a time.
+    pub async fn aborted_overlapping_in_pages(
+        &self,
+        log: LogId,
+        from: u64,
+        to: u64,
+        page: usize,
+    ) -> Result<Vec<crate::records::AbortedTxn>, LogError> {
+        let page = page.max(1);
+        let snap = self.snapshot(log).await?;
+        let overlaps =
+            |a: &crate::records::AbortedTxn| a.last_offset >= from && a.first_offset < to;
+        let mut found = Vec::new();
+        if snap.head.aborted_paged > 0 {
+            let end = snap.head.aborted.first().map_or(u64::MAX, |a| a.last_offset);
+            let mut at = from;
+            while at < end {
+                let range =
+                    RangeRequest::between(self.keys.aborted(log, at), self.keys.aborted(log, end))
+                        .limit(i64::try_from(page).unwrap_or(i64::MAX));
+                let resp = self.meta.range(range).await?;
+                for kv in &resp.kvs {
+                    let a: crate::records::AbortedTxn = decode("aborted transaction", &kv.value)?;
+                    at = a.last_offset + 1;
+                    if overlaps(&a) {
+                        found.push(a);
+                    }
+                }
+                if resp.kvs.len() < page {
+                    break;
+                }
+            }
+        }
+        found.extend(snap.head.aborted.iter().copied().filter(overlaps));
         Ok(found)
     }
 

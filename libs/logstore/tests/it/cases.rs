@@ -1123,6 +1123,25 @@ async fn transactions_set_the_last_stable_offset_and_the_aborted_index(env: Env)
     ensure!(paged(0).await? == 0, "trimmed aborts below the start stay");
     let kept = other.reader().aborted_txns(log, 30, u64::MAX, 1000).await?;
     ensure!(kept.len() == n - 11, "{} aborts at or above 30", kept.len());
+    // A long transaction aborted after six short ones that began after it, all paged out: a
+    // rewrite of its first batch's offset finds it among them, reading two keys at a time
+    // (the short ones, which do not overlap, are read past, not taken as the end).
+    let long = append(Some(Data { producer_id: 50 }), "long", 0).await?;
+    for i in 0..6 {
+        append(Some(Data { producer_id: 300 + i }), "short", 0).await?;
+        append(Some(End { producer_id: 300 + i, abort: true }), "abort", 0).await?;
+    }
+    let long_end = append(Some(End { producer_id: 50, abort: true }), "abort", 0).await?;
+    for i in 0..logstore::ABORTED_RECENT as i64 {
+        append(Some(Data { producer_id: 400 + i }), "push", 0).await?;
+        append(Some(End { producer_id: 400 + i, abort: true }), "abort", 0).await?;
+    }
+    let got = other.reader().aborted_overlapping_in_pages(log, long, long + 1, 2).await?;
+    let seen: Vec<(i64, u64, u64)> =
+        got.iter().map(|a| (a.producer_id, a.first_offset, a.last_offset)).collect();
+    ensure!(seen == [(50, long, long_end)], "{seen:?}");
+    let every = other.reader().aborted_overlapping_in_pages(log, 30, u64::MAX, 3).await?;
+    ensure!(every.len() == n - 11 + 7 + logstore::ABORTED_RECENT, "{}", every.len());
     other.shutdown().await;
     w.shutdown().await;
     Ok(())

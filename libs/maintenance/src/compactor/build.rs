@@ -98,27 +98,16 @@ pub(crate) async fn build(
     finish(log, rw, writer, Counted { records, entries, payload_bytes }, claim)
 }
 
-/// Aborted transactions a read at most of the index each time.
-const ABORTED_PAGE: usize = 1000;
-
 /// Every aborted transaction of `log` overlapping `[from, to)`: (producer id, first offset,
-/// marker offset), read a page at a time.
+/// marker offset).
 pub(crate) async fn aborted_in(
     reader: &LogReader,
     log: LogId,
     from: u64,
     to: u64,
 ) -> Result<Vec<(i64, u64, u64)>, LogError> {
-    let mut out = Vec::new();
-    let mut at = from;
-    loop {
-        let page = reader.aborted_txns(log, at, to, ABORTED_PAGE).await?;
-        out.extend(page.iter().map(|a| (a.producer_id, a.first_offset, a.last_offset)));
-        match page.last() {
-            Some(last) if page.len() == ABORTED_PAGE => at = last.last_offset + 1,
-            _ => return Ok(out),
-        }
-    }
+    let found = reader.aborted_overlapping(log, from, to).await?;
+    Ok(found.iter().map(|a| (a.producer_id, a.first_offset, a.last_offset)).collect())
 }
 
 /// What a segment's entries add up to.

@@ -524,12 +524,13 @@ impl Compactor {
         let Some(plan) = plan_clean(&view, &cleaned, cleanup, upto, now_ms) else {
             return Ok(Cleaning::default());
         };
-        // The aborted transactions of what the pass takes (none to read when the log never
-        // had one).
+        // The aborted transactions of the dirty part (none to read when the log never had
+        // one): the clean part holds none of their batches (its first pass dropped them, and it
+        // was below the last stable offset then).
         let aborted = if view.head.aborted.is_empty() && view.head.aborted_paged == 0 {
             Aborted::default()
         } else {
-            Aborted::new(build::aborted_in(&self.reader, log, view.start, plan.end).await?)
+            Aborted::new(build::aborted_in(&self.reader, log, plan.dirty_from, plan.end).await?)
         };
         let (map, end) = self.map_keys(&view, &plan, &aborted).await?;
         let mut done = Cleaning { keys: map.len(), map_bytes: map.bytes(), ..Default::default() };
