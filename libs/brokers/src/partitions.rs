@@ -10,9 +10,6 @@ use futures::FutureExt;
 use kafka::{Fetched, Refused, code};
 use logstore::LogId;
 
-/// Aborted transactions one partition's read committed answer names at most.
-const MAX_ABORTED: usize = 1000;
-
 use crate::{
     LogBroker, MAX_FETCH_RECORDS, PRODUCER_ID_BLOCK, SlotProducers, commit, conditions, refused,
     to_i64,
@@ -271,11 +268,8 @@ impl kafka::Partitions for LogBroker {
         let bytes: usize = batches.iter().map(kafka::StoredBatch::len).sum();
         if committed && let Some(last) = batches.last() {
             let to = last.base_offset.saturating_add(1) as u64;
-            let aborted = self
-                .reader
-                .aborted_txns(log, offset as u64, to, MAX_ABORTED)
-                .await
-                .map_err(refused)?;
+            let aborted =
+                self.reader.aborted_txns(log, offset as u64, to).await.map_err(refused)?;
             fetched.aborted = aborted
                 .iter()
                 .map(|a| Ok((a.producer_id, to_i64(a.first_offset)?)))

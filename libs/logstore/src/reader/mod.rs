@@ -242,8 +242,17 @@ impl std::fmt::Debug for LogReader {
     }
 }
 
-/// Aborted transactions [`LogReader::aborted_overlapping`] reads at a time.
+/// Paged-out aborted transactions read at a time.
 const ABORTED_PAGE: usize = 1000;
+
+/// How far [`LogReader::aborted_of`] reads the paged-out aborted transactions.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scan {
+    /// To the first whose marker is at or past the range's end (a read's).
+    UntilPastEnd,
+    /// To the head's (a rewrite's: every one overlapping).
+    Whole,
+}
 
 impl LogReader {
     /// A reader caching index pages (the default number) and no object bytes.
@@ -433,41 +442,29 @@ impl LogReader {
     }
 
     /// The aborted Kafka transactions a read of `[from, to)` must know of: those whose abort
-    /// marker is at or after `from` and whose first batch is before `to`, by marker offset, at
-    /// most `most` of them. From the followed head when it holds every one ending at or after
-    /// `from` (no metadata request); else the paged-out ones are read too.
+    /// marker is at or after `from` and whose first batch is before `to`, by marker offset.
+    /// From the followed head when it holds every one ending at or after `from` (no metadata
+    /// request); else the paged-out ones are read from `from` on, a page at a time, up to the
+    /// first whose marker is at or past `to` (Kafka's transaction index search: what a read
+    /// costs is bounded by the markers in its range, not by every abort after it; a
+    /// transaction open across `to` whose marker comes after another's past `to` is missed,
+    /// as Kafka misses it).
     pub async fn aborted_txns(
         &self,
         log: LogId,
         from: u64,
         to: u64,
-        most: usize,
     ) -> Result<Vec<crate::records::AbortedTxn>, LogError> {
         let snap = self.tail_snapshot(log).await?;
-        let recent = &snap.head.aborted;
-        let head_holds_all =
-            snap.head.aborted_paged == 0 || recent.first().is_some_and(|a| a.last_offset <= from);
-        let mut found = Vec::new();
-        if !head_holds_all {
-            let end = recent.first().map_or(u64::MAX, |a| a.last_offset);
-            let (start, end) = (self.keys.aborted(log, from), self.keys.aborted(log, end));
-            let limit = i64::try_from(most).unwrap_or(i64::MAX);
-            let resp = self.meta.range(RangeRequest::between(start, end).limit(limit)).await?;
-            for kv in &resp.kvs {
-                found.push(decode::<crate::records::AbortedTxn>("aborted transaction", &kv.value)?);
-            }
-        }
-        found.extend(recent.iter().copied());
-        found.retain(|a| a.last_offset >= from && a.first_offset < to);
-        found.truncate(most);
-        Ok(found)
+        self.aborted_of(log, &snap.head, (from, to), ABORTED_PAGE, Scan::UntilPastEnd).await
     }
 
     /// Every aborted Kafka transaction overlapping `[from, to)` (its marker at or after `from`,
-    /// its first batch before `to`), by marker offset, however many: the paged-out ones are
-    /// read [`ABORTED_PAGE`] keys at a time and only those overlapping kept, so what this holds
-    /// is at most the markers in the range and one transaction per producer open at `to`. For
-    /// a rewrite of the range (the compactor's), not a read's hot path.
+    /// its first batch before `to`), by marker offset, however late its marker: the paged-out
+    /// ones are read [`ABORTED_PAGE`] keys at a time from `from` to the head's and only those
+    /// overlapping kept, so what this holds is at most the markers in the range and one
+    /// transaction per producer open at `to`. For a rewrite of the range (the compactor's,
+    /// which must know every one), not a read's hot path.
     pub async fn aborted_overlapping(
         &self,
         log: LogId,
@@ -485,32 +482,49 @@ impl LogReader {
         to: u64,
         page: usize,
     ) -> Result<Vec<crate::records::AbortedTxn>, LogError> {
-        let page = page.max(1);
         let snap = self.snapshot(log).await?;
-        let overlaps =
-            |a: &crate::records::AbortedTxn| a.last_offset >= from && a.first_offset < to;
+        self.aborted_of(log, &snap.head, (from, to), page, Scan::Whole).await
+    }
+
+    /// The aborted transactions of `log` (its head `head`) overlapping `[from, to)`: the
+    /// head's, and the paged-out ones read `page` keys at a time as `scan` says.
+    async fn aborted_of(
+        &self,
+        log: LogId,
+        head: &LogHead,
+        (from, to): (u64, u64),
+        page: usize,
+        scan: Scan,
+    ) -> Result<Vec<crate::records::AbortedTxn>, LogError> {
+        use crate::records::AbortedTxn;
+        let overlaps = |a: &AbortedTxn| a.last_offset >= from && a.first_offset < to;
+        let page = page.max(1);
+        let recent = &head.aborted;
+        // Paged out ones end before the head's oldest.
+        let end = recent.first().map_or(u64::MAX, |a| a.last_offset);
         let mut found = Vec::new();
-        if snap.head.aborted_paged > 0 {
-            let end = snap.head.aborted.first().map_or(u64::MAX, |a| a.last_offset);
-            let mut at = from;
-            while at < end {
-                let range =
-                    RangeRequest::between(self.keys.aborted(log, at), self.keys.aborted(log, end))
-                        .limit(i64::try_from(page).unwrap_or(i64::MAX));
-                let resp = self.meta.range(range).await?;
-                for kv in &resp.kvs {
-                    let a: crate::records::AbortedTxn = decode("aborted transaction", &kv.value)?;
-                    at = a.last_offset + 1;
-                    if overlaps(&a) {
-                        found.push(a);
-                    }
+        let mut at = from;
+        while head.aborted_paged > 0 && at < end {
+            let range =
+                RangeRequest::between(self.keys.aborted(log, at), self.keys.aborted(log, end))
+                    .limit(i64::try_from(page).unwrap_or(i64::MAX));
+            let resp = self.meta.range(range).await?;
+            for kv in &resp.kvs {
+                let a: AbortedTxn = decode("aborted transaction", &kv.value)?;
+                at = a.last_offset + 1;
+                if overlaps(&a) {
+                    found.push(a);
                 }
-                if resp.kvs.len() < page {
+                if scan == Scan::UntilPastEnd && a.last_offset >= to {
+                    at = end;
                     break;
                 }
             }
+            if resp.kvs.len() < page {
+                break;
+            }
         }
-        found.extend(snap.head.aborted.iter().copied().filter(overlaps));
+        found.extend(recent.iter().copied().filter(overlaps));
         Ok(found)
     }
 

@@ -1087,12 +1087,12 @@ async fn transactions_set_the_last_stable_offset_and_the_aborted_index(env: Env)
     ensure!(append(Some(End { producer_id: 8, abort: false }), "commit8", 0).await? == 6);
     ensure!(lso(w.clone()).await? == 7, "none open");
     ensure!(w.served_offsets() == [(log, 7, 7)], "{:?}", w.served_offsets());
-    let aborted = w.reader().aborted_txns(log, 0, 7, 100).await?;
+    let aborted = w.reader().aborted_txns(log, 0, 7).await?;
     let seen: Vec<(i64, u64, u64)> =
         aborted.iter().map(|a| (a.producer_id, a.first_offset, a.last_offset)).collect();
     ensure!(seen == [(7, 1, 5)], "only 7's abort: {seen:?}");
-    ensure!(w.reader().aborted_txns(log, 6, 7, 100).await?.is_empty(), "ended before 6");
-    ensure!(w.reader().aborted_txns(log, 0, 1, 100).await?.is_empty(), "began at 1");
+    ensure!(w.reader().aborted_txns(log, 6, 7).await?.is_empty(), "ended before 6");
+    ensure!(w.reader().aborted_txns(log, 0, 1).await?.is_empty(), "began at 1");
     // A marker for a transaction with nothing here changes nothing.
     ensure!(append(Some(End { producer_id: 9, abort: true }), "abort9", 0).await? == 7);
     // Many aborts: the oldest are paged out of the head, one key each, and still found.
@@ -1106,10 +1106,10 @@ async fn transactions_set_the_last_stable_offset_and_the_aborted_index(env: Env)
     let spilled = (n + 1 - logstore::ABORTED_RECENT) as u64;
     ensure!(head.aborted.len() == logstore::ABORTED_RECENT && head.aborted_paged == spilled);
     let other = env.writer("other").await?;
-    let all = other.reader().aborted_txns(log, 0, u64::MAX, 1000).await?;
+    let all = other.reader().aborted_txns(log, 0, u64::MAX).await?;
     ensure!(all.len() == n + 1, "{} aborted of {}", all.len(), n + 1);
     ensure!(all.windows(2).all(|p| p[0].last_offset < p[1].last_offset), "by marker offset");
-    let late = other.reader().aborted_txns(log, 20, u64::MAX, 1000).await?;
+    let late = other.reader().aborted_txns(log, 20, u64::MAX).await?;
     ensure!(late.iter().all(|a| a.last_offset >= 20) && late.len() == n - 6, "{}", late.len());
     let keys = logstore::keys::Keys::new(&env.cluster);
     let paged = |from: u64| {
@@ -1121,7 +1121,7 @@ async fn transactions_set_the_last_stable_offset_and_the_aborted_index(env: Env)
     // The paged-out ones all ended below 30 (7's at 5, the next ten's at 9, 11, … 27).
     w.hard_trim(log, 30).await?;
     ensure!(paged(0).await? == 0, "trimmed aborts below the start stay");
-    let kept = other.reader().aborted_txns(log, 30, u64::MAX, 1000).await?;
+    let kept = other.reader().aborted_txns(log, 30, u64::MAX).await?;
     ensure!(kept.len() == n - 11, "{} aborts at or above 30", kept.len());
     // A long transaction aborted after six short ones that began after it, all paged out: a
     // rewrite of its first batch's offset finds it among them, reading two keys at a time
