@@ -70,10 +70,7 @@ impl LogBroker {
                     return Ok(());
                 }
                 let p = kafka::transactions::TxnPartition { topic: topic.to_owned(), partition };
-                let joined =
-                    kafka::add_to_transaction(self, transactional_id, (producer_id, epoch), p)
-                        .await
-                        .map_err(|code| Refused::new(code, format!("{topic}-{partition}")))?;
+                let joined = self.add_partition(transactional_id, (producer_id, epoch), p).await?;
                 joined.verify(producer_id, epoch, topic, partition)?;
             }
             r => r?,
@@ -87,6 +84,35 @@ impl LogBroker {
             t.verified.insert(producer_id, epoch);
         }
         Ok(())
+    }
+
+    /// Transactions V2: partition `p` joins its producer's transaction. While the previous
+    /// transaction is still ending (CONCURRENT_TRANSACTIONS) it is tried again here for a
+    /// little (Kafka's brokers' `add.partitions.to.txn.retry.backoff.ms`, 20, and `…max.ms`,
+    /// 100) before the client is told to retry: its own backoff is longer.
+    async fn add_partition(
+        &self,
+        id: &str,
+        producer: (i64, i16),
+        p: kafka::transactions::TxnPartition,
+    ) -> Result<StoredTxn, Refused> {
+        const BACKOFF: std::time::Duration = std::time::Duration::from_millis(20);
+        const WITHIN: std::time::Duration = std::time::Duration::from_millis(100);
+        let began = tokio::time::Instant::now();
+        loop {
+            match kafka::add_to_transaction(self, id, producer, p.clone()).await {
+                Err(kafka::transactions::CONCURRENT_TRANSACTIONS)
+                    if began.elapsed() + BACKOFF <= WITHIN =>
+                {
+                    tokio::time::sleep(BACKOFF).await;
+                }
+                r => {
+                    return r.map_err(|code| {
+                        Refused::new(code, format!("{}-{} not added to {id}", p.topic, p.partition))
+                    });
+                }
+            }
+        }
     }
 
     /// Appends `marker` to (`topic`, `partition`), led here: under the slot's transactional

@@ -545,7 +545,7 @@ pub mod coordinator {
                 }
             }
             tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(200));
+            pause = (pause * 2).min(Duration::from_millis(50));
         }
         let done = transition(broker, id, |cur| {
             // Only the transaction whose markers these were, still as it was prepared: a later

@@ -52,13 +52,17 @@ impl Standalone {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
+        // Both listeners: the Kafka one opens after log storage (a test's first kcat found it
+        // closed on a loaded machine).
         let start = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            ensure!(
-                start.elapsed() < Duration::from_secs(20),
-                "standalone did not listen on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
+        for addr in [format!("127.0.0.1:{port}"), kafka.clone()] {
+            while TcpStream::connect(addr.as_str()).is_err() {
+                ensure!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "standalone did not listen on {addr}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
         Ok(Standalone { child, endpoint: format!("http://127.0.0.1:{port}"), kafka })
     }
