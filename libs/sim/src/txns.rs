@@ -103,23 +103,34 @@ async fn add(shared: &SharedRef, id: &str, producer: (i64, i16), parts: &[TxnPar
     RETRIABLE[1]
 }
 
-/// EndTxn v5 (transactions V2) for `producer` until a definite answer: how the transaction
-/// ended as its producer knows it, and the producer id and epoch it goes on at (`None`: it
-/// must start over, a new instance).
-async fn end_v2(
+/// EndTxn for `producer` until a definite answer (v5 when `v2`: transactions V2): how the
+/// transaction ended as its producer knows it, and the producer id and epoch it goes on at
+/// (V1: the same; V2: the next epoch), or `None` when it must start over (a new instance).
+async fn end(
     shared: &SharedRef,
-    id: &str,
+    (id, v2): (&str, bool),
     producer: (i64, i16),
     commit: bool,
 ) -> (TxnEnd, Option<(i64, i16)>) {
     let deadline = tokio::time::Instant::now() + DELIVERY_TIMEOUT;
+    // A commit asked whose answer was lost may have been taken.
     let mut lost = false;
     while tokio::time::Instant::now() < deadline {
         if let Some(b) = coordinator_of(shared, id).await {
-            let asked = coordinator::end_v2(&b, id, producer, commit);
+            let asked = async {
+                match v2 {
+                    true => coordinator::end_v2(&b, id, producer, commit).await,
+                    false => match coordinator::end(&b, id, producer, commit).await {
+                        kafka::code::NONE => Ok(producer),
+                        c => Err(c),
+                    },
+                }
+            };
             match tokio::time::timeout(REQUEST_TIMEOUT, asked).await {
                 Ok(Ok(next)) => {
-                    shared.lock().trace.record(("ended v2", id.to_owned(), next));
+                    if v2 {
+                        shared.lock().trace.record(("ended v2", id.to_owned(), next));
+                    }
                     let ended = if commit { TxnEnd::Committed } else { TxnEnd::Aborted };
                     return (ended, Some(next));
                 }
@@ -131,28 +142,6 @@ async fn end_v2(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     (if commit && lost { TxnEnd::Unknown } else { TxnEnd::Aborted }, None)
-}
-
-/// EndTxn for `producer` until a definite answer: how the transaction ended as its producer
-/// knows it, and whether the producer must start over (a new instance).
-async fn end(shared: &SharedRef, id: &str, producer: (i64, i16), commit: bool) -> (TxnEnd, bool) {
-    let deadline = tokio::time::Instant::now() + DELIVERY_TIMEOUT;
-    // A commit asked whose answer was lost may have been taken.
-    let mut lost = false;
-    while tokio::time::Instant::now() < deadline {
-        if let Some(b) = coordinator_of(shared, id).await {
-            let asked = coordinator::end(&b, id, producer, commit);
-            match tokio::time::timeout(REQUEST_TIMEOUT, asked).await {
-                Ok(kafka::code::NONE) if commit => return (TxnEnd::Committed, false),
-                Ok(kafka::code::NONE) => return (TxnEnd::Aborted, false),
-                Ok(c) if RETRIABLE.contains(&c) => {}
-                Ok(_) => break,
-                Err(_) => lost = true,
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    (if commit && lost { TxnEnd::Unknown } else { TxnEnd::Aborted }, true)
 }
 
 /// One transactional batch of `count` records carrying `id`, sent to partition `p`'s owner
@@ -285,17 +274,18 @@ pub(crate) async fn producer(
         let (ended, restart) = if broken || restart_mid {
             // A new instance of the producer: the coordinator aborts this one's transaction.
             (TxnEnd::Aborted, true)
-        } else if v2 {
-            match end_v2(&shared, &id, me, commit).await {
+        } else {
+            match end(&shared, (&id, v2), me, commit).await {
                 (ended, Some(next)) => {
-                    me = next;
-                    seqs.iter_mut().for_each(|s| *s = 0);
+                    // V2 goes on at the next epoch, its sequences starting again.
+                    if next != me {
+                        me = next;
+                        seqs.iter_mut().for_each(|s| *s = 0);
+                    }
                     (ended, false)
                 }
                 (ended, None) => (ended, true),
             }
-        } else {
-            end(&shared, &id, me, commit).await
         };
         {
             let mut s = shared.lock();
@@ -336,9 +326,9 @@ async fn fenced_try(
             }
             _ => RETRIABLE[1],
         };
-        (added, end_v2(shared, id, old, true).await.0)
+        (added, end(shared, (id, v2), old, true).await.0)
     } else {
-        (add(shared, id, old, parts).await, end(shared, id, old, true).await.0)
+        (add(shared, id, old, parts).await, end(shared, (id, v2), old, true).await.0)
     };
     if added == kafka::code::NONE || ended == TxnEnd::Committed {
         let mut s = shared.lock();
