@@ -101,6 +101,26 @@ async fn read_committed_stops_at_an_open_transaction_and_names_aborted_ones() ->
     Ok(())
 }
 
+/// A transactional batch of 2 records of producer (`pid`, `epoch`) at sequence `seq`, of
+/// transactional id `app`, to partition `partition` of `t` (adding it to the transaction when
+/// `add_partition`: transactions V2): its base offset once committed, or the refusal's code.
+async fn send_txn(
+    broker: LogBroker,
+    (pid, epoch, seq): (i64, i16, i32),
+    partition: i32,
+    add_partition: bool,
+) -> Result<Result<i64, i16>> {
+    let producer = ProducerFields { producer_id: pid, producer_epoch: epoch, base_sequence: seq };
+    let b = framed(2, producer, true)?;
+    let h = BatchHeader::parse(&b)?;
+    let txn = kafka::TxnProduce { transactional_id: "app", add_partition };
+    let r = match broker.produce("t", partition, None, b, &h, Some(txn)).await {
+        Ok(c) => c.await.map(|p| p.base_offset),
+        Err(e) => Err(e),
+    };
+    Ok(r.map_err(|e| e.code))
+}
+
 /// One writer and its broker on fresh in-memory stores, with topic `t` of 2 partitions.
 async fn one_writer() -> Result<(Arc<dyn MetadataStore>, LogStorage, LogBroker)> {
     let meta: Arc<dyn MetadataStore> = Arc::new(metadata::MemoryStore::new());
@@ -137,28 +157,7 @@ async fn transactional_batches_are_verified_and_their_markers_end_them() -> Resu
         async move { anyhow::Ok(meta.put(&key, &txn.encode(), 0).await?) }
     };
     let send = |partition: i32, epoch: i16, seq: i32| {
-        let broker = broker.clone();
-        async move {
-            let producer =
-                ProducerFields { producer_id: pid, producer_epoch: epoch, base_sequence: seq };
-            let b = framed(2, producer, true)?;
-            let h = BatchHeader::parse(&b)?;
-            let r = match broker
-                .produce(
-                    "t",
-                    partition,
-                    None,
-                    b,
-                    &h,
-                    Some(kafka::TxnProduce { transactional_id: "app", add_partition: false }),
-                )
-                .await
-            {
-                Ok(c) => c.await.map(|p| p.base_offset),
-                Err(e) => Err(e),
-            };
-            anyhow::Ok(r.map_err(|e| e.code))
-        }
+        send_txn(broker.clone(), (pid, epoch, seq), partition, false)
     };
     let lso = || {
         let broker = broker.clone();
@@ -319,19 +318,7 @@ async fn v2_batches_add_their_partitions_and_each_end_moves_the_producer_on() ->
         .map_err(|c| anyhow!("init: {c}"))?;
     ensure!(epoch == 0);
     let send = |partition: i32, epoch: i16, seq: i32, add_partition: bool| {
-        let broker = broker.clone();
-        async move {
-            let producer =
-                ProducerFields { producer_id: pid, producer_epoch: epoch, base_sequence: seq };
-            let b = framed(2, producer, true)?;
-            let h = BatchHeader::parse(&b)?;
-            let txn = kafka::TxnProduce { transactional_id: "app", add_partition };
-            let r = match broker.produce("t", partition, None, b, &h, Some(txn)).await {
-                Ok(c) => c.await.map(|p| p.base_offset),
-                Err(e) => Err(e),
-            };
-            anyhow::Ok(r.map_err(|e| e.code))
-        }
+        send_txn(broker.as_ref().clone(), (pid, epoch, seq), partition, add_partition)
     };
     let state = || {
         let b = b.clone();
