@@ -24,6 +24,7 @@ mod listener;
 mod offsets;
 mod partitions;
 pub mod producers;
+pub mod shares;
 mod topics;
 mod transactions;
 
@@ -58,6 +59,8 @@ pub struct LogBroker {
     /// Per (log, slot): transactional batches and markers are checked and admitted one at a
     /// time, so a marker is never overtaken by a batch verified before it.
     txn_order: Arc<Mutex<TxnOrder>>,
+    /// Share-partition cursors this writer owns ([`shares`]).
+    share_handles: shares::Handles,
 }
 
 impl LogBroker {
@@ -90,6 +93,7 @@ impl LogBroker {
             caught_up: Default::default(),
             group_configs: Default::default(),
             txn_order: Default::default(),
+            share_handles: Default::default(),
         }
     }
 

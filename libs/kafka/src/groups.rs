@@ -501,6 +501,8 @@ pub struct Groups {
     /// Groups let go that were never stored (only asked about): their coordinator records,
     /// to remove.
     released: Mutex<Vec<(String, Tenure)>>,
+    /// Share groups coordinated here, and the share-partitions owned here (KIP-932).
+    pub(crate) shares: crate::share::Shares,
 }
 
 /// A group as this coordinator holds it.
@@ -559,6 +561,7 @@ impl Groups {
             taking: Default::default(),
             commits: Default::default(),
             released: Default::default(),
+            shares: Default::default(),
         }
     }
 
@@ -711,6 +714,11 @@ impl Groups {
         let held = Held { tenure: taken.tenure, view, stored, since: now };
         self.held.lock().insert(group.to_owned(), held);
         Ok(taken.tenure)
+    }
+
+    /// Whether `group` is a classic group with members here.
+    pub fn is_classic_group(&self, group: &str) -> bool {
+        self.groups.lock().get(group).is_some_and(|g| !g.members.is_empty())
     }
 
     /// The tenure `group` is held under here, if it is.

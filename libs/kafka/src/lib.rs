@@ -12,8 +12,8 @@
 //! owner the routing function picks for the client's zone (`zone_id=` in `client.id`).
 //!
 //! Served: the APIs of [`registry::APIS`], one [`api::Handler`] each — produce (idempotent: the
-//! brokers' idempotence), fetch, the admin and config APIs, and consumer groups, classic and KIP-848
-//! ([`groups`]). Transactions are not; ApiVersions does not advertise them.
+//! brokers' idempotence), fetch, the admin and config APIs, consumer groups, classic and KIP-848
+//! ([`groups`]), transactions ([`transactions`]) and share groups ([`share`]).
 //!
 //! Depends on the codec, `recordbatch` and `security` (TLS, SASL, ACLs); never on a storage
 //! crate, the metadata store or the object store (the roles adapt their stores to
@@ -49,6 +49,8 @@ pub(crate) mod txn_api;
 pub mod registry;
 mod server;
 pub mod session;
+pub mod share;
+mod share_api;
 pub mod splice;
 pub mod transactions;
 
@@ -89,6 +91,7 @@ pub mod code {
     pub const UNKNOWN_SERVER_ERROR: i16 = ResponseError::UnknownServerError.code();
     pub const INVALID_TIMESTAMP: i16 = ResponseError::InvalidTimestamp.code();
     pub const POLICY_VIOLATION: i16 = ResponseError::PolicyViolation.code();
+    pub const UNKNOWN_TOPIC_ID: i16 = ResponseError::UnknownTopicId.code();
 }
 
 /// A live broker: a member that serves Kafka.
@@ -684,11 +687,63 @@ pub struct TxnProduce<'a> {
     pub add_partition: bool,
 }
 
+/// Share groups' share-partition states (KIP-932), as the partition's owner keeps them: each a
+/// cursor of the partition's log (ARCHITECTURE §12), written by one owner at a time. A role
+/// without them refuses every call (NOT_LEADER_OR_FOLLOWER: a reader owns none).
+#[async_trait::async_trait]
+pub trait ShareStates: Send + Sync + 'static {
+    /// Whether this broker owns `group`'s share-partitions of `topic`'s `partition`: it leads
+    /// the partition (for a client of no zone). NOT_LEADER_OR_FOLLOWER, naming the leader,
+    /// otherwise.
+    async fn share_owner(&self, topic: &str, partition: i32) -> Result<(), Refused> {
+        let _ = (topic, partition);
+        Err(Refused::new(code::NOT_LEADER_OR_FOLLOWER, "no share-partitions are owned here"))
+    }
+
+    /// The share-partition's stored state, taken for this owner (a later write by another
+    /// owner makes this one's next [`ShareStates::store_share`] fail); `None` if the group
+    /// never had one on the partition.
+    async fn load_share(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<share::Stored>, Refused> {
+        let _ = (group, topic, partition);
+        Err(Refused::new(code::NOT_LEADER_OR_FOLLOWER, "no share-partitions are owned here"))
+    }
+
+    /// Stores a change of a share-partition loaded (or created: `create`) by this owner,
+    /// before it is answered. NOT_LEADER_OR_FOLLOWER if another owner wrote it since: this
+    /// owner's state is stale and must be loaded again.
+    async fn store_share(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: i32,
+        change: &share::Change,
+        create: bool,
+    ) -> Result<(), Refused> {
+        let _ = (group, topic, partition, change, create);
+        Err(Refused::new(code::NOT_LEADER_OR_FOLLOWER, "no share-partitions are owned here"))
+    }
+
+    /// Every share-partition state `group` has, by topic and partition (one read of its
+    /// cursors; DescribeShareGroupOffsets).
+    async fn share_states(
+        &self,
+        group: &str,
+    ) -> Result<Vec<(String, i32, share::Stored)>, Refused> {
+        let _ = group;
+        Ok(Vec::new())
+    }
+}
+
 /// What the front end needs of the role it runs in: the capabilities above. A role implements
 /// each; handlers take a `&dyn Broker`.
-pub trait Broker: Cluster + Partitions + Topics + GroupOffsets + TxnStates {}
+pub trait Broker: Cluster + Partitions + Topics + GroupOffsets + TxnStates + ShareStates {}
 
-impl<T: Cluster + Partitions + Topics + GroupOffsets + TxnStates> Broker for T {}
+impl<T: Cluster + Partitions + Topics + GroupOffsets + TxnStates + ShareStates> Broker for T {}
 
 /// The zone a client names in its `client.id` with a `zone_id=<zone>` token (seed 002);
 /// tokens are separated by commas, semicolons or spaces.

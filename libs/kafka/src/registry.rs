@@ -5,7 +5,7 @@
 use crate::api::{Registration, register};
 use crate::{
     acl_api, admin, configs, consumer_api, fetch, group_api, leader_epoch, metadata, produce,
-    scram_api, session, txn_api,
+    scram_api, session, share_api, txn_api,
 };
 
 /// The APIs served, in the order ApiVersions lists them.
@@ -54,4 +54,8 @@ pub static APIS: &[Registration] = &[
     register::<txn_api::DescribeTransactions>(),
     register::<txn_api::ListTransactions>(),
     register::<txn_api::DescribeProducers>(),
+    register::<share_api::ShareGroupHeartbeat>(),
+    register::<share_api::ShareGroupDescribe>(),
+    register::<share_api::ShareFetch>(),
+    register::<share_api::ShareAcknowledge>(),
 ];

@@ -587,6 +587,39 @@ impl LogCursor {
         self.persist().await
     }
 
+    /// Acknowledges the offset ranges `[from, to)` of `ranges`, everything below `start`, and
+    /// stores `properties`, persisting once for all of it (a share group's share-partition
+    /// moving on: ARCHITECTURE §12). The caller knows every offset is below the high watermark
+    /// (it read them), so the log is not asked. `Unavailable` if another handle changed the
+    /// cursor since this one loaded it: this handle is stale.
+    pub async fn apply(
+        &mut self,
+        ranges: &[(u64, u64)],
+        start: u64,
+        properties: BTreeMap<String, i64>,
+    ) -> Result<(), LogError> {
+        if start > self.acked_before {
+            self.dirty.push((self.acked_before, start));
+            self.acked_before = start;
+            self.acks.remove_below(start);
+        }
+        for &(a, b) in ranges {
+            let a = a.max(self.acked_before);
+            if a < b {
+                self.acks.insert(a, b);
+                self.dirty.push((a, b));
+            }
+        }
+        self.fold();
+        self.properties = properties;
+        self.persist().await
+    }
+
+    /// The individually acknowledged ranges `[from, to)` above the mark-delete position.
+    pub fn acked_ranges(&self) -> Vec<(u64, u64)> {
+        self.acks.clipped(self.acked_before, u64::MAX)
+    }
+
     /// Moves the cursor to `offset`: everything below is acknowledged, nothing above is (the
     /// individual acknowledgements are dropped), and reading continues there.
     pub async fn seek(&mut self, offset: u64) -> Result<(), LogError> {

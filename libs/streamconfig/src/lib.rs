@@ -119,7 +119,7 @@ pub fn find_in(defs: &'static [Def], name: &str) -> Option<&'static Def> {
 
 /// An ISO-8601 duration (`PnDTnHnMn.nS`, as Java's `Duration.parse` reads it, without signs)
 /// in milliseconds; `None` when it is not one, or overflows.
-fn iso8601_ms(s: &str) -> Option<u64> {
+pub fn iso8601_ms(s: &str) -> Option<u64> {
     let s = s.to_ascii_uppercase();
     let rest = s.strip_prefix('P')?;
     let (days, time) = match rest.split_once('T') {

@@ -167,6 +167,9 @@ impl FakeBroker {
 }
 
 #[async_trait::async_trait]
+impl kafka::ShareStates for FakeBroker {}
+
+#[async_trait::async_trait]
 impl kafka::TxnStates for FakeBroker {
     async fn txn_state(
         &self,

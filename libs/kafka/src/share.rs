@@ -1,0 +1,569 @@
+//! Share groups (KIP-932, queues for Kafka) over Lakelog's cursors (ARCHITECTURE §12).
+//!
+//! Two parts, as in Kafka. The group's coordinator (placed as every group's) keeps its
+//! membership ([`group`]): members heartbeat and are given every partition of their topics.
+//! The partition's owner — the writer leading it — keeps each group's share-partition
+//! ([`partition`]): the window of records lent out, with their locks and delivery counts,
+//! stored through [`crate::ShareStates`] as a cursor of the partition's log before anything
+//! that changed it is answered. A member fetches records from the owner ([`Shares::acquire`]),
+//! each locked to it for the group's `share.record.lock.duration.ms`, and acknowledges them
+//! ([`Shares::acknowledge`]): accepted and rejected records are done; released ones, and those
+//! whose lock expired, go to the next fetch until the group's `share.delivery.count.limit`
+//! archives them. Each member's fetches run in a share session ([`Shares::session`]): the
+//! partitions it fetches, and an epoch each request must carry.
+//!
+//! Why the leader owns them: a Kafka client sends its ShareFetch to the partition's leader,
+//! as it learns it from Metadata, with no preferred read replica; readers (which serve
+//! catch-up fetches) are never named leaders, so they own none. An owner reads the records it
+//! lends from the log as any fetch does (its tail, or object storage through the range cache
+//! for old ones), so lending old records costs it what a catch-up read costs a reader.
+//!
+//! Bounds: sessions ([`MAX_SESSIONS`], then SHARE_SESSION_LIMIT_REACHED), share-partitions
+//! held ([`MAX_PARTITIONS`], the least recently used let go: a share-partition let go is
+//! loaded again from its store, its locks lost, its records lent again), records a fetch
+//! acquires (its `MaxRecords`, at most [`MAX_FETCH_RECORDS`]), and each window by the group's
+//! `share.partition.max.record.locks`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use uuid::Uuid;
+
+use crate::{Broker, Isolation, Refused, StoredBatch, code};
+
+pub mod group;
+pub mod partition;
+
+pub use partition::{AckRefused, AckType, Acquired, Change, SharePartition, Stored};
+
+/// Share sessions a broker keeps (Kafka's `group.share.max.share.sessions`).
+pub const MAX_SESSIONS: usize = 2000;
+/// Share-partitions an owner holds in memory at once.
+pub const MAX_PARTITIONS: usize = 10_000;
+/// Records one fetch acquires at most, whatever it asks.
+pub const MAX_FETCH_RECORDS: u64 = 10_000;
+/// Partitions one share session may hold.
+pub const MAX_SESSION_PARTITIONS: usize = 10_000;
+
+/// Kafka's share error codes.
+pub mod errors {
+    pub const INVALID_RECORD_STATE: i16 = kafka_protocol::ResponseError::InvalidRecordState.code();
+    pub const SHARE_SESSION_NOT_FOUND: i16 =
+        kafka_protocol::ResponseError::ShareSessionNotFound.code();
+    pub const INVALID_SHARE_SESSION_EPOCH: i16 =
+        kafka_protocol::ResponseError::InvalidShareSessionEpoch.code();
+    pub const SHARE_SESSION_LIMIT_REACHED: i16 =
+        kafka_protocol::ResponseError::ShareSessionLimitReached.code();
+}
+use errors::*;
+
+/// A group's settings for its share-partitions (its group configs, else Kafka's defaults).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub lock: Duration,
+    pub delivery_limit: u16,
+    pub max_locks: u64,
+    /// Where a new share-partition starts: ListOffsets' -2 (earliest), -1 (latest) or a
+    /// timestamp (`by_duration`).
+    pub reset: Reset,
+    pub isolation: Isolation,
+    pub renew: bool,
+}
+
+/// `share.auto.offset.reset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reset {
+    Earliest,
+    Latest,
+    /// Records no older than this.
+    ByDuration(Duration),
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            lock: Duration::from_secs(30),
+            delivery_limit: 5,
+            max_locks: 2000,
+            reset: Reset::Latest,
+            isolation: Isolation::ReadUncommitted,
+            renew: true,
+        }
+    }
+}
+
+impl Settings {
+    /// A group's settings from its configs.
+    pub fn of(c: &crate::GroupConfig) -> Settings {
+        let d = Settings::default();
+        let int = |name: &str| c.get(name).and_then(|v| v.parse::<u64>().ok());
+        Settings {
+            lock: int("share.record.lock.duration.ms").map_or(d.lock, Duration::from_millis),
+            delivery_limit: int("share.delivery.count.limit")
+                .and_then(|v| u16::try_from(v).ok())
+                .unwrap_or(d.delivery_limit),
+            max_locks: int("share.partition.max.record.locks").unwrap_or(d.max_locks),
+            reset: match c.get("share.auto.offset.reset") {
+                Some("earliest") => Reset::Earliest,
+                Some(v) if v.starts_with("by_duration:") => {
+                    streamconfig::iso8601_ms(&v["by_duration:".len()..])
+                        .map_or(d.reset, |ms| Reset::ByDuration(Duration::from_millis(ms)))
+                }
+                _ => d.reset,
+            },
+            isolation: match c.get("share.isolation.level") {
+                Some("read_committed") => Isolation::ReadCommitted,
+                _ => d.isolation,
+            },
+            renew: c.get("share.renew.acknowledge.enable") != Some("false"),
+        }
+    }
+
+    fn lock_ms(&self) -> i64 {
+        i64::try_from(self.lock.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// One member's share session at this broker.
+#[derive(Clone, Debug)]
+struct Session {
+    /// The epoch its next request must carry.
+    epoch: i32,
+    partitions: BTreeSet<(Uuid, i32)>,
+    last_used: Instant,
+}
+
+/// What a request does to its member's share session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SessionStep {
+    /// Epoch 0: a new session of these partitions (any earlier one is replaced).
+    Open,
+    /// Epoch -1: the session closes once its acknowledgements are applied; nothing fetched.
+    Close,
+    /// Any other epoch: the session's next request.
+    Next,
+}
+
+type PartKey = (String, String, i32);
+
+/// A share session's partitions, by topic id.
+pub type SessionPartitions = BTreeSet<(Uuid, i32)>;
+
+/// A share-partition held here: its state once loaded, what was stored of it last, when it
+/// was last used.
+#[derive(Debug, Default)]
+struct Slot {
+    state: Option<SharePartition>,
+    stored: Option<Change>,
+    last_used: Option<Instant>,
+}
+
+/// The share groups and share-partitions this broker holds.
+#[derive(Debug, Default)]
+pub struct Shares {
+    /// Membership of the share groups this broker coordinates.
+    pub(crate) groups: Mutex<group::ShareGroups>,
+    sessions: Mutex<HashMap<(String, String), Session>>,
+    partitions: Mutex<HashMap<PartKey, Arc<tokio::sync::Mutex<Slot>>>>,
+    /// Topic names by id, learned from the broker's topics.
+    names: Mutex<HashMap<Uuid, String>>,
+}
+
+/// What a fetch acquired on one partition: the ranges, and the stored batches holding them.
+#[derive(Clone, Debug, Default)]
+pub struct Lent {
+    pub acquired: Acquired,
+    pub batches: Vec<StoredBatch>,
+    /// The window's end after it: where new records would come from.
+    pub end: i64,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The offset after a stored batch's last one, and whether it is a control batch.
+fn batch_span(b: &StoredBatch) -> (i64, i64, bool, bool, i64) {
+    match recordbatch::BatchHeader::parse(&b.bytes) {
+        Ok(h) => (
+            b.base_offset,
+            b.base_offset.saturating_add(i64::from(h.last_offset_delta)),
+            h.is_control(),
+            h.is_transactional(),
+            h.producer.producer_id,
+        ),
+        Err(_) => (b.base_offset, b.base_offset, false, false, -1),
+    }
+}
+
+impl Shares {
+    /// Steps `member`'s share session in `group` by a request at `epoch`, adding `add` and
+    /// dropping `forget`: the session's partitions after it, and what the step is. Kafka's
+    /// codes for a session not found, an epoch not the session's, or no room for a new one.
+    pub fn session(
+        &self,
+        group: &str,
+        member: &str,
+        epoch: i32,
+        add: &[(Uuid, i32)],
+        forget: &[(Uuid, i32)],
+        now: Instant,
+    ) -> Result<(SessionPartitions, SessionStep), (i16, String)> {
+        let key = (group.to_owned(), member.to_owned());
+        let mut sessions = self.sessions.lock();
+        match epoch {
+            0 => {
+                if !sessions.contains_key(&key) && sessions.len() >= MAX_SESSIONS {
+                    // The least recently used session idle for a lock's worth goes first.
+                    let idle = sessions
+                        .iter()
+                        .filter(|(_, s)| now.duration_since(s.last_used) > Duration::from_secs(60))
+                        .min_by_key(|(_, s)| s.last_used)
+                        .map(|(k, _)| k.clone());
+                    match idle {
+                        Some(k) => {
+                            sessions.remove(&k);
+                        }
+                        None => {
+                            return Err((
+                                SHARE_SESSION_LIMIT_REACHED,
+                                format!("this broker holds {MAX_SESSIONS} share sessions"),
+                            ));
+                        }
+                    }
+                }
+                let partitions: BTreeSet<(Uuid, i32)> =
+                    add.iter().copied().take(MAX_SESSION_PARTITIONS).collect();
+                sessions.insert(
+                    key,
+                    Session { epoch: 1, partitions: partitions.clone(), last_used: now },
+                );
+                Ok((partitions, SessionStep::Open))
+            }
+            _ => {
+                let Some(s) = sessions.get_mut(&key) else {
+                    return Err((
+                        SHARE_SESSION_NOT_FOUND,
+                        format!("no share session of member {member} in group {group}"),
+                    ));
+                };
+                if epoch != -1 && epoch != s.epoch {
+                    return Err((
+                        INVALID_SHARE_SESSION_EPOCH,
+                        format!("the share session's epoch is {}, not {epoch}", s.epoch),
+                    ));
+                }
+                if epoch == -1 {
+                    let s = sessions.remove(&key).map(|s| s.partitions).unwrap_or_default();
+                    return Ok((s, SessionStep::Close));
+                }
+                for p in forget {
+                    s.partitions.remove(p);
+                }
+                for p in add {
+                    if s.partitions.len() >= MAX_SESSION_PARTITIONS {
+                        break;
+                    }
+                    s.partitions.insert(*p);
+                }
+                s.epoch = if s.epoch == i32::MAX { 1 } else { s.epoch + 1 };
+                s.last_used = now;
+                Ok((s.partitions.clone(), SessionStep::Next))
+            }
+        }
+    }
+
+    /// The name of the topic `id`, looked up through the broker when not known here.
+    pub async fn topic_name(&self, id: Uuid, broker: &dyn Broker) -> Option<String> {
+        if let Some(n) = self.names.lock().get(&id) {
+            return Some(n.clone());
+        }
+        let all = broker.topics(None, None, None).await.ok()?;
+        let mut names = self.names.lock();
+        if names.len() > 100_000 {
+            names.clear();
+        }
+        for t in all.into_iter().filter(|t| t.error == code::NONE) {
+            names.insert(t.id, t.name);
+        }
+        names.get(&id).cloned()
+    }
+
+    /// The slot of a share-partition, made if new (the least recently used let go past
+    /// [`MAX_PARTITIONS`]).
+    fn slot(&self, key: &PartKey) -> Arc<tokio::sync::Mutex<Slot>> {
+        let mut parts = self.partitions.lock();
+        if let Some(s) = parts.get(key) {
+            return s.clone();
+        }
+        if parts.len() >= MAX_PARTITIONS {
+            let oldest = parts
+                .iter()
+                .filter_map(|(k, s)| s.try_lock().ok().map(|g| (k.clone(), g.last_used)))
+                .min_by_key(|(_, used)| *used)
+                .map(|(k, _)| k);
+            if let Some(k) = oldest {
+                parts.remove(&k);
+            }
+        }
+        parts.entry(key.clone()).or_default().clone()
+    }
+
+    /// Runs `f` on a share-partition this broker owns, loading it first if it is not held
+    /// (created where the group's `share.auto.offset.reset` says, if it has no state), then
+    /// stores what `f` changed before returning. A failed store drops the state held: it is
+    /// loaded again next time.
+    async fn with<T>(
+        &self,
+        broker: &dyn Broker,
+        key: &PartKey,
+        settings: &Settings,
+        f: impl AsyncFnOnce(&mut SharePartition) -> Result<T, Refused>,
+    ) -> Result<T, Refused> {
+        let (group, topic, partition) = (key.0.as_str(), key.1.as_str(), key.2);
+        broker.share_owner(topic, partition).await?;
+        let slot = self.slot(key);
+        let mut slot = slot.lock().await;
+        slot.last_used = Some(Instant::now());
+        let mut create = false;
+        if slot.state.is_none() {
+            let (state, created) = match broker.load_share(group, topic, partition).await? {
+                Some(stored) => (SharePartition::from_stored(&stored), false),
+                None => {
+                    let at = match settings.reset {
+                        Reset::Earliest => -2,
+                        Reset::Latest => -1,
+                        Reset::ByDuration(d) => {
+                            now_ms().saturating_sub(i64::try_from(d.as_millis()).unwrap_or(0))
+                        }
+                    };
+                    let (start, _) = broker
+                        .list_offset(topic, partition, None, at, Isolation::ReadUncommitted)
+                        .await?;
+                    (SharePartition::new(start), true)
+                }
+            };
+            create = created;
+            slot.stored = (!created).then(|| state_change(&state));
+            slot.state = Some(state);
+        }
+        let Some(state) = slot.state.as_mut() else {
+            return Err(Refused::server("share-partition state not loaded"));
+        };
+        let out = f(state).await;
+        let mut change = state.take_change();
+        let same = slot.stored.as_ref().is_some_and(|s| {
+            change.done.is_empty()
+                && (s.start, s.end, &s.counts) == (change.start, change.end, &change.counts)
+        });
+        if !same {
+            match broker.store_share(group, topic, partition, &change, create).await {
+                Ok(()) => {
+                    change.done.clear();
+                    slot.stored = Some(change);
+                }
+                Err(e) => {
+                    tracing::debug!(group, topic, partition, error = %e.message, "share-partition state not stored: dropped");
+                    slot.state = None;
+                    slot.stored = None;
+                    return Err(e);
+                }
+            }
+        }
+        out
+    }
+
+    /// Acquires up to `max_records` records of `topic`'s `partition` for `member` (about
+    /// `max_bytes` of them): available records of the window first (released, or their lock
+    /// expired), else the log's next ones while the window has room. Stored before returned.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn acquire(
+        &self,
+        broker: &dyn Broker,
+        group: &str,
+        member: &Arc<str>,
+        topic: &str,
+        partition: i32,
+        max_records: u64,
+        max_bytes: usize,
+        settings: &Settings,
+    ) -> Result<Lent, Refused> {
+        let key = (group.to_owned(), topic.to_owned(), partition);
+        let max_records = max_records.clamp(1, MAX_FETCH_RECORDS);
+        self.with(broker, &key, settings, async |p| {
+            let now = now_ms();
+            p.expire(now);
+            let deadline = now.saturating_add(settings.lock_ms());
+            // The window's available records, if any.
+            if let Some(first) = p.first_available(settings.delivery_limit) {
+                let f =
+                    read(broker, topic, partition, first, max_bytes, settings.isolation).await?;
+                if f.log_start_offset > p.start() {
+                    p.trim_to(f.log_start_offset);
+                }
+                let below = f.records.last().map_or(first, |b| batch_span(b).1 + 1);
+                let acquired = p.acquire_available(
+                    member,
+                    deadline,
+                    settings.delivery_limit,
+                    max_records,
+                    below,
+                );
+                if !acquired.is_empty() {
+                    let batches = overlapping(f.records, &acquired);
+                    return Ok(Lent { acquired, batches, end: p.end() });
+                }
+            }
+            let room = p.room(settings.max_locks).min(max_records);
+            if room == 0 {
+                return Ok(Lent { end: p.end(), ..Lent::default() });
+            }
+            let f = match read(broker, topic, partition, p.end(), max_bytes, settings.isolation)
+                .await
+            {
+                Ok(f) => f,
+                Err(e) if e.code == code::OFFSET_OUT_OF_RANGE => {
+                    let (start, _) = broker
+                        .list_offset(topic, partition, None, -2, Isolation::ReadUncommitted)
+                        .await?;
+                    p.trim_to(start);
+                    return Ok(Lent { end: p.end(), ..Lent::default() });
+                }
+                Err(e) => return Err(e),
+            };
+            if f.log_start_offset > p.start() {
+                p.trim_to(f.log_start_offset);
+            }
+            let mut left = room;
+            let mut acquired = Acquired::new();
+            let aborted = aborted_batches(&f);
+            for (i, b) in f.records.iter().enumerate() {
+                if left == 0 {
+                    break;
+                }
+                let (first, last, control, _, _) = batch_span(b);
+                if control || aborted.contains(&i) {
+                    p.skip(last + 1);
+                    continue;
+                }
+                if let Some(got) = p.acquire_new(first, last, member, deadline, left) {
+                    left -= u64::try_from(got.1 - got.0 + 1).unwrap_or(left);
+                    acquired.push(got);
+                }
+            }
+            let batches = overlapping(f.records, &acquired);
+            Ok(Lent { acquired, batches, end: p.end() })
+        })
+        .await
+    }
+
+    /// Applies `member`'s acknowledgements on a share-partition, stored before returned.
+    /// INVALID_RECORD_STATE (none applied) if it holds not every record named.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn acknowledge(
+        &self,
+        broker: &dyn Broker,
+        group: &str,
+        member: &str,
+        topic: &str,
+        partition: i32,
+        batches: &[(i64, i64, Vec<i8>)],
+        settings: &Settings,
+    ) -> Result<(), Refused> {
+        if !settings.renew && batches.iter().any(|(_, _, t)| t.contains(&4)) {
+            return Err(Refused::new(
+                code::INVALID_REQUEST,
+                "renew acknowledgements are disabled (share.renew.acknowledge.enable)",
+            ));
+        }
+        let key = (group.to_owned(), topic.to_owned(), partition);
+        self.with(broker, &key, settings, async |p| {
+            let now = now_ms();
+            p.expire(now);
+            p.acknowledge(member, now, settings.lock_ms(), batches).map_err(|e| match e {
+                AckRefused::InvalidRecordState(m) => Refused::new(INVALID_RECORD_STATE, m),
+                AckRefused::InvalidRequest(m) => Refused::new(code::INVALID_REQUEST, m),
+            })
+        })
+        .await
+    }
+
+    /// Releases what `member` holds on a share-partition held here (its session closed).
+    pub async fn release(&self, group: &str, member: &str, topic: &str, partition: i32) {
+        let key = (group.to_owned(), topic.to_owned(), partition);
+        let slot = self.partitions.lock().get(&key).cloned();
+        if let Some(slot) = slot
+            && let Some(p) = slot.lock().await.state.as_mut()
+        {
+            p.release_member(member);
+        }
+    }
+
+    /// Forgets every share-partition state of `group` held here (its offsets were altered or
+    /// deleted elsewhere: they are loaded again).
+    pub fn forget_group(&self, group: &str) {
+        self.partitions.lock().retain(|k, _| k.0 != group);
+    }
+}
+
+/// The state a share-partition's store holds, as a change (none done).
+fn state_change(p: &SharePartition) -> Change {
+    let s = p.stored();
+    Change { start: s.start, end: s.end, done: Vec::new(), counts: s.counts }
+}
+
+/// Reads batches of a partition from `offset` for lending.
+async fn read(
+    broker: &dyn Broker,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    max_bytes: usize,
+    isolation: Isolation,
+) -> Result<crate::Fetched, Refused> {
+    broker.fetch(topic, partition, None, None, offset, max_bytes.max(1), isolation).await
+}
+
+/// Indexes of the batches of a read_committed read that belong to aborted transactions (as
+/// a Kafka consumer finds them: a producer's batches from its aborted transaction's first
+/// offset up to its next control batch).
+fn aborted_batches(f: &crate::Fetched) -> BTreeSet<usize> {
+    let mut out = BTreeSet::new();
+    if f.aborted.is_empty() {
+        return out;
+    }
+    let mut pending: Vec<(i64, i64)> = f.aborted.clone();
+    pending.sort_by_key(|(_, first)| *first);
+    let mut open: BTreeSet<i64> = BTreeSet::new();
+    for (i, b) in f.records.iter().enumerate() {
+        let (first, _, control, transactional, pid) = batch_span(b);
+        while let Some(&(p, at)) = pending.first() {
+            if at > first {
+                break;
+            }
+            open.insert(p);
+            pending.remove(0);
+        }
+        if control {
+            open.remove(&pid);
+        } else if transactional && open.contains(&pid) {
+            out.insert(i);
+        }
+    }
+    out
+}
+
+/// The batches holding any of `acquired`'s records.
+fn overlapping(batches: Vec<StoredBatch>, acquired: &Acquired) -> Vec<StoredBatch> {
+    batches
+        .into_iter()
+        .filter(|b| {
+            let (first, last, ..) = batch_span(b);
+            acquired.iter().any(|&(a, z, _)| a <= last && first <= z)
+        })
+        .collect()
+}
