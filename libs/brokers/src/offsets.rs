@@ -102,7 +102,7 @@ impl LogBroker {
     }
 
     /// Runs a fenced transaction: NOT_COORDINATOR if its compares fail.
-    async fn fenced(
+    pub(crate) async fn fenced(
         &self,
         group: &str,
         when: Vec<Compare>,
@@ -163,7 +163,7 @@ impl LogBroker {
     }
 
     /// The cursors of `logs` named `name`, read in batched transactions.
-    async fn positions(
+    pub(crate) async fn positions(
         &self,
         name: &str,
         logs: &[LogId],
@@ -191,7 +191,7 @@ impl LogBroker {
 
     /// Every key under `prefix` (one read), as (the key past the prefix, the value); keys that
     /// are not text are left out.
-    async fn under(&self, prefix: Vec<u8>) -> Result<Vec<(String, Vec<u8>)>, Refused> {
+    pub(crate) async fn under(&self, prefix: Vec<u8>) -> Result<Vec<(String, Vec<u8>)>, Refused> {
         let resp = self
             .reader
             .meta()
@@ -469,6 +469,15 @@ impl kafka::GroupOffsets for LogBroker {
                 chunk.iter().flat_map(|(log, ..)| forget_offset(&keys, &enc, *log)).collect();
             self.fenced(group, fence.clone(), ops).await?;
         }
+        // A share group's share-partitions, likewise.
+        let shares = self.share_index(&enc).await?;
+        for chunk in shares.chunks(OFFSETS_PER_TXN) {
+            let mut ops = Vec::new();
+            for (log, ..) in chunk {
+                ops.extend(self.forget_share(&enc, *log)?);
+            }
+            self.fenced(group, fence.clone(), ops).await?;
+        }
         // The records last: a deletion cut short is finished by the next one.
         let state = keys.group_state(&enc);
         let txn = Txn::new().when(fence).and_then([
@@ -481,7 +490,7 @@ impl kafka::GroupOffsets for LogBroker {
             return Err(not_coordinator(group));
         }
         let had_state = matches!(resp.results.first(), Some(OpResult::Get(g)) if !g.kvs.is_empty());
-        Ok(had_state || !indexed.is_empty())
+        Ok(had_state || !indexed.is_empty() || !shares.is_empty())
     }
 
     async fn release_group(&self, group: &str, tenure: Tenure) -> Result<(), Refused> {

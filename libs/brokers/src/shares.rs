@@ -15,12 +15,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use kafka::share::{Change, Stored};
-use kafka::{Refused, code};
+use kafka::{OffsetCommit, Refused, ShareOffset, Tenure, code};
 use logstore::LogId;
-use logstore::cursor::{CursorStart, LogCursor};
+use logstore::cursor::{CursorStart, LogCursor, Position};
+use metadata::{KeyRange, TxnOp};
 use parking_lot::Mutex;
 
 use crate::LogBroker;
+use crate::offsets::encoded;
 
 /// Cursor handles a writer keeps at most: past it, all are let go (their share-partitions
 /// are loaded again at their next use).
@@ -126,6 +128,11 @@ impl kafka::ShareStates for LogBroker {
         };
         let start = u64::try_from(change.start).unwrap_or(0);
         if create {
+            // The group's index of its share-partitions first: a cursor is never unlisted.
+            let enc = encoded(group)?;
+            let index = self.reader.keys().group_share(&enc, log);
+            let value = format!("{partition} {topic}").into_bytes();
+            self.reader.meta().put(&index, &value, 0).await.map_err(Refused::server)?;
             let at = CursorStart::Offset(start);
             match LogCursor::create(&self.reader, log, &name, at).await {
                 Ok(()) => {}
@@ -155,6 +162,129 @@ impl kafka::ShareStates for LogBroker {
             return Err(stale());
         }
         Ok(())
+    }
+
+    async fn share_offsets(&self, group: &str) -> Result<Vec<ShareOffset>, Refused> {
+        let enc = encoded(group)?;
+        let name = name_of(group)?;
+        let listed = self.share_index(&enc).await?;
+        let mut out = Vec::with_capacity(listed.len());
+        for (log, topic, partition) in listed {
+            let cursor = match LogCursor::open(&self.reader, log, &name).await {
+                Ok(c) => c,
+                Err(
+                    logstore::LogError::CursorNotFound { .. } | logstore::LogError::NotFound(_),
+                ) => {
+                    continue;
+                }
+                Err(e) => return Err(crate::refused(e)),
+            };
+            let s = stored(&cursor);
+            let lag = match self.reader.tail_info(log).await {
+                Ok(info) => {
+                    let hw = i64::try_from(info.next_offset).unwrap_or(i64::MAX);
+                    let done: i64 = s.done.iter().map(|(a, b)| b - a).sum();
+                    (hw - s.start - done).max(0)
+                }
+                Err(_) => -1,
+            };
+            out.push(ShareOffset { topic, partition, start: s.start, lag });
+        }
+        out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        Ok(out)
+    }
+
+    async fn alter_share_offsets(
+        &self,
+        group: &str,
+        tenure: Tenure,
+        items: &[(String, i32, i64)],
+    ) -> Result<Vec<Result<(), Refused>>, Refused> {
+        let enc = encoded(group)?;
+        let name = name_of(group)?;
+        let asked: Vec<OffsetCommit> = items
+            .iter()
+            .map(|(topic, partition, start)| OffsetCommit {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: *start,
+                leader_epoch: -1,
+                metadata: None,
+            })
+            .collect();
+        let (mut out, logs) = self.offset_logs(&asked).await;
+        let fence = self.fence(group, &enc, tenure).await?;
+        let keys = self.reader.keys().clone();
+        for (i, log) in logs {
+            let (topic, partition, start) = &items[i];
+            let at = u64::try_from(*start).unwrap_or(0);
+            let position = Position {
+                offset: at,
+                properties: [(END.to_owned(), *start)].into(),
+                labels: BTreeMap::new(),
+            };
+            let mut ops = vec![TxnOp::put(
+                keys.group_share(&enc, log),
+                format!("{partition} {topic}").into_bytes(),
+            )];
+            ops.extend(
+                logstore::cursor::position_ops(&keys, log, &name, position)
+                    .map_err(crate::refused)?,
+            );
+            out[i] = self.fenced(group, fence.clone(), ops).await;
+            self.share_handles.lock().remove(&(log, name.clone()));
+        }
+        Ok(out)
+    }
+
+    async fn delete_share_offsets(
+        &self,
+        group: &str,
+        tenure: Tenure,
+        topics: &[String],
+    ) -> Result<Vec<String>, Refused> {
+        let enc = encoded(group)?;
+        let fence = self.fence(group, &enc, tenure).await?;
+        let mut deleted: Vec<String> = Vec::new();
+        for (log, topic, _) in self.share_index(&enc).await? {
+            if !topics.contains(&topic) {
+                continue;
+            }
+            self.fenced(group, fence.clone(), self.forget_share(&enc, log)?).await?;
+            if !deleted.contains(&topic) {
+                deleted.push(topic);
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+impl LogBroker {
+    /// The share-partitions `enc`'s group has, by the index: (log, topic, partition).
+    pub(crate) async fn share_index(
+        &self,
+        enc: &str,
+    ) -> Result<Vec<(LogId, String, i32)>, Refused> {
+        let listed = self.under(self.reader.keys().group_shares(enc)).await?;
+        Ok(listed
+            .iter()
+            .filter_map(|(log, value)| {
+                let (p, topic) = std::str::from_utf8(value).ok()?.split_once(' ')?;
+                Some((LogId(log.parse().ok()?), topic.to_owned(), p.parse().ok()?))
+            })
+            .collect())
+    }
+
+    /// What removes a share-partition of `enc`'s group: its cursor and its index entry.
+    pub(crate) fn forget_share(&self, enc: &str, log: LogId) -> Result<Vec<TxnOp>, Refused> {
+        let keys = self.reader.keys();
+        let name = format!("share.{enc}");
+        self.share_handles.lock().remove(&(log, name.clone()));
+        Ok(vec![
+            TxnOp::delete(KeyRange::key(keys.cursor_state(log, &name))),
+            TxnOp::delete(KeyRange::prefix(keys.cursor_acks_prefix(log, &name))),
+            TxnOp::delete(KeyRange::key(keys.group_share(enc, log))),
+        ])
     }
 }
 

@@ -505,11 +505,20 @@ pub(crate) async fn list_groups(
             .into_iter()
             .map(|(n, state)| (n, "consumer".to_owned(), state.name(), "consumer")),
     );
+    all.extend(
+        groups
+            .shares
+            .groups
+            .lock()
+            .list()
+            .into_iter()
+            .map(|(n, state)| (n, "share".to_owned(), state, "share")),
+    );
     // Stored groups this broker coordinates that it does not hold yet are taken (resumed),
     // as Kafka loads a coordinator's groups, then listed with the rest.
     match broker.stored_groups().await {
         Ok(stored) => {
-            for (name, _) in stored {
+            for (name, bytes) in stored {
                 if all.iter().any(|(n, ..)| *n == name) {
                     continue;
                 }
@@ -527,6 +536,9 @@ pub(crate) async fn list_groups(
                 // a KIP-848 group whose members left) is Empty, as Kafka lists it.
                 match groups.list().into_iter().find(|(n, ..)| *n == name) {
                     Some((n, ptype, state)) => all.push((n, ptype, state.name(), "classic")),
+                    None if Groups::stored_is_share(&bytes) => {
+                        all.push((name, "share".to_owned(), "Empty", "share"));
+                    }
                     None => all.push((name, "consumer".to_owned(), "Empty", "classic")),
                 }
             }
@@ -624,6 +636,7 @@ pub(crate) async fn delete_groups(
                     Ok(existed) => {
                         // Its coordinator record went with it: the next request takes it anew.
                         groups.forget(&name);
+                        groups.shares.forget_group(&name);
                         if existed { code::NONE } else { GROUP_ID_NOT_FOUND }
                     }
                     Err(e) => e.code,

@@ -698,6 +698,9 @@ impl Groups {
                         );
                         self.groups.lock().insert(group.to_owned(), *g);
                     }
+                    Some(stored::Stored::Share) => {
+                        self.shares.groups.lock().resume(group);
+                    }
                     Some(stored::Stored::Consumer(c, quiet)) => {
                         tracing::info!(group, "Kafka consumer group resumed from its stored state");
                         self.consumer_resume(group, c, quiet, bytes.clone(), now);
@@ -756,6 +759,38 @@ impl Groups {
             Err(r) if r.code == NOT_COORDINATOR => self.forget(group),
             Err(r) => tracing::warn!(group, error = %r.message, "storing a Kafka group failed"),
         }
+    }
+
+    /// Stores a share group held here that has no stored state yet (its first member joined,
+    /// or its offsets were set), so it is listed as a share group and deleted with its
+    /// share-partitions.
+    pub async fn ensure_share_stored(
+        &self,
+        group: &str,
+        store: &dyn GroupOffsets,
+    ) -> Result<(), i16> {
+        let Some(h) = self.held.lock().get(group).copied().filter(|h| !h.stored) else {
+            return Ok(());
+        };
+        match store.store_group(group, h.tenure, stored::encode_share()).await {
+            Ok(()) => {
+                self.stored(group);
+                Ok(())
+            }
+            Err(r) if r.code == NOT_COORDINATOR => {
+                self.forget(group);
+                Err(NOT_COORDINATOR)
+            }
+            Err(r) => {
+                tracing::warn!(group, error = %r.message, "storing a Kafka share group failed");
+                Err(COORDINATOR_NOT_AVAILABLE)
+            }
+        }
+    }
+
+    /// Whether a group's stored state is a share group's.
+    pub fn stored_is_share(bytes: &[u8]) -> bool {
+        matches!(stored::decode_any(bytes, Instant::now()), Some(stored::Stored::Share))
     }
 
     /// Takes the next place in `group`'s order of offset commits: the commit admitted before
@@ -1336,6 +1371,7 @@ impl Groups {
     pub fn forget(&self, group: &str) {
         self.held.lock().remove(group);
         self.consumer_forget(group);
+        self.shares.groups.lock().forget(group);
         if let Some(mut g) = self.groups.lock().remove(group) {
             let ids: Vec<String> = g.members.keys().cloned().collect();
             for id in ids {
@@ -1430,6 +1466,7 @@ impl Groups {
     pub fn has_members(&self, group: &str) -> bool {
         self.groups.lock().get(group).is_some_and(|g| !g.members.is_empty())
             || self.is_consumer_group(group)
+            || self.shares.groups.lock().has_members(group)
     }
 }
 

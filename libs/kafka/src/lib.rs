@@ -728,15 +728,51 @@ pub trait ShareStates: Send + Sync + 'static {
         Err(Refused::new(code::NOT_LEADER_OR_FOLLOWER, "no share-partitions are owned here"))
     }
 
-    /// Every share-partition state `group` has, by topic and partition (one read of its
-    /// cursors; DescribeShareGroupOffsets).
-    async fn share_states(
-        &self,
-        group: &str,
-    ) -> Result<Vec<(String, i32, share::Stored)>, Refused> {
+    /// Every share-partition `group` has, with its start offset and lag
+    /// (DescribeShareGroupOffsets, at the group's coordinator).
+    async fn share_offsets(&self, group: &str) -> Result<Vec<ShareOffset>, Refused> {
         let _ = group;
         Ok(Vec::new())
     }
+
+    /// Sets `group`'s share-partitions' start offsets (AlterShareGroupOffsets: `(topic,
+    /// partition, start)`), creating those it has not, under the coordinator's tenure; each
+    /// item's outcome. Their owners find their state moved on and load it again.
+    async fn alter_share_offsets(
+        &self,
+        group: &str,
+        tenure: Tenure,
+        items: &[(String, i32, i64)],
+    ) -> Result<Vec<Result<(), Refused>>, Refused> {
+        let _ = (group, tenure);
+        Ok(items
+            .iter()
+            .map(|_| Err(Refused::new(code::UNKNOWN_SERVER_ERROR, "no share groups here")))
+            .collect())
+    }
+
+    /// Removes `group`'s share-partitions of `topics` (DeleteShareGroupOffsets), under the
+    /// coordinator's tenure; the topics it had some on.
+    async fn delete_share_offsets(
+        &self,
+        group: &str,
+        tenure: Tenure,
+        topics: &[String],
+    ) -> Result<Vec<String>, Refused> {
+        let _ = (group, tenure, topics);
+        Ok(Vec::new())
+    }
+}
+
+/// A share-partition as DescribeShareGroupOffsets shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShareOffset {
+    pub topic: String,
+    pub partition: i32,
+    /// The share-partition start offset.
+    pub start: i64,
+    /// Records at or past the start not yet done (KIP-1226); -1 when unknown.
+    pub lag: i64,
 }
 
 /// What the front end needs of the role it runs in: the capabilities above. A role implements

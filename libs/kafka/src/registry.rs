@@ -58,4 +58,7 @@ pub static APIS: &[Registration] = &[
     register::<share_api::ShareGroupDescribe>(),
     register::<share_api::ShareFetch>(),
     register::<share_api::ShareAcknowledge>(),
+    register::<share_api::DescribeShareGroupOffsets>(),
+    register::<share_api::AlterShareGroupOffsets>(),
+    register::<share_api::DeleteShareGroupOffsets>(),
 ];

@@ -46,6 +46,8 @@ pub const MAX_PARTITIONS: usize = 10_000;
 pub const MAX_FETCH_RECORDS: u64 = 10_000;
 /// Partitions one share session may hold.
 pub const MAX_SESSION_PARTITIONS: usize = 10_000;
+/// A share session unused this long is gone.
+pub const SESSION_IDLE: Duration = Duration::from_secs(120);
 
 /// Kafka's share error codes.
 pub mod errors {
@@ -238,10 +240,17 @@ impl Shares {
                 }
                 let partitions: BTreeSet<(Uuid, i32)> =
                     add.iter().copied().take(MAX_SESSION_PARTITIONS).collect();
-                sessions.insert(
-                    key,
-                    Session { epoch: 1, partitions: partitions.clone(), last_used: now },
-                );
+                // Sessions idle past SESSION_IDLE are gone (their members stopped fetching).
+                sessions.retain(|_, s| now.duration_since(s.last_used) <= SESSION_IDLE);
+                let alone = !sessions.keys().any(|(g, m)| g == group && m != member);
+                let session = Session { epoch: 1, partitions: partitions.clone(), last_used: now };
+                sessions.insert(key, session);
+                drop(sessions);
+                // The group's first session here: its share-partitions held here may be stale
+                // (its offsets altered or deleted while it was empty), so they are loaded again.
+                if alone {
+                    self.forget_group(group);
+                }
                 Ok((partitions, SessionStep::Open))
             }
             _ => {

@@ -7,6 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::alter_share_group_offsets_response::{
+    AlterShareGroupOffsetsResponsePartition, AlterShareGroupOffsetsResponseTopic,
+};
+use kafka_protocol::messages::delete_share_group_offsets_response::DeleteShareGroupOffsetsResponseTopic;
+use kafka_protocol::messages::describe_share_group_offsets_response::{
+    DescribeShareGroupOffsetsResponseGroup, DescribeShareGroupOffsetsResponsePartition,
+    DescribeShareGroupOffsetsResponseTopic,
+};
 use kafka_protocol::messages::share_acknowledge_response::{
     PartitionData as AckPartitionData, ShareAcknowledgeTopicResponse,
 };
@@ -18,6 +26,11 @@ use kafka_protocol::messages::share_group_describe_response::{
 };
 use kafka_protocol::messages::share_group_heartbeat_response::{
     Assignment as WireAssignment, TopicPartitions,
+};
+use kafka_protocol::messages::{
+    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, DeleteShareGroupOffsetsRequest,
+    DeleteShareGroupOffsetsResponse, DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsResponse,
 };
 use kafka_protocol::messages::{
     ApiKey, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest,
@@ -105,6 +118,14 @@ pub(crate) async fn heartbeat(
         }
     };
     let beat = groups.shares.groups.lock().heartbeat(&hb, &view, clock_now());
+    // A share group is stored once (that it is one): listed, and deleted with its
+    // share-partitions, whatever coordinator comes next.
+    if beat.error == code::NONE
+        && hb.member_epoch == 0
+        && let Err(e) = groups.ensure_share_stored(&group, broker).await
+    {
+        return fail(e, None);
+    }
     ShareGroupHeartbeatResponse::default()
         .with_error_code(beat.error)
         .with_error_message(beat.message.map(s))
@@ -629,6 +650,278 @@ impl Handler for ShareAcknowledge {
         ctx.later(|ctx| async move {
             let may_read = |t: &str| ctx.access().topic(Operation::Consume, t);
             share_acknowledge(req, ctx.broker.as_ref(), &ctx.groups.shares, &may_read).await
+        })
+    }
+}
+
+/// The ids of `topics` (nil for one not found).
+async fn topic_ids(broker: &dyn Broker, topics: &[String]) -> BTreeMap<String, Uuid> {
+    match broker.topics(Some(topics), None, None).await {
+        Ok(found) => {
+            found.into_iter().filter(|t| t.error == code::NONE).map(|t| (t.name, t.id)).collect()
+        }
+        Err(_) => BTreeMap::new(),
+    }
+}
+
+pub(crate) async fn describe_offsets(
+    req: DescribeShareGroupOffsetsRequest,
+    broker: &dyn Broker,
+    groups: &Groups,
+    may_describe: &(dyn Fn(&str) -> bool + Send + Sync),
+) -> DescribeShareGroupOffsetsResponse {
+    let mut out = Vec::with_capacity(req.groups.len());
+    for g in req.groups {
+        let name = g.group_id.0.to_string();
+        let mut d =
+            DescribeShareGroupOffsetsResponseGroup::default().with_group_id(g.group_id.clone());
+        if let Some(e) = check_coordinator(broker, groups, &name).await {
+            d.error_code = e;
+            out.push(d);
+            continue;
+        }
+        let held = match broker.share_offsets(&name).await {
+            Ok(h) => h,
+            Err(e) => {
+                d.error_code = e.code;
+                d.error_message = Some(s(e.message));
+                out.push(d);
+                continue;
+            }
+        };
+        // Asked: the partitions named (those the group has none on answer -1), or all it has.
+        let asked: Vec<(String, Vec<i32>)> = match &g.topics {
+            Some(ts) => {
+                ts.iter().map(|t| (t.topic_name.0.to_string(), t.partitions.clone())).collect()
+            }
+            None => {
+                let mut by: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+                for o in &held {
+                    by.entry(o.topic.clone()).or_default().push(o.partition);
+                }
+                by.into_iter().collect()
+            }
+        };
+        let names: Vec<String> = asked.iter().map(|(t, _)| t.clone()).collect();
+        let ids = topic_ids(broker, &names).await;
+        for (topic, partitions) in asked {
+            if !may_describe(&topic) {
+                continue;
+            }
+            let parts = partitions
+                .into_iter()
+                .map(|p| {
+                    let o = held.iter().find(|o| o.topic == topic && o.partition == p);
+                    DescribeShareGroupOffsetsResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_start_offset(o.map_or(-1, |o| o.start))
+                        .with_leader_epoch(-1)
+                        .with_lag(o.map_or(-1, |o| o.lag))
+                })
+                .collect();
+            d.topics.push(
+                DescribeShareGroupOffsetsResponseTopic::default()
+                    .with_topic_id(ids.get(&topic).copied().unwrap_or_default())
+                    .with_topic_name(TopicName(s(topic)))
+                    .with_partitions(parts),
+            );
+        }
+        out.push(d);
+    }
+    DescribeShareGroupOffsetsResponse::default().with_groups(out)
+}
+
+/// NON_EMPTY_GROUP while `group` has members (Kafka alters and deletes a share group's
+/// offsets only when it is empty), else the tenure to write under.
+async fn empty_group(
+    broker: &dyn Broker,
+    groups: &Groups,
+    group: &str,
+) -> Result<crate::Tenure, i16> {
+    if let Some(e) = check_coordinator(broker, groups, group).await {
+        return Err(e);
+    }
+    if groups.is_consumer_group(group) || groups.is_classic_group(group) {
+        return Err(GROUP_ID_NOT_FOUND);
+    }
+    if groups.shares.groups.lock().has_members(group) {
+        return Err(NON_EMPTY_GROUP);
+    }
+    groups.tenure(group).ok_or(NOT_COORDINATOR)
+}
+
+pub(crate) async fn alter_offsets(
+    req: AlterShareGroupOffsetsRequest,
+    broker: &dyn Broker,
+    groups: &Groups,
+    may_read: &(dyn Fn(&str) -> bool + Send + Sync),
+) -> AlterShareGroupOffsetsResponse {
+    let group = req.group_id.0.to_string();
+    let fail = |code: i16, message: Option<String>| {
+        AlterShareGroupOffsetsResponse::default()
+            .with_error_code(code)
+            .with_error_message(message.map(s))
+    };
+    let tenure = match empty_group(broker, groups, &group).await {
+        Ok(t) => t,
+        Err(e) => return fail(e, None),
+    };
+    groups.shares.groups.lock().resume(&group);
+    if let Err(e) = groups.ensure_share_stored(&group, broker).await {
+        return fail(e, None);
+    }
+    let names: Vec<String> = req.topics.iter().map(|t| t.topic_name.0.to_string()).collect();
+    let ids = topic_ids(broker, &names).await;
+    let mut items = Vec::new();
+    for t in &req.topics {
+        if may_read(&t.topic_name) {
+            for p in &t.partitions {
+                items.push((t.topic_name.0.to_string(), p.partition_index, p.start_offset));
+            }
+        }
+    }
+    let outcomes = match broker.alter_share_offsets(&group, tenure, &items).await {
+        Ok(o) => o,
+        Err(e) => return fail(e.code, Some(e.message)),
+    };
+    groups.shares.forget_group(&group);
+    let mut done = items.iter().zip(outcomes);
+    let mut responses = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let allowed = may_read(&t.topic_name);
+        let parts = t
+            .partitions
+            .iter()
+            .map(|p| {
+                let mut r = AlterShareGroupOffsetsResponsePartition::default()
+                    .with_partition_index(p.partition_index);
+                if !allowed {
+                    r.error_code = TOPIC_AUTHORIZATION_FAILED;
+                } else if let Some((_, Err(e))) = done.next() {
+                    r.error_code = e.code;
+                    r.error_message = Some(s(e.message));
+                }
+                r
+            })
+            .collect();
+        responses.push(
+            AlterShareGroupOffsetsResponseTopic::default()
+                .with_topic_id(ids.get(t.topic_name.as_str()).copied().unwrap_or_default())
+                .with_topic_name(t.topic_name)
+                .with_partitions(parts),
+        );
+    }
+    AlterShareGroupOffsetsResponse::default().with_responses(responses)
+}
+
+pub(crate) async fn delete_offsets(
+    req: DeleteShareGroupOffsetsRequest,
+    broker: &dyn Broker,
+    groups: &Groups,
+    may_read: &(dyn Fn(&str) -> bool + Send + Sync),
+) -> DeleteShareGroupOffsetsResponse {
+    let group = req.group_id.0.to_string();
+    let fail = |code: i16, message: Option<String>| {
+        DeleteShareGroupOffsetsResponse::default()
+            .with_error_code(code)
+            .with_error_message(message.map(s))
+    };
+    let tenure = match empty_group(broker, groups, &group).await {
+        Ok(t) => t,
+        Err(e) => return fail(e, None),
+    };
+    let names: Vec<String> = req.topics.iter().map(|t| t.topic_name.0.to_string()).collect();
+    let allowed: Vec<String> = names.iter().filter(|t| may_read(t)).cloned().collect();
+    if let Err(e) = broker.delete_share_offsets(&group, tenure, &allowed).await {
+        return fail(e.code, Some(e.message));
+    }
+    groups.shares.forget_group(&group);
+    let ids = topic_ids(broker, &names).await;
+    let responses = names
+        .into_iter()
+        .map(|t| {
+            let mut r = DeleteShareGroupOffsetsResponseTopic::default()
+                .with_topic_id(ids.get(&t).copied().unwrap_or_default());
+            if !allowed.contains(&t) {
+                r.error_code = TOPIC_AUTHORIZATION_FAILED;
+            } else if !ids.contains_key(&t) {
+                r.error_code = code::UNKNOWN_TOPIC_OR_PARTITION;
+            }
+            r.with_topic_name(TopicName(s(t)))
+        })
+        .collect();
+    DeleteShareGroupOffsetsResponse::default().with_responses(responses)
+}
+
+/// DescribeShareGroupOffsets: DESCRIBE on each group (refused ones answered so), DESCRIBE on
+/// each topic (others left out).
+#[derive(Debug)]
+pub struct DescribeShareGroupOffsets;
+
+impl Handler for DescribeShareGroupOffsets {
+    const KEY: ApiKey = ApiKey::DescribeShareGroupOffsets;
+    const VERSIONS: (i16, i16) = (0, 1);
+    type Request = DescribeShareGroupOffsetsRequest;
+
+    fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        let access = ctx.access();
+        let (allowed, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut req.groups)
+            .into_iter()
+            .partition(|g| access.group(Operation::Describe, &g.group_id));
+        req.groups = allowed;
+        ctx.later(move |ctx| async move {
+            let may = |t: &str| ctx.access().topic(Operation::Describe, t);
+            let mut resp = describe_offsets(req, ctx.broker.as_ref(), &ctx.groups, &may).await;
+            resp.groups.extend(refused.into_iter().map(|g| {
+                DescribeShareGroupOffsetsResponseGroup::default()
+                    .with_group_id(g.group_id)
+                    .with_error_code(GROUP_AUTHORIZATION_FAILED)
+            }));
+            resp
+        })
+    }
+}
+
+/// AlterShareGroupOffsets: READ on the group, READ on each topic.
+#[derive(Debug)]
+pub struct AlterShareGroupOffsets;
+
+impl Handler for AlterShareGroupOffsets {
+    const KEY: ApiKey = ApiKey::AlterShareGroupOffsets;
+    const VERSIONS: (i16, i16) = (0, 0);
+    type Request = AlterShareGroupOffsetsRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        if !ctx.access().group(Operation::Consume, &req.group_id) {
+            let resp = AlterShareGroupOffsetsResponse::default()
+                .with_error_code(GROUP_AUTHORIZATION_FAILED);
+            return ctx.now(&resp);
+        }
+        ctx.later(|ctx| async move {
+            let may = |t: &str| ctx.access().topic(Operation::Consume, t);
+            alter_offsets(req, ctx.broker.as_ref(), &ctx.groups, &may).await
+        })
+    }
+}
+
+/// DeleteShareGroupOffsets: DELETE on the group, READ on each topic.
+#[derive(Debug)]
+pub struct DeleteShareGroupOffsets;
+
+impl Handler for DeleteShareGroupOffsets {
+    const KEY: ApiKey = ApiKey::DeleteShareGroupOffsets;
+    const VERSIONS: (i16, i16) = (0, 0);
+    type Request = DeleteShareGroupOffsetsRequest;
+
+    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        if !ctx.access().group(Operation::Delete, &req.group_id) {
+            let resp = DeleteShareGroupOffsetsResponse::default()
+                .with_error_code(GROUP_AUTHORIZATION_FAILED);
+            return ctx.now(&resp);
+        }
+        ctx.later(|ctx| async move {
+            let may = |t: &str| ctx.access().topic(Operation::Consume, t);
+            delete_offsets(req, ctx.broker.as_ref(), &ctx.groups, &may).await
         })
     }
 }

@@ -18,6 +18,7 @@
 //! | `kafka/groups/coordinators/<group>` | `<view> <incarnation> <writer id>`: the group's coordinator, the member-set revision it chose itself at and its incarnation; mod_revision = its tenure, compared by every write of the group | the coordinator taking the group (compare-and-set) | coordinators |
 //! | `kafka/groups/states/<group>` | the group's membership as its coordinator last stored it (the `kafka` crate's `StoredGroup`) | the coordinator, under its tenure (a group that commits offsets has one) | the next coordinator; ListGroups (keys) |
 //! | `kafka/groups/offsets/<group>/<log>` | `<partition> <topic>`: the group has a committed offset (the log's cursor `kafka.<group>`) | offset commits, under the tenure | OffsetFetch of all, DeleteGroups, expiry |
+//! | `kafka/groups/shares/<group>/<log>` | `<partition> <topic>`: the share group has a share-partition on the log (its cursor `share.<group>`) | the partition's owner creating it; the coordinator altering it (AlterShareGroupOffsets), under its tenure | DescribeShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups |
 //! | `kafka/next_producer_id` | the next Kafka producer id to hand out (decimal) | writers, a block at a time ([`producer_ids`](crate::membership::producer_ids)) | writers |
 //! | `wal/next_seq` | next unallocated WAL sequence (decimal) | writers, a block at a time | `create_log`, the cleaner |
 //! | `compaction/tasks/<log>` | the claiming compactor's id (under its lease); create_revision = the claim revision in its segment's key | a compactor (create-only) | compactors, the swap (compare) |
@@ -204,6 +205,16 @@ impl Keys {
     /// That a Kafka group has a committed offset on `log`.
     pub fn group_offset(&self, group: &str, log: LogId) -> Vec<u8> {
         self.key(format_args!("kafka/groups/offsets/{group}/{:020}", log.0))
+    }
+
+    /// The logs a Kafka share group has a share-partition on.
+    pub fn group_shares(&self, group: &str) -> Vec<u8> {
+        self.key(format_args!("kafka/groups/shares/{group}/"))
+    }
+
+    /// That a Kafka share group has a share-partition on `log`.
+    pub fn group_share(&self, group: &str, log: LogId) -> Vec<u8> {
+        self.key(format_args!("kafka/groups/shares/{group}/{:020}", log.0))
     }
 
     /// Every offset of a Kafka group staged by a transaction not ended yet.

@@ -36,6 +36,18 @@ struct StoredGroup {
     /// A KIP-848 consumer group's state (then the classic fields are empty).
     #[prost(message, optional, tag = "7")]
     consumer: Option<super::consumer::StoredConsumer>,
+    /// A share group (KIP-932): its membership is not stored, only that it is one.
+    #[prost(message, optional, tag = "8")]
+    share: Option<StoredShare>,
+}
+
+/// That a stored group is a share group.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(super) struct StoredShare {}
+
+/// A share group's stored state.
+pub(super) fn encode_share() -> Bytes {
+    Bytes::from(StoredGroup { share: Some(StoredShare {}), ..Default::default() }.encode_to_vec())
 }
 
 /// A consumer group's state as stored; `None` past [`MAX_STORED_BYTES`].
@@ -63,6 +75,8 @@ pub(super) fn quiet_since(bytes: &[u8]) -> Option<i64> {
 /// What a stored state holds: a classic group, or a KIP-848 consumer group.
 pub(super) enum Stored {
     Classic(Box<Group>),
+    /// A share group.
+    Share,
     /// With when it last became empty (0: it has members).
     Consumer(super::consumer::StoredConsumer, i64),
 }
@@ -70,6 +84,9 @@ pub(super) enum Stored {
 /// [`decode`], telling the two kinds apart.
 pub(super) fn decode_any(bytes: &[u8], now: Instant) -> Option<Stored> {
     let s = StoredGroup::decode(bytes).ok()?;
+    if s.share.is_some() {
+        return Some(Stored::Share);
+    }
     match s.consumer {
         Some(c) => Some(Stored::Consumer(c, s.emptied_at_ms)),
         None => decode(bytes, now).map(|g| Stored::Classic(Box::new(g))),
@@ -145,6 +162,7 @@ pub(super) fn encode(g: &Group, given: Option<&HashMap<String, Bytes>>) -> Optio
         members,
         emptied_at_ms: g.emptied_at_ms,
         consumer: None,
+        share: None,
     };
     let bytes = stored.encode_to_vec();
     (bytes.len() <= MAX_STORED_BYTES).then(|| Bytes::from(bytes))

@@ -215,8 +215,8 @@ impl ShareGroups {
         }
     }
 
-    /// Members silent longer than `session_timeout` are removed; groups left empty and
-    /// unasked leave memory. Returns the members removed, by group.
+    /// Members silent longer than `session_timeout` are removed (a group left empty stays
+    /// held, Empty, until deleted or moved). Returns the members removed, by group.
     pub fn tick(&mut self, now: Instant, session_timeout: Duration) -> Vec<(String, String)> {
         let mut gone = Vec::new();
         for (name, g) in self.groups.iter_mut() {
@@ -233,7 +233,6 @@ impl ShareGroups {
                 gone.push((name.clone(), id));
             }
         }
-        self.groups.retain(|_, g| !g.members.is_empty());
         gone
     }
 
@@ -264,6 +263,16 @@ impl ShareGroups {
             .iter()
             .map(|(n, g)| (n.clone(), if g.members.is_empty() { "Empty" } else { "Stable" }))
             .collect()
+    }
+
+    /// Whether `group` has members here.
+    pub fn has_members(&self, group: &str) -> bool {
+        self.groups.get(group).is_some_and(|g| !g.members.is_empty())
+    }
+
+    /// A stored share group taken up here: held, with no members until they join.
+    pub fn resume(&mut self, group: &str) {
+        self.groups.entry(group.to_owned()).or_default();
     }
 
     /// Forgets `group` (it moved to another coordinator, or was deleted).
@@ -320,7 +329,7 @@ mod tests {
     }
 
     #[test]
-    fn a_silent_member_is_removed_after_its_session_and_an_empty_group_leaves_memory() {
+    fn a_silent_member_is_removed_after_its_session_and_the_group_is_empty() {
         let mut groups = ShareGroups::default();
         let view: Topics = [("t".to_string(), (Uuid::new_v4(), 1))].into();
         let t0 = Instant::now();
@@ -328,6 +337,6 @@ mod tests {
         assert!(groups.tick(t0 + Duration::from_secs(45), Duration::from_secs(45)).is_empty());
         let gone = groups.tick(t0 + Duration::from_secs(46), Duration::from_secs(45));
         assert_eq!(gone, vec![("g".to_string(), "a".to_string())]);
-        assert!(!groups.contains("g"));
+        assert_eq!(groups.list(), vec![("g".to_string(), "Empty")]);
     }
 }
