@@ -9,6 +9,8 @@
 #   duckdb, its iceberg, avro and httpfs extensions, pyiceberg[pyarrow] (PyPI, in .tools/venv)  outside
 #               engines reading lake segments and tables
 #   kafka-clients (Maven Central, in .tools/java)  the Java Kafka client, by e2e/kafka/java/pom.xml
+#   franz-go 1.22.3 (Go module proxy)  its own kgo tests, built into .tools/go/kgo.test by
+#               e2e/kafka/go/go.mod, run against Lakelog by the share-group e2e tests
 #   Kafka Connect 4.3.1 with its file connectors, Kafka Streams 4.4.0, Kafka 4.4.0's tools
 #               (kafka-configs, ...) (Maven Central, in .tools/connect, .tools/streams and
 #               .tools/kafka-tools)  by e2e/kafka/ecosystem/{connect,streams,kafka-tools}.xml
@@ -86,6 +88,16 @@ if ! $only_build && ! ls "$java_dir"/kafka-clients-*.jar >/dev/null 2>&1; then
   echo "install-deps: kafka-clients and its dependencies into $java_dir"
   mvn -q -B -f "$root/e2e/kafka/java/pom.xml" dependency:copy-dependencies \
     -DoutputDirectory="$java_dir" >"$log" 2>&1 || fail "mvn dependency:copy-dependencies"
+fi
+
+go_test="$root/.tools/go/kgo.test"
+if ! $only_build && [ ! -x "$go_test" ]; then
+  command -v go >/dev/null 2>&1 \
+    || { echo "install-deps: the Go client's tests need go (1.26+)" >&2; exit 1; }
+  echo "install-deps: franz-go's kgo tests into $go_test"
+  mkdir -p "$root/.tools/go"
+  (cd "$root/e2e/kafka/go" && go test -c -o "$go_test" github.com/twmb/franz-go/pkg/kgo) \
+    >"$log" 2>&1 || fail "go test -c github.com/twmb/franz-go/pkg/kgo"
 fi
 
 for tool in connect streams kafka-tools; do

@@ -1302,6 +1302,7 @@ impl Groups {
 
     /// Ends sessions past their timeout and rebalances past their deadline.
     pub fn tick(&self, now: Instant) {
+        self.shares.groups.lock().tick(now);
         let mut groups = self.groups.lock();
         for (name, g) in groups.iter_mut() {
             g.pending.retain(|_, at| {

@@ -88,6 +88,10 @@ pub(crate) async fn heartbeat(
     if groups.is_consumer_group(&group) || groups.is_classic_group(&group) {
         return fail(GROUP_ID_NOT_FOUND, Some(format!("Group {group} is not a share group.")));
     }
+    let (session_timeout, interval) = match timeouts(broker, &group).await {
+        Ok(t) => t,
+        Err(e) => return fail(COORDINATOR_NOT_AVAILABLE, Some(e.message)),
+    };
     let hb = Heartbeat {
         group: group.clone(),
         member_id: req.member_id.to_string(),
@@ -98,10 +102,7 @@ pub(crate) async fn heartbeat(
             .map(|ts| ts.into_iter().map(|t| t.0.to_string()).collect()),
         client_id: client_id.to_owned(),
         client_host: client_host.to_owned(),
-    };
-    let (_, interval) = match timeouts(broker, &group).await {
-        Ok(t) => t,
-        Err(e) => return fail(COORDINATOR_NOT_AVAILABLE, Some(e.message)),
+        session_timeout,
     };
     let wanted = groups.shares.groups.lock().wanted(&hb);
     let view: Topics = if hb.member_epoch < 0 || wanted.is_empty() {

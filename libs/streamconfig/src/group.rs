@@ -9,7 +9,10 @@ use super::Type::{self, Boolean, Int, List, Long};
 use super::Valid::*;
 use super::{Configs, Def, Invalid, Table, def};
 
-const SHARE: &str = "share groups are not built yet";
+const DLQ: &str =
+    "share groups write no dead-letter topic: a record past the delivery limit is archived";
+const SHARE_ASSIGNOR: &str =
+    "a share group's assignment is computed at the heartbeat that changes its membership";
 const STREAMS: &str =
     "the streams group protocol (KIP-1071) is not served: Kafka Streams runs on the classic one";
 const ASSIGNOR: &str =
@@ -62,7 +65,7 @@ pub const GROUP_DEFS: &[Def] = &[
         Boolean,
         "false",
         Any,
-        Kept(SHARE),
+        Kept(DLQ),
         "Whether a share group's dead-letter record copies the original record",
     ),
     def(
@@ -70,7 +73,7 @@ pub const GROUP_DEFS: &[Def] = &[
         Type::String,
         "",
         TopicName,
-        Kept(SHARE),
+        Kept(DLQ),
         "The topic a share group writes undeliverable records to; none when empty",
     ),
     def(
@@ -78,7 +81,7 @@ pub const GROUP_DEFS: &[Def] = &[
         Int,
         "1000",
         Between(0, 15_000),
-        Kept(SHARE),
+        Kept(SHARE_ASSIGNOR),
         "The interval between assignment updates for a share group",
     ),
     def(
@@ -86,7 +89,7 @@ pub const GROUP_DEFS: &[Def] = &[
         Boolean,
         "true",
         Any,
-        Kept(SHARE),
+        Kept(SHARE_ASSIGNOR),
         "Whether a share group's assignment is computed on a background thread",
     ),
     def(
@@ -94,7 +97,7 @@ pub const GROUP_DEFS: &[Def] = &[
         Type::String,
         "latest",
         OffsetReset,
-        Kept(SHARE),
+        Honoured,
         "Where a share group starts on a partition: earliest, latest or by_duration:<ISO-8601>",
     ),
     def(
@@ -102,7 +105,7 @@ pub const GROUP_DEFS: &[Def] = &[
         Int,
         "5",
         Between(2, 10),
-        Kept(SHARE),
+        Honoured,
         "Delivery attempts of a record to a share group",
     ),
     def(
@@ -110,7 +113,7 @@ pub const GROUP_DEFS: &[Def] = &[
         Int,
         "5000",
         Between(5_000, 15_000),
-        Kept(SHARE),
+        Honoured,
         "The heartbeat interval given to the members of a share group",
     ),
     def(
@@ -118,7 +121,7 @@ pub const GROUP_DEFS: &[Def] = &[
         Type::String,
         "read_uncommitted",
         OneOf(&["read_committed", "read_uncommitted"]),
-        Kept(SHARE),
+        Honoured,
         "Whether a share group reads only committed transactional records",
     ),
     def(
@@ -126,7 +129,7 @@ pub const GROUP_DEFS: &[Def] = &[
         Int,
         "2000",
         Between(100, 4_000),
-        Kept(SHARE),
+        Honoured,
         "Records a share group holds locked per partition",
     ),
     def(
@@ -134,7 +137,7 @@ pub const GROUP_DEFS: &[Def] = &[
         Int,
         "30000",
         Between(15_000, 60_000),
-        Kept(SHARE),
+        Honoured,
         "How long a share group's member holds a record it was given",
     ),
     def(
@@ -142,7 +145,7 @@ pub const GROUP_DEFS: &[Def] = &[
         Boolean,
         "true",
         Any,
-        Kept(SHARE),
+        Honoured,
         "Whether a share group's members may renew a record's lock",
     ),
     def(
@@ -150,7 +153,7 @@ pub const GROUP_DEFS: &[Def] = &[
         Int,
         "45000",
         Between(45_000, 60_000),
-        Kept(SHARE),
+        Honoured,
         "How long a share group's member may be silent before it is removed",
     ),
     def(

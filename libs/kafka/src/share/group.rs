@@ -32,6 +32,8 @@ pub struct Heartbeat {
     pub topics: Option<Vec<String>>,
     pub client_id: String,
     pub client_host: String,
+    /// How long the member may be silent (the group's `share.session.timeout.ms`).
+    pub session_timeout: Duration,
 }
 
 /// A heartbeat's answer.
@@ -62,6 +64,7 @@ struct Member {
     topics: BTreeSet<String>,
     assignment: Assignment,
     last_heard: Instant,
+    session_timeout: Duration,
 }
 
 /// One share group.
@@ -190,8 +193,10 @@ impl ShareGroups {
             topics: BTreeSet::new(),
             assignment: Assignment::new(),
             last_heard: now,
+            session_timeout: hb.session_timeout,
         });
         m.last_heard = now;
+        m.session_timeout = hb.session_timeout;
         m.client_id = hb.client_id.clone();
         m.client_host = hb.client_host.clone();
         if hb.rack_id.is_some() {
@@ -215,15 +220,15 @@ impl ShareGroups {
         }
     }
 
-    /// Members silent longer than `session_timeout` are removed (a group left empty stays
-    /// held, Empty, until deleted or moved). Returns the members removed, by group.
-    pub fn tick(&mut self, now: Instant, session_timeout: Duration) -> Vec<(String, String)> {
+    /// Members silent longer than their session timeout are removed (a group left empty
+    /// stays held, Empty, until deleted or moved). Returns the members removed, by group.
+    pub fn tick(&mut self, now: Instant) -> Vec<(String, String)> {
         let mut gone = Vec::new();
         for (name, g) in self.groups.iter_mut() {
             let expired: Vec<String> = g
                 .members
                 .iter()
-                .filter(|(_, m)| now.duration_since(m.last_heard) > session_timeout)
+                .filter(|(_, m)| now.duration_since(m.last_heard) > m.session_timeout)
                 .map(|(id, _)| id.clone())
                 .collect();
             for id in expired {
@@ -291,6 +296,7 @@ mod tests {
             member_id: member.into(),
             member_epoch: epoch,
             topics: topics.map(|t| t.iter().map(|s| s.to_string()).collect()),
+            session_timeout: Duration::from_secs(45),
             ..Default::default()
         }
     }
@@ -334,8 +340,8 @@ mod tests {
         let view: Topics = [("t".to_string(), (Uuid::new_v4(), 1))].into();
         let t0 = Instant::now();
         groups.heartbeat(&hb("a", 0, Some(&["t"])), &view, t0);
-        assert!(groups.tick(t0 + Duration::from_secs(45), Duration::from_secs(45)).is_empty());
-        let gone = groups.tick(t0 + Duration::from_secs(46), Duration::from_secs(45));
+        assert!(groups.tick(t0 + Duration::from_secs(45)).is_empty());
+        let gone = groups.tick(t0 + Duration::from_secs(46));
         assert_eq!(gone, vec![("g".to_string(), "a".to_string())]);
         assert_eq!(groups.list(), vec![("g".to_string(), "Empty")]);
     }

@@ -4,6 +4,7 @@
 mod authz;
 mod bench;
 mod ecosystem;
+mod shares;
 mod tls;
 mod transactions;
 
