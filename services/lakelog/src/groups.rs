@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context, bail};
 use bytes::{Buf, Bytes};
+use kafka_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup;
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
@@ -15,7 +16,10 @@ use kafka_protocol::messages::{
     ConsumerProtocolAssignment, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
     DescribeGroupsResponse, GroupId, ListGroupsRequest, ListGroupsResponse, MetadataRequest,
     MetadataResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
-    OffsetFetchResponse, TopicName,
+    OffsetFetchResponse, ShareGroupDescribeRequest, ShareGroupDescribeResponse, TopicName,
+};
+use kafka_protocol::messages::{
+    DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse,
 };
 use kafka_protocol::protocol::Decodable;
 
@@ -176,6 +180,10 @@ pub async fn describe(
     group: &str,
 ) -> anyhow::Result<()> {
     let mut c = coordinator(bootstrap, group).await?;
+    if let Some(out) = describe_share(&mut c, group).await? {
+        std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes())?;
+        return Ok(());
+    }
     let g = describe_raw(&mut c, group).await?;
     let offsets = committed(&mut c, group).await?;
     let mut out = String::new();
@@ -212,6 +220,65 @@ pub async fn describe(
     }
     std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes())?;
     Ok(())
+}
+
+/// A share group's description (ShareGroupDescribe, then DescribeShareGroupOffsets): its
+/// state and members, and each share-partition's start offset and lag; `None` if `group` is
+/// not a share group.
+async fn describe_share(c: &mut Conn, group: &str) -> anyhow::Result<Option<String>> {
+    let r: ShareGroupDescribeResponse = c
+        .call(
+            ApiKey::ShareGroupDescribe,
+            1,
+            &ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(s(group))]),
+        )
+        .await?;
+    let g = r.groups.into_iter().next().context("INTERNAL: ShareGroupDescribe answered none")?;
+    match g.error_code {
+        0 => {}
+        GROUP_ID_NOT_FOUND => return Ok(None),
+        code => bail!("{}: group {group}", error_name(code)),
+    }
+    let mut out = format!(
+        "group:    {group}\nstate:    {}\nprotocol: share/{}\nmembers:  {}\n",
+        g.group_state,
+        g.assignor_name,
+        g.members.len()
+    );
+    for m in &g.members {
+        let parts: Vec<String> = m
+            .assignment
+            .topic_partitions
+            .iter()
+            .map(|t| {
+                let ps: Vec<String> = t.partitions.iter().map(|p| p.to_string()).collect();
+                format!("{}:{}", t.topic_name.0, ps.join(","))
+            })
+            .collect();
+        out.push_str(&format!("  {}  client {}  {}\n", m.member_id, m.client_id, parts.join(" ")));
+    }
+    let req = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+        DescribeShareGroupOffsetsRequestGroup::default()
+            .with_group_id(GroupId(s(group)))
+            .with_topics(None),
+    ]);
+    let r: DescribeShareGroupOffsetsResponse =
+        c.call(ApiKey::DescribeShareGroupOffsets, 1, &req).await?;
+    let g =
+        r.groups.into_iter().next().context("INTERNAL: DescribeShareGroupOffsets answered none")?;
+    if g.error_code != 0 {
+        bail!("{}: share offsets of group {group}", error_name(g.error_code));
+    }
+    out.push_str("TOPIC\tPARTITION\tSTART\tLAG\n");
+    for t in g.topics {
+        for p in t.partitions {
+            out.push_str(&format!(
+                "{}\t{}\t{}\t{}\n",
+                t.topic_name.0, p.partition_index, p.start_offset, p.lag
+            ));
+        }
+    }
+    Ok(Some(out))
 }
 
 /// Where `reset` moves a group's offsets.

@@ -27,7 +27,7 @@ fn java_share(s: &Standalone, args: &[&str]) -> Command {
 /// record accepted exactly once, with at least two members taking part; records released once
 /// come back with delivery count 2; records released every time go out exactly three times
 /// (the group's `share.delivery.count.limit`) and are then archived (e2e/kafka/java/JavaShare.java
-/// checks each).
+/// checks each); `lakelog group describe` then shows the share group and its share-partition.
 #[test]
 fn java_share_consumers_split_one_partition_and_redeliver_released_records_up_to_the_limit()
 -> Result<()> {
@@ -40,6 +40,14 @@ fn java_share_consumers_split_one_partition_and_redeliver_released_records_up_to
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(out.status.success(), "{}{stderr}", String::from_utf8_lossy(&out.stdout));
     eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+    // `lakelog group describe` shows the share group, empty now, its share-partition done to
+    // the partition's end: start offset 3000, no lag.
+    let described = s.ok(&["group", "describe", "jsg", "--kafka", &s.kafka], "")?;
+    ensure!(described.contains("protocol: share/simple"), "{described}");
+    ensure!(described.contains("state:    Empty"), "{described}");
+    ensure!(described.contains("js\t0\t3000\t0"), "{described}");
+    let listed = s.ok(&["group", "list", "--kafka", &s.kafka], "")?;
+    ensure!(listed.contains("jsg\tEmpty\tshare"), "{listed}");
     Ok(())
 }
 
