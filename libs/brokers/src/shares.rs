@@ -52,6 +52,7 @@ fn properties(change: &Change) -> BTreeMap<String, i64> {
 fn stored(c: &LogCursor) -> Stored {
     let start = i64::try_from(c.mark_delete_offset().map_or(0, |o| o + 1)).unwrap_or(i64::MAX);
     let props = c.properties();
+    let forget = logstore::mutations::on(logstore::mutations::Mutation::ForgetShareCounts);
     let counts = props
         .iter()
         .filter_map(|(k, v)| {
@@ -59,6 +60,7 @@ fn stored(c: &LogCursor) -> Stored {
             let count = i16::try_from(v & 0xffff).ok()?;
             Some((first, first + (v >> 16), count))
         })
+        .filter(|_| !forget)
         .collect();
     Stored {
         start,

@@ -507,7 +507,7 @@ pub(crate) async fn list_groups(
     );
     all.extend(
         groups
-            .shares
+            .shares()
             .groups
             .lock()
             .list()
@@ -636,7 +636,7 @@ pub(crate) async fn delete_groups(
                     Ok(existed) => {
                         // Its coordinator record went with it: the next request takes it anew.
                         groups.forget(&name);
-                        groups.shares.forget_group(&name);
+                        groups.shares().forget_group(&name);
                         if existed { code::NONE } else { GROUP_ID_NOT_FOUND }
                     }
                     Err(e) => e.code,

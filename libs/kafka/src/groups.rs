@@ -502,7 +502,7 @@ pub struct Groups {
     /// to remove.
     released: Mutex<Vec<(String, Tenure)>>,
     /// Share groups coordinated here, and the share-partitions owned here (KIP-932).
-    pub(crate) shares: crate::share::Shares,
+    shares: crate::share::Shares,
 }
 
 /// A group as this coordinator holds it.
@@ -717,6 +717,11 @@ impl Groups {
         let held = Held { tenure: taken.tenure, view, stored, since: now };
         self.held.lock().insert(group.to_owned(), held);
         Ok(taken.tenure)
+    }
+
+    /// The share groups coordinated here and the share-partitions owned here.
+    pub fn shares(&self) -> &crate::share::Shares {
+        &self.shares
     }
 
     /// Whether `group` is a classic group with members here.

@@ -165,12 +165,25 @@ struct Slot {
 /// The share groups and share-partitions this broker holds.
 #[derive(Debug, Default)]
 pub struct Shares {
+    /// Where the owner's lock clock starts.
+    epoch: Epoch,
     /// Membership of the share groups this broker coordinates.
     pub(crate) groups: Mutex<group::ShareGroups>,
     sessions: Mutex<HashMap<(String, String), Session>>,
     partitions: Mutex<HashMap<PartKey, Arc<tokio::sync::Mutex<Slot>>>>,
     /// Topic names by id, learned from the broker's topics.
     names: Mutex<HashMap<Uuid, String>>,
+}
+
+/// The start of an owner's lock clock: tokio's clock (virtual under the simulation's paused
+/// runtime), as locks are never compared across owners (a new owner finds none).
+#[derive(Debug)]
+struct Epoch(tokio::time::Instant);
+
+impl Default for Epoch {
+    fn default() -> Self {
+        Epoch(tokio::time::Instant::now())
+    }
 }
 
 /// What a fetch acquired on one partition: the ranges, and the stored batches holding them.
@@ -188,13 +201,15 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// The offset after a stored batch's last one, and whether it is a control batch.
+/// A stored batch's first and last offsets; whether it holds nothing to lend (a control
+/// batch, or the empty batch standing for records a compaction took out); whether it is
+/// transactional; its producer.
 fn batch_span(b: &StoredBatch) -> (i64, i64, bool, bool, i64) {
     match recordbatch::BatchHeader::parse(&b.bytes) {
         Ok(h) => (
             b.base_offset,
             b.base_offset.saturating_add(i64::from(h.last_offset_delta)),
-            h.is_control(),
+            h.is_control() || h.record_count == 0,
             h.is_transactional(),
             h.producer.producer_id,
         ),
@@ -203,6 +218,12 @@ fn batch_span(b: &StoredBatch) -> (i64, i64, bool, bool, i64) {
 }
 
 impl Shares {
+    /// Now on the lock clock, in ms.
+    fn clock_ms(&self) -> i64 {
+        let d = tokio::time::Instant::now().saturating_duration_since(self.epoch.0);
+        i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+    }
+
     /// Steps `member`'s share session in `group` by a request at `epoch`, adding `add` and
     /// dropping `forget`: the session's partitions after it, and what the step is. Kafka's
     /// codes for a session not found, an epoch not the session's, or no room for a new one.
@@ -404,24 +425,44 @@ impl Shares {
         let key = (group.to_owned(), topic.to_owned(), partition);
         let max_records = max_records.clamp(1, MAX_FETCH_RECORDS);
         self.with(broker, &key, settings, async |p| {
-            let now = now_ms();
+            let now = self.clock_ms();
             p.expire(now);
             let deadline = now.saturating_add(settings.lock_ms());
+            p.archive_exhausted(settings.delivery_limit);
             // The window's available records, if any.
             if let Some(first) = p.first_available(settings.delivery_limit) {
-                let f =
-                    read(broker, topic, partition, first, max_bytes, settings.isolation).await?;
+                let f = match read(broker, topic, partition, first, max_bytes, settings.isolation)
+                    .await
+                {
+                    Ok(f) => f,
+                    // Trimmed away since: the window starts at the log's start now.
+                    Err(e) if e.code == code::OFFSET_OUT_OF_RANGE => {
+                        let (start, _) = broker
+                            .list_offset(topic, partition, None, -2, Isolation::ReadUncommitted)
+                            .await?;
+                        p.trim_to(start);
+                        return Ok(Lent { end: p.end(), ..Lent::default() });
+                    }
+                    Err(e) => return Err(e),
+                };
                 if f.log_start_offset > p.start() {
                     p.trim_to(f.log_start_offset);
                 }
-                let below = f.records.last().map_or(first, |b| batch_span(b).1 + 1);
-                let acquired = p.acquire_available(
-                    member,
-                    deadline,
-                    settings.delivery_limit,
-                    max_records,
-                    below,
-                );
+                // Offsets of the window that hold no record any more (compacted away, or a
+                // control batch) are done: nothing is lent for them.
+                let mut at = first;
+                for b in &f.records {
+                    let (from, last, control, ..) = batch_span(b);
+                    if from > at {
+                        p.drop_available(at, from);
+                    }
+                    if control {
+                        p.drop_available(from, last + 1);
+                    }
+                    at = at.max(last + 1);
+                }
+                let acquired =
+                    p.acquire_available(member, deadline, settings.delivery_limit, max_records, at);
                 if !acquired.is_empty() {
                     let batches = overlapping(f.records, &acquired);
                     return Ok(Lent { acquired, batches, end: p.end() });
@@ -491,7 +532,7 @@ impl Shares {
         }
         let key = (group.to_owned(), topic.to_owned(), partition);
         self.with(broker, &key, settings, async |p| {
-            let now = now_ms();
+            let now = self.clock_ms();
             p.expire(now);
             p.acknowledge(member, now, settings.lock_ms(), batches).map_err(|e| match e {
                 AckRefused::InvalidRecordState(m) => Refused::new(INVALID_RECORD_STATE, m),

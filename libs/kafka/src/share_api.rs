@@ -104,7 +104,7 @@ pub(crate) async fn heartbeat(
         client_host: client_host.to_owned(),
         session_timeout,
     };
-    let wanted = groups.shares.groups.lock().wanted(&hb);
+    let wanted = groups.shares().groups.lock().wanted(&hb);
     let view: Topics = if hb.member_epoch < 0 || wanted.is_empty() {
         Topics::new()
     } else {
@@ -118,7 +118,7 @@ pub(crate) async fn heartbeat(
             Err(e) => return fail(COORDINATOR_NOT_AVAILABLE, Some(e.message)),
         }
     };
-    let beat = groups.shares.groups.lock().heartbeat(&hb, &view, clock_now());
+    let beat = groups.shares().groups.lock().heartbeat(&hb, &view, clock_now());
     // A share group is stored once (that it is one): listed, and deleted with its
     // share-partitions, whatever coordinator comes next.
     if beat.error == code::NONE
@@ -160,7 +160,7 @@ pub(crate) async fn describe(
             out.push(d);
             continue;
         }
-        let Some(x) = groups.shares.groups.lock().describe(&name) else {
+        let Some(x) = groups.shares().groups.lock().describe(&name) else {
             d.error_code = GROUP_ID_NOT_FOUND;
             d.error_message = Some(s(format!("Group {name} not found.")));
             out.push(d);
@@ -174,7 +174,7 @@ pub(crate) async fn describe(
         for m in &x.members {
             let mut tps = Vec::with_capacity(m.assignment.len());
             for (id, ps) in &m.assignment {
-                let topic = groups.shares.topic_name(*id, broker).await.unwrap_or_default();
+                let topic = groups.shares().topic_name(*id, broker).await.unwrap_or_default();
                 tps.push(
                     describe_resp::TopicPartitions::default()
                         .with_topic_id(*id)
@@ -625,7 +625,7 @@ impl Handler for ShareFetch {
         }
         ctx.later(|ctx| async move {
             let may_read = |t: &str| ctx.access().topic(Operation::Consume, t);
-            share_fetch(req, ctx.broker.as_ref(), &ctx.groups.shares, &may_read).await
+            share_fetch(req, ctx.broker.as_ref(), ctx.groups.shares(), &may_read).await
         })
     }
 }
@@ -650,7 +650,7 @@ impl Handler for ShareAcknowledge {
         }
         ctx.later(|ctx| async move {
             let may_read = |t: &str| ctx.access().topic(Operation::Consume, t);
-            share_acknowledge(req, ctx.broker.as_ref(), &ctx.groups.shares, &may_read).await
+            share_acknowledge(req, ctx.broker.as_ref(), ctx.groups.shares(), &may_read).await
         })
     }
 }
@@ -745,7 +745,7 @@ async fn empty_group(
     if groups.is_consumer_group(group) || groups.is_classic_group(group) {
         return Err(GROUP_ID_NOT_FOUND);
     }
-    if groups.shares.groups.lock().has_members(group) {
+    if groups.shares().groups.lock().has_members(group) {
         return Err(NON_EMPTY_GROUP);
     }
     groups.tenure(group).ok_or(NOT_COORDINATOR)
@@ -767,7 +767,7 @@ pub(crate) async fn alter_offsets(
         Ok(t) => t,
         Err(e) => return fail(e, None),
     };
-    groups.shares.groups.lock().resume(&group);
+    groups.shares().groups.lock().resume(&group);
     if let Err(e) = groups.ensure_share_stored(&group, broker).await {
         return fail(e, None);
     }
@@ -785,7 +785,7 @@ pub(crate) async fn alter_offsets(
         Ok(o) => o,
         Err(e) => return fail(e.code, Some(e.message)),
     };
-    groups.shares.forget_group(&group);
+    groups.shares().forget_group(&group);
     let mut done = items.iter().zip(outcomes);
     let mut responses = Vec::with_capacity(req.topics.len());
     for t in req.topics {
@@ -836,7 +836,7 @@ pub(crate) async fn delete_offsets(
     if let Err(e) = broker.delete_share_offsets(&group, tenure, &allowed).await {
         return fail(e.code, Some(e.message));
     }
-    groups.shares.forget_group(&group);
+    groups.shares().forget_group(&group);
     let ids = topic_ids(broker, &names).await;
     let responses = names
         .into_iter()

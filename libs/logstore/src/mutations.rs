@@ -47,11 +47,15 @@ pub enum Mutation {
     /// transaction's records are read committed whole or not at all, and the last stable
     /// offset reaches the end once every transaction ended).
     SkipImplicitAdd,
+    /// A share-partition's owner loads its stored state without the delivery counts, so a
+    /// new owner lends records as if never delivered (§12: a share-partition's state never
+    /// goes back across owners; no record goes out past the delivery limit).
+    ForgetShareCounts,
 }
 
 #[cfg(feature = "mutants")]
-static SWITCHES: [std::sync::atomic::AtomicBool; 11] =
-    [const { std::sync::atomic::AtomicBool::new(false) }; 11];
+static SWITCHES: [std::sync::atomic::AtomicBool; 12] =
+    [const { std::sync::atomic::AtomicBool::new(false) }; 12];
 
 /// Whether the bug is switched on.
 #[cfg(feature = "mutants")]

@@ -348,6 +348,8 @@ pub(crate) async fn simulate(seed: u64, plan: Plan, store: Arc<metadata::MemoryS
         zombie_attempts: 0,
         reads: s.0.reads.len(),
         read_entries: s.0.reads.iter().map(|r| r.seen.len()).sum(),
+        share_deliveries: 0,
+        share_acks: 0,
         meta_faults: faulty_meta.counts.total(),
         virtual_ms: s.1.now_ms(),
         error: None,

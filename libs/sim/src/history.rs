@@ -126,6 +126,8 @@ pub struct History {
     /// Transactions a fenced producer (an older epoch than an InitProducerId had answered
     /// for its id) was let commit: the transaction's id.
     pub zombie_txns: Vec<u64>,
+    /// Kafka share groups: what their members were given and acknowledged.
+    pub shares: crate::shares::ShareHistory,
 }
 
 /// A Kafka transaction of the simulation: its id, the batches it wrote, how it ended.
@@ -293,6 +295,33 @@ pub enum Violation {
     ZombieTxnCommitted {
         txn: u64,
     },
+    /// A share group's record went out more often than its delivery limit, or with a count
+    /// past it.
+    ShareDeliveredPastLimit {
+        partition: u32,
+        offset: i64,
+        count: i16,
+    },
+    /// A share group's record accepted more than once.
+    ShareAcceptedTwice {
+        partition: u32,
+        offset: i64,
+        times: u32,
+    },
+    /// A share-partition's state went back: a delivery count not above an earlier one, or a
+    /// record delivered again after its acceptance or rejection was answered.
+    ShareStateRegressed {
+        partition: u32,
+        offset: i64,
+        what: String,
+    },
+    /// At the end, with every member gone but one accepting everything, records of a
+    /// share-partition are left undone (or its state could not be read: -1).
+    ShareRecordsLeft {
+        partition: u32,
+        start: i64,
+        left: i64,
+    },
 }
 
 impl Violation {
@@ -324,14 +353,18 @@ impl Violation {
             | StableGroupRebalanced { .. }
             | StableOffsetRegression { .. }
             | StableOffsetStuck { .. }
-            | ZombieTxnCommitted { .. } => Vec::new(),
+            | ZombieTxnCommitted { .. }
+            | ShareDeliveredPastLimit { .. }
+            | ShareAcceptedTwice { .. }
+            | ShareStateRegressed { .. }
+            | ShareRecordsLeft { .. } => Vec::new(),
         }
     }
 }
 
 /// Every violation in `h`, in a stable order.
 pub fn check(h: &History) -> Vec<Violation> {
-    let mut out = Vec::new();
+    let mut out = crate::shares::check(&h.shares);
     let by_id: BTreeMap<u64, &Append> = h.appends.iter().map(|a| (a.id, a)).collect();
     let start = |log: &u64| h.starts.get(log).copied().unwrap_or(0);
     for (log, entries) in &h.finals {
@@ -614,6 +647,7 @@ mod tests {
             committed_reads: vec![(7, vec![1])],
             committed_finals: [(7, (vec![1, 2], 3, 3))].into_iter().collect(),
             zombie_txns: vec![],
+            shares: Default::default(),
         }
     }
 

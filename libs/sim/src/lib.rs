@@ -22,4 +22,5 @@ pub mod kafka;
 pub mod meta_faults;
 pub mod rng;
 pub mod scenario;
+pub mod shares;
 mod txns;

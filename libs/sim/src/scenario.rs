@@ -64,6 +64,9 @@ pub struct Plan {
     /// Kafka transactional producers (each `appends` transactions), read committed all along
     /// ([`crate::txns`]); none: no transactions.
     pub transactions: u64,
+    /// Members of one Kafka share group consuming the topic ([`crate::shares`]); none: no
+    /// share group.
+    pub shares: u64,
 }
 
 impl Plan {
@@ -94,6 +97,7 @@ impl Plan {
             members: 0,
             compacted: false,
             transactions: 0,
+            shares: 0,
         }
     }
 
@@ -164,6 +168,14 @@ impl Plan {
         Plan { producer_zones: true, ..Plan::transactions() }
     }
 
+    /// A Kafka share group through owner changes: 4 members on a topic of 3 partitions fed by
+    /// 3 idempotent producers, accepting, releasing, rejecting and losing acknowledgements,
+    /// crashing now and then, while 3 writers crash, pause and start 4 times, every fault on,
+    /// the compactor, cleaner and trims alongside.
+    pub fn shares() -> Plan {
+        Plan { shares: 4, clients: 3, appends: 30, crashes: 4, ..Plan::kafka() }
+    }
+
     /// The zone of writer slot `i`.
     pub fn zone(&self, i: usize) -> String {
         match self.zones.len() {
@@ -189,6 +201,9 @@ pub struct Report {
     /// Reads during the run (read-backs, Kafka fetches) and the entries they returned.
     pub reads: usize,
     pub read_entries: usize,
+    /// Share groups: records delivered and acknowledgements answered.
+    pub share_deliveries: usize,
+    pub share_acks: usize,
     pub meta_faults: u64,
     /// Virtual milliseconds the run took.
     pub virtual_ms: u64,
@@ -467,6 +482,8 @@ pub(crate) fn failed(seed: u64, error: String) -> Report {
         zombie_attempts: 0,
         reads: 0,
         read_entries: 0,
+        share_deliveries: 0,
+        share_acks: 0,
         meta_faults: 0,
         virtual_ms: 0,
         error: Some(error),
@@ -558,6 +575,11 @@ async fn simulate(seed: u64, plan: Plan, store: Arc<metadata::MemoryStore>) -> R
         upkeep.push(tokio::spawn(async move { trim(l, s3).await }));
     }
     let mut consumers = crate::groups::spawn(&plan, &shared);
+    for m in 0..plan.shares {
+        let (shared, partitions) = (shared.clone(), u32::try_from(plan.logs).unwrap_or(1));
+        consumers
+            .push(tokio::spawn(async move { crate::shares::member(m, partitions, shared).await }));
+    }
     consumers.extend(crate::txns::readers(&plan, &logs, &shared));
     if plan.kafka {
         for c in 0..2u64 {
@@ -580,6 +602,9 @@ async fn simulate(seed: u64, plan: Plan, store: Arc<metadata::MemoryStore>) -> R
     faulty_meta.set_on(false);
     faults.clear();
     tokio::time::sleep(Duration::from_secs(10)).await;
+    if plan.shares > 0 {
+        crate::shares::settle(&logs, &shared).await;
+    }
     let reader = match open("final", "*", false, &stores).await {
         Ok((w, _, _)) => w,
         Err(e) => return failed(seed, e),
@@ -723,6 +748,8 @@ fn report(
         zombie_attempts: stores.zombies.held.load(std::sync::atomic::Ordering::Relaxed),
         reads: s.history.reads.len(),
         read_entries: s.history.reads.iter().map(|r| r.seen.len()).sum(),
+        share_deliveries: s.history.shares.deliveries.len(),
+        share_acks: s.history.shares.acks.len(),
         meta_faults: faulty_meta.counts.total(),
         virtual_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
         error: None,

@@ -44,7 +44,8 @@ fn caught(m: Mutation, plan: &Plan) -> Option<(u64, String)> {
 fn every_deliberate_bug_is_caught_within_200_seeds() {
     let mut report = Vec::new();
     let (writers, upkeep, groups) = (Plan::writers(), Plan::maintenance(), Plan::groups());
-    let (compacted, transactions) = (Plan::compacted(), Plan::transactions());
+    let (compacted, transactions, shares) =
+        (Plan::compacted(), Plan::transactions(), Plan::shares());
     for (name, m, plan) in [
         ("commits out of flush order", Mutation::CommitOutOfOrder, &writers),
         ("the head's revision not compared in the commit", Mutation::SkipHeadCompare, &writers),
@@ -69,13 +70,18 @@ fn every_deliberate_bug_is_caught_within_200_seeds() {
             Mutation::SkipImplicitAdd,
             &transactions,
         ),
+        (
+            "a share-partition's owner loading its state without its delivery counts",
+            Mutation::ForgetShareCounts,
+            &shares,
+        ),
     ] {
         let found = caught(m, plan);
         assert!(found.is_some(), "{name}: not caught in 200 seeds");
         report.push(format!("{name}: seed {:?}", found));
     }
     // Switched off, the same seeds run clean (the bugs, not the harness, were caught).
-    for plan in [&writers, &upkeep, &groups, &compacted, &transactions] {
+    for plan in [&writers, &upkeep, &groups, &compacted, &transactions, &shares] {
         let r = run(0, plan);
         assert!(r.violations.is_empty() && r.error.is_none(), "{r:?}");
     }

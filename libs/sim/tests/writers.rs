@@ -21,6 +21,7 @@ fn plan(group: &str) -> Plan {
         "compacted" => Plan::compacted(),
         "transactions" => Plan::transactions(),
         "transactions-zones" => Plan::transactions_zones(),
+        "shares" => Plan::shares(),
         _ => Plan::writers(),
     }
 }
@@ -58,6 +59,7 @@ fn a_seed_run_twice_gives_the_same_trace() {
         "compacted",
         "transactions",
         "transactions-zones",
+        "shares",
     ] {
         let plan = plan(group);
         let mut differ = Vec::new();
@@ -116,16 +118,24 @@ fn zoned_transactional_producers_lose_nothing_and_their_transactions_are_read_wh
     sweep("transactions-zones", &Plan::transactions_zones());
 }
 
+#[test]
+fn a_share_group_through_owner_changes_delivers_each_record_until_done_within_its_limit_and_accepts_it_once()
+ {
+    sweep("shares", &Plan::shares());
+}
+
 fn sweep(group: &str, plan: &Plan) {
     let (mut acked, mut unknown, mut failed, mut faults, mut crashes) = (0, 0, 0, 0, 0);
     let (mut reads, mut read_entries, mut zombies) = (0, 0, 0);
+    let (mut delivered, mut share_acks) = (0, 0);
     // The groups and transactions plans run several times longer a seed: half the seeds in
     // `cargo test` (`make dst` runs each group's SEEDS).
-    let range = seeds(if matches!(group, "groups" | "transactions" | "transactions-zones") {
-        100
-    } else {
-        200
-    });
+    let range =
+        seeds(if matches!(group, "groups" | "transactions" | "transactions-zones" | "shares") {
+            100
+        } else {
+            200
+        });
     let mut bad = Vec::new();
     for seed in range.clone() {
         let r = run(seed, plan);
@@ -144,6 +154,13 @@ fn sweep(group: &str, plan: &Plan) {
         reads += r.reads;
         read_entries += r.read_entries;
         zombies += r.zombie_attempts;
+        delivered += r.share_deliveries;
+        share_acks += r.share_acks;
+    }
+    if delivered > 0 {
+        eprintln!(
+            "sim {group}: {delivered} share deliveries, {share_acks} acknowledgements answered"
+        );
     }
     eprintln!(
         "sim {group}: seeds {}..{}: {acked} acked, {failed} failed, {unknown} unknown, {reads} reads of {read_entries} entries, {zombies} zombie commits refused, {faults} metadata faults, {crashes} nemesis rounds",

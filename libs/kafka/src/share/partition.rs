@@ -262,6 +262,22 @@ impl SharePartition {
         }
     }
 
+    /// Available records whose delivery count reached `limit` are archived (done): released,
+    /// or their lock expired, at their last delivery.
+    pub fn archive_exhausted(&mut self, limit: u16) {
+        let mut any = false;
+        for (&a, r) in self.runs.iter_mut() {
+            if r.state == RecordState::Available && r.count >= limit {
+                r.state = RecordState::Done;
+                self.newly_done.push((off(a), off(r.to)));
+                any = true;
+            }
+        }
+        if any {
+            self.settle();
+        }
+    }
+
     /// The first available record of the window still under the delivery `limit`, if any.
     pub fn first_available(&self, limit: u16) -> Option<i64> {
         self.runs
@@ -312,6 +328,28 @@ impl SharePartition {
         }
         self.settle();
         out
+    }
+
+    /// Available records of `[from, to)` are done (they hold no record any more: compacted
+    /// away, or a control batch).
+    pub fn drop_available(&mut self, from: i64, to: i64) {
+        let (a, b) = (unoff(from).max(self.start), unoff(to).min(self.end));
+        if a >= b {
+            return;
+        }
+        let mut done = Vec::new();
+        self.each_run(a, b, |r| {
+            if r.state == RecordState::Available {
+                r.state = RecordState::Done;
+            }
+        });
+        for (&k, r) in self.runs.range(a..b) {
+            if r.state == RecordState::Done {
+                done.push((off(k), off(r.to)));
+            }
+        }
+        self.newly_done.extend(done);
+        self.settle();
     }
 
     /// Records the window may still take in before reaching `max_window` (the record-lock
@@ -555,8 +593,10 @@ mod tests {
         }
         // Third delivery released: the count is at the limit, so it is archived, not lent.
         p.acknowledge("b", 0, 100, &[(10, 10, vec![2])]).unwrap();
-        assert!(p.acquire_available(&a, 100, 3, 10, 100).is_empty());
+        assert_eq!(p.first_available(3), None);
+        p.archive_exhausted(3);
         assert_eq!(p.start(), 11);
+        assert_eq!(p.take_change().start, 11);
     }
 
     #[test]
