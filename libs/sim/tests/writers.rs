@@ -119,7 +119,7 @@ fn zoned_transactional_producers_lose_nothing_and_their_transactions_are_read_wh
 }
 
 #[test]
-fn a_share_group_through_owner_changes_delivers_each_record_until_done_within_its_limit_and_accepts_it_once()
+fn share_groups_through_owner_changes_lose_nothing_and_deliver_each_record_within_its_limit_accepting_it_once()
  {
     sweep("shares", &Plan::shares());
 }
