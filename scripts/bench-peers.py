@@ -53,6 +53,10 @@ ap.add_argument("--only", default="kafka-fsync,kafka,lakelog")
 ap.add_argument("--json", default=None, help="also write every row as JSON lines here")
 ap.add_argument("--transactions", action="store_true",
                 help="the transactional producer committing every 100 ms instead")
+ap.add_argument("--shares", action="store_true",
+                help="share groups instead: `lakelog bench share` (records/s acknowledged by 1, 4 "
+                     "and 16 members on 1 and 8 partitions) against each server")
+ap.add_argument("--share-records", type=int, default=100_000)
 args = ap.parse_args()
 
 RECORD = args.record_size
@@ -316,8 +320,34 @@ def run_transactions():
               f"{r['commit_p99_ms']} | {r['records']} | {r['durability']} |")
 
 
+def run_shares():
+    def share_rows(name, server):
+        out = subprocess.run([args.bin, "bench", "share", "--kafka", server.bootstrap, "--records",
+                              str(args.share_records), "--record-size", str(RECORD), "--json"],
+                             capture_output=True, text=True, timeout=3600)
+        lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+        if out.returncode != 0 or not lines:
+            sys.exit(f"bench-peers: bench share against {name} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+        for l in lines:
+            r = json.loads(l)
+            r["server"] = name
+            r["durability"] = server.durability
+            yield r
+
+    rows = each_server(share_rows)
+    print("| server | partitions | members | records | records/s acknowledged | redelivered | "
+          "durability at ack |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['server']} | {r['partitions']} | {r['members']} | {r['records']} | "
+              f"{r['records_per_s']} | {r['redelivered']} | {r['durability']} |")
+
+
 if args.transactions:
     run_transactions()
+    sys.exit(0)
+if args.shares:
+    run_shares()
     sys.exit(0)
 
 def peer_rows(name, server):

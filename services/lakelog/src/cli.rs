@@ -345,6 +345,9 @@ pub(crate) enum BenchCommand {
     /// Ingest alone, then while a Kafka consumer group reads a backlog through the readers
     /// (on a running cluster, `make cluster`): the ingest ratio, seed 001's promise.
     Catchup(crate::bench::catchup::CatchupArgs),
+    /// A share group's records/s acknowledged over the Kafka wire (any Kafka port: Lakelog's or
+    /// Apache Kafka's), for 1, 4 and 16 members on 1 and 8 partitions.
+    Share(crate::bench::share::ShareArgs),
 }
 
 #[derive(Subcommand, Debug)]

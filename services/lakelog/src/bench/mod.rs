@@ -10,6 +10,7 @@ pub(crate) mod lake;
 pub(crate) mod lake_compact;
 pub(crate) mod produce;
 pub(crate) mod read;
+pub(crate) mod share;
 
 use append::{AppendArgs, Target, open_target};
 
@@ -29,6 +30,7 @@ pub(crate) async fn run(
         BenchCommand::LakeCompact(args) => lake_compact::run(args).await,
         BenchCommand::Produce(args) => produce::run(args, endpoint, sec).await,
         BenchCommand::Catchup(args) => catchup::run(args, endpoint).await,
+        BenchCommand::Share(args) => share::run(args).await,
     }
 }
 
