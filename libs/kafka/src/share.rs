@@ -46,6 +46,11 @@ pub const MAX_PARTITIONS: usize = 10_000;
 pub const MAX_FETCH_RECORDS: u64 = 10_000;
 /// Partitions one share session may hold.
 pub const MAX_SESSION_PARTITIONS: usize = 10_000;
+/// Partitions all the share sessions of a broker hold at most (about 40 bytes each).
+pub const MAX_SESSIONS_PARTITIONS: usize = 200_000;
+/// Runs of alike records the share-partitions held here may hold in all (about 64 bytes
+/// each): past it, the least recently used are let go.
+pub const MAX_HELD_RUNS: usize = 1_000_000;
 /// A share session unused this long is gone.
 pub const SESSION_IDLE: Duration = Duration::from_secs(120);
 
@@ -160,6 +165,8 @@ struct Slot {
     state: Option<SharePartition>,
     stored: Option<Change>,
     last_used: Option<Instant>,
+    /// Its state's runs, as last counted into [`Shares::held_runs`].
+    runs: usize,
 }
 
 /// The share groups and share-partitions this broker holds.
@@ -173,6 +180,8 @@ pub struct Shares {
     partitions: Mutex<HashMap<PartKey, Arc<tokio::sync::Mutex<Slot>>>>,
     /// Topic names by id, learned from the broker's topics.
     names: Mutex<HashMap<Uuid, String>>,
+    /// Runs held by every share-partition here ([`MAX_HELD_RUNS`]).
+    held_runs: std::sync::atomic::AtomicUsize,
 }
 
 /// The start of an owner's lock clock: tokio's clock (virtual under the simulation's paused
@@ -264,6 +273,17 @@ impl Shares {
                 // Sessions idle past SESSION_IDLE are gone (their members stopped fetching).
                 sessions.retain(|_, s| now.duration_since(s.last_used) <= SESSION_IDLE);
                 let alone = !sessions.keys().any(|(g, m)| g == group && m != member);
+                let others: usize = sessions
+                    .iter()
+                    .filter(|(k, _)| **k != key)
+                    .map(|(_, s)| s.partitions.len())
+                    .sum();
+                if others + partitions.len() > MAX_SESSIONS_PARTITIONS {
+                    return Err((
+                        SHARE_SESSION_LIMIT_REACHED,
+                        format!("this broker's share sessions hold {others} partitions"),
+                    ));
+                }
                 let session = Session { epoch: 1, partitions: partitions.clone(), last_used: now };
                 sessions.insert(key, session);
                 drop(sessions);
@@ -275,6 +295,7 @@ impl Shares {
                 Ok((partitions, SessionStep::Open))
             }
             _ => {
+                let held: usize = sessions.values().map(|s| s.partitions.len()).sum();
                 let Some(s) = sessions.get_mut(&key) else {
                     return Err((
                         SHARE_SESSION_NOT_FOUND,
@@ -291,15 +312,20 @@ impl Shares {
                     let s = sessions.remove(&key).map(|s| s.partitions).unwrap_or_default();
                     return Ok((s, SessionStep::Close));
                 }
+                // Checked before anything changes: a refused step leaves the session as it was.
+                let adding = add.iter().filter(|p| !s.partitions.contains(p)).count();
+                if held + adding > MAX_SESSIONS_PARTITIONS
+                    || s.partitions.len() + adding > MAX_SESSION_PARTITIONS
+                {
+                    return Err((
+                        SHARE_SESSION_LIMIT_REACHED,
+                        format!("this broker's share sessions hold {held} partitions"),
+                    ));
+                }
                 for p in forget {
                     s.partitions.remove(p);
                 }
-                for p in add {
-                    if s.partitions.len() >= MAX_SESSION_PARTITIONS {
-                        break;
-                    }
-                    s.partitions.insert(*p);
-                }
+                s.partitions.extend(add.iter().copied());
                 s.epoch = if s.epoch == i32::MAX { 1 } else { s.epoch + 1 };
                 s.last_used = now;
                 Ok((s.partitions.clone(), SessionStep::Next))
@@ -326,21 +352,42 @@ impl Shares {
     /// The slot of a share-partition, made if new (the least recently used let go past
     /// [`MAX_PARTITIONS`]).
     fn slot(&self, key: &PartKey) -> Arc<tokio::sync::Mutex<Slot>> {
+        use std::sync::atomic::Ordering::Relaxed;
         let mut parts = self.partitions.lock();
         if let Some(s) = parts.get(key) {
             return s.clone();
         }
-        if parts.len() >= MAX_PARTITIONS {
+        // Room first: the least recently used not in use go (64 at most a time). The count
+        // is made anew first (slots forgotten while in use leave theirs behind).
+        if self.held_runs.load(Relaxed) > MAX_HELD_RUNS {
+            let sum = parts.values().filter_map(|s| s.try_lock().ok().map(|g| g.runs)).sum();
+            self.held_runs.store(sum, Relaxed);
+        }
+        for _ in 0..64 {
+            if parts.len() < MAX_PARTITIONS && self.held_runs.load(Relaxed) <= MAX_HELD_RUNS {
+                break;
+            }
             let oldest = parts
                 .iter()
-                .filter_map(|(k, s)| s.try_lock().ok().map(|g| (k.clone(), g.last_used)))
-                .min_by_key(|(_, used)| *used)
-                .map(|(k, _)| k);
-            if let Some(k) = oldest {
-                parts.remove(&k);
-            }
+                .filter_map(|(k, s)| s.try_lock().ok().map(|g| (k.clone(), g.last_used, g.runs)))
+                .min_by_key(|(_, used, _)| *used);
+            let Some((k, _, runs)) = oldest else { break };
+            parts.remove(&k);
+            self.held_runs.fetch_sub(runs, Relaxed);
         }
         parts.entry(key.clone()).or_default().clone()
+    }
+
+    /// Counts a slot's runs anew into [`Self::held_runs`].
+    fn recount(&self, slot: &mut Slot) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = slot.state.as_ref().map_or(0, SharePartition::run_count);
+        if now >= slot.runs {
+            self.held_runs.fetch_add(now - slot.runs, Relaxed);
+        } else {
+            self.held_runs.fetch_sub(slot.runs - now, Relaxed);
+        }
+        slot.runs = now;
     }
 
     /// Runs `f` on a share-partition this broker owns, loading it first if it is not held
@@ -400,10 +447,12 @@ impl Shares {
                     tracing::debug!(group, topic, partition, error = %e.message, "share-partition state not stored: dropped");
                     slot.state = None;
                     slot.stored = None;
+                    self.recount(&mut slot);
                     return Err(e);
                 }
             }
         }
+        self.recount(&mut slot);
         out
     }
 
@@ -556,7 +605,16 @@ impl Shares {
     /// Forgets every share-partition state of `group` held here (its offsets were altered or
     /// deleted elsewhere: they are loaded again).
     pub fn forget_group(&self, group: &str) {
-        self.partitions.lock().retain(|k, _| k.0 != group);
+        self.partitions.lock().retain(|k, s| {
+            if k.0 != group {
+                return true;
+            }
+            // One in use is counted out when its user recounts it; the rest now.
+            if let Ok(g) = s.try_lock() {
+                self.held_runs.fetch_sub(g.runs, std::sync::atomic::Ordering::Relaxed);
+            }
+            false
+        });
     }
 }
 
@@ -616,4 +674,59 @@ fn overlapping(batches: Vec<StoredBatch>, acquired: &Acquired) -> Vec<StoredBatc
             acquired.iter().any(|&(a, z, _)| a <= last && first <= z)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(topic: Uuid, n: i32) -> Vec<(Uuid, i32)> {
+        (0..n).map(|p| (topic, p)).collect()
+    }
+
+    #[test]
+    fn a_share_session_steps_by_epoch_with_kafkas_codes() {
+        let (shares, t, now) = (Shares::default(), Uuid::new_v4(), Instant::now());
+        let (p, step) = shares.session("g", "m", 0, &parts(t, 2), &[], now).unwrap();
+        assert_eq!((p.len(), step), (2, SessionStep::Open));
+        assert_eq!(
+            shares.session("g", "m", 2, &[], &[], now).unwrap_err().0,
+            INVALID_SHARE_SESSION_EPOCH
+        );
+        let (p, step) = shares.session("g", "m", 1, &[(t, 5)], &[(t, 0)], now).unwrap();
+        assert_eq!(
+            (p.into_iter().collect::<Vec<_>>(), step),
+            (vec![(t, 1), (t, 5)], SessionStep::Next)
+        );
+        assert_eq!(
+            shares.session("g", "x", 1, &[], &[], now).unwrap_err().0,
+            SHARE_SESSION_NOT_FOUND
+        );
+        assert_eq!(shares.session("g", "m", -1, &[], &[], now).unwrap().1, SessionStep::Close);
+        assert_eq!(
+            shares.session("g", "m", 3, &[], &[], now).unwrap_err().0,
+            SHARE_SESSION_NOT_FOUND
+        );
+    }
+
+    #[test]
+    fn share_sessions_hold_a_bounded_number_of_partitions_and_a_refused_step_changes_nothing() {
+        let (shares, t, now) = (Shares::default(), Uuid::new_v4(), Instant::now());
+        let full = i32::try_from(MAX_SESSION_PARTITIONS).unwrap();
+        shares.session("g", "m", 0, &parts(t, full), &[], now).unwrap();
+        let refused = shares.session("g", "m", 1, &[(Uuid::new_v4(), 0)], &[(t, 0)], now);
+        assert_eq!(refused.unwrap_err().0, SHARE_SESSION_LIMIT_REACHED);
+        // Still at epoch 1, with partition 0.
+        let (p, _) = shares.session("g", "m", 1, &[], &[], now).unwrap();
+        assert!(p.contains(&(t, 0)));
+        // Across sessions: 200,000 partitions in all.
+        let sessions = MAX_SESSIONS_PARTITIONS / MAX_SESSION_PARTITIONS;
+        for m in 1..sessions {
+            shares
+                .session("g", &format!("m{m}"), 0, &parts(Uuid::new_v4(), full), &[], now)
+                .unwrap();
+        }
+        let one_more = shares.session("g", "late", 0, &parts(t, 1), &[], now);
+        assert_eq!(one_more.unwrap_err().0, SHARE_SESSION_LIMIT_REACHED);
+    }
 }

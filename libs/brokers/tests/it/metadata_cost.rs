@@ -123,3 +123,76 @@ async fn caught_up_consumers_and_producers_cost_no_metadata_reads() -> Result<()
     w.shutdown().await;
     Ok(())
 }
+
+/// A share group's members on caught-up partitions cost the store nothing; an acquisition and
+/// an acknowledgement cost one write transaction each (the share-partition's cursor), no read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caught_up_share_consumers_cost_nothing_and_each_acquisition_one_write() -> Result<()> {
+    use kafka::share::{Reset, Settings, Shares};
+    let (meta, c) = CountingMeta::new(Arc::new(metadata::MemoryStore::new()));
+    let meta: Arc<dyn MetadataStore> = meta;
+    let objects: Arc<dyn ObjectStore> = Arc::new(objstore::object_store::memory::InMemory::new());
+    let mut cfg = LogStorageConfig::new(CLUSTER, "w0");
+    cfg.kafka_advertise = "w0.test:9092".to_owned();
+    cfg.flush_interval = Duration::from_millis(5);
+    let w = LogStorage::open(meta.clone(), objects.clone(), cfg, Arc::new(SystemClock)).await?;
+    let node = logstore::membership::node_id(meta.as_ref(), CLUSTER, "w0").await?;
+    let catalog = Catalog::new(meta.clone(), w.reader().clone(), CLUSTER).with_followed_streams();
+    catalog.create("t", 10, Default::default()).await?;
+    let broker = LogBroker::writer(catalog, CLUSTER, w.clone()).with_node_id(node);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while produce(&broker, 0).await.is_err() {
+        ensure!(std::time::Instant::now() < deadline, "the writer never led partition 0");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for p in 1..10 {
+        ensure!(produce(&broker, p).await? == 0);
+    }
+    let shares = Shares::default();
+    let settings = Settings { reset: Reset::Earliest, ..Settings::default() };
+    let member: Arc<str> = Arc::from("m");
+    let b: &dyn kafka::Broker = &broker;
+    // Every record of the ten partitions acquired and accepted: the share-partitions made.
+    let drain = |p: i32| {
+        let (member, settings, shares) = (member.clone(), settings.clone(), &shares);
+        async move {
+            let lent = shares.acquire(b, "g", &member, "t", p, 500, 1 << 20, &settings).await;
+            let lent = lent.map_err(|r| anyhow!("{r:?}"))?;
+            let acks: Vec<(i64, i64, Vec<i8>)> =
+                lent.acquired.iter().map(|(f, l, _)| (*f, *l, vec![1])).collect();
+            if !acks.is_empty() {
+                let done = shares.acknowledge(b, "g", &member, "t", p, &acks, &settings).await;
+                done.map_err(|r| anyhow!("{r:?}"))?;
+            }
+            Ok::<usize, anyhow::Error>(lent.acquired.len())
+        }
+    };
+    for p in 0..10 {
+        ensure!(drain(p).await? == 1, "partition {p}: nothing lent");
+    }
+    let first = counts(&c);
+    for _ in 0..3 {
+        for p in 0..10 {
+            ensure!(drain(p).await? == 0, "partition {p}: lent again");
+        }
+    }
+    let idle = counts(&c);
+    ensure!(idle == first, "three rounds of caught-up share fetches: {first:?} → {idle:?}");
+    // A new batch: its acquisition and its acknowledgement, one write transaction each.
+    ensure!(produce(&broker, 3).await? == 3);
+    let before = counts(&c);
+    let lent = shares.acquire(b, "g", &member, "t", 3, 500, 1 << 20, &settings).await;
+    let lent = lent.map_err(|r| anyhow!("{r:?}"))?;
+    ensure!(lent.acquired == vec![(3, 5, 1)], "{:?}", lent.acquired);
+    let acquired = counts(&c);
+    let done = shares.acknowledge(b, "g", &member, "t", 3, &[(3, 5, vec![1])], &settings).await;
+    done.map_err(|r| anyhow!("{r:?}"))?;
+    let acked = counts(&c);
+    ensure!(
+        (acquired.0, acquired.1 - before.1) == (before.0, 1)
+            && (acked.0, acked.1 - acquired.1) == (acquired.0, 1),
+        "acquire {before:?} → {acquired:?}, acknowledge → {acked:?}"
+    );
+    w.shutdown().await;
+    Ok(())
+}

@@ -169,6 +169,11 @@ impl SharePartition {
         (o < r.to && o >= self.start).then(|| (r.state.clone(), r.count))
     }
 
+    /// Runs of alike records the state holds (what it costs in memory: about 64 bytes each).
+    pub fn run_count(&self) -> usize {
+        self.runs.len()
+    }
+
     /// Records acquired now, by anyone.
     pub fn acquired_count(&self) -> u64 {
         self.runs
