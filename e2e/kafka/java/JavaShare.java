@@ -7,10 +7,12 @@
 //         delivery count of 2; every 500th (from 7) is released at every delivery and must
 //         go out exactly 3 times, then never again (archived). Every other record must be
 //         accepted exactly once, and at least two members must have accepted some.
-//   hold  <bootstrap> <topic> <group> <count>: <count> records produced, then acquired and
-//         never acknowledged; prints HELD and waits to be killed.
-//   drain <bootstrap> <topic> <group> <count>: accepts records until <count> are; each must
-//         come with a delivery count of at least 2 (a killed member held them first).
+//   hold  <bootstrap> <topic> <group> <count>: the group's lock set to 60 s; <count> records
+//         produced, then acquired and never acknowledged; prints HELD and waits to be killed.
+//   drain <bootstrap> <topic> <group> <count>: accepts records until <count> are, for 45 s at
+//         most (less than the lock: the killed member's records must come back because its
+//         connection closed, not because its locks ran out); some must come with a delivery
+//         count of 2 (the killed member held them first).
 //
 // Exits non-zero with a message on any check that fails.
 
@@ -36,13 +38,17 @@ public class JavaShare {
     }
 
     static void configure(String bootstrap, String group) throws Exception {
+        configure(bootstrap, group, 15000);
+    }
+
+    static void configure(String bootstrap, String group, int lockMs) throws Exception {
         Properties p = new Properties();
         p.put("bootstrap.servers", bootstrap);
         try (Admin admin = Admin.create(p)) {
             ConfigResource g = new ConfigResource(ConfigResource.Type.GROUP, group);
             List<AlterConfigOp> ops = List.of(
                 new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET),
-                new AlterConfigOp(new ConfigEntry("share.record.lock.duration.ms", "15000"), AlterConfigOp.OpType.SET),
+                new AlterConfigOp(new ConfigEntry("share.record.lock.duration.ms", String.valueOf(lockMs)), AlterConfigOp.OpType.SET),
                 new AlterConfigOp(new ConfigEntry("share.delivery.count.limit", String.valueOf(LIMIT)), AlterConfigOp.OpType.SET));
             admin.incrementalAlterConfigs(Map.of(g, ops)).all().get();
         }
@@ -180,7 +186,7 @@ public class JavaShare {
     }
 
     static void hold(String bootstrap, String topic, String group, int count) throws Exception {
-        configure(bootstrap, group);
+        configure(bootstrap, group, 60000);
         produce(bootstrap, topic, count);
         KafkaShareConsumer<String, String> c = member(bootstrap, topic, group);
         int held = 0;
@@ -201,7 +207,7 @@ public class JavaShare {
         Set<Integer> seen = new HashSet<>();
         int redelivered = 0;
         try (KafkaShareConsumer<String, String> c = member(bootstrap, topic, group)) {
-            long deadline = start + 120_000;
+            long deadline = start + 45_000;
             while (seen.size() < count && System.currentTimeMillis() < deadline) {
                 for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(500))) {
                     if (r.deliveryCount().orElse((short) 0) >= 2) redelivered++;

@@ -358,7 +358,20 @@ type Admitting = futures::future::BoxFuture<'static, (Session, Result<Answer, ap
 
 /// Serves one connection, its bytes read from `read` and answers written to `write` (a TCP
 /// socket's halves, or a TLS stream's).
-async fn connection<R, W>(mut read: R, mut write: W, c: Conn) -> Result<(), Ended>
+async fn connection<R, W>(read: R, write: W, c: Conn) -> Result<(), Ended>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin,
+{
+    let (id, groups, broker) = (c.session.connection(), c.groups.clone(), c.broker.clone());
+    let ended = serve_connection(read, write, c).await;
+    // Its share sessions end with it, and what their members hold is lent again (as Kafka
+    // releases a closed connection's acquired records).
+    tokio::spawn(async move { groups.shares().disconnected(id, broker.as_ref()).await });
+    ended
+}
+
+async fn serve_connection<R, W>(mut read: R, mut write: W, c: Conn) -> Result<(), Ended>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin,

@@ -55,11 +55,16 @@ pub struct Session {
     permit: Option<PreAuth>,
     /// The client's address (`/<ip>`), said with a failed authentication.
     peer: Arc<str>,
+    /// The connection's number in its process: what a share session is tied to.
+    id: u64,
 }
 
 /// What an unauthenticated connection holds of its listener's caps, given back once it
 /// authenticates (or closes).
 pub type PreAuth = Box<dyn std::fmt::Debug + Send + Sync>;
+
+/// Connections numbered in the order they came.
+static NEXT_CONNECTION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Session {
     /// A new connection's session: authenticated already when authentication is off or its
@@ -84,7 +89,13 @@ impl Session {
             started: Instant::now(),
             permit: if authenticated { None } else { permit },
             peer: Arc::from(""),
+            id: NEXT_CONNECTION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
+    }
+
+    /// The connection's number in its process (share sessions opened on it end with it).
+    pub fn connection(&self) -> u64 {
+        self.id
     }
 
     /// The client's address, as Kafka shows it (`/<ip>`).

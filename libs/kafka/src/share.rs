@@ -140,6 +140,8 @@ struct Session {
     epoch: i32,
     partitions: BTreeSet<(Uuid, i32)>,
     last_used: Instant,
+    /// The connection it was opened on (0: none); it ends with it.
+    connection: u64,
 }
 
 /// What a request does to its member's share session.
@@ -236,6 +238,7 @@ impl Shares {
     /// Steps `member`'s share session in `group` by a request at `epoch`, adding `add` and
     /// dropping `forget`: the session's partitions after it, and what the step is. Kafka's
     /// codes for a session not found, an epoch not the session's, or no room for a new one.
+    #[allow(clippy::too_many_arguments)]
     pub fn session(
         &self,
         group: &str,
@@ -244,6 +247,7 @@ impl Shares {
         add: &[(Uuid, i32)],
         forget: &[(Uuid, i32)],
         now: Instant,
+        connection: u64,
     ) -> Result<(SessionPartitions, SessionStep), (i16, String)> {
         let key = (group.to_owned(), member.to_owned());
         let mut sessions = self.sessions.lock();
@@ -284,7 +288,12 @@ impl Shares {
                         format!("this broker's share sessions hold {others} partitions"),
                     ));
                 }
-                let session = Session { epoch: 1, partitions: partitions.clone(), last_used: now };
+                let session = Session {
+                    epoch: 1,
+                    partitions: partitions.clone(),
+                    last_used: now,
+                    connection,
+                };
                 sessions.insert(key, session);
                 drop(sessions);
                 // The group's first session here: its share-partitions held here may be stale
@@ -329,6 +338,27 @@ impl Shares {
                 s.epoch = if s.epoch == i32::MAX { 1 } else { s.epoch + 1 };
                 s.last_used = now;
                 Ok((s.partitions.clone(), SessionStep::Next))
+            }
+        }
+    }
+
+    /// Connection `connection` closed: the share sessions opened on it end, and what their
+    /// members hold on the partitions here is available again.
+    pub async fn disconnected(&self, connection: u64, broker: &dyn Broker) {
+        let ended: Vec<((String, String), Session)> = {
+            let mut sessions = self.sessions.lock();
+            let keys: Vec<(String, String)> = sessions
+                .iter()
+                .filter(|(_, s)| s.connection == connection && connection != 0)
+                .map(|(k, _)| k.clone())
+                .collect();
+            keys.into_iter().filter_map(|k| sessions.remove(&k).map(|s| (k, s))).collect()
+        };
+        for ((group, member), s) in ended {
+            for (id, partition) in s.partitions {
+                if let Some(topic) = self.topic_name(id, broker).await {
+                    self.release(&group, &member, &topic, partition).await;
+                }
             }
         }
     }
@@ -687,24 +717,24 @@ mod tests {
     #[test]
     fn a_share_session_steps_by_epoch_with_kafkas_codes() {
         let (shares, t, now) = (Shares::default(), Uuid::new_v4(), Instant::now());
-        let (p, step) = shares.session("g", "m", 0, &parts(t, 2), &[], now).unwrap();
+        let (p, step) = shares.session("g", "m", 0, &parts(t, 2), &[], now, 0).unwrap();
         assert_eq!((p.len(), step), (2, SessionStep::Open));
         assert_eq!(
-            shares.session("g", "m", 2, &[], &[], now).unwrap_err().0,
+            shares.session("g", "m", 2, &[], &[], now, 0).unwrap_err().0,
             INVALID_SHARE_SESSION_EPOCH
         );
-        let (p, step) = shares.session("g", "m", 1, &[(t, 5)], &[(t, 0)], now).unwrap();
+        let (p, step) = shares.session("g", "m", 1, &[(t, 5)], &[(t, 0)], now, 0).unwrap();
         assert_eq!(
             (p.into_iter().collect::<Vec<_>>(), step),
             (vec![(t, 1), (t, 5)], SessionStep::Next)
         );
         assert_eq!(
-            shares.session("g", "x", 1, &[], &[], now).unwrap_err().0,
+            shares.session("g", "x", 1, &[], &[], now, 0).unwrap_err().0,
             SHARE_SESSION_NOT_FOUND
         );
-        assert_eq!(shares.session("g", "m", -1, &[], &[], now).unwrap().1, SessionStep::Close);
+        assert_eq!(shares.session("g", "m", -1, &[], &[], now, 0).unwrap().1, SessionStep::Close);
         assert_eq!(
-            shares.session("g", "m", 3, &[], &[], now).unwrap_err().0,
+            shares.session("g", "m", 3, &[], &[], now, 0).unwrap_err().0,
             SHARE_SESSION_NOT_FOUND
         );
     }
@@ -713,20 +743,20 @@ mod tests {
     fn share_sessions_hold_a_bounded_number_of_partitions_and_a_refused_step_changes_nothing() {
         let (shares, t, now) = (Shares::default(), Uuid::new_v4(), Instant::now());
         let full = i32::try_from(MAX_SESSION_PARTITIONS).unwrap();
-        shares.session("g", "m", 0, &parts(t, full), &[], now).unwrap();
-        let refused = shares.session("g", "m", 1, &[(Uuid::new_v4(), 0)], &[(t, 0)], now);
+        shares.session("g", "m", 0, &parts(t, full), &[], now, 0).unwrap();
+        let refused = shares.session("g", "m", 1, &[(Uuid::new_v4(), 0)], &[(t, 0)], now, 0);
         assert_eq!(refused.unwrap_err().0, SHARE_SESSION_LIMIT_REACHED);
         // Still at epoch 1, with partition 0.
-        let (p, _) = shares.session("g", "m", 1, &[], &[], now).unwrap();
+        let (p, _) = shares.session("g", "m", 1, &[], &[], now, 0).unwrap();
         assert!(p.contains(&(t, 0)));
         // Across sessions: 200,000 partitions in all.
         let sessions = MAX_SESSIONS_PARTITIONS / MAX_SESSION_PARTITIONS;
         for m in 1..sessions {
             shares
-                .session("g", &format!("m{m}"), 0, &parts(Uuid::new_v4(), full), &[], now)
+                .session("g", &format!("m{m}"), 0, &parts(Uuid::new_v4(), full), &[], now, 0)
                 .unwrap();
         }
-        let one_more = shares.session("g", "late", 0, &parts(t, 1), &[], now);
+        let one_more = shares.session("g", "late", 0, &parts(t, 1), &[], now, 0);
         assert_eq!(one_more.unwrap_err().0, SHARE_SESSION_LIMIT_REACHED);
     }
 }

@@ -247,6 +247,7 @@ pub(crate) async fn share_fetch(
     broker: &dyn Broker,
     shares: &Shares,
     may_read: &(dyn Fn(&str) -> bool + Send + Sync),
+    connection: u64,
 ) -> ShareFetchResponse {
     let fail = |code: i16, message: String| {
         ShareFetchResponse::default().with_error_code(code).with_error_message(Some(s(message)))
@@ -298,6 +299,7 @@ pub(crate) async fn share_fetch(
         &add,
         &forget,
         clock_now(),
+        connection,
     ) {
         Ok(x) => x,
         Err((code, message)) => return fail(code, message),
@@ -469,6 +471,7 @@ pub(crate) async fn share_acknowledge(
     broker: &dyn Broker,
     shares: &Shares,
     may_read: &(dyn Fn(&str) -> bool + Send + Sync),
+    connection: u64,
 ) -> ShareAcknowledgeResponse {
     let fail = |code: i16, message: String| {
         ShareAcknowledgeResponse::default()
@@ -500,11 +503,18 @@ pub(crate) async fn share_acknowledge(
         Ok(s) => s,
         Err(e) => return fail(code::UNKNOWN_SERVER_ERROR, e.message),
     };
-    let (session, step) =
-        match shares.session(&group, &member, req.share_session_epoch, &[], &[], clock_now()) {
-            Ok(x) => x,
-            Err((code, message)) => return fail(code, message),
-        };
+    let (session, step) = match shares.session(
+        &group,
+        &member,
+        req.share_session_epoch,
+        &[],
+        &[],
+        clock_now(),
+        connection,
+    ) {
+        Ok(x) => x,
+        Err((code, message)) => return fail(code, message),
+    };
     let lock_ms = i32::try_from(settings.lock.as_millis()).unwrap_or(i32::MAX);
     let acked = acknowledge_all(shares, broker, &group, &member, acks, &settings, may_read).await;
     if step == SessionStep::Close {
@@ -614,7 +624,8 @@ impl Handler for ShareFetch {
     const VERSIONS: (i16, i16) = (1, 2);
     type Request = ShareFetchRequest;
 
-    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+    fn serve(req: Self::Request, ctx: Ctx, session: &mut Session) -> Admission<'_> {
+        let connection = session.connection();
         let access = ctx.access();
         let group_ok = req.group_id.as_ref().is_none_or(|g| access.group(Operation::Consume, g));
         if !group_ok {
@@ -625,7 +636,7 @@ impl Handler for ShareFetch {
         }
         ctx.later(|ctx| async move {
             let may_read = |t: &str| ctx.access().topic(Operation::Consume, t);
-            share_fetch(req, ctx.broker.as_ref(), ctx.groups.shares(), &may_read).await
+            share_fetch(req, ctx.broker.as_ref(), ctx.groups.shares(), &may_read, connection).await
         })
     }
 }
@@ -639,7 +650,8 @@ impl Handler for ShareAcknowledge {
     const VERSIONS: (i16, i16) = (1, 2);
     type Request = ShareAcknowledgeRequest;
 
-    fn serve(req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+    fn serve(req: Self::Request, ctx: Ctx, session: &mut Session) -> Admission<'_> {
+        let connection = session.connection();
         let access = ctx.access();
         let group_ok = req.group_id.as_ref().is_none_or(|g| access.group(Operation::Consume, g));
         if !group_ok {
@@ -650,7 +662,8 @@ impl Handler for ShareAcknowledge {
         }
         ctx.later(|ctx| async move {
             let may_read = |t: &str| ctx.access().topic(Operation::Consume, t);
-            share_acknowledge(req, ctx.broker.as_ref(), ctx.groups.shares(), &may_read).await
+            share_acknowledge(req, ctx.broker.as_ref(), ctx.groups.shares(), &may_read, connection)
+                .await
         })
     }
 }

@@ -51,8 +51,10 @@ fn java_share_consumers_split_one_partition_and_redeliver_released_records_up_to
     Ok(())
 }
 
-/// A share consumer acquires records and is killed -9 holding them: once their locks expire
-/// (the group's 15 s), another member is given them, each with a delivery count of 2.
+/// A share consumer acquires records and is killed -9 holding them: its connection closes, so
+/// its share session ends and what it held is lent again (as Kafka does), to another member,
+/// with a delivery count of 2, well before the group's 60 s lock would have run out (the
+/// drainer gives up after 45 s).
 #[test]
 fn a_share_consumer_killed_9_holding_records_loses_them_to_another_member() -> Result<()> {
     let dir = tempfile::tempdir()?;
