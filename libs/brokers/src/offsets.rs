@@ -163,7 +163,7 @@ impl LogBroker {
     }
 
     /// The cursors of `logs` named `name`, read in batched transactions.
-    pub(crate) async fn positions(
+    async fn positions(
         &self,
         name: &str,
         logs: &[LogId],
@@ -191,7 +191,7 @@ impl LogBroker {
 
     /// Every key under `prefix` (one read), as (the key past the prefix, the value); keys that
     /// are not text are left out.
-    pub(crate) async fn under(&self, prefix: Vec<u8>) -> Result<Vec<(String, Vec<u8>)>, Refused> {
+    async fn under(&self, prefix: Vec<u8>) -> Result<Vec<(String, Vec<u8>)>, Refused> {
         let resp = self
             .reader
             .meta()
@@ -279,7 +279,17 @@ impl LogBroker {
 
     /// The logs a group has committed offsets on, from its index: (log, topic, partition).
     async fn indexed(&self, enc: &str) -> Result<Vec<(LogId, String, i32)>, Refused> {
-        let listed = self.under(self.reader.keys().group_offsets(enc)).await?;
+        self.index_under(self.reader.keys().group_offsets(enc)).await
+    }
+
+    /// A group's index of logs under `prefix` (one read): each key ends in a log id, each
+    /// value is `<partition> <topic>`; (log, topic, partition), entries that do not parse left
+    /// out. The index of committed offsets and that of share-partitions alike.
+    pub(crate) async fn index_under(
+        &self,
+        prefix: Vec<u8>,
+    ) -> Result<Vec<(LogId, String, i32)>, Refused> {
+        let listed = self.under(prefix).await?;
         Ok(listed
             .iter()
             .filter_map(|(log, value)| {

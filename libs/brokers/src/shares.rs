@@ -267,14 +267,7 @@ impl LogBroker {
         &self,
         enc: &str,
     ) -> Result<Vec<(LogId, String, i32)>, Refused> {
-        let listed = self.under(self.reader.keys().group_shares(enc)).await?;
-        Ok(listed
-            .iter()
-            .filter_map(|(log, value)| {
-                let (p, topic) = std::str::from_utf8(value).ok()?.split_once(' ')?;
-                Some((LogId(log.parse().ok()?), topic.to_owned(), p.parse().ok()?))
-            })
-            .collect())
+        self.index_under(self.reader.keys().group_shares(enc)).await
     }
 
     /// What removes a share-partition of `enc`'s group: its cursor and its index entry.

@@ -510,23 +510,10 @@ impl Shares {
             p.archive_exhausted(settings.delivery_limit);
             // The window's available records, if any.
             if let Some(first) = p.first_available(settings.delivery_limit) {
-                let f = match read(broker, topic, partition, first, max_bytes, settings.isolation)
-                    .await
-                {
-                    Ok(f) => f,
-                    // Trimmed away since: the window starts at the log's start now.
-                    Err(e) if e.code == code::OFFSET_OUT_OF_RANGE => {
-                        let (start, _) = broker
-                            .list_offset(topic, partition, None, -2, Isolation::ReadUncommitted)
-                            .await?;
-                        p.trim_to(start);
-                        return Ok(Lent { end: p.end(), ..Lent::default() });
-                    }
-                    Err(e) => return Err(e),
+                let read = read_window(broker, topic, partition, p, first, max_bytes, settings);
+                let Some(f) = read.await? else {
+                    return Ok(Lent { end: p.end(), ..Lent::default() });
                 };
-                if f.log_start_offset > p.start() {
-                    p.trim_to(f.log_start_offset);
-                }
                 // Offsets of the window that hold no record any more (compacted away, or a
                 // control batch) are done: nothing is lent for them.
                 let mut at = first;
@@ -551,22 +538,11 @@ impl Shares {
             if room == 0 {
                 return Ok(Lent { end: p.end(), ..Lent::default() });
             }
-            let f = match read(broker, topic, partition, p.end(), max_bytes, settings.isolation)
-                .await
-            {
-                Ok(f) => f,
-                Err(e) if e.code == code::OFFSET_OUT_OF_RANGE => {
-                    let (start, _) = broker
-                        .list_offset(topic, partition, None, -2, Isolation::ReadUncommitted)
-                        .await?;
-                    p.trim_to(start);
-                    return Ok(Lent { end: p.end(), ..Lent::default() });
-                }
-                Err(e) => return Err(e),
+            let end = p.end();
+            let read = read_window(broker, topic, partition, p, end, max_bytes, settings);
+            let Some(f) = read.await? else {
+                return Ok(Lent { end: p.end(), ..Lent::default() });
             };
-            if f.log_start_offset > p.start() {
-                p.trim_to(f.log_start_offset);
-            }
             let mut left = room;
             let mut acquired = Acquired::new();
             let aborted = aborted_batches(&f);
@@ -603,7 +579,7 @@ impl Shares {
         batches: &[(i64, i64, Vec<i8>)],
         settings: &Settings,
     ) -> Result<(), Refused> {
-        if !settings.renew && batches.iter().any(|(_, _, t)| t.contains(&4)) {
+        if !settings.renew && renews(batches) {
             return Err(Refused::new(
                 code::INVALID_REQUEST,
                 "renew acknowledgements are disabled (share.renew.acknowledge.enable)",
@@ -648,22 +624,45 @@ impl Shares {
     }
 }
 
+/// Whether acknowledgement batches hold a renewal (type 4, KIP-1222).
+pub(crate) fn renews(batches: &[(i64, i64, Vec<i8>)]) -> bool {
+    batches.iter().any(|(_, _, t)| t.contains(&4))
+}
+
 /// The state a share-partition's store holds, as a change (none done).
 fn state_change(p: &SharePartition) -> Change {
     let s = p.stored();
     Change { start: s.start, end: s.end, done: Vec::new(), counts: s.counts }
 }
 
-/// Reads batches of a partition from `offset` for lending.
-async fn read(
+/// Reads batches of a partition from `offset` for lending, the window trimmed to the log's
+/// start where that moved past it (retention, DeleteRecords). `None` when `offset` itself was
+/// trimmed away: the window now starts at the log's start, and nothing is read this time.
+async fn read_window(
     broker: &dyn Broker,
     topic: &str,
     partition: i32,
+    p: &mut SharePartition,
     offset: i64,
     max_bytes: usize,
-    isolation: Isolation,
-) -> Result<crate::Fetched, Refused> {
-    broker.fetch(topic, partition, None, None, offset, max_bytes.max(1), isolation).await
+    settings: &Settings,
+) -> Result<Option<crate::Fetched>, Refused> {
+    let isolation = settings.isolation;
+    match broker.fetch(topic, partition, None, None, offset, max_bytes.max(1), isolation).await {
+        Ok(f) => {
+            if f.log_start_offset > p.start() {
+                p.trim_to(f.log_start_offset);
+            }
+            Ok(Some(f))
+        }
+        Err(e) if e.code == code::OFFSET_OUT_OF_RANGE => {
+            let (start, _) =
+                broker.list_offset(topic, partition, None, -2, Isolation::ReadUncommitted).await?;
+            p.trim_to(start);
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Indexes of the batches of a read_committed read that belong to aborted transactions (as

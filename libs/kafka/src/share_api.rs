@@ -280,7 +280,7 @@ pub(crate) async fn share_fetch(
             "acknowledgements in a request opening a share session".into(),
         );
     }
-    if !req.is_renew_ack && acks.iter().any(|(_, b)| b.iter().any(|(_, _, t)| t.contains(&4))) {
+    if !req.is_renew_ack && acks.iter().any(|(_, b)| crate::share::renews(b)) {
         return fail(code::INVALID_REQUEST, "a renew acknowledgement without IsRenewAck".into());
     }
     let forget: Vec<(Uuid, i32)> = req
@@ -496,7 +496,7 @@ pub(crate) async fn share_acknowledge(
             acks.push(((t.topic_id, p.partition_index), batches));
         }
     }
-    if !req.is_renew_ack && acks.iter().any(|(_, b)| b.iter().any(|(_, _, t)| t.contains(&4))) {
+    if !req.is_renew_ack && acks.iter().any(|(_, b)| crate::share::renews(b)) {
         return fail(code::INVALID_REQUEST, "a renew acknowledgement without IsRenewAck".into());
     }
     let settings = match settings(broker, &group).await {

@@ -128,33 +128,12 @@ pub(crate) async fn member(m: u64, partitions: u32, shared: SharedRef) {
             continue;
         }
         let id: Arc<str> = Arc::from(format!("m{m}-{incarnation}"));
-        let sent = shared.lock().history.shares.tick();
-        let s = settings();
-        let lent = at_owner(&shared, |(b, g, _)| {
-            let (id, s) = (id.clone(), s.clone());
-            async move {
-                let broker: Arc<dyn kafka::Broker> = b;
-                g.shares()
-                    .acquire(broker.as_ref(), GROUP, &id, TOPIC, p as i32, 10, 1 << 20, &s)
-                    .await
-            }
-        })
-        .await;
-        let Some(Ok(lent)) = lent else { continue };
+        let Some(Ok(lent)) = acquire(&shared, &id, p, 10).await else { continue };
         let mut batches = Vec::new();
         {
             let mut sh = shared.lock();
-            let answered = sh.history.shares.tick();
-            for &(first, last, count) in &lent.acquired {
+            for &(first, last, _) in &lent.acquired {
                 for o in first..=last {
-                    sh.history.shares.deliveries.push((
-                        p,
-                        o,
-                        count,
-                        id.to_string(),
-                        sent,
-                        answered,
-                    ));
                     let t = match sh.rng.below(100) {
                         0..80 => 1,
                         80..88 => 2,
@@ -173,22 +152,57 @@ pub(crate) async fn member(m: u64, partitions: u32, shared: SharedRef) {
             // Acknowledged after the lock ran out: refused, or another's by then.
             tokio::time::sleep(Duration::from_millis(2_500)).await;
         }
-        let acked = at_owner(&shared, |(b, g, _)| {
-            let (id, s, batches) = (id.clone(), s.clone(), batches.clone());
-            async move {
-                let broker: Arc<dyn kafka::Broker> = b;
-                g.shares()
-                    .acknowledge(broker.as_ref(), GROUP, &id, TOPIC, p as i32, &batches, &s)
-                    .await
+        acknowledge(&shared, &id, p, batches).await;
+    }
+}
+
+/// Acquires up to `max` of partition `p`'s records for `id` at its owner, each delivery
+/// recorded with the order numbers of the request and of its answer.
+async fn acquire(
+    shared: &SharedRef,
+    id: &Arc<str>,
+    p: u32,
+    max: u64,
+) -> Option<Result<kafka::share::Lent, Refused>> {
+    let sent = shared.lock().history.shares.tick();
+    let s = settings();
+    let lent = at_owner(shared, |(b, g, _)| {
+        let (id, s) = (id.clone(), s.clone());
+        async move {
+            let broker: Arc<dyn kafka::Broker> = b;
+            g.shares().acquire(broker.as_ref(), GROUP, &id, TOPIC, p as i32, max, 1 << 20, &s).await
+        }
+    })
+    .await;
+    if let Some(Ok(lent)) = &lent {
+        let mut sh = shared.lock();
+        let answered = sh.history.shares.tick();
+        for &(first, last, count) in &lent.acquired {
+            for o in first..=last {
+                sh.history.shares.deliveries.push((p, o, count, id.to_string(), sent, answered));
             }
-        })
-        .await;
-        if let Some(Ok(())) = acked {
-            let mut sh = shared.lock();
-            let at = sh.history.shares.tick();
-            for (o, _, t) in &batches {
-                sh.history.shares.acks.push((p, *o, t[0], at));
-            }
+        }
+    }
+    lent
+}
+
+/// Acknowledges `batches` (one offset and one type each) of partition `p` for `id` at its
+/// owner; if answered, each is recorded with the order number of the answer.
+async fn acknowledge(shared: &SharedRef, id: &Arc<str>, p: u32, batches: Vec<(i64, i64, Vec<i8>)>) {
+    let s = settings();
+    let acked = at_owner(shared, |(b, g, _)| {
+        let (id, s, batches) = (id.clone(), s.clone(), batches.clone());
+        async move {
+            let broker: Arc<dyn kafka::Broker> = b;
+            g.shares().acknowledge(broker.as_ref(), GROUP, &id, TOPIC, p as i32, &batches, &s).await
+        }
+    })
+    .await;
+    if let Some(Ok(())) = acked {
+        let mut sh = shared.lock();
+        let at = sh.history.shares.tick();
+        for (o, _, t) in &batches {
+            sh.history.shares.acks.push((p, *o, t[0], at));
         }
     }
 }
@@ -200,11 +214,10 @@ pub(crate) async fn settle(logs: &[u64], shared: &SharedRef) {
     let partitions = u32::try_from(logs.len()).unwrap_or(0);
     let deadline = tokio::time::Instant::now() + SETTLE;
     let id: Arc<str> = Arc::from("drainer");
-    let s = settings();
     let mut finals: BTreeMap<u32, (i64, i64)> = BTreeMap::new();
     while tokio::time::Instant::now() < deadline {
         for p in 0..partitions {
-            drain_one(shared, &id, p, &s).await;
+            drain_one(shared, &id, p).await;
         }
         // What the store holds: each partition's start offset and lag (records at or past the
         // start not done).
@@ -228,17 +241,8 @@ pub(crate) async fn settle(logs: &[u64], shared: &SharedRef) {
 }
 
 /// One acquisition of partition `p`'s records for `id`, each accepted.
-async fn drain_one(shared: &SharedRef, id: &Arc<str>, p: u32, s: &Settings) {
-    let sent = shared.lock().history.shares.tick();
-    let lent = at_owner(shared, |(b, g, _)| {
-        let (id, s) = (id.clone(), s.clone());
-        async move {
-            let broker: Arc<dyn kafka::Broker> = b;
-            g.shares().acquire(broker.as_ref(), GROUP, &id, TOPIC, p as i32, 40, 1 << 20, &s).await
-        }
-    })
-    .await;
-    let lent = match lent {
+async fn drain_one(shared: &SharedRef, id: &Arc<str>, p: u32) {
+    let lent = match acquire(shared, id, p, 40).await {
         Some(Ok(lent)) => lent,
         other => {
             let err = other.map(|r| r.err().map(|e| (e.code, e.message)));
@@ -246,35 +250,14 @@ async fn drain_one(shared: &SharedRef, id: &Arc<str>, p: u32, s: &Settings) {
             return;
         }
     };
-    let mut batches = Vec::new();
-    {
-        let mut sh = shared.lock();
-        sh.trace.record(("share drained", p, lent.acquired.len(), lent.end));
-        let answered = sh.history.shares.tick();
-        for &(first, last, count) in &lent.acquired {
-            for o in first..=last {
-                sh.history.shares.deliveries.push((p, o, count, id.to_string(), sent, answered));
-                batches.push((o, o, vec![1i8]));
-            }
-        }
-    }
-    if batches.is_empty() {
-        return;
-    }
-    let acked = at_owner(shared, |(b, g, _)| {
-        let (id, s, batches) = (id.clone(), s.clone(), batches.clone());
-        async move {
-            let broker: Arc<dyn kafka::Broker> = b;
-            g.shares().acknowledge(broker.as_ref(), GROUP, &id, TOPIC, p as i32, &batches, &s).await
-        }
-    })
-    .await;
-    if let Some(Ok(())) = acked {
-        let mut sh = shared.lock();
-        let at = sh.history.shares.tick();
-        for (o, ..) in &batches {
-            sh.history.shares.acks.push((p, *o, 1, at));
-        }
+    shared.lock().trace.record(("share drained", p, lent.acquired.len(), lent.end));
+    let batches: Vec<(i64, i64, Vec<i8>)> = lent
+        .acquired
+        .iter()
+        .flat_map(|&(first, last, _)| (first..=last).map(|o| (o, o, vec![1i8])))
+        .collect();
+    if !batches.is_empty() {
+        acknowledge(shared, id, p, batches).await;
     }
 }
 

@@ -67,8 +67,9 @@ async fn poll(broker: &LogBroker, at: i64, wait: Duration) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn caught_up_consumers_and_producers_cost_no_metadata_reads() -> Result<()> {
+/// A writer over a counting in-memory store serving topic `t` of `partitions`, each holding
+/// one batch of 3 records (offsets 0-2), its leadership and followed views settled.
+async fn writer(partitions: i32) -> Result<(LogStorage, LogBroker, Arc<MetaCounts>)> {
     let (meta, c) = CountingMeta::new(Arc::new(metadata::MemoryStore::new()));
     let meta: Arc<dyn MetadataStore> = meta;
     let objects: Arc<dyn ObjectStore> = Arc::new(objstore::object_store::memory::InMemory::new());
@@ -78,7 +79,7 @@ async fn caught_up_consumers_and_producers_cost_no_metadata_reads() -> Result<()
     let w = LogStorage::open(meta.clone(), objects.clone(), cfg, Arc::new(SystemClock)).await?;
     let node = logstore::membership::node_id(meta.as_ref(), CLUSTER, "w0").await?;
     let catalog = Catalog::new(meta.clone(), w.reader().clone(), CLUSTER).with_followed_streams();
-    catalog.create("t", PARTITIONS as u32, Default::default()).await?;
+    catalog.create("t", partitions as u32, Default::default()).await?;
     let broker = LogBroker::writer(catalog, CLUSTER, w.clone()).with_node_id(node);
     // Leadership and the followed views settle (the writer's member watch, the streams).
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -86,9 +87,15 @@ async fn caught_up_consumers_and_producers_cost_no_metadata_reads() -> Result<()
         ensure!(std::time::Instant::now() < deadline, "the writer never led partition 0");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    for p in 1..PARTITIONS {
+    for p in 1..partitions {
         ensure!(produce(&broker, p).await? == 0);
     }
+    Ok((w, broker, c))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caught_up_consumers_and_producers_cost_no_metadata_reads() -> Result<()> {
+    let (w, broker, c) = writer(PARTITIONS).await?;
     // The first poll follows each partition's head: one read and one watch each, once.
     poll(&broker, 3, Duration::from_millis(1)).await.map_err(|e| anyhow!("{e}"))?;
     let first = counts(&c);
@@ -129,25 +136,7 @@ async fn caught_up_consumers_and_producers_cost_no_metadata_reads() -> Result<()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caught_up_share_consumers_cost_nothing_and_each_acquisition_one_write() -> Result<()> {
     use kafka::share::{Reset, Settings, Shares};
-    let (meta, c) = CountingMeta::new(Arc::new(metadata::MemoryStore::new()));
-    let meta: Arc<dyn MetadataStore> = meta;
-    let objects: Arc<dyn ObjectStore> = Arc::new(objstore::object_store::memory::InMemory::new());
-    let mut cfg = LogStorageConfig::new(CLUSTER, "w0");
-    cfg.kafka_advertise = "w0.test:9092".to_owned();
-    cfg.flush_interval = Duration::from_millis(5);
-    let w = LogStorage::open(meta.clone(), objects.clone(), cfg, Arc::new(SystemClock)).await?;
-    let node = logstore::membership::node_id(meta.as_ref(), CLUSTER, "w0").await?;
-    let catalog = Catalog::new(meta.clone(), w.reader().clone(), CLUSTER).with_followed_streams();
-    catalog.create("t", 10, Default::default()).await?;
-    let broker = LogBroker::writer(catalog, CLUSTER, w.clone()).with_node_id(node);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while produce(&broker, 0).await.is_err() {
-        ensure!(std::time::Instant::now() < deadline, "the writer never led partition 0");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    for p in 1..10 {
-        ensure!(produce(&broker, p).await? == 0);
-    }
+    let (w, broker, c) = writer(10).await?;
     let shares = Shares::default();
     let settings = Settings { reset: Reset::Earliest, ..Settings::default() };
     let member: Arc<str> = Arc::from("m");
