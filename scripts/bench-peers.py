@@ -18,13 +18,20 @@ so a stall is not hidden; ProducerPerformance reports its own, JVM warm-up inclu
 record of the saturating librdkafka run on 8 partitions consumed back (librdkafka). Per run: MB/s, ack p50/p99, the server's CPU seconds per
 GB produced (utime + stime from /proc) and the bytes its data directory grew by per GB.
 
+With --latency-profile NAME, instead: Lakelog alone, every object-store and metadata request
+delayed as NAME would (`lakelog standalone --latency-profile`: s3-standard, s3-express), once at
+the cluster roles' flush defaults and once tuned (eager, commits every 5 ms): librdkafka at
+--rate-mib to 1 and 8 partitions with a consumer tailing; ack and end-to-end p50/p99, PUTs, GETs
+and metadata requests per GiB, and the requests' price per GiB at S3's list prices.
+
 With --transactions, instead: the Java client's transactional producer committing every
 100 ms (scripts/peers/TxnBench.java) to 8 partitions for --seconds, saturating and at
 --rate-mib, then its records read back read_committed; per server and load: MB/s, commits,
 commitTransaction p50/p99 (its flush included).
 
 Usage: bench-peers.py --bin target/release/lakelog --kafka-jars .tools/kafka [--seconds 10]
-[--only kafka,lakelog] [--json FILE] [--transactions]. Prints a Markdown table; exit 1 on any
+[--only kafka,lakelog] [--json FILE] [--data-root DIR] [--transactions] [--shares]
+[--latency-profile s3-standard|s3-express]. Prints a Markdown table; exit 1 on any
 delivery error.
 """
 import argparse
@@ -51,12 +58,21 @@ ap.add_argument("--record-size", type=int, default=1024)
 ap.add_argument("--rate-mib", type=float, default=10)
 ap.add_argument("--only", default="kafka-fsync,kafka,lakelog")
 ap.add_argument("--json", default=None, help="also write every row as JSON lines here")
+ap.add_argument("--data-root", default="target/bench-peers",
+                help="where each server's data directory is made (not /tmp: on a machine whose "
+                     "/tmp sees many files made and deleted, making a file there cost 0.6 ms of "
+                     "CPU here, which Lakelog pays per WAL object and Kafka per segment)")
 ap.add_argument("--transactions", action="store_true",
                 help="the transactional producer committing every 100 ms instead")
 ap.add_argument("--shares", action="store_true",
                 help="share groups instead: `lakelog bench share` (records/s acknowledged by 1, 4 "
                      "and 16 members on 1 and 8 partitions) against each server")
 ap.add_argument("--share-records", type=int, default=100_000)
+ap.add_argument("--latency-profile", default=None,
+                help="instead: Lakelog alone with every object-store and metadata request delayed "
+                     "as NAME would (s3-standard, s3-express), at the cluster roles' flush "
+                     "defaults and tuned: ack and end-to-end latency at --rate-mib, requests "
+                     "per GiB and their price")
 args = ap.parse_args()
 
 RECORD = args.record_size
@@ -126,7 +142,7 @@ auto.create.topics.enable=false
     return Server(name, proc, f"127.0.0.1:{port}", data, durability)
 
 
-def start_lakelog(tmp):
+def start_lakelog(tmp, profile=None, writer="", metrics_port=None):
     grpc, kafka = free_port(), free_port()
     data = os.path.join(tmp, "lakelog-data")
     # Compaction once an hour, not every minute: it would rewrite earlier runs' data during
@@ -134,9 +150,14 @@ def start_lakelog(tmp):
     cfg = os.path.join(tmp, "standalone.yaml")
     with open(cfg, "w") as f:
         f.write("maintenance:\n  interval: 1h\n")
+        if writer:
+            f.write(f"writer:\n{writer}")
+        if metrics_port:
+            f.write(f"telemetry:\n  metrics_listen: 127.0.0.1:{metrics_port}\n")
+    extra = ["--latency-profile", profile] if profile else []
     proc = subprocess.Popen(
         [args.bin, "standalone", "--data-dir", data, "--listen", f"127.0.0.1:{grpc}",
-         "--kafka-listen", f"127.0.0.1:{kafka}", "--config", cfg],
+         "--kafka-listen", f"127.0.0.1:{kafka}", "--config", cfg] + extra,
         stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "lakelog.log"), "w"),
         env={**os.environ, "LAKELOG_LOG_LEVEL": "warn"})
     wait_port(kafka, proc, "lakelog standalone")
@@ -256,7 +277,8 @@ def each_server(rows_of):
     server) yields for it (each printed to stderr as it comes), then the server stopped and its
     data removed. Every row, also appended to --json."""
     rows = []
-    tmp_root = tempfile.mkdtemp(prefix="bench-peers-")
+    os.makedirs(args.data_root, exist_ok=True)
+    tmp_root = tempfile.mkdtemp(prefix="bench-peers-", dir=args.data_root)
     try:
         for name in args.only.split(","):
             tmp = os.path.join(tmp_root, name)
@@ -343,6 +365,108 @@ def run_shares():
               f"{r['records_per_s']} | {r['redelivered']} | {r['durability']} |")
 
 
+# S3's request list prices (us-east-1), dollars per request: Standard PUT $0.005 and GET
+# $0.0004 per 1,000; Express One Zone PUT $0.00113 and GET $0.00003 per 1,000 (its per-GB
+# upload and retrieval charges are not counted).
+PRICES = {"s3-standard": (0.005e-3, 0.0004e-3), "s3-express": (0.00113e-3, 0.00003e-3)}
+# The tuned writer: eager flushes (one PUT out at a time, no spacing), commits at most every
+# 5 ms (etcd's floor).
+TUNED = "  min_flush_interval: 0ms\n  commit_interval: 5ms\n"
+
+
+def scrape(port):
+    """The counters of a /metrics page, by name."""
+    import urllib.request
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            try:
+                out[name] = float(value)
+            except ValueError:
+                pass
+    return out
+
+
+def tail(bootstrap, topic, partitions, done, lags):
+    """Consumes `topic` from its end until `done` is set: each record's end-to-end latency
+    (received here minus its producer timestamp), in ms, into `lags`."""
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"tail-{uuid.uuid4()}",
+                                  "enable.auto.commit": False, "fetch.wait.max.ms": 500})
+    c.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_END)
+              for p in range(partitions)])
+    while not done.is_set():
+        for m in c.consume(1000, timeout=0.1):
+            if not m.error():
+                lags.append(time.time() * 1e3 - m.timestamp()[1])
+    c.close()
+
+
+def run_latency(profile):
+    import threading
+    put_price, get_price = PRICES[profile]
+
+    def rows(setting, writer):
+        tmp = tempfile.mkdtemp(prefix="bench-latency-", dir=args.data_root)
+        metrics_port = free_port()
+        server = start_lakelog(tmp, profile, writer, metrics_port)
+        try:
+            for partitions in (1, 8):
+                topic = f"latency-{partitions}"
+                create_topic(server.bootstrap, topic, partitions)
+                done, lags = threading.Event(), []
+                t = threading.Thread(target=tail, args=(server.bootstrap, topic, partitions, done, lags))
+                t.start()
+                time.sleep(2)  # the consumer at the end before the first record
+                before = scrape(metrics_port)
+                records, elapsed, acks = librdkafka_produce(server.bootstrap, topic, partitions,
+                                                            args.rate_mib * 1024 * 1024)
+                time.sleep(2)  # the last records' commits and deliveries
+                done.set()
+                t.join()
+                after = scrape(metrics_port)
+                gib = (records + partitions) * RECORD / 2**30
+                per_gib = lambda name: (after.get(name, 0) - before.get(name, 0)) / gib
+                puts, gets = per_gib("lakelog_object_store_puts_total"), per_gib("lakelog_object_store_gets_total")
+                if len(lags) < records:
+                    sys.exit(f"bench-peers: the tailing consumer got {len(lags)} of {records} records")
+                yield {"profile": profile, "setting": setting, "partitions": partitions,
+                       "mb_per_s": round(records * RECORD / elapsed / 1e6, 1),
+                       "ack_p50_ms": round(pct(acks, 0.5), 1), "ack_p99_ms": round(pct(acks, 0.99), 1),
+                       "e2e_p50_ms": round(pct(lags, 0.5), 1), "e2e_p99_ms": round(pct(lags, 0.99), 1),
+                       "puts_per_gib": round(puts), "gets_per_gib": round(gets),
+                       "meta_writes_per_gib": round(per_gib("lakelog_metadata_write_txns_total")),
+                       "meta_reads_per_gib": round(per_gib("lakelog_metadata_reads_total")),
+                       "usd_per_gib": round(puts * put_price + gets * get_price, 4)}
+        finally:
+            server.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    os.makedirs(args.data_root, exist_ok=True)
+    out = []
+    for setting, writer in (("cluster defaults", ""), ("tuned", TUNED)):
+        for row in rows(setting, writer):
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            out.append(row)
+    if args.json:
+        with open(args.json, "a") as f:
+            for r in out:
+                f.write(json.dumps(r) + "\n")
+    print("| profile | writer | partitions | MB/s | ack p50 ms | ack p99 ms | end-to-end p50 ms | "
+          "end-to-end p99 ms | PUTs/GiB | GETs/GiB | metadata writes/GiB | metadata reads/GiB | "
+          "request $/GiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in out:
+        print(f"| {r['profile']} | {r['setting']} | {r['partitions']} | {r['mb_per_s']} | {r['ack_p50_ms']} | "
+              f"{r['ack_p99_ms']} | {r['e2e_p50_ms']} | {r['e2e_p99_ms']} | {r['puts_per_gib']} | "
+              f"{r['gets_per_gib']} | {r['meta_writes_per_gib']} | {r['meta_reads_per_gib']} | "
+              f"{r['usd_per_gib']} |")
+
+
+if args.latency_profile:
+    run_latency(args.latency_profile)
+    sys.exit(0)
 if args.transactions:
     run_transactions()
     sys.exit(0)

@@ -9,6 +9,7 @@
 //! Depends on no other Lakelog crate; the metadata, object-store and telemetry crates depend on
 //! it for their sections.
 
+pub mod latency;
 mod sections;
 mod tls;
 pub mod units;

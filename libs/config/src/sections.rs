@@ -36,6 +36,10 @@ pub struct NodeConfig {
     /// Authentication and ACLs, for every role of the process.
     #[serde(default)]
     pub auth: AuthSection,
+    /// Delays added to every request of both stores (benchmarks: `standalone
+    /// --latency-profile`); never read from a file.
+    #[serde(skip)]
+    pub latency: Option<crate::latency::LatencyProfile>,
 }
 
 /// What `lakelog standalone --config` reads: the sections that tune the roles it runs. Its
@@ -567,19 +571,19 @@ impl Validate for WriterSection {
             return Err(Invalid::new("writer.flush_interval", "must be at least 1ms"));
         }
         if let Some(min) = self.min_flush_interval
-            && (min.0 < std::time::Duration::from_millis(1) || min.0 > self.flush_interval.0)
+            && min.0 > self.flush_interval.0
         {
             return Err(Invalid::new(
                 "writer.min_flush_interval",
-                "must be at least 1ms and at most writer.flush_interval",
+                "must be at most writer.flush_interval",
             ));
         }
         if let Some(c) = self.commit_interval
-            && (c.0 < std::time::Duration::from_millis(5) || c.0 > self.flush_deadline.0 / 8)
+            && c.0 > self.flush_deadline.0 / 8
         {
             return Err(Invalid::new(
                 "writer.commit_interval",
-                "must be at least 5ms and at most an eighth of writer.flush_deadline",
+                "must be at most an eighth of writer.flush_deadline",
             ));
         }
         if self.max_entry_size.0 == 0 || self.max_entry_size.0 > self.buffer_size.0 {
@@ -645,6 +649,13 @@ impl Validate for NodeConfig {
         self.object_store.validate()?;
         self.telemetry.validate()?;
         self.writer.validate()?;
+        // etcd's commit rate is shared by every writer (ARCHITECTURE §4): no log commits
+        // more often than once per 5ms there.
+        if let (MetadataConfig::Etcd(_), Some(c)) = (&self.metadata, self.writer.commit_interval)
+            && c.0 < std::time::Duration::from_millis(5)
+        {
+            return Err(Invalid::new("writer.commit_interval", "must be at least 5ms over etcd"));
+        }
         self.catalog.validate()?;
         self.reader.validate()?;
         self.auth.check()?;

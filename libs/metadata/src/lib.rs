@@ -15,6 +15,7 @@ pub mod counting;
 mod embedded;
 mod etcd;
 pub mod follow;
+pub mod latency;
 mod memory;
 mod store;
 mod types;

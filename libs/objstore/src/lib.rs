@@ -11,6 +11,7 @@
 pub mod counting;
 pub mod faults;
 pub mod keys;
+pub mod latency;
 
 use std::sync::Arc;
 

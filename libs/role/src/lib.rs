@@ -179,8 +179,13 @@ impl Role {
             Some(addr) => Some((addr, bind(addr).await?)),
             None => None,
         };
-        let objects = metered::metered(objstore::build(&node.object_store)?);
-        let meta = metadata::open(&node.metadata).await?;
+        let mut objects = objstore::build(&node.object_store)?;
+        let mut meta = metadata::open(&node.metadata).await?;
+        if let Some(p) = &node.latency {
+            objects = Arc::new(objstore::latency::DelayedStore::new(objects, p.objects, 1));
+            meta = Arc::new(metadata::latency::DelayedMeta::new(meta, p.metadata, 2));
+        }
+        let (objects, meta) = (metered::metered(objects), metered::metered_meta(meta));
         let mut role = Role::from_parts(name, &node.cluster, grpc.map(|(_, l)| l), meta, objects);
         role.metrics = metrics;
         role.tls = tls;

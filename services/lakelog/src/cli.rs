@@ -74,6 +74,12 @@ pub(crate) enum Command {
         /// `writer.kafka`.
         #[arg(long, default_value = "127.0.0.1:9092")]
         kafka_listen: String,
+        /// Benchmarks only: delay every object-store and metadata request as a remote store
+        /// would (`s3-standard`: first byte p50 25 ms, p99 120 ms, 100 MB/s; `s3-express`: 5 /
+        /// 15 ms; both with etcd a zone away, 2 / 4 ms). The writer then takes the cluster
+        /// roles' flush defaults, not the local directory's.
+        #[arg(long)]
+        latency_profile: Option<String>,
     },
     /// Run the writer role from a config file (see deploy/config/node.example.yaml).
     Writer {

@@ -139,9 +139,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Standalone { data_dir, listen, config, kafka_listen } => {
+        Command::Standalone { data_dir, listen, config, kafka_listen, latency_profile } => {
             let tuned = standalone::tuned(config.as_deref(), &kafka_listen)?;
-            standalone::standalone(data_dir, listen, tuned).await
+            let latency = latency_profile
+                .map(|p| config::latency::LatencyProfile::named(&p))
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("INVALID_ARGUMENT: {e}"))?;
+            standalone::standalone(data_dir, listen, tuned, latency).await
         }
         Command::Writer { config } => role(Role::Writer, &config).await,
         Command::Catalog { config } => role(Role::Catalog, &config).await,

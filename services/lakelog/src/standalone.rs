@@ -23,13 +23,19 @@ pub(crate) fn data_dir_node(dir: &std::path::Path) -> config::NodeConfig {
         reader: Default::default(),
         maintenance: Default::default(),
         auth: Default::default(),
+        latency: None,
     }
 }
 
-/// `standalone`'s default `writer.min_flush_interval`: light loads are acknowledged in about
-/// one file write and one metadata commit; at most 200 WAL objects a second (one per
-/// `flush_interval`, if that is shorter).
-const STANDALONE_MIN_FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(5);
+/// `standalone`'s default `writer.min_flush_interval`: none. A waiting append is flushed as soon
+/// as the previous flush's file is written (one at a time: appends gather meanwhile), so a
+/// light load is acknowledged in about one file write and one metadata commit, and a heavy one
+/// in few, large files.
+const STANDALONE_MIN_FLUSH_INTERVAL: std::time::Duration = std::time::Duration::ZERO;
+
+/// `standalone`'s default `writer.commit_interval`: commit rounds back to back. The embedded
+/// store serves this process alone, so no budget shares it (etcd's is at least 5ms).
+const STANDALONE_COMMIT_INTERVAL: std::time::Duration = std::time::Duration::ZERO;
 
 /// The standalone's settings: the file's (or the defaults), with the Kafka listener from
 /// `--kafka-listen` (`off` for none).
@@ -63,6 +69,7 @@ pub(crate) async fn standalone(
     data_dir: PathBuf,
     listen: SocketAddr,
     tuned: config::StandaloneConfig,
+    latency: Option<config::latency::LatencyProfile>,
 ) -> anyhow::Result<()> {
     anyhow::ensure!(
         tuned.maintenance.listen.is_none(),
@@ -74,18 +81,25 @@ pub(crate) async fn standalone(
     if let Ok(level) = std::env::var("LAKELOG_LOG_LEVEL") {
         telemetry.log_level = level;
     }
+    // A local directory: a PUT is cheap, so flush eagerly and commit back to back by default.
+    // Under a latency profile the stores stand for a cluster's: its roles' defaults apply.
+    let local = latency.is_none();
     let node = config::NodeConfig {
         telemetry,
         writer: config::WriterSection {
             listen,
-            // A local directory: a PUT is cheap, so flush eagerly by default.
-            min_flush_interval: tuned.writer.min_flush_interval.or(Some(config::Duration(
-                STANDALONE_MIN_FLUSH_INTERVAL.min(tuned.writer.flush_interval.0),
-            ))),
+            min_flush_interval: tuned.writer.min_flush_interval.or(local.then_some(
+                config::Duration(STANDALONE_MIN_FLUSH_INTERVAL.min(tuned.writer.flush_interval.0)),
+            )),
+            commit_interval: tuned
+                .writer
+                .commit_interval
+                .or(local.then_some(config::Duration(STANDALONE_COMMIT_INTERVAL))),
             ..tuned.writer
         },
         maintenance: tuned.maintenance,
         auth: tuned.auth,
+        latency,
         ..data_dir_node(&data_dir)
     };
     let _telemetry = telemetry::init(&node.telemetry, "standalone")?;
@@ -97,6 +111,12 @@ pub(crate) async fn standalone(
             data_dir.display()
         ),
         None => eprintln!("lakelog standalone: serving on {url}, data in {}", data_dir.display()),
+    }
+    if let Some(p) = &node.latency {
+        eprintln!(
+            "lakelog standalone: latency profile {} (objects {:?}/{:?} p50/p99, metadata {:?}/{:?}), benchmarks only",
+            p.name, p.objects.p50, p.objects.p99, p.metadata.p50, p.metadata.p99
+        );
     }
     // One port serves every role: the writer's LogService, the catalog, the compactor's and the
     // cleaner's services; SIGTERM waits for a maintenance cycle under way, then the writer's

@@ -134,7 +134,9 @@ fn joins(round: &[Flush], f: &Flush) -> bool {
 /// intervals went by): when their p99 exceeds `flush_interval` the round rate
 /// halves (the interval doubles, up to an eighth of the flush deadline, so flushes wait for
 /// the budget well before they fail), otherwise it grows by an eighth of the configured rate
-/// until it is back at it (AIMD).
+/// until it is back at it (AIMD). An interval shorter than [`MIN_COMMIT_INTERVAL`] (down to 0,
+/// rounds back to back) is judged in steps of that one: it lengthens to it first, and comes
+/// back from it.
 pub(super) struct CommitBudget {
     base: Duration,
     max: Duration,
@@ -166,9 +168,12 @@ impl CommitBudget {
         }
     }
 
-    /// Waits until the next round may start, and marks it started.
+    /// Waits until the next round may start, and marks it started. A round due already starts
+    /// without a timer (whose resolution, a millisecond, would hold it back).
     async fn pace(&mut self) {
-        if let Some(last) = self.last_start {
+        if let Some(last) = self.last_start
+            && Instant::now() < last + self.interval
+        {
             tokio::time::sleep_until(last + self.interval).await;
         }
         self.last_start = Some(Instant::now());
@@ -183,7 +188,8 @@ impl CommitBudget {
         self.judged.extend_from_slice(txns);
         self.rounds += 1;
         let (rounds, n) = (self.rounds, self.judged.len());
-        if rounds < BUDGET_ROUNDS && (rounds < 2 || since.elapsed() < self.base * BUDGET_SPAN) {
+        let step = self.base.max(MIN_COMMIT_INTERVAL);
+        if rounds < BUDGET_ROUNDS && (rounds < 2 || since.elapsed() < step * BUDGET_SPAN) {
             return false;
         }
         self.judged.sort_unstable();
@@ -192,11 +198,17 @@ impl CommitBudget {
         self.rounds = 0;
         self.since = None;
         let before = self.interval;
-        let rate = 1.0 / self.interval.as_secs_f64();
-        let base_rate = 1.0 / self.base.as_secs_f64();
-        let rate =
-            if p99 > self.limit { rate / 2.0 } else { (rate + base_rate / 8.0).min(base_rate) };
-        self.interval = Duration::from_secs_f64(1.0 / rate).clamp(self.base, self.max);
+        // Steps of the configured rate, or for a shorter interval (down to back to back) of
+        // MIN_COMMIT_INTERVAL's: lengthening starts there, and shortening steps by it.
+        self.interval = if p99 > self.limit {
+            (self.interval * 2).max(step)
+        } else if self.interval > step {
+            let rate = 1.0 / self.interval.as_secs_f64() + 1.0 / step.as_secs_f64() / 8.0;
+            Duration::from_secs_f64(1.0 / rate).max(step)
+        } else {
+            self.base
+        }
+        .clamp(self.base, self.max);
         self.interval != before
     }
 }

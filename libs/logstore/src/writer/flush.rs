@@ -10,10 +10,11 @@ pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) 
     loop {
         // Read under the buffer's lock with `closing`: an append enqueued after this saw
         // `closing` too and was refused, so stopping on an empty buffer strands nothing.
+        let writing = core.puts_out.load(Ordering::SeqCst) > 0;
         let (due, closing, bytes) = {
             let b = core.buffer.lock();
             (
-                b.since.map(|s| due_at(&core.cfg, s, last)),
+                b.since.map(|s| due_at(&core.cfg, s, last, writing)),
                 core.closing.load(Ordering::SeqCst),
                 b.bytes,
             )
@@ -68,6 +69,8 @@ pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) 
         let objects = core.objects.clone();
         let deadline = core.cfg.flush_deadline;
         let space = core.space.clone();
+        core.puts_out.fetch_add(1, Ordering::SeqCst);
+        let writer = core.clone();
         tokio::spawn(async move {
             let path = objstore::keys::wal_object(seq);
             let put = objstore::put_create_only(objects.as_ref(), &path, object.clone());
@@ -83,6 +86,9 @@ pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) 
                 o.put(started.elapsed(), r.is_ok());
             }
             let _ = put_tx.send(r);
+            // The next eager flush may go now.
+            writer.puts_out.fetch_sub(1, Ordering::SeqCst);
+            writer.wake();
         });
     }
 }
@@ -96,12 +102,15 @@ fn keep(space: &Semaphore, object: Bytes, room: Option<OwnedSemaphorePermit>) ->
 }
 
 /// When a buffer whose oldest append arrived at `since` is due: `flush_interval` after it, or
-/// under the eager policy as soon as `min_flush_interval` has passed since the `last` flush
-/// began (at once if none did), whichever is first.
-fn due_at(cfg: &LogStorageConfig, since: Instant, last: Option<Instant>) -> Instant {
+/// under the eager policy as soon as no PUT is being `writing` and `min_flush_interval` has
+/// passed since the `last` flush began (at once if none did), whichever is first. One eager
+/// PUT at a time: appends that come while it is written gather for the next (group commit),
+/// so a quick store gets an object per append and a slow one fewer, larger objects.
+fn due_at(cfg: &LogStorageConfig, since: Instant, last: Option<Instant>, writing: bool) -> Instant {
     let latest = since + cfg.flush_interval;
     match cfg.min_flush_interval {
         None => latest,
+        Some(_) if writing => latest,
         Some(min) => latest.min(last.map_or(since, |l| (l + min).max(since))),
     }
 }

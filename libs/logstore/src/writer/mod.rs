@@ -28,7 +28,7 @@ mod identity;
 mod settings;
 mod slots;
 
-pub use settings::LogStorageConfig;
+pub use settings::{LogStorageConfig, MIN_COMMIT_INTERVAL};
 
 use self::commit::*;
 use self::flush::*;
@@ -361,6 +361,8 @@ pub(crate) struct Core {
     members: Mutex<Option<Arc<crate::membership::MemberSet>>>,
     /// WAL objects the flusher has handed to the object store.
     pub flushes: AtomicU64,
+    /// Flushes whose PUT has not answered yet: the eager policy starts one only at zero.
+    puts_out: AtomicU64,
     pub closing: AtomicBool,
     /// `closing`, to wait on: true once the writer began to close.
     closed: tokio::sync::watch::Sender<bool>,
@@ -416,6 +418,7 @@ impl Core {
             admitted: AtomicU64::new(0),
             poisoned: Mutex::new(HashMap::new()),
             reincarnating: AtomicBool::new(false),
+            puts_out: AtomicU64::new(0),
             served: Mutex::new(HashMap::new()),
             members: Mutex::new(None),
             flushes: AtomicU64::new(0),

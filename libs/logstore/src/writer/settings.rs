@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use crate::LogError;
 
-/// The shortest commit interval (ARCHITECTURE §4).
+/// The shortest commit interval the writer derives from its flush cadence, and the first step
+/// of the AIMD's lengthening from a shorter one (ARCHITECTURE §4).
 pub const MIN_COMMIT_INTERVAL: Duration = Duration::from_millis(5);
 
 /// Settings of one log-storage writer. `new` gives the documented defaults.
@@ -25,18 +26,23 @@ pub struct LogStorageConfig {
     pub flush_interval: Duration,
     /// ...or when this many payload bytes are buffered (default 8 MiB).
     pub flush_bytes: usize,
-    /// The eager policy, when set: a flush happens as soon as an append waits and this long
-    /// has passed since the previous flush began (its PUT started then), so a light load is
-    /// acknowledged after about one PUT and one commit, and PUTs per second stay at most one
-    /// per this interval; `flush_interval` and `flush_bytes` still bound a flush's wait and
-    /// size. `None` (the default): flushes wait for `flush_interval` or `flush_bytes`.
+    /// The eager policy, when set: a flush happens as soon as an append waits, no flush's PUT
+    /// is out, and this long has passed since the previous flush began (0: no spacing). One
+    /// eager PUT at a time: appends that come while it is written gather for the next (group
+    /// commit), so a light load is acknowledged after about one PUT and one commit, and PUTs
+    /// per second stay at most one per this interval and one per PUT's latency;
+    /// `flush_interval` and `flush_bytes` still bound a flush's wait and size (their flushes
+    /// do not wait for a PUT out). `None` (the default): flushes wait for `flush_interval` or
+    /// `flush_bytes`.
     pub min_flush_interval: Option<Duration>,
     /// The commit budget (ARCHITECTURE §4): commit rounds start at most once per this, so a
     /// log commits at most once per it; flushes stored meanwhile commit together, each log's
     /// chunks in one transaction. `None` (the default): the flush cadence, `min_flush_interval`
-    /// under the eager policy and `flush_interval` otherwise. At least 5 ms either way
-    /// ([`MIN_COMMIT_INTERVAL`]). While the metadata store's commit p99 exceeds
-    /// `flush_interval`, the writer lengthens it (AIMD) before flushes reach their deadline.
+    /// under the eager policy and `flush_interval` otherwise, at least 5 ms
+    /// ([`MIN_COMMIT_INTERVAL`]). Set, it may be shorter, down to 0: a round starts as soon as
+    /// the previous one ended (`standalone`'s default over its embedded store). While the
+    /// metadata store's commit p99 exceeds `flush_interval`, the writer lengthens it (AIMD)
+    /// before flushes reach their deadline.
     pub commit_interval: Option<Duration>,
     /// The largest payload one append may carry (default 16 MiB).
     pub max_entry_bytes: usize,
@@ -81,12 +87,12 @@ impl LogStorageConfig {
         }
     }
 
-    /// The commit budget's base interval: `commit_interval`, or the flush cadence, and at
+    /// The commit budget's base interval: `commit_interval`, or else the flush cadence and at
     /// least [`MIN_COMMIT_INTERVAL`].
     pub fn commit_interval(&self) -> Duration {
-        self.commit_interval
-            .unwrap_or(self.min_flush_interval.unwrap_or(self.flush_interval))
-            .max(MIN_COMMIT_INTERVAL)
+        self.commit_interval.unwrap_or_else(|| {
+            self.min_flush_interval.unwrap_or(self.flush_interval).max(MIN_COMMIT_INTERVAL)
+        })
     }
 
     pub(crate) fn validate(&self) -> Result<(), LogError> {
@@ -101,19 +107,18 @@ impl LogStorageConfig {
             return bad(format!("flush_interval {:?} is below 1 ms", self.flush_interval));
         }
         if let Some(min) = self.min_flush_interval
-            && (min.is_zero() || min > self.flush_interval)
+            && min > self.flush_interval
         {
             return bad(format!(
-                "min_flush_interval {min:?} must be above 0 and at most flush_interval {:?}",
+                "min_flush_interval {min:?} must be at most flush_interval {:?}",
                 self.flush_interval
             ));
         }
         if let Some(c) = self.commit_interval
-            && (c < MIN_COMMIT_INTERVAL || c > self.flush_deadline / 8)
+            && c > self.flush_deadline / 8
         {
             return bad(format!(
-                "commit_interval {c:?} must be at least {MIN_COMMIT_INTERVAL:?} and at most an \
-                 eighth of flush_deadline {:?}",
+                "commit_interval {c:?} must be at most an eighth of flush_deadline {:?}",
                 self.flush_deadline
             ));
         }

@@ -71,6 +71,39 @@ async fn an_eager_writer_flushes_an_idle_append_at_once_and_at_most_once_per_int
     Ok(())
 }
 
+/// Eager flushes go out one PUT at a time: while one is being written, appends gather for the
+/// next, which starts as soon as the PUT answers (group commit). A slow store gets fewer,
+/// larger objects and no append waits for more than about two PUTs; an idle append still
+/// goes at once.
+#[tokio::test(start_paused = true)]
+async fn an_eager_writer_gathers_appends_while_a_put_is_out() -> Result<()> {
+    let put = Duration::from_millis(20);
+    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("gather"), "w");
+    cfg.flush_interval = Duration::from_secs(1);
+    cfg.min_flush_interval = Some(Duration::from_millis(1));
+    let (objects, faults) = objstore::faults::FaultyStore::new(Arc::new(InMemory::new()));
+    faults.delay(objstore::faults::Op::Put, put);
+    let w = LogStorage::open(memory(), objects, cfg, Arc::new(SystemClock)).await?;
+    let log = w.create_log().await?;
+    let t0 = Instant::now();
+    w.append(log, 1, Bytes::from_static(b"first"), None).await?;
+    ensure!(
+        t0.elapsed() < put + Duration::from_millis(5),
+        "an idle append took {:?}",
+        t0.elapsed()
+    );
+    // An append every millisecond for 400 ms: about one flush per PUT, not one per append.
+    let (flushes0, t0) = (w.flushes(), Instant::now());
+    let slowest = steady(&w, log, 400, Duration::from_millis(1)).await?;
+    let (flushes, took) = (w.flushes() - flushes0, t0.elapsed());
+    let bound = (took.as_millis() / put.as_millis()) as u64 + 1;
+    ensure!(flushes <= bound, "{flushes} flushes in {took:?}: more than one PUT out at a time");
+    ensure!(slowest <= 2 * put + Duration::from_millis(5), "an append waited {slowest:?}");
+    ensure!(w.info(log).await?.next_offset == 401);
+    w.shutdown().await;
+    Ok(())
+}
+
 /// Without the eager policy an append waits for `flush_interval`, so appends close together
 /// share one flush.
 #[tokio::test(start_paused = true)]
@@ -167,8 +200,29 @@ impl FlushObserver for Intervals {
 async fn a_slow_metadata_store_lengthens_the_commit_interval_and_a_quick_one_shortens_it()
 -> Result<()> {
     let flush = Duration::from_millis(100);
+    slow_then_quick(flush, None, flush, 4 * flush).await
+}
+
+/// The same from rounds back to back (`commit_interval` 0, standalone's): the interval
+/// lengthens from nothing, and comes back to nothing.
+#[tokio::test(start_paused = true)]
+async fn back_to_back_commit_rounds_lengthen_under_a_slow_store_and_come_back() -> Result<()> {
+    let flush = Duration::from_millis(100);
+    slow_then_quick(flush, Some(Duration::ZERO), Duration::ZERO, 4 * flush).await
+}
+
+/// A writer flushing every `flush` with `commit_interval`, whose interval starts at `base`:
+/// 20 s of appends 20 ms apart while each commit takes 300 ms must lengthen it to at least
+/// `slow_at_least`, and 60 s more while commits are quick must bring it back to `base`.
+async fn slow_then_quick(
+    flush: Duration,
+    commit_interval: Option<Duration>,
+    base: Duration,
+    slow_at_least: Duration,
+) -> Result<()> {
     let mut cfg = LogStorageConfig::new(testkit::unique_prefix("aimd"), "w");
     cfg.flush_interval = flush;
+    cfg.commit_interval = commit_interval;
     let meta = FaultyMeta::new(memory());
     let w = open(cfg, meta.clone()).await?;
     let seen = Arc::new(Intervals::default());
@@ -177,16 +231,16 @@ async fn a_slow_metadata_store_lengthens_the_commit_interval_and_a_quick_one_sho
     w.append(log, 1, Bytes::from_static(b"first"), None).await?;
     let longest = || seen.0.lock().unwrap_or_else(|e| e.into_inner()).iter().max().copied();
     let last = || seen.0.lock().unwrap_or_else(|e| e.into_inner()).last().copied();
-    ensure!(last() == Some(flush), "starts at the flush interval: {:?}", last());
-    // Commits take 300 ms, three flush intervals: 20 s of appends, 20 ms apart.
+    ensure!(last() == Some(base), "starts at {base:?}: {:?}", last());
+    // Commits take 300 ms, three flush intervals.
     meta.slow_writes_ms.store(300, Ordering::SeqCst);
     steady(&w, log, 1000, Duration::from_millis(20)).await?;
     let longest_slow = longest().unwrap_or_default();
-    ensure!(longest_slow >= 4 * flush, "the interval grew to {longest_slow:?} only");
+    ensure!(longest_slow >= slow_at_least, "the interval grew to {longest_slow:?} only");
     // Quick again: back to the configured interval.
     meta.slow_writes_ms.store(0, Ordering::SeqCst);
     steady(&w, log, 3000, Duration::from_millis(20)).await?;
-    ensure!(last() == Some(flush), "after quick commits the interval is {:?}", last());
+    ensure!(last() == Some(base), "after quick commits the interval is {:?}", last());
     ensure!(w.info(log).await?.next_offset == 4001, "every append committed");
     w.shutdown().await;
     Ok(())
