@@ -304,11 +304,16 @@ pub struct WriterSection {
     /// ...or when this many bytes are buffered.
     #[serde(default = "default_flush_bytes")]
     pub flush_bytes: ByteSize,
-    /// The eager flush policy: flush as soon as an append waits and this long has passed since
-    /// the previous flush began (PUTs per second at most one per this interval; at most
-    /// `flush_interval`). Unset: flush at `flush_interval` age; `standalone` defaults to 5ms.
+    /// The eager flush policy: flush as soon as an append waits, fewer than `eager_puts` PUTs
+    /// are out and this long has passed since the previous flush began (PUTs per second at
+    /// most one per this interval; at most `flush_interval`; 0: no spacing). Unset: flush at
+    /// `flush_interval` age; `standalone` defaults to 0.
     #[serde(default)]
     pub min_flush_interval: Option<Duration>,
+    /// Under the eager policy, how many flushes' PUTs may be out at once before a waiting
+    /// append waits for one to answer (1: one at a time, the fewest objects).
+    #[serde(default = "default_eager_puts")]
+    pub eager_puts: usize,
     /// The commit budget: commit rounds start at most once per this, so a log commits at most
     /// once per it; flushes stored meanwhile commit together. Unset: the flush cadence
     /// (`min_flush_interval` when set, else `flush_interval`), at least 5ms. The writer
@@ -521,6 +526,10 @@ fn default_writer_listen() -> SocketAddr {
 fn default_zone() -> String {
     "*".to_owned()
 }
+fn default_eager_puts() -> usize {
+    1
+}
+
 fn default_flush_interval() -> Duration {
     Duration(std::time::Duration::from_millis(250))
 }
@@ -553,6 +562,7 @@ impl Default for WriterSection {
             flush_interval: default_flush_interval(),
             flush_bytes: default_flush_bytes(),
             min_flush_interval: None,
+            eager_puts: default_eager_puts(),
             commit_interval: None,
             max_entry_size: default_max_entry(),
             buffer_size: default_buffer(),
@@ -577,6 +587,9 @@ impl Validate for WriterSection {
                 "writer.min_flush_interval",
                 "must be at most writer.flush_interval",
             ));
+        }
+        if self.eager_puts == 0 {
+            return Err(Invalid::new("writer.eager_puts", "must be at least 1"));
         }
         if let Some(c) = self.commit_interval
             && c.0 > self.flush_deadline.0 / 8

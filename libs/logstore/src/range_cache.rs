@@ -122,8 +122,18 @@ impl RangeCache {
         while i.bytes + b.len() > self.capacity && i.evict_oldest().is_some() {}
         if let Some(budget) = &self.budget {
             let Ok(n) = u32::try_from(b.len()) else { return false };
-            // No free room (appends hold it or wait for it): not cached.
-            let Ok(p) = budget.clone().try_acquire_many_owned(n) else { return false };
+            // Newer bytes take the room older cached ones hold; past that (appends hold the
+            // rest or wait for it), not cached, and nothing evicted for it.
+            if budget.available_permits() + i.bytes < b.len() {
+                return false;
+            }
+            let p = loop {
+                match budget.clone().try_acquire_many_owned(n) {
+                    Ok(p) => break p,
+                    Err(_) if i.evict_oldest().is_some() => {}
+                    Err(_) => return false,
+                }
+            };
             match i.held.as_mut() {
                 Some(h) => h.merge(p),
                 None => i.held = Some(p),
@@ -191,11 +201,17 @@ mod tests {
         let cache = RangeCache::new(1000).with_budget(budget.clone());
         cache.insert_object("a", Bytes::from(vec![0; 60]));
         assert_eq!((cache.len_bytes(), budget.available_permits()), (60, 40));
-        // 50 bytes do not fit in the 40 left: not cached, nothing taken.
+        // 50 bytes do not fit in the 40 left: they take the older entry's room.
         cache.insert_object("b", Bytes::from(vec![0; 50]));
-        assert_eq!((cache.len_bytes(), budget.available_permits()), (60, 40));
+        assert_eq!((cache.len_bytes(), budget.available_permits()), (50, 50));
+        // With 40 held elsewhere, 70 do not fit even in the cache's room: not cached, and
+        // nothing evicted for them.
+        let elsewhere = budget.clone().try_acquire_many_owned(40).ok();
+        cache.insert_object("x", Bytes::from(vec![0; 70]));
+        assert_eq!((cache.len_bytes(), budget.available_permits()), (50, 10));
+        drop(elsewhere);
         cache.insert_object("c", Bytes::from(vec![0; 30]));
-        assert_eq!((cache.len_bytes(), budget.available_permits()), (90, 10));
+        assert_eq!((cache.len_bytes(), budget.available_permits()), (80, 20));
         // Shrinking drops the oldest first and returns its permits.
         cache.shrink(1);
         assert_eq!((cache.len_bytes(), budget.available_permits()), (30, 70));

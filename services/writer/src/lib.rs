@@ -37,6 +37,7 @@ pub fn storage_config(node: &config::NodeConfig) -> LogStorageConfig {
     c.flush_interval = w.flush_interval.0;
     c.flush_bytes = usize::try_from(w.flush_bytes.0).unwrap_or(usize::MAX);
     c.min_flush_interval = w.min_flush_interval.map(|d| d.0);
+    c.eager_puts = w.eager_puts;
     c.commit_interval = w.commit_interval.map(|d| d.0);
     c.max_entry_bytes = usize::try_from(w.max_entry_size.0).unwrap_or(usize::MAX);
     c.buffer_bytes = usize::try_from(w.buffer_size.0).unwrap_or(usize::MAX);

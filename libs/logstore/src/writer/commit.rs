@@ -88,7 +88,8 @@ pub(super) async fn committer(core: Arc<Core>, mut flushes: mpsc::Receiver<Flush
             // earliest deadline bounds them all.
             let seq = round.iter().map(|f| f.seq).min().unwrap_or(0);
             let deadline = round.iter().map(|f| f.deadline).min().unwrap_or_else(Instant::now);
-            let (failures, latencies) = commit_chunks(&core, seq, deadline, live, &objects).await;
+            cache_objects(&core, &objects);
+            let (failures, latencies) = commit_chunks(&core, seq, deadline, live).await;
             for (log, e) in failures {
                 if e.code() != crate::Code::Fenced {
                     core.poison(log, &e);
@@ -230,8 +231,6 @@ pub(super) struct Plan {
     /// Per entry of the chunk: its header if it commits, or why it does not.
     outcome: Vec<Result<LogEntryHeader, Unmet>>,
     first_locator: Option<Locator>,
-    /// The runs of entries this commit adds, each a locator.
-    runs: Vec<Locator>,
 }
 
 /// An entry's condition that the head did not meet.
@@ -358,7 +357,7 @@ pub(super) fn plan(
         outcome.push(Ok(header));
     }
     let first_locator = runs.first().cloned();
-    h.recent.extend(runs.iter().cloned());
+    h.recent.extend(runs);
     let mut pages = Vec::new();
     while h.recent.len() > RECENT_MAX {
         let page: Vec<Locator> = h.recent.drain(..RECENT_MAX).collect();
@@ -367,7 +366,7 @@ pub(super) fn plan(
     let spill = h.aborted.len().saturating_sub(crate::ABORTED_RECENT);
     let aborted_pages: Vec<_> = h.aborted.drain(..spill).collect();
     h.aborted_paged += aborted_pages.len() as u64;
-    Plan { log, head_revision, new_head: h, pages, aborted_pages, outcome, first_locator, runs }
+    Plan { log, head_revision, new_head: h, pages, aborted_pages, outcome, first_locator }
 }
 
 /// Why a log's chunk cannot commit under this writer now, if it cannot.
@@ -401,15 +400,13 @@ pub(super) fn blocked(
 type Parts = Vec<Chunk>;
 
 /// Commits a round's chunks (of one or more flushes, in flush order), each log's in one
-/// transaction; `seq` is the round's lowest WAL sequence, and `objects` holds each flush's
-/// object by sequence, for the tail cache. Returns the logs whose chunks failed definitely for
-/// a reason other than a fence, and how long each transaction took.
+/// transaction; `seq` is the round's lowest WAL sequence. Returns the logs whose chunks failed
+/// definitely for a reason other than a fence, and how long each transaction took.
 pub(super) async fn commit_chunks(
     core: &Arc<Core>,
     seq: u64,
     deadline: Instant,
     chunks: Vec<Chunk>,
-    objects: &HashMap<u64, Kept>,
 ) -> (Vec<(LogId, LogError)>, Vec<Duration>) {
     let member_revision = core.identity.lock().await.member_revision;
     let me = core.owner(member_revision);
@@ -488,7 +485,6 @@ pub(super) async fn commit_chunks(
                             head_revision: revision,
                         };
                         core.served.lock().insert((p.log, parts[0].slot.clone()), served);
-                        cache_runs(core, &p, objects);
                         core.reader.committed_head(p.log, &p.new_head, revision);
                         acknowledge(parts, p);
                     }
@@ -506,7 +502,6 @@ pub(super) async fn commit_chunks(
                             }
                             None => core.forget(p.log),
                         }
-                        cache_runs(core, &p, objects);
                         acknowledge(parts, p);
                     }
                 }
@@ -576,15 +571,13 @@ fn txn_groups(plans: Vec<(Parts, Served, Plan)>) -> Vec<Vec<(Parts, Served, Plan
 pub(super) const INCARNATION_ENDED: &str =
     "writer incarnation ended (lease lost); nothing of this flush committed";
 
-/// The tail cache: the WAL objects a committed chunk's runs are in go in the reader's
-/// byte-range cache (whole, once each) before the appends are answered, so a consumer caught
-/// up with them reads them without a GET.
-fn cache_runs(core: &Core, p: &Plan, objects: &HashMap<u64, Kept>) {
-    for run in &p.runs {
-        let Some(Kept { object, .. }) = objects.get(&run.wal_seq) else { continue };
-        if run.byte_start + run.byte_len <= object.len() as u64 {
-            core.reader.cache_object(&run.object(p.log), object.clone());
-        }
+/// The tail cache: a round's WAL objects go in the reader's byte-range cache (whole, once each)
+/// before its commit is sent, so a consumer woken by the commit — through this writer's answer
+/// or the metadata store's watch, whichever comes first — reads them without a GET. An object
+/// whose commit then fails is referenced by nothing and ages out of the cache.
+fn cache_objects(core: &Core, objects: &HashMap<u64, Kept>) {
+    for (seq, Kept { object, .. }) in objects {
+        core.reader.cache_object(&objstore::keys::wal_object(*seq), object.clone());
     }
 }
 

@@ -10,7 +10,7 @@ pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) 
     loop {
         // Read under the buffer's lock with `closing`: an append enqueued after this saw
         // `closing` too and was refused, so stopping on an empty buffer strands nothing.
-        let writing = core.puts_out.load(Ordering::SeqCst) > 0;
+        let writing = core.puts_out.load(Ordering::SeqCst) >= core.cfg.eager_puts as u64;
         let (due, closing, bytes) = {
             let b = core.buffer.lock();
             (
@@ -76,7 +76,7 @@ pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) 
             let put = objstore::put_create_only(objects.as_ref(), &path, object.clone());
             let started = Instant::now();
             let r = match tokio::time::timeout(deadline, put).await {
-                Ok(Ok(_)) => Ok(keep(&space, object, room)),
+                Ok(Ok(_)) => Ok(keep(&space, writer.reader.cache_bytes(), object, room)),
                 Ok(Err(e)) => Err(LogError::unavailable(format!("WAL object {path}: {e}"))),
                 Err(_) => Err(LogError::unavailable(format!(
                     "WAL object {path}: no answer within {deadline:?}"
@@ -94,18 +94,25 @@ pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) 
 }
 
 /// What a stored flush keeps until it commits: its object and room while the buffer has at
-/// least as much room free again (light load: the tail cache gets the object); under pressure
-/// the room goes back to appends now, since the bytes are durable.
-fn keep(space: &Semaphore, object: Bytes, room: Option<OwnedSemaphorePermit>) -> Option<Kept> {
+/// least as much room free again, counting what the tail cache holds (`cached`: it yields it)
+/// — light load: the tail cache gets the object, however full it is; under pressure (appends
+/// took the cache's room and wait for more) the room goes back to appends now, since the
+/// bytes are durable.
+fn keep(
+    space: &Semaphore,
+    cached: usize,
+    object: Bytes,
+    room: Option<OwnedSemaphorePermit>,
+) -> Option<Kept> {
     let held = room.as_ref().map_or(0, OwnedSemaphorePermit::num_permits);
-    (space.available_permits() >= held).then_some(Kept { object, _room: room })
+    (space.available_permits() + cached >= held).then_some(Kept { object, _room: room })
 }
 
 /// When a buffer whose oldest append arrived at `since` is due: `flush_interval` after it, or
-/// under the eager policy as soon as no PUT is being `writing` and `min_flush_interval` has
-/// passed since the `last` flush began (at once if none did), whichever is first. One eager
-/// PUT at a time: appends that come while it is written gather for the next (group commit),
-/// so a quick store gets an object per append and a slow one fewer, larger objects.
+/// under the eager policy as soon as `eager_puts` PUTs are not all out (`writing`) and
+/// `min_flush_interval` has passed since the `last` flush began (at once if none did),
+/// whichever is first. Appends that come while the PUTs are out gather for the next (group
+/// commit), so a quick store gets an object per append and a slow one fewer, larger objects.
 fn due_at(cfg: &LogStorageConfig, since: Instant, last: Option<Instant>, writing: bool) -> Instant {
     let latest = since + cfg.flush_interval;
     match cfg.min_flush_interval {

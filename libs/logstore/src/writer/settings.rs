@@ -26,15 +26,19 @@ pub struct LogStorageConfig {
     pub flush_interval: Duration,
     /// ...or when this many payload bytes are buffered (default 8 MiB).
     pub flush_bytes: usize,
-    /// The eager policy, when set: a flush happens as soon as an append waits, no flush's PUT
-    /// is out, and this long has passed since the previous flush began (0: no spacing). One
-    /// eager PUT at a time: appends that come while it is written gather for the next (group
-    /// commit), so a light load is acknowledged after about one PUT and one commit, and PUTs
-    /// per second stay at most one per this interval and one per PUT's latency;
+    /// The eager policy, when set: a flush happens as soon as an append waits, fewer than
+    /// `eager_puts` flushes' PUTs are out, and this long has passed since the previous flush
+    /// began (0: no spacing). Appends that come while the PUTs are out gather for the next
+    /// (group commit), so a light load is acknowledged after about one PUT and one commit, and
+    /// PUTs per second stay at most one per this interval and `eager_puts` per PUT's latency;
     /// `flush_interval` and `flush_bytes` still bound a flush's wait and size (their flushes
     /// do not wait for a PUT out). `None` (the default): flushes wait for `flush_interval` or
     /// `flush_bytes`.
     pub min_flush_interval: Option<Duration>,
+    /// Under the eager policy, how many flushes' PUTs may be out at once before a waiting
+    /// append waits for one of them to answer (default 1: one at a time, the fewest objects;
+    /// more shortens the wait behind a slow PUT, at more PUTs).
+    pub eager_puts: usize,
     /// The commit budget (ARCHITECTURE §4): commit rounds start at most once per this, so a
     /// log commits at most once per it; flushes stored meanwhile commit together, each log's
     /// chunks in one transaction. `None` (the default): the flush cadence, `min_flush_interval`
@@ -76,6 +80,7 @@ impl LogStorageConfig {
             flush_interval: Duration::from_millis(250),
             flush_bytes: 8 << 20,
             min_flush_interval: None,
+            eager_puts: 1,
             commit_interval: None,
             max_entry_bytes: 16 << 20,
             buffer_bytes: 64 << 20,
@@ -113,6 +118,9 @@ impl LogStorageConfig {
                 "min_flush_interval {min:?} must be at most flush_interval {:?}",
                 self.flush_interval
             ));
+        }
+        if self.eager_puts == 0 {
+            return bad("eager_puts must be at least 1".to_owned());
         }
         if let Some(c) = self.commit_interval
             && c > self.flush_deadline / 8

@@ -104,6 +104,31 @@ async fn an_eager_writer_gathers_appends_while_a_put_is_out() -> Result<()> {
     Ok(())
 }
 
+/// With `eager_puts` 4, up to four eager PUTs are out at once: about four flushes per PUT's
+/// time under the same stream, and no append waits a whole PUT behind another.
+#[tokio::test(start_paused = true)]
+async fn an_eager_writer_lets_eager_puts_out_at_once() -> Result<()> {
+    let put = Duration::from_millis(20);
+    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("gather4"), "w");
+    cfg.flush_interval = Duration::from_secs(1);
+    cfg.min_flush_interval = Some(Duration::from_millis(1));
+    cfg.eager_puts = 4;
+    let (objects, faults) = objstore::faults::FaultyStore::new(Arc::new(InMemory::new()));
+    faults.delay(objstore::faults::Op::Put, put);
+    let w = LogStorage::open(memory(), objects, cfg, Arc::new(SystemClock)).await?;
+    let log = w.create_log().await?;
+    let (flushes0, t0) = (w.flushes(), Instant::now());
+    let slowest = steady(&w, log, 400, Duration::from_millis(1)).await?;
+    let (flushes, took) = (w.flushes() - flushes0, t0.elapsed());
+    let one_at_a_time = (took.as_millis() / put.as_millis()) as u64 + 1;
+    ensure!(flushes > 2 * one_at_a_time, "{flushes} flushes in {took:?}: PUTs one at a time");
+    ensure!(flushes <= 4 * one_at_a_time, "{flushes} flushes in {took:?}: over four PUTs out");
+    ensure!(slowest < 2 * put, "an append waited {slowest:?}");
+    ensure!(w.info(log).await?.next_offset == 400);
+    w.shutdown().await;
+    Ok(())
+}
+
 /// Without the eager policy an append waits for `flush_interval`, so appends close together
 /// share one flush.
 #[tokio::test(start_paused = true)]
@@ -302,6 +327,33 @@ async fn the_tail_cache_gives_its_room_back_to_appends() -> Result<()> {
     let cached = w.reader().cache_bytes();
     ensure!(cached <= 64 << 10, "cache {cached} bytes beside a 64 KiB buffer");
     ensure!(w.info(log).await?.next_offset == 7);
+    w.shutdown().await;
+    Ok(())
+}
+
+/// A caught-up reader of a writer that has written more than its tail cache holds still reads
+/// each new entry from the cache, without a GET: the cache's room yields to what the writer
+/// commits next (it is the buffer's room appends do not hold), so a flush keeps its object for
+/// the cache even when the cache is full.
+#[tokio::test(start_paused = true)]
+async fn the_tail_cache_takes_new_objects_once_full() -> Result<()> {
+    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("tailfull"), "w");
+    cfg.flush_interval = Duration::from_millis(10);
+    cfg.buffer_bytes = 64 << 10;
+    cfg.max_entry_bytes = 32 << 10;
+    cfg.tail_cache_bytes = 64 << 10;
+    let (objects, counts) = objstore::counting::CountingStore::new(Arc::new(InMemory::new()));
+    let w = LogStorage::open(memory(), objects, cfg, Arc::new(SystemClock)).await?;
+    let log = w.create_log().await?;
+    // 30 entries of 10 KiB, each read back once committed: 300 KiB through a 64 KiB cache.
+    for i in 0..30u8 {
+        let h = w.append(log, 1, Bytes::from(vec![i; 10 << 10]), None).await?;
+        let gets = counts.get(&counts.gets);
+        let read = w.read_entries(log, h.offset, 1, u64::MAX).await?;
+        ensure!(read.len() == 1 && read[0].payload[0] == i, "entry {i} read back wrong");
+        let got = counts.get(&counts.gets) - gets;
+        ensure!(got == 0, "entry {i}, just committed, read with {got} GETs");
+    }
     w.shutdown().await;
     Ok(())
 }
