@@ -69,7 +69,7 @@ struct Rule {
     trigger: Trigger,
     action: Action,
     seen: u64,
-    rng: u64,
+    rng: config::latency::Draws,
     spent: bool,
 }
 
@@ -90,10 +90,10 @@ pub struct FaultHandle {
 impl FaultHandle {
     /// Adds a rule; rules are checked in the order they were added, the first that fires wins.
     pub fn add(&self, op: Op, trigger: Trigger, action: Action) {
-        let rng = match trigger {
+        let rng = config::latency::Draws::new(match trigger {
             Trigger::Fraction { seed, .. } => seed,
             _ => 0,
-        };
+        });
         self.state.lock().rules.push(Rule { op, trigger, action, seen: 0, rng, spent: false });
     }
 
@@ -146,7 +146,7 @@ impl FaultHandle {
                     r.spent = r.seen >= n;
                     r.seen == n
                 }
-                Trigger::Fraction { p, .. } => unit_interval(&mut r.rng) < p,
+                Trigger::Fraction { p, .. } => r.rng.uniform() < p,
                 Trigger::Always => true,
             };
             if fires {
@@ -159,16 +159,6 @@ impl FaultHandle {
         }
         fired
     }
-}
-
-/// splitmix64 mapped to [0, 1): small, seeded, and the same on every machine.
-fn unit_interval(state: &mut u64) -> f64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 fn injected(error: FaultError, path: &Path, op: Op) -> object_store::Error {

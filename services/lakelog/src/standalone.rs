@@ -88,9 +88,10 @@ pub(crate) async fn standalone(
         telemetry,
         writer: config::WriterSection {
             listen,
-            min_flush_interval: tuned.writer.min_flush_interval.or(local.then_some(
-                config::Duration(STANDALONE_MIN_FLUSH_INTERVAL.min(tuned.writer.flush_interval.0)),
-            )),
+            min_flush_interval: tuned
+                .writer
+                .min_flush_interval
+                .or(local.then_some(config::Duration(STANDALONE_MIN_FLUSH_INTERVAL))),
             commit_interval: tuned
                 .writer
                 .commit_interval

@@ -66,17 +66,14 @@ pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) 
         if let Some(o) = &observer {
             o.flushed(object.len(), entries, logs);
         }
-        let objects = core.objects.clone();
-        let deadline = core.cfg.flush_deadline;
-        let space = core.space.clone();
         core.puts_out.fetch_add(1, Ordering::SeqCst);
         let writer = core.clone();
         tokio::spawn(async move {
-            let path = objstore::keys::wal_object(seq);
-            let put = objstore::put_create_only(objects.as_ref(), &path, object.clone());
+            let (path, deadline) = (objstore::keys::wal_object(seq), writer.cfg.flush_deadline);
+            let put = objstore::put_create_only(writer.objects.as_ref(), &path, object.clone());
             let started = Instant::now();
             let r = match tokio::time::timeout(deadline, put).await {
-                Ok(Ok(_)) => Ok(keep(&space, writer.reader.cache_bytes(), object, room)),
+                Ok(Ok(_)) => Ok(keep(&writer.space, writer.reader.cache_bytes(), object, room)),
                 Ok(Err(e)) => Err(LogError::unavailable(format!("WAL object {path}: {e}"))),
                 Err(_) => Err(LogError::unavailable(format!(
                     "WAL object {path}: no answer within {deadline:?}"

@@ -361,7 +361,8 @@ pub(crate) struct Core {
     members: Mutex<Option<Arc<crate::membership::MemberSet>>>,
     /// WAL objects the flusher has handed to the object store.
     pub flushes: AtomicU64,
-    /// Flushes whose PUT has not answered yet: the eager policy starts one only at zero.
+    /// Flushes whose PUT has not answered yet: the eager policy starts one only below
+    /// `eager_puts`.
     puts_out: AtomicU64,
     pub closing: AtomicBool,
     /// `closing`, to wait on: true once the writer began to close.

@@ -71,6 +71,18 @@ async fn an_eager_writer_flushes_an_idle_append_at_once_and_at_most_once_per_int
     Ok(())
 }
 
+/// An eager writer (1 ms spacing, 1 s flush interval) with `eager_puts`, over an object store
+/// whose every PUT takes `put`.
+async fn eager_over_slow_puts(put: Duration, eager_puts: usize) -> Result<LogStorage> {
+    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("gather"), "w");
+    cfg.flush_interval = Duration::from_secs(1);
+    cfg.min_flush_interval = Some(Duration::from_millis(1));
+    cfg.eager_puts = eager_puts;
+    let (objects, faults) = objstore::faults::FaultyStore::new(Arc::new(InMemory::new()));
+    faults.delay(objstore::faults::Op::Put, put);
+    Ok(LogStorage::open(memory(), objects, cfg, Arc::new(SystemClock)).await?)
+}
+
 /// Eager flushes go out one PUT at a time: while one is being written, appends gather for the
 /// next, which starts as soon as the PUT answers (group commit). A slow store gets fewer,
 /// larger objects and no append waits for more than about two PUTs; an idle append still
@@ -78,12 +90,7 @@ async fn an_eager_writer_flushes_an_idle_append_at_once_and_at_most_once_per_int
 #[tokio::test(start_paused = true)]
 async fn an_eager_writer_gathers_appends_while_a_put_is_out() -> Result<()> {
     let put = Duration::from_millis(20);
-    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("gather"), "w");
-    cfg.flush_interval = Duration::from_secs(1);
-    cfg.min_flush_interval = Some(Duration::from_millis(1));
-    let (objects, faults) = objstore::faults::FaultyStore::new(Arc::new(InMemory::new()));
-    faults.delay(objstore::faults::Op::Put, put);
-    let w = LogStorage::open(memory(), objects, cfg, Arc::new(SystemClock)).await?;
+    let w = eager_over_slow_puts(put, 1).await?;
     let log = w.create_log().await?;
     let t0 = Instant::now();
     w.append(log, 1, Bytes::from_static(b"first"), None).await?;
@@ -109,13 +116,7 @@ async fn an_eager_writer_gathers_appends_while_a_put_is_out() -> Result<()> {
 #[tokio::test(start_paused = true)]
 async fn an_eager_writer_lets_eager_puts_out_at_once() -> Result<()> {
     let put = Duration::from_millis(20);
-    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("gather4"), "w");
-    cfg.flush_interval = Duration::from_secs(1);
-    cfg.min_flush_interval = Some(Duration::from_millis(1));
-    cfg.eager_puts = 4;
-    let (objects, faults) = objstore::faults::FaultyStore::new(Arc::new(InMemory::new()));
-    faults.delay(objstore::faults::Op::Put, put);
-    let w = LogStorage::open(memory(), objects, cfg, Arc::new(SystemClock)).await?;
+    let w = eager_over_slow_puts(put, 4).await?;
     let log = w.create_log().await?;
     let (flushes0, t0) = (w.flushes(), Instant::now());
     let slowest = steady(&w, log, 400, Duration::from_millis(1)).await?;
