@@ -20,7 +20,8 @@ GB produced (utime + stime from /proc) and the bytes its data directory grew by 
 
 With --latency-profile NAME, instead: Lakelog alone, every object-store and metadata request
 delayed as NAME would (`lakelog standalone --latency-profile`: s3-standard, s3-express), once at
-the cluster roles' flush defaults and once tuned (eager, commits every 5 ms): librdkafka at
+the cluster roles' flush defaults (eager, four PUTs out, hedged at the p90) and once with one PUT
+at a time, unhedged (or the --setting rows): librdkafka at
 --rate-mib to 1 and 8 partitions with a consumer tailing; ack and end-to-end p50/p99, PUTs, GETs
 and metadata requests per GiB, and the requests' price per GiB at S3's list prices.
 
@@ -71,8 +72,12 @@ ap.add_argument("--share-records", type=int, default=100_000)
 ap.add_argument("--latency-profile", default=None,
                 help="instead: Lakelog alone with every object-store and metadata request delayed "
                      "as NAME would (s3-standard, s3-express), at the cluster roles' flush "
-                     "defaults and tuned: ack and end-to-end latency at --rate-mib, requests "
-                     "per GiB and their price")
+                     "defaults and with one PUT at a time, unhedged: ack and end-to-end latency "
+                     "at --rate-mib, requests per GiB and their price")
+ap.add_argument("--setting", action="append", default=None,
+                help="with --latency-profile, instead of the two default rows: LABEL=KEY: VALUE; "
+                     "KEY: VALUE (writer settings; repeat for more rows, e.g. "
+                     "'spaced=min_flush_interval: 20ms; eager_puts: 4')")
 args = ap.parse_args()
 
 RECORD = args.record_size
@@ -369,9 +374,9 @@ def run_shares():
 # $0.0004 per 1,000; Express One Zone PUT $0.00113 and GET $0.00003 per 1,000 (its per-GB
 # upload and retrieval charges are not counted).
 PRICES = {"s3-standard": (0.005e-3, 0.0004e-3), "s3-express": (0.00113e-3, 0.00003e-3)}
-# The tuned writer: eager flushes (one PUT out at a time, no spacing), commits at most every
-# 5 ms (etcd's floor).
-TUNED = "  min_flush_interval: 0ms\n  commit_interval: 5ms\n"
+# The other row: the cluster defaults but one PUT out at a time, unhedged (fewer PUTs; what
+# eager_puts 4 and hedging buy).
+TUNED = "  eager_puts: 1\n  hedge_quantile: 0\n"
 
 
 def scrape(port):
@@ -437,6 +442,7 @@ def run_latency(profile):
                        "ack_p50_ms": round(pct(acks, 0.5), 1), "ack_p99_ms": round(pct(acks, 0.99), 1),
                        "e2e_p50_ms": round(pct(lags, 0.5), 1), "e2e_p99_ms": round(pct(lags, 0.99), 1),
                        "puts_per_gib": round(puts), "gets_per_gib": round(gets),
+                       "hedges_per_gib": round(per_gib("lakelog_writer_put_hedges_total")),
                        "meta_writes_per_gib": round(per_gib("lakelog_metadata_write_txns_total")),
                        "meta_reads_per_gib": round(per_gib("lakelog_metadata_reads_total")),
                        "usd_per_gib": round(puts * put_price + gets * get_price, 4)}
@@ -446,7 +452,13 @@ def run_latency(profile):
 
     os.makedirs(args.data_root, exist_ok=True)
     out = []
-    for setting, writer in (("cluster defaults", ""), ("tuned", TUNED)):
+    settings = [("cluster defaults", ""), ("one PUT at a time, unhedged", TUNED)]
+    if args.setting:
+        settings = []
+        for s in args.setting:
+            label, _, lines = s.partition("=")
+            settings.append((label, "".join(f"  {kv.strip()}\n" for kv in lines.split(";") if kv.strip())))
+    for setting, writer in settings:
         for row in rows(setting, writer):
             print(json.dumps(row), file=sys.stderr, flush=True)
             out.append(row)
@@ -455,12 +467,13 @@ def run_latency(profile):
             for r in out:
                 f.write(json.dumps(r) + "\n")
     print("| profile | writer | partitions | MB/s | ack p50 ms | ack p99 ms | end-to-end p50 ms | "
-          "end-to-end p99 ms | PUTs/GiB | GETs/GiB | metadata writes/GiB | metadata reads/GiB | "
+          "end-to-end p99 ms | PUTs/GiB (hedges) | GETs/GiB | metadata writes/GiB | metadata reads/GiB | "
           "request $/GiB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in out:
         print(f"| {r['profile']} | {r['setting']} | {r['partitions']} | {r['mb_per_s']} | {r['ack_p50_ms']} | "
-              f"{r['ack_p99_ms']} | {r['e2e_p50_ms']} | {r['e2e_p99_ms']} | {r['puts_per_gib']} | "
+              f"{r['ack_p99_ms']} | {r['e2e_p50_ms']} | {r['e2e_p99_ms']} | {r['puts_per_gib']} "
+              f"({r['hedges_per_gib']}) | "
               f"{r['gets_per_gib']} | {r['meta_writes_per_gib']} | {r['meta_reads_per_gib']} | "
               f"{r['usd_per_gib']} |")
 

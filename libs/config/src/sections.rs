@@ -306,14 +306,22 @@ pub struct WriterSection {
     pub flush_bytes: ByteSize,
     /// The eager flush policy: flush as soon as an append waits, fewer than `eager_puts` PUTs
     /// are out and this long has passed since the previous flush began (PUTs per second at
-    /// most one per this interval; at most `flush_interval`; 0: no spacing). Unset: flush at
-    /// `flush_interval` age; `standalone` defaults to 0.
+    /// most one per this, and `eager_puts` per PUT's latency; at most `flush_interval`; 0: no
+    /// spacing). Unset: 0 ([`DEFAULT_MIN_FLUSH_INTERVAL`]); set it to `flush_interval` for
+    /// the fewest PUTs (a flush every `flush_interval` under load).
     #[serde(default)]
     pub min_flush_interval: Option<Duration>,
     /// Under the eager policy, how many flushes' PUTs may be out at once before a waiting
-    /// append waits for one to answer (1: one at a time, the fewest objects).
-    #[serde(default = "default_eager_puts")]
-    pub eager_puts: usize,
+    /// append waits for one to answer (1: one at a time, the fewest objects). Unset: 4
+    /// ([`DEFAULT_EAGER_PUTS`]); `standalone` on its local directory: 1.
+    #[serde(default)]
+    pub eager_puts: Option<usize>,
+    /// PUT hedging: a WAL PUT not answered by this quantile of recent PUTs of its size (at
+    /// least 5ms) is raced by a second PUT of the same object under a new sequence, the loser
+    /// left to the cleaner (about `1 - q` of PUTs are sent twice). 0: off. Unset: 0.9
+    /// ([`DEFAULT_HEDGE_QUANTILE`]); `standalone` on its local directory: off.
+    #[serde(default)]
+    pub hedge_quantile: Option<f64>,
     /// The commit budget: commit rounds start at most once per this, so a log commits at most
     /// once per it; flushes stored meanwhile commit together. Unset: the flush cadence
     /// (`min_flush_interval` when set, else `flush_interval`), at least 5ms. The writer
@@ -526,9 +534,14 @@ fn default_writer_listen() -> SocketAddr {
 fn default_zone() -> String {
     "*".to_owned()
 }
-fn default_eager_puts() -> usize {
-    1
-}
+/// A writer's `min_flush_interval` when its config sets none: eager flushes, unspaced (a light
+/// load is acknowledged after about one PUT and one commit).
+pub const DEFAULT_MIN_FLUSH_INTERVAL: std::time::Duration = std::time::Duration::ZERO;
+/// A writer's `eager_puts` when its config sets none: no append waits a whole slow PUT behind
+/// another; PUTs at most four per PUT latency.
+pub const DEFAULT_EAGER_PUTS: usize = 4;
+/// A writer's `hedge_quantile` when its config sets none.
+pub const DEFAULT_HEDGE_QUANTILE: f64 = 0.9;
 
 fn default_flush_interval() -> Duration {
     Duration(std::time::Duration::from_millis(250))
@@ -562,7 +575,8 @@ impl Default for WriterSection {
             flush_interval: default_flush_interval(),
             flush_bytes: default_flush_bytes(),
             min_flush_interval: None,
-            eager_puts: default_eager_puts(),
+            eager_puts: None,
+            hedge_quantile: None,
             commit_interval: None,
             max_entry_size: default_max_entry(),
             buffer_size: default_buffer(),
@@ -588,8 +602,17 @@ impl Validate for WriterSection {
                 "must be at most writer.flush_interval",
             ));
         }
-        if self.eager_puts == 0 {
+        if self.eager_puts == Some(0) {
             return Err(Invalid::new("writer.eager_puts", "must be at least 1"));
+        }
+        if let Some(q) = self.hedge_quantile
+            && q != 0.0
+            && !(0.5..1.0).contains(&q)
+        {
+            return Err(Invalid::new(
+                "writer.hedge_quantile",
+                "must be 0 (off) or at least 0.5 and below 1",
+            ));
         }
         if let Some(c) = self.commit_interval
             && c.0 > self.flush_deadline.0 / 8

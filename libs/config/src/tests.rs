@@ -334,6 +334,25 @@ fn a_standalone_config_takes_the_writer_maintenance_and_telemetry_sections()
         |_| None,
     ));
     assert!(err.contains("writer.min_flush_interval"), "{err}");
+    // Hedging: a quantile from 0.5 up to (not with) 1, or 0 for off; unset: the role's default.
+    assert_eq!(empty.writer.hedge_quantile, None);
+    let off: StandaloneConfig =
+        from_yaml("standalone.yaml", "writer:\n  hedge_quantile: 0\n", |_| None)?;
+    assert_eq!(off.writer.hedge_quantile, Some(0.0));
+    for bad in ["0.4", "1", "1.5", "-0.9"] {
+        let err = err_of(from_yaml::<StandaloneConfig, _>(
+            "standalone.yaml",
+            &format!("writer:\n  hedge_quantile: {bad}\n"),
+            |_| None,
+        ));
+        assert!(err.contains("writer.hedge_quantile"), "{bad}: {err}");
+    }
+    let err = err_of(from_yaml::<StandaloneConfig, _>(
+        "standalone.yaml",
+        "writer:\n  eager_puts: 0\n",
+        |_| None,
+    ));
+    assert!(err.contains("writer.eager_puts"), "{err}");
     // The commit budget: unset (the flush cadence) unless given; 0 (rounds back to back) up to
     // an eighth of the flush deadline, and at least 5ms over etcd.
     assert_eq!(empty.writer.commit_interval, None);

@@ -88,7 +88,8 @@ pub struct FaultHandle {
 }
 
 impl FaultHandle {
-    /// Adds a rule; rules are checked in the order they were added, the first that fires wins.
+    /// Adds a rule; rules are checked in the order they were added: the delays that fire add
+    /// up, the first failure or lost answer that fires wins.
     pub fn add(&self, op: Op, trigger: Trigger, action: Action) {
         let rng = config::latency::Draws::new(match trigger {
             Trigger::Fraction { seed, .. } => seed,
@@ -134,11 +135,13 @@ impl FaultHandle {
         self.state.lock().injected
     }
 
-    /// Counts the call and returns the action of the first rule that fires.
-    fn decide(&self, op: Op) -> Option<Action> {
+    /// Counts the call and decides what happens to it: every delay that fires adds up, and
+    /// the first failure or lost answer that fires ends the search (a store's latency and its
+    /// faults compose, whatever order their rules were added in).
+    fn decide(&self, op: Op) -> (Duration, Option<Action>) {
         let mut st = self.state.lock();
         *st.calls.entry(op).or_default() += 1;
-        let mut fired = None;
+        let (mut delay, mut fired) = (Duration::ZERO, None);
         for r in st.rules.iter_mut().filter(|r| r.op == op && !r.spent) {
             r.seen += 1;
             let fires = match r.trigger {
@@ -149,15 +152,19 @@ impl FaultHandle {
                 Trigger::Fraction { p, .. } => r.rng.uniform() < p,
                 Trigger::Always => true,
             };
-            if fires {
-                fired = Some(r.action);
-                break;
+            match r.action {
+                Action::Delay(d) if fires => delay += d,
+                _ if fires => {
+                    fired = Some(r.action);
+                    break;
+                }
+                _ => {}
             }
         }
-        if matches!(fired, Some(Action::Fail(_) | Action::LoseResponse(_))) {
+        if fired.is_some() {
             st.injected += 1;
         }
-        fired
+        (delay, fired)
     }
 }
 
@@ -193,12 +200,12 @@ impl FaultyStore {
     where
         F: std::future::Future<Output = Result<T>>,
     {
-        match self.faults.decide(op) {
-            None => call.await,
-            Some(Action::Delay(d)) => {
-                tokio::time::sleep(d).await;
-                call.await
-            }
+        let (delay, fired) = self.faults.decide(op);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        match fired {
+            None | Some(Action::Delay(_)) => call.await,
             Some(Action::Fail(e)) => Err(injected(e, path, op)),
             Some(Action::LoseResponse(e)) => {
                 let _applied = call.await;
@@ -261,20 +268,21 @@ impl ObjectStore for FaultyStore {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        match self.faults.decide(Op::List) {
+        let (delay, fired) = self.faults.decide(Op::List);
+        let listed = match fired {
             Some(Action::Fail(e) | Action::LoseResponse(e)) => {
                 let p = prefix.cloned().unwrap_or_default();
                 futures::stream::once(async move { Err(injected(e, &p, Op::List)) }).boxed()
             }
-            Some(Action::Delay(d)) => {
-                let s = self.inner.list(prefix);
-                futures::stream::once(tokio::time::sleep(d))
-                    .flat_map(move |()| futures::stream::empty())
-                    .chain(s)
-                    .boxed()
-            }
-            None => self.inner.list(prefix),
+            Some(Action::Delay(_)) | None => self.inner.list(prefix),
+        };
+        if delay.is_zero() {
+            return listed;
         }
+        futures::stream::once(tokio::time::sleep(delay))
+            .flat_map(move |()| futures::stream::empty())
+            .chain(listed)
+            .boxed()
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
@@ -345,6 +353,24 @@ mod tests {
         assert!((220..=380).contains(&failed), "{failed} of 1000 failed at p=0.3");
         assert_eq!(a, run(7).await?, "same seed, same faults");
         assert_ne!(a, run(8).await?, "another seed, other faults");
+        Ok(())
+    }
+
+    /// A store's latency and its faults compose: a failure rule added after an always-firing
+    /// delay still fires (the first that fires used to be the only one, so a simulation's PUT
+    /// latency left its PUT faults unfired), and delays that fire add up.
+    #[tokio::test]
+    async fn a_delay_does_not_stop_the_faults_after_it() -> anyhow::Result<()> {
+        let (s, h, _) = store();
+        h.delay(Op::Put, Duration::from_millis(20));
+        h.add(Op::Put, Trigger::Nth(2), Action::Delay(Duration::from_millis(200)));
+        h.fail_nth(Op::Put, 3, FaultError::Unavailable);
+        s.put(&Path::from("a"), "1".into()).await?;
+        let start = tokio::time::Instant::now();
+        s.put(&Path::from("b"), "2".into()).await?;
+        assert!(start.elapsed() >= Duration::from_millis(220), "{:?}", start.elapsed());
+        assert!(s.put(&Path::from("c"), "3".into()).await.is_err(), "the failure did not fire");
+        assert_eq!((h.calls(Op::Put), h.injected()), (3, 1));
         Ok(())
     }
 

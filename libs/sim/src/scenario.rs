@@ -39,6 +39,9 @@ pub struct Plan {
     pub put_fail: f64,
     /// Per PUT: stored, answer lost.
     pub put_lose: f64,
+    /// Per PUT: answered 300 ms late (the writers hedge PUTs not answered by their p90: a
+    /// second PUT of the object under a new sequence races it).
+    pub put_slow: f64,
     /// Per GET: fails.
     pub get_fail: f64,
     /// Per GET: sent 400 ms late (so the object may be compacted away and deleted by then: a
@@ -87,6 +90,7 @@ impl Plan {
             },
             put_fail: 0.03,
             put_lose: 0.02,
+            put_slow: 0.03,
             get_fail: 0.02,
             get_slow: 0.05,
             maintenance: false,
@@ -354,6 +358,7 @@ pub(crate) fn config(id: &str, zone: &str, kafka: bool) -> LogStorageConfig {
     c.flush_deadline = Duration::from_secs(2);
     c.append_timeout = Duration::from_secs(2);
     c.tail_cache_bytes = 1 << 20;
+    c.hedge_quantile = Some(0.9);
     c
 }
 
@@ -553,6 +558,7 @@ async fn simulate(seed: u64, plan: Plan, store: Arc<metadata::MemoryStore>) -> R
     faults.add(Op::Put, fraction(4, plan.put_lose), Action::LoseResponse(FaultError::Unavailable));
     faults.add(Op::Get, fraction(5, plan.get_fail), Action::Fail(FaultError::Unavailable));
     faults.add(Op::Get, fraction(7, plan.get_slow), Action::Delay(Duration::from_millis(400)));
+    faults.add(Op::Put, fraction(8, plan.put_slow), Action::Delay(Duration::from_millis(300)));
 
     let mut clients = spawn_clients(&plan, &logs, &shared);
     let nemesis = {

@@ -92,6 +92,10 @@ pub(crate) async fn standalone(
                 .writer
                 .min_flush_interval
                 .or(local.then_some(config::Duration(STANDALONE_MIN_FLUSH_INTERVAL))),
+            // Locally one file at a time (appends gather meanwhile: fewer files, less CPU),
+            // and a local file is not worth a second copy.
+            eager_puts: tuned.writer.eager_puts.or(local.then_some(1)),
+            hedge_quantile: tuned.writer.hedge_quantile.or(local.then_some(0.0)),
             commit_interval: tuned
                 .writer
                 .commit_interval

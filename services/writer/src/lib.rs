@@ -36,8 +36,14 @@ pub fn storage_config(node: &config::NodeConfig) -> LogStorageConfig {
     c.advertise = w.advertise.clone().unwrap_or_else(|| config::url_of(w.listen, &w.tls));
     c.flush_interval = w.flush_interval.0;
     c.flush_bytes = usize::try_from(w.flush_bytes.0).unwrap_or(usize::MAX);
-    c.min_flush_interval = w.min_flush_interval.map(|d| d.0);
-    c.eager_puts = w.eager_puts;
+    c.min_flush_interval = Some(
+        w.min_flush_interval
+            .map_or(config::DEFAULT_MIN_FLUSH_INTERVAL, |d| d.0)
+            .min(c.flush_interval),
+    );
+    c.eager_puts = w.eager_puts.unwrap_or(config::DEFAULT_EAGER_PUTS);
+    c.hedge_quantile =
+        Some(w.hedge_quantile.unwrap_or(config::DEFAULT_HEDGE_QUANTILE)).filter(|q| *q > 0.0);
     c.commit_interval = w.commit_interval.map(|d| d.0);
     c.max_entry_bytes = usize::try_from(w.max_entry_size.0).unwrap_or(usize::MAX);
     c.buffer_bytes = usize::try_from(w.buffer_size.0).unwrap_or(usize::MAX);
@@ -194,3 +200,32 @@ pub const RECEIVE_WINDOW: u32 = 256 << 10;
 /// How long a drained writer keeps answering (appends: UNAVAILABLE) before it closes its
 /// connections: time for clients to re-route to the slots' new owners.
 pub const DRAIN_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(writer: &str) -> config::NodeConfig {
+        let yaml = format!(
+            "cluster: c\nmetadata:\n  embedded:\n    path: m.redb\nobject_store:\n  memory: {{}}\n{writer}"
+        );
+        config::from_yaml("node.yaml", &yaml, |_| None).expect("a valid node config")
+    }
+
+    /// The cluster roles' flush defaults: eager, unspaced, four PUTs out, hedged at the p90;
+    /// each may be set, hedging turned off with 0.
+    #[test]
+    fn the_cluster_roles_flush_eagerly_four_puts_out_hedged_by_default() {
+        let c = storage_config(&node(""));
+        assert_eq!(c.min_flush_interval, Some(config::DEFAULT_MIN_FLUSH_INTERVAL));
+        assert_eq!((c.eager_puts, c.hedge_quantile), (4, Some(0.9)));
+        let c = storage_config(&node(
+            "writer:\n  min_flush_interval: 250ms\n  eager_puts: 1\n  hedge_quantile: 0\n",
+        ));
+        assert_eq!(c.min_flush_interval, Some(std::time::Duration::from_millis(250)));
+        assert_eq!((c.eager_puts, c.hedge_quantile), (1, None));
+        // A short flush interval bounds the default spacing.
+        let c = storage_config(&node("writer:\n  flush_interval: 1ms\n"));
+        assert!(c.min_flush_interval <= Some(c.flush_interval));
+    }
+}

@@ -19,6 +19,8 @@ pub struct FlushMetrics {
     logs: Histogram,
     put: Histogram,
     put_failures: Counter,
+    hedges: Counter,
+    hedges_won: Counter,
     commit: Histogram,
     acked: Histogram,
     commit_interval: Gauge<f64, AtomicU64>,
@@ -53,6 +55,8 @@ impl FlushMetrics {
             logs: Histogram::new(exponential_buckets(1.0, 4.0, 7)),
             put: seconds(),
             put_failures: Default::default(),
+            hedges: Counter::default(),
+            hedges_won: Counter::default(),
             commit: seconds(),
             acked: seconds(),
             commit_interval: Gauge::default(),
@@ -68,6 +72,16 @@ impl FlushMetrics {
         m.register("writer_flush_logs", "Logs (chunks) in each WAL object", f.logs.clone());
         m.register("writer_put_seconds", "Time a flush's PUT took", f.put.clone());
         m.register("writer_put_failures", "Flush PUTs that failed", f.put_failures.clone());
+        m.register(
+            "writer_put_hedges",
+            "Flush PUTs raced by a second PUT of their object (writer.hedge_quantile)",
+            f.hedges.clone(),
+        );
+        m.register(
+            "writer_put_hedges_won",
+            "Hedged PUTs whose second PUT was stored first",
+            f.hedges_won.clone(),
+        );
         m.register(
             "writer_commit_seconds",
             "Time a flush's commit (metadata transactions) took",
@@ -106,6 +120,13 @@ impl logstore::FlushObserver for FlushMetrics {
         self.put.observe(elapsed.as_secs_f64());
         if !ok {
             self.put_failures.inc();
+        }
+    }
+
+    fn hedged(&self, won: bool) {
+        self.hedges.inc();
+        if won {
+            self.hedges_won.inc();
         }
     }
 

@@ -75,8 +75,8 @@ pub(super) async fn committer(core: Arc<Core>, mut flushes: mpsc::Receiver<Flush
                     None => live.extend(core.cull(c)),
                 }
             }
-            if let Some(kept) = flush.kept.take() {
-                objects.insert(flush.seq, kept);
+            if let Some((seq, kept)) = flush.kept.take() {
+                objects.insert(seq, kept);
             }
         }
         if !live.is_empty() {

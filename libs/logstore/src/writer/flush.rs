@@ -69,14 +69,18 @@ pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) 
         core.puts_out.fetch_add(1, Ordering::SeqCst);
         let writer = core.clone();
         tokio::spawn(async move {
-            let (path, deadline) = (objstore::keys::wal_object(seq), writer.cfg.flush_deadline);
-            let put = objstore::put_create_only(writer.objects.as_ref(), &path, object.clone());
+            let deadline = writer.cfg.flush_deadline;
             let started = Instant::now();
+            let put = hedge::put_object(&writer, seq, incarnation, &object);
             let r = match tokio::time::timeout(deadline, put).await {
-                Ok(Ok(_)) => Ok(keep(&writer.space, writer.reader.cache_bytes(), object, room)),
-                Ok(Err(e)) => Err(LogError::unavailable(format!("WAL object {path}: {e}"))),
+                Ok(Ok(at)) => Ok(Stored {
+                    seq: at,
+                    kept: keep(&writer.space, writer.reader.cache_bytes(), object, room),
+                }),
+                Ok(Err(e)) => Err(e),
                 Err(_) => Err(LogError::unavailable(format!(
-                    "WAL object {path}: no answer within {deadline:?}"
+                    "WAL object {}: no answer within {deadline:?}",
+                    objstore::keys::wal_object(seq)
                 ))),
             };
             if let Some(o) = observer {

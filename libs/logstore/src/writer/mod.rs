@@ -24,11 +24,12 @@
 
 mod commit;
 mod flush;
+mod hedge;
 mod identity;
 mod settings;
 mod slots;
 
-pub use settings::{LogStorageConfig, MIN_COMMIT_INTERVAL};
+pub use settings::{LogStorageConfig, MIN_COMMIT_INTERVAL, MIN_HEDGE_AFTER};
 
 use self::commit::*;
 use self::flush::*;
@@ -184,14 +185,16 @@ struct Chunk {
 }
 
 struct Flush {
+    /// The WAL sequence it was stamped with: the low-water mark its commit puts.
     seq: u64,
     incarnation: i64,
     chunks: Vec<Chunk>,
-    put: oneshot::Receiver<Result<Option<Kept>, LogError>>,
+    put: oneshot::Receiver<Result<Stored, LogError>>,
     /// The PUT's answer, once received.
     stored: Option<Result<(), LogError>>,
-    /// The WAL object's bytes and their room, kept for the tail cache once its chunks commit.
-    kept: Option<Kept>,
+    /// The WAL object's sequence, bytes and their room, kept for the tail cache once its
+    /// chunks commit.
+    kept: Option<(u64, Kept)>,
     deadline: Instant,
     /// When the flusher took its entries from the buffer.
     began: Instant,
@@ -204,6 +207,13 @@ struct Flush {
 struct Kept {
     object: Bytes,
     _room: Option<OwnedSemaphorePermit>,
+}
+
+/// A flush's stored object: the WAL sequence it was stored under (its own, or a hedge's
+/// above it) and what it keeps until its chunks commit.
+struct Stored {
+    seq: u64,
+    kept: Option<Kept>,
 }
 
 /// A flush's PUT task ended without answering.
@@ -221,8 +231,14 @@ impl Flush {
         self.stored.clone().unwrap_or(Ok(()))
     }
 
-    fn take_answer(&mut self, answer: Result<Option<Kept>, LogError>) {
-        self.stored = Some(answer.map(|kept| self.kept = kept));
+    fn take_answer(&mut self, answer: Result<Stored, LogError>) {
+        self.stored = Some(answer.map(|Stored { seq, kept }| {
+            // A hedge's object: the chunks reference it.
+            for c in &mut self.chunks {
+                c.seq = seq;
+            }
+            self.kept = kept.map(|k| (seq, k));
+        }));
     }
 
     /// Whether the PUT has answered, without waiting.
@@ -250,6 +266,11 @@ pub trait FlushObserver: Send + Sync {
     /// Its commit (the metadata transactions of its chunks) took `elapsed`; `acked` is how long
     /// after the flush began its appends were answered.
     fn committed(&self, elapsed: Duration, acked: Duration);
+    /// A PUT was hedged (a second PUT of its object raced it); `won`: the second was stored
+    /// first.
+    fn hedged(&self, won: bool) {
+        let _ = won;
+    }
     /// The commit budget's interval changed to `interval` (ARCHITECTURE §4): commit rounds
     /// start at most once per it.
     fn commit_interval(&self, interval: Duration) {
@@ -364,6 +385,8 @@ pub(crate) struct Core {
     /// Flushes whose PUT has not answered yet: the eager policy starts one only below
     /// `eager_puts`.
     puts_out: AtomicU64,
+    /// Recent PUT times, for hedging.
+    put_times: hedge::PutTimes,
     pub closing: AtomicBool,
     /// `closing`, to wait on: true once the writer began to close.
     closed: tokio::sync::watch::Sender<bool>,
@@ -420,6 +443,7 @@ impl Core {
             poisoned: Mutex::new(HashMap::new()),
             reincarnating: AtomicBool::new(false),
             puts_out: AtomicU64::new(0),
+            put_times: hedge::PutTimes::default(),
             served: Mutex::new(HashMap::new()),
             members: Mutex::new(None),
             flushes: AtomicU64::new(0),

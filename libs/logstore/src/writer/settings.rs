@@ -8,6 +8,10 @@ use crate::LogError;
 /// of the AIMD's lengthening from a shorter one (ARCHITECTURE §4).
 pub const MIN_COMMIT_INTERVAL: Duration = Duration::from_millis(5);
 
+/// A PUT is never hedged sooner than this: a store that answers within it is not worth a
+/// second copy (and a local disk under load would only get slower).
+pub const MIN_HEDGE_AFTER: Duration = Duration::from_millis(5);
+
 /// Settings of one log-storage writer. `new` gives the documented defaults.
 #[derive(Clone, Debug)]
 pub struct LogStorageConfig {
@@ -39,6 +43,13 @@ pub struct LogStorageConfig {
     /// append waits for one of them to answer (default 1: one at a time, the fewest objects;
     /// more shortens the wait behind a slow PUT, at more PUTs).
     pub eager_puts: usize,
+    /// PUT hedging, when set: a flush's PUT that has not answered by this quantile of recent
+    /// PUTs of its size (and at least [`MIN_HEDGE_AFTER`]) is raced by a second PUT of the
+    /// same bytes under a new WAL sequence; the first to succeed is the one its chunks
+    /// reference, the other is an orphan the cleaner deletes with the sequences below its
+    /// cutoff. About `1 - q` of PUTs are sent twice; a slow PUT's tail is cut to about the
+    /// quantile plus one more PUT. `None` (the default): no hedging. At least 0.5, below 1.
+    pub hedge_quantile: Option<f64>,
     /// The commit budget (ARCHITECTURE §4): commit rounds start at most once per this, so a
     /// log commits at most once per it; flushes stored meanwhile commit together, each log's
     /// chunks in one transaction. `None` (the default): the flush cadence, `min_flush_interval`
@@ -81,6 +92,7 @@ impl LogStorageConfig {
             flush_bytes: 8 << 20,
             min_flush_interval: None,
             eager_puts: 1,
+            hedge_quantile: None,
             commit_interval: None,
             max_entry_bytes: 16 << 20,
             buffer_bytes: 64 << 20,
@@ -121,6 +133,11 @@ impl LogStorageConfig {
         }
         if self.eager_puts == 0 {
             return bad("eager_puts must be at least 1".to_owned());
+        }
+        if let Some(q) = self.hedge_quantile
+            && !(0.5..1.0).contains(&q)
+        {
+            return bad(format!("hedge_quantile {q} must be at least 0.5 and below 1"));
         }
         if let Some(c) = self.commit_interval
             && c > self.flush_deadline / 8

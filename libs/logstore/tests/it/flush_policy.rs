@@ -149,6 +149,59 @@ async fn an_interval_writer_waits_for_the_flush_interval() -> Result<()> {
     Ok(())
 }
 
+/// Hedged PUTs (ARCHITECTURE §3.2): once the writer has enough PUT times, a PUT still out at
+/// their quantile is raced by a second PUT of its object under a new WAL sequence; the append
+/// is acknowledged once that one is stored, and its entry is read from it (the tail cache off:
+/// a GET of the object the index names). Without hedging the same append waits out the stall.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_put_is_hedged_under_a_new_sequence() -> Result<()> {
+    use objstore::faults::{Action, FaultyStore, Op, Trigger};
+    let put = Duration::from_millis(20);
+    for hedge in [Some(0.95), None] {
+        let mut cfg = LogStorageConfig::new(testkit::unique_prefix("hedge"), "w");
+        cfg.flush_interval = Duration::from_secs(1);
+        cfg.min_flush_interval = Some(Duration::ZERO);
+        cfg.hedge_quantile = hedge;
+        cfg.tail_cache_bytes = 0;
+        let (objects, faults) = FaultyStore::new(Arc::new(InMemory::new()));
+        // Every PUT takes 20 ms but the 31st, which stalls for 10 s.
+        faults.add(Op::Put, Trigger::Nth(31), Action::Delay(Duration::from_secs(10)));
+        faults.delay(Op::Put, put);
+        let w = LogStorage::open(memory(), objects.clone(), cfg, Arc::new(SystemClock)).await?;
+        let log = w.create_log().await?;
+        let puts0 = faults.calls(Op::Put);
+        // Twenty PUT times, the fewest hedging goes by, and ten more.
+        for i in 0..31 - puts0 - 1 {
+            w.append(log, 1, Bytes::from(format!("e{i}")), None).await?;
+        }
+        ensure!(faults.calls(Op::Put) == 30, "{} PUTs before, from {puts0}", faults.calls(Op::Put));
+        let t0 = Instant::now();
+        let h = w.append(log, 1, Bytes::from_static(b"stalled"), None).await?;
+        let took = t0.elapsed();
+        let entry = w.read_index_range(log, h.offset, 1).await?;
+        let read = w.read_entries(log, h.offset, 1, u64::MAX).await?;
+        ensure!(read.len() == 1 && read[0].payload == Bytes::from_static(b"stalled"));
+        let object = objstore::keys::parse_wal_object(&entry[0].object);
+        match hedge {
+            Some(_) => {
+                // The quantile (20 ms), then the second PUT (20 ms), then the commit.
+                ensure!(took < 3 * put, "a hedged append took {took:?}");
+                ensure!(faults.calls(Op::Put) == 32, "{} PUTs hedged", faults.calls(Op::Put));
+                // The hedge's sequence: the next one after the stalled flush's.
+                let before = w.read_index_range(log, h.offset - 1, 1).await?;
+                let stalled = objstore::keys::parse_wal_object(&before[0].object).map(|s| s + 1);
+                ensure!(object == stalled.map(|s| s + 1), "{object:?} after {stalled:?}");
+            }
+            None => {
+                ensure!(took >= Duration::from_secs(10), "an unhedged append took {took:?}");
+                ensure!(faults.calls(Op::Put) == 31, "{} PUTs unhedged", faults.calls(Op::Put));
+            }
+        }
+        w.shutdown().await;
+    }
+    Ok(())
+}
+
 /// Appends `n` entries to `log`, one every `every`, each from its own task (so they are
 /// admitted in their order); the slowest acknowledgement.
 async fn steady(w: &LogStorage, log: logstore::LogId, n: u64, every: Duration) -> Result<Duration> {
