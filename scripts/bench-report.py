@@ -2,10 +2,14 @@
 """Turns bench-results.jsonl (scripts/bench-matrix.sh) into markdown tables and two SVG plots.
 
     scripts/bench-report.py bench-results.jsonl docs/img
+    scripts/bench-report.py --peers PEERS.jsonl LATENCY.jsonl docs/img
 
 Prints the tables (for docs/performance.md) and writes
   DIR/ack-vs-flush.svg     ack p50 and p99 against flush interval, per store (logs = 100)
   DIR/puts-per-gib.svg     PUTs per GiB against log count, per store (largest flush interval)
+With --peers, from `scripts/bench-peers.sh --json` rows (a peers run, and latency-profile runs):
+  DIR/ack-PROFILE.svg      ack p50 and p99 per partitions and writer setting, per latency profile
+  DIR/one-partition-mbps.svg, -cpu.svg   one partition, saturating: MB/s, server CPU s/GB
 Each figure is labelled with the machine the numbers came from. Standard library only.
 """
 import json
@@ -75,7 +79,89 @@ def svg_lines(path, title, xlabel, ylabel, series, machine, logx=False):
         f.write("\n".join(out))
 
 
+def svg_bars(path, title, ylabel, groups, note, marks=()):
+    """groups: [(label, [(series, value, inner)])], `inner` (or None) drawn as a darker bar
+    inside (a p50 inside its p99); `marks`: [(group index, value, text)] drawn as a dashed
+    line over that group (a target)."""
+    w, h, m = 720, 400, 60
+    names = []
+    for _, bars in groups:
+        for name, _, _ in bars:
+            if name not in names:
+                names.append(name)
+    top = max([v for _, bars in groups for _, v, _ in bars] + [v for _, v, _ in marks]) * 1.1 or 1
+    gw = (w - 2 * m) / max(len(groups), 1)
+    bw = gw * 0.8 / max(len(names), 1)
+    sy = lambda y: h - m - y / top * (h - 2 * m)
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{w}" height="{h}" fill="white"/>',
+           f'<text x="{w/2}" y="20" text-anchor="middle" font-size="14">{title}</text>',
+           f'<text x="{w/2}" y="38" text-anchor="middle" fill="#555">{note}</text>',
+           f'<line x1="{m}" y1="{h-m}" x2="{w-m}" y2="{h-m}" stroke="black"/>',
+           f'<line x1="{m}" y1="{m}" x2="{m}" y2="{h-m}" stroke="black"/>',
+           f'<text x="15" y="{h/2}" text-anchor="middle" transform="rotate(-90 15 {h/2})">{ylabel}</text>']
+    for i in range(5):
+        y = top * i / 4
+        out.append(f'<text x="{m-6}" y="{sy(y)+4:.1f}" text-anchor="end">{y:.0f}</text>')
+    for g, (label, bars) in enumerate(groups):
+        x0 = m + g * gw + gw * 0.1
+        out.append(f'<text x="{m + (g + 0.5) * gw:.1f}" y="{h-m+16}" text-anchor="middle">{label}</text>')
+        for name, value, inner in bars:
+            k = names.index(name)
+            x, c = x0 + k * bw, colors[k % len(colors)]
+            out.append(f'<rect x="{x:.1f}" y="{sy(value):.1f}" width="{bw*0.9:.1f}" '
+                       f'height="{sy(0)-sy(value):.1f}" fill="{c}" fill-opacity="0.45"/>')
+            if inner is not None:
+                out.append(f'<rect x="{x:.1f}" y="{sy(inner):.1f}" width="{bw*0.9:.1f}" '
+                           f'height="{sy(0)-sy(inner):.1f}" fill="{c}"/>')
+            out.append(f'<text x="{x + bw*0.45:.1f}" y="{sy(value)-3:.1f}" text-anchor="middle" '
+                       f'font-size="10">{value:g}</text>')
+    for g, value, text in marks:
+        x0, x1 = m + g * gw + gw * 0.05, m + (g + 1) * gw - gw * 0.05
+        out.append(f'<line x1="{x0:.1f}" y1="{sy(value):.1f}" x2="{x1:.1f}" y2="{sy(value):.1f}" '
+                   f'stroke="black" stroke-dasharray="4 3"/>')
+        out.append(f'<text x="{x1:.1f}" y="{sy(value)-3:.1f}" text-anchor="end" font-size="10">{text}</text>')
+    for k, name in enumerate(names):
+        out.append(f'<text x="{m + 8}" y="{m + 16 * k}" fill="{colors[k % len(colors)]}">{name}</text>')
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out))
+
+
+def peers(peers_path, latency_path, outdir):
+    """The plots of bench-peers runs: ack latency by profile, and one partition against Kafka."""
+    os.makedirs(outdir, exist_ok=True)
+    lat = load(latency_path)
+    targets = {"s3-standard": 250, "s3-express": 75}
+    for profile, target in targets.items():
+        groups, marks = [], []
+        for partitions in (1, 8):
+            mine = [r for r in lat if r["profile"] == profile and r["partitions"] == partitions]
+            if mine:
+                marks.append((len(groups), target, f"target p99 {target}"))
+                groups.append((f"{partitions} partition{'s' if partitions > 1 else ''}",
+                               [(r["setting"], r["ack_p99_ms"], r["ack_p50_ms"]) for r in mine]))
+        svg_bars(os.path.join(outdir, f"ack-{profile}.svg"),
+                 f"Ack latency at 10 MiB/s, {profile} latencies (p99; p50 darker)",
+                 "ack latency (ms)", groups,
+                 "librdkafka, idempotent, linger 5 ms; lakelog standalone --latency-profile", marks)
+    rows = load(peers_path)
+    for metric, label, name in (("mb_per_s", "MB/s", "mbps"), ("cpu_s_per_gb", "server CPU s/GB", "cpu")):
+        groups = []
+        for client in ("librdkafka", "java"):
+            mine = [r for r in rows if r["partitions"] == 1 and r["load"] == "saturating"
+                    and r["client"] == client and metric in r]
+            groups.append((client, [(r["server"], r[metric], None) for r in mine]))
+        svg_bars(os.path.join(outdir, f"one-partition-{name}.svg"),
+                 f"One partition, saturating: {label}", label, groups,
+                 "scripts/bench-peers.sh, one run; kafka-fsync: flush per message")
+
+
 def main():
+    if sys.argv[1] == "--peers":
+        peers(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else "docs/img")
+        return
     rows = load(sys.argv[1])
     outdir = sys.argv[2] if len(sys.argv) > 2 else "docs/img"
     os.makedirs(outdir, exist_ok=True)
