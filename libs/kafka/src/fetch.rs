@@ -4,8 +4,9 @@
 //! fills it (KIP-74: in order, the first partition with records at least one batch), answers
 //! at once when `min_bytes` are there, the limits held records back, or a partition has an
 //! error, else waits (registered before looking) until a partition has more or `max_wait_ms`
-//! passes, reading again each time something arrives. Sessionless (session id 0); the last
-//! stable offset is the high watermark (no transactions exist); records are never null.
+//! passes, reading again each time something arrives. Fetch sessions (KIP-227) are
+//! [`crate::fetch_session`]'s: an incremental fetch is read as the full one its session stands
+//! for, and answered with what is new.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -42,7 +43,7 @@ pub(crate) struct Answer {
     pub spliced: VecDeque<Vec<StoredBatch>>,
 }
 
-pub(crate) async fn fetch(req: FetchRequest, client_id: &str, broker: &dyn Broker) -> Answer {
+pub(crate) async fn fetch(req: &FetchRequest, client_id: &str, broker: &dyn Broker) -> Answer {
     let zone = crate::zone_of(client_id);
     let wait = Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0)).min(MAX_WAIT);
     let deadline = tokio::time::Instant::now() + wait;
@@ -53,9 +54,9 @@ pub(crate) async fn fetch(req: FetchRequest, client_id: &str, broker: &dyn Broke
     // KIP-392: the client's rack (v11+; empty when it names none).
     let rack = Some(req.rack_id.as_str()).filter(|r| !r.is_empty()).map(str::to_owned);
     let rack = rack.as_deref();
-    let asks = asks(&req);
+    let asks = asks(req);
     loop {
-        let read = read(&req, &asks, zone, rack, broker, total_max, read_committed).await;
+        let read = read(req, &asks, zone, rack, broker, total_max, read_committed).await;
         let partitions = || read.answer.resp.responses.iter().flat_map(|t| t.partitions.iter());
         // Answered at once, as Kafka does: enough bytes, more there than the limits let in
         // (waiting adds nothing), a client sent to another replica, or any partition in error
@@ -370,9 +371,30 @@ impl Handler for Fetch {
     type Request = FetchRequest;
 
     fn serve(mut req: Self::Request, ctx: Ctx, _: &mut Session) -> Admission<'_> {
+        // Sessions from v7 (KIP-227); an incremental fetch now names its session's partitions.
+        let sessions = ctx.cfg.fetch_sessions.clone();
+        let context = match ctx.reply.version {
+            v if v >= 7 => sessions.begin(&mut req, &ctx.principal),
+            _ => Ok(crate::fetch_session::Context::Sessionless),
+        };
+        let context = match context {
+            Ok(c) => c,
+            Err(error) => {
+                let resp = FetchResponse::default().with_error_code(error).with_session_id(0);
+                let answer = Answer { resp, spliced: VecDeque::new() };
+                return admitted(Box::pin(async move { ctx.reply.encode_fetch(answer).map(Some) }));
+            }
+        };
+        // A new session holds every partition asked for, refused ones too (as Kafka's does):
+        // each of its fetches answers them with their error again.
+        let asked = match context {
+            crate::fetch_session::Context::New => req.topics.clone(),
+            _ => Vec::new(),
+        };
         let refused = authorize::fetch(ctx.access(), &mut req);
         admitted(Box::pin(async move {
-            let mut answer = fetch(req, &ctx.client_id, ctx.broker.as_ref()).await;
+            let mut answer = fetch(&req, &ctx.client_id, ctx.broker.as_ref()).await;
+            sessions.finish(context, &asked, &mut answer.resp, &ctx.principal);
             answer.resp.responses.extend(refused);
             ctx.reply.encode_fetch(answer).map(Some)
         }))

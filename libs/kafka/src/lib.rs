@@ -27,6 +27,7 @@ pub mod budget;
 pub mod configs;
 mod consumer_api;
 mod fetch;
+pub mod fetch_session;
 pub mod frame;
 mod group_api;
 

@@ -76,6 +76,8 @@ pub struct KafkaConfig {
     pub authz: Arc<security::Authorizer>,
     /// Where CreateAcls, DescribeAcls and DeleteAcls keep ACLs; none: SECURITY_DISABLED.
     pub acls: Option<security::store::AuthStore>,
+    /// The listener's fetch sessions (KIP-227), shared by its connections.
+    pub fetch_sessions: Arc<crate::fetch_session::FetchSessions>,
 }
 
 /// Connections that have not authenticated yet, at most, on one listener (with
@@ -109,6 +111,7 @@ impl Default for KafkaConfig {
             tls: None,
             authz: security::Authorizer::off(),
             acls: None,
+            fetch_sessions: Arc::default(),
         }
     }
 }

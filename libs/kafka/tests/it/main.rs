@@ -1088,6 +1088,116 @@ fn fetch_request(offset: i64, max_wait_ms: i32, partition: i32) -> FetchRequest 
         ])
 }
 
+/// A fetch of `(topic, partition, offset)`s in session `id` at `epoch`, answered at once.
+fn session_fetch(id: i32, epoch: i32, partitions: &[(&'static str, i32, i64)]) -> FetchRequest {
+    let topics = partitions
+        .iter()
+        .map(|(t, p, o)| {
+            FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str(t)))
+                .with_partitions(vec![
+                    FetchPartition::default()
+                        .with_partition(*p)
+                        .with_fetch_offset(*o)
+                        .with_partition_max_bytes(1 << 20),
+                ])
+        })
+        .collect();
+    FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(1 << 20)
+        .with_session_id(id)
+        .with_session_epoch(epoch)
+        .with_topics(topics)
+}
+
+/// The partitions an answer holds: topic, partition, whether it has records, its error.
+fn answered(r: &FetchResponse) -> Vec<(String, i32, bool, i16)> {
+    r.responses
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t.topic.0.to_string(), p)))
+        .map(|(t, p)| {
+            let records = p.records.as_ref().is_some_and(|b| !b.is_empty());
+            (t, p.partition_index, records, p.error_code)
+        })
+        .collect()
+}
+
+/// Fetch sessions (KIP-227): epoch 0 opens one (its id in the answer, every partition
+/// answered); its next fetches name only partitions whose position moved and are answered
+/// with only the partitions that have news (records, a moved high watermark, an error, always);
+/// a stale epoch or an unknown session is refused with Kafka's codes; epoch -1 closes it
+/// (answered in full, sessionless). Before v7 there are no sessions.
+#[tokio::test]
+async fn a_fetch_session_answers_only_what_is_new() -> Result<()> {
+    use kafka::fetch_session::{FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH};
+    let s = server(KafkaConfig::default()).await?;
+    let none = recordbatch::ProducerFields::NONE;
+    let produce = |v: &'static str| {
+        let addr = s.addr;
+        async move {
+            let req = produce_request(-1, vec![(0, Some(batch(&[v], none)?))]);
+            let _: ProduceResponse = ask(addr, ApiKey::Produce, 7, "t", &req).await?;
+            anyhow::Ok(())
+        }
+    };
+    let fetch = |req: FetchRequest| {
+        let addr = s.addr;
+        async move {
+            let r: FetchResponse = ask(addr, ApiKey::Fetch, 12, "t", &req).await?;
+            anyhow::Ok(r)
+        }
+    };
+    let (orders, lagging, elsewhere) = (("orders", 0), ("lagging", 0), ("orders", 1));
+    let row = |(t, p): (&str, i32), records: bool, error: i16| (t.to_owned(), p, records, error);
+    let moved = kafka::code::NOT_LEADER_OR_FOLLOWER;
+    produce("a").await?;
+    // Lagging's end: no records there.
+    let end = LAGGING_BATCHES;
+    let open = session_fetch(0, 0, &[("orders", 0, 0), ("lagging", 0, end), ("orders", 1, 0)]);
+    let r = fetch(open.clone()).await?;
+    let id = r.session_id;
+    ensure!(r.error_code == 0 && id > 0, "{r:?}");
+    let all = [row(orders, true, 0), row(lagging, false, 0), row(elsewhere, false, moved)];
+    ensure!(answered(&r) == all, "{:?}", answered(&r));
+    // The client moved orders on; nothing new but the error, answered every time.
+    let r = fetch(session_fetch(id, 1, &[("orders", 0, 1)])).await?;
+    ensure!(r.error_code == 0 && r.session_id == id, "{r:?}");
+    ensure!(answered(&r) == [row(elsewhere, false, moved)], "{:?}", answered(&r));
+    // A record in orders: answered, though the fetch names no partition.
+    produce("b").await?;
+    let r = fetch(session_fetch(id, 2, &[])).await?;
+    ensure!(
+        answered(&r) == [row(orders, true, 0), row(elsewhere, false, moved)],
+        "{:?}",
+        answered(&r)
+    );
+    // The client moves lagging back a batch and orders past its record: lagging answers.
+    let r = fetch(session_fetch(id, 3, &[("orders", 0, 2), ("lagging", 0, end - 1)])).await?;
+    ensure!(
+        answered(&r) == [row(lagging, true, 0), row(elsewhere, false, moved)],
+        "{:?}",
+        answered(&r)
+    );
+    // A stale epoch, an unknown session.
+    let r = fetch(session_fetch(id, 3, &[])).await?;
+    ensure!(r.error_code == INVALID_FETCH_SESSION_EPOCH && r.responses.is_empty(), "{r:?}");
+    let other = if id == i32::MAX { 1 } else { id + 1 };
+    let r = fetch(session_fetch(other, 1, &[])).await?;
+    ensure!(r.error_code == FETCH_SESSION_ID_NOT_FOUND, "{r:?}");
+    // Epoch -1 closes it: answered in full, without a session; then it is gone.
+    let r = fetch(session_fetch(id, -1, &[("orders", 0, 2), ("lagging", 0, end)])).await?;
+    ensure!(r.error_code == 0 && r.session_id == 0, "{r:?}");
+    ensure!(answered(&r) == [row(orders, false, 0), row(lagging, false, 0)], "{:?}", answered(&r));
+    let r = fetch(session_fetch(id, 4, &[])).await?;
+    ensure!(r.error_code == FETCH_SESSION_ID_NOT_FOUND, "{r:?}");
+    // v6 has no sessions: epoch 0 is a full fetch answered without one.
+    let r: FetchResponse = ask(s.addr, ApiKey::Fetch, 6, "t", &open).await?;
+    ensure!(r.session_id == 0 && answered(&r).len() == 3, "{r:?}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn fetch_returns_whole_batches_with_offsets_and_waits_only_when_empty() -> Result<()> {
     let s = server(KafkaConfig::default()).await?;
