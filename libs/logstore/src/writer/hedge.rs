@@ -89,10 +89,10 @@ pub(super) async fn put_object(
         _ = tokio::time::sleep(after) => {}
     }
     // A sequence of the same incarnation (the flush commits under it), counted unresolved
-    // until this task ends: the flush's own sequence stays unresolved until it commits, and
+    // until both PUTs settle or are cut off: the flush's own sequence stays unresolved until it commits, and
     // the committer puts the lower of the two as its low-water mark.
-    let second = match core.next_seq().await {
-        Ok((s, i)) if i == incarnation => s,
+    let (second, _settles) = match core.next_seq().await {
+        Ok((s, i)) if i == incarnation => (s, Settles(core)),
         Ok(_) => {
             core.resolved();
             return first.await;
@@ -112,7 +112,6 @@ pub(super) async fn put_object(
             Err(_) => (first.await, false),
         },
     };
-    core.resolved();
     if r.is_ok() {
         core.put_times.record(object.len(), started.elapsed());
     }
@@ -120,6 +119,17 @@ pub(super) async fn put_object(
         o.hedged(r.is_ok() && hedge_won);
     }
     r
+}
+
+/// Resolves the hedge's sequence when dropped: once both PUTs settled, or when the flush's
+/// deadline cuts them off (a count left unresolved would keep the idle writer's low-water mark
+/// down for good).
+struct Settles<'a>(&'a Core);
+
+impl Drop for Settles<'_> {
+    fn drop(&mut self) {
+        self.0.resolved();
+    }
 }
 
 fn put_as<'a>(

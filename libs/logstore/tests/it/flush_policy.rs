@@ -202,6 +202,49 @@ async fn a_stalled_put_is_hedged_under_a_new_sequence() -> Result<()> {
     Ok(())
 }
 
+/// A hedged PUT cut off by the flush's deadline leaves nothing unresolved: once idle, the
+/// writer raises its low-water mark to `wal/next_seq` (ARCHITECTURE §5), past both sequences.
+/// (The hedge's sequence was counted unresolved until its task ended; cut off, it stayed
+/// counted, and the mark never rose again, holding compaction and the cleaner back.)
+#[tokio::test(start_paused = true)]
+async fn a_hedge_cut_off_by_the_deadline_leaves_the_idle_mark_free_to_rise() -> Result<()> {
+    use objstore::faults::{Action, FaultyStore, Op, Trigger};
+    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("hedgecut"), "w");
+    let keys = logstore::keys::Keys::new(&cfg.cluster);
+    cfg.flush_interval = Duration::from_secs(1);
+    cfg.min_flush_interval = Some(Duration::ZERO);
+    cfg.hedge_quantile = Some(0.95);
+    cfg.flush_deadline = Duration::from_secs(2);
+    cfg.lease_ttl = Duration::from_secs(3);
+    let (objects, faults) = FaultyStore::new(Arc::new(InMemory::new()));
+    // The 31st PUT and its hedge stall past the deadline; every PUT takes 20 ms.
+    faults.add(Op::Put, Trigger::Nth(31), Action::Delay(Duration::from_secs(60)));
+    faults.add(Op::Put, Trigger::Nth(32), Action::Delay(Duration::from_secs(60)));
+    faults.delay(Op::Put, Duration::from_millis(20));
+    let meta = memory();
+    let w = LogStorage::open(meta.clone(), objects, cfg, Arc::new(SystemClock)).await?;
+    let log = w.create_log().await?;
+    for i in 0..30 - faults.calls(Op::Put) {
+        w.append(log, 1, Bytes::from(format!("e{i}")), None).await?;
+    }
+    let cut = w.append(log, 1, Bytes::from_static(b"cut"), None).await;
+    ensure!(cut.is_err(), "a PUT past its deadline was answered {cut:?}");
+    ensure!(faults.calls(Op::Put) == 32, "{} PUTs: not hedged", faults.calls(Op::Put));
+    // Idle for a few lease renewals (each may raise the mark).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let value = |k: Vec<u8>| {
+        let meta = meta.clone();
+        async move {
+            let kv = meta.get(&k).await?.ok_or_else(|| anyhow::anyhow!("no key"))?;
+            anyhow::Ok(std::str::from_utf8(&kv.value)?.parse::<u64>()?)
+        }
+    };
+    let (mark, next) = (value(keys.low_water("w")).await?, value(keys.next_seq()).await?);
+    ensure!(mark == next, "the idle writer's mark stayed at {mark}, wal/next_seq is {next}");
+    w.shutdown().await;
+    Ok(())
+}
+
 /// Appends `n` entries to `log`, one every `every`, each from its own task (so they are
 /// admitted in their order); the slowest acknowledgement.
 async fn steady(w: &LogStorage, log: logstore::LogId, n: u64, every: Duration) -> Result<Duration> {
