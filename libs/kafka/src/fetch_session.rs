@@ -12,13 +12,13 @@
 //! idle for [`EVICTABLE_AFTER`] makes room for a new one. A session belongs to the principal
 //! that opened it: another's request for it finds none.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::fetch_request::FetchPartition;
-use kafka_protocol::messages::fetch_request::FetchTopic;
+use kafka_protocol::messages::fetch_request::{FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use parking_lot::Mutex;
@@ -93,6 +93,61 @@ pub(crate) enum Context {
     Incremental(i32),
 }
 
+impl Session {
+    /// Names `topics`' partitions in the session at the fetch positions given: one it has takes
+    /// its new position (a partition named twice, the later, as the read takes it); one new to it
+    /// goes at the back, answered the first time whatever it holds.
+    fn name(&mut self, topics: &[FetchTopic]) {
+        for t in topics {
+            let topic: Arc<str> = t.topic.0.as_str().into();
+            for p in &t.partitions {
+                let k = (topic.clone(), p.partition);
+                let part = self.parts.entry(k.clone()).or_insert_with(|| {
+                    self.bytes += key_bytes(&k);
+                    self.order.push_back(k);
+                    Part {
+                        fetch_offset: 0,
+                        max_bytes: 0,
+                        high_watermark: -1,
+                        last_stable_offset: -1,
+                        log_start_offset: -1,
+                    }
+                });
+                (part.fetch_offset, part.max_bytes) = (p.fetch_offset, p.partition_max_bytes);
+            }
+        }
+    }
+
+    /// Drops the partitions `forgotten` names.
+    fn forget(&mut self, forgotten: &[ForgottenTopic]) {
+        let mut gone = HashSet::new();
+        for t in forgotten {
+            let topic: Arc<str> = t.topic.0.as_str().into();
+            for p in &t.partitions {
+                let k = (topic.clone(), *p);
+                if self.parts.remove(&k).is_some() {
+                    self.bytes -= key_bytes(&k);
+                    gone.insert(k);
+                }
+            }
+        }
+        if !gone.is_empty() {
+            self.order.retain(|k| !gone.contains(k));
+        }
+    }
+
+    /// Moves `keys` (in the session) to the back of its order, in their order: one pass,
+    /// however many.
+    fn move_to_back(&mut self, keys: Vec<Key>) {
+        if keys.is_empty() {
+            return;
+        }
+        let moved: HashSet<&Key> = keys.iter().collect();
+        self.order.retain(|k| !moved.contains(k));
+        self.order.extend(keys);
+    }
+}
+
 fn key_bytes(k: &Key) -> usize {
     PARTITION_BYTES + k.0.len()
 }
@@ -127,43 +182,8 @@ impl FetchSessions {
         s.epoch = next_epoch(epoch);
         s.used = Instant::now();
         let before = s.bytes;
-        for t in &req.forgotten_topics_data {
-            let topic: Arc<str> = t.topic.0.as_str().into();
-            for p in &t.partitions {
-                let k = (topic.clone(), *p);
-                if s.parts.remove(&k).is_some() {
-                    s.order.retain(|o| *o != k);
-                    s.bytes -= key_bytes(&k);
-                }
-            }
-        }
-        for t in &req.topics {
-            let topic: Arc<str> = t.topic.0.as_str().into();
-            for p in &t.partitions {
-                let k = (topic.clone(), p.partition);
-                match s.parts.get_mut(&k) {
-                    Some(part) => {
-                        (part.fetch_offset, part.max_bytes) =
-                            (p.fetch_offset, p.partition_max_bytes)
-                    }
-                    None => {
-                        s.bytes += key_bytes(&k);
-                        s.order.push_back(k.clone());
-                        s.parts.insert(
-                            k,
-                            Part {
-                                fetch_offset: p.fetch_offset,
-                                max_bytes: p.partition_max_bytes,
-                                // Answered the first time, whatever it holds.
-                                high_watermark: -1,
-                                last_stable_offset: -1,
-                                log_start_offset: -1,
-                            },
-                        );
-                    }
-                }
-            }
-        }
+        s.forget(&req.forgotten_topics_data);
+        s.name(&req.topics);
         let after = s.bytes;
         cache.bytes = cache.bytes - before + after;
         if cache.bytes > MAX_SESSION_BYTES {
@@ -179,8 +199,8 @@ impl FetchSessions {
     }
 
     /// Completes a fetch's answer for its context: a new session of the partitions `asked` for
-    /// is opened (its id in the answer, or 0 when the cache has no room), an incremental answer keeps only the
-    /// partitions with something new. Partitions left out hold no records (so the answer's
+    /// is opened (its id in the answer, or 0 when the cache has no room), an incremental answer
+    /// keeps only the partitions with something new. Partitions left out hold no records (so the answer's
     /// stored batches stay as they are).
     pub(crate) fn finish(
         &self,
@@ -215,10 +235,7 @@ impl FetchSessions {
                     });
                 }
                 resp.responses.retain(|t| !t.partitions.is_empty());
-                for k in answered {
-                    s.order.retain(|o| *o != k);
-                    s.order.push_back(k);
-                }
+                s.move_to_back(answered);
             }
         }
     }
@@ -239,27 +256,7 @@ impl FetchSessions {
             bytes: 0,
             used: Instant::now(),
         };
-        for t in asked {
-            let topic: Arc<str> = t.topic.0.as_str().into();
-            for p in &t.partitions {
-                let k = (topic.clone(), p.partition);
-                if s.parts.contains_key(&k) {
-                    continue;
-                }
-                s.bytes += key_bytes(&k);
-                s.order.push_back(k.clone());
-                s.parts.insert(
-                    k,
-                    Part {
-                        fetch_offset: p.fetch_offset,
-                        max_bytes: p.partition_max_bytes,
-                        high_watermark: -1,
-                        last_stable_offset: -1,
-                        log_start_offset: -1,
-                    },
-                );
-            }
-        }
+        s.name(asked);
         if s.parts.is_empty() {
             return None;
         }
