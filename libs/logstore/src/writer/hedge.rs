@@ -59,7 +59,8 @@ impl PutTimes {
 }
 
 /// PUTs a flush's object as WAL sequence `seq`, hedged when the writer hedges: the sequence
-/// the object was stored under.
+/// the object was stored under. A stored object's time (from the first PUT's start) joins the
+/// writer's PUT times.
 pub(super) async fn put_object(
     core: &Core,
     seq: u64,
@@ -67,38 +68,34 @@ pub(super) async fn put_object(
     object: &Bytes,
 ) -> Result<u64, LogError> {
     let started = Instant::now();
+    let r = race(core, seq, incarnation, object).await;
+    if r.is_ok() {
+        core.put_times.record(object.len(), started.elapsed());
+    }
+    r
+}
+
+/// The first PUT, and a second under a new sequence once the first is out past the hedge
+/// delay: the first to succeed.
+async fn race(core: &Core, seq: u64, incarnation: i64, object: &Bytes) -> Result<u64, LogError> {
     let after = core.cfg.hedge_quantile.and_then(|q| core.put_times.hedge_after(object.len(), q));
     let first = put_as(core, seq, object);
     tokio::pin!(first);
-    let Some(after) = after else {
-        let r = first.await;
-        if r.is_ok() {
-            core.put_times.record(object.len(), started.elapsed());
-        }
-        return r;
-    };
+    let Some(after) = after else { return first.await };
     // The first PUT answering at the very moment is not hedged.
     tokio::select! {
         biased;
-        r = &mut first => {
-            if r.is_ok() {
-                core.put_times.record(object.len(), started.elapsed());
-            }
-            return r;
-        }
+        r = &mut first => return r,
         _ = tokio::time::sleep(after) => {}
     }
     // A sequence of the same incarnation (the flush commits under it), counted unresolved
-    // until both PUTs settle or are cut off: the flush's own sequence stays unresolved until it commits, and
-    // the committer puts the lower of the two as its low-water mark.
-    let (second, _settles) = match core.next_seq().await {
-        Ok((s, i)) if i == incarnation => (s, Settles(core)),
-        Ok(_) => {
-            core.resolved();
-            return first.await;
-        }
-        Err(_) => return first.await,
-    };
+    // until both PUTs settle or are cut off; the flush's own sequence stays unresolved until
+    // it commits, and the committer puts the lower of the two as its low-water mark.
+    let Ok((second, of)) = core.next_seq().await else { return first.await };
+    let _settles = Settles(core);
+    if of != incarnation {
+        return first.await;
+    }
     let hedge = put_as(core, second, object);
     tokio::pin!(hedge);
     let (r, hedge_won) = tokio::select! {
@@ -112,17 +109,14 @@ pub(super) async fn put_object(
             Err(_) => (first.await, false),
         },
     };
-    if r.is_ok() {
-        core.put_times.record(object.len(), started.elapsed());
-    }
     if let Some(o) = core.observer.get() {
         o.hedged(r.is_ok() && hedge_won);
     }
     r
 }
 
-/// Resolves the hedge's sequence when dropped: once both PUTs settled, or when the flush's
-/// deadline cuts them off (a count left unresolved would keep the idle writer's low-water mark
+/// Resolves the hedge's sequence when dropped: once both PUTs settled (or the sequence came
+/// from a later incarnation and was not used), or when the flush's deadline cuts them off (a count left unresolved would keep the idle writer's low-water mark
 /// down for good).
 struct Settles<'a>(&'a Core);
 
