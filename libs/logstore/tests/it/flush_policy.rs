@@ -149,32 +149,51 @@ async fn an_interval_writer_waits_for_the_flush_interval() -> Result<()> {
     Ok(())
 }
 
+/// An eager writer (no spacing, 1 s flush interval) hedging at `cfg.hedge_quantile`, over an
+/// object store whose every PUT takes 20 ms but the `stalls` (the nth PUTs, each held `stall`),
+/// with a log and 30 PUTs behind it (twenty times, the fewest hedging goes by, and ten more):
+/// the writer, the store's faults, the log.
+async fn warmed_over_stalls(
+    mut cfg: LogStorageConfig,
+    meta: Arc<dyn MetadataStore>,
+    stalls: &[u64],
+    stall: Duration,
+) -> Result<(LogStorage, objstore::faults::FaultHandle, logstore::LogId)> {
+    use objstore::faults::{Action, FaultyStore, Op, Trigger};
+    cfg.flush_interval = Duration::from_secs(1);
+    cfg.min_flush_interval = Some(Duration::ZERO);
+    let (objects, faults) = FaultyStore::new(Arc::new(InMemory::new()));
+    for n in stalls {
+        faults.add(Op::Put, Trigger::Nth(*n), Action::Delay(stall));
+    }
+    faults.delay(Op::Put, HEDGED_PUT);
+    let w = LogStorage::open(meta, objects, cfg, Arc::new(SystemClock)).await?;
+    let log = w.create_log().await?;
+    for i in 0..30 - faults.calls(Op::Put) {
+        w.append(log, 1, Bytes::from(format!("e{i}")), None).await?;
+    }
+    ensure!(faults.calls(Op::Put) == 30, "{} PUTs before the stall", faults.calls(Op::Put));
+    Ok((w, faults, log))
+}
+
+/// The PUT time of [`warmed_over_stalls`].
+const HEDGED_PUT: Duration = Duration::from_millis(20);
+
 /// Hedged PUTs (ARCHITECTURE §3.2): once the writer has enough PUT times, a PUT still out at
 /// their quantile is raced by a second PUT of its object under a new WAL sequence; the append
 /// is acknowledged once that one is stored, and its entry is read from it (the tail cache off:
 /// a GET of the object the index names). Without hedging the same append waits out the stall.
 #[tokio::test(start_paused = true)]
 async fn a_stalled_put_is_hedged_under_a_new_sequence() -> Result<()> {
-    use objstore::faults::{Action, FaultyStore, Op, Trigger};
-    let put = Duration::from_millis(20);
+    use objstore::faults::Op;
+    let put = HEDGED_PUT;
     for hedge in [Some(0.95), None] {
         let mut cfg = LogStorageConfig::new(testkit::unique_prefix("hedge"), "w");
-        cfg.flush_interval = Duration::from_secs(1);
-        cfg.min_flush_interval = Some(Duration::ZERO);
         cfg.hedge_quantile = hedge;
         cfg.tail_cache_bytes = 0;
-        let (objects, faults) = FaultyStore::new(Arc::new(InMemory::new()));
-        // Every PUT takes 20 ms but the 31st, which stalls for 10 s.
-        faults.add(Op::Put, Trigger::Nth(31), Action::Delay(Duration::from_secs(10)));
-        faults.delay(Op::Put, put);
-        let w = LogStorage::open(memory(), objects.clone(), cfg, Arc::new(SystemClock)).await?;
-        let log = w.create_log().await?;
-        let puts0 = faults.calls(Op::Put);
-        // Twenty PUT times, the fewest hedging goes by, and ten more.
-        for i in 0..31 - puts0 - 1 {
-            w.append(log, 1, Bytes::from(format!("e{i}")), None).await?;
-        }
-        ensure!(faults.calls(Op::Put) == 30, "{} PUTs before, from {puts0}", faults.calls(Op::Put));
+        // The 31st PUT stalls for 10 s.
+        let (w, faults, log) =
+            warmed_over_stalls(cfg, memory(), &[31], Duration::from_secs(10)).await?;
         let t0 = Instant::now();
         let h = w.append(log, 1, Bytes::from_static(b"stalled"), None).await?;
         let took = t0.elapsed();
@@ -208,25 +227,16 @@ async fn a_stalled_put_is_hedged_under_a_new_sequence() -> Result<()> {
 /// counted, and the mark never rose again, holding compaction and the cleaner back.)
 #[tokio::test(start_paused = true)]
 async fn a_hedge_cut_off_by_the_deadline_leaves_the_idle_mark_free_to_rise() -> Result<()> {
-    use objstore::faults::{Action, FaultyStore, Op, Trigger};
+    use objstore::faults::Op;
     let mut cfg = LogStorageConfig::new(testkit::unique_prefix("hedgecut"), "w");
     let keys = logstore::keys::Keys::new(&cfg.cluster);
-    cfg.flush_interval = Duration::from_secs(1);
-    cfg.min_flush_interval = Some(Duration::ZERO);
     cfg.hedge_quantile = Some(0.95);
     cfg.flush_deadline = Duration::from_secs(2);
     cfg.lease_ttl = Duration::from_secs(3);
-    let (objects, faults) = FaultyStore::new(Arc::new(InMemory::new()));
-    // The 31st PUT and its hedge stall past the deadline; every PUT takes 20 ms.
-    faults.add(Op::Put, Trigger::Nth(31), Action::Delay(Duration::from_secs(60)));
-    faults.add(Op::Put, Trigger::Nth(32), Action::Delay(Duration::from_secs(60)));
-    faults.delay(Op::Put, Duration::from_millis(20));
     let meta = memory();
-    let w = LogStorage::open(meta.clone(), objects, cfg, Arc::new(SystemClock)).await?;
-    let log = w.create_log().await?;
-    for i in 0..30 - faults.calls(Op::Put) {
-        w.append(log, 1, Bytes::from(format!("e{i}")), None).await?;
-    }
+    // The 31st PUT and its hedge stall past the deadline.
+    let stall = Duration::from_secs(60);
+    let (w, faults, log) = warmed_over_stalls(cfg, meta.clone(), &[31, 32], stall).await?;
     let cut = w.append(log, 1, Bytes::from_static(b"cut"), None).await;
     ensure!(cut.is_err(), "a PUT past its deadline was answered {cut:?}");
     ensure!(faults.calls(Op::Put) == 32, "{} PUTs: not hedged", faults.calls(Op::Put));
