@@ -39,6 +39,33 @@ def table(rows):
         ]) + " |")
 
 
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
+
+
+def svg_frame(w, h, m, title, note, ylabel, top, sy, xlabel=None):
+    """A chart's opening: the canvas, title and note, both axes, their labels and five y ticks
+    up to `top` (placed by `sy`)."""
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{w}" height="{h}" fill="white"/>',
+           f'<text x="{w/2}" y="20" text-anchor="middle" font-size="14">{title}</text>',
+           f'<text x="{w/2}" y="38" text-anchor="middle" fill="#555">{note}</text>',
+           f'<line x1="{m}" y1="{h-m}" x2="{w-m}" y2="{h-m}" stroke="black"/>',
+           f'<line x1="{m}" y1="{m}" x2="{m}" y2="{h-m}" stroke="black"/>']
+    if xlabel:
+        out.append(f'<text x="{w/2}" y="{h-15}" text-anchor="middle">{xlabel}</text>')
+    out.append(f'<text x="15" y="{h/2}" text-anchor="middle" transform="rotate(-90 15 {h/2})">{ylabel}</text>')
+    for i in range(5):
+        y = top * i / 4
+        out.append(f'<text x="{m-6}" y="{sy(y)+4:.1f}" text-anchor="end">{y:.0f}</text>')
+    return out
+
+
+def svg_write(path, out):
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out))
+
+
 def svg_lines(path, title, xlabel, ylabel, series, machine, logx=False):
     """series: {name: [(x, y), ...]}; writes a small line chart."""
     import math
@@ -52,31 +79,18 @@ def svg_lines(path, title, xlabel, ylabel, series, machine, logx=False):
     y1 = max(ys) * 1.1 or 1
     sx = lambda x: m + (fx(x) - x0) / ((x1 - x0) or 1) * (w - 2 * m)
     sy = lambda y: h - m - y / y1 * (h - 2 * m)
-    colors = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
-           f'<rect width="{w}" height="{h}" fill="white"/>',
-           f'<text x="{w/2}" y="20" text-anchor="middle" font-size="14">{title}</text>',
-           f'<text x="{w/2}" y="38" text-anchor="middle" fill="#555">{machine}</text>',
-           f'<line x1="{m}" y1="{h-m}" x2="{w-m}" y2="{h-m}" stroke="black"/>',
-           f'<line x1="{m}" y1="{m}" x2="{m}" y2="{h-m}" stroke="black"/>',
-           f'<text x="{w/2}" y="{h-15}" text-anchor="middle">{xlabel}</text>',
-           f'<text x="15" y="{h/2}" text-anchor="middle" transform="rotate(-90 15 {h/2})">{ylabel}</text>']
+    out = svg_frame(w, h, m, title, machine, ylabel, y1, sy, xlabel)
     for x in sorted(set(xs)):
         out.append(f'<text x="{sx(x):.1f}" y="{h-m+16}" text-anchor="middle">{x:g}</text>')
-    for i in range(5):
-        y = y1 * i / 4
-        out.append(f'<text x="{m-6}" y="{sy(y)+4:.1f}" text-anchor="end">{y:.0f}</text>')
     for i, (name, pts) in enumerate(sorted(series.items())):
-        c = colors[i % len(colors)]
+        c = COLORS[i % len(COLORS)]
         pts = sorted(pts)
         out.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>' %
                    (c, " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)))
         for x, y in pts:
             out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{c}"/>')
         out.append(f'<text x="{w-m+5}" y="{m+16*i}" fill="{c}">{name}</text>')
-    out.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(out))
+    svg_write(path, out)
 
 
 def svg_bars(path, title, ylabel, groups, note, marks=()):
@@ -93,23 +107,13 @@ def svg_bars(path, title, ylabel, groups, note, marks=()):
     gw = (w - 2 * m) / max(len(groups), 1)
     bw = gw * 0.8 / max(len(names), 1)
     sy = lambda y: h - m - y / top * (h - 2 * m)
-    colors = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
-           f'<rect width="{w}" height="{h}" fill="white"/>',
-           f'<text x="{w/2}" y="20" text-anchor="middle" font-size="14">{title}</text>',
-           f'<text x="{w/2}" y="38" text-anchor="middle" fill="#555">{note}</text>',
-           f'<line x1="{m}" y1="{h-m}" x2="{w-m}" y2="{h-m}" stroke="black"/>',
-           f'<line x1="{m}" y1="{m}" x2="{m}" y2="{h-m}" stroke="black"/>',
-           f'<text x="15" y="{h/2}" text-anchor="middle" transform="rotate(-90 15 {h/2})">{ylabel}</text>']
-    for i in range(5):
-        y = top * i / 4
-        out.append(f'<text x="{m-6}" y="{sy(y)+4:.1f}" text-anchor="end">{y:.0f}</text>')
+    out = svg_frame(w, h, m, title, note, ylabel, top, sy)
     for g, (label, bars) in enumerate(groups):
         x0 = m + g * gw + gw * 0.1
         out.append(f'<text x="{m + (g + 0.5) * gw:.1f}" y="{h-m+16}" text-anchor="middle">{label}</text>')
         for name, value, inner in bars:
             k = names.index(name)
-            x, c = x0 + k * bw, colors[k % len(colors)]
+            x, c = x0 + k * bw, COLORS[k % len(COLORS)]
             out.append(f'<rect x="{x:.1f}" y="{sy(value):.1f}" width="{bw*0.9:.1f}" '
                        f'height="{sy(0)-sy(value):.1f}" fill="{c}" fill-opacity="0.45"/>')
             if inner is not None:
@@ -123,10 +127,8 @@ def svg_bars(path, title, ylabel, groups, note, marks=()):
                    f'stroke="black" stroke-dasharray="4 3"/>')
         out.append(f'<text x="{x1:.1f}" y="{sy(value)-3:.1f}" text-anchor="end" font-size="10">{text}</text>')
     for k, name in enumerate(names):
-        out.append(f'<text x="{m + 8}" y="{m + 16 * k}" fill="{colors[k % len(colors)]}">{name}</text>')
-    out.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(out))
+        out.append(f'<text x="{m + 8}" y="{m + 16 * k}" fill="{COLORS[k % len(COLORS)]}">{name}</text>')
+    svg_write(path, out)
 
 
 def peers(peers_path, latency_path, outdir):
