@@ -12,6 +12,7 @@ pub mod counting;
 pub mod faults;
 pub mod keys;
 pub mod latency;
+pub mod local;
 
 use std::sync::Arc;
 
@@ -49,7 +50,9 @@ pub fn build(config: &config::ObjectStoreConfig) -> Result<Arc<dyn ObjectStore>,
                 path: c.path.display().to_string(),
                 source,
             })?;
-            Arc::new(LocalFileSystem::new_with_prefix(&c.path)?.with_fsync(true))
+            Arc::new(local::LocalStore::new(
+                LocalFileSystem::new_with_prefix(&c.path)?.with_fsync(true),
+            ))
         }
         config::ObjectStoreConfig::S3(c) => {
             let mut b = AmazonS3Builder::new()

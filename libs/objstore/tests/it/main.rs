@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::{Result, anyhow, ensure};
 use bytes::Bytes;
 use futures::TryStreamExt;
-use objstore::object_store::{ObjectStore, ObjectStoreExt};
+use objstore::object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 use objstore::{Path, put_create_only};
 
 struct Fixture {
@@ -88,6 +88,20 @@ async fn ranged_get_returns_exactly_the_range(store: Arc<dyn ObjectStore>) -> Re
     ensure!(store.get_range(&p, 9_990..10_000).await? == data.slice(9_990..10_000));
     let many = store.get_ranges(&p, &[10..20, 5000..5100, 9000..10_000]).await?;
     ensure!(many == vec![data.slice(10..20), data.slice(5000..5100), data.slice(9000..10_000)]);
+    // The last bytes, from an offset, and a range past the end (cut at it): each with the
+    // object's size and the range answered.
+    for (range, want) in [
+        (GetRange::Suffix(100), 9_900..10_000),
+        (GetRange::Offset(7_000), 7_000..10_000),
+        (GetRange::Bounded(9_000..20_000), 9_000..10_000),
+    ] {
+        let opts = GetOptions { range: Some(range.clone()), ..Default::default() };
+        let got = store.get_opts(&p, opts).await?;
+        ensure!(got.meta.size == 10_000 && got.range == want, "{range}: {:?}", got.range);
+        let bytes = got.bytes().await?;
+        ensure!(bytes == data.slice(want.start as usize..want.end as usize), "{range}: bytes");
+    }
+    ensure!(store.get_range(&p, 10_000..10_001).await.is_err(), "a range after the end");
     Ok(())
 }
 
