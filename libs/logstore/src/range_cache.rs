@@ -2,7 +2,7 @@
 //! range share one GET (single flight).
 
 use parking_lot::Mutex;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -23,6 +23,9 @@ struct Inner {
     held: Option<OwnedSemaphorePermit>,
     /// Objects cached whole (keyed `(object, 0, len)`), by name: any range of them is a hit.
     whole: HashMap<String, u64>,
+    /// Entries whose contents were checked (checksums) since they were cached, or that never
+    /// left this process (a writer's own objects): a read of them need not check again.
+    checked: HashSet<Key>,
 }
 
 impl Inner {
@@ -32,6 +35,7 @@ impl Inner {
         if old.1 == 0 && self.whole.get(&old.0) == Some(&old.2) {
             self.whole.remove(&old.0);
         }
+        self.checked.remove(&old);
         let len = self.cached.remove(&old).map_or(0, |v| v.len());
         self.bytes -= len;
         if len > 0
@@ -102,15 +106,43 @@ impl RangeCache {
     /// Puts a whole object in (a writer's write-through of a WAL object it just committed
     /// from): any range of it is then a hit. Whole, because a range sliced out of it would keep
     /// all of it in memory while counting only its own bytes (a hundred logs' runs of one 8
-    /// MiB object, a few cached: the whole 8 MiB held for a few hundred KiB counted).
+    /// MiB object, a few cached: the whole 8 MiB held for a few hundred KiB counted). Its
+    /// bytes are the ones its checksums were computed over, in this process's memory: checked.
     pub fn insert_object(&self, object: &str, bytes: Bytes) {
         let len = bytes.len() as u64;
         let mut i = self.inner.lock();
         if i.whole.contains_key(object) {
             return;
         }
-        if self.put(&mut i, (object.to_owned(), 0, len), bytes) {
+        let key = (object.to_owned(), 0, len);
+        if self.put(&mut i, key.clone(), bytes) {
             i.whole.insert(object.to_owned(), len);
+            i.checked.insert(key);
+        }
+    }
+
+    /// Whether `bytes`, read of the range, are what the cache holds for it (as it is, or in a
+    /// whole object put in), and if so whether they were checked ([`Self::mark_checked`];
+    /// whole objects put in always are).
+    pub fn checked(&self, object: &str, start: u64, end: u64, bytes: &Bytes) -> Option<bool> {
+        let i = self.inner.lock();
+        let key = (object.to_owned(), start, end);
+        if let Some(b) = i.cached.get(&key) {
+            return same(b, bytes).then(|| i.checked.contains(&key));
+        }
+        let &len = i.whole.get(object)?;
+        let whole = (object.to_owned(), 0, len);
+        let b = i.cached.get(&whole).filter(|_| start <= end && end <= len)?;
+        same(&b.slice(start as usize..end as usize), bytes).then(|| i.checked.contains(&whole))
+    }
+
+    /// Notes that `bytes`, read of the range, were checked, if they are what the cache holds
+    /// for it: a read of them from the cache need not check them again until it is evicted.
+    pub fn mark_checked(&self, object: &str, start: u64, end: u64, bytes: &Bytes) {
+        let mut i = self.inner.lock();
+        let key = (object.to_owned(), start, end);
+        if i.cached.get(&key).is_some_and(|b| same(b, bytes)) {
+            i.checked.insert(key);
         }
     }
 
@@ -189,6 +221,11 @@ impl RangeCache {
         }
         r
     }
+}
+
+/// The same bytes in memory (not merely equal ones).
+fn same(a: &Bytes, b: &Bytes) -> bool {
+    a.as_ptr() == b.as_ptr() && a.len() == b.len()
 }
 
 #[cfg(test)]
@@ -296,6 +333,36 @@ mod tests {
         }
         let i = cache.inner.lock();
         assert!(i.bytes <= 100 && i.cached.len() == 2, "{} bytes in {}", i.bytes, i.cached.len());
+    }
+
+    /// A range is checked once while cached, and only the bytes cached: a whole object put in
+    /// is checked, a fetched range is not until marked, equal bytes elsewhere in memory are not
+    /// marked, and an evicted range is checked again.
+    #[tokio::test]
+    async fn ranges_are_checked_once_while_cached() {
+        let cache = RangeCache::new(1000);
+        let object: Bytes = (0..=255u8).cycle().take(300).collect();
+        cache.insert_object("w", object.clone());
+        assert_eq!(cache.checked("w", 10, 20, &object.slice(10..20)), Some(true));
+        let copy = Bytes::copy_from_slice(&object[10..20]);
+        assert_eq!(cache.checked("w", 10, 20, &copy), None, "not the cached bytes");
+        assert_eq!(cache.checked("w", 10, 400, &object), None, "past its end");
+        let fetched = Bytes::from(vec![5u8; 40]);
+        let f = fetched.clone();
+        let got = cache.get_or_fetch::<LogError, _, _>("r", 0, 40, || async { Ok(f) }).await;
+        let got = got.unwrap_or_default();
+        assert_eq!(cache.checked("r", 0, 40, &got), Some(false));
+        cache.mark_checked("r", 0, 40, &Bytes::copy_from_slice(&got));
+        assert_eq!(cache.checked("r", 0, 40, &got), Some(false), "marked through other bytes");
+        cache.mark_checked("r", 0, 40, &got);
+        assert_eq!(cache.checked("r", 0, 40, &got), Some(true));
+        cache.shrink(1000);
+        assert_eq!(cache.checked("r", 0, 40, &got), None);
+        let again = cache
+            .get_or_fetch::<LogError, _, _>("r", 0, 40, || async { Ok(fetched.clone()) })
+            .await
+            .unwrap_or_default();
+        assert_eq!(cache.checked("r", 0, 40, &again), Some(false), "evicted, checked again");
     }
 
     #[tokio::test]

@@ -685,10 +685,14 @@ impl LogReader {
         let path = loc.object(log);
         let (start, end) = (loc.byte_start, loc.byte_start + loc.byte_len);
         let bytes = self.get_cached(&path, start, end).await?;
-        // The entries' headers, walked without checksums; only the entries `want` takes are
-        // checksummed and returned (a read of a few entries of a cached 64 MiB segment
-        // checksummed all of it, on every read).
+        // The entries' headers, walked without checksums. With `want.verify`, the run's
+        // entries are checksummed once while it is cached (a writer's own objects never: their
+        // bytes are those the checksums were computed over); uncached, only the entries `want`
+        // takes (a read of a few entries of a 64 MiB segment checksummed all of it, on every
+        // read).
         let layout = wal::entry_layout(&bytes).map_err(|e| Missing::Other(e.into()))?;
+        let cached = self.ranges.checked(path.as_ref(), start, end, &bytes);
+        let checked = !want.verify || cached == Some(true);
         let records: u64 = layout.iter().map(|(_, h)| u64::from(h.record_count)).sum();
         if layout.len() != loc.entry_count as usize || records != loc.record_count {
             return Err(Missing::Other(LogError::Corrupt(format!(
@@ -698,6 +702,14 @@ impl LogReader {
                 loc.entry_count,
                 loc.record_count
             ))));
+        }
+        let whole_run = !checked && cached.is_some();
+        if whole_run {
+            for (at, h) in &layout {
+                let len = wal::ENTRY_HEADER_LEN + h.payload_len as usize;
+                wal::decode_entry(&bytes[*at..at + len]).map_err(|e| Missing::Other(e.into()))?;
+            }
+            self.ranges.mark_checked(path.as_ref(), start, end, &bytes);
         }
         let (mut offset, mut cumulative) = (loc.first_offset, loc.cumulative_before);
         let (mut out, mut taken_records, mut taken_bytes) = (Vec::new(), 0u64, 0u64);
@@ -722,7 +734,7 @@ impl LogReader {
                 break;
             }
             let len = wal::ENTRY_HEADER_LEN + h.payload_len as usize;
-            if want.verify {
+            if !checked && !whole_run {
                 wal::decode_entry(&bytes[at..at + len]).map_err(|e| Missing::Other(e.into()))?;
             }
             taken_records += u64::from(h.record_count);

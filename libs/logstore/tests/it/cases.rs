@@ -650,6 +650,16 @@ async fn corrupted_object_is_an_error_never_data(env: Env) -> Result<()> {
         Err(LogError::Corrupt(_)) => {}
         other => return Err(anyhow!("a corrupted entry was served by index: {other:?}")),
     }
+    // A caching reader checks a run once while it is cached: never one that failed its check.
+    let cached = logstore::LogReader::new(env.meta.clone(), env.objects.clone(), &env.cluster)
+        .with_caches(1 << 20, 16);
+    for read in 0..2 {
+        match cached.read_entries(log, h.offset, 1, 1).await {
+            Err(LogError::Corrupt(_)) => {}
+            other => return Err(anyhow!("read {read} from the cache served {other:?}")),
+        }
+    }
+    ensure!(cached.cache_bytes() > 0, "the corrupted run was not cached: the check proves nothing");
     w.shutdown().await;
     Ok(())
 }
