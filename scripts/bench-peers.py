@@ -17,8 +17,10 @@ saturating and at a fixed 10 MiB/s (librdkafka's latency counts from when each r
 so a stall is not hidden; ProducerPerformance reports its own, JVM warm-up included); then every
 record of the saturating librdkafka runs (1 and 8 partitions) consumed back from the beginning by
 librdkafka and by Kafka's ConsumerPerformance (the Java consumer in a group: fetch sessions;
-its fetch-time MB/s, the group join left out), with the server's CPU per GB read. Per run: MB/s, ack p50/p99, the server's CPU seconds per
-GB produced (utime + stime from /proc) and the bytes its data directory grew by per GB.
+its fetch-time MB/s, the group join left out), with the server's CPU per GB read; and the fixed
+10 MiB/s librdkafka runs once more with a librdkafka consumer tailing (end-to-end p50/p99, the
+server's CPU per GB produced and consumed). Per run: MB/s, ack p50/p99, the server's CPU seconds
+per GB produced (utime + stime from /proc) and the bytes its data directory grew by per GB.
 
 With --latency-profile NAME, instead: Lakelog alone, every object-store and metadata request
 delayed as NAME would (`lakelog standalone --latency-profile`: s3-standard, s3-express), once at
@@ -550,13 +552,43 @@ def peer_rows(name, server):
                 yield row
                 if client == "librdkafka" and rate is None:
                     yield from consume_rows(name, server, topic, partitions, records)
+                if client == "librdkafka" and rate is not None:
+                    yield tailing_row(name, server, partitions, rate)
+
+
+def tailing_row(name, server, partitions, rate):
+    """librdkafka at `rate` to `partitions` with a librdkafka consumer tailing: ack and
+    end-to-end p50/p99 (consumed minus the record's producer timestamp) and the server's CPU per
+    GB produced and consumed."""
+    import threading
+    topic = f"tail-{partitions}"
+    create_topic(server.bootstrap, topic, partitions)
+    done, lags = threading.Event(), []
+    t = threading.Thread(target=tail, args=(server.bootstrap, topic, partitions, done, lags))
+    t.start()
+    time.sleep(2)  # the consumer at the end before the first record
+    cpu0 = cpu_seconds(server.proc.pid)
+    records, elapsed, acks = librdkafka_produce(server.bootstrap, topic, partitions, rate)
+    time.sleep(2)  # the last records' commits and deliveries
+    done.set()
+    t.join()
+    if len(lags) < records:
+        sys.exit(f"bench-peers: {name}: the tailing consumer got {len(lags)} of {records} records")
+    return {"server": name, "client": "librdkafka", "partitions": partitions,
+            "load": f"{args.rate_mib:g} MiB/s, a consumer tailing", "records": records,
+            "mb_per_s": round(records * RECORD / elapsed / 1e6, 1),
+            "ack_p50_ms": round(pct(acks, 0.5), 1), "ack_p99_ms": round(pct(acks, 0.99), 1),
+            "e2e_p50_ms": round(pct(lags, 0.5), 1), "e2e_p99_ms": round(pct(lags, 0.99), 1),
+            "cpu_s_per_gb": round((cpu_seconds(server.proc.pid) - cpu0) / (records * RECORD / 1e9), 2),
+            "durability": server.durability}
 
 
 rows = each_server(peer_rows)
-print("| server | client | partitions | load | MB/s | ack p50 ms | ack p99 ms | server CPU s/GB | "
-      "disk GB/GB | durability at ack |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| server | client | partitions | load | MB/s | ack p50 ms | ack p99 ms | end-to-end p50 / p99 ms | "
+      "server CPU s/GB | disk GB/GB | durability at ack |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     print(f"| {r['server']} | {r['client']} | {r['partitions']} | {r['load']} | {r['mb_per_s']} | "
-          f"{r.get('ack_p50_ms', '')} | {r.get('ack_p99_ms', '')} | {r['cpu_s_per_gb']} | "
+          f"{r.get('ack_p50_ms', '')} | {r.get('ack_p99_ms', '')} | "
+          f"{'%s / %s' % (r['e2e_p50_ms'], r['e2e_p99_ms']) if 'e2e_p50_ms' in r else ''} | {r['cpu_s_per_gb']} | "
           f"{r.get('disk_bytes_per_gb', '')} | {r['durability']} |")

@@ -39,7 +39,7 @@ const IN_PLACE_MAX: u64 = 8 << 20;
 const POOLED_MIN: usize = 64 << 10;
 
 /// Bytes of free buffers kept at most.
-const POOL_IDLE_MAX: usize = 32 << 20;
+const POOL_IDLE_MAX: usize = 16 << 20;
 
 /// The name errors of this store carry.
 const STORE: &str = "LocalStore";
