@@ -1,9 +1,10 @@
 //! Lakelog's object storage.
 //!
 //! Owns how an `Arc<dyn ObjectStore>` is built from config ([`build`]: local directory with
-//! fsync, S3-compatible, or in-memory for unit tests), the ONE module that lays out object
-//! keys ([`keys`]), the create-only put every write-once object goes through
-//! ([`put_create_only`]), and a fault-injecting wrapper for tests ([`faults`]).
+//! fsync, whose plain GETs [`local`] reads in place, S3-compatible, or in-memory for unit
+//! tests), the ONE module that lays out object keys ([`keys`]), the create-only put every
+//! write-once object goes through ([`put_create_only`]), and a fault-injecting wrapper for
+//! tests ([`faults`]).
 //!
 //! Depends on no Lakelog crate but `config`. Everything else reaches object storage through
 //! the `object_store` trait, so adapters (prefix, metrics, faults) stack freely.

@@ -16,8 +16,6 @@ use std::fs::{File, Metadata};
 use std::io::{Read, Seek, SeekFrom};
 use std::ops::Range;
 use std::sync::Arc;
-#[cfg(test)]
-use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -32,13 +30,14 @@ use object_store::{
 use parking_lot::Mutex;
 
 /// The largest read done where it is asked for rather than on the blocking pool: from the page
-/// cache a few hundred microseconds at most.
+/// cache about a millisecond at most (a WAL object's run is far smaller).
 const IN_PLACE_MAX: u64 = 8 << 20;
 
 /// Reads smaller than this are not pooled (the allocator's small pages serve them).
 const POOLED_MIN: usize = 64 << 10;
 
-/// Bytes of free buffers kept at most.
+/// Bytes of free buffers kept at most: memory beside the caches' budgets, and what reading
+/// back at a few hundred MB/s needs for most reads to find one (docs/performance.md).
 const POOL_IDLE_MAX: usize = 16 << 20;
 
 /// The name errors of this store carry.
@@ -357,6 +356,7 @@ impl ObjectStore for LocalStore {
 mod tests {
     use super::*;
     use object_store::ObjectStoreExt;
+    use std::time::Duration;
 
     fn pattern(len: usize) -> Bytes {
         (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(7)).collect::<Vec<u8>>().into()
