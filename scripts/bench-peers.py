@@ -446,8 +446,27 @@ def tail(bootstrap, topic, partitions, done, lags):
     c.close()
 
 
-def run_latency(profile):
+def produce_tailed(bootstrap, topic, partitions, rate, started=lambda: None):
+    """librdkafka at `rate` to a new `topic` while a consumer tails it from its end; `started`
+    is called once the consumer is there, just before the first record. (records, elapsed,
+    acks, end-to-end lags in ms); exits if the consumer missed records."""
     import threading
+    create_topic(bootstrap, topic, partitions)
+    done, lags = threading.Event(), []
+    t = threading.Thread(target=tail, args=(bootstrap, topic, partitions, done, lags))
+    t.start()
+    time.sleep(2)  # the consumer at the end before the first record
+    started()
+    records, elapsed, acks = librdkafka_produce(bootstrap, topic, partitions, rate)
+    time.sleep(2)  # the last records' commits and deliveries
+    done.set()
+    t.join()
+    if len(lags) < records:
+        sys.exit(f"bench-peers: the tailing consumer got {len(lags)} of {records} records")
+    return records, elapsed, acks, lags
+
+
+def run_latency(profile):
     put_price, get_price = PRICES[profile]
 
     def rows(setting, writer):
@@ -456,24 +475,14 @@ def run_latency(profile):
         server = start_lakelog(tmp, profile, writer, metrics_port)
         try:
             for partitions in (1, 8):
-                topic = f"latency-{partitions}"
-                create_topic(server.bootstrap, topic, partitions)
-                done, lags = threading.Event(), []
-                t = threading.Thread(target=tail, args=(server.bootstrap, topic, partitions, done, lags))
-                t.start()
-                time.sleep(2)  # the consumer at the end before the first record
-                before = scrape(metrics_port)
-                records, elapsed, acks = librdkafka_produce(server.bootstrap, topic, partitions,
-                                                            args.rate_mib * 1024 * 1024)
-                time.sleep(2)  # the last records' commits and deliveries
-                done.set()
-                t.join()
-                after = scrape(metrics_port)
+                scraped = []
+                records, elapsed, acks, lags = produce_tailed(
+                    server.bootstrap, f"latency-{partitions}", partitions, args.rate_mib * 1024 * 1024,
+                    lambda: scraped.append(scrape(metrics_port)))
+                before, after = scraped[0], scrape(metrics_port)
                 gib = (records + partitions) * RECORD / 2**30
                 per_gib = lambda name: (after.get(name, 0) - before.get(name, 0)) / gib
                 puts, gets = per_gib("lakelog_object_store_puts_total"), per_gib("lakelog_object_store_gets_total")
-                if len(lags) < records:
-                    sys.exit(f"bench-peers: the tailing consumer got {len(lags)} of {records} records")
                 yield {"profile": profile, "setting": setting, "partitions": partitions,
                        "mb_per_s": round(records * RECORD / elapsed / 1e6, 1),
                        "ack_p50_ms": round(pct(acks, 0.5), 1), "ack_p99_ms": round(pct(acks, 0.99), 1),
@@ -560,26 +569,16 @@ def tailing_row(name, server, partitions, rate):
     """librdkafka at `rate` to `partitions` with a librdkafka consumer tailing: ack and
     end-to-end p50/p99 (consumed minus the record's producer timestamp) and the server's CPU per
     GB produced and consumed."""
-    import threading
-    topic = f"tail-{partitions}"
-    create_topic(server.bootstrap, topic, partitions)
-    done, lags = threading.Event(), []
-    t = threading.Thread(target=tail, args=(server.bootstrap, topic, partitions, done, lags))
-    t.start()
-    time.sleep(2)  # the consumer at the end before the first record
-    cpu0 = cpu_seconds(server.proc.pid)
-    records, elapsed, acks = librdkafka_produce(server.bootstrap, topic, partitions, rate)
-    time.sleep(2)  # the last records' commits and deliveries
-    done.set()
-    t.join()
-    if len(lags) < records:
-        sys.exit(f"bench-peers: {name}: the tailing consumer got {len(lags)} of {records} records")
+    cpu0 = []
+    records, elapsed, acks, lags = produce_tailed(
+        server.bootstrap, f"tail-{partitions}", partitions, rate,
+        lambda: cpu0.append(cpu_seconds(server.proc.pid)))
     return {"server": name, "client": "librdkafka", "partitions": partitions,
             "load": f"{args.rate_mib:g} MiB/s, a consumer tailing", "records": records,
             "mb_per_s": round(records * RECORD / elapsed / 1e6, 1),
             "ack_p50_ms": round(pct(acks, 0.5), 1), "ack_p99_ms": round(pct(acks, 0.99), 1),
             "e2e_p50_ms": round(pct(lags, 0.5), 1), "e2e_p99_ms": round(pct(lags, 0.99), 1),
-            "cpu_s_per_gb": round((cpu_seconds(server.proc.pid) - cpu0) / (records * RECORD / 1e9), 2),
+            "cpu_s_per_gb": round((cpu_seconds(server.proc.pid) - cpu0[0]) / (records * RECORD / 1e9), 2),
             "durability": server.durability}
 
 
