@@ -1,7 +1,7 @@
 //! Lakelog's object storage.
 //!
 //! Owns how an `Arc<dyn ObjectStore>` is built from config ([`build`]: local directory with
-//! fsync, whose plain GETs [`local`] reads in place, S3-compatible, or in-memory for unit
+//! fsync, whose plain puts and long reads [`local`] does with direct I/O, S3-compatible, or in-memory for unit
 //! tests), the ONE module that lays out object keys ([`keys`]), the create-only put every
 //! write-once object goes through ([`put_create_only`]), and a fault-injecting wrapper for
 //! tests ([`faults`]).
