@@ -97,6 +97,15 @@ impl RangeCache {
         self.capacity
     }
 
+    /// Whether `object`'s bytes `start..end` are cached, or being fetched.
+    pub fn contains(&self, object: &str, start: u64, end: u64) -> bool {
+        let i = self.inner.lock();
+        let key = (object.to_owned(), start, end);
+        i.cached.contains_key(&key)
+            || i.inflight.contains_key(&key)
+            || i.whole.get(object).is_some_and(|&len| start <= end && end <= len)
+    }
+
     /// (hits, misses) so far.
     pub fn counts(&self) -> (u64, u64) {
         let i = self.inner.lock();

@@ -763,6 +763,41 @@ impl LogReader {
         }
     }
 
+    /// Reads ahead for a reader catching up: when a run `plan` reads is not in the byte-range
+    /// cache (nor on its way there), the runs `after` it, up to `bytes` of them
+    /// (what this read planned: about what the next read of the log asks for), are fetched
+    /// into the cache in the background, so the next read finds them in memory instead of
+    /// waiting for the store. A read of cached runs (a tailing reader's) reads nothing ahead,
+    /// and a run too large to cache beside others (a segment over an eighth of the cache) is
+    /// not read ahead. A failed read ahead is dropped: the read that wants the run fetches it.
+    fn read_ahead(&self, log: LogId, plan: &[Locator], after: Vec<Locator>, bytes: u64) {
+        let cacheable = |l: &Locator| {
+            l.lake.is_none() && l.byte_len <= self.ranges.capacity() as u64 / 8 && l.byte_len > 0
+        };
+        let end = |l: &Locator| l.byte_start + l.byte_len;
+        let cached =
+            |l: &Locator| self.ranges.contains(l.object(log).as_ref(), l.byte_start, end(l));
+        if !plan.iter().any(|l| cacheable(l) && !cached(l)) {
+            return;
+        }
+        let mut ahead = 0u64;
+        for loc in after.into_iter().take(PARALLEL_FETCHES) {
+            if ahead >= bytes || !cacheable(&loc) {
+                break;
+            }
+            ahead += loc.payload_bytes;
+            let (path, start, end) = (loc.object(log), loc.byte_start, end(&loc));
+            if cached(&loc) {
+                continue;
+            }
+            let (ranges, objects) = (self.ranges.clone(), self.objects.clone());
+            tokio::spawn(async move {
+                let fetch = || async { objects.get_range(&path, start..end).await };
+                let _ = ranges.get_or_fetch(path.as_ref(), start, end, fetch).await;
+            });
+        }
+    }
+
     /// [`Self::get_range`] through the byte-range cache (concurrent asks share one GET).
     async fn get_cached(
         &self,
@@ -1069,6 +1104,8 @@ impl LogReader {
         // Plan the runs the limits need (locators carry their counts), then fetch them
         // concurrently, in order.
         let mut plan: Vec<Locator> = Vec::new();
+        // The window's runs after the plan's (what a reader reading on asks for next).
+        let mut after: Vec<Locator> = Vec::new();
         let (mut records, mut bytes, mut entries) = (0u64, 0u64, 0usize);
         let mut offset = start;
         let mut batch =
@@ -1084,10 +1121,12 @@ impl LogReader {
                     "no index record covers offset {offset} of log {log}"
                 )));
             }
-            for loc in std::mem::take(&mut batch) {
+            let mut window = std::mem::take(&mut batch).into_iter();
+            while let Some(loc) = window.next() {
                 if !plan.is_empty()
                     && (records >= max_records || bytes >= max_bytes || entries >= max_entries)
                 {
+                    after = std::iter::once(loc).chain(window).collect();
                     break 'plan;
                 }
                 records += loc.record_count;
@@ -1100,6 +1139,7 @@ impl LogReader {
                 }
             }
         }
+        self.read_ahead(log, &plan, after, bytes);
         use futures::{StreamExt, TryStreamExt};
         let runs: Vec<Vec<Located>> = futures::stream::iter(
             plan.into_iter().map(|loc| self.fetch_run_resolving(log, loc, want)),

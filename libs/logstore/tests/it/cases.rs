@@ -28,6 +28,7 @@ both_envs!(
     commit_applied_before_the_lease_ended_is_acknowledged,
     stream_logs_are_served_only_by_their_owner,
     cached_reads_and_a_missing_object,
+    a_reader_catching_up_reads_the_next_runs_ahead,
     a_writers_reads_of_what_it_just_committed_need_no_get,
     corrupted_object_is_an_error_never_data,
     readers_never_see_the_high_watermark_go_back,
@@ -597,6 +598,41 @@ async fn cached_reads_and_a_missing_object(env: Env) -> Result<()> {
         Err(LogError::Corrupt(m)) if m.contains("missing") => {}
         other => return Err(anyhow!("a missing object read as {other:?}")),
     }
+    w.shutdown().await;
+    Ok(())
+}
+
+/// A caching reader that reads runs from the store (catching up) fetches the runs after them
+/// in the background, about as many bytes as it read: its next read is served from memory.
+/// Reading cached runs again reads nothing ahead.
+async fn a_reader_catching_up_reads_the_next_runs_ahead(env: Env) -> Result<()> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let w = env.writer("w").await?;
+    let log = w.create_log().await?;
+    // One run per append: each waits for its flush.
+    for i in 0..12 {
+        w.append(log, 1, Bytes::from(vec![i as u8; 100]), None).await?;
+    }
+    let (counted, counts) = objstore::counting::CountingStore::new(env.objects.clone());
+    let reader =
+        logstore::LogReader::new(env.meta.clone(), counted, &env.cluster).with_caches(1 << 20, 64);
+    let first = reader.read_entries(log, 0, 3, u64::MAX).await?;
+    ensure!(first.len() == 3, "{first:?}");
+    // The three runs read, then the three after them, read ahead.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while counts.gets.load(Relaxed) < 6 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    ensure!(counts.gets.load(Relaxed) == 6, "GETs after the first read: {counts:?}");
+    let next = reader.read_entries(log, 3, 3, u64::MAX).await?;
+    ensure!(next.len() == 3 && next[0].payload[..] == [3u8; 100], "{next:?}");
+    // Served from what was read ahead: no GET waited for, and the read found its runs cached
+    // (a read of cached runs reads nothing ahead).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    ensure!(counts.gets.load(Relaxed) == 6, "GETs after the second read: {counts:?}");
+    let again = reader.read_entries(log, 0, 6, u64::MAX).await?;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    ensure!(again.len() == 6 && counts.gets.load(Relaxed) == 6, "rereading: {counts:?}");
     w.shutdown().await;
     Ok(())
 }
