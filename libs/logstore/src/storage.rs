@@ -180,6 +180,12 @@ impl LogStorage {
         self.core.flushes.load(Ordering::Relaxed)
     }
 
+    /// Hedge PUTs (a flush's object PUT a second time, past the hedge delay) so far: every
+    /// flush is one PUT, and each hedge one more.
+    pub fn hedged_puts(&self) -> u64 {
+        self.core.hedges.load(Ordering::Relaxed)
+    }
+
     /// The metadata store this writer uses (roles composed into one process share it).
     pub fn metadata(&self) -> std::sync::Arc<dyn MetadataStore> {
         self.core.meta.clone()

@@ -190,7 +190,7 @@ fn write_direct(
         let w = write_chunks(&mut file, payload, &mut buf);
         buffers.give_back(buf);
         w?;
-        if len % ALIGN != 0 {
+        if !len.is_multiple_of(ALIGN) {
             file.set_len(len as u64)?;
         }
         file.sync_all()?;

@@ -96,6 +96,7 @@ async fn race(core: &Core, seq: u64, incarnation: i64, object: &Bytes) -> Result
     if of != incarnation {
         return first.await;
     }
+    core.hedges.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let hedge = put_as(core, second, object);
     tokio::pin!(hedge);
     let (r, hedge_won) = tokio::select! {

@@ -382,6 +382,8 @@ pub(crate) struct Core {
     members: Mutex<Option<Arc<crate::membership::MemberSet>>>,
     /// WAL objects the flusher has handed to the object store.
     pub flushes: AtomicU64,
+    /// Second PUTs of a flush's object, started past the hedge delay.
+    pub hedges: AtomicU64,
     /// Flushes whose PUT has not answered yet: the eager policy starts one only below
     /// `eager_puts`.
     puts_out: AtomicU64,
@@ -447,6 +449,7 @@ impl Core {
             served: Mutex::new(HashMap::new()),
             members: Mutex::new(None),
             flushes: AtomicU64::new(0),
+            hedges: AtomicU64::new(0),
             closing: AtomicBool::new(false),
             closed: tokio::sync::watch::Sender::new(false),
             observer: std::sync::OnceLock::new(),

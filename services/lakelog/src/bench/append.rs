@@ -239,6 +239,7 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
     let puts = puts1.0.saturating_sub(puts0.0);
     let put_bytes = puts1.1.saturating_sub(puts0.1);
     let flushes = puts1.2.saturating_sub(puts0.2);
+    let hedges = puts1.3.saturating_sub(puts0.3);
     let meta_txns = txns1.0.saturating_sub(txns0.0);
     let log_commits = txns1.1.saturating_sub(txns0.1);
 
@@ -287,7 +288,7 @@ pub async fn append(args: AppendArgs, endpoint: &str) -> anyhow::Result<()> {
         ],
     };
     let local = matches!(*target, Target::Local { .. });
-    let stored = Stored { puts, put_bytes, flushes, meta_txns, log_commits };
+    let stored = Stored { puts, put_bytes, flushes, hedges, meta_txns, log_commits };
     store_rows(&mut report, local, &stored, elapsed, gib);
     commit_rows(&mut report, &target);
     report
@@ -487,6 +488,8 @@ struct Stored {
     puts: u64,
     put_bytes: u64,
     flushes: u64,
+    /// Hedge PUTs: each flush is one PUT, and each hedge one more.
+    hedges: u64,
     meta_txns: u64,
     log_commits: u64,
 }
@@ -500,6 +503,7 @@ fn store_rows(report: &mut Report, local: bool, st: &Stored, elapsed: f64, gib: 
         ("puts".into(), opt(st.puts as f64)),
         ("put_bytes".into(), opt(st.put_bytes as f64)),
         ("flushes".into(), opt(st.flushes as f64)),
+        ("hedged_puts".into(), opt(st.hedges as f64)),
         ("metadata_txns".into(), opt(st.meta_txns as f64)),
         ("log_commits".into(), opt(st.log_commits as f64)),
         ("log_commits_per_s".into(), opt(st.log_commits as f64 / elapsed)),
@@ -510,7 +514,10 @@ fn store_rows(report: &mut Report, local: bool, st: &Stored, elapsed: f64, gib: 
     ]);
     if local {
         report.rows.extend([
-            ("PUTs / flushes".into(), format!("{} / {}", st.puts, st.flushes)),
+            (
+                "PUTs / flushes / hedges".into(),
+                format!("{} / {} / {}", st.puts, st.flushes, st.hedges),
+            ),
             (
                 "mean flush bytes".into(),
                 format!("{:.0}", st.put_bytes as f64 / st.puts.max(1) as f64),
@@ -608,14 +615,20 @@ fn baseline_rows(
     ]);
 }
 
-/// ((PUTs, PUT bytes, flushes), (metadata write transactions, log commits)) so far.
-fn counts(t: &Target) -> ((u64, u64, u64), (u64, u64)) {
+/// ((PUTs, PUT bytes, flushes, hedge PUTs), (metadata write transactions, log commits)) so
+/// far.
+fn counts(t: &Target) -> ((u64, u64, u64, u64), (u64, u64)) {
     match t {
         Target::Local { storage, puts, txns, .. } => (
-            (puts.get(&puts.puts), puts.get(&puts.put_bytes), storage.flushes()),
+            (
+                puts.get(&puts.puts),
+                puts.get(&puts.put_bytes),
+                storage.flushes(),
+                storage.hedged_puts(),
+            ),
             (txns.write_txns.load(Ordering::Relaxed), txns.log_commits.load(Ordering::Relaxed)),
         ),
-        Target::Remote { .. } => ((0, 0, 0), (0, 0)),
+        Target::Remote { .. } => ((0, 0, 0, 0), (0, 0)),
     }
 }
 

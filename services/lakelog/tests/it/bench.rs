@@ -35,6 +35,7 @@ fn bench_append_reports_every_promised_figure() -> Result<()> {
         "puts",
         "put_bytes",
         "flushes",
+        "hedged_puts",
         "metadata_txns",
         "puts_per_gib",
         "metadata_txns_per_gib",
@@ -43,14 +44,16 @@ fn bench_append_reports_every_promised_figure() -> Result<()> {
         ensure!(json.contains(key), "JSON lacks {key}: {json}");
     }
     ensure!(stderr.contains("MB/s"), "no progress line on stderr: {stderr}");
-    // Something was appended, and each flush was exactly one PUT (counted apart: PUTs at the
-    // object store, flushes in the writer).
+    // Something was appended, and each flush was exactly one PUT, and each hedge one more
+    // (counted apart: PUTs at the object store, flushes and hedges in the writer).
     let field = |k: &str| -> Option<f64> {
         let at = json.find(&format!("\"{k}\":"))? + k.len() + 3;
         json[at..].split([',', '}']).next()?.parse().ok()
     };
     ensure!(field("entries_per_s").unwrap_or(0.0) > 0.0, "{json}");
-    ensure!(field("puts") == field("flushes") && field("puts").unwrap_or(0.0) >= 1.0, "{json}");
+    let (puts, flushes, hedges) = (field("puts"), field("flushes"), field("hedged_puts"));
+    let made = flushes.zip(hedges).map(|(f, h)| f + h);
+    ensure!(puts == made && puts.unwrap_or(0.0) >= 1.0, "{json}");
     ensure!(field("errors") == Some(0.0), "{json}");
     Ok(())
 }
