@@ -29,21 +29,24 @@ struct Inner {
 }
 
 impl Inner {
-    /// Drops the oldest entry (its permits go back to the budget); its size.
-    fn evict_oldest(&mut self) -> Option<usize> {
+    /// Takes the oldest entry out (its permits go back to the budget); its bytes, for the
+    /// caller to drop once the lock is released: dropping the last of a writer's object gives
+    /// its buffer back to the writer, which may shrink this cache.
+    fn evict_oldest(&mut self) -> Option<Bytes> {
         let old = self.order.pop_front()?;
         if old.1 == 0 && self.whole.get(&old.0) == Some(&old.2) {
             self.whole.remove(&old.0);
         }
         self.checked.remove(&old);
-        let len = self.cached.remove(&old).map_or(0, |v| v.len());
+        let gone = self.cached.remove(&old).unwrap_or_default();
+        let len = gone.len();
         self.bytes -= len;
         if len > 0
             && let Some(h) = self.held.as_mut()
         {
             drop(h.split(len));
         }
-        Some(len)
+        Some(gone)
     }
 }
 
@@ -78,12 +81,14 @@ impl RangeCache {
 
     /// Drops the oldest entries until `bytes` were given back (or the cache is empty).
     pub fn shrink(&self, bytes: usize) {
+        let mut gone = Vec::new();
         let mut i = self.inner.lock();
         let mut freed = 0;
         while freed < bytes
-            && let Some(len) = i.evict_oldest()
+            && let Some(b) = i.evict_oldest()
         {
-            freed += len;
+            freed += b.len();
+            gone.push(b);
         }
     }
 
@@ -119,12 +124,14 @@ impl RangeCache {
     /// bytes are the ones its checksums were computed over, in this process's memory: checked.
     pub fn insert_object(&self, object: &str, bytes: Bytes) {
         let len = bytes.len() as u64;
+        let mut gone = Vec::new();
         let mut i = self.inner.lock();
         if i.whole.contains_key(object) {
+            drop(i);
             return;
         }
         let key = (object.to_owned(), 0, len);
-        if self.put(&mut i, key.clone(), bytes) {
+        if self.put(&mut i, key.clone(), bytes, &mut gone) {
             i.whole.insert(object.to_owned(), len);
             i.checked.insert(key);
         }
@@ -156,23 +163,36 @@ impl RangeCache {
     }
 
     /// Caches `b` under `key` if it fits (capacity, and the budget's free room); whether it did.
-    fn put(&self, i: &mut Inner, key: Key, b: Bytes) -> bool {
+    /// What it evicts, and `b` if not cached, go to `gone`, to be dropped once the lock is
+    /// released ([`Inner::evict_oldest`]).
+    fn put(&self, i: &mut Inner, key: Key, b: Bytes, gone: &mut Vec<Bytes>) -> bool {
         if b.len() > self.capacity || i.cached.contains_key(&key) {
+            gone.push(b);
             return false;
         }
-        while i.bytes + b.len() > self.capacity && i.evict_oldest().is_some() {}
+        while i.bytes + b.len() > self.capacity
+            && let Some(old) = i.evict_oldest()
+        {
+            gone.push(old);
+        }
         if let Some(budget) = &self.budget {
-            let Ok(n) = u32::try_from(b.len()) else { return false };
             // Newer bytes take the room older cached ones hold; past that (appends hold the
             // rest or wait for it), not cached, and nothing evicted for it.
-            if budget.available_permits() + i.bytes < b.len() {
+            let n = u32::try_from(b.len()).ok();
+            let Some(n) = n.filter(|_| budget.available_permits() + i.bytes >= b.len()) else {
+                gone.push(b);
                 return false;
-            }
+            };
             let p = loop {
                 match budget.clone().try_acquire_many_owned(n) {
                     Ok(p) => break p,
-                    Err(_) if i.evict_oldest().is_some() => {}
-                    Err(_) => return false,
+                    Err(_) => match i.evict_oldest() {
+                        Some(old) => gone.push(old),
+                        None => {
+                            gone.push(b);
+                            return false;
+                        }
+                    },
                 }
             };
             match i.held.as_mut() {
@@ -219,6 +239,7 @@ impl RangeCache {
             i.inflight.entry(key.clone()).or_default().clone()
         };
         let r = cell.get_or_try_init(fetch).await.cloned();
+        let mut gone = Vec::new();
         let mut i = self.inner.lock();
         if let Some(c) = i.inflight.get(&key)
             && Arc::ptr_eq(c, &cell)
@@ -226,7 +247,7 @@ impl RangeCache {
             i.inflight.remove(&key);
         }
         if let Ok(b) = &r {
-            self.put(&mut i, key, b.clone());
+            self.put(&mut i, key, b.clone(), &mut gone);
         }
         r
     }

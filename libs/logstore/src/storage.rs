@@ -331,10 +331,12 @@ impl LogStorage {
         }
     }
 
-    /// `permits` of buffer room if free now (the tail cache, which lives in the room appends
-    /// do not hold, gives way first), `None` if not.
+    /// `permits` of buffer room if free now (the tail cache and the WAL object buffers kept
+    /// for later flushes, which live in the room appends do not hold, give way first), `None`
+    /// if not.
     fn try_room(&self, permits: u32) -> Result<Option<OwnedSemaphorePermit>, LogError> {
         if self.core.space.available_permits() < permits as usize {
+            self.core.object_buffers.release();
             self.core.reader.shrink_cache(permits as usize);
         }
         match self.core.space.clone().try_acquire_many_owned(permits) {

@@ -23,7 +23,7 @@
 //!
 //! Depends on no Lakelog crate.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes};
 
 /// Magic of a WAL object, version 1.
 pub const WAL_MAGIC: [u8; 8] = *b"LKLWAL01";
@@ -125,7 +125,7 @@ pub struct Entry {
 #[derive(Debug)]
 pub struct ObjectBuilder {
     kind: ObjectKind,
-    buf: BytesMut,
+    buf: Vec<u8>,
     chunks: Vec<ChunkMeta>,
 }
 
@@ -137,7 +137,14 @@ impl ObjectBuilder {
     /// A builder whose buffer is allocated once for `bytes` (payloads plus
     /// [`ENTRY_HEADER_LEN`] per entry), so building never reallocates and copies.
     pub fn with_capacity(kind: ObjectKind, bytes: usize) -> Self {
-        ObjectBuilder { kind, buf: BytesMut::with_capacity(bytes), chunks: Vec::new() }
+        Self::with_buffer(kind, Vec::with_capacity(bytes))
+    }
+
+    /// A builder that writes into `buf` (emptied first, its capacity kept): a caller recycling
+    /// buffers gets the one it gave back from [`Self::finish_vec`].
+    pub fn with_buffer(kind: ObjectKind, mut buf: Vec<u8>) -> Self {
+        buf.clear();
+        ObjectBuilder { kind, buf, chunks: Vec::new() }
     }
 
     /// Starts the chunk of `log`. Every chunk of a WAL object belongs to a different log.
@@ -190,7 +197,12 @@ impl ObjectBuilder {
     }
 
     /// Writes the footer and trailer; returns the object and its chunks.
-    pub fn finish(mut self) -> Result<(Bytes, Vec<ChunkMeta>), FormatError> {
+    pub fn finish(self) -> Result<(Bytes, Vec<ChunkMeta>), FormatError> {
+        self.finish_vec().map(|(object, chunks)| (Bytes::from(object), chunks))
+    }
+
+    /// [`Self::finish`], the object in the buffer it was built in.
+    pub fn finish_vec(mut self) -> Result<(Vec<u8>, Vec<ChunkMeta>), FormatError> {
         self.chunks.retain(|c| !c.entries.is_empty());
         let footer_start = self.buf.len();
         self.buf.put_u16_le(FOOTER_VERSION);
@@ -216,7 +228,7 @@ impl ObjectBuilder {
         self.buf.put_u32_le(footer_len);
         self.buf.put_u32_le(crc);
         self.buf.put_slice(&self.kind.magic());
-        Ok((self.buf.freeze(), self.chunks))
+        Ok((self.buf, self.chunks))
     }
 }
 

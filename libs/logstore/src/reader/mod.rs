@@ -352,6 +352,11 @@ impl LogReader {
         self.ranges.len_bytes()
     }
 
+    /// The byte-range cache (a writer's tail cache), shared.
+    pub(crate) fn range_cache(&self) -> RangeCache {
+        self.ranges.clone()
+    }
+
     /// (hits, misses) of the byte-range cache.
     pub fn cache_counts(&self) -> (u64, u64) {
         self.ranges.counts()

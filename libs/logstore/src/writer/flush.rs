@@ -44,15 +44,21 @@ pub(super) async fn flusher(core: Arc<Core>, to_committer: mpsc::Sender<Flush>) 
                 continue;
             }
         };
-        let (flush, object, room) =
-            match build_flush(seq, incarnation, taken.entries, began, core.cfg.flush_deadline) {
-                Ok(f) => f,
-                Err((e, entries)) => {
-                    fail_unstamped(&core, entries, &e);
-                    core.resolved();
-                    continue;
-                }
-            };
+        let (flush, object, room) = match build_flush(
+            &core.object_buffers,
+            seq,
+            incarnation,
+            taken.entries,
+            began,
+            core.cfg.flush_deadline,
+        ) {
+            Ok(f) => f,
+            Err((e, entries)) => {
+                fail_unstamped(&core, entries, &e);
+                core.resolved();
+                continue;
+            }
+        };
         let (put_tx, put_rx) = oneshot::channel();
         let flush = Flush { put: put_rx, ..flush };
         let (entries, logs) =
@@ -170,6 +176,7 @@ pub(super) type BuildFailure = (LogError, Vec<Pending>);
 /// Lays the buffered entries (taken from the buffer at `began`) out as one WAL object: one
 /// chunk per log, entries in append order.
 pub(super) fn build_flush(
+    buffers: &Arc<buffers::ObjectBuffers>,
     seq: u64,
     incarnation: i64,
     entries: Vec<Pending>,
@@ -182,7 +189,7 @@ pub(super) fn build_flush(
     let payloads: usize = by_log.iter().flatten().map(|p| p.payload.len()).sum();
     // Entries, their headers, and the footer (about 52 bytes a chunk and 24 an entry).
     let size = payloads + n_entries * (wal::ENTRY_HEADER_LEN + 24) + by_log.len() * 52 + 64;
-    let mut b = wal::ObjectBuilder::with_capacity(wal::ObjectKind::Wal, size);
+    let mut b = wal::ObjectBuilder::with_buffer(wal::ObjectKind::Wal, buffers.take(size));
     let mut chunks = Vec::with_capacity(by_log.len());
     let mut failed: Option<LogError> = None;
     // The payloads' room goes with their bytes, into the object.
@@ -218,8 +225,8 @@ pub(super) fn build_flush(
     if let Some(e) = failed {
         return Err((e, all(chunks)));
     }
-    let object = match b.finish() {
-        Ok((object, _)) => object,
+    let object = match b.finish_vec() {
+        Ok((object, _)) => buffers.object(object),
         Err(e) => return Err((LogError::InvalidArgument(e.to_string()), all(chunks))),
     };
     let (_, never) = oneshot::channel();

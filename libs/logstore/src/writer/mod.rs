@@ -22,6 +22,7 @@
 //! [`Chain`]: a pipeline's appends share one, and once one of them fails, none of the chain's
 //! later appends commits.
 
+mod buffers;
 mod commit;
 mod flush;
 mod hedge;
@@ -359,6 +360,8 @@ pub(crate) struct Core {
     buffer: Mutex<Buffer>,
     wake: Notify,
     pub space: Arc<Semaphore>,
+    /// WAL objects' buffers, used again.
+    pub(crate) object_buffers: Arc<buffers::ObjectBuffers>,
     /// Appends waiting for room in `space`.
     pub waiting: Waiting,
     pub identity: tokio::sync::Mutex<Identity>,
@@ -429,6 +432,7 @@ impl Core {
             .with_followed_heads(crate::DEFAULT_FOLLOWED_HEADS);
         let identity = register(meta.as_ref(), &keys, &cfg).await?;
         let core = Arc::new(Core {
+            object_buffers: buffers::ObjectBuffers::new(space.clone(), reader.range_cache()),
             space,
             waiting: Waiting::new(cfg.buffer_bytes),
             meta,

@@ -1,0 +1,205 @@
+//! WAL objects' buffers, used again: the buffer a flush laid its object out in goes back to the
+//! writer once nothing holds the object (its PUT, the tail cache, readers), for a later flush.
+//! A new buffer of a few megabytes is fresh memory, and each of its pages costs a fault as the
+//! payloads are copied in: at 8 partitions saturating, the copy into new object buffers took
+//! two thirds of a standalone's page faults.
+//!
+//! A kept buffer holds its capacity of the writer's buffer room, as the tail cache does, and
+//! comes before it: a buffer is kept only while appends do not need the room (it is free, or
+//! the tail cache holds it and gives it up); an append short of room has the kept buffers freed
+//! first ([`ObjectBuffers::release`]); at most [`IDLE`] are kept. So a writer's memory stays
+//! within its buffer's bound, and the tail cache is smaller by what is kept.
+
+use std::sync::{Arc, Weak};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::range_cache::RangeCache;
+
+/// Buffers kept at most.
+const IDLE: usize = 2;
+
+/// Smaller buffers are not kept (the allocator keeps small ones itself).
+const KEPT_FROM: usize = 256 << 10;
+
+/// New buffers are rounded up to this, so one fits the next flush's slightly larger object.
+const ROUND: usize = 1 << 20;
+
+#[derive(Debug)]
+pub(crate) struct ObjectBuffers {
+    /// Each with its room.
+    idle: Mutex<Vec<(Vec<u8>, OwnedSemaphorePermit)>>,
+    /// The writer's buffer room.
+    space: Arc<Semaphore>,
+    /// The tail cache, in the room appends do not hold.
+    tail: RangeCache,
+}
+
+impl ObjectBuffers {
+    pub(crate) fn new(space: Arc<Semaphore>, tail: RangeCache) -> Arc<Self> {
+        Arc::new(ObjectBuffers { idle: Mutex::new(Vec::new()), space, tail })
+    }
+
+    /// A buffer for an object of `size` bytes: the smallest kept one it fits, or a new one.
+    pub(crate) fn take(&self, size: usize) -> Vec<u8> {
+        let mut idle = self.idle.lock();
+        let fits = idle
+            .iter()
+            .enumerate()
+            .filter(|(_, (b, _))| b.capacity() >= size)
+            .min_by_key(|(_, (b, _))| b.capacity())
+            .map(|(i, _)| i);
+        match fits {
+            // Its room goes back: the flush's payloads hold theirs.
+            Some(i) => idle.swap_remove(i).0,
+            None if size >= KEPT_FROM => Vec::with_capacity(size.div_ceil(ROUND) * ROUND),
+            None => Vec::with_capacity(size),
+        }
+    }
+
+    /// `object` as bytes whose buffer comes back here once the last of them is dropped.
+    pub(crate) fn object(self: &Arc<Self>, object: Vec<u8>) -> Bytes {
+        if object.capacity() < KEPT_FROM {
+            return Bytes::from(object);
+        }
+        Bytes::from_owner(Returning { buf: object, to: Arc::downgrade(self) })
+    }
+
+    /// Frees the kept buffers, giving their room back (to an append short of it).
+    pub(crate) fn release(&self) {
+        self.idle.lock().clear();
+    }
+
+    /// Keeps `buf` if appends do not need its room, taking it from the tail cache if that
+    /// holds it. (The tail cache drops what it evicts outside its lock, so this may shrink it.)
+    fn give_back(&self, mut buf: Vec<u8>) {
+        let len = buf.capacity();
+        let Ok(n) = u32::try_from(len) else { return };
+        // Each round keeps it, or gives up, or shrinks the tail cache (what that evicts may
+        // come back here first and take the room).
+        while self.idle.lock().len() < IDLE {
+            // Released permits go to appends waiting first: free ones, none of them waits.
+            if let Ok(room) = self.space.clone().try_acquire_many_owned(n) {
+                let mut idle = self.idle.lock();
+                if idle.len() < IDLE {
+                    buf.clear();
+                    idle.push((buf, room));
+                }
+                return;
+            }
+            // (None short: the room is closed, the writer stopping.)
+            let short = len.saturating_sub(self.space.available_permits());
+            if short == 0 || self.tail.len_bytes() < short {
+                return;
+            }
+            self.tail.shrink(short);
+        }
+    }
+
+    #[cfg(test)]
+    fn idle(&self) -> Vec<usize> {
+        self.idle.lock().iter().map(|(b, _)| b.capacity()).collect()
+    }
+}
+
+/// An object's buffer, given back when dropped.
+struct Returning {
+    buf: Vec<u8>,
+    /// Weak: the tail cache holds objects, and these buffers hold the tail cache.
+    to: Weak<ObjectBuffers>,
+}
+
+impl AsRef<[u8]> for Returning {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for Returning {
+    fn drop(&mut self) {
+        if let Some(to) = self.to.upgrade() {
+            to.give_back(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An object's buffer comes back once its last bytes are dropped, and the next object of
+    /// that size or smaller is laid out in the same memory; none is kept while the writer's
+    /// room is short, nor more than [`IDLE`].
+    #[test]
+    fn buffers_come_back_once_their_object_is_dropped() {
+        let space = Arc::new(Semaphore::new(64 << 20));
+        let pool = ObjectBuffers::new(space.clone(), RangeCache::new(0));
+        let mut buf = pool.take(3 << 20);
+        assert_eq!(buf.capacity(), 3 << 20);
+        buf.extend_from_slice(&[7; 3 << 20]);
+        let at = buf.as_ptr();
+        let object = pool.object(buf);
+        let slice = object.slice(10..20);
+        drop(object);
+        assert!(pool.idle().is_empty(), "given back while a slice of it lives");
+        assert_eq!(&slice[..], &[7; 10]);
+        drop(slice);
+        assert_eq!(pool.idle(), [3 << 20]);
+        let again = pool.take((2 << 20) + 5);
+        assert_eq!((again.as_ptr(), again.len()), (at, 0), "the same memory, emptied");
+
+        // Rounded up to a megabyte; a small one is neither rounded nor kept.
+        assert_eq!(pool.take((1 << 20) + 1).capacity(), 2 << 20);
+        drop(pool.object(pool.take(1000)));
+        assert!(pool.idle().is_empty());
+
+        // At most IDLE, each holding its room until taken or released.
+        for _ in 0..3 {
+            drop(pool.object(vec![0; 1 << 20]));
+        }
+        assert_eq!(pool.idle().len(), IDLE);
+        assert_eq!(space.available_permits(), (64 - 2) << 20);
+        let taken = pool.take(1 << 20);
+        assert_eq!(space.available_permits(), (64 - 1) << 20);
+        pool.release();
+        assert!(pool.idle().is_empty());
+        assert_eq!(space.available_permits(), 64 << 20);
+        drop(pool.object(taken));
+        assert_eq!(pool.idle(), [1 << 20]);
+        pool.release();
+
+        // None kept while appends hold the room.
+        let held = space.clone().try_acquire_many_owned(((64 - 1) << 20) + 1).expect("room");
+        drop(pool.object(vec![0; 1 << 20]));
+        assert!(pool.idle().is_empty(), "kept while appends need the room");
+        drop(held);
+    }
+
+    /// The tail cache gives its room to a buffer coming back (what it evicts is dropped outside
+    /// its lock, so an evicted object's buffer comes back too); an object the pool is gone for
+    /// is freed.
+    #[test]
+    fn a_buffer_coming_back_takes_the_tail_caches_room() {
+        let space = Arc::new(Semaphore::new(8 << 20));
+        let tail = RangeCache::new(8 << 20).with_budget(space.clone());
+        let pool = ObjectBuffers::new(space.clone(), tail.clone());
+        let objects: Vec<Bytes> = (0..4).map(|_| pool.object(vec![1; 2 << 20])).collect();
+        for (i, o) in objects.iter().enumerate() {
+            tail.insert_object(&format!("wal/{i}"), o.clone());
+        }
+        assert_eq!((tail.len_bytes(), space.available_permits()), (8 << 20, 0));
+        drop(objects);
+        // A fifth evicts the first, whose buffer comes back and takes the second's room.
+        let fifth = pool.object(vec![1; 2 << 20]);
+        tail.insert_object("wal/4", fifth.clone());
+        assert_eq!(pool.idle(), [2 << 20, 2 << 20]);
+        assert_eq!(tail.len_bytes(), 4 << 20);
+        assert_eq!(space.available_permits(), 0, "the kept buffers hold their room");
+        drop(pool);
+        drop(fifth);
+        tail.shrink(8 << 20);
+        assert_eq!(space.available_permits(), 8 << 20, "all given back, no cycle");
+    }
+}
