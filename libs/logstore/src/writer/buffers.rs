@@ -79,6 +79,16 @@ impl ObjectBuffers {
         let Ok(n) = u32::try_from(len) else { return };
         // Each round keeps it, or gives up, or shrinks the tail cache (what that evicts may
         // come back here first and take the room).
+        {
+            // A larger one takes the place of the smallest kept (so those kept fit the largest
+            // objects coming).
+            let mut idle = self.idle.lock();
+            let smallest = (0..idle.len()).min_by_key(|&i| idle[i].0.capacity());
+            if let Some(i) = smallest.filter(|&i| idle.len() >= IDLE && idle[i].0.capacity() < len)
+            {
+                drop(idle.swap_remove(i));
+            }
+        }
         while self.idle.lock().len() < IDLE {
             // Released permits go to appends waiting first: free ones, none of them waits.
             if let Ok(room) = self.space.clone().try_acquire_many_owned(n) {
@@ -155,7 +165,14 @@ mod tests {
         drop(pool.object(pool.take(1000)));
         assert!(pool.idle().is_empty());
 
-        // At most IDLE, each holding its room until taken or released.
+        // At most IDLE, the larger ones, each holding its room until taken or released.
+        for size in [1 << 20, 1 << 20, 2 << 20, 1 << 20] {
+            drop(pool.object(vec![0; size]));
+        }
+        let mut kept = pool.idle();
+        kept.sort_unstable();
+        assert_eq!(kept, [1 << 20, 2 << 20], "the larger one took a smaller one's place");
+        pool.release();
         for _ in 0..3 {
             drop(pool.object(vec![0; 1 << 20]));
         }
