@@ -7,10 +7,17 @@
 //!
 //! A frame takes all its bytes at once or waits holding none, so two frames never wait on each
 //! other; one that could never fit is refused from its size.
+//!
+//! A large frame's buffer is used again once nothing holds its bytes ([`RequestBudget::frame`]):
+//! a new one is fresh memory, each of whose pages faults as the body arrives. A kept buffer
+//! holds its capacity of the budget, taken only while free and given back before a frame would
+//! wait for room, and at most [`KEPT_FRAMES`] are kept: the budget still bounds them.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 
+use bytes::Bytes;
+use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// What decoding a frame of `len` bytes may allocate beyond the frame (whose strings and byte
@@ -34,7 +41,18 @@ pub struct RequestBudget {
     bytes: usize,
     held: AtomicUsize,
     peak: AtomicUsize,
+    /// Buffers of frames answered, each with its room taken from `main`.
+    kept: Mutex<Vec<(Vec<u8>, OwnedSemaphorePermit)>>,
 }
+
+/// Frame buffers kept at most.
+pub const KEPT_FRAMES: usize = 4;
+
+/// Frames' buffers from this size to [`KEPT_UP_TO`] are kept (smaller ones the allocator keeps
+/// itself); new ones are rounded up to a multiple of it, so one fits the next frame of about
+/// its size.
+const KEPT_FROM: usize = 64 << 10;
+const KEPT_UP_TO: usize = 4 << 20;
 
 /// A frame this small (with its decoding allowance) may take from the reserve.
 pub const SMALL: usize = 1 << 20;
@@ -57,7 +75,63 @@ impl RequestBudget {
             bytes,
             held: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
+            kept: Mutex::new(Vec::new()),
         })
+    }
+
+    /// An empty buffer for a frame of `len` bytes: the smallest kept one it fits, or a new one
+    /// (large ones rounded up). Give the frame back as [`Self::frame`].
+    pub fn frame_buffer(&self, len: usize) -> Vec<u8> {
+        let mut kept = self.kept.lock();
+        let fits = kept
+            .iter()
+            .enumerate()
+            .filter(|(_, (b, _))| b.capacity() >= len)
+            .min_by_key(|(_, (b, _))| b.capacity())
+            .map(|(i, _)| i);
+        match fits {
+            // Its room goes back: the frame takes its own.
+            Some(i) => kept.swap_remove(i).0,
+            None if (KEPT_FROM..=KEPT_UP_TO).contains(&len) => {
+                Vec::with_capacity(len.div_ceil(KEPT_FROM) * KEPT_FROM)
+            }
+            None => Vec::with_capacity(len),
+        }
+    }
+
+    /// A frame read into a buffer of [`Self::frame_buffer`], as bytes whose buffer comes back
+    /// once the last of them is dropped.
+    pub fn frame(self: &Arc<Self>, buf: Vec<u8>) -> Bytes {
+        if !(KEPT_FROM..=KEPT_UP_TO).contains(&buf.capacity()) {
+            return Bytes::from(buf);
+        }
+        Bytes::from_owner(Returning { buf, to: Arc::downgrade(self) })
+    }
+
+    /// Keeps `buf` if its room is free: in place of the smallest kept one if
+    /// [`KEPT_FRAMES`] are (so those kept fit the largest frames coming).
+    fn give_back(&self, mut buf: Vec<u8>) {
+        let mut kept = self.kept.lock();
+        let Ok(n) = u32::try_from(buf.capacity()) else { return };
+        if kept.len() >= KEPT_FRAMES {
+            let smallest = (0..kept.len()).min_by_key(|&i| kept[i].0.capacity());
+            match smallest {
+                Some(i) if kept[i].0.capacity() < buf.capacity() => drop(kept.swap_remove(i)),
+                _ => return,
+            }
+        }
+        // Released permits go to frames waiting first: free ones, none of them waits.
+        if let Ok(room) = self.main.clone().try_acquire_many_owned(n) {
+            buf.clear();
+            kept.push((buf, room));
+        }
+    }
+
+    /// Frees the kept buffers, giving their room back, if `main` is short of `n`.
+    fn room_for(&self, n: usize) {
+        if self.main.available_permits() < n {
+            self.kept.lock().clear();
+        }
     }
 
     /// Its size.
@@ -90,9 +164,15 @@ impl RequestBudget {
             0 => None,
             n if n <= SMALL => match self.reserve.clone().try_acquire_many_owned(count) {
                 Ok(p) => Some(p),
-                Err(_) => Some(self.main.clone().acquire_many_owned(count).await.ok()?),
+                Err(_) => {
+                    self.room_for(n);
+                    Some(self.main.clone().acquire_many_owned(count).await.ok()?)
+                }
             },
-            _ => Some(self.main.clone().acquire_many_owned(count).await.ok()?),
+            _ => {
+                self.room_for(n);
+                Some(self.main.clone().acquire_many_owned(count).await.ok()?)
+            }
         };
         let held = self.held.fetch_add(n, Ordering::Relaxed) + n;
         self.peak.fetch_max(held, Ordering::Relaxed);
@@ -115,6 +195,27 @@ impl Held {
         if let Some(p) = self.permit.as_mut().and_then(|p| p.split(back)) {
             self.budget.held.fetch_sub(back, Ordering::Relaxed);
             drop(p);
+        }
+    }
+}
+
+/// A frame's buffer, given back to its budget when dropped.
+struct Returning {
+    buf: Vec<u8>,
+    /// Weak: a listener's budget may go before the last of its frames.
+    to: Weak<RequestBudget>,
+}
+
+impl AsRef<[u8]> for Returning {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for Returning {
+    fn drop(&mut self) {
+        if let Some(to) = self.to.upgrade() {
+            to.give_back(std::mem::take(&mut self.buf));
         }
     }
 }
@@ -152,5 +253,49 @@ mod tests {
         drop(first);
         assert_eq!(b.held(), 0);
         assert_eq!(b.peak(), (6 << 20) + (64 << 10));
+    }
+
+    /// A large frame's buffer comes back once its last bytes are dropped, holding its room,
+    /// and the next frame of that size or smaller is read into it; a frame that needs the room
+    /// frees the kept ones first; at most KEPT_FRAMES are kept; small and huge ones never.
+    #[tokio::test]
+    async fn frame_buffers_come_back_within_the_budget() {
+        let b = RequestBudget::new(8 << 20);
+        let main = b.largest();
+        let mut buf = b.frame_buffer(300 << 10);
+        assert_eq!(buf.capacity(), 320 << 10, "rounded up to 64 KiB");
+        buf.resize(300 << 10, 9);
+        let at = buf.as_ptr();
+        let frame = b.frame(buf);
+        let batch = frame.slice(100..200);
+        drop(frame);
+        assert!(b.kept.lock().is_empty(), "kept while a slice of it lives");
+        drop(batch);
+        assert_eq!(b.main.available_permits(), main - (320 << 10), "it holds its room");
+        let again = b.frame_buffer(200 << 10);
+        assert_eq!((again.as_ptr(), again.len()), (at, 0));
+        assert_eq!(b.main.available_permits(), main);
+        drop(b.frame(again));
+
+        // Five come back, four are kept, the larger ones; a frame needing all of main frees
+        // them.
+        let five: Vec<Bytes> = (0..5).map(|_| b.frame(b.frame_buffer(1 << 20))).collect();
+        drop(five);
+        let mut sizes: Vec<usize> = b.kept.lock().iter().map(|(b, _)| b.capacity()).collect();
+        sizes.sort_unstable();
+        assert_eq!(sizes, [1 << 20; KEPT_FRAMES], "the 320 KiB one gave way");
+        let all = tokio::time::timeout(std::time::Duration::from_secs(5), b.take(main)).await;
+        let all = all.expect("waited for kept buffers");
+        assert!(all.is_some());
+        assert!(b.kept.lock().is_empty());
+        // With no room free, none is kept.
+        drop(b.frame(b.frame_buffer(1 << 20)));
+        assert!(b.kept.lock().is_empty());
+        drop(all);
+
+        // Small and huge buffers are the allocator's.
+        drop(b.frame(b.frame_buffer(1000)));
+        drop(b.frame(b.frame_buffer(5 << 20)));
+        assert!(b.kept.lock().is_empty());
     }
 }

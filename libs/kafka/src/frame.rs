@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::budget::{Held, RequestBudget};
@@ -82,12 +82,13 @@ pub async fn read_frame_within<R: AsyncRead + Unpin>(
         .take(want + crate::budget::decode_allowance(want))
         .await
         .ok_or(FrameError::OverBudget { size: want, budget: budget.bytes() })?;
-    // Allocated whole: grown as bytes arrived, a 1 MiB produce was copied by each growth into
-    // fresh pages (a third of a standalone's page faults at 8 partitions saturating).
-    let bytes = tokio::time::timeout(deadline, read_body(r, want, want))
+    // Allocated whole (grown as bytes arrived, a 1 MiB produce was copied by each growth), or
+    // a buffer of an earlier frame.
+    let buf = budget.frame_buffer(want);
+    let body = tokio::time::timeout(deadline, read_body(r, want, buf))
         .await
         .map_err(|_| FrameError::Slow { want, deadline })??;
-    Ok(Some(Frame { bytes, held }))
+    Ok(Some(Frame { bytes: budget.frame(body), held }))
 }
 
 /// The next frame's bytes (without the size), or `None` when the peer closed the connection
@@ -98,7 +99,10 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
 ) -> Result<Option<Bytes>, FrameError> {
     match read_size(r, max).await? {
         None => Ok(None),
-        Some(want) => read_body(r, want, want.min(GROW)).await.map(Some),
+        Some(want) => {
+            let body = read_body(r, want, Vec::with_capacity(want.min(GROW))).await?;
+            Ok(Some(Bytes::from(body)))
+        }
     }
 }
 
@@ -128,13 +132,12 @@ async fn read_size<R: AsyncRead + Unpin>(
     Ok(Some(want))
 }
 
-/// A body of `want` bytes into a buffer of `first` bytes at first, grown as they arrive.
+/// A body of `want` bytes into `buf` (empty), grown as they arrive past its capacity.
 async fn read_body<R: AsyncRead + Unpin>(
     r: &mut R,
     want: usize,
-    first: usize,
-) -> Result<Bytes, FrameError> {
-    let mut buf = BytesMut::with_capacity(first);
+    mut buf: Vec<u8>,
+) -> Result<Vec<u8>, FrameError> {
     while buf.len() < want {
         if buf.capacity() == buf.len() {
             buf.reserve((want - buf.len()).min(GROW));
@@ -145,7 +148,7 @@ async fn read_body<R: AsyncRead + Unpin>(
             return Err(FrameError::Truncated { got: buf.len(), want });
         }
     }
-    Ok(buf.freeze())
+    Ok(buf)
 }
 
 /// The API key and version a frame starts with, read before its header is decoded (the
