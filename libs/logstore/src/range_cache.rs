@@ -29,6 +29,20 @@ struct Inner {
 }
 
 impl Inner {
+    /// The range's bytes and the key that holds them: the range itself cached, or a whole
+    /// object put in that covers it.
+    fn covering(&self, object: &str, start: u64, end: u64) -> Option<(Key, Bytes)> {
+        let key = (object.to_owned(), start, end);
+        if let Some(b) = self.cached.get(&key) {
+            return Some((key, b.clone()));
+        }
+        let &len = self.whole.get(object)?;
+        let whole = (object.to_owned(), 0, len);
+        let b = self.cached.get(&whole).filter(|_| start <= end && end <= len)?;
+        let b = b.slice(start as usize..end as usize);
+        Some((whole, b))
+    }
+
     /// Takes the oldest entry out (its permits go back to the budget); its bytes, for the
     /// caller to drop once the lock is released: dropping the last of a writer's object gives
     /// its buffer back to the writer, which may shrink this cache.
@@ -105,10 +119,8 @@ impl RangeCache {
     /// Whether `object`'s bytes `start..end` are cached, or being fetched.
     pub fn contains(&self, object: &str, start: u64, end: u64) -> bool {
         let i = self.inner.lock();
-        let key = (object.to_owned(), start, end);
-        i.cached.contains_key(&key)
-            || i.inflight.contains_key(&key)
-            || i.whole.get(object).is_some_and(|&len| start <= end && end <= len)
+        i.covering(object, start, end).is_some()
+            || i.inflight.contains_key(&(object.to_owned(), start, end))
     }
 
     /// (hits, misses) so far.
@@ -142,14 +154,8 @@ impl RangeCache {
     /// whole objects put in always are).
     pub fn checked(&self, object: &str, start: u64, end: u64, bytes: &Bytes) -> Option<bool> {
         let i = self.inner.lock();
-        let key = (object.to_owned(), start, end);
-        if let Some(b) = i.cached.get(&key) {
-            return same(b, bytes).then(|| i.checked.contains(&key));
-        }
-        let &len = i.whole.get(object)?;
-        let whole = (object.to_owned(), 0, len);
-        let b = i.cached.get(&whole).filter(|_| start <= end && end <= len)?;
-        same(&b.slice(start as usize..end as usize), bytes).then(|| i.checked.contains(&whole))
+        let (key, b) = i.covering(object, start, end)?;
+        same(&b, bytes).then(|| i.checked.contains(&key))
     }
 
     /// Notes that `bytes`, read of the range, were checked, if they are what the cache holds
@@ -221,17 +227,7 @@ impl RangeCache {
         let key = (object.to_owned(), start, end);
         let cell = {
             let mut i = self.inner.lock();
-            if let Some(b) = i.cached.get(&key) {
-                let b = b.clone();
-                i.hits += 1;
-                return Ok(b);
-            }
-            if let Some(&len) = i.whole.get(object)
-                && start <= end
-                && end <= len
-                && let Some(b) = i.cached.get(&(object.to_owned(), 0, len))
-            {
-                let b = b.slice(start as usize..end as usize);
+            if let Some((_, b)) = i.covering(object, start, end) {
                 i.hits += 1;
                 return Ok(b);
             }
