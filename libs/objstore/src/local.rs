@@ -74,7 +74,8 @@ impl LocalStore {
         }
     }
 
-    /// Reads that took a free buffer, and reads that allocated one (pooled sizes only).
+    /// Reads and copying writes that took a free buffer, and those that allocated one (pooled
+    /// sizes only).
     pub fn buffer_counts(&self) -> (u64, u64) {
         let f = self.buffers.free.lock();
         (f.reused, f.allocated)
@@ -167,9 +168,9 @@ fn aligned(buf: &mut Vec<u8>, len: usize) -> usize {
     at
 }
 
-/// Writes `payload` to a staging file next to `path` with direct I/O (through an aligned
-/// buffer, [`WRITE_CHUNK`] at a time, rounded up to [`ALIGN`], then cut to its length), fsyncs
-/// it, publishes it at `path` (a hard link if `create`, which fails if `path` exists, else a
+/// Writes `payload` to a staging file next to `path` with direct I/O (from where its bytes lie
+/// when they are aligned, else through an aligned buffer: see [`write_chunks`]), fsyncs it,
+/// publishes it at `path` (a hard link if `create`, which fails if `path` exists, else a
 /// rename) and fsyncs the directory: the page cache never holds the object's bytes. `None`:
 /// the inner store is to write it (see [`LocalStore::put_direct`]).
 fn write_direct(
@@ -186,10 +187,7 @@ fn write_direct(
     };
     let written = (|| {
         let len = payload.content_length();
-        let mut buf = buffers.take(WRITE_CHUNK + ALIGN);
-        let w = write_chunks(&mut file, payload, &mut buf);
-        buffers.give_back(buf);
-        w?;
+        write_chunks(&mut file, payload, buffers)?;
         if !len.is_multiple_of(ALIGN) {
             file.set_len(len as u64)?;
         }
@@ -236,30 +234,79 @@ fn write_direct(
 /// (116-117), for one partition's produce 5-10% below whole-object writes.
 const WRITE_CHUNK: usize = 256 << 10;
 
-/// Writes `payload` to `file` (opened for direct I/O, at offset 0) through `buf` (of at least
-/// [`WRITE_CHUNK`] + [`ALIGN`] bytes' capacity), [`WRITE_CHUNK`] bytes at a time, the last
-/// write zero-padded to [`ALIGN`].
-fn write_chunks(file: &mut File, payload: &PutPayload, buf: &mut Vec<u8>) -> std::io::Result<()> {
+/// Writes `payload` to `file` (opened for direct I/O, at offset 0). Bytes that lie at an aligned
+/// address when the file is at an aligned offset are written from where they lie, their aligned
+/// length in one write (a WAL object laid out aligned is written whole, without a copy: one
+/// write of a megabyte costs the disk less than four of a quarter); the rest is copied through
+/// an aligned buffer, [`WRITE_CHUNK`] at a time, the last write zero-padded to [`ALIGN`].
+fn write_chunks(file: &mut File, payload: &PutPayload, buffers: &Buffers) -> std::io::Result<()> {
     use std::io::Write;
-    let at = aligned(buf, 0);
-    for part in payload.iter() {
-        let mut part = &part[..];
-        while !part.is_empty() {
-            let n = (WRITE_CHUNK - (buf.len() - at)).min(part.len());
-            buf.extend_from_slice(&part[..n]);
-            part = &part[n..];
-            if buf.len() - at == WRITE_CHUNK {
-                file.write_all(&buf[at..])?;
-                buf.truncate(at);
+    let mut copy = Copy { buf: Vec::new(), at: 0, left: payload.content_length() };
+    let written = (|| {
+        for part in payload.iter() {
+            let mut part = &part[..];
+            while !part.is_empty() {
+                let n = if copy.waiting() == 0
+                    && part.len() >= ALIGN
+                    && part.as_ptr().align_offset(ALIGN) == 0
+                {
+                    let n = part.len() / ALIGN * ALIGN;
+                    file.write_all(&part[..n])?;
+                    n
+                } else {
+                    copy.push(file, part, buffers)?
+                };
+                part = &part[n..];
+                copy.left -= n;
             }
         }
+        copy.flush(file)
+    })();
+    buffers.give_back(copy.buf);
+    written
+}
+
+/// Bytes of a direct write waiting to be written from an aligned buffer: `buf[at..]`.
+struct Copy {
+    /// Taken at the first copy.
+    buf: Vec<u8>,
+    at: usize,
+    /// Bytes of the payload not yet written or copied.
+    left: usize,
+}
+
+impl Copy {
+    fn waiting(&self) -> usize {
+        self.buf.len().saturating_sub(self.at)
     }
-    let tail = buf.len() - at;
-    if tail > 0 {
-        buf.resize(at + tail.next_multiple_of(ALIGN), 0);
-        file.write_all(&buf[at..])?;
+
+    /// Copies what fits of `part` (at least a byte), writing the buffer once it holds
+    /// [`WRITE_CHUNK`]; the bytes taken.
+    fn push(&mut self, file: &mut File, part: &[u8], buffers: &Buffers) -> std::io::Result<usize> {
+        if self.buf.capacity() == 0 {
+            // As long as what is left to write needs, up to a chunk.
+            self.buf = buffers.take(self.left.min(WRITE_CHUNK).next_multiple_of(ALIGN) + ALIGN);
+            self.at = aligned(&mut self.buf, 0);
+        }
+        let n = (WRITE_CHUNK - self.waiting()).min(part.len());
+        self.buf.extend_from_slice(&part[..n]);
+        if self.waiting() == WRITE_CHUNK {
+            self.flush(file)?;
+        }
+        Ok(n)
     }
-    Ok(())
+
+    /// Writes what waits, zero-padded to [`ALIGN`].
+    fn flush(&mut self, file: &mut File) -> std::io::Result<()> {
+        use std::io::Write;
+        let waiting = self.waiting();
+        if waiting > 0 {
+            self.buf.resize(self.at + waiting.next_multiple_of(ALIGN), 0);
+            file.write_all(&self.buf[self.at..])?;
+            self.buf.truncate(self.at);
+        }
+        Ok(())
+    }
 }
 
 /// A new staging file beside `path` (`path#N`, as [`LocalFileSystem`] names its own, which
@@ -486,7 +533,7 @@ impl Buffers {
 
     /// Keeps `buf` for a read of its size; the oldest kept are freed past `idle_max`.
     fn give_back(&self, buf: Vec<u8>) {
-        if buf.capacity() > self.idle_max {
+        if buf.capacity() < POOLED_MIN || buf.capacity() > self.idle_max {
             return;
         }
         let mut f = self.free.lock();
@@ -803,6 +850,42 @@ mod tests {
             .collect::<std::io::Result<_>>()?;
         assert!(names.iter().all(|n| !n.contains('#')), "staging files left: {names:?}");
         assert_eq!(store.list(None).collect::<Vec<_>>().await.len(), 11);
+        Ok(())
+    }
+
+    /// `len` bytes of [`pattern`] at an aligned address, or one byte past one.
+    fn laid_out(len: usize, aligned: bool) -> Bytes {
+        let mut buf: Vec<u8> = Vec::with_capacity(len + 2 * ALIGN);
+        let at = buf.as_ptr().align_offset(ALIGN) + usize::from(!aligned);
+        buf.resize(at, 0);
+        buf.extend_from_slice(&pattern(len));
+        Bytes::from(buf).slice(at..)
+    }
+
+    /// A payload that lies at an aligned address (a WAL object laid out so) is written from
+    /// where it lies, its last partial block through a small buffer: no write buffer is taken;
+    /// one that does not is copied through one. Both read back whole, past the page cache.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn aligned_payloads_are_written_without_a_copy() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = store(&dir)?;
+        std::fs::create_dir(dir.path().join("wal"))?;
+        for (i, len) in [1 << 20, (1 << 20) + 123, 3 * WRITE_CHUNK + 5].into_iter().enumerate() {
+            let (p, data) = (Path::from(format!("wal/{i}")), laid_out(len, true));
+            let before = store.buffer_counts();
+            store.put(&p, data.clone().into()).await?;
+            assert_eq!(store.buffer_counts(), before, "{len}: a write buffer was taken");
+            let file = dir.path().join(format!("wal/{i}"));
+            assert_eq!(std::fs::metadata(&file)?.len(), len as u64);
+            assert_eq!(cached(&file)?, 0, "{len}: in the page cache");
+            assert_eq!(store.get_range(&p, 0..len as u64).await?, data, "{len}");
+        }
+        let (p, data) = (Path::from("wal/off"), laid_out(1 << 20, false));
+        let (reused, allocated) = store.buffer_counts();
+        store.put(&p, data.clone().into()).await?;
+        let (r, a) = store.buffer_counts();
+        assert_eq!(r + a, reused + allocated + 1, "an unaligned payload is copied");
+        assert_eq!(store.get_range(&p, 0..1 << 20).await?, data);
         Ok(())
     }
 

@@ -126,7 +126,23 @@ pub struct Entry {
 pub struct ObjectBuilder {
     kind: ObjectKind,
     buf: Vec<u8>,
+    /// Where in `buf` the object begins (the bytes before it unused).
+    start: usize,
     chunks: Vec<ChunkMeta>,
+}
+
+/// An object laid out in a caller's buffer: `buf[start..]`.
+#[derive(Debug)]
+pub struct LaidOut {
+    pub buf: Vec<u8>,
+    pub start: usize,
+}
+
+impl LaidOut {
+    /// The object's bytes.
+    pub fn object(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
 }
 
 impl ObjectBuilder {
@@ -144,14 +160,26 @@ impl ObjectBuilder {
     /// buffers gets the one it gave back from [`Self::finish_vec`].
     pub fn with_buffer(kind: ObjectKind, mut buf: Vec<u8>) -> Self {
         buf.clear();
-        ObjectBuilder { kind, buf, chunks: Vec::new() }
+        ObjectBuilder { kind, buf, start: 0, chunks: Vec::new() }
+    }
+
+    /// [`Self::with_buffer`], the object beginning at the first address in `buf` aligned to
+    /// `align` (a power of two) when its capacity leaves room for that much more: a store that
+    /// writes with direct I/O writes such an object from where it lies. It stays aligned while
+    /// the object fits the capacity (a larger one moves the buffer, and is laid out anyway).
+    pub fn with_aligned_buffer(kind: ObjectKind, mut buf: Vec<u8>, align: usize) -> Self {
+        buf.clear();
+        let start = buf.as_ptr().align_offset(align);
+        let start = if start < align && start <= buf.capacity() { start } else { 0 };
+        buf.resize(start, 0);
+        ObjectBuilder { kind, buf, start, chunks: Vec::new() }
     }
 
     /// Starts the chunk of `log`. Every chunk of a WAL object belongs to a different log.
     pub fn begin_chunk(&mut self, log: u64) {
         self.chunks.push(ChunkMeta {
             log,
-            byte_start: self.buf.len() as u64,
+            byte_start: (self.buf.len() - self.start) as u64,
             byte_len: 0,
             record_count: 0,
             min_timestamp: i64::MAX,
@@ -172,7 +200,7 @@ impl ObjectBuilder {
         };
         let payload_len = u32::try_from(payload.len())
             .map_err(|_| FormatError::TooLarge(format!("payload of {} bytes", payload.len())))?;
-        let start = self.buf.len() as u64;
+        let start = (self.buf.len() - self.start) as u64;
         let byte_offset = u32::try_from(start - chunk.byte_start)
             .map_err(|_| FormatError::TooLarge("chunk over 4 GiB".to_owned()))?;
         self.buf.put_slice(&entry_head(payload_len, record_count, timestamp, payload));
@@ -186,23 +214,26 @@ impl ObjectBuilder {
         chunk.record_count += u64::from(record_count);
         chunk.min_timestamp = chunk.min_timestamp.min(timestamp);
         chunk.max_timestamp = chunk.max_timestamp.max(timestamp);
-        let end = self.buf.len() as u64;
+        let end = (self.buf.len() - self.start) as u64;
         chunk.byte_len = end - chunk.byte_start;
         Ok(start..end)
     }
 
     /// Bytes so far (without the footer).
     pub fn data_len(&self) -> usize {
-        self.buf.len()
+        self.buf.len() - self.start
     }
 
     /// Writes the footer and trailer; returns the object and its chunks.
     pub fn finish(self) -> Result<(Bytes, Vec<ChunkMeta>), FormatError> {
-        self.finish_vec().map(|(object, chunks)| (Bytes::from(object), chunks))
+        self.finish_vec().map(|(object, chunks)| {
+            let start = object.start;
+            (Bytes::from(object.buf).slice(start..), chunks)
+        })
     }
 
     /// [`Self::finish`], the object in the buffer it was built in.
-    pub fn finish_vec(mut self) -> Result<(Vec<u8>, Vec<ChunkMeta>), FormatError> {
+    pub fn finish_vec(mut self) -> Result<(LaidOut, Vec<ChunkMeta>), FormatError> {
         self.chunks.retain(|c| !c.entries.is_empty());
         let footer_start = self.buf.len();
         self.buf.put_u16_le(FOOTER_VERSION);
@@ -228,7 +259,7 @@ impl ObjectBuilder {
         self.buf.put_u32_le(footer_len);
         self.buf.put_u32_le(crc);
         self.buf.put_slice(&self.kind.magic());
-        Ok((self.buf, self.chunks))
+        Ok((LaidOut { buf: self.buf, start: self.start }, self.chunks))
     }
 }
 

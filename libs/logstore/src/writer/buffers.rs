@@ -18,6 +18,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::range_cache::RangeCache;
 
+/// Objects begin at an address aligned to this (a page) in their buffers: a store that writes
+/// with direct I/O (the local directory's) writes them from where they lie, not through a copy.
+pub(crate) const OBJECT_ALIGN: usize = 4096;
+
 /// Buffers kept at most.
 const IDLE: usize = 2;
 
@@ -42,8 +46,10 @@ impl ObjectBuffers {
         Arc::new(ObjectBuffers { idle: Mutex::new(Vec::new()), space, tail })
     }
 
-    /// A buffer for an object of `size` bytes: the smallest kept one it fits, or a new one.
+    /// A buffer for an object of `size` bytes laid out at [`OBJECT_ALIGN`]: the smallest kept
+    /// one it fits, or a new one.
     pub(crate) fn take(&self, size: usize) -> Vec<u8> {
+        let size = size + OBJECT_ALIGN;
         let mut idle = self.idle.lock();
         let fits = idle
             .iter()
@@ -60,11 +66,12 @@ impl ObjectBuffers {
     }
 
     /// `object` as bytes whose buffer comes back here once the last of them is dropped.
-    pub(crate) fn object(self: &Arc<Self>, object: Vec<u8>) -> Bytes {
-        if object.capacity() < KEPT_FROM {
-            return Bytes::from(object);
+    pub(crate) fn object(self: &Arc<Self>, object: wal::LaidOut) -> Bytes {
+        let wal::LaidOut { buf, start } = object;
+        if buf.capacity() < KEPT_FROM {
+            return Bytes::from(buf).slice(start..);
         }
-        Bytes::from_owner(Returning { buf: object, to: Arc::downgrade(self) })
+        Bytes::from_owner(Returning { buf, start, to: Arc::downgrade(self) })
     }
 
     /// Frees the kept buffers, giving their room back (to an append short of it).
@@ -117,13 +124,15 @@ impl ObjectBuffers {
 /// An object's buffer, given back when dropped.
 struct Returning {
     buf: Vec<u8>,
+    /// Where the object begins in it.
+    start: usize,
     /// Weak: the tail cache holds objects, and these buffers hold the tail cache.
     to: Weak<ObjectBuffers>,
 }
 
 impl AsRef<[u8]> for Returning {
     fn as_ref(&self) -> &[u8] {
-        &self.buf
+        &self.buf[self.start..]
     }
 }
 
@@ -139,6 +148,33 @@ impl Drop for Returning {
 mod tests {
     use super::*;
 
+    /// `buf` as an object laid out from its start.
+    fn laid(buf: Vec<u8>) -> wal::LaidOut {
+        wal::LaidOut { buf, start: 0 }
+    }
+
+    /// An object laid out in a buffer taken for its size begins at an aligned address, kept or
+    /// not, and its bytes are the object's alone.
+    #[test]
+    fn objects_are_laid_out_aligned() -> Result<(), wal::FormatError> {
+        let pool = ObjectBuffers::new(Arc::new(Semaphore::new(64 << 20)), RangeCache::new(0));
+        for payload in [1000, 300_000, (1 << 20) - 100, 3 << 20] {
+            let size = payload + wal::ENTRY_HEADER_LEN + 24 + 52 + 64;
+            let mut b = wal::ObjectBuilder::with_aligned_buffer(
+                wal::ObjectKind::Wal,
+                pool.take(size),
+                OBJECT_ALIGN,
+            );
+            b.begin_chunk(1);
+            b.push_entry(1, 0, &vec![9; payload])?;
+            let object = pool.object(b.finish_vec()?.0);
+            assert_eq!(object.as_ptr().align_offset(OBJECT_ALIGN), 0, "{payload}");
+            let decoded = wal::decode_object(&object, wal::ObjectKind::Wal)?;
+            assert_eq!(decoded[0].1[0].payload.len(), payload);
+        }
+        Ok(())
+    }
+
     /// An object's buffer comes back once its last bytes are dropped, and the next object of
     /// that size or smaller is laid out in the same memory; none is kept while the writer's
     /// room is short, nor more than [`IDLE`].
@@ -146,50 +182,50 @@ mod tests {
     fn buffers_come_back_once_their_object_is_dropped() {
         let space = Arc::new(Semaphore::new(64 << 20));
         let pool = ObjectBuffers::new(space.clone(), RangeCache::new(0));
-        let mut buf = pool.take(3 << 20);
+        let mut buf = pool.take((3 << 20) - OBJECT_ALIGN);
         assert_eq!(buf.capacity(), 3 << 20);
         buf.extend_from_slice(&[7; 3 << 20]);
         let at = buf.as_ptr();
-        let object = pool.object(buf);
+        let object = pool.object(laid(buf));
         let slice = object.slice(10..20);
         drop(object);
         assert!(pool.idle().is_empty(), "given back while a slice of it lives");
         assert_eq!(&slice[..], &[7; 10]);
         drop(slice);
         assert_eq!(pool.idle(), [3 << 20]);
-        let again = pool.take((2 << 20) + 5);
+        let again = pool.take(2 << 20);
         assert_eq!((again.as_ptr(), again.len()), (at, 0), "the same memory, emptied");
 
         // Rounded up to a megabyte; a small one is neither rounded nor kept.
         assert_eq!(pool.take((1 << 20) + 1).capacity(), 2 << 20);
-        drop(pool.object(pool.take(1000)));
+        drop(pool.object(laid(pool.take(1000))));
         assert!(pool.idle().is_empty());
 
         // At most IDLE, the larger ones, each holding its room until taken or released.
         for size in [1 << 20, 1 << 20, 2 << 20, 1 << 20] {
-            drop(pool.object(vec![0; size]));
+            drop(pool.object(laid(vec![0; size])));
         }
         let mut kept = pool.idle();
         kept.sort_unstable();
         assert_eq!(kept, [1 << 20, 2 << 20], "the larger one took a smaller one's place");
         pool.release();
         for _ in 0..3 {
-            drop(pool.object(vec![0; 1 << 20]));
+            drop(pool.object(laid(vec![0; 1 << 20])));
         }
         assert_eq!(pool.idle().len(), IDLE);
         assert_eq!(space.available_permits(), (64 - 2) << 20);
-        let taken = pool.take(1 << 20);
+        let taken = pool.take((1 << 20) - OBJECT_ALIGN);
         assert_eq!(space.available_permits(), (64 - 1) << 20);
         pool.release();
         assert!(pool.idle().is_empty());
         assert_eq!(space.available_permits(), 64 << 20);
-        drop(pool.object(taken));
+        drop(pool.object(laid(taken)));
         assert_eq!(pool.idle(), [1 << 20]);
         pool.release();
 
         // None kept while appends hold the room.
         let held = space.clone().try_acquire_many_owned(((64 - 1) << 20) + 1).expect("room");
-        drop(pool.object(vec![0; 1 << 20]));
+        drop(pool.object(laid(vec![0; 1 << 20])));
         assert!(pool.idle().is_empty(), "kept while appends need the room");
         drop(held);
     }
@@ -202,14 +238,14 @@ mod tests {
         let space = Arc::new(Semaphore::new(8 << 20));
         let tail = RangeCache::new(8 << 20).with_budget(space.clone());
         let pool = ObjectBuffers::new(space.clone(), tail.clone());
-        let objects: Vec<Bytes> = (0..4).map(|_| pool.object(vec![1; 2 << 20])).collect();
+        let objects: Vec<Bytes> = (0..4).map(|_| pool.object(laid(vec![1; 2 << 20]))).collect();
         for (i, o) in objects.iter().enumerate() {
             tail.insert_object(&format!("wal/{i}"), o.clone());
         }
         assert_eq!((tail.len_bytes(), space.available_permits()), (8 << 20, 0));
         drop(objects);
         // A fifth evicts the first, whose buffer comes back and takes the second's room.
-        let fifth = pool.object(vec![1; 2 << 20]);
+        let fifth = pool.object(laid(vec![1; 2 << 20]));
         tail.insert_object("wal/4", fifth.clone());
         assert_eq!(pool.idle(), [2 << 20, 2 << 20]);
         assert_eq!(tail.len_bytes(), 4 << 20);

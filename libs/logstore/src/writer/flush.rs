@@ -189,7 +189,11 @@ pub(super) fn build_flush(
     let payloads: usize = by_log.iter().flatten().map(|p| p.payload.len()).sum();
     // Entries, their headers, and the footer (about 52 bytes a chunk and 24 an entry).
     let size = payloads + n_entries * (wal::ENTRY_HEADER_LEN + 24) + by_log.len() * 52 + 64;
-    let mut b = wal::ObjectBuilder::with_buffer(wal::ObjectKind::Wal, buffers.take(size));
+    let mut b = wal::ObjectBuilder::with_aligned_buffer(
+        wal::ObjectKind::Wal,
+        buffers.take(size),
+        buffers::OBJECT_ALIGN,
+    );
     let mut chunks = Vec::with_capacity(by_log.len());
     let mut failed: Option<LogError> = None;
     // The payloads' room goes with their bytes, into the object.
