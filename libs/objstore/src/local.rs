@@ -1,9 +1,10 @@
 //! The local directory store: `object_store`'s [`LocalFileSystem`] for everything but plain
 //! puts and plain reads.
 //!
-//! A plain put (create or overwrite, no attributes) is written with direct I/O: from an
-//! aligned buffer to a staging file, fsynced, then linked or renamed into place and the
-//! directory fsynced, as `LocalFileSystem` publishes its own. The page cache never holds the
+//! A plain put (create or overwrite, no attributes) is written with direct I/O: from where its
+//! bytes lie when they are aligned, else from an aligned buffer, to a staging file (made ahead:
+//! [`ready`]), fsynced, then linked or renamed into place and the directory fsynced, as
+//! `LocalFileSystem` publishes its own. The page cache never holds the
 //! object: the writer keeps what tailing readers want in its own cache, and copying every
 //! byte into the page cache cost a produce more CPU than anything else (docs/performance.md,
 //! "Writes past the page cache"). Reads of 64 KiB or more are direct too (from an aligned
@@ -19,6 +20,8 @@
 //! Buffers are used again ([`Buffers`]): a buffer freed goes back to the system at once (the
 //! allocator is told to), and a fresh one costs a page fault and a zeroed page per 4 KiB, a
 //! quarter of a consume's CPU.
+
+mod ready;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -61,6 +64,8 @@ pub struct LocalStore {
     buffers: Arc<Buffers>,
     /// Whether the directory's file system takes direct I/O (until a file open says not).
     direct: Arc<AtomicBool>,
+    /// Staging files made ahead of direct puts.
+    ready: Arc<ready::Ready>,
 }
 
 impl LocalStore {
@@ -71,6 +76,7 @@ impl LocalStore {
             inner,
             buffers: Arc::new(Buffers::new(POOL_IDLE_MAX)),
             direct: Arc::new(AtomicBool::new(true)),
+            ready: Arc::default(),
         }
     }
 
@@ -115,10 +121,10 @@ impl LocalStore {
             return Ok(None);
         }
         let path = self.inner.path_to_filesystem(location)?;
-        let (location, buffers, direct) =
-            (location.clone(), self.buffers.clone(), self.direct.clone());
+        let (location, buffers, direct, ready) =
+            (location.clone(), self.buffers.clone(), self.direct.clone(), self.ready.clone());
         tokio::task::spawn_blocking(move || {
-            write_direct(&path, &location, &payload, create, &buffers, &direct)
+            write_direct(&path, &location, &payload, create, &buffers, &direct, &ready)
         })
         .await
         .map_err(generic)?
@@ -168,8 +174,8 @@ fn aligned(buf: &mut Vec<u8>, len: usize) -> usize {
     at
 }
 
-/// Writes `payload` to a staging file next to `path` with direct I/O (from where its bytes lie
-/// when they are aligned, else through an aligned buffer: see [`write_chunks`]), fsyncs it,
+/// Writes `payload` to a staging file next to `path` (one `ready` made ahead, else a new one) with direct I/O (from where its bytes lie when they are aligned,
+/// else through an aligned buffer: see [`write_chunks`]), fsyncs it,
 /// publishes it at `path` (a hard link if `create`, which fails if `path` exists, else a
 /// rename) and fsyncs the directory: the page cache never holds the object's bytes. `None`:
 /// the inner store is to write it (see [`LocalStore::put_direct`]).
@@ -179,11 +185,16 @@ fn write_direct(
     payload: &PutPayload,
     create: bool,
     buffers: &Arc<Buffers>,
-    direct: &AtomicBool,
+    direct: &Arc<AtomicBool>,
+    ready: &Arc<ready::Ready>,
 ) -> Result<Option<PutResult>> {
-    let (mut file, staging) = match open_staging(path, direct).map_err(generic)? {
+    let made = path.parent().and_then(|dir| ready.take_and_make(dir, direct));
+    let (mut file, staging) = match made {
         Some(f) => f,
-        None => return Ok(None),
+        None => match open_staging(path, direct).map_err(generic)? {
+            Some(f) => f,
+            None => return Ok(None),
+        },
     };
     let written = (|| {
         let len = payload.content_length();
@@ -311,7 +322,7 @@ impl Copy {
 
 /// A new staging file beside `path` (`path#N`, as [`LocalFileSystem`] names its own, which
 /// its listings leave out), opened for direct writes; `None` if its directory does not exist or
-/// the file system does not take direct I/O.
+/// the file system does not take direct I/O. (A file made ahead is `dir/ready#N`.)
 fn open_staging(
     path: &std::path::Path,
     direct: &AtomicBool,
@@ -684,7 +695,7 @@ impl ObjectStore for LocalStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use futures::StreamExt;
+    use futures::{StreamExt, TryStreamExt};
     use object_store::ObjectStoreExt;
     use std::time::Duration;
 
@@ -845,11 +856,69 @@ mod tests {
         assert_eq!(store.get(&p).await?.bytes().await?, pattern(7), "an overwrite replaces it");
         let head = store.head(&p).await?;
         assert_eq!(head.e_tag, store.inner.head(&p).await?.e_tag);
-        let names: Vec<_> = std::fs::read_dir(dir.path().join("d"))?
-            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
-            .collect::<std::io::Result<_>>()?;
-        assert!(names.iter().all(|n| !n.contains('#')), "staging files left: {names:?}");
+        let staging = || -> std::io::Result<Vec<String>> {
+            let names = std::fs::read_dir(dir.path().join("d"))?
+                .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()));
+            names.filter(|n| n.as_ref().map_or(true, |n| n.contains('#'))).collect()
+        };
+        let left = staging()?;
+        assert!(left.iter().all(|n| n.starts_with("ready#")), "staging files left: {left:?}");
         assert_eq!(store.list(None).collect::<Vec<_>>().await.len(), 11);
+        drop(store);
+        // The file made ahead is removed with the store (once it is made).
+        for _ in 0..500 {
+            if staging()?.is_empty() {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        anyhow::bail!("staging files left: {:?}", staging()?)
+    }
+
+    /// Inode number of `file`.
+    fn inode(file: &std::path::Path) -> std::io::Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(std::fs::metadata(file)?.ino())
+    }
+
+    /// The file made ahead in `dir` once there is one (as its listing leaves out).
+    async fn made_ahead(dir: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+        for _ in 0..500 {
+            for e in std::fs::read_dir(dir)? {
+                let e = e?;
+                if e.file_name().to_string_lossy().starts_with("ready#") {
+                    return Ok(e.path());
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        anyhow::bail!("no file made ahead in {}", dir.display())
+    }
+
+    /// A put's staging file is made ahead, after the put before it in its directory: the next
+    /// put there is written into it (its inode is the object's), create-only or not, and one
+    /// more is made; listings leave it out.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn staging_files_are_made_ahead() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = store(&dir)?;
+        let wal = dir.path().join("wal");
+        std::fs::create_dir(&wal)?;
+        store.put(&Path::from("wal/1"), pattern(100_000).into()).await?;
+        let create = PutOptions { mode: PutMode::Create, ..Default::default() };
+        for (i, opts) in [(2, create), (3, PutOptions::default())] {
+            let ready = made_ahead(&wal).await?;
+            let ino = inode(&ready)?;
+            let p = Path::from(format!("wal/{i}"));
+            store.put_opts(&p, pattern(70_000 + i).into(), opts).await?;
+            assert_eq!(inode(&wal.join(i.to_string()))?, ino, "put {i} made its own file");
+            assert!(!ready.exists(), "{}", ready.display());
+            assert_eq!(store.get(&p).await?.bytes().await?, pattern(70_000 + i));
+        }
+        made_ahead(&wal).await?;
+        let listed: Vec<_> =
+            store.list(None).map_ok(|m| m.location.to_string()).try_collect().await?;
+        assert_eq!(listed.len(), 3, "{listed:?}");
         Ok(())
     }
 
