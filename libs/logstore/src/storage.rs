@@ -336,8 +336,10 @@ impl LogStorage {
     /// if not.
     fn try_room(&self, permits: u32) -> Result<Option<OwnedSemaphorePermit>, LogError> {
         if self.core.space.available_permits() < permits as usize {
-            self.core.object_buffers.release();
+            // The cache first: the objects it drops give their buffers back, and a buffer
+            // coming back keeps itself with free room; then the kept buffers, those included.
             self.core.reader.shrink_cache(permits as usize);
+            self.core.object_buffers.release();
         }
         match self.core.space.clone().try_acquire_many_owned(permits) {
             Ok(p) => Ok(Some(p)),
@@ -369,6 +371,8 @@ impl LogStorage {
                         self.core.waiting.bytes()
                     )));
                 };
+                // No buffer coming back is kept while it waits (room freed goes to it).
+                let _way = self.core.object_buffers.make_way();
                 let acquire = self.core.space.clone().acquire_many_owned(permits);
                 match tokio::time::timeout(cfg.append_timeout, acquire).await {
                     Ok(Ok(p)) => Ok(p),

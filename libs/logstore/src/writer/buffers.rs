@@ -7,9 +7,11 @@
 //! A kept buffer holds its capacity of the writer's buffer room, as the tail cache does, and
 //! comes before it: a buffer is kept only while appends do not need the room (it is free, or
 //! the tail cache holds it and gives it up); an append short of room has the kept buffers freed
-//! first ([`ObjectBuffers::release`]); at most [`IDLE`] are kept. So a writer's memory stays
-//! within its buffer's bound, and the tail cache is smaller by what is kept.
+//! first ([`ObjectBuffers::release`]), and while an append waits for room none is kept
+//! ([`ObjectBuffers::make_way`]); at most [`IDLE`] are kept. So a writer's memory stays within
+//! its buffer's bound, and the tail cache is smaller by what is kept.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
@@ -39,11 +41,27 @@ pub(crate) struct ObjectBuffers {
     space: Arc<Semaphore>,
     /// The tail cache, in the room appends do not hold.
     tail: RangeCache,
+    /// Appends waiting for room ([`Self::make_way`]): while any do, none is kept.
+    short: AtomicUsize,
+}
+
+/// While it lives, buffers coming back are freed, not kept ([`ObjectBuffers::make_way`]).
+pub(crate) struct MakingWay<'a>(&'a ObjectBuffers);
+
+impl Drop for MakingWay<'_> {
+    fn drop(&mut self) {
+        self.0.short.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl ObjectBuffers {
     pub(crate) fn new(space: Arc<Semaphore>, tail: RangeCache) -> Arc<Self> {
-        Arc::new(ObjectBuffers { idle: Mutex::new(Vec::new()), space, tail })
+        Arc::new(ObjectBuffers {
+            idle: Mutex::new(Vec::new()),
+            space,
+            tail,
+            short: AtomicUsize::new(0),
+        })
     }
 
     /// A buffer for an object of `size` bytes laid out at [`OBJECT_ALIGN`]: the smallest kept
@@ -79,9 +97,22 @@ impl ObjectBuffers {
         self.idle.lock().clear();
     }
 
+    /// For an append about to wait for room: frees the kept buffers, and until the guard is
+    /// dropped, buffers coming back are freed too. (Kept, a buffer holds room the append would
+    /// wait for: nothing else frees it while the writer is idle.)
+    pub(crate) fn make_way(&self) -> MakingWay<'_> {
+        self.short.fetch_add(1, Ordering::SeqCst);
+        // After the count: a buffer kept from here on sees it (both under the lock).
+        self.release();
+        MakingWay(self)
+    }
+
     /// Keeps `buf` if appends do not need its room, taking it from the tail cache if that
     /// holds it. (The tail cache drops what it evicts outside its lock, so this may shrink it.)
     fn give_back(&self, mut buf: Vec<u8>) {
+        if self.short.load(Ordering::SeqCst) > 0 {
+            return;
+        }
         let len = buf.capacity();
         let Ok(n) = u32::try_from(len) else { return };
         // Each round keeps it, or gives up, or shrinks the tail cache (what that evicts may
@@ -100,7 +131,7 @@ impl ObjectBuffers {
             // Released permits go to appends waiting first: free ones, none of them waits.
             if let Ok(room) = self.space.clone().try_acquire_many_owned(n) {
                 let mut idle = self.idle.lock();
-                if idle.len() < IDLE {
+                if idle.len() < IDLE && self.short.load(Ordering::SeqCst) == 0 {
                     buf.clear();
                     idle.push((buf, room));
                 }
@@ -228,6 +259,25 @@ mod tests {
         drop(pool.object(laid(vec![0; 1 << 20])));
         assert!(pool.idle().is_empty(), "kept while appends need the room");
         drop(held);
+    }
+
+    /// While an append waits for room, the kept buffers are freed and none coming back is
+    /// kept (its room stays free for the append); once it stops waiting, they are kept again.
+    #[test]
+    fn no_buffer_is_kept_while_an_append_waits_for_room() {
+        let space = Arc::new(Semaphore::new(8 << 20));
+        let pool = ObjectBuffers::new(space.clone(), RangeCache::new(0));
+        drop(pool.object(laid(vec![0; 1 << 20])));
+        assert_eq!(pool.idle(), [1 << 20]);
+        let object = pool.object(laid(vec![0; 2 << 20]));
+        let way = pool.make_way();
+        assert!(pool.idle().is_empty(), "kept while an append waits");
+        drop(object);
+        assert!(pool.idle().is_empty(), "a buffer coming back was kept");
+        assert_eq!(space.available_permits(), 8 << 20);
+        drop(way);
+        drop(pool.object(laid(vec![0; 2 << 20])));
+        assert_eq!(pool.idle(), [2 << 20]);
     }
 
     /// The tail cache gives its room to a buffer coming back (what it evicts is dropped outside

@@ -438,6 +438,38 @@ async fn the_tail_cache_gives_its_room_back_to_appends() -> Result<()> {
     Ok(())
 }
 
+/// An append short of room gets the room the tail cache gives up, not a WAL object's buffer
+/// coming back as the cache drops the object: kept for a later flush, that buffer held the room
+/// the append then waited `append_timeout` for, to be refused (a Kafka producer's request
+/// stalled 5 s and was retried). A store that copies what it is given (a local directory), so
+/// the tail cache holds each object's last reference.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffers_coming_back_leave_a_short_append_its_room() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let local = objstore::object_store::local::LocalFileSystem::new_with_prefix(dir.path())?;
+    let objects = Arc::new(objstore::local::LocalStore::new(local));
+    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("wayback"), "w");
+    cfg.flush_interval = Duration::from_millis(5);
+    cfg.buffer_bytes = 4 << 20;
+    cfg.max_entry_bytes = 4 << 20;
+    cfg.tail_cache_bytes = 4 << 20;
+    cfg.append_timeout = Duration::from_secs(2);
+    let w = LogStorage::open(memory(), objects, cfg, Arc::new(SystemClock)).await?;
+    let log = w.create_log().await?;
+    for i in 0..5u8 {
+        w.append(log, 1, Bytes::from(vec![i; 600 << 10]), None).await?;
+    }
+    let cached = w.reader().cache_bytes();
+    ensure!(cached >= 2 << 20, "the tail cache holds {cached} bytes after 3 MB committed");
+    let t0 = std::time::Instant::now();
+    let big = w.append(log, 1, Bytes::from(vec![9; (3 << 20) + (512 << 10)]), None).await;
+    ensure!(big.is_ok(), "the append short of room: {big:?} after {:?}", t0.elapsed());
+    ensure!(t0.elapsed() < Duration::from_secs(1), "the append waited {:?}", t0.elapsed());
+    ensure!(w.info(log).await?.next_offset == 6);
+    w.shutdown().await;
+    Ok(())
+}
+
 /// A caught-up reader of a writer that has written more than its tail cache holds still reads
 /// each new entry from the cache, without a GET: the cache's room yields to what the writer
 /// commits next (it is the buffer's room appends do not hold), so a flush keeps its object for
