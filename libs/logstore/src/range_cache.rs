@@ -136,10 +136,10 @@ impl RangeCache {
     /// bytes are the ones its checksums were computed over, in this process's memory: checked.
     pub fn insert_object(&self, object: &str, bytes: Bytes) {
         let len = bytes.len() as u64;
+        // Declared before the guard, so dropped after it (as `bytes` is).
         let mut gone = Vec::new();
         let mut i = self.inner.lock();
         if i.whole.contains_key(object) {
-            drop(i);
             return;
         }
         let key = (object.to_owned(), 0, len);

@@ -4,8 +4,8 @@
 //! A plain put (create or overwrite, no attributes) is written with direct I/O: from where its
 //! bytes lie when they are aligned, else from an aligned buffer, to a staging file (made ahead:
 //! [`ready`]), fsynced, then linked or renamed into place and the directory fsynced, as
-//! `LocalFileSystem` publishes its own. The page cache never holds the
-//! object: the writer keeps what tailing readers want in its own cache, and copying every
+//! `LocalFileSystem` publishes its own. The page cache never holds the object: the writer
+//! keeps what tailing readers want in its own cache, and copying every
 //! byte into the page cache cost a produce more CPU than anything else (docs/performance.md,
 //! "Writes past the page cache"). Reads of 64 KiB or more are direct too (from an aligned
 //! buffer, the range a slice of it); shorter ones (footers, indexes) go through the page
@@ -174,11 +174,12 @@ fn aligned(buf: &mut Vec<u8>, len: usize) -> usize {
     at
 }
 
-/// Writes `payload` to a staging file next to `path` (one `ready` made ahead, else a new one) with direct I/O (from where its bytes lie when they are aligned,
-/// else through an aligned buffer: see [`write_chunks`]), fsyncs it,
-/// publishes it at `path` (a hard link if `create`, which fails if `path` exists, else a
-/// rename) and fsyncs the directory: the page cache never holds the object's bytes. `None`:
-/// the inner store is to write it (see [`LocalStore::put_direct`]).
+/// Writes `payload` to a staging file next to `path` (one `ready` made ahead, else a new one)
+/// with direct I/O (from where its bytes lie when they are aligned, else through an aligned
+/// buffer: see [`write_chunks`]), fsyncs it, publishes it at `path` (a hard link if `create`,
+/// which fails if `path` exists, else a rename) and fsyncs the directory: the page cache never
+/// holds the object's bytes. `None`: the inner store is to write it (see
+/// [`LocalStore::put_direct`]).
 fn write_direct(
     path: &std::path::Path,
     location: &Path,
@@ -252,7 +253,7 @@ const WRITE_CHUNK: usize = 256 << 10;
 /// an aligned buffer, [`WRITE_CHUNK`] at a time, the last write zero-padded to [`ALIGN`].
 fn write_chunks(file: &mut File, payload: &PutPayload, buffers: &Buffers) -> std::io::Result<()> {
     use std::io::Write;
-    let mut copy = Copy { buf: Vec::new(), at: 0, left: payload.content_length() };
+    let mut copy = Bounce { buf: Vec::new(), at: 0, left: payload.content_length() };
     let written = (|| {
         for part in payload.iter() {
             let mut part = &part[..];
@@ -277,8 +278,9 @@ fn write_chunks(file: &mut File, payload: &PutPayload, buffers: &Buffers) -> std
     written
 }
 
-/// Bytes of a direct write waiting to be written from an aligned buffer: `buf[at..]`.
-struct Copy {
+/// A direct write's bounce buffer: bytes waiting to be written from an aligned buffer,
+/// `buf[at..]`.
+struct Bounce {
     /// Taken at the first copy.
     buf: Vec<u8>,
     at: usize,
@@ -286,7 +288,7 @@ struct Copy {
     left: usize,
 }
 
-impl Copy {
+impl Bounce {
     fn waiting(&self) -> usize {
         self.buf.len().saturating_sub(self.at)
     }
@@ -856,11 +858,7 @@ mod tests {
         assert_eq!(store.get(&p).await?.bytes().await?, pattern(7), "an overwrite replaces it");
         let head = store.head(&p).await?;
         assert_eq!(head.e_tag, store.inner.head(&p).await?.e_tag);
-        let staging = || -> std::io::Result<Vec<String>> {
-            let names = std::fs::read_dir(dir.path().join("d"))?
-                .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()));
-            names.filter(|n| n.as_ref().map_or(true, |n| n.contains('#'))).collect()
-        };
+        let staging = || staging_names(&dir.path().join("d"));
         let left = staging()?;
         assert!(left.iter().all(|n| n.starts_with("ready#")), "staging files left: {left:?}");
         assert_eq!(store.list(None).collect::<Vec<_>>().await.len(), 11);
@@ -881,14 +879,18 @@ mod tests {
         Ok(std::fs::metadata(file)?.ino())
     }
 
-    /// The file made ahead in `dir` once there is one (as its listing leaves out).
+    /// Names of the staging files in `dir` (those its listing leaves out).
+    fn staging_names(dir: &std::path::Path) -> std::io::Result<Vec<String>> {
+        let names = std::fs::read_dir(dir)?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()));
+        names.filter(|n| n.as_ref().map_or(true, |n| n.contains('#'))).collect()
+    }
+
+    /// The file made ahead in `dir` once there is one.
     async fn made_ahead(dir: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
         for _ in 0..500 {
-            for e in std::fs::read_dir(dir)? {
-                let e = e?;
-                if e.file_name().to_string_lossy().starts_with("ready#") {
-                    return Ok(e.path());
-                }
+            if let Some(n) = staging_names(dir)?.into_iter().find(|n| n.starts_with("ready#")) {
+                return Ok(dir.join(n));
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
@@ -912,7 +914,9 @@ mod tests {
             let p = Path::from(format!("wal/{i}"));
             store.put_opts(&p, pattern(70_000 + i).into(), opts).await?;
             assert_eq!(inode(&wal.join(i.to_string()))?, ino, "put {i} made its own file");
-            assert!(!ready.exists(), "{}", ready.display());
+            // Taken: its name gone, or a new file's (made ahead for the next put, which may
+            // reuse the name once this put has unlinked it).
+            assert_ne!(inode(&ready).ok(), Some(ino), "{} left", ready.display());
             assert_eq!(store.get(&p).await?.bytes().await?, pattern(70_000 + i));
         }
         made_ahead(&wal).await?;

@@ -153,19 +153,14 @@ impl ObjectBuilder {
     /// A builder whose buffer is allocated once for `bytes` (payloads plus
     /// [`ENTRY_HEADER_LEN`] per entry), so building never reallocates and copies.
     pub fn with_capacity(kind: ObjectKind, bytes: usize) -> Self {
-        Self::with_buffer(kind, Vec::with_capacity(bytes))
+        ObjectBuilder { kind, buf: Vec::with_capacity(bytes), start: 0, chunks: Vec::new() }
     }
 
-    /// A builder that writes into `buf` (emptied first, its capacity kept): a caller recycling
-    /// buffers gets the one it gave back from [`Self::finish_vec`].
-    pub fn with_buffer(kind: ObjectKind, mut buf: Vec<u8>) -> Self {
-        buf.clear();
-        ObjectBuilder { kind, buf, start: 0, chunks: Vec::new() }
-    }
-
-    /// [`Self::with_buffer`], the object beginning at the first address in `buf` aligned to
-    /// `align` (a power of two) when its capacity leaves room for that much more: a store that
-    /// writes with direct I/O writes such an object from where it lies. It stays aligned while
+    /// A builder that writes into `buf` (emptied first, its capacity kept: a caller recycling
+    /// buffers gets it back from [`Self::finish_vec`]), the object beginning at the first
+    /// address in `buf` aligned to `align` (a power of two) when its capacity leaves room for
+    /// that much more: a store that writes with direct I/O writes such an object from where it
+    /// lies. It stays aligned while
     /// the object fits the capacity (a larger one moves the buffer, and is laid out anyway).
     pub fn with_aligned_buffer(kind: ObjectKind, mut buf: Vec<u8>, align: usize) -> Self {
         buf.clear();
@@ -179,7 +174,7 @@ impl ObjectBuilder {
     pub fn begin_chunk(&mut self, log: u64) {
         self.chunks.push(ChunkMeta {
             log,
-            byte_start: (self.buf.len() - self.start) as u64,
+            byte_start: self.data_len() as u64,
             byte_len: 0,
             record_count: 0,
             min_timestamp: i64::MAX,

@@ -102,7 +102,8 @@ impl ObjectBuffers {
     /// wait for: nothing else frees it while the writer is idle.)
     pub(crate) fn make_way(&self) -> MakingWay<'_> {
         self.short.fetch_add(1, Ordering::SeqCst);
-        // After the count: a buffer kept from here on sees it (both under the lock).
+        // After the count: a buffer kept before this release is freed by it, and one kept
+        // after sees the count (`give_back` reads it under the lock `release` takes).
         self.release();
         MakingWay(self)
     }

@@ -410,16 +410,23 @@ async fn a_flush_takes_at_most_flush_bytes() -> Result<()> {
     Ok(())
 }
 
+/// A writer flushing every 10 ms whose tail cache is as large as its buffer of `bytes`, with
+/// entries of up to `max_entry` bytes.
+fn tail_cached(prefix: &str, bytes: usize, max_entry: usize) -> LogStorageConfig {
+    let mut cfg = LogStorageConfig::new(testkit::unique_prefix(prefix), "w");
+    cfg.flush_interval = Duration::from_millis(10);
+    cfg.buffer_bytes = bytes;
+    cfg.max_entry_bytes = max_entry;
+    cfg.tail_cache_bytes = bytes;
+    cfg
+}
+
 /// The tail cache lives inside the append buffer's budget: it caches in room appends do not
 /// hold, and an append that needs the room gets it at once rather than waiting for
 /// `append_timeout` (ARCHITECTURE §11's tail cache, issue 18's memory bound).
 #[tokio::test(start_paused = true)]
 async fn the_tail_cache_gives_its_room_back_to_appends() -> Result<()> {
-    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("tail"), "w");
-    cfg.flush_interval = Duration::from_millis(10);
-    cfg.buffer_bytes = 64 << 10;
-    cfg.max_entry_bytes = 32 << 10;
-    cfg.tail_cache_bytes = 64 << 10;
+    let mut cfg = tail_cached("tail", 64 << 10, 32 << 10);
     cfg.append_timeout = Duration::from_secs(1);
     let w = open(cfg, memory()).await?;
     let log = w.create_log().await?;
@@ -448,11 +455,7 @@ async fn buffers_coming_back_leave_a_short_append_its_room() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let local = objstore::object_store::local::LocalFileSystem::new_with_prefix(dir.path())?;
     let objects = Arc::new(objstore::local::LocalStore::new(local));
-    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("wayback"), "w");
-    cfg.flush_interval = Duration::from_millis(5);
-    cfg.buffer_bytes = 4 << 20;
-    cfg.max_entry_bytes = 4 << 20;
-    cfg.tail_cache_bytes = 4 << 20;
+    let mut cfg = tail_cached("wayback", 4 << 20, 4 << 20);
     cfg.append_timeout = Duration::from_secs(2);
     let w = LogStorage::open(memory(), objects, cfg, Arc::new(SystemClock)).await?;
     let log = w.create_log().await?;
@@ -476,11 +479,7 @@ async fn buffers_coming_back_leave_a_short_append_its_room() -> Result<()> {
 /// the cache even when the cache is full.
 #[tokio::test(start_paused = true)]
 async fn the_tail_cache_takes_new_objects_once_full() -> Result<()> {
-    let mut cfg = LogStorageConfig::new(testkit::unique_prefix("tailfull"), "w");
-    cfg.flush_interval = Duration::from_millis(10);
-    cfg.buffer_bytes = 64 << 10;
-    cfg.max_entry_bytes = 32 << 10;
-    cfg.tail_cache_bytes = 64 << 10;
+    let cfg = tail_cached("tailfull", 64 << 10, 32 << 10);
     let (objects, counts) = objstore::counting::CountingStore::new(Arc::new(InMemory::new()));
     let w = LogStorage::open(memory(), objects, cfg, Arc::new(SystemClock)).await?;
     let log = w.create_log().await?;

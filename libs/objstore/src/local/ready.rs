@@ -43,44 +43,31 @@ impl Ready {
         dir: &Path,
         direct: &Arc<AtomicBool>,
     ) -> Option<(File, PathBuf)> {
-        let taken = self.take(dir);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current()
-            && self.wanted(dir)
-        {
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let (taken, make, forgotten) = {
+            // `dir` becomes the most recent; the least recent past [`DIRS`] is forgotten.
+            let mut dirs = self.dirs.lock();
+            let mut d = match dirs.iter().position(|d| d.path == dir) {
+                Some(i) => dirs.remove(i),
+                None => Dir { path: dir.to_path_buf(), file: None, making: false },
+            };
+            let taken = d.file.take();
+            let make = runtime.filter(|_| !d.making);
+            d.making |= make.is_some();
+            dirs.push(d);
+            (taken, make, (dirs.len() > DIRS).then(|| dirs.remove(0)))
+        };
+        if let Some((_, path)) = forgotten.and_then(|d| d.file) {
+            let _ = std::fs::remove_file(path);
+        }
+        if let Some(runtime) = make {
             let (ready, dir, direct) = (self.clone(), dir.to_owned(), direct.clone());
             drop(runtime.spawn_blocking(move || ready.make(&dir, &direct)));
         }
         taken
     }
 
-    /// The file ready in `dir`, if one is.
-    fn take(&self, dir: &Path) -> Option<(File, PathBuf)> {
-        let mut dirs = self.dirs.lock();
-        dirs.iter_mut().find(|d| d.path == dir)?.file.take()
-    }
-
-    /// Whether a file is to be made for `dir` now (none is ready or being made); if so, it is
-    /// counted as being made, and the caller is to [`Self::make`] it. `dir` becomes the most
-    /// recent; the least recent past [`DIRS`] is forgotten, its file removed.
-    fn wanted(&self, dir: &Path) -> bool {
-        let (wanted, forgotten) = {
-            let mut dirs = self.dirs.lock();
-            let mut d = match dirs.iter().position(|d| d.path == dir) {
-                Some(i) => dirs.remove(i),
-                None => Dir { path: dir.to_path_buf(), file: None, making: false },
-            };
-            let wanted = d.file.is_none() && !d.making;
-            d.making |= wanted;
-            dirs.push(d);
-            (wanted, (dirs.len() > DIRS).then(|| dirs.remove(0)))
-        };
-        if let Some((_, path)) = forgotten.and_then(|d| d.file) {
-            let _ = std::fs::remove_file(path);
-        }
-        wanted
-    }
-
-    /// Makes the file [`Self::wanted`] asked for in `dir` (blocking). Not made (the directory
+    /// Makes the file [`Self::take_and_make`] asked for in `dir` (blocking). Not made (the directory
     /// gone, direct I/O refused): the next put makes its own.
     fn make(&self, dir: &Path, direct: &AtomicBool) {
         let made = super::open_staging(&dir.join("ready"), direct).ok().flatten();
