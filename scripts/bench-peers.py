@@ -21,6 +21,12 @@ its fetch-time MB/s, the group join left out), with the server's CPU per GB read
 10 MiB/s librdkafka runs once more with a librdkafka consumer tailing (end-to-end p50/p99, the
 server's CPU per GB produced and consumed). Per run: MB/s, ack p50/p99, the server's CPU seconds
 per GB produced (utime + stime from /proc) and the bytes its data directory grew by per GB.
+Before each producing row the page cache is written back and dropped (as root; --keep-page-cache
+not to): on a virtual machine that hands free memory back to its host, a server whose page cache
+keeps growing into memory freed long ago slows severalfold (Apache Kafka's later rows here fell
+from 324 to 67-86 MB/s, 79% of its CPU copying into fresh page-cache pages), so without it a row
+measured what the rows before it had written. Consume rows keep the page cache their producing
+row left.
 
 With --latency-profile NAME, instead: Lakelog alone, every object-store and metadata request
 delayed as NAME would (`lakelog standalone --latency-profile`: s3-standard, s3-express), once at
@@ -62,6 +68,8 @@ ap.add_argument("--seconds", type=float, default=10)
 ap.add_argument("--record-size", type=int, default=1024)
 ap.add_argument("--rate-mib", type=float, default=10)
 ap.add_argument("--only", default="kafka-fsync,kafka,lakelog")
+ap.add_argument("--keep-page-cache", action="store_true",
+                help="do not drop the page cache before each producing row")
 ap.add_argument("--json", default=None, help="also write every row as JSON lines here")
 ap.add_argument("--data-root", default="target/bench-peers",
                 help="where each server's data directory is made (not /tmp: on a machine whose "
@@ -534,6 +542,19 @@ if args.shares:
     run_shares()
     sys.exit(0)
 
+def settle_page_cache():
+    """The page cache written back and dropped before a producing row (module doc); nothing
+    without the right to (not root) or with --keep-page-cache."""
+    if args.keep_page_cache:
+        return
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1\n")
+    except OSError:
+        pass
+
+
 def peer_rows(name, server):
     """The producer workloads against `server` (`name`): a row each."""
     for client in ("java", "librdkafka"):
@@ -541,6 +562,7 @@ def peer_rows(name, server):
             for rate in (None, args.rate_mib * 1024 * 1024):
                 topic = f"{client}-{partitions}-{'sat' if rate is None else 'fixed'}"
                 create_topic(server.bootstrap, topic, partitions)
+                settle_page_cache()
                 cpu0, disk0 = cpu_seconds(server.proc.pid), du(server.data)
                 if client == "java":
                     records, mb_s, p50, p99, stored = java_produce(server.bootstrap, topic, rate)
@@ -570,6 +592,7 @@ def tailing_row(name, server, partitions, rate):
     end-to-end p50/p99 (consumed minus the record's producer timestamp) and the server's CPU per
     GB produced and consumed."""
     cpu0 = []
+    settle_page_cache()
     records, elapsed, acks, lags = produce_tailed(
         server.bootstrap, f"tail-{partitions}", partitions, rate,
         lambda: cpu0.append(cpu_seconds(server.proc.pid)))

@@ -4,7 +4,8 @@
 # defaults), in one run: Kafka's ProducerPerformance and librdkafka, 1 KiB records, acks=all,
 # 1 and 8 partitions, saturating and 10 MiB/s, consumed back. Prints a Markdown table (the one
 # in docs/performance.md). Installs what it needs (`install-deps.sh peers`: Java 17+ and Maven
-# required), builds the release binary. Arguments go to scripts/bench-peers.py.
+# required), builds the release binary. As root it drops the page cache before each producing row
+# (--keep-page-cache not to; why: scripts/bench-peers.py). Arguments go to scripts/bench-peers.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh peers
