@@ -5,11 +5,11 @@
 //! bytes lie when they are aligned, else from an aligned buffer, to a staging file (made ahead:
 //! [`ready`]), fsynced, then linked or renamed into place and the directory fsynced, as
 //! `LocalFileSystem` publishes its own. The page cache never holds the object: the writer
-//! keeps what tailing readers want in its own cache, and copying every
-//! byte into the page cache cost a produce more CPU than anything else (docs/performance.md,
-//! "Writes past the page cache"). Reads of 64 KiB or more are direct too (from an aligned
-//! buffer, the range a slice of it); shorter ones (footers, indexes) go through the page
-//! cache. A file system that refuses direct I/O gets buffered puts and reads.
+//! keeps what tailing readers want in its own cache, and copying every byte into the page
+//! cache cost a produce more CPU than anything else (docs/performance.md, "Writes past the
+//! page cache"). Reads of 64 KiB or more are direct too (from an aligned buffer, the range a
+//! slice of it); shorter ones (footers, indexes) go through the page cache. A file system that
+//! refuses direct I/O gets buffered puts and reads.
 //!
 //! A plain GET (a range, no conditions) opens and reads the file where it is asked, not on the
 //! blocking pool twice (open, then read) as `LocalFileSystem` does, into a buffer that is not

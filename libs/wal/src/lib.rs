@@ -160,8 +160,8 @@ impl ObjectBuilder {
     /// buffers gets it back from [`Self::finish_vec`]), the object beginning at the first
     /// address in `buf` aligned to `align` (a power of two) when its capacity leaves room for
     /// that much more: a store that writes with direct I/O writes such an object from where it
-    /// lies. It stays aligned while
-    /// the object fits the capacity (a larger one moves the buffer, and is laid out anyway).
+    /// lies. It stays aligned while the object fits the capacity (a larger one moves the
+    /// buffer, and is laid out anyway).
     pub fn with_aligned_buffer(kind: ObjectKind, mut buf: Vec<u8>, align: usize) -> Self {
         buf.clear();
         let start = buf.as_ptr().align_offset(align);

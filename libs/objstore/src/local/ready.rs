@@ -67,8 +67,8 @@ impl Ready {
         taken
     }
 
-    /// Makes the file [`Self::take_and_make`] asked for in `dir` (blocking). Not made (the directory
-    /// gone, direct I/O refused): the next put makes its own.
+    /// Makes the file [`Self::take_and_make`] asked for in `dir` (blocking). Not made (the
+    /// directory gone, direct I/O refused): the next put makes its own.
     fn make(&self, dir: &Path, direct: &AtomicBool) {
         let made = super::open_staging(&dir.join("ready"), direct).ok().flatten();
         let spare = {
