@@ -316,7 +316,7 @@ impl LogStorage {
         if self.core.closing.load(Ordering::SeqCst) {
             return Err(LogError::unavailable("writer is shutting down"));
         }
-        let n = u32::try_from(bytes.min(self.core.cfg.buffer_bytes)).unwrap_or(u32::MAX);
+        let n = u32::try_from(bytes.min(self.core.room)).unwrap_or(u32::MAX);
         match self.try_room(n)? {
             Some(p) => Ok(Reserved(p)),
             None => {
@@ -431,7 +431,7 @@ impl LogStorage {
         }
         let kept = crate::writer::ENTRY_BOOKKEEPING.saturating_add(overhead);
         let room = payload.len().saturating_add(kept);
-        let permits = u32::try_from(room.min(cfg.buffer_bytes)).unwrap_or(u32::MAX);
+        let permits = u32::try_from(room.min(self.core.room)).unwrap_or(u32::MAX);
         // What was reserved for it counts toward its room; only the rest is taken now.
         let mut permit = reserved.map(|r| r.0);
         if let Some(p) = permit.as_mut()

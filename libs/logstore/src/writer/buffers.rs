@@ -10,6 +10,12 @@
 //! first ([`ObjectBuffers::release`]), and while an append waits for room none is kept
 //! ([`ObjectBuffers::make_way`]); at most [`IDLE`] are kept. So a writer's memory stays within
 //! its buffer's bound, and the tail cache is smaller by what is kept.
+//!
+//! Under a saturating load appends always wait for room, so none of those is kept: every flush
+//! took a new buffer (at 8 partitions saturating, 200 page faults per MB written: a fifth of a
+//! standalone's CPU). So a few more, the spares, are kept whatever appends wait for: they live
+//! in room set aside for them alone ([`spare_bytes`] of `buffer_bytes`, not appends' room), and
+//! later flushes take them.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -33,6 +39,13 @@ const KEPT_FROM: usize = 256 << 10;
 /// New buffers are rounded up to this, so one fits the next flush's slightly larger object.
 const ROUND: usize = 1 << 20;
 
+/// The room set aside for spare buffers in a writer's `buffer_bytes`: an eighth of it in whole
+/// [`ROUND`]s (8 MiB of the default 64 MiB, four buffers of the 1-2 MB objects a saturated
+/// writer makes), none when that is under a round. Appends have the rest.
+pub(crate) fn spare_bytes(buffer_bytes: usize) -> usize {
+    buffer_bytes / 8 / ROUND * ROUND
+}
+
 #[derive(Debug)]
 pub(crate) struct ObjectBuffers {
     /// Each with its room.
@@ -43,6 +56,9 @@ pub(crate) struct ObjectBuffers {
     tail: RangeCache,
     /// Appends waiting for room ([`Self::make_way`]): while any do, none is kept.
     short: AtomicUsize,
+    /// The spares: buffers of at most `spare_bytes` in all, in room set aside for them.
+    spares: Mutex<Vec<Vec<u8>>>,
+    spare_bytes: usize,
 }
 
 /// While it lives, buffers coming back are freed, not kept ([`ObjectBuffers::make_way`]).
@@ -55,29 +71,33 @@ impl Drop for MakingWay<'_> {
 }
 
 impl ObjectBuffers {
-    pub(crate) fn new(space: Arc<Semaphore>, tail: RangeCache) -> Arc<Self> {
+    /// Buffers kept in `space` (appends' room), and spares in `spare_bytes` set aside beside
+    /// it ([`spare_bytes`]).
+    pub(crate) fn new(space: Arc<Semaphore>, tail: RangeCache, spare_bytes: usize) -> Arc<Self> {
         Arc::new(ObjectBuffers {
             idle: Mutex::new(Vec::new()),
             space,
             tail,
             short: AtomicUsize::new(0),
+            spares: Mutex::new(Vec::new()),
+            spare_bytes,
         })
     }
 
     /// A buffer for an object of `size` bytes laid out at [`OBJECT_ALIGN`]: the smallest kept
-    /// one it fits, or a new one.
+    /// one it fits (first those holding appends' room, which goes back), a spare, or a new one.
     pub(crate) fn take(&self, size: usize) -> Vec<u8> {
         let size = size + OBJECT_ALIGN;
-        let mut idle = self.idle.lock();
-        let fits = idle
-            .iter()
-            .enumerate()
-            .filter(|(_, (b, _))| b.capacity() >= size)
-            .min_by_key(|(_, (b, _))| b.capacity())
-            .map(|(i, _)| i);
-        match fits {
-            // Its room goes back: the flush's payloads hold theirs.
-            Some(i) => idle.swap_remove(i).0,
+        {
+            let mut idle = self.idle.lock();
+            if let Some(i) = smallest_fitting(idle.iter().map(|(b, _)| b), size) {
+                // Its room goes back: the flush's payloads hold theirs.
+                return idle.swap_remove(i).0;
+            }
+        }
+        let mut spares = self.spares.lock();
+        match smallest_fitting(spares.iter(), size) {
+            Some(i) => spares.swap_remove(i),
             None if size >= KEPT_FROM => Vec::with_capacity(size.div_ceil(ROUND) * ROUND),
             None => Vec::with_capacity(size),
         }
@@ -98,8 +118,8 @@ impl ObjectBuffers {
     }
 
     /// For an append about to wait for room: frees the kept buffers, and until the guard is
-    /// dropped, buffers coming back are freed too. (Kept, a buffer holds room the append would
-    /// wait for: nothing else frees it while the writer is idle.)
+    /// dropped, buffers coming back are freed too unless kept as spares. (Kept, a buffer holds
+    /// room the append would wait for: nothing else frees it while the writer is idle.)
     pub(crate) fn make_way(&self) -> MakingWay<'_> {
         self.short.fetch_add(1, Ordering::SeqCst);
         // After the count: a buffer kept before this release is freed by it, and one kept
@@ -108,9 +128,38 @@ impl ObjectBuffers {
         MakingWay(self)
     }
 
-    /// Keeps `buf` if appends do not need its room, taking it from the tail cache if that
-    /// holds it. (The tail cache drops what it evicts outside its lock, so this may shrink it.)
-    fn give_back(&self, mut buf: Vec<u8>) {
+    /// Keeps `buf` as a spare if the spares' room has place for it, or if the smallest spare is
+    /// smaller and leaving it does; that spare, or `buf` if not kept, is returned.
+    fn spare(&self, mut buf: Vec<u8>) -> Option<Vec<u8>> {
+        let len = buf.capacity();
+        if len > self.spare_bytes {
+            return Some(buf);
+        }
+        let mut spares = self.spares.lock();
+        let held: usize = spares.iter().map(Vec::capacity).sum();
+        if held + len <= self.spare_bytes {
+            buf.clear();
+            spares.push(buf);
+            return None;
+        }
+        let smallest = (0..spares.len()).min_by_key(|&i| spares[i].capacity());
+        match smallest {
+            Some(i)
+                if spares[i].capacity() < len
+                    && held - spares[i].capacity() + len <= self.spare_bytes =>
+            {
+                buf.clear();
+                Some(std::mem::replace(&mut spares[i], buf))
+            }
+            _ => Some(buf),
+        }
+    }
+
+    /// Keeps `buf` as a spare, or else if appends do not need its room, taking it from the
+    /// tail cache if that holds it. (The tail cache drops what it evicts outside its lock, so
+    /// this may shrink it.)
+    fn give_back(&self, buf: Vec<u8>) {
+        let Some(mut buf) = self.spare(buf) else { return };
         if self.short.load(Ordering::SeqCst) > 0 {
             return;
         }
@@ -151,6 +200,22 @@ impl ObjectBuffers {
     fn idle(&self) -> Vec<usize> {
         self.idle.lock().iter().map(|(b, _)| b.capacity()).collect()
     }
+
+    #[cfg(test)]
+    fn spares(&self) -> Vec<usize> {
+        let mut kept: Vec<usize> = self.spares.lock().iter().map(Vec::capacity).collect();
+        kept.sort_unstable();
+        kept
+    }
+}
+
+/// Which of `buffers` is the smallest of at least `size` bytes.
+fn smallest_fitting<'a>(buffers: impl Iterator<Item = &'a Vec<u8>>, size: usize) -> Option<usize> {
+    buffers
+        .enumerate()
+        .filter(|(_, b)| b.capacity() >= size)
+        .min_by_key(|(_, b)| b.capacity())
+        .map(|(i, _)| i)
 }
 
 /// An object's buffer, given back when dropped.
@@ -189,7 +254,7 @@ mod tests {
     /// not, and its bytes are the object's alone.
     #[test]
     fn objects_are_laid_out_aligned() -> Result<(), wal::FormatError> {
-        let pool = ObjectBuffers::new(Arc::new(Semaphore::new(64 << 20)), RangeCache::new(0));
+        let pool = ObjectBuffers::new(Arc::new(Semaphore::new(64 << 20)), RangeCache::new(0), 0);
         for payload in [1000, 300_000, (1 << 20) - 100, 3 << 20] {
             let size = payload + wal::ENTRY_HEADER_LEN + 24 + 52 + 64;
             let mut b = wal::ObjectBuilder::with_aligned_buffer(
@@ -213,7 +278,7 @@ mod tests {
     #[test]
     fn buffers_come_back_once_their_object_is_dropped() {
         let space = Arc::new(Semaphore::new(64 << 20));
-        let pool = ObjectBuffers::new(space.clone(), RangeCache::new(0));
+        let pool = ObjectBuffers::new(space.clone(), RangeCache::new(0), 0);
         let mut buf = pool.take((3 << 20) - OBJECT_ALIGN);
         assert_eq!(buf.capacity(), 3 << 20);
         buf.extend_from_slice(&[7; 3 << 20]);
@@ -267,7 +332,7 @@ mod tests {
     #[test]
     fn no_buffer_is_kept_while_an_append_waits_for_room() {
         let space = Arc::new(Semaphore::new(8 << 20));
-        let pool = ObjectBuffers::new(space.clone(), RangeCache::new(0));
+        let pool = ObjectBuffers::new(space.clone(), RangeCache::new(0), 0);
         drop(pool.object(laid(vec![0; 1 << 20])));
         assert_eq!(pool.idle(), [1 << 20]);
         let object = pool.object(laid(vec![0; 2 << 20]));
@@ -281,6 +346,45 @@ mod tests {
         assert_eq!(pool.idle(), [2 << 20]);
     }
 
+    /// While appends wait for room, buffers coming back are still kept as spares (they hold
+    /// none of appends' room: theirs is set aside) and the next flush lays its object out in the
+    /// same memory; within the spares' room a larger one takes a smaller one's place, one that
+    /// does not fit is freed, and none is kept when no room is set aside.
+    #[test]
+    fn spares_are_kept_while_appends_wait() {
+        let space = Arc::new(Semaphore::new(8 << 20));
+        let pool = ObjectBuffers::new(space.clone(), RangeCache::new(0), 4 << 20);
+        let way = pool.make_way();
+        let buf = pool.take((2 << 20) - OBJECT_ALIGN);
+        let at = buf.as_ptr();
+        drop(pool.object(laid(buf)));
+        assert_eq!(pool.spares(), [2 << 20], "freed while an append waits");
+        assert!(pool.idle().is_empty());
+        assert_eq!(space.available_permits(), 8 << 20, "a spare took appends' room");
+        let again = pool.take((1 << 20) + 1);
+        assert_eq!((again.as_ptr(), again.len()), (at, 0), "the same memory, emptied");
+        assert!(pool.spares().is_empty());
+        drop(pool.object(laid(again)));
+        drop(pool.object(laid(vec![0; 1 << 20])));
+        assert_eq!(pool.spares(), [1 << 20, 2 << 20]);
+        drop(pool.object(laid(vec![0; 2 << 20])));
+        assert_eq!(pool.spares(), [2 << 20, 2 << 20], "a larger one took a smaller one's place");
+        for size in [3 << 20, 5 << 20] {
+            drop(pool.object(laid(vec![0; size])));
+            assert_eq!(pool.spares(), [2 << 20, 2 << 20], "{size} kept past the spares' room");
+        }
+        assert!(pool.idle().is_empty());
+        // Too large for them, a take leaves the spares for the next.
+        assert_eq!(pool.take(5 << 20).capacity(), 6 << 20);
+        assert_eq!(pool.spares().len(), 2);
+        drop(way);
+
+        let none = ObjectBuffers::new(space.clone(), RangeCache::new(0), 0);
+        let _way = none.make_way();
+        drop(none.object(laid(vec![0; 1 << 20])));
+        assert_eq!((none.spares().len(), none.idle().len()), (0, 0));
+    }
+
     /// The tail cache gives its room to a buffer coming back (what it evicts is dropped outside
     /// its lock, so an evicted object's buffer comes back too); an object the pool is gone for
     /// is freed.
@@ -288,7 +392,7 @@ mod tests {
     fn a_buffer_coming_back_takes_the_tail_caches_room() {
         let space = Arc::new(Semaphore::new(8 << 20));
         let tail = RangeCache::new(8 << 20).with_budget(space.clone());
-        let pool = ObjectBuffers::new(space.clone(), tail.clone());
+        let pool = ObjectBuffers::new(space.clone(), tail.clone(), 0);
         let objects: Vec<Bytes> = (0..4).map(|_| pool.object(laid(vec![1; 2 << 20]))).collect();
         for (i, o) in objects.iter().enumerate() {
             tail.insert_object(&format!("wal/{i}"), o.clone());

@@ -360,6 +360,9 @@ pub(crate) struct Core {
     buffer: Mutex<Buffer>,
     wake: Notify,
     pub space: Arc<Semaphore>,
+    /// `space`'s permits in all: `buffer_bytes` less the room set aside for a spare WAL object
+    /// buffer ([`buffers::spare_bytes`]). An append asks for this at most.
+    pub room: usize,
     /// WAL objects' buffers, used again.
     pub(crate) object_buffers: Arc<buffers::ObjectBuffers>,
     /// Appends waiting for room in `space`.
@@ -425,15 +428,19 @@ impl Core {
         let keys = Keys::new(&cfg.cluster);
         // The tail cache: what this writer commits is cached as the reads of it would be.
         // It shares the append buffer's budget: it caches in room appends do not hold.
-        let space = Arc::new(Semaphore::new(cfg.buffer_bytes));
+        // Appends' room: the buffer less the room set aside for a spare WAL object buffer.
+        let spare = buffers::spare_bytes(cfg.buffer_bytes);
+        let room = cfg.buffer_bytes - spare;
+        let space = Arc::new(Semaphore::new(room));
         let reader = LogReader::new(meta.clone(), objects.clone(), &cfg.cluster)
             .with_caches(cfg.tail_cache_bytes, crate::DEFAULT_INDEX_PAGES)
             .with_cache_budget(space.clone())
             .with_followed_heads(crate::DEFAULT_FOLLOWED_HEADS);
         let identity = register(meta.as_ref(), &keys, &cfg).await?;
         let core = Arc::new(Core {
-            object_buffers: buffers::ObjectBuffers::new(space.clone(), reader.range_cache()),
+            object_buffers: buffers::ObjectBuffers::new(space.clone(), reader.range_cache(), spare),
             space,
+            room,
             waiting: Waiting::new(cfg.buffer_bytes),
             meta,
             objects,

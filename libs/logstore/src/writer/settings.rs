@@ -64,7 +64,9 @@ pub struct LogStorageConfig {
     /// Payload bytes buffered or being written (until their PUT succeeds), plus
     /// `ENTRY_BOOKKEEPING` (256) bytes per append until it is answered, at most; appends wait
     /// for room (default 64 MiB). Appends asking an eighth of it may wait at once (always
-    /// one); when more would, the next is refused at once with RESOURCE_EXHAUSTED.
+    /// one); when more would, the next is refused at once with RESOURCE_EXHAUSTED. From 8 MiB
+    /// up, an eighth of it (whole MiB) is set aside for WAL object buffers kept for later
+    /// flushes, and appends have the rest.
     pub buffer_bytes: usize,
     /// How long an append waits for buffer room before RESOURCE_EXHAUSTED (default 5 s).
     pub append_timeout: Duration,
