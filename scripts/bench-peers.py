@@ -26,7 +26,8 @@ not to): on a virtual machine that hands free memory back to its host, a server 
 keeps growing into memory freed long ago slows severalfold (Apache Kafka's later rows here fell
 from 324 to 67-86 MB/s, 79% of its CPU copying into fresh page-cache pages), so without it a row
 measured what the rows before it had written. Consume rows keep the page cache their producing
-row left.
+row left. --transactions and --shares settle it before each of their rows too. Without root it
+is not dropped, and a warning says so.
 
 With --latency-profile NAME, instead: Lakelog alone, every object-store and metadata request
 delayed as NAME would (`lakelog standalone --latency-profile`: s3-standard, s3-express), once at
@@ -378,9 +379,30 @@ def txn_run(server, rate_mib):
             "commit_p99_ms": r["commit_p99_ms"], "durability": server.durability}
 
 
+_SETTLE_WARNED = []
+
+
+def settle_page_cache():
+    """The page cache written back and dropped before a producing row (module doc); nothing
+    with --keep-page-cache, and a warning once without the right to (not root)."""
+    if args.keep_page_cache:
+        return
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1\n")
+    except OSError as e:
+        if not _SETTLE_WARNED:
+            _SETTLE_WARNED.append(e)
+            print(f"bench-peers: cannot drop the page cache ({e}): a page-cache server's rows may "
+                  "depend on what the rows before them wrote (run as root, or --keep-page-cache to "
+                  "say so)", file=sys.stderr)
+
+
 def run_transactions():
     def txn_rows(_name, server):
         for rate_mib in (0, args.rate_mib):
+            settle_page_cache()
             yield txn_run(server, rate_mib)
 
     rows = each_server(txn_rows)
@@ -394,6 +416,7 @@ def run_transactions():
 
 def run_shares():
     def share_rows(name, server):
+        settle_page_cache()
         out = subprocess.run([args.bin, "bench", "share", "--kafka", server.bootstrap, "--records",
                               str(args.share_records), "--record-size", str(RECORD), "--json"],
                              capture_output=True, text=True, timeout=3600)
@@ -541,19 +564,6 @@ if args.transactions:
 if args.shares:
     run_shares()
     sys.exit(0)
-
-def settle_page_cache():
-    """The page cache written back and dropped before a producing row (module doc); nothing
-    without the right to (not root) or with --keep-page-cache."""
-    if args.keep_page_cache:
-        return
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("1\n")
-    except OSError:
-        pass
-
 
 def peer_rows(name, server):
     """The producer workloads against `server` (`name`): a row each."""

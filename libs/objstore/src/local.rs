@@ -3,7 +3,7 @@
 //!
 //! A plain put (create or overwrite, no attributes) is written with direct I/O: from where its
 //! bytes lie when they are aligned, else from an aligned buffer, to a staging file (made ahead:
-//! [`ready`]), fsynced, then linked or renamed into place and the directory fsynced, as
+//! `local/ready.rs`), fsynced, then linked or renamed into place and the directory fsynced, as
 //! `LocalFileSystem` publishes its own. The page cache never holds the object: the writer
 //! keeps what tailing readers want in its own cache, and copying every byte into the page
 //! cache cost a produce more CPU than anything else (docs/performance.md, "Writes past the
@@ -17,7 +17,7 @@
 //! itself (docs/performance.md, "Where a consume's CPU goes"). A read too large to do in place
 //! still goes to the pool, once.
 //!
-//! Buffers are used again ([`Buffers`]): a buffer freed goes back to the system at once (the
+//! Buffers are used again (`Buffers`): a buffer freed goes back to the system at once (the
 //! allocator is told to), and a fresh one costs a page fault and a zeroed page per 4 KiB, a
 //! quarter of a consume's CPU.
 
