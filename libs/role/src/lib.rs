@@ -11,11 +11,13 @@
 //! Every request to the port goes through [`guard`] first: the one place the gRPC front end
 //! authenticates callers and checks the ACLs (docs/security.md). The port serves TLS when the
 //! role's `tls:` is set ([`Role::open`], [`Role::use_tls`]), its files re-read as they change.
+//! It keeps at most [`MAX_CONNECTIONS`] connections: one more is closed at accept.
 //!
 //! Depends on libs only (stores, membership, telemetry, security, catalog); never on a service
 //! crate. A new listener (the Kafka front end) is a [`Role::spawn`] of its accept loop, with
 //! [`Role::authorizer`] and [`kafka_tls`] for its security.
 
+mod capped;
 pub mod guard;
 pub mod health;
 pub mod metered;
@@ -53,6 +55,10 @@ pub enum RoleError {
 
 /// gRPC health's service name: every role serves it.
 const HEALTH: &str = "grpc.health.v1.Health";
+
+/// gRPC connections a role keeps at once unless told otherwise ([`Role::limit_connections`]);
+/// one more is closed at accept (the Kafka listener's `max_connections` is the same).
+pub const MAX_CONNECTIONS: usize = 4096;
 
 /// Binds a listener; a taken or invalid address is [`RoleError::Listen`].
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, RoleError> {
@@ -140,6 +146,7 @@ pub struct Role {
     stop: watch::Sender<bool>,
     max_streams: Option<u32>,
     receive_window: Option<u32>,
+    max_connections: usize,
     tls: Option<Arc<security::ServerTls>>,
     guard: Arc<guard::Guard>,
 }
@@ -217,6 +224,7 @@ impl Role {
             stop: watch::channel(false).0,
             max_streams: None,
             receive_window: None,
+            max_connections: MAX_CONNECTIONS,
             tls: None,
             guard: Arc::new(guard::Guard::new(security::Authorizer::off(), None)),
         }
@@ -322,6 +330,12 @@ impl Role {
         security::store::AuthStore::new(self.meta.clone(), &self.cluster)
     }
 
+    /// Caps the gRPC connections kept at once (default [`MAX_CONNECTIONS`]): one more is closed
+    /// at accept.
+    pub fn limit_connections(&mut self, n: usize) {
+        self.max_connections = n;
+    }
+
     /// Caps concurrent requests per client connection (HTTP/2 makes clients wait beyond).
     pub fn limit_streams_per_connection(&mut self, n: u32) {
         self.max_streams = Some(n);
@@ -422,13 +436,16 @@ impl Role {
                     .initial_stream_window_size(self.receive_window)
                     .accept_http1(self.http)
                     .add_routes(routes.add_service(health_service));
+                let max = self.max_connections;
                 match tls {
                     Some(tls) => {
-                        router.serve_with_incoming_shutdown(tls.incoming(listener), drained).await
+                        let incoming = capped::capped(tls.incoming(listener), max, name);
+                        router.serve_with_incoming_shutdown(incoming, drained).await
                     }
                     None => {
                         let incoming = tonic::transport::server::TcpIncoming::from(listener)
                             .with_nodelay(Some(true));
+                        let incoming = capped::capped(incoming, max, name);
                         router.serve_with_incoming_shutdown(incoming, drained).await
                     }
                 }
@@ -596,6 +613,58 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let _ = hold.send(());
+        served.await??;
+        Ok(())
+    }
+
+    /// A role keeps at most its cap of gRPC connections: one more is closed at accept, and a
+    /// place freed (a connection closed) takes the next.
+    #[tokio::test]
+    async fn a_connection_past_the_cap_is_closed_and_a_freed_place_is_taken_again()
+    -> Result<(), Box<dyn std::error::Error>> {
+        use tonic::transport::Channel;
+        use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+        let dir = tempfile::tempdir()?;
+        let mut role = role(dir.path(), true).await?;
+        role.limit_connections(2);
+        let addr = role.grpc_addr().ok_or("no address")?;
+        let (signal, signalled) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(role.serve(
+            async move {
+                let _ = signalled.await;
+            },
+            async {},
+        ));
+        let url = format!("http://{addr}");
+        let check = |c: Channel| async move {
+            let mut health = HealthClient::new(c);
+            let asked = HealthCheckRequest { service: String::new() };
+            tokio::time::timeout(Duration::from_secs(5), health.check(asked)).await
+        };
+        let first = Channel::from_shared(url.clone())?.connect().await?;
+        let second = Channel::from_shared(url.clone())?.connect().await?;
+        check(first.clone()).await??;
+        check(second.clone()).await??;
+        let third = Channel::from_shared(url.clone())?.connect().await;
+        let answered = match third {
+            Ok(c) => matches!(check(c).await, Ok(Ok(_))),
+            Err(_) => false,
+        };
+        assert!(!answered, "a third connection was served past a cap of two");
+        drop(first);
+        let start = std::time::Instant::now();
+        loop {
+            let next = Channel::from_shared(url.clone())?.connect().await;
+            if let Ok(c) = next
+                && matches!(check(c).await, Ok(Ok(_)))
+            {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "the freed place never taken");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        check(second).await??;
+        let _ = signal.send(());
         served.await??;
         Ok(())
     }
