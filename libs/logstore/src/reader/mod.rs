@@ -768,23 +768,21 @@ impl LogReader {
         }
     }
 
-    /// Reads ahead for a reader catching up: when a run `plan` reads is not in the byte-range
-    /// cache (nor on its way there), the runs `after` it, up to `bytes` of them
-    /// (what this read planned: about what the next read of the log asks for), are fetched
-    /// into the cache in the background, so the next read finds them in memory instead of
-    /// waiting for the store. A read of cached runs (a tailing reader's) reads nothing ahead,
-    /// and a run too large to cache beside others (a segment over an eighth of the cache) is
+    /// Reads ahead for a reader catching up: the runs `after` the ones it reads, up to `bytes`
+    /// of them (what this read planned: about what the next read of the log asks for), that
+    /// are not in the byte-range cache (nor on their way there) are fetched into it in the
+    /// background, so the next read finds them in memory instead of waiting for the store. A
+    /// read served from what an earlier one read ahead reads on ahead too, so a reader catching
+    /// up never waits for the store every other read. A tailing reader has nothing after its
+    /// runs; a run too large to cache beside others (a segment over an eighth of the cache) is
     /// not read ahead. A failed read ahead is dropped: the read that wants the run fetches it.
-    fn read_ahead(&self, log: LogId, plan: &[Locator], after: Vec<Locator>, bytes: u64) {
+    fn read_ahead(&self, log: LogId, after: Vec<Locator>, bytes: u64) {
         let cacheable = |l: &Locator| {
             l.lake.is_none() && l.byte_len <= self.ranges.capacity() as u64 / 8 && l.byte_len > 0
         };
         let end = |l: &Locator| l.byte_start + l.byte_len;
         let cached =
             |l: &Locator| self.ranges.contains(l.object(log).as_ref(), l.byte_start, end(l));
-        if !plan.iter().any(|l| cacheable(l) && !cached(l)) {
-            return;
-        }
         let mut ahead = 0u64;
         for loc in after.into_iter().take(PARALLEL_FETCHES) {
             if ahead >= bytes || !cacheable(&loc) {
@@ -1144,7 +1142,7 @@ impl LogReader {
                 }
             }
         }
-        self.read_ahead(log, &plan, after, bytes);
+        self.read_ahead(log, after, bytes);
         use futures::{StreamExt, TryStreamExt};
         let runs: Vec<Vec<Located>> = futures::stream::iter(
             plan.into_iter().map(|loc| self.fetch_run_resolving(log, loc, want)),

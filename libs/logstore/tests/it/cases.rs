@@ -603,8 +603,9 @@ async fn cached_reads_and_a_missing_object(env: Env) -> Result<()> {
 }
 
 /// A caching reader that reads runs from the store (catching up) fetches the runs after them
-/// in the background, about as many bytes as it read: its next read is served from memory.
-/// Reading cached runs again reads nothing ahead.
+/// in the background, about as many bytes as it read: its next read is served from memory, and
+/// reads on ahead in turn, so no read of a reader catching up waits for the store after its
+/// first. At the end of the log nothing is read ahead.
 async fn a_reader_catching_up_reads_the_next_runs_ahead(env: Env) -> Result<()> {
     use std::sync::atomic::Ordering::Relaxed;
     let w = env.writer("w").await?;
@@ -616,23 +617,32 @@ async fn a_reader_catching_up_reads_the_next_runs_ahead(env: Env) -> Result<()> 
     let (counted, counts) = objstore::counting::CountingStore::new(env.objects.clone());
     let reader =
         logstore::LogReader::new(env.meta.clone(), counted, &env.cluster).with_caches(1 << 20, 64);
+    let gets_reach = |n: u64| {
+        let counts = counts.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while counts.gets.load(Relaxed) < n && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            // Nothing more comes after it.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            counts.gets.load(Relaxed)
+        }
+    };
     let first = reader.read_entries(log, 0, 3, u64::MAX).await?;
     ensure!(first.len() == 3, "{first:?}");
     // The three runs read, then the three after them, read ahead.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while counts.gets.load(Relaxed) < 6 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    ensure!(gets_reach(6).await == 6, "GETs after the first read: {counts:?}");
+    for (at, want) in [(3u64, 9u64), (6, 12), (9, 12)] {
+        let (hits, _) = reader.cache_counts();
+        let next = reader.read_entries(log, at, 3, u64::MAX).await?;
+        ensure!(next.len() == 3 && next[0].payload[..] == [at as u8; 100], "{next:?}");
+        // Served from what was read ahead (its three runs cache hits; reading ahead misses,
+        // never hits), and reading on ahead: the three after it, none past the end.
+        let hit = reader.cache_counts().0 - hits;
+        ensure!(hit == 3, "the read at {at} found {hit} of its 3 runs cached");
+        ensure!(gets_reach(want).await == want, "GETs after the read at {at}: {counts:?}");
     }
-    ensure!(counts.gets.load(Relaxed) == 6, "GETs after the first read: {counts:?}");
-    let next = reader.read_entries(log, 3, 3, u64::MAX).await?;
-    ensure!(next.len() == 3 && next[0].payload[..] == [3u8; 100], "{next:?}");
-    // Served from what was read ahead: no GET waited for, and the read found its runs cached
-    // (a read of cached runs reads nothing ahead).
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    ensure!(counts.gets.load(Relaxed) == 6, "GETs after the second read: {counts:?}");
-    let again = reader.read_entries(log, 0, 6, u64::MAX).await?;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    ensure!(again.len() == 6 && counts.gets.load(Relaxed) == 6, "rereading: {counts:?}");
     w.shutdown().await;
     Ok(())
 }
