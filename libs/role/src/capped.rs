@@ -1,18 +1,17 @@
 //! A cap on the connections a role's gRPC listener keeps: each accepted connection holds a
 //! place while it is open, and one accepted with every place taken is closed at once (as the
 //! Kafka listener's `max_connections`), said in a warning at most every 10 s with how many
-//! were. Each HTTP/2 connection holds state of its own (its streams, frames to send, bytes
-//! received ahead of reading): without a cap, a client opening connections could make a role
-//! hold any amount.
+//! were held back (the Kafka listener's [`security::audit::RateLimit`]). Each HTTP/2
+//! connection holds state of its own (its streams, frames to send, bytes received ahead of
+//! reading): without a cap, a client opening connections could make a role hold any amount.
 
 use std::io::IoSlice;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::transport::server::Connected;
@@ -33,22 +32,18 @@ pub(crate) fn capped<IO, E>(
     role: &'static str,
 ) -> impl Stream<Item = Result<Capped<IO>, E>> {
     let places = Arc::new(Semaphore::new(max));
-    // Refused since the last warning, and when that was.
-    let refused = Arc::new(Mutex::new((0u64, None::<Instant>)));
+    let refused = security::audit::RateLimit::new(1, WARN_EVERY);
     incoming.filter_map(move |accepted| {
         let admitted = accepted.map(|io| match places.clone().try_acquire_owned() {
             Ok(place) => Some(Capped { io, _place: place }),
             Err(_) => {
-                let mut r = refused.lock();
-                r.0 += 1;
-                if r.1.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                if let Some(held) = refused.allow() {
                     tracing::warn!(
                         role,
-                        refused = r.0,
+                        held_back = held,
                         max,
-                        "gRPC connections closed at accept: {max} open (the role's cap)"
+                        "gRPC connection closed at accept: {max} open (the role's cap)"
                     );
-                    *r = (0, Some(Instant::now()));
                 }
                 None
             }

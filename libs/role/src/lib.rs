@@ -520,6 +520,20 @@ mod tests {
         Ok(Role::from_parts("test", "role-test", listener, meta, objects))
     }
 
+    /// Serves `role` in the background, with no drain of its own, until the sender is used.
+    fn serve_until_signalled(
+        role: Role,
+    ) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<Result<(), RoleError>>) {
+        let (signal, signalled) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(role.serve(
+            async move {
+                let _ = signalled.await;
+            },
+            async {},
+        ));
+        (signal, served)
+    }
+
     #[tokio::test]
     async fn the_drain_waits_for_every_loop_then_the_roles_own_drain_then_revokes_the_lease()
     -> Result<(), Box<dyn std::error::Error>> {
@@ -588,13 +602,7 @@ mod tests {
             shutdown.wait().await;
             let _ = held.await; // the drain stays open until the test lets it go
         });
-        let (signal, signalled) = tokio::sync::oneshot::channel::<()>();
-        let served = tokio::spawn(role.serve(
-            async move {
-                let _ = signalled.await;
-            },
-            async {},
-        ));
+        let (signal, served) = serve_until_signalled(role);
         let mut health = HealthClient::new(
             tonic::transport::Channel::from_shared(format!("http://{addr}"))?.connect().await?,
         );
@@ -628,13 +636,7 @@ mod tests {
         let mut role = role(dir.path(), true).await?;
         role.limit_connections(2);
         let addr = role.grpc_addr().ok_or("no address")?;
-        let (signal, signalled) = tokio::sync::oneshot::channel::<()>();
-        let served = tokio::spawn(role.serve(
-            async move {
-                let _ = signalled.await;
-            },
-            async {},
-        ));
+        let (signal, served) = serve_until_signalled(role);
         let url = format!("http://{addr}");
         let check = |c: Channel| async move {
             let mut health = HealthClient::new(c);
@@ -685,13 +687,7 @@ mod tests {
             client_auth: config::ClientAuth::Required,
         }))?;
         let addr = role.grpc_addr().ok_or("no address")?;
-        let (signal, signalled) = tokio::sync::oneshot::channel::<()>();
-        let served = tokio::spawn(role.serve(
-            async move {
-                let _ = signalled.await;
-            },
-            async {},
-        ));
+        let (signal, served) = serve_until_signalled(role);
         let ca = Certificate::from_pem(std::fs::read(pki.ca())?);
         let check = |tls: ClientTlsConfig, url: String| async move {
             let channel = Channel::from_shared(url)?.tls_config(tls)?.connect().await?;

@@ -90,13 +90,13 @@ impl ObjectBuffers {
         let size = size + OBJECT_ALIGN;
         {
             let mut idle = self.idle.lock();
-            if let Some(i) = smallest_fitting(idle.iter().map(|(b, _)| b), size) {
+            if let Some(i) = smallest(idle.iter().map(|(b, _)| b), size) {
                 // Its room goes back: the flush's payloads hold theirs.
                 return idle.swap_remove(i).0;
             }
         }
         let mut spares = self.spares.lock();
-        match smallest_fitting(spares.iter(), size) {
+        match smallest(spares.iter(), size) {
             Some(i) => spares.swap_remove(i),
             None if size >= KEPT_FROM => Vec::with_capacity(size.div_ceil(ROUND) * ROUND),
             None => Vec::with_capacity(size),
@@ -142,8 +142,7 @@ impl ObjectBuffers {
             spares.push(buf);
             return None;
         }
-        let smallest = (0..spares.len()).min_by_key(|&i| spares[i].capacity());
-        match smallest {
+        match smallest(spares.iter(), 0) {
             Some(i)
                 if spares[i].capacity() < len
                     && held - spares[i].capacity() + len <= self.spare_bytes =>
@@ -171,9 +170,8 @@ impl ObjectBuffers {
             // A larger one takes the place of the smallest kept (so those kept fit the largest
             // objects coming).
             let mut idle = self.idle.lock();
-            let smallest = (0..idle.len()).min_by_key(|&i| idle[i].0.capacity());
-            if let Some(i) = smallest.filter(|&i| idle.len() >= IDLE && idle[i].0.capacity() < len)
-            {
+            let least = smallest(idle.iter().map(|(b, _)| b), 0);
+            if let Some(i) = least.filter(|&i| idle.len() >= IDLE && idle[i].0.capacity() < len) {
                 drop(idle.swap_remove(i));
             }
         }
@@ -209,8 +207,8 @@ impl ObjectBuffers {
     }
 }
 
-/// Which of `buffers` is the smallest of at least `size` bytes.
-fn smallest_fitting<'a>(buffers: impl Iterator<Item = &'a Vec<u8>>, size: usize) -> Option<usize> {
+/// Which of `buffers` is the smallest of at least `size` bytes (0: the smallest).
+fn smallest<'a>(buffers: impl Iterator<Item = &'a Vec<u8>>, size: usize) -> Option<usize> {
     buffers
         .enumerate()
         .filter(|(_, b)| b.capacity() >= size)
