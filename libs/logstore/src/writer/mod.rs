@@ -360,8 +360,8 @@ pub(crate) struct Core {
     buffer: Mutex<Buffer>,
     wake: Notify,
     pub space: Arc<Semaphore>,
-    /// `space`'s permits in all: `buffer_bytes` less the room set aside for a spare WAL object
-    /// buffer ([`buffers::spare_bytes`]). An append asks for this at most.
+    /// `space`'s permits in all: `buffer_bytes` less the room set aside for spare WAL object
+    /// buffers ([`buffers::spare_bytes`]). An append asks for this at most.
     pub room: usize,
     /// WAL objects' buffers, used again.
     pub(crate) object_buffers: Arc<buffers::ObjectBuffers>,
@@ -428,7 +428,7 @@ impl Core {
         let keys = Keys::new(&cfg.cluster);
         // The tail cache: what this writer commits is cached as the reads of it would be.
         // It shares the append buffer's budget: it caches in room appends do not hold.
-        // Appends' room: the buffer less the room set aside for a spare WAL object buffer.
+        // Appends' room: the buffer less the room set aside for spare WAL object buffers.
         let spare = buffers::spare_bytes(cfg.buffer_bytes);
         let room = cfg.buffer_bytes - spare;
         let space = Arc::new(Semaphore::new(room));
