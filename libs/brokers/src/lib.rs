@@ -385,16 +385,20 @@ pub(crate) fn node_of(m: routing::Member, read_only: bool) -> Option<BrokerNode>
 
 /// A batch's append conditions: its entry carries the batch's largest record timestamp
 /// (CreateTime, as Kafka's time index and retention use it), or the writer's clock when the
-/// batch has none; a batch too far ahead of `now` is INVALID_TIMESTAMP, as in Kafka.
+/// batch has none; a batch too far ahead of `now` is INVALID_TIMESTAMP, as in Kafka. The
+/// batch's CRC, checked against its bytes by the front end (or computed again by [`stamp`]),
+/// is what its entry's checksum is derived from.
 pub(crate) fn conditions(
     h: &recordbatch::BatchHeader,
     now: i64,
     tenure: Option<i64>,
     config: &StreamConfig,
 ) -> Result<logstore::Conditions, Refused> {
+    let known_crc = Some(logstore::KnownCrc { from: recordbatch::CRC_FROM, crc: h.crc });
     // A LogAppendTime batch was stamped with `now` ([`stamp`]); its entry has that time.
     if h.log_append_time() {
-        return Ok(logstore::Conditions { tenure, timestamp: Some(now), ..Default::default() });
+        let timestamp = Some(now);
+        return Ok(logstore::Conditions { tenure, timestamp, known_crc, ..Default::default() });
     }
     let ts = (h.max_timestamp >= 0).then_some(h.max_timestamp);
     let (before, after) = config.timestamp_bounds_ms();
@@ -416,7 +420,7 @@ pub(crate) fn conditions(
     {
         return refuse(first, "behind", before);
     }
-    Ok(logstore::Conditions { tenure, timestamp: ts, ..Default::default() })
+    Ok(logstore::Conditions { tenure, timestamp: ts, known_crc, ..Default::default() })
 }
 
 /// For a LogAppendTime topic (`message.timestamp.type`), `batch` stamped with the writer's

@@ -40,6 +40,7 @@ pub use reader::{
     MAX_BY_INDEX_ENTRIES, StoredRun,
 };
 pub use storage::{Committing, Conditions, LogStorage, Reserved, TxnMark};
+pub use wal::KnownCrc;
 pub use writer::{Chain, LogStorageConfig};
 pub use writer::{FlushObserver, WriterHook, WriterStep};
 

@@ -74,6 +74,9 @@ pub struct Conditions {
     /// What the append is to a Kafka transaction: the log's open transactions and aborted
     /// index change with its commit, in the same metadata transaction (ARCHITECTURE §12).
     pub txn: Option<TxnMark>,
+    /// The checksum of the payload's tail, computed and checked by the caller (a Kafka batch's
+    /// CRC): the entry's checksum is derived from it rather than from every byte again.
+    pub known_crc: Option<wal::KnownCrc>,
 }
 
 /// What an append is to a Kafka transaction of its log.
@@ -394,8 +397,16 @@ impl LogStorage {
         payload: Bytes,
         opts: Conditions,
     ) -> Result<Committing, LogError> {
-        let Conditions { expected_offset, tenure, timestamp, chain, overhead, reserved, txn } =
-            opts;
+        let Conditions {
+            expected_offset,
+            tenure,
+            timestamp,
+            chain,
+            overhead,
+            reserved,
+            txn,
+            known_crc,
+        } = opts;
         if let Some(e) = chain.as_ref().and_then(|c| c.broken()) {
             return Err(e);
         }
@@ -459,6 +470,7 @@ impl LogStorage {
             expected_offset,
             tenure,
             txn,
+            known_crc,
             reply: tx,
             room: permit,
             kept,

@@ -27,8 +27,9 @@ pub mod compression;
 
 /// Bytes of the batch header, up to and including the record count.
 pub const HEADER_LEN: usize = 61;
-/// Offset of the first byte the CRC covers (attributes).
-const CRC_FROM: usize = 21;
+/// Offset of the first byte the CRC covers (attributes): a batch's `crc` is CRC-32C of its
+/// bytes from here to its end.
+pub const CRC_FROM: usize = 21;
 /// The only magic this format has.
 pub const MAGIC: i8 = 2;
 /// The smallest record: length, attributes, timestamp delta, offset delta, key length,

@@ -25,6 +25,10 @@
 
 use bytes::{BufMut, Bytes};
 
+mod crc;
+
+pub use crc::KnownCrc;
+
 /// Magic of a WAL object, version 1.
 pub const WAL_MAGIC: [u8; 8] = *b"LKLWAL01";
 /// Magic of a compacted segment, version 1.
@@ -190,6 +194,18 @@ impl ObjectBuilder {
         timestamp: i64,
         payload: &[u8],
     ) -> Result<std::ops::Range<u64>, FormatError> {
+        self.push_entry_known(record_count, timestamp, payload, None)
+    }
+
+    /// [`Self::push_entry`] with the checksum of the payload's tail its caller computed and
+    /// checked (`known`): the entry's checksum is derived from it, the tail not read again.
+    pub fn push_entry_known(
+        &mut self,
+        record_count: u32,
+        timestamp: i64,
+        payload: &[u8],
+        known: Option<KnownCrc>,
+    ) -> Result<std::ops::Range<u64>, FormatError> {
         let Some(chunk) = self.chunks.last_mut() else {
             return Err(FormatError::TooLarge("push_entry before begin_chunk".to_owned()));
         };
@@ -198,7 +214,7 @@ impl ObjectBuilder {
         let start = (self.buf.len() - self.start) as u64;
         let byte_offset = u32::try_from(start - chunk.byte_start)
             .map_err(|_| FormatError::TooLarge("chunk over 4 GiB".to_owned()))?;
-        self.buf.put_slice(&entry_head(payload_len, record_count, timestamp, payload));
+        self.buf.put_slice(&entry_head(payload_len, record_count, timestamp, payload, known));
         self.buf.put_slice(payload);
         chunk.entries.push(EntryMeta {
             rel_record_offset: chunk.record_count,
@@ -290,13 +306,20 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// An entry's header and checksum (the [`ENTRY_HEADER_LEN`] bytes before its payload).
-fn entry_head(payload_len: u32, record_count: u32, timestamp: i64, payload: &[u8]) -> [u8; 20] {
+/// An entry's header and checksum (the [`ENTRY_HEADER_LEN`] bytes before its payload), with
+/// what is `known` of the payload's checksum.
+fn entry_head(
+    payload_len: u32,
+    record_count: u32,
+    timestamp: i64,
+    payload: &[u8],
+    known: Option<KnownCrc>,
+) -> [u8; 20] {
     let mut head = [0u8; ENTRY_HEADER_LEN];
     head[0..4].copy_from_slice(&payload_len.to_le_bytes());
     head[4..8].copy_from_slice(&record_count.to_le_bytes());
     head[8..16].copy_from_slice(&timestamp.to_le_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&head[..16]), payload);
+    let crc = crc::of_entry(&head[..16], payload, known);
     head[16..20].copy_from_slice(&crc.to_le_bytes());
     head
 }
@@ -311,7 +334,7 @@ pub fn frame_entry(
 ) -> Result<(), FormatError> {
     let payload_len = u32::try_from(payload.len())
         .map_err(|_| FormatError::TooLarge(format!("payload of {} bytes", payload.len())))?;
-    out.extend_from_slice(&entry_head(payload_len, record_count, timestamp, payload));
+    out.extend_from_slice(&entry_head(payload_len, record_count, timestamp, payload, None));
     out.extend_from_slice(payload);
     Ok(())
 }

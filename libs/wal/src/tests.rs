@@ -74,6 +74,22 @@ proptest! {
         }
     }
 
+    /// Entries pushed with the checksum of their payload's tail known make the same object as
+    /// entries checksummed whole.
+    #[test]
+    fn an_object_from_known_checksums_is_the_same_object(spec in spec(), cut in any::<prop::sample::Index>()) {
+        let mut b = ObjectBuilder::new(ObjectKind::Wal);
+        for (log, entries) in &spec {
+            b.begin_chunk(*log);
+            for (n, ts, payload) in entries {
+                let from = cut.index(payload.len() + 1);
+                let known = KnownCrc { from, crc: crc32c::crc32c(&payload[from..]) };
+                b.push_entry_known(*n, *ts, payload, Some(known))?;
+            }
+        }
+        prop_assert_eq!(b.finish()?.0, build(&spec, ObjectKind::Wal)?);
+    }
+
     #[test]
     fn any_flipped_bit_is_detected(spec in spec(), at in any::<prop::sample::Index>(), bit in 0u8..8) {
         let obj = build(&spec, ObjectKind::Wal)?;
@@ -116,6 +132,18 @@ proptest! {
         let _ = decode_object(&Bytes::from(bytes.clone()), ObjectKind::Wal);
         let _ = decode_entries(&Bytes::from(bytes));
     }
+}
+
+/// A known checksum that is false is caught where tests run (stored, its entry would never
+/// decode).
+#[cfg(debug_assertions)]
+#[test]
+#[should_panic(expected = "a known checksum is false")]
+fn a_false_known_checksum_is_caught() {
+    let mut b = ObjectBuilder::new(ObjectKind::Wal);
+    b.begin_chunk(1);
+    let known = KnownCrc { from: 2, crc: crc32c::crc32c(b"llo") ^ 1 };
+    let _ = b.push_entry_known(1, 0, b"hello", Some(known));
 }
 
 #[test]

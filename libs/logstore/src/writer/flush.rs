@@ -203,7 +203,7 @@ pub(super) fn build_flush(
         b.begin_chunk(log.0);
         let mut staged = Vec::with_capacity(ps.len());
         for p in ps {
-            match b.push_entry(p.record_count, p.timestamp, &p.payload) {
+            match b.push_entry_known(p.record_count, p.timestamp, &p.payload, p.known_crc) {
                 Ok(r) => {
                     let mut p = p;
                     p.payload = Bytes::new();

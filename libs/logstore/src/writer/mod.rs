@@ -77,6 +77,8 @@ pub(crate) struct Pending {
     pub tenure: Option<i64>,
     /// What it is to a Kafka transaction of the log.
     pub txn: Option<crate::storage::TxnMark>,
+    /// The checksum of the payload's tail its caller knows (`Conditions::known_crc`).
+    pub known_crc: Option<wal::KnownCrc>,
     pub reply: oneshot::Sender<Result<LogEntryHeader, LogError>>,
     /// Its room in the buffer: its payload's bytes, which the flush takes with the payload
     /// (and gives back once its object is stored), and `kept`, held until the append is
