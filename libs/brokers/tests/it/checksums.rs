@@ -3,13 +3,11 @@
 //! and for one the writer stamped with its time (a copy whose CRC was computed again).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Result, anyhow, ensure};
 use catalog::Catalog;
 use futures::TryStreamExt;
 use kafka::Partitions;
-use logstore::{LogStorage, LogStorageConfig, SystemClock};
 use metadata::MetadataStore;
 use objstore::object_store::{ObjectStore, ObjectStoreExt};
 use recordbatch::{BatchHeader, ProducerFields, Record};
@@ -33,12 +31,8 @@ fn batch(producer_id: i64) -> Result<bytes::Bytes> {
 async fn entries_of_sent_and_stamped_batches_are_stored_whole() -> Result<()> {
     let meta: Arc<dyn MetadataStore> = Arc::new(metadata::MemoryStore::new());
     let objects: Arc<dyn ObjectStore> = Arc::new(objstore::object_store::memory::InMemory::new());
-    let mut cfg = LogStorageConfig::new(CLUSTER, "w0");
-    cfg.kafka_advertise = "w0.test:9092".to_owned();
-    cfg.flush_interval = Duration::from_millis(5);
-    let w = LogStorage::open(meta.clone(), objects.clone(), cfg, Arc::new(SystemClock)).await?;
+    let (w, broker) = crate::writer(&meta, &objects, CLUSTER, "w0").await?;
     let catalog = Catalog::new(meta.clone(), w.reader().clone(), CLUSTER);
-    let broker = brokers::LogBroker::writer(catalog.clone(), CLUSTER, w.clone());
     let stamped = catalog::StreamConfig::from_pairs([("message.timestamp.type", "LogAppendTime")])?;
     catalog.create("sent", 1, Default::default()).await?;
     catalog.create("stamped", 1, stamped).await?;

@@ -11,7 +11,7 @@ use anyhow::{Result, anyhow, ensure};
 use brokers::LogBroker;
 use catalog::Catalog;
 use kafka::{GroupOffsets, OffsetCommit, Tenure};
-use logstore::{LogStorage, LogStorageConfig, SystemClock};
+use logstore::LogStorage;
 use metadata::counting::CountingMeta;
 use metadata::{MetadataStore, RangeRequest};
 use objstore::object_store::ObjectStore;
@@ -24,14 +24,7 @@ async fn writer(
     objects: &Arc<dyn ObjectStore>,
     id: &str,
 ) -> Result<(LogStorage, LogBroker)> {
-    let mut cfg = LogStorageConfig::new(CLUSTER, id);
-    cfg.kafka_advertise = format!("{id}.test:9092");
-    cfg.flush_interval = Duration::from_millis(5);
-    let w = LogStorage::open(meta.clone(), objects.clone(), cfg, Arc::new(SystemClock)).await?;
-    let node = logstore::membership::node_id(meta.as_ref(), CLUSTER, id).await?;
-    let catalog = Catalog::new(meta.clone(), w.reader().clone(), CLUSTER).with_followed_streams();
-    let broker = LogBroker::writer(catalog, CLUSTER, w.clone()).with_node_id(node);
-    Ok((w, broker))
+    crate::writer(meta, objects, CLUSTER, id).await
 }
 
 fn offsets(topic: &str, partitions: i32, offset: i64) -> Vec<OffsetCommit> {

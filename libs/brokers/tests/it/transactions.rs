@@ -10,7 +10,7 @@ use catalog::Catalog;
 use kafka::Isolation::{ReadCommitted, ReadUncommitted};
 use kafka::Partitions;
 use kafka::transactions::{Marker, StoredTxn, TxnPartition, TxnPhase};
-use logstore::{LogStorage, LogStorageConfig, SystemClock, TxnMark};
+use logstore::{LogStorage, TxnMark};
 use metadata::MetadataStore;
 use objstore::object_store::ObjectStore;
 use recordbatch::{BatchHeader, Framing, ProducerFields, Record};
@@ -45,15 +45,10 @@ fn offsets(f: &kafka::Fetched) -> Vec<i64> {
 async fn read_committed_stops_at_an_open_transaction_and_names_aborted_ones() -> Result<()> {
     let meta: Arc<dyn MetadataStore> = Arc::new(metadata::MemoryStore::new());
     let objects: Arc<dyn ObjectStore> = Arc::new(objstore::object_store::memory::InMemory::new());
-    let mut cfg = LogStorageConfig::new(CLUSTER, "w");
-    cfg.kafka_advertise = "w.test:9092".to_owned();
-    cfg.flush_interval = Duration::from_millis(5);
-    let w = LogStorage::open(meta.clone(), objects.clone(), cfg, Arc::new(SystemClock)).await?;
-    let node = logstore::membership::node_id(meta.as_ref(), CLUSTER, "w").await?;
-    let catalog = Catalog::new(meta.clone(), w.reader().clone(), CLUSTER).with_followed_streams();
+    let (w, broker) = crate::writer(&meta, &objects, CLUSTER, "w").await?;
+    let catalog = Catalog::new(meta.clone(), w.reader().clone(), CLUSTER);
     catalog.create("t", 1, Default::default()).await?;
     let log = catalog.get("t").await?.partitions[0];
-    let broker = LogBroker::writer(catalog, CLUSTER, w.clone()).with_node_id(node);
     let zone = w.config().zone.clone();
     let append = |payload: bytes::Bytes, mark: Option<TxnMark>| {
         let (w, zone) = (w.clone(), zone.clone());
@@ -125,14 +120,10 @@ async fn send_txn(
 async fn one_writer() -> Result<(Arc<dyn MetadataStore>, LogStorage, LogBroker)> {
     let meta: Arc<dyn MetadataStore> = Arc::new(metadata::MemoryStore::new());
     let objects: Arc<dyn ObjectStore> = Arc::new(objstore::object_store::memory::InMemory::new());
-    let mut cfg = LogStorageConfig::new(CLUSTER, "w");
-    cfg.kafka_advertise = "w.test:9092".to_owned();
-    cfg.flush_interval = Duration::from_millis(5);
-    let w = LogStorage::open(meta.clone(), objects, cfg, Arc::new(SystemClock)).await?;
-    let node = logstore::membership::node_id(meta.as_ref(), CLUSTER, "w").await?;
-    let catalog = Catalog::new(meta.clone(), w.reader().clone(), CLUSTER).with_followed_streams();
-    catalog.create("t", 2, Default::default()).await?;
-    let broker = LogBroker::writer(catalog, CLUSTER, w.clone()).with_node_id(node);
+    let (w, broker) = crate::writer(&meta, &objects, CLUSTER, "w").await?;
+    Catalog::new(meta.clone(), w.reader().clone(), CLUSTER)
+        .create("t", 2, Default::default())
+        .await?;
     Ok((meta, w, broker))
 }
 
