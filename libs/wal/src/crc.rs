@@ -36,12 +36,15 @@ const fn multiply(a: u32, mut b: u32) -> u32 {
     product
 }
 
-/// `x^(2^k)` modulo the polynomial for each `k` below 64 (reversed layout).
-const SQUARES: [u32; 64] = {
-    let mut t = [0u32; 64];
+/// How many [`SQUARES`]: a length's bits, each a power of eight bits (x^(2^(k+3)) for bit k).
+const POWERS: usize = 3 + u64::BITS as usize;
+
+/// `x^(2^k)` modulo the polynomial for each `k` below [`POWERS`] (reversed layout).
+const SQUARES: [u32; POWERS] = {
+    let mut t = [0u32; POWERS];
     t[0] = 1 << 30; // x^1
     let mut k = 1;
-    while k < 64 {
+    while k < POWERS {
         t[k] = multiply(t[k - 1], t[k - 1]);
         k += 1;
     }
@@ -94,6 +97,8 @@ mod tests {
             let got = combine(crc32c::crc32c(a), crc32c::crc32c(b), b.len());
             assert_eq!(got, crc32c::crc32c(&whole), "{a:?} {b:?}");
         }
+        // Any length has its power: the longest one a usize holds too.
+        let _ = combine(1, 2, usize::MAX);
         let big = vec![0xa5u8; (1 << 20) + 3];
         let got = combine(crc32c::crc32c(b"header"), crc32c::crc32c(&big), big.len());
         assert_eq!(got, crc32c::crc32c(&[&b"header"[..], &big].concat()));
